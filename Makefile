@@ -1,0 +1,40 @@
+# The two commands the README promises: `make run` and `make test`.
+# Both install what is missing (apt), build, and run. Builds use the CMake
+# presets in CMakePresets.json; build trees live under build/<preset>.
+.PHONY: run test bench asan tsan deps build-release build-dev clean
+
+JOBS ?= 2
+
+deps:
+	@bash scripts/install-deps.sh
+
+build-release: deps
+	@cmake --preset release >/dev/null
+	@cmake --build --preset release -j $(JOBS)
+
+build-dev: deps
+	@cmake --preset dev >/dev/null
+	@cmake --build --preset dev -j $(JOBS)
+
+# The main job (for now: the GradientTape example; `lockstep train` arrives with #5).
+run: build-release
+	@./build/release/examples/tape_regression
+
+test: build-release
+	@ctest --preset release
+
+bench: build-release
+	@./build/release/bench/tensor_bench
+
+asan: deps
+	@cmake --preset asan >/dev/null
+	@cmake --build --preset asan -j $(JOBS)
+	@ASAN_OPTIONS=detect_leaks=1 ctest --preset asan
+
+tsan: deps
+	@cmake --preset tsan >/dev/null
+	@cmake --build --preset tsan -j $(JOBS)
+	@ctest --preset tsan
+
+clean:
+	rm -rf build

@@ -1,0 +1,39 @@
+# Helpers shared by every CMakeLists in the tree: one way to add a layer
+# library, a test binary, a benchmark or an example, so flags stay uniform.
+
+# Warnings are errors on our own code only (never on third-party headers).
+function(lockstep_set_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror -Wno-unknown-pragmas)
+endfunction()
+
+# lockstep_add_layer(NAME SOURCES ... DEPS ...): builds lockstep_NAME with the
+# alias lockstep::NAME and public headers from include/.
+function(lockstep_add_layer name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(lockstep_${name} ${ARG_SOURCES})
+  add_library(lockstep::${name} ALIAS lockstep_${name})
+  target_include_directories(lockstep_${name} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(lockstep_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  lockstep_set_warnings(lockstep_${name})
+endfunction()
+
+# lockstep_add_test(NAME SOURCES ... DEPS ... [LABELS ...]): one GoogleTest
+# binary, registered with CTest test by test so failures are named.
+function(lockstep_add_test name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  lockstep_set_warnings(${name})
+  include(GoogleTest)
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}")
+endfunction()
+
+function(lockstep_add_bench name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} benchmark::benchmark)
+  lockstep_set_warnings(${name})
+endfunction()

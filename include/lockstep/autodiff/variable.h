@@ -1,0 +1,65 @@
+// Variable: a named, mutable tensor that training updates in place.
+//
+// A Variable is a handle, like a Python reference to a tf.Variable: copies
+// share one value. Its value keeps one tensor id for the variable's whole
+// life (assign writes into the same buffer), so a GradientTape can ask for
+// gradients with respect to it. Reading a trainable variable while a tape is
+// recording on this thread watches it automatically, as in TensorFlow.
+//
+// Thread-safety: reads from several threads are safe; assign while another
+// thread reads is a data race (a strategy gives each replica its own copy).
+//
+//   lockstep::Variable w(lockstep::random::normal({784, 10}), {.name = "dense/kernel"});
+//   auto y = lockstep::matmul(x, w);       // a Variable converts to its value
+//   w.assign_sub(grad * 0.01f);
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "lockstep/tensor/tensor.h"
+
+namespace lockstep {
+
+class Variable {
+ public:
+  struct Options {
+    std::string name;
+    bool trainable = true;
+  };
+
+  // An undefined variable.
+  Variable() = default;
+  // Copies `initial_value` into the variable's own buffer.
+  explicit Variable(const Tensor& initial_value) : Variable(initial_value, Options{}) {}
+  Variable(const Tensor& initial_value, Options options);
+
+  bool defined() const { return state_ != nullptr; }
+  const std::string& name() const;
+  bool trainable() const;
+  void set_trainable(bool trainable);
+  // Metadata reads never watch the variable.
+  const Shape& shape() const;
+  DType dtype() const;
+  // The id of the value tensor: constant for the variable's life.
+  std::uint64_t id() const;
+
+  // The current value (watched by recording tapes if trainable).
+  const Tensor& value() const;
+  operator const Tensor&() const { return value(); }  // NOLINT: variables are used as tensors
+
+  // In-place updates; `value` must have the variable's shape and dtype.
+  // Never recorded on a tape.
+  void assign(const Tensor& value);
+  void assign_add(const Tensor& delta);
+  void assign_sub(const Tensor& delta);
+
+  friend bool operator==(const Variable& a, const Variable& b) { return a.state_ == b.state_; }
+
+ private:
+  struct State;
+  void check_update(const Tensor& t, const char* op) const;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace lockstep

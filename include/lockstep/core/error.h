@@ -1,0 +1,93 @@
+// The Lockstep error hierarchy and the always-on LOCKSTEP_CHECK.
+//
+// Library code reports every failure by throwing a subclass of
+// lockstep::Error; only the CLI's main turns them into exit codes. Messages
+// name the operation, what was expected and what was got, and a hint where
+// one helps:
+//
+//   LOCKSTEP_CHECK_AS(ShapeError, a.rank() == 2, "matmul: expected a of rank 2, got ",
+//                     a.shape());
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace lockstep {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A value is outside what the operation accepts (wrong dtype, bad option).
+class ValueError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Shapes that do not fit together (broadcasting, matmul, reshape).
+class ShapeError : public ValueError {
+ public:
+  using ValueError::ValueError;
+};
+
+// An index or axis outside its valid range.
+class IndexError : public ValueError {
+ public:
+  using ValueError::ValueError;
+};
+
+// A file that cannot be read or written, or whose contents are corrupt.
+class IOError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A failure in another replica, worker or collective.
+class DistributedError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A blocking call that exceeded its deadline.
+class TimeoutError : public DistributedError {
+ public:
+  using DistributedError::DistributedError;
+};
+
+// A bug in Lockstep or a failure inside a backend library (oneDNN).
+class InternalError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+
+template <typename... Args>
+std::string str_cat(Args&&... args) {
+  std::ostringstream os;
+  (os << ... << std::forward<Args>(args));
+  return os.str();
+}
+
+template <typename E, typename... Args>
+[[noreturn]] void throw_error(Args&&... args) {
+  throw E(str_cat(std::forward<Args>(args)...));
+}
+
+}  // namespace detail
+}  // namespace lockstep
+
+// Checks `cond` in every build type; on failure throws `ErrorType` whose
+// message is the remaining arguments streamed together. The message
+// arguments are evaluated only on failure.
+#define LOCKSTEP_CHECK_AS(ErrorType, cond, ...)                   \
+  do {                                                            \
+    if (!(cond)) [[unlikely]] {                                   \
+      ::lockstep::detail::throw_error<ErrorType>(__VA_ARGS__);    \
+    }                                                             \
+  } while (false)
+
+#define LOCKSTEP_CHECK(cond, ...) LOCKSTEP_CHECK_AS(::lockstep::ValueError, cond, __VA_ARGS__)

@@ -1,0 +1,128 @@
+// The op library: every differentiable primitive Lockstep has.
+//
+// Names and semantics follow TensorFlow/NumPy: binary ops broadcast, axes may
+// be negative, reductions take {.axes, .keepdims}. Each op checks its inputs
+// and throws ShapeError / ValueError / IndexError naming the op and what it
+// got. Each op's gradient rule sits beside its forward code, so an op used
+// under a GradientTape is differentiable with nothing else to register.
+//
+// Heavy kernels (matmul, softmax, large transcendental elementwise) run on
+// oneDNN (tensor/backend/onednn); the rest are our own vectorised loops.
+//
+//   auto logits = lockstep::matmul(x, w, b);                 // x·w + b
+//   auto loss = lockstep::mean(lockstep::square(logits - y));
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lockstep/tensor/tensor.h"
+
+namespace lockstep {
+
+// ---- elementwise, broadcasting --------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+// Values limited to [min_value, max_value]; the gradient passes inside.
+Tensor clip(const Tensor& x, float min_value, float max_value);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, float b);
+Tensor operator-(const Tensor& a, float b);
+Tensor operator*(const Tensor& a, float b);
+Tensor operator/(const Tensor& a, float b);
+Tensor operator*(float a, const Tensor& b);
+
+// ---- comparisons and selection (bool results; not differentiable) ---------
+Tensor equal(const Tensor& a, const Tensor& b);
+Tensor not_equal(const Tensor& a, const Tensor& b);
+Tensor less(const Tensor& a, const Tensor& b);
+Tensor less_equal(const Tensor& a, const Tensor& b);
+Tensor greater(const Tensor& a, const Tensor& b);
+Tensor greater_equal(const Tensor& a, const Tensor& b);
+// cond ? x : y, broadcasting all three; differentiable in x and y.
+Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y);
+
+// ---- reductions -------------------------------------------------------------
+struct ReduceOptions {
+  std::vector<int> axes;  // empty: all axes
+  bool keepdims = false;
+};
+Tensor sum(const Tensor& x, const ReduceOptions& options = {});
+Tensor mean(const Tensor& x, const ReduceOptions& options = {});
+// Max/min: the gradient is shared equally among tied maxima (as TensorFlow).
+Tensor max(const Tensor& x, const ReduceOptions& options = {});
+Tensor min(const Tensor& x, const ReduceOptions& options = {});
+// Index of the largest value along `axis` (first on ties), as int64.
+Tensor argmax(const Tensor& x, int axis = -1);
+
+// ---- softmax ------------------------------------------------------------------
+Tensor softmax(const Tensor& x, int axis = -1);
+Tensor log_softmax(const Tensor& x, int axis = -1);
+
+// ---- matrix product -----------------------------------------------------------
+struct MatmulOptions {
+  bool transpose_a = false;
+  bool transpose_b = false;
+};
+// a: [..., M, K] (or [..., K, M] transposed), b: [..., K, N]; rank 2 or 3
+// (batched, equal batch sizes or a rank-2 b shared by every batch entry).
+Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options = {});
+// a·b + bias, with bias of shape [N], fused in one oneDNN call.
+Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias,
+              const MatmulOptions& options = {});
+
+// ---- shape and layout ---------------------------------------------------------
+// One dimension may be -1 (inferred).
+Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape);
+// Permutes dimensions; an empty `perm` reverses them.
+Tensor transpose(const Tensor& x, const std::vector<int>& perm = {});
+Tensor concat(const std::vector<Tensor>& tensors, int axis);
+// x[begin[i] : begin[i] + size[i]] per axis; size -1 means "to the end".
+// A slice along dimension 0 alone is a zero-copy view.
+Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin,
+             const std::vector<std::int64_t>& size);
+Tensor broadcast_to(const Tensor& x, const Shape& shape);
+// Sums `x` down to `shape` (the inverse of broadcasting; used by gradients).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+// Changes dtype; differentiable from float32 to float32 only.
+Tensor cast(const Tensor& x, DType dtype);
+Tensor zeros_like(const Tensor& x);
+Tensor ones_like(const Tensor& x);
+// The same values under a new id that no tape connects to its input.
+Tensor stop_gradient(const Tensor& x);
+
+// ---- indexing -----------------------------------------------------------------
+// tf.gather: params.shape[:axis] + indices.shape + params.shape[axis+1:].
+// Indices must be int32/int64 in [0, params.dim(axis)).
+Tensor gather(const Tensor& params, const Tensor& indices, int axis = 0);
+// numpy.take_along_axis: picks x[..., indices[...], ...] along `axis`;
+// indices has x's rank. The labels op of sparse cross-entropy.
+Tensor take_along_axis(const Tensor& x, const Tensor& indices, int axis);
+struct OneHotOptions {
+  float on_value = 1.0f;
+  float off_value = 0.0f;
+};
+// float32 [..., depth]; indices outside [0, depth) are an IndexError.
+Tensor one_hot(const Tensor& indices, std::int64_t depth, const OneHotOptions& options = {});
+
+}  // namespace lockstep

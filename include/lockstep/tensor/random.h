@@ -1,0 +1,69 @@
+// Counter-based random numbers (Philox-4x32-10).
+//
+// A value depends only on (seed, stream, element index): it can be
+// regenerated for any (seed, step, index) without replaying a sequence. That
+// is what exact resume and replica-count-invariant dropout rely on: a
+// replica draws the values of *its* examples by their global index.
+//
+// Stateless functions take the key explicitly; Generator hands out a fresh
+// stream per call and its whole state is two integers (saved in checkpoints).
+//
+//   auto w = lockstep::random::normal({784, 256}, {.stddev = 0.05f, .seed = 42});
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "lockstep/tensor/tensor.h"
+
+namespace lockstep::random {
+
+// One Philox-4x32-10 block: four 32-bit words for a 64-bit key and 128-bit
+// counter (the reference algorithm of Salmon et al., SC'11).
+std::array<std::uint32_t, 4> philox4x32(std::uint64_t key, std::uint64_t counter_hi,
+                                        std::uint64_t counter_lo);
+
+// `stream` is typically the global step; element i of a result uses global
+// index first_index + i (a replica passes the index of its first example).
+struct UniformOptions {
+  float minval = 0.0f;
+  float maxval = 1.0f;
+  std::uint64_t seed = 0;
+  std::uint64_t stream = 0;
+  std::uint64_t first_index = 0;
+};
+struct NormalOptions {
+  float mean = 0.0f;
+  float stddev = 1.0f;
+  std::uint64_t seed = 0;
+  std::uint64_t stream = 0;
+  std::uint64_t first_index = 0;
+};
+
+// float32 in [minval, maxval).
+Tensor uniform(const Shape& shape, const UniformOptions& options = {});
+Tensor normal(const Shape& shape, const NormalOptions& options = {});
+// Normal values redrawn until within two standard deviations of the mean.
+Tensor truncated_normal(const Shape& shape, const NormalOptions& options = {});
+
+// A stateful source: each call uses the next stream of its seed.
+// Value type; not thread-safe.
+class Generator {
+ public:
+  explicit Generator(std::uint64_t seed, std::uint64_t next_stream = 0)
+      : seed_(seed), next_stream_(next_stream) {}
+
+  Tensor uniform(const Shape& shape, float minval = 0.0f, float maxval = 1.0f);
+  Tensor normal(const Shape& shape, float mean = 0.0f, float stddev = 1.0f);
+  Tensor truncated_normal(const Shape& shape, float mean = 0.0f, float stddev = 1.0f);
+
+  std::uint64_t seed() const { return seed_; }
+  // The stream the next call will use; with seed(), the whole state.
+  std::uint64_t next_stream() const { return next_stream_; }
+
+ private:
+  std::uint64_t seed_;
+  std::uint64_t next_stream_;
+};
+
+}  // namespace lockstep::random

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs, with apt, exactly what Lockstep's build, tests and main job need.
+# Idempotent: runs `apt-get update` and `apt-get install` only when a package
+# is missing. Needs root (or sudo) only when something must be installed.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  g++ cmake ninja-build ccache make pkg-config
+  # libraries
+  libdnnl-dev          # oneDNN: matmul, convolution, softmax, eltwise kernels
+  nlohmann-json3-dev   # model config and checkpoint headers
+  libcli11-dev         # the lockstep command line
+  libgtest-dev googletest libgmock-dev
+  libbenchmark-dev
+  zlib1g-dev           # gzip'd IDX files
+  # data for the main job
+  dataset-fashion-mnist
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

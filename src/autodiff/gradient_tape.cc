@@ -1,0 +1,148 @@
+// GradientTape: records ops on watched tensors and walks them backwards.
+#include "lockstep/autodiff/gradient_tape.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "lockstep/tensor/ops.h"
+
+namespace lockstep {
+namespace {
+
+// Tapes alive on this thread (for automatic watching of variables).
+thread_local std::vector<GradientTape*> t_tapes;
+
+}  // namespace
+
+GradientTape::GradientTape(Options options) : options_(options) {
+  t_tapes.push_back(this);
+  detail::push_recorder(this);
+}
+
+GradientTape::~GradientTape() {
+  detail::pop_recorder(this);
+  auto it = std::find(t_tapes.begin(), t_tapes.end(), this);
+  if (it != t_tapes.end()) t_tapes.erase(it);
+}
+
+void GradientTape::notify_variable_read(const Variable& v) {
+  for (GradientTape* tape : t_tapes) {
+    if (tape->options_.watch_accessed_variables && tape->stopped_ == 0) tape->watch(v);
+  }
+}
+
+void GradientTape::watch(const Tensor& t) {
+  check_defined(t, "GradientTape.watch", "tensor");
+  LOCKSTEP_CHECK(t.dtype() == DType::kFloat32,
+                 "GradientTape.watch: only float32 tensors can be watched, got dtype ", t.dtype(),
+                 " (shape ", t.shape(), ")");
+  watched_.insert(t.id());
+}
+
+void GradientTape::watch(const Variable& v) {
+  LOCKSTEP_CHECK(v.defined(), "GradientTape.watch: the variable is undefined");
+  // Read the value without notifying (that would recurse into watch).
+  const std::uint64_t id = v.id();
+  if (watched_.insert(id).second) watched_variables_.push_back(v);
+}
+
+bool GradientTape::wants(std::span<const Tensor> inputs) const {
+  if (stopped_ > 0) return false;
+  for (const Tensor& t : inputs) {
+    if (t.dtype() == DType::kFloat32 && watched_.count(t.id())) return true;
+  }
+  return false;
+}
+
+void GradientTape::record(const char* op, std::span<const Tensor> inputs, const Tensor& output,
+                          const std::shared_ptr<const detail::BackwardFn>& backward) {
+  Node node{op, {}, {}, {}, output.id(), backward};
+  node.input_ids.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    node.input_ids.push_back(t.id());
+    node.input_watched.push_back(t.dtype() == DType::kFloat32 && watched_.count(t.id()) > 0);
+    node.input_shapes.push_back(t.shape());
+  }
+  nodes_.push_back(std::move(node));
+  watched_.insert(output.id());
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources,
+                                           UnconnectedGradients unconnected) {
+  check_defined(target, "GradientTape.gradient", "target");
+  LOCKSTEP_CHECK(!used_, "GradientTape.gradient can only be called once on a non-persistent tape. "
+                         "Hint: construct it with {.persistent = true}");
+  LOCKSTEP_CHECK(target.dtype() == DType::kFloat32,
+                 "GradientTape.gradient: the target must be float32, got dtype ", target.dtype());
+  detail::RecordingPause pause;  // computing gradients records nothing
+
+  std::unordered_map<std::uint64_t, Tensor> grads;
+  if (watched_.count(target.id())) grads.emplace(target.id(), ones_like(target));
+  for (auto node = nodes_.rbegin(); node != nodes_.rend() && !grads.empty(); ++node) {
+    auto it = grads.find(node->output_id);
+    if (it == grads.end()) continue;
+    const Tensor grad_output = it->second;
+    detail::Grads input_grads = (*node->backward)(grad_output);
+    LOCKSTEP_CHECK_AS(InternalError, input_grads.size() == node->input_ids.size(), "gradient of '",
+                      node->op, "' returned ", input_grads.size(), " gradients for ",
+                      node->input_ids.size(), " inputs");
+    for (std::size_t i = 0; i < input_grads.size(); ++i) {
+      if (!node->input_watched[i] || !input_grads[i].defined()) continue;
+      LOCKSTEP_CHECK_AS(InternalError, input_grads[i].shape() == node->input_shapes[i],
+                        "gradient of '", node->op, "' for input ", i, " has shape ",
+                        input_grads[i].shape(), ", expected ", node->input_shapes[i]);
+      auto [slot, inserted] = grads.emplace(node->input_ids[i], input_grads[i]);
+      if (!inserted) slot->second = add(slot->second, input_grads[i]);
+    }
+  }
+
+  std::vector<Tensor> result;
+  result.reserve(sources.size());
+  for (const Tensor& source : sources) {
+    check_defined(source, "GradientTape.gradient", "a source");
+    auto it = grads.find(source.id());
+    if (it != grads.end()) {
+      result.push_back(it->second);
+    } else if (unconnected == UnconnectedGradients::kZero) {
+      result.push_back(zeros_like(source));
+    } else {
+      result.emplace_back();
+    }
+  }
+  if (!options_.persistent) {
+    used_ = true;
+    nodes_.clear();
+    nodes_.shrink_to_fit();
+  }
+  return result;
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Variable>& sources,
+                                           UnconnectedGradients unconnected) {
+  std::vector<Tensor> values;
+  values.reserve(sources.size());
+  {
+    StopRecording stop(*this);  // reading the variables here is not a use
+    for (const Variable& v : sources) {
+      LOCKSTEP_CHECK(v.defined(), "GradientTape.gradient: a source variable is undefined");
+      values.push_back(v.value());
+    }
+  }
+  return gradient(target, values, unconnected);
+}
+
+Tensor GradientTape::gradient(const Tensor& target, const Tensor& source,
+                              UnconnectedGradients unconnected) {
+  return gradient(target, std::vector<Tensor>{source}, unconnected)[0];
+}
+
+std::vector<Variable> GradientTape::watched_variables() const { return watched_variables_; }
+
+void GradientTape::reset() {
+  nodes_.clear();
+  watched_.clear();
+  watched_variables_.clear();
+  used_ = false;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,104 @@
+// CachingAllocator: size-class free lists over aligned system allocations.
+#include "lockstep/tensor/allocator.h"
+
+#include <bit>
+#include <cstdlib>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep {
+namespace {
+constexpr std::size_t kAlignment = 64;
+}
+
+CachingAllocator::~CachingAllocator() { empty_cache(); }
+
+std::size_t CachingAllocator::round_size(std::size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (bytes <= 4096) return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  // Four classes per power of two: 2^k * {1, 1.25, 1.5, 1.75}.
+  const std::size_t power = std::bit_floor(bytes);
+  const std::size_t quarter = power / 4;
+  return (bytes + quarter - 1) / quarter * quarter;
+}
+
+void* CachingAllocator::allocate(std::size_t bytes) {
+  const std::size_t size = round_size(bytes);
+  {
+    std::lock_guard lock(mutex_);
+    ++stats_.allocations;
+    auto it = free_lists_.find(size);
+    if (it != free_lists_.end() && !it->second.empty()) {
+      void* ptr = it->second.back();
+      it->second.pop_back();
+      ++stats_.cache_hits;
+      stats_.bytes_cached -= size;
+      stats_.bytes_in_use += size;
+      if (stats_.bytes_in_use > stats_.peak_bytes_in_use) {
+        stats_.peak_bytes_in_use = stats_.bytes_in_use;
+      }
+      return ptr;
+    }
+    ++stats_.system_allocations;
+    stats_.bytes_in_use += size;
+    if (stats_.bytes_in_use > stats_.peak_bytes_in_use) {
+      stats_.peak_bytes_in_use = stats_.bytes_in_use;
+    }
+  }
+  void* ptr = std::aligned_alloc(kAlignment, size);
+  if (ptr == nullptr) {
+    // Give the cache back and try once more before failing.
+    empty_cache();
+    ptr = std::aligned_alloc(kAlignment, size);
+  }
+  if (ptr == nullptr) {
+    std::lock_guard lock(mutex_);
+    stats_.bytes_in_use -= size;
+    detail::throw_error<Error>("out of memory: could not allocate ", size,
+                               " bytes for a tensor buffer");
+  }
+  return ptr;
+}
+
+void CachingAllocator::deallocate(void* ptr, std::size_t bytes) noexcept {
+  if (ptr == nullptr) return;
+  const std::size_t size = round_size(bytes);
+  bool release = false;
+  {
+    std::lock_guard lock(mutex_);
+    stats_.bytes_in_use -= size;
+    if (stats_.bytes_cached + size > kDefaultCacheLimit) {
+      release = true;
+      ++stats_.system_frees;
+    } else {
+      try {
+        free_lists_[size].push_back(ptr);
+        stats_.bytes_cached += size;
+      } catch (...) {  // the free list could not grow: give the buffer back instead
+        release = true;
+        ++stats_.system_frees;
+      }
+    }
+  }
+  if (release) std::free(ptr);
+}
+
+CachingAllocator::Stats CachingAllocator::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void CachingAllocator::empty_cache() {
+  std::unordered_map<std::size_t, std::vector<void*>> lists;
+  {
+    std::lock_guard lock(mutex_);
+    lists.swap(free_lists_);
+    for (const auto& [size, ptrs] : lists) stats_.system_frees += ptrs.size();
+    stats_.bytes_cached = 0;
+  }
+  for (auto& [size, ptrs] : lists) {
+    for (void* p : ptrs) std::free(p);
+  }
+}
+
+}  // namespace lockstep

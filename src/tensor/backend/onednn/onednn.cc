@@ -1,0 +1,164 @@
+// oneDNN primitives behind matmul, softmax and elementwise transcendentals.
+//
+// Creating a oneDNN primitive costs tens of microseconds, executing a small
+// one a few; a training step calls the same shapes every time, so each thread
+// keeps its primitives in a map keyed by shape and attributes. Per-thread
+// maps need no lock, and replica threads never share one.
+#include "tensor/backend/onednn/onednn.h"
+
+#include <cstring>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+#include <unordered_map>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep::backend::onednn {
+namespace {
+
+using dnnl::memory;
+using Dims = memory::dims;
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+// Hash of a tuple of integral values (the cache keys).
+struct TupleHash {
+  template <typename Tuple>
+  std::size_t operator()(const Tuple& t) const {
+    std::size_t h = 0x9e3779b97f4a7c15ULL;
+    std::apply([&](const auto&... v) { ((h = (h ^ std::hash<std::int64_t>{}(static_cast<std::int64_t>(v))) * 0x100000001b3ULL), ...); }, t);
+    return h;
+  }
+};
+
+template <typename F>
+void guarded(const char* what, F&& f) {
+  try {
+    f();
+  } catch (const dnnl::error& e) {
+    detail::throw_error<InternalError>("oneDNN ", what, " failed: ", e.what(),
+                                       " (status ", static_cast<int>(e.status), ")");
+  }
+}
+
+void* mut(const void* p) { return const_cast<void*>(p); }  // oneDNN takes non-const handles
+
+}  // namespace
+
+void matmul(const MatmulShape& s, const float* a, const float* b, const float* bias, float* c) {
+  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool, bool,
+                         bool>;
+  struct Entry {
+    dnnl::matmul prim;
+    memory::desc a_md, b_md, c_md, bias_md;
+  };
+  thread_local std::unordered_map<Key, Entry, TupleHash> cache;
+  const Key key{s.batch, s.m, s.k, s.n, s.transpose_a, s.transpose_b, s.b_shared, bias != nullptr};
+  guarded("matmul", [&] {
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      const std::int64_t bb = s.b_shared ? 1 : s.batch;
+      // Transposes are expressed as strides: no copy is ever made.
+      memory::desc a_md(Dims{s.batch, s.m, s.k}, memory::data_type::f32,
+                        s.transpose_a ? Dims{s.m * s.k, 1, s.m} : Dims{s.m * s.k, s.k, 1});
+      memory::desc b_md(Dims{bb, s.k, s.n}, memory::data_type::f32,
+                        s.transpose_b ? Dims{s.k * s.n, 1, s.k} : Dims{s.k * s.n, s.n, 1});
+      memory::desc c_md(Dims{s.batch, s.m, s.n}, memory::data_type::f32,
+                        memory::format_tag::abc);
+      memory::desc bias_md;
+      if (bias) bias_md = memory::desc(Dims{1, 1, s.n}, memory::data_type::f32, memory::format_tag::abc);
+      auto desc = bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
+                       : dnnl::matmul::desc(a_md, b_md, c_md);
+      dnnl::matmul::primitive_desc pd(desc, engine());
+      it = cache.emplace(key, Entry{dnnl::matmul(pd), a_md, b_md, c_md, bias_md}).first;
+    }
+    const Entry& e = it->second;
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, memory(e.a_md, engine(), mut(a))},
+        {DNNL_ARG_WEIGHTS, memory(e.b_md, engine(), mut(b))},
+        {DNNL_ARG_DST, memory(e.c_md, engine(), c)}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias_md, engine(), mut(bias)));
+    e.prim.execute(stream(), args);
+    stream().wait();
+  });
+}
+
+void softmax(const float* x, float* y, std::int64_t outer, std::int64_t axis, std::int64_t inner,
+             bool log) {
+  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool>;
+  struct Entry {
+    dnnl::primitive prim;
+    memory::desc md;
+  };
+  thread_local std::unordered_map<Key, Entry, TupleHash> cache;
+  const Key key{outer, axis, inner, log};
+  guarded(log ? "log_softmax" : "softmax", [&] {
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      memory::desc md(Dims{outer, axis, inner}, memory::data_type::f32, memory::format_tag::abc);
+      dnnl::primitive prim;
+      if (log) {
+        dnnl::logsoftmax_forward::desc d(dnnl::prop_kind::forward_inference, md, 1);
+        prim = dnnl::logsoftmax_forward(dnnl::logsoftmax_forward::primitive_desc(d, engine()));
+      } else {
+        dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, md, 1);
+        prim = dnnl::softmax_forward(dnnl::softmax_forward::primitive_desc(d, engine()));
+      }
+      it = cache.emplace(key, Entry{prim, md}).first;
+    }
+    const Entry& e = it->second;
+    it->second.prim.execute(stream(), {{DNNL_ARG_SRC, memory(e.md, engine(), mut(x))},
+                                       {DNNL_ARG_DST, memory(e.md, engine(), y)}});
+    stream().wait();
+  });
+}
+
+void eltwise(Eltwise kind, const float* x, float* y, std::int64_t n) {
+  using Key = std::tuple<int, std::int64_t>;
+  struct Entry {
+    dnnl::eltwise_forward prim;
+    memory::desc md;
+  };
+  thread_local std::unordered_map<Key, Entry, TupleHash> cache;
+  const Key key{static_cast<int>(kind), n};
+  guarded("eltwise", [&] {
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      dnnl::algorithm alg = dnnl::algorithm::eltwise_exp;
+      switch (kind) {
+        case Eltwise::kExp: alg = dnnl::algorithm::eltwise_exp; break;
+        case Eltwise::kLog: alg = dnnl::algorithm::eltwise_log; break;
+        case Eltwise::kSqrt: alg = dnnl::algorithm::eltwise_sqrt; break;
+        case Eltwise::kTanh: alg = dnnl::algorithm::eltwise_tanh; break;
+        case Eltwise::kSigmoid: alg = dnnl::algorithm::eltwise_logistic; break;
+      }
+      memory::desc md(Dims{n}, memory::data_type::f32, memory::format_tag::a);
+      dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, alg, md, 0.f, 0.f);
+      it = cache.emplace(key, Entry{dnnl::eltwise_forward(dnnl::eltwise_forward::primitive_desc(d, engine())), md}).first;
+    }
+    const Entry& e = it->second;
+    e.prim.execute(stream(), {{DNNL_ARG_SRC, memory(e.md, engine(), mut(x))},
+                              {DNNL_ARG_DST, memory(e.md, engine(), y)}});
+    stream().wait();
+  });
+}
+
+void reference_sgemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n,
+                     std::int64_t k, const float* a, const float* b, float* c) {
+  const std::int64_t lda = transpose_a ? m : k;
+  const std::int64_t ldb = transpose_b ? k : n;
+  const dnnl_status_t status = dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n,
+                                          k, 1.0f, a, lda, b, ldb, 0.0f, c, n);
+  LOCKSTEP_CHECK_AS(InternalError, status == dnnl_success, "dnnl_sgemm failed with status ",
+                    static_cast<int>(status));
+}
+
+}  // namespace lockstep::backend::onednn

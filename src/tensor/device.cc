@@ -1,0 +1,253 @@
+// Logical CPU devices: discovery of physical cores, the device list, and the
+// thread-local current device.
+#include "lockstep/tensor/device.h"
+
+#include <omp.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "lockstep/core/env.h"
+#include "lockstep/core/error.h"
+
+namespace lockstep {
+namespace {
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+    }
+  }
+  if (cpus.empty()) cpus.push_back(0);
+  return cpus;
+}
+
+int read_int_file(const std::string& path, int fallback) {
+  std::ifstream in(path);
+  int value = fallback;
+  if (!(in >> value)) return fallback;
+  return value;
+}
+
+std::string join(const std::vector<int>& values) {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < values.size(); ++i) os << (i ? "," : "") << values[i];
+  return os.str();
+}
+
+// Parses "0,1,4-6" into core ids.
+std::vector<int> parse_core_list(const std::string& text, const std::string& spec) {
+  std::vector<int> cores;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto dash = item.find('-');
+    try {
+      std::size_t used = 0;
+      if (dash == std::string::npos) {
+        cores.push_back(std::stoi(item, &used));
+        LOCKSTEP_CHECK(used == item.size(), "");
+      } else {
+        const int lo = std::stoi(item.substr(0, dash));
+        const int hi = std::stoi(item.substr(dash + 1));
+        LOCKSTEP_CHECK(lo <= hi, "");
+        for (int c = lo; c <= hi; ++c) cores.push_back(c);
+      }
+    } catch (const std::exception&) {
+      detail::throw_error<ValueError>("LOCKSTEP_CPU_DEVICES: cannot parse core list '", text,
+                                      "' in '", spec,
+                                      "'; expected a device count like \"2\" or core lists "
+                                      "like \"0,1;2-3\"");
+    }
+  }
+  return cores;
+}
+
+struct DeviceRegistry {
+  std::mutex mutex;
+  bool frozen = false;
+  std::vector<std::vector<int>> requested;  // from set_logical_cpu_devices
+  bool has_request = false;
+  std::vector<std::unique_ptr<Device>> owned;
+  std::vector<Device*> devices;
+};
+
+DeviceRegistry& registry() {
+  static DeviceRegistry* r = new DeviceRegistry();  // immortal: tensors may outlive main
+  return *r;
+}
+
+thread_local Device* t_current_device = nullptr;
+
+}  // namespace
+
+Device::Device(int index, std::vector<int> cores, int num_threads)
+    : index_(index), cores_(std::move(cores)), num_threads_(std::max(1, num_threads)) {}
+
+std::string Device::name() const {
+  return index_ < 0 ? std::string("/device:CPU:host") : "/device:CPU:" + std::to_string(index_);
+}
+
+std::vector<int> available_physical_cores() {
+  // One logical CPU per (package, core) pair: hyperthread siblings share a core.
+  std::set<std::pair<int, int>> seen;
+  std::vector<int> cores;
+  for (int cpu : allowed_cpus()) {
+    const std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    const int package = read_int_file(base + "physical_package_id", 0);
+    const int core = read_int_file(base + "core_id", cpu);
+    if (seen.insert({package, core}).second) cores.push_back(cpu);
+  }
+  return cores;
+}
+
+std::vector<std::vector<int>> parse_cpu_devices(const std::string& spec,
+                                                const std::vector<int>& available_cores) {
+  LOCKSTEP_CHECK(!available_cores.empty(), "LOCKSTEP_CPU_DEVICES: no cores available");
+  std::vector<std::vector<int>> sets;
+  if (spec.find_first_of(",;-") == std::string::npos) {
+    // A device count: split the cores into that many contiguous groups. More
+    // devices than cores is allowed (replica threads then share cores), as
+    // TensorFlow allows several logical devices on one CPU.
+    int count = 0;
+    try {
+      std::size_t used = 0;
+      count = std::stoi(spec, &used);
+      LOCKSTEP_CHECK(used == spec.size(), "");
+    } catch (const std::exception&) {
+      count = 0;
+    }
+    LOCKSTEP_CHECK(count >= 1, "LOCKSTEP_CPU_DEVICES: expected a device count >= 1 or core lists "
+                               "like \"0,1;2-3\", got '", spec, "'");
+    const int n = static_cast<int>(available_cores.size());
+    for (int d = 0; d < count; ++d) {
+      std::vector<int> cores;
+      if (count <= n) {
+        for (int i = d * n / count; i < (d + 1) * n / count; ++i) cores.push_back(available_cores[i]);
+      } else {
+        cores.push_back(available_cores[d % n]);
+      }
+      sets.push_back(cores);
+    }
+    return sets;
+  }
+  std::stringstream ss(spec);
+  std::string group;
+  while (std::getline(ss, group, ';')) {
+    if (group.empty()) continue;
+    sets.push_back(parse_core_list(group, spec));
+  }
+  LOCKSTEP_CHECK(!sets.empty(), "LOCKSTEP_CPU_DEVICES: no devices in '", spec, "'");
+  return sets;
+}
+
+namespace {
+
+void validate_core_sets(const std::vector<std::vector<int>>& sets) {
+  LOCKSTEP_CHECK(!sets.empty(), "set_logical_cpu_devices: expected at least one core set");
+  const std::vector<int> allowed = allowed_cpus();
+  std::map<int, std::size_t> owner;
+  for (std::size_t d = 0; d < sets.size(); ++d) {
+    LOCKSTEP_CHECK(!sets[d].empty(), "set_logical_cpu_devices: device ", d, " has no cores");
+    for (int core : sets[d]) {
+      LOCKSTEP_CHECK(std::find(allowed.begin(), allowed.end(), core) != allowed.end(),
+                     "set_logical_cpu_devices: device ", d, " names core ", core,
+                     ", which this process cannot run on (available cores: ", join(allowed), ")");
+      auto [it, inserted] = owner.emplace(core, d);
+      LOCKSTEP_CHECK(inserted, "set_logical_cpu_devices: core ", core, " is in device ",
+                     it->second, " and device ", d, "; logical devices must not overlap");
+    }
+  }
+}
+
+void freeze_locked(DeviceRegistry& r) {
+  if (r.frozen) return;
+  std::vector<std::vector<int>> sets;
+  if (r.has_request) {
+    sets = r.requested;
+  } else if (auto spec = env::cpu_devices()) {
+    sets = parse_cpu_devices(*spec, available_physical_cores());
+    // Explicit core lists must name real, disjoint cores; a count may exceed them.
+    if (spec->find_first_of(",;-") != std::string::npos) validate_core_sets(sets);
+  } else {
+    for (int core : available_physical_cores()) sets.push_back({core});
+  }
+  for (std::size_t d = 0; d < sets.size(); ++d) {
+    const int threads = static_cast<int>(sets[d].size());
+    r.owned.push_back(std::make_unique<Device>(static_cast<int>(d), sets[d], threads));
+    r.devices.push_back(r.owned.back().get());
+  }
+  r.frozen = true;
+}
+
+}  // namespace
+
+const std::vector<Device*>& logical_devices() {
+  DeviceRegistry& r = registry();
+  std::lock_guard lock(r.mutex);
+  freeze_locked(r);
+  return r.devices;
+}
+
+void set_logical_cpu_devices(const std::vector<std::vector<int>>& core_sets) {
+  DeviceRegistry& r = registry();
+  std::lock_guard lock(r.mutex);
+  LOCKSTEP_CHECK(!r.frozen,
+                 "set_logical_cpu_devices: the logical devices are already initialised; call it "
+                 "before any strategy or DeviceScope reads them");
+  validate_core_sets(core_sets);
+  r.requested = core_sets;
+  r.has_request = true;
+}
+
+Device& host_device() {
+  static Device* host = [] {
+    const std::vector<int> cores = allowed_cpus();
+    return new Device(-1, cores, static_cast<int>(available_physical_cores().size()));
+  }();
+  return *host;
+}
+
+Device& current_device() { return t_current_device ? *t_current_device : host_device(); }
+
+DeviceScope::DeviceScope(Device& device, Options options)
+    : previous_(t_current_device), previous_threads_(omp_get_max_threads()), pinned_(false) {
+  if (options.pin_thread) {
+    cpu_set_t old_set;
+    CPU_ZERO(&old_set);
+    if (sched_getaffinity(0, sizeof(old_set), &old_set) == 0) {
+      for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+        if (CPU_ISSET(cpu, &old_set)) previous_affinity_.push_back(cpu);
+      }
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int core : device.cores()) CPU_SET(core, &set);
+      pinned_ = sched_setaffinity(0, sizeof(set), &set) == 0;
+    }
+  }
+  t_current_device = &device;
+  omp_set_num_threads(device.num_threads());
+}
+
+DeviceScope::~DeviceScope() {
+  t_current_device = previous_;
+  omp_set_num_threads(previous_threads_);
+  if (pinned_) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int core : previous_affinity_) CPU_SET(core, &set);
+    sched_setaffinity(0, sizeof(set), &set);
+  }
+}
+
+}  // namespace lockstep

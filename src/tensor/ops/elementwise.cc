@@ -1,0 +1,393 @@
+// Elementwise ops: broadcasting binary arithmetic, unary math, comparisons,
+// where and clip — each forward beside its gradient rule.
+//
+// Transcendental unary ops on large tensors run on oneDNN's JIT eltwise
+// kernels; small ones (where a oneDNN call's fixed cost dominates) run in our
+// own loop.
+#include <cmath>
+
+#include "lockstep/tensor/ops.h"
+#include "lockstep/tensor/recording.h"
+#include "tensor/backend/onednn/onednn.h"
+#include "tensor/dispatch.h"
+#include "tensor/ops/loops.h"
+
+namespace lockstep {
+namespace detail {
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  const int r = std::max(a.rank(), b.rank());
+  Shape out;
+  for (int i = 0; i < r; ++i) {
+    const int ia = i - (r - a.rank());
+    const int ib = i - (r - b.rank());
+    const std::int64_t da = ia >= 0 ? a[ia] : 1;
+    const std::int64_t db = ib >= 0 ? b[ib] : 1;
+    LOCKSTEP_CHECK_AS(ShapeError, da == db || da == 1 || db == 1, op, ": shapes ", a, " and ", b,
+                      " cannot be broadcast together (dimension ", i, ": ", da, " vs ", db, ")");
+    out.push_back(da == 1 ? db : da);
+  }
+  return out;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::Grads;
+
+// Below this size a oneDNN eltwise call costs more than a scalar libm loop.
+constexpr std::int64_t kOneDnnEltwiseMin = 2048;
+
+void check_binary(const char* op, const Tensor& a, const Tensor& b) {
+  check_defined(a, op, "first operand");
+  check_defined(b, op, "second operand");
+  LOCKSTEP_CHECK(a.dtype() == b.dtype(), op, ": operands have different dtypes: ", a.dtype(),
+                 " (shape ", a.shape(), ") and ", b.dtype(), " (shape ", b.shape(),
+                 "). Hint: cast one of them with lockstep::cast");
+}
+
+// out[i] = f(a[ia], b[ib]) over the broadcast of a and b.
+template <typename T, typename R, typename F>
+void run_binary(const Tensor& a, const Tensor& b, Tensor& out, F f) {
+  const auto plan = detail::make_broadcast_plan<2>(out.shape(), {a.shape(), b.shape()});
+  const T* pa = static_cast<const T*>(a.raw_data());
+  const T* pb = static_cast<const T*>(b.raw_data());
+  R* po = static_cast<R*>(out.raw_data());
+  detail::for_each_run(plan, 1, [&](const auto& off, std::int64_t o, std::int64_t n, const auto& s) {
+    const T* x = pa + off[0];
+    const T* y = pb + off[1];
+    R* z = po + o;
+    if (s[0] == 1 && s[1] == 1) {
+      for (std::int64_t i = 0; i < n; ++i) z[i] = f(x[i], y[i]);
+    } else if (s[0] == 1) {
+      const T yv = *y;
+      for (std::int64_t i = 0; i < n; ++i) z[i] = f(x[i], yv);
+    } else if (s[1] == 1) {
+      const T xv = *x;
+      for (std::int64_t i = 0; i < n; ++i) z[i] = f(xv, y[i]);
+    } else {
+      const R v = f(*x, *y);
+      for (std::int64_t i = 0; i < n; ++i) z[i] = v;
+    }
+  });
+}
+
+// Arithmetic over float32/int32/int64 (or float32 only), result of a's dtype.
+template <typename F>
+Tensor binary_arith(const char* op, const Tensor& a, const Tensor& b, bool float_only, F f) {
+  check_binary(op, a, b);
+  if (float_only) detail::check_float32(a.dtype(), op, "operands");
+  Tensor out = Tensor::empty(detail::broadcast_shapes(a.shape(), b.shape(), op), a.dtype());
+  detail::visit_numeric(a.dtype(), op, [&]<typename T>() { run_binary<T, T>(a, b, out, f); });
+  return out;
+}
+
+template <typename F>
+Tensor comparison(const char* op, const Tensor& a, const Tensor& b, F f) {
+  check_binary(op, a, b);
+  Tensor out = Tensor::empty(detail::broadcast_shapes(a.shape(), b.shape(), op), DType::kBool);
+  detail::visit_dtype(a.dtype(), op, [&]<typename T>() { run_binary<T, bool>(a, b, out, f); });
+  return out;
+}
+
+// Same-shape float32 map over two tensors: out[i] = f(x[i], y[i]). The fused
+// backward kernels of unary ops use it (one pass instead of several ops).
+template <typename F>
+Tensor map2(const Tensor& x, const Tensor& y, F f) {
+  Tensor out = Tensor::empty(x.shape());
+  const float* px = x.data<float>();
+  const float* py = y.data<float>();
+  float* po = out.data<float>();
+  detail::parallel_for(x.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) po[i] = f(px[i], py[i]);
+  });
+  return out;
+}
+
+template <typename T, typename F>
+void map_into(const Tensor& x, Tensor& out, F f) {
+  const T* px = static_cast<const T*>(x.raw_data());
+  T* po = static_cast<T*>(out.raw_data());
+  detail::parallel_for(x.numel(), 4, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) po[i] = f(px[i]);
+  });
+}
+
+// Unary float32 op with a oneDNN path for large tensors.
+template <typename F>
+Tensor unary_float(const char* op, const Tensor& x, backend::onednn::Eltwise kind, F f) {
+  check_defined(x, op, "input");
+  detail::check_float32(x.dtype(), op, "input");
+  Tensor out = Tensor::empty(x.shape());
+  if (x.numel() >= kOneDnnEltwiseMin) {
+    backend::onednn::eltwise(kind, x.data<float>(), out.data<float>(), x.numel());
+  } else {
+    map_into<float>(x, out, f);
+  }
+  return out;
+}
+
+// Unary op over float32/int32/int64.
+template <typename F>
+Tensor unary_numeric(const char* op, const Tensor& x, F f) {
+  check_defined(x, op, "input");
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  detail::visit_numeric(x.dtype(), op, [&]<typename T>() { map_into<T>(x, out, f); });
+  return out;
+}
+
+bool is_float(const Tensor& t) { return t.dtype() == DType::kFloat32; }
+
+}  // namespace
+
+// ---- binary arithmetic --------------------------------------------------------
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_arith("add", a, b, false, [](auto x, auto y) { return x + y; });
+  if (detail::should_record({a, b})) {
+    detail::record("add", {a, b}, out, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+      return Grads{sum_to(g, sa), sum_to(g, sb)};
+    });
+  }
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_arith("sub", a, b, false, [](auto x, auto y) { return x - y; });
+  if (detail::should_record({a, b})) {
+    detail::record("sub", {a, b}, out, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+      return Grads{sum_to(g, sa), sum_to(neg(g), sb)};
+    });
+  }
+  return out;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_arith("mul", a, b, false, [](auto x, auto y) { return x * y; });
+  if (detail::should_record({a, b})) {
+    detail::record("mul", {a, b}, out, [a, b](const Tensor& g) {
+      return Grads{sum_to(mul(g, b), a.shape()), sum_to(mul(g, a), b.shape())};
+    });
+  }
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_arith("div", a, b, true, [](auto x, auto y) { return x / y; });
+  if (detail::should_record({a, b})) {
+    detail::record("div", {a, b}, out, [a, b](const Tensor& g) {
+      const Tensor ga = div(g, b);
+      return Grads{sum_to(ga, a.shape()), sum_to(neg(mul(ga, div(a, b))), b.shape())};
+    });
+  }
+  return out;
+}
+
+Tensor pow(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_arith("pow", a, b, true, [](float x, float y) { return std::pow(x, y); });
+  if (detail::should_record({a, b})) {
+    detail::record("pow", {a, b}, out, [a, b, out](const Tensor& g) {
+      // d/da a^b = b·a^(b-1); d/db a^b = a^b·log(a), taken as 0 where a <= 0.
+      const Tensor da = mul(g, mul(b, pow(a, sub(b, Tensor::scalar(1.0f)))));
+      const Tensor safe_log = where(greater(a, Tensor::scalar(0.0f)), log(maximum(a, Tensor::scalar(1e-30f))),
+                                    Tensor::scalar(0.0f));
+      const Tensor db = mul(g, mul(out, safe_log));
+      return Grads{sum_to(da, a.shape()), sum_to(db, b.shape())};
+    });
+  }
+  return out;
+}
+
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_arith("maximum", a, b, false, [](auto x, auto y) { return x >= y ? x : y; });
+  if (detail::should_record({a, b})) {
+    detail::record("maximum", {a, b}, out, [a, b](const Tensor& g) {
+      const Tensor to_a = greater_equal(a, b);  // ties go to a, as TensorFlow
+      const Tensor zero = zeros_like(g);
+      return Grads{sum_to(where(to_a, g, zero), a.shape()), sum_to(where(to_a, zero, g), b.shape())};
+    });
+  }
+  return out;
+}
+
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_arith("minimum", a, b, false, [](auto x, auto y) { return x <= y ? x : y; });
+  if (detail::should_record({a, b})) {
+    detail::record("minimum", {a, b}, out, [a, b](const Tensor& g) {
+      const Tensor to_a = less_equal(a, b);
+      const Tensor zero = zeros_like(g);
+      return Grads{sum_to(where(to_a, g, zero), a.shape()), sum_to(where(to_a, zero, g), b.shape())};
+    });
+  }
+  return out;
+}
+
+// ---- unary --------------------------------------------------------------------
+
+Tensor neg(const Tensor& x) {
+  Tensor out = unary_numeric("neg", x, [](auto v) { return -v; });
+  if (detail::should_record({x})) {
+    detail::record("neg", {x}, out, [](const Tensor& g) { return Grads{neg(g)}; });
+  }
+  return out;
+}
+
+Tensor exp(const Tensor& x) {
+  Tensor out = unary_float("exp", x, backend::onednn::Eltwise::kExp, [](float v) { return std::exp(v); });
+  if (detail::should_record({x})) {
+    detail::record("exp", {x}, out, [out](const Tensor& g) { return Grads{mul(g, out)}; });
+  }
+  return out;
+}
+
+Tensor log(const Tensor& x) {
+  Tensor out = unary_float("log", x, backend::onednn::Eltwise::kLog, [](float v) { return std::log(v); });
+  if (detail::should_record({x})) {
+    detail::record("log", {x}, out, [x](const Tensor& g) { return Grads{div(g, x)}; });
+  }
+  return out;
+}
+
+Tensor sqrt(const Tensor& x) {
+  Tensor out = unary_float("sqrt", x, backend::onednn::Eltwise::kSqrt, [](float v) { return std::sqrt(v); });
+  if (detail::should_record({x})) {
+    detail::record("sqrt", {x}, out, [out](const Tensor& g) {
+      return Grads{map2(g, out, [](float gv, float y) { return 0.5f * gv / y; })};
+    });
+  }
+  return out;
+}
+
+Tensor square(const Tensor& x) {
+  Tensor out = unary_numeric("square", x, [](auto v) { return v * v; });
+  if (detail::should_record({x})) {
+    detail::record("square", {x}, out, [x](const Tensor& g) {
+      return Grads{map2(g, x, [](float gv, float v) { return 2.0f * v * gv; })};
+    });
+  }
+  return out;
+}
+
+Tensor abs(const Tensor& x) {
+  Tensor out = unary_numeric("abs", x, [](auto v) { return v < 0 ? -v : v; });
+  if (detail::should_record({x})) {
+    detail::record("abs", {x}, out, [x](const Tensor& g) {
+      return Grads{map2(g, x, [](float gv, float v) { return v > 0 ? gv : (v < 0 ? -gv : 0.0f); })};
+    });
+  }
+  return out;
+}
+
+Tensor relu(const Tensor& x) {
+  Tensor out = unary_numeric("relu", x, [](auto v) { return v > 0 ? v : decltype(v){0}; });
+  if (detail::should_record({x})) {
+    detail::record("relu", {x}, out, [out](const Tensor& g) {
+      return Grads{map2(g, out, [](float gv, float y) { return y > 0 ? gv : 0.0f; })};
+    });
+  }
+  return out;
+}
+
+Tensor sigmoid(const Tensor& x) {
+  Tensor out = unary_float("sigmoid", x, backend::onednn::Eltwise::kSigmoid,
+                           [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
+  if (detail::should_record({x})) {
+    detail::record("sigmoid", {x}, out, [out](const Tensor& g) {
+      return Grads{map2(g, out, [](float gv, float y) { return gv * y * (1.0f - y); })};
+    });
+  }
+  return out;
+}
+
+Tensor tanh(const Tensor& x) {
+  Tensor out = unary_float("tanh", x, backend::onednn::Eltwise::kTanh, [](float v) { return std::tanh(v); });
+  if (detail::should_record({x})) {
+    detail::record("tanh", {x}, out, [out](const Tensor& g) {
+      return Grads{map2(g, out, [](float gv, float y) { return gv * (1.0f - y * y); })};
+    });
+  }
+  return out;
+}
+
+Tensor clip(const Tensor& x, float min_value, float max_value) {
+  check_defined(x, "clip", "input");
+  detail::check_float32(x.dtype(), "clip", "input");
+  LOCKSTEP_CHECK(min_value <= max_value, "clip: min_value ", min_value,
+                 " must not exceed max_value ", max_value);
+  Tensor out = Tensor::empty(x.shape());
+  map_into<float>(x, out, [=](float v) { return v < min_value ? min_value : (v > max_value ? max_value : v); });
+  if (detail::should_record({x})) {
+    detail::record("clip", {x}, out, [x, min_value, max_value](const Tensor& g) {
+      return Grads{map2(g, x, [=](float gv, float v) {
+        return (v >= min_value && v <= max_value) ? gv : 0.0f;
+      })};
+    });
+  }
+  return out;
+}
+
+// ---- comparisons and where ----------------------------------------------------
+
+Tensor equal(const Tensor& a, const Tensor& b) {
+  return comparison("equal", a, b, [](auto x, auto y) { return x == y; });
+}
+Tensor not_equal(const Tensor& a, const Tensor& b) {
+  return comparison("not_equal", a, b, [](auto x, auto y) { return x != y; });
+}
+Tensor less(const Tensor& a, const Tensor& b) {
+  return comparison("less", a, b, [](auto x, auto y) { return x < y; });
+}
+Tensor less_equal(const Tensor& a, const Tensor& b) {
+  return comparison("less_equal", a, b, [](auto x, auto y) { return x <= y; });
+}
+Tensor greater(const Tensor& a, const Tensor& b) {
+  return comparison("greater", a, b, [](auto x, auto y) { return x > y; });
+}
+Tensor greater_equal(const Tensor& a, const Tensor& b) {
+  return comparison("greater_equal", a, b, [](auto x, auto y) { return x >= y; });
+}
+
+Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
+  check_defined(cond, "where", "condition");
+  check_binary("where", x, y);
+  LOCKSTEP_CHECK(cond.dtype() == DType::kBool, "where: expected a bool condition, got dtype ",
+                 cond.dtype(), ". Hint: build it with a comparison such as lockstep::greater");
+  const Shape shape = detail::broadcast_shapes(
+      cond.shape(), detail::broadcast_shapes(x.shape(), y.shape(), "where"), "where");
+  Tensor out = Tensor::empty(shape, x.dtype());
+  const auto plan = detail::make_broadcast_plan<3>(shape, {cond.shape(), x.shape(), y.shape()});
+  detail::visit_dtype(x.dtype(), "where", [&]<typename T>() {
+    const bool* pc = cond.data<bool>();
+    const T* px = static_cast<const T*>(x.raw_data());
+    const T* py = static_cast<const T*>(y.raw_data());
+    T* po = static_cast<T*>(out.raw_data());
+    detail::for_each_run(plan, 1, [&](const auto& off, std::int64_t o, std::int64_t n, const auto& s) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        po[o + i] = pc[off[0] + i * s[0]] ? px[off[1] + i * s[1]] : py[off[2] + i * s[2]];
+      }
+    });
+  });
+  if (is_float(x) && detail::should_record({x, y})) {
+    detail::record("where", {x, y}, out, [cond, sx = x.shape(), sy = y.shape()](const Tensor& g) {
+      const Tensor zero = zeros_like(g);
+      return Grads{sum_to(where(cond, g, zero), sx), sum_to(where(cond, zero, g), sy)};
+    });
+  }
+  return out;
+}
+
+// ---- operators ------------------------------------------------------------------
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor operator+(const Tensor& a, float b) { return add(a, Tensor::scalar(b)); }
+Tensor operator-(const Tensor& a, float b) { return sub(a, Tensor::scalar(b)); }
+Tensor operator*(const Tensor& a, float b) { return mul(a, Tensor::scalar(b)); }
+Tensor operator/(const Tensor& a, float b) { return div(a, Tensor::scalar(b)); }
+Tensor operator*(float a, const Tensor& b) { return mul(Tensor::scalar(a), b); }
+
+}  // namespace lockstep

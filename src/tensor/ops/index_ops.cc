@@ -1,0 +1,148 @@
+// Indexing ops: gather, take_along_axis (the labels op of sparse
+// cross-entropy) and one_hot. Every index is range-checked: a bad label is
+// an IndexError naming its position and value, never a read out of bounds.
+#include <cstring>
+
+#include "lockstep/tensor/ops.h"
+#include "lockstep/tensor/recording.h"
+#include "tensor/dispatch.h"
+
+namespace lockstep {
+namespace {
+
+using detail::Grads;
+
+// Reads indices as int64, checking each against [0, limit).
+std::vector<std::int64_t> checked_indices(const Tensor& indices, std::int64_t limit,
+                                          const char* op, const Shape& params_shape, int axis) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(indices.numel()));
+  detail::visit_index(indices.dtype(), op, [&]<typename I>() {
+    const I* p = static_cast<const I*>(indices.raw_data());
+    for (std::size_t j = 0; j < out.size(); ++j) {
+      const std::int64_t v = static_cast<std::int64_t>(p[j]);
+      LOCKSTEP_CHECK_AS(IndexError, v >= 0 && v < limit, op, ": index ", v, " at position ", j,
+                        " is out of range for axis ", axis, " of size ", limit, " (shape ",
+                        params_shape, ")");
+      out[j] = v;
+    }
+  });
+  return out;
+}
+
+void dims_around(const Shape& s, int axis, std::int64_t& outer, std::int64_t& inner) {
+  outer = 1;
+  inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= s[i];
+  for (int i = axis + 1; i < s.rank(); ++i) inner *= s[i];
+}
+
+}  // namespace
+
+Tensor gather(const Tensor& params, const Tensor& indices, int axis) {
+  check_defined(params, "gather", "params");
+  check_defined(indices, "gather", "indices");
+  const int a = normalize_axis(axis, params.rank(), "gather");
+  const std::int64_t n = params.shape()[a];
+  const std::vector<std::int64_t> idx = checked_indices(indices, n, "gather", params.shape(), a);
+  Shape out_shape;
+  for (int i = 0; i < a; ++i) out_shape.push_back(params.shape()[i]);
+  for (std::int64_t d : indices.shape().dims()) out_shape.push_back(d);
+  for (int i = a + 1; i < params.rank(); ++i) out_shape.push_back(params.shape()[i]);
+  Tensor out = Tensor::empty(out_shape, params.dtype());
+  std::int64_t outer = 0, inner = 0;
+  dims_around(params.shape(), a, outer, inner);
+  const std::size_t es = dtype_size(params.dtype());
+  const std::size_t row = static_cast<std::size_t>(inner) * es;
+  const char* pp = static_cast<const char*>(params.raw_data());
+  char* po = static_cast<char*>(out.raw_data());
+  const auto m = static_cast<std::int64_t>(idx.size());
+  for (std::int64_t o = 0; o < outer; ++o) {
+    for (std::int64_t j = 0; j < m; ++j) {
+      std::memcpy(po + static_cast<std::size_t>(o * m + j) * row,
+                  pp + static_cast<std::size_t>(o * n + idx[static_cast<std::size_t>(j)]) * row, row);
+    }
+  }
+  if (params.dtype() == DType::kFloat32 && detail::should_record({params})) {
+    detail::record("gather", {params}, out, [sp = params.shape(), idx, outer, inner, n, m](const Tensor& g) {
+      Tensor grad = Tensor::zeros(sp);
+      float* pg = grad.data<float>();
+      const float* src = g.data<float>();
+      for (std::int64_t o = 0; o < outer; ++o) {
+        for (std::int64_t j = 0; j < m; ++j) {
+          float* dst = pg + (o * n + idx[static_cast<std::size_t>(j)]) * inner;
+          const float* s = src + (o * m + j) * inner;
+          for (std::int64_t i = 0; i < inner; ++i) dst[i] += s[i];
+        }
+      }
+      return Grads{grad};
+    });
+  }
+  return out;
+}
+
+Tensor take_along_axis(const Tensor& x, const Tensor& indices, int axis) {
+  check_defined(x, "take_along_axis", "input");
+  check_defined(indices, "take_along_axis", "indices");
+  const int a = normalize_axis(axis, x.rank(), "take_along_axis");
+  LOCKSTEP_CHECK_AS(ShapeError, indices.rank() == x.rank(), "take_along_axis: indices of shape ",
+                    indices.shape(), " must have the input's rank ", x.rank(), " (input shape ",
+                    x.shape(), "). Hint: labels of shape [batch] need a trailing axis: reshape "
+                    "them to [batch, 1]");
+  for (int i = 0; i < x.rank(); ++i) {
+    LOCKSTEP_CHECK_AS(ShapeError, i == a || indices.shape()[i] == x.shape()[i],
+                      "take_along_axis: indices shape ", indices.shape(), " differs from input shape ",
+                      x.shape(), " in dimension ", i, " (only axis ", a, " may differ)");
+  }
+  const std::int64_t n = x.shape()[a];
+  const std::vector<std::int64_t> idx = checked_indices(indices, n, "take_along_axis", x.shape(), a);
+  const std::int64_t m = indices.shape()[a];
+  std::int64_t outer = 0, inner = 0;
+  dims_around(x.shape(), a, outer, inner);
+  Tensor out = Tensor::empty(indices.shape(), x.dtype());
+  detail::visit_dtype(x.dtype(), "take_along_axis", [&]<typename T>() {
+    const T* px = static_cast<const T*>(x.raw_data());
+    T* po = static_cast<T*>(out.raw_data());
+    for (std::int64_t o = 0; o < outer; ++o) {
+      for (std::int64_t j = 0; j < m; ++j) {
+        for (std::int64_t i = 0; i < inner; ++i) {
+          const std::int64_t at = (o * m + j) * inner + i;
+          po[at] = px[(o * n + idx[static_cast<std::size_t>(at)]) * inner + i];
+        }
+      }
+    }
+  });
+  if (x.dtype() == DType::kFloat32 && detail::should_record({x})) {
+    detail::record("take_along_axis", {x}, out, [sx = x.shape(), idx, outer, inner, n, m](const Tensor& g) {
+      Tensor grad = Tensor::zeros(sx);
+      float* pg = grad.data<float>();
+      const float* src = g.data<float>();
+      for (std::int64_t o = 0; o < outer; ++o) {
+        for (std::int64_t j = 0; j < m; ++j) {
+          for (std::int64_t i = 0; i < inner; ++i) {
+            const std::int64_t at = (o * m + j) * inner + i;
+            pg[(o * n + idx[static_cast<std::size_t>(at)]) * inner + i] += src[at];
+          }
+        }
+      }
+      return Grads{grad};
+    });
+  }
+  return out;
+}
+
+Tensor one_hot(const Tensor& indices, std::int64_t depth, const OneHotOptions& options) {
+  check_defined(indices, "one_hot", "indices");
+  LOCKSTEP_CHECK(depth > 0, "one_hot: depth must be > 0, got ", depth);
+  const std::vector<std::int64_t> idx =
+      checked_indices(indices, depth, "one_hot", Shape{depth}, 0);
+  Shape out_shape = indices.shape();
+  out_shape.push_back(depth);
+  Tensor out = Tensor::full(out_shape, options.off_value);
+  float* po = out.data<float>();
+  for (std::size_t j = 0; j < idx.size(); ++j) {
+    po[static_cast<std::int64_t>(j) * depth + idx[j]] = options.on_value;
+  }
+  return out;
+}
+
+}  // namespace lockstep

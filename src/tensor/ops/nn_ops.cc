@@ -1,0 +1,146 @@
+// matmul (with transposes and fused bias) and softmax / log_softmax, on
+// oneDNN, with their gradient rules.
+#include <cstring>
+
+#include "lockstep/tensor/ops.h"
+#include "lockstep/tensor/recording.h"
+#include "tensor/backend/onednn/onednn.h"
+#include "tensor/dispatch.h"
+
+namespace lockstep {
+namespace {
+
+using detail::Grads;
+
+Tensor matmul_impl(const Tensor& a, const Tensor& b, const Tensor* bias, const MatmulOptions& o) {
+  constexpr const char* op = "matmul";
+  check_defined(a, op, "a");
+  check_defined(b, op, "b");
+  detail::check_float32(a.dtype(), op, "a");
+  detail::check_float32(b.dtype(), op, "b");
+  LOCKSTEP_CHECK_AS(ShapeError, a.rank() == 2 || a.rank() == 3, op,
+                    ": expected a of rank 2 or 3, got shape ", a.shape());
+  LOCKSTEP_CHECK_AS(ShapeError, b.rank() == 2 || (b.rank() == 3 && a.rank() == 3), op,
+                    ": expected b of rank 2 (or 3 when a is batched), got b ", b.shape(),
+                    " with a ", a.shape());
+  backend::onednn::MatmulShape s;
+  s.transpose_a = o.transpose_a;
+  s.transpose_b = o.transpose_b;
+  s.batch = a.rank() == 3 ? a.shape()[0] : 1;
+  s.b_shared = a.rank() == 3 && b.rank() == 2;
+  const int ra = a.rank(), rb = b.rank();
+  s.m = o.transpose_a ? a.shape()[ra - 1] : a.shape()[ra - 2];
+  s.k = o.transpose_a ? a.shape()[ra - 2] : a.shape()[ra - 1];
+  const std::int64_t kb = o.transpose_b ? b.shape()[rb - 1] : b.shape()[rb - 2];
+  s.n = o.transpose_b ? b.shape()[rb - 2] : b.shape()[rb - 1];
+  LOCKSTEP_CHECK_AS(ShapeError, s.k == kb, op, ": inner dimensions differ: a ", a.shape(),
+                    o.transpose_a ? " (transposed)" : "", " has K = ", s.k, ", b ", b.shape(),
+                    o.transpose_b ? " (transposed)" : "", " has K = ", kb);
+  if (rb == 3) {
+    LOCKSTEP_CHECK_AS(ShapeError, b.shape()[0] == s.batch, op, ": batch sizes differ: a ",
+                      a.shape(), ", b ", b.shape());
+  }
+  if (bias) {
+    check_defined(*bias, op, "bias");
+    detail::check_float32(bias->dtype(), op, "bias");
+    LOCKSTEP_CHECK_AS(ShapeError, bias->rank() == 1 && bias->shape()[0] == s.n, op,
+                      ": expected bias of shape [", s.n, "], got ", bias->shape());
+  }
+  const Shape out_shape = ra == 3 ? Shape{s.batch, s.m, s.n} : Shape{s.m, s.n};
+  Tensor out = Tensor::empty(out_shape);
+  if (out.numel() == 0) return out;
+  if (s.k == 0) {  // an empty sum: the bias alone (oneDNN rejects zero dims)
+    out = bias ? broadcast_to(*bias, out_shape).copy() : Tensor::zeros(out_shape);
+    return out;
+  }
+  backend::onednn::matmul(s, a.data<float>(), b.data<float>(),
+                          bias ? bias->data<float>() : nullptr, out.data<float>());
+  return out;
+}
+
+// The gradients of a·b (see the derivation in the comment of each case).
+Grads matmul_grads(const Tensor& g, const Tensor& a, const Tensor& b, const MatmulOptions& o) {
+  Tensor da, db;
+  const bool ta = o.transpose_a, tb = o.transpose_b;
+  if (!ta && !tb) {  // C = A·B: dA = g·Bᵀ, dB = Aᵀ·g
+    da = matmul(g, b, {.transpose_b = true});
+    db = matmul(a, g, {.transpose_a = true});
+  } else if (!ta && tb) {  // C = A·Bᵀ: dA = g·B, dB = gᵀ·A
+    da = matmul(g, b);
+    db = matmul(g, a, {.transpose_a = true});
+  } else if (ta && !tb) {  // C = Aᵀ·B: dA = B·gᵀ, dB = A·g
+    da = matmul(b, g, {.transpose_b = true});
+    db = matmul(a, g);
+  } else {  // C = Aᵀ·Bᵀ: dA = Bᵀ·gᵀ, dB = gᵀ·Aᵀ
+    da = matmul(b, g, {.transpose_a = true, .transpose_b = true});
+    db = matmul(g, a, {.transpose_a = true, .transpose_b = true});
+  }
+  // b shared across a batch: its gradient is the sum over the batch.
+  if (db.rank() == 3 && b.rank() == 2) db = sum(db, {.axes = {0}});
+  return {da, db};
+}
+
+Tensor softmax_impl(const Tensor& x, int axis, bool log, const char* op) {
+  check_defined(x, op, "input");
+  detail::check_float32(x.dtype(), op, "input");
+  LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 1, op, ": expected rank >= 1, got a scalar");
+  const int a = normalize_axis(axis, x.rank(), op);
+  std::int64_t outer = 1, inner = 1;
+  for (int i = 0; i < a; ++i) outer *= x.shape()[i];
+  for (int i = a + 1; i < x.rank(); ++i) inner *= x.shape()[i];
+  Tensor out = Tensor::empty(x.shape());
+  if (x.numel() > 0) {
+    backend::onednn::softmax(x.data<float>(), out.data<float>(), outer, x.shape()[a], inner, log);
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
+  Tensor out = matmul_impl(a, b, nullptr, options);
+  if (detail::should_record({a, b})) {
+    detail::record("matmul", {a, b}, out, [a, b, options](const Tensor& g) {
+      return matmul_grads(g, a, b, options);
+    });
+  }
+  return out;
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const MatmulOptions& options) {
+  Tensor out = matmul_impl(a, b, &bias, options);
+  if (detail::should_record({a, b, bias})) {
+    detail::record("matmul", {a, b, bias}, out, [a, b, options, n = bias.shape()](const Tensor& g) {
+      Grads grads = matmul_grads(g, a, b, options);
+      grads.push_back(sum_to(g, n));
+      return grads;
+    });
+  }
+  return out;
+}
+
+Tensor softmax(const Tensor& x, int axis) {
+  Tensor out = softmax_impl(x, axis, false, "softmax");
+  if (detail::should_record({x})) {
+    detail::record("softmax", {x}, out, [out, axis](const Tensor& g) {
+      // dx = y·(g − Σ g·y)
+      const Tensor dot = sum(mul(g, out), {.axes = {axis}, .keepdims = true});
+      return Grads{mul(out, sub(g, dot))};
+    });
+  }
+  return out;
+}
+
+Tensor log_softmax(const Tensor& x, int axis) {
+  Tensor out = softmax_impl(x, axis, true, "log_softmax");
+  if (detail::should_record({x})) {
+    detail::record("log_softmax", {x}, out, [out, axis](const Tensor& g) {
+      // dx = g − softmax(x)·Σ g
+      const Tensor total = sum(g, {.axes = {axis}, .keepdims = true});
+      return Grads{sub(g, mul(exp(out), total))};
+    });
+  }
+  return out;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,322 @@
+// Shape and layout ops: reshape, transpose, concat, slice, broadcast_to,
+// cast, stop_gradient — with their gradient rules.
+#include <cstring>
+#include <numeric>
+
+#include "lockstep/tensor/ops.h"
+#include "lockstep/tensor/recording.h"
+#include "tensor/dispatch.h"
+#include "tensor/ops/loops.h"
+
+namespace lockstep {
+namespace {
+
+using detail::Grads;
+
+// Calls f(out_row_index, in_offset) for every row of the output, where a
+// row is the output's last dimension and in_offset is the element offset
+// of its first value in the input (strides given per output dimension).
+template <typename F>
+void for_each_row(const Shape& out, const std::array<std::int64_t, Shape::kMaxRank>& in_strides,
+                  F&& f) {
+  const int r = out.rank();
+  std::int64_t rows = 1;
+  for (int i = 0; i < r - 1; ++i) rows *= out[i];
+  std::array<std::int64_t, Shape::kMaxRank> idx{};
+  std::int64_t offset = 0;
+  for (std::int64_t row = 0; row < rows; ++row) {
+    f(row, offset);
+    for (int d = r - 2; d >= 0; --d) {  // odometer increment
+      const auto du = static_cast<std::size_t>(d);
+      ++idx[du];
+      offset += in_strides[du];
+      if (idx[du] < out[d]) break;
+      offset -= in_strides[du] * out[d];
+      idx[du] = 0;
+    }
+  }
+}
+
+// Writes g into a zero tensor of `shape` at `begin` (the gradient of slice).
+Tensor pad_into(const Tensor& g, const Shape& shape, const std::vector<std::int64_t>& begin) {
+  Tensor out = Tensor::zeros(shape, g.dtype());
+  if (g.numel() == 0) return out;
+  const auto strides = shape.strides();
+  std::int64_t base = 0;
+  for (int i = 0; i < shape.rank(); ++i) base += begin[static_cast<std::size_t>(i)] * strides[static_cast<std::size_t>(i)];
+  const std::size_t es = dtype_size(g.dtype());
+  const std::int64_t row_len = g.shape().rank() ? g.shape()[g.rank() - 1] : 1;
+  char* po = static_cast<char*>(out.raw_data());
+  const char* pg = static_cast<const char*>(g.raw_data());
+  if (g.rank() == 0) {
+    std::memcpy(po, pg, es);
+    return out;
+  }
+  for_each_row(g.shape(), strides, [&](std::int64_t row, std::int64_t off) {
+    std::memcpy(po + static_cast<std::size_t>(base + off) * es,
+                pg + static_cast<std::size_t>(row * row_len) * es, static_cast<std::size_t>(row_len) * es);
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape) {
+  check_defined(x, "reshape", "input");
+  Shape target;
+  int infer = -1;
+  std::int64_t known = 1;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      LOCKSTEP_CHECK_AS(ShapeError, infer < 0,
+                        "reshape: only one dimension may be -1; the requested shape has several");
+      infer = static_cast<int>(i);
+      target.push_back(1);
+    } else {
+      LOCKSTEP_CHECK_AS(ShapeError, shape[i] >= 0, "reshape: dimension ", i,
+                        " must be >= 0 or -1, got ", shape[i]);
+      target.push_back(shape[i]);
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    LOCKSTEP_CHECK_AS(ShapeError, known > 0 && x.numel() % known == 0, "reshape: cannot reshape ",
+                      x.shape(), " (", x.numel(), " elements) into a shape with -1 and ", known,
+                      " known elements");
+    target[infer] = x.numel() / known;
+  }
+  LOCKSTEP_CHECK_AS(ShapeError, target.numel() == x.numel(), "reshape: cannot reshape ", x.shape(),
+                    " (", x.numel(), " elements) into ", target, " (", target.numel(),
+                    " elements)");
+  Tensor out = x.view_as(target);
+  if (detail::should_record({x})) {
+    detail::record("reshape", {x}, out, [sx = x.shape()](const Tensor& g) {
+      return Grads{reshape(g, sx.to_vector())};
+    });
+  }
+  return out;
+}
+
+Tensor transpose(const Tensor& x, const std::vector<int>& perm_in) {
+  check_defined(x, "transpose", "input");
+  const int r = x.rank();
+  std::vector<int> perm = perm_in;
+  if (perm.empty()) {
+    perm.resize(static_cast<std::size_t>(r));
+    std::iota(perm.rbegin(), perm.rend(), 0);
+  }
+  LOCKSTEP_CHECK_AS(ShapeError, static_cast<int>(perm.size()) == r, "transpose: permutation has ",
+                    perm.size(), " entries for a tensor of rank ", r, " (shape ", x.shape(), ")");
+  std::vector<int> inverse(static_cast<std::size_t>(r), -1);
+  for (int i = 0; i < r; ++i) {
+    const int p = normalize_axis(perm[static_cast<std::size_t>(i)], r, "transpose");
+    LOCKSTEP_CHECK_AS(IndexError, inverse[static_cast<std::size_t>(p)] < 0,
+                      "transpose: axis ", p, " appears twice in the permutation");
+    inverse[static_cast<std::size_t>(p)] = i;
+    perm[static_cast<std::size_t>(i)] = p;
+  }
+  Shape out_shape;
+  const auto in_strides = x.shape().strides();
+  std::array<std::int64_t, Shape::kMaxRank> strides{};
+  for (int i = 0; i < r; ++i) {
+    out_shape.push_back(x.shape()[perm[static_cast<std::size_t>(i)]]);
+    strides[static_cast<std::size_t>(i)] = in_strides[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])];
+  }
+  Tensor out = Tensor::empty(out_shape, x.dtype());
+  if (x.numel() > 0) {
+    if (r == 0) {
+      std::memcpy(out.raw_data(), x.raw_data(), x.nbytes());
+    } else {
+      const std::int64_t len = out_shape[r - 1];
+      const std::int64_t step = strides[static_cast<std::size_t>(r - 1)];
+      detail::visit_dtype(x.dtype(), "transpose", [&]<typename T>() {
+        const T* px = static_cast<const T*>(x.raw_data());
+        T* po = static_cast<T*>(out.raw_data());
+        for_each_row(out_shape, strides, [&](std::int64_t row, std::int64_t off) {
+          T* dst = po + row * len;
+          const T* src = px + off;
+          for (std::int64_t i = 0; i < len; ++i) dst[i] = src[i * step];
+        });
+      });
+    }
+  }
+  if (detail::should_record({x})) {
+    detail::record("transpose", {x}, out, [inverse](const Tensor& g) {
+      return Grads{transpose(g, inverse)};
+    });
+  }
+  return out;
+}
+
+Tensor concat(const std::vector<Tensor>& tensors, int axis) {
+  LOCKSTEP_CHECK(!tensors.empty(), "concat: expected at least one tensor");
+  for (const Tensor& t : tensors) check_defined(t, "concat", "an input");
+  const Tensor& first = tensors[0];
+  LOCKSTEP_CHECK_AS(ShapeError, first.rank() > 0, "concat: cannot concatenate scalars");
+  const int a = normalize_axis(axis, first.rank(), "concat");
+  std::int64_t total = 0;
+  for (std::size_t k = 0; k < tensors.size(); ++k) {
+    const Tensor& t = tensors[k];
+    LOCKSTEP_CHECK(t.dtype() == first.dtype(), "concat: input ", k, " has dtype ", t.dtype(),
+                   ", input 0 has ", first.dtype());
+    bool same = t.rank() == first.rank();
+    for (int i = 0; same && i < t.rank(); ++i) same = i == a || t.shape()[i] == first.shape()[i];
+    LOCKSTEP_CHECK_AS(ShapeError, same, "concat: input ", k, " has shape ", t.shape(),
+                      ", incompatible with input 0's shape ", first.shape(), " along axis ", a);
+    total += t.shape()[a];
+  }
+  const Shape out_shape = first.shape().with_dim(a, total);
+  Tensor out = Tensor::empty(out_shape, first.dtype());
+  std::int64_t outer = 1, inner = 1;
+  for (int i = 0; i < a; ++i) outer *= out_shape[i];
+  for (int i = a + 1; i < out_shape.rank(); ++i) inner *= out_shape[i];
+  const std::size_t es = dtype_size(first.dtype());
+  char* po = static_cast<char*>(out.raw_data());
+  std::int64_t at = 0;
+  for (const Tensor& t : tensors) {
+    const std::size_t chunk = static_cast<std::size_t>(t.shape()[a] * inner) * es;
+    const char* pt = static_cast<const char*>(t.raw_data());
+    for (std::int64_t o = 0; o < outer; ++o) {
+      std::memcpy(po + static_cast<std::size_t>(o * total + at) * static_cast<std::size_t>(inner) * es,
+                  pt + static_cast<std::size_t>(o) * chunk, chunk);
+    }
+    at += t.shape()[a];
+  }
+  if (detail::should_record(std::span<const Tensor>(tensors))) {
+    std::vector<std::int64_t> sizes;
+    for (const Tensor& t : tensors) sizes.push_back(t.shape()[a]);
+    detail::record("concat", std::span<const Tensor>(tensors), out, [sizes, a](const Tensor& g) {
+      Grads grads;
+      std::vector<std::int64_t> begin(static_cast<std::size_t>(g.rank()), 0);
+      std::vector<std::int64_t> size(static_cast<std::size_t>(g.rank()), -1);
+      for (std::int64_t s : sizes) {
+        size[static_cast<std::size_t>(a)] = s;
+        grads.push_back(slice(g, begin, size));
+        begin[static_cast<std::size_t>(a)] += s;
+      }
+      return grads;
+    });
+  }
+  return out;
+}
+
+Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin,
+             const std::vector<std::int64_t>& size) {
+  check_defined(x, "slice", "input");
+  const int r = x.rank();
+  LOCKSTEP_CHECK_AS(ShapeError, static_cast<int>(begin.size()) == r && static_cast<int>(size.size()) == r,
+                    "slice: expected begin and size with ", r, " entries for shape ", x.shape(),
+                    ", got ", begin.size(), " and ", size.size());
+  Shape out_shape;
+  bool rows_only = true;  // slicing dim 0 alone: a zero-copy view
+  for (int i = 0; i < r; ++i) {
+    const auto iu = static_cast<std::size_t>(i);
+    const std::int64_t dim = x.shape()[i];
+    const std::int64_t b = begin[iu];
+    const std::int64_t n = size[iu] == -1 ? dim - b : size[iu];
+    LOCKSTEP_CHECK_AS(IndexError, b >= 0 && n >= 0 && b + n <= dim, "slice: [", b, ", ", b + n,
+                      ") is out of range for axis ", i, " of size ", dim, " (shape ", x.shape(), ")");
+    out_shape.push_back(n);
+    if (i > 0 && (b != 0 || n != dim)) rows_only = false;
+  }
+  std::vector<std::int64_t> resolved_begin = begin;
+  Tensor out;
+  if (r > 0 && rows_only) {
+    out = x.view_rows(begin[0], begin[0] + out_shape[0]);
+  } else {
+    out = Tensor::empty(out_shape, x.dtype());
+    if (out.numel() > 0) {
+      const auto strides = x.shape().strides();
+      std::int64_t base = 0;
+      for (int i = 0; i < r; ++i) base += begin[static_cast<std::size_t>(i)] * strides[static_cast<std::size_t>(i)];
+      const std::size_t es = dtype_size(x.dtype());
+      const std::int64_t len = r ? out_shape[r - 1] : 1;
+      const char* px = static_cast<const char*>(x.raw_data());
+      char* po = static_cast<char*>(out.raw_data());
+      if (r == 0) {
+        std::memcpy(po, px, es);
+      } else {
+        for_each_row(out_shape, strides, [&](std::int64_t row, std::int64_t off) {
+          std::memcpy(po + static_cast<std::size_t>(row * len) * es,
+                      px + static_cast<std::size_t>(base + off) * es, static_cast<std::size_t>(len) * es);
+        });
+      }
+    }
+  }
+  if (detail::should_record({x})) {
+    detail::record("slice", {x}, out, [sx = x.shape(), resolved_begin](const Tensor& g) {
+      return Grads{pad_into(g, sx, resolved_begin)};
+    });
+  }
+  return out;
+}
+
+Tensor broadcast_to(const Tensor& x, const Shape& shape) {
+  check_defined(x, "broadcast_to", "input");
+  const Shape joint = detail::broadcast_shapes(x.shape(), shape, "broadcast_to");
+  LOCKSTEP_CHECK_AS(ShapeError, joint == shape, "broadcast_to: cannot broadcast ", x.shape(),
+                    " to ", shape);
+  if (x.shape() == shape) return x;
+  Tensor out = Tensor::empty(shape, x.dtype());
+  const auto plan = detail::make_broadcast_plan<1>(shape, {x.shape()});
+  detail::visit_dtype(x.dtype(), "broadcast_to", [&]<typename T>() {
+    const T* px = static_cast<const T*>(x.raw_data());
+    T* po = static_cast<T*>(out.raw_data());
+    detail::for_each_run(plan, 1, [&](const auto& off, std::int64_t o, std::int64_t n, const auto& s) {
+      if (s[0] == 1) {
+        std::memcpy(po + o, px + off[0], static_cast<std::size_t>(n) * sizeof(T));
+      } else {
+        std::fill(po + o, po + o + n, px[off[0]]);
+      }
+    });
+  });
+  if (detail::should_record({x})) {
+    detail::record("broadcast_to", {x}, out, [sx = x.shape()](const Tensor& g) {
+      return Grads{sum_to(g, sx)};
+    });
+  }
+  return out;
+}
+
+Tensor cast(const Tensor& x, DType dtype) {
+  check_defined(x, "cast", "input");
+  Tensor out = Tensor::empty(x.shape(), dtype);
+  if (dtype == x.dtype()) {
+    std::memcpy(out.raw_data(), x.raw_data(), x.nbytes());
+  } else {
+    detail::visit_dtype(x.dtype(), "cast", [&]<typename S>() {
+      detail::visit_dtype(dtype, "cast", [&]<typename D>() {
+        const S* px = static_cast<const S*>(x.raw_data());
+        D* po = static_cast<D*>(out.raw_data());
+        for (std::int64_t i = 0; i < x.numel(); ++i) {
+          if constexpr (std::is_same_v<D, bool>) {
+            po[i] = px[i] != S{};
+          } else {
+            po[i] = static_cast<D>(px[i]);
+          }
+        }
+      });
+    });
+  }
+  if (x.dtype() == DType::kFloat32 && dtype == DType::kFloat32 && detail::should_record({x})) {
+    detail::record("cast", {x}, out, [](const Tensor& g) { return Grads{g}; });
+  }
+  return out;
+}
+
+Tensor zeros_like(const Tensor& x) {
+  check_defined(x, "zeros_like", "input");
+  return Tensor::zeros(x.shape(), x.dtype());
+}
+
+Tensor ones_like(const Tensor& x) {
+  check_defined(x, "ones_like", "input");
+  return Tensor::ones(x.shape(), x.dtype());
+}
+
+Tensor stop_gradient(const Tensor& x) {
+  check_defined(x, "stop_gradient", "input");
+  return x.view_as(x.shape());  // a new id that no recorded op produced
+}
+
+}  // namespace lockstep

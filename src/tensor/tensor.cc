@@ -1,0 +1,175 @@
+// Tensor handles, storage, conversion helpers and printing.
+#include "lockstep/tensor/tensor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <sstream>
+
+#include "lockstep/tensor/device.h"
+#include "lockstep/tensor/ops.h"
+#include "tensor/dispatch.h"
+
+namespace lockstep {
+namespace detail {
+
+Storage::Storage(Device& device, std::size_t bytes)
+    : device_(&device), data_(device.allocator().allocate(bytes)), bytes_(bytes) {}
+
+Storage::~Storage() { device_->allocator().deallocate(data_, bytes_); }
+
+std::uint64_t next_tensor_id() {
+  // Each thread takes ids in blocks so that op-heavy replica threads do not
+  // contend on one atomic counter.
+  static std::atomic<std::uint64_t> next_block{1};
+  constexpr std::uint64_t kBlock = 1 << 16;
+  thread_local std::uint64_t next = 0;
+  thread_local std::uint64_t limit = 0;
+  if (next == limit) {
+    next = next_block.fetch_add(1, std::memory_order_relaxed) * kBlock;
+    limit = next + kBlock;
+  }
+  return next++;
+}
+
+}  // namespace detail
+
+Tensor::Tensor(std::shared_ptr<detail::Storage> storage, std::size_t offset, const Shape& shape,
+               DType dtype)
+    : storage_(std::move(storage)),
+      offset_(offset),
+      shape_(shape),
+      dtype_(dtype),
+      id_(detail::next_tensor_id()) {}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  LOCKSTEP_CHECK(dtype != DType::kBFloat16,
+                 "Tensor: bfloat16 is reserved and not supported by any op yet");
+  const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
+  return Tensor(std::make_shared<detail::Storage>(current_device(), bytes), 0, shape, dtype);
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  std::memset(t.raw_data(), 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  detail::visit_dtype(dtype, "Tensor::full", [&]<typename T>() {
+    T* p = t.data<T>();
+    std::fill(p, p + t.numel(), static_cast<T>(value));
+  });
+  return t;
+}
+
+Tensor Tensor::scalar(float value) { return full(Shape{}, value); }
+
+template <typename T>
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
+  LOCKSTEP_CHECK_AS(ShapeError, static_cast<std::int64_t>(values.size()) == shape.numel(),
+                    "Tensor::from_vector: shape ", shape, " holds ", shape.numel(),
+                    " elements, got ", values.size(), " values");
+  Tensor t = empty(shape, kDTypeOf<T>);
+  T* p = t.data<T>();
+  for (std::size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  return t;
+}
+
+Device& Tensor::device() const {
+  check_defined(*this, "Tensor::device", "tensor");
+  return storage_->device();
+}
+
+void* Tensor::raw_data() const {
+  if (!storage_) return nullptr;
+  return static_cast<char*>(storage_->data()) + offset_;
+}
+
+void Tensor::check_access(DType requested) const {
+  check_defined(*this, "Tensor::data", "tensor");
+  LOCKSTEP_CHECK(requested == dtype_, "Tensor::data: tensor has dtype ", dtype_,
+                 ", requested ", requested, " (shape ", shape_, ")");
+}
+
+Tensor Tensor::view_rows(std::int64_t begin, std::int64_t end) const {
+  check_defined(*this, "Tensor::view_rows", "tensor");
+  LOCKSTEP_CHECK_AS(ShapeError, rank() >= 1, "Tensor::view_rows: expected rank >= 1, got a scalar");
+  LOCKSTEP_CHECK_AS(IndexError, 0 <= begin && begin <= end && end <= shape_[0],
+                    "Tensor::view_rows: rows [", begin, ", ", end,
+                    ") are outside dimension 0 of size ", shape_[0], " (shape ", shape_, ")");
+  const std::size_t row_bytes =
+      static_cast<std::size_t>(shape_[0] == 0 ? 0 : numel() / shape_[0]) * dtype_size(dtype_);
+  return Tensor(storage_, offset_ + static_cast<std::size_t>(begin) * row_bytes,
+                shape_.with_dim(0, end - begin), dtype_);
+}
+
+Tensor Tensor::view_as(const Shape& shape) const {
+  check_defined(*this, "Tensor::view_as", "tensor");
+  LOCKSTEP_CHECK_AS(ShapeError, shape.numel() == numel(), "Tensor::view_as: cannot view ",
+                    shape_, " (", numel(), " elements) as ", shape, " (", shape.numel(),
+                    " elements)");
+  return Tensor(storage_, offset_, shape, dtype_);
+}
+
+Tensor Tensor::copy() const { return cast(*this, dtype_); }
+Tensor Tensor::to(DType dtype) const { return cast(*this, dtype); }
+
+template <typename T>
+T Tensor::item() const {
+  check_defined(*this, "Tensor::item", "tensor");
+  LOCKSTEP_CHECK(numel() == 1, "Tensor::item: expected a tensor with one element, got shape ",
+                 shape_);
+  T out{};
+  detail::visit_dtype(dtype_, "Tensor::item", [&]<typename S>() {
+    out = static_cast<T>(*static_cast<const S*>(raw_data()));
+  });
+  return out;
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  check_defined(*this, "Tensor::to_vector", "tensor");
+  std::vector<T> out(static_cast<std::size_t>(numel()));
+  detail::visit_dtype(dtype_, "Tensor::to_vector", [&]<typename S>() {
+    const S* p = static_cast<const S*>(raw_data());
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(p[i]);
+  });
+  return out;
+}
+
+std::string Tensor::to_string(std::int64_t max_values) const {
+  if (!defined()) return "Tensor(undefined)";
+  std::ostringstream os;
+  os << "Tensor(shape=" << shape_ << ", dtype=" << dtype_ << ", values=[";
+  const std::vector<double> values = to_vector<double>();
+  const std::int64_t n = std::min<std::int64_t>(numel(), max_values);
+  for (std::int64_t i = 0; i < n; ++i) os << (i ? ", " : "") << values[static_cast<std::size_t>(i)];
+  if (numel() > n) os << ", ...";
+  os << "])";
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.to_string(); }
+
+void check_defined(const Tensor& t, const char* op, const char* what) {
+  LOCKSTEP_CHECK(t.defined(), op, ": ", what, " is an undefined tensor");
+}
+
+#define LOCKSTEP_INSTANTIATE_TENSOR_TEMPLATES(T)                                   \
+  template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&);     \
+  template T Tensor::item<T>() const;                                              \
+  template std::vector<T> Tensor::to_vector<T>() const;
+LOCKSTEP_INSTANTIATE_TENSOR_TEMPLATES(float)
+LOCKSTEP_INSTANTIATE_TENSOR_TEMPLATES(std::int32_t)
+LOCKSTEP_INSTANTIATE_TENSOR_TEMPLATES(std::int64_t)
+LOCKSTEP_INSTANTIATE_TENSOR_TEMPLATES(std::uint8_t)
+LOCKSTEP_INSTANTIATE_TENSOR_TEMPLATES(bool)
+#undef LOCKSTEP_INSTANTIATE_TENSOR_TEMPLATES
+template double Tensor::item<double>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+
+}  // namespace lockstep
