@@ -1,3 +1,54 @@
+// The error hierarchy and LOCKSTEP_CHECK.
 #include <gtest/gtest.h>
+
+#include "lockstep/core/dtype.h"
 #include "lockstep/core/error.h"
-TEST(Error, Placeholder) { EXPECT_THROW(LOCKSTEP_CHECK(false, "x"), lockstep::ValueError); }
+
+namespace lockstep {
+namespace {
+
+TEST(Error, HierarchyLetsCallersCatchByKind) {
+  EXPECT_THROW(throw ShapeError("s"), ValueError);
+  EXPECT_THROW(throw IndexError("i"), ValueError);
+  EXPECT_THROW(throw TimeoutError("t"), DistributedError);
+  EXPECT_THROW(throw IOError("io"), Error);
+  EXPECT_THROW(throw InternalError("x"), Error);
+}
+
+TEST(Error, CheckThrowsWithStreamedMessage) {
+  try {
+    const int got = 28;
+    LOCKSTEP_CHECK_AS(ShapeError, got == 784, "Dense 'dense_1': expected 784, got ", got);
+    FAIL() << "no exception";
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "Dense 'dense_1': expected 784, got 28");
+  }
+}
+
+TEST(Error, CheckEvaluatesMessageOnlyOnFailure) {
+  int evaluated = 0;
+  auto expensive = [&] { return ++evaluated; };
+  LOCKSTEP_CHECK(true, "never ", expensive());
+  EXPECT_EQ(evaluated, 0);
+  EXPECT_THROW(LOCKSTEP_CHECK(false, "now ", expensive()), ValueError);
+  EXPECT_EQ(evaluated, 1);
+}
+
+TEST(DType, NamesSizesAndParsing) {
+  EXPECT_EQ(dtype_size(DType::kFloat32), 4u);
+  EXPECT_EQ(dtype_size(DType::kInt64), 8u);
+  EXPECT_EQ(dtype_size(DType::kUInt8), 1u);
+  EXPECT_EQ(dtype_size(DType::kBFloat16), 2u);
+  EXPECT_EQ(dtype_name(DType::kInt32), "int32");
+  EXPECT_EQ(dtype_from_name("bool"), DType::kBool);
+  try {
+    dtype_from_name("float64");
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("float32, int32"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -25,6 +25,18 @@
 
 namespace lockstep {
 
+// RAII, thread-local: while alive, no tape on this thread records anything
+// (inference, metric updates, optimizer steps). Nestable; not copyable.
+class NoGradGuard {
+ public:
+  NoGradGuard() = default;
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  detail::RecordingPause pause_;
+};
+
 // What gradient() returns for a source the target does not depend on.
 enum class UnconnectedGradients { kNone, kZero };
 
