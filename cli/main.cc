@@ -18,7 +18,10 @@ namespace {
 int devices() {
   for (const lockstep::Device* d : lockstep::logical_devices()) {
     std::string cores;
-    for (int c : d->cores()) cores += (cores.empty() ? "" : ",") + std::to_string(c);
+    for (int c : d->cores()) {
+      if (!cores.empty()) cores += ',';
+      cores += std::to_string(c);
+    }
     std::printf("%s  cores=%s  threads=%d\n", d->name().c_str(), cores.c_str(), d->num_threads());
   }
   return 0;

@@ -56,10 +56,31 @@ void* mut(const void* p) { return const_cast<void*>(p); }  // oneDNN takes non-c
 void matmul(const MatmulShape& s, const float* a, const float* b, const float* bias, float* c) {
   using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool, bool,
                          bool>;
+  // The primitive plus its memory objects and argument map: a call only
+  // swaps data handles, so a small GEMM pays no allocation in the adapter.
   struct Entry {
     dnnl::matmul prim;
-    memory::desc a_md, b_md, c_md, bias_md;
+    memory a, b, c, bias;
+    std::unordered_map<int, memory> args;
   };
+  if (s.batch == 1) {
+    // Unbatched products go straight to oneDNN's sgemm: the same JIT kernels
+    // without the primitive's per-call dispatch, which is what small GEMMs
+    // (the classifier head, N = 10) are made of. Bias is fused as beta = 1
+    // over an output pre-filled with it.
+    float beta = 0.0f;
+    if (bias) {
+      for (std::int64_t i = 0; i < s.m; ++i) std::memcpy(c + i * s.n, bias, static_cast<std::size_t>(s.n) * sizeof(float));
+      beta = 1.0f;
+    }
+    const std::int64_t lda = s.transpose_a ? s.m : s.k;
+    const std::int64_t ldb = s.transpose_b ? s.k : s.n;
+    const dnnl_status_t status = dnnl_sgemm(s.transpose_a ? 'T' : 'N', s.transpose_b ? 'T' : 'N', s.m,
+                                            s.n, s.k, 1.0f, a, lda, b, ldb, beta, c, s.n);
+    LOCKSTEP_CHECK_AS(InternalError, status == dnnl_success, "oneDNN sgemm failed with status ",
+                      static_cast<int>(status), " for M=", s.m, " K=", s.k, " N=", s.n);
+    return;
+  }
   thread_local std::unordered_map<Key, Entry, TupleHash> cache;
   const Key key{s.batch, s.m, s.k, s.n, s.transpose_a, s.transpose_b, s.b_shared, bias != nullptr};
   guarded("matmul", [&] {
@@ -78,27 +99,51 @@ void matmul(const MatmulShape& s, const float* a, const float* b, const float* b
       auto desc = bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
                        : dnnl::matmul::desc(a_md, b_md, c_md);
       dnnl::matmul::primitive_desc pd(desc, engine());
-      it = cache.emplace(key, Entry{dnnl::matmul(pd), a_md, b_md, c_md, bias_md}).first;
+      Entry e{dnnl::matmul(pd), memory(a_md, engine(), DNNL_MEMORY_NONE),
+              memory(b_md, engine(), DNNL_MEMORY_NONE), memory(c_md, engine(), DNNL_MEMORY_NONE),
+              {}, {}};
+      e.args = {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}};
+      if (bias) {
+        e.bias = memory(bias_md, engine(), DNNL_MEMORY_NONE);
+        e.args.emplace(DNNL_ARG_BIAS, e.bias);
+      }
+      it = cache.emplace(key, std::move(e)).first;
     }
-    const Entry& e = it->second;
-    std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, memory(e.a_md, engine(), mut(a))},
-        {DNNL_ARG_WEIGHTS, memory(e.b_md, engine(), mut(b))},
-        {DNNL_ARG_DST, memory(e.c_md, engine(), c)}};
-    if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias_md, engine(), mut(bias)));
-    e.prim.execute(stream(), args);
+    Entry& e = it->second;
+    e.a.set_data_handle(mut(a));
+    e.b.set_data_handle(mut(b));
+    e.c.set_data_handle(c);
+    if (bias) e.bias.set_data_handle(mut(bias));
+    e.prim.execute(stream(), e.args);
     stream().wait();
   });
+}
+
+// A cached unary primitive (softmax, eltwise) with its src/dst memory objects.
+struct UnaryEntry {
+  dnnl::primitive prim;
+  memory src, dst;
+  std::unordered_map<int, memory> args;
+};
+
+UnaryEntry make_unary_entry(dnnl::primitive prim, const memory::desc& md) {
+  UnaryEntry e{std::move(prim), memory(md, engine(), DNNL_MEMORY_NONE),
+               memory(md, engine(), DNNL_MEMORY_NONE), {}};
+  e.args = {{DNNL_ARG_SRC, e.src}, {DNNL_ARG_DST, e.dst}};
+  return e;
+}
+
+void run_unary(UnaryEntry& e, const float* x, float* y) {
+  e.src.set_data_handle(mut(x));
+  e.dst.set_data_handle(y);
+  e.prim.execute(stream(), e.args);
+  stream().wait();
 }
 
 void softmax(const float* x, float* y, std::int64_t outer, std::int64_t axis, std::int64_t inner,
              bool log) {
   using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool>;
-  struct Entry {
-    dnnl::primitive prim;
-    memory::desc md;
-  };
-  thread_local std::unordered_map<Key, Entry, TupleHash> cache;
+  thread_local std::unordered_map<Key, UnaryEntry, TupleHash> cache;
   const Key key{outer, axis, inner, log};
   guarded(log ? "log_softmax" : "softmax", [&] {
     auto it = cache.find(key);
@@ -112,22 +157,15 @@ void softmax(const float* x, float* y, std::int64_t outer, std::int64_t axis, st
         dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, md, 1);
         prim = dnnl::softmax_forward(dnnl::softmax_forward::primitive_desc(d, engine()));
       }
-      it = cache.emplace(key, Entry{prim, md}).first;
+      it = cache.emplace(key, make_unary_entry(std::move(prim), md)).first;
     }
-    const Entry& e = it->second;
-    it->second.prim.execute(stream(), {{DNNL_ARG_SRC, memory(e.md, engine(), mut(x))},
-                                       {DNNL_ARG_DST, memory(e.md, engine(), y)}});
-    stream().wait();
+    run_unary(it->second, x, y);
   });
 }
 
 void eltwise(Eltwise kind, const float* x, float* y, std::int64_t n) {
   using Key = std::tuple<int, std::int64_t>;
-  struct Entry {
-    dnnl::eltwise_forward prim;
-    memory::desc md;
-  };
-  thread_local std::unordered_map<Key, Entry, TupleHash> cache;
+  thread_local std::unordered_map<Key, UnaryEntry, TupleHash> cache;
   const Key key{static_cast<int>(kind), n};
   guarded("eltwise", [&] {
     auto it = cache.find(key);
@@ -142,12 +180,10 @@ void eltwise(Eltwise kind, const float* x, float* y, std::int64_t n) {
       }
       memory::desc md(Dims{n}, memory::data_type::f32, memory::format_tag::a);
       dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, alg, md, 0.f, 0.f);
-      it = cache.emplace(key, Entry{dnnl::eltwise_forward(dnnl::eltwise_forward::primitive_desc(d, engine())), md}).first;
+      dnnl::primitive prim = dnnl::eltwise_forward(dnnl::eltwise_forward::primitive_desc(d, engine()));
+      it = cache.emplace(key, make_unary_entry(std::move(prim), md)).first;
     }
-    const Entry& e = it->second;
-    e.prim.execute(stream(), {{DNNL_ARG_SRC, memory(e.md, engine(), mut(x))},
-                              {DNNL_ARG_DST, memory(e.md, engine(), y)}});
-    stream().wait();
+    run_unary(it->second, x, y);
   });
 }
 

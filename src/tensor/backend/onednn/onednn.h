@@ -8,7 +8,8 @@
 
 namespace lockstep::backend::onednn {
 
-// C[b] = op(A[b]) · op(B[b]) (+ bias), row-major float32.
+// C[b] = op(A[b]) · op(B[b]) (+ bias), row-major float32. Unbatched products
+// run on oneDNN's sgemm, batched ones on its matmul primitive.
 // A is [batch, M, K] ([batch, K, M] if transpose_a), B is [batch_b, K, N]
 // ([batch_b, N, K] if transpose_b) with batch_b = batch or 1 (shared).
 struct MatmulShape {

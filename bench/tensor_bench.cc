@@ -1,0 +1,145 @@
+// Tensor-layer benchmarks (issue #2).
+//
+// BM_Matmul_VsSgemm: our matmul against oneDNN's own dnnl_sgemm on the same
+//   buffers, interleaved in every iteration so both see the same machine
+//   state. Counters: GFLOP/s of each and ratio = sgemm time / our time
+//   (goal >= 0.95: the wrapper adds nothing).
+// BM_Op_AddTiny: per-op overhead on 16 floats (ns per op).
+// BM_Elementwise_VsMemcpy: an op's GB/s against memcpy of the same bytes,
+//   interleaved (goal >= 0.8 of memcpy at 4 MiB).
+//
+// Results are validated before they are timed.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "lockstep/lockstep.h"
+#include "tensor/backend/onednn/onednn.h"
+
+namespace ls = lockstep;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// args: M, K, N, transpose_a, transpose_b
+void BM_Matmul_VsSgemm(benchmark::State& state) {
+  const auto m = state.range(0), k = state.range(1), n = state.range(2);
+  const bool ta = state.range(3) != 0, tb = state.range(4) != 0;
+  const ls::Tensor a = ls::random::uniform(ta ? ls::Shape{k, m} : ls::Shape{m, k}, {.seed = 1});
+  const ls::Tensor b = ls::random::uniform(tb ? ls::Shape{n, k} : ls::Shape{k, n}, {.seed = 2});
+  std::vector<float> c_ref(static_cast<std::size_t>(m * n));
+  // Validate: our result equals sgemm's.
+  const ls::Tensor c = ls::matmul(a, b, {.transpose_a = ta, .transpose_b = tb});
+  ls::backend::onednn::reference_sgemm(ta, tb, m, n, k, a.data<float>(), b.data<float>(), c_ref.data());
+  const float* pc = c.data<float>();
+  for (std::size_t i = 0; i < c_ref.size(); ++i) {
+    if (std::fabs(pc[i] - c_ref[i]) > 1e-3f * (1.0f + std::fabs(c_ref[i]))) {
+      state.SkipWithError("matmul disagrees with dnnl_sgemm");
+      return;
+    }
+  }
+  double ours = 0, theirs = 0;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    ls::Tensor out = ls::matmul(a, b, {.transpose_a = ta, .transpose_b = tb});
+    benchmark::DoNotOptimize(out.raw_data());
+    const double dt = seconds_since(t0);
+    ours += dt;
+    state.SetIterationTime(dt);
+    t0 = Clock::now();
+    ls::backend::onednn::reference_sgemm(ta, tb, m, n, k, a.data<float>(), b.data<float>(), c_ref.data());
+    benchmark::ClobberMemory();
+    theirs += seconds_since(t0);
+  }
+  const double flops = 2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations());
+  state.counters["GFLOPs"] = flops / ours * 1e-9;
+  state.counters["sgemm_GFLOPs"] = flops / theirs * 1e-9;
+  state.counters["ratio"] = theirs / ours;
+}
+
+void matmul_shapes(benchmark::internal::Benchmark* b) {
+  // The seed MLP's GEMMs: forward x·W, backward dX = g·Wᵀ and dW = xᵀ·g.
+  for (std::int64_t m : {32, 64, 512}) {
+    for (auto [k, n] : {std::pair<std::int64_t, std::int64_t>{784, 256}, {256, 256}, {256, 10}}) {
+      b->Args({m, k, n, 0, 0});  // forward
+      b->Args({m, n, k, 0, 1});  // dX: [m, n]·[k, n]ᵀ
+      b->Args({k, m, n, 1, 0});  // dW: [m, k]ᵀ·[m, n]
+    }
+  }
+  b->Args({2048, 2048, 2048, 0, 0});
+  b->ArgNames({"M", "K", "N", "ta", "tb"});
+}
+BENCHMARK(BM_Matmul_VsSgemm)->Apply(matmul_shapes)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+void BM_Op_AddTiny(benchmark::State& state) {
+  const ls::Tensor a = ls::random::uniform({16}, {.seed = 1});
+  const ls::Tensor b = ls::random::uniform({16}, {.seed = 2});
+  for (auto _ : state) {
+    ls::Tensor c = ls::add(a, b);
+    benchmark::DoNotOptimize(c.raw_data());
+  }
+  state.counters["ns_per_op"] = benchmark::Counter(static_cast<double>(state.iterations()),
+                                                   benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_Op_AddTiny);
+
+// arg 0: which op; arg 1: bytes per tensor.
+void BM_Elementwise_VsMemcpy(benchmark::State& state) {
+  const int which = static_cast<int>(state.range(0));
+  const std::int64_t n = state.range(1) / 4;
+  const ls::Tensor a = ls::random::uniform({n}, {.minval = 0.5f, .maxval = 1.5f, .seed = 1});
+  const ls::Tensor b = ls::random::uniform({n}, {.minval = 0.5f, .maxval = 1.5f, .seed = 2});
+  std::vector<float> dst(static_cast<std::size_t>(n));
+  auto run = [&]() -> ls::Tensor {
+    switch (which) {
+      case 0: return ls::add(a, b);
+      case 1: return ls::mul(a, b);
+      case 2: return ls::relu(a);
+      default: return ls::exp(a);
+    }
+  };
+  // Validate one element of each op.
+  const float got = run().data<float>()[n / 2];
+  const float x = a.data<float>()[n / 2], y = b.data<float>()[n / 2];
+  const float want = which == 0 ? x + y : which == 1 ? x * y : which == 2 ? x : std::exp(x);
+  if (std::fabs(got - want) > 1e-5f * std::fabs(want)) {
+    state.SkipWithError("elementwise result is wrong");
+    return;
+  }
+  const double op_bytes = static_cast<double>(n) * 4.0 * (which <= 1 ? 3.0 : 2.0);  // reads + write
+  const double copy_bytes = static_cast<double>(n) * 4.0 * 2.0;
+  double ours = 0, copy = 0;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    ls::Tensor out = run();
+    benchmark::DoNotOptimize(out.raw_data());
+    const double dt = seconds_since(t0);
+    ours += dt;
+    state.SetIterationTime(dt);
+    t0 = Clock::now();
+    std::memcpy(dst.data(), a.raw_data(), static_cast<std::size_t>(n) * 4);
+    benchmark::ClobberMemory();
+    copy += seconds_since(t0);
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GBps"] = op_bytes * iters / ours * 1e-9;
+  state.counters["memcpy_GBps"] = copy_bytes * iters / copy * 1e-9;
+  state.counters["ratio"] = (op_bytes / ours) / (copy_bytes / copy);
+}
+BENCHMARK(BM_Elementwise_VsMemcpy)
+    ->ArgsProduct({{0, 1, 2, 3}, {4 << 20, 64 << 20}})
+    ->ArgNames({"op", "bytes"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
