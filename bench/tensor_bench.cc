@@ -10,6 +10,7 @@
 //
 // Results are validated before they are timed.
 #include <benchmark/benchmark.h>
+#include <omp.h>
 
 #include <chrono>
 #include <cmath>
@@ -91,10 +92,13 @@ void BM_Op_AddTiny(benchmark::State& state) {
 }
 BENCHMARK(BM_Op_AddTiny);
 
-// arg 0: which op; arg 1: bytes per tensor.
+// arg 0: which op (add, mul, relu, exp); arg 1: bytes per tensor; arg 2:
+// threads for the op (memcpy is always one thread).
 void BM_Elementwise_VsMemcpy(benchmark::State& state) {
   const int which = static_cast<int>(state.range(0));
   const std::int64_t n = state.range(1) / 4;
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(static_cast<int>(state.range(2)));
   const ls::Tensor a = ls::random::uniform({n}, {.minval = 0.5f, .maxval = 1.5f, .seed = 1});
   const ls::Tensor b = ls::random::uniform({n}, {.minval = 0.5f, .maxval = 1.5f, .seed = 2});
   std::vector<float> dst(static_cast<std::size_t>(n));
@@ -112,6 +116,7 @@ void BM_Elementwise_VsMemcpy(benchmark::State& state) {
   const float want = which == 0 ? x + y : which == 1 ? x * y : which == 2 ? x : std::exp(x);
   if (std::fabs(got - want) > 1e-5f * std::fabs(want)) {
     state.SkipWithError("elementwise result is wrong");
+    omp_set_num_threads(saved_threads);
     return;
   }
   const double op_bytes = static_cast<double>(n) * 4.0 * (which <= 1 ? 3.0 : 2.0);  // reads + write
@@ -133,10 +138,11 @@ void BM_Elementwise_VsMemcpy(benchmark::State& state) {
   state.counters["GBps"] = op_bytes * iters / ours * 1e-9;
   state.counters["memcpy_GBps"] = copy_bytes * iters / copy * 1e-9;
   state.counters["ratio"] = (op_bytes / ours) / (copy_bytes / copy);
+  omp_set_num_threads(saved_threads);
 }
 BENCHMARK(BM_Elementwise_VsMemcpy)
-    ->ArgsProduct({{0, 1, 2, 3}, {4 << 20, 64 << 20}})
-    ->ArgNames({"op", "bytes"})
+    ->ArgsProduct({{0, 1, 2, 3}, {4 << 20, 64 << 20}, {1, 2}})
+    ->ArgNames({"op", "bytes", "threads"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
