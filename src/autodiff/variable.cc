@@ -2,6 +2,7 @@
 #include "lockstep/autodiff/variable.h"
 
 #include <cstring>
+#include <vector>
 
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/tensor/ops.h"
@@ -84,5 +85,23 @@ void Variable::assign_sub(const Tensor& delta) {
   detail::RecordingPause pause;
   assign(sub(state_->value, delta));
 }
+
+}  // namespace lockstep
+
+namespace lockstep {
+namespace {
+thread_local std::vector<VariableCreator> t_creators;
+}
+
+Variable create_variable(const Tensor& initial_value, Variable::Options options) {
+  if (t_creators.empty()) return Variable(initial_value, std::move(options));
+  return t_creators.back()(initial_value, std::move(options));
+}
+
+VariableCreatorScope::VariableCreatorScope(VariableCreator creator) {
+  t_creators.push_back(std::move(creator));
+}
+
+VariableCreatorScope::~VariableCreatorScope() { t_creators.pop_back(); }
 
 }  // namespace lockstep

@@ -14,6 +14,7 @@
 //   w.assign_sub(grad * 0.01f);
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -60,6 +61,29 @@ class Variable {
   struct State;
   void check_update(const Tensor& t, const char* op) const;
   std::shared_ptr<State> state_;
+};
+
+}  // namespace lockstep
+
+namespace lockstep {
+
+// The one factory through which layers, optimizers and metrics create their
+// variables, so that a strategy can intercept creation (mirrored variables)
+// the way tf.variable_creator_scope does.
+using VariableCreator = std::function<Variable(const Tensor& initial_value, Variable::Options)>;
+
+// Creates a variable with the innermost VariableCreatorScope's creator on
+// this thread, or a plain Variable when there is none.
+Variable create_variable(const Tensor& initial_value, Variable::Options options);
+
+// RAII, thread-local: variables created while alive go through `creator`.
+// Nestable; not copyable or movable.
+class VariableCreatorScope {
+ public:
+  explicit VariableCreatorScope(VariableCreator creator);
+  ~VariableCreatorScope();
+  VariableCreatorScope(const VariableCreatorScope&) = delete;
+  VariableCreatorScope& operator=(const VariableCreatorScope&) = delete;
 };
 
 }  // namespace lockstep

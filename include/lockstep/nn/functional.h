@@ -1,0 +1,72 @@
+// Networks of layers: a functional graph (Input -> layers -> outputs) and a
+// sequential stack. Both are LayerImpls, so they nest like any layer; the
+// train layer's Model wraps one of them (or a user's subclass) with
+// compile / fit / evaluate / predict.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lockstep/nn/layer.h"
+
+namespace lockstep {
+
+// The layer call that produced a KerasTensor.
+struct KerasTensor::Node {
+  std::shared_ptr<LayerImpl> layer;  // null for an Input
+  std::vector<KerasTensor> inputs;
+  std::string input_name;            // for an Input
+};
+
+// Runs the graph between `inputs` and `outputs`, layers in topological order.
+// Shared layers and residual branches work; every Input the outputs depend on
+// must be among `inputs`.
+class FunctionalImpl : public LayerImpl {
+ public:
+  FunctionalImpl(std::vector<KerasTensor> inputs, std::vector<KerasTensor> outputs,
+                 std::string name = "");
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
+
+  const std::vector<KerasTensor>& inputs() const { return inputs_; }
+  const std::vector<KerasTensor>& outputs() const { return outputs_; }
+
+  // One layer call of the graph, in execution order.
+  struct Step {
+    const KerasTensor::Node* node;
+    std::vector<int> input_slots;  // where its inputs are
+    int output_slot;               // where its output goes
+    KerasTensor output;
+  };
+  const std::vector<Step>& steps() const { return steps_; }
+
+ private:
+  std::vector<KerasTensor> inputs_;
+  std::vector<KerasTensor> outputs_;
+  std::vector<int> input_slots_;
+  std::vector<int> output_slots_;
+  std::vector<Step> steps_;
+  int num_slots_ = 0;
+};
+
+// A plain stack of single-input layers (keras.Sequential).
+class SequentialImpl : public LayerImpl {
+ public:
+  explicit SequentialImpl(std::string name = "");
+  // Declares the shape of one example, so that every layer is built (and has
+  // an output shape for summary) as soon as it is added.
+  void set_input_shape(const Shape& sample_shape, DType dtype = DType::kFloat32);
+  void add(const Layer& layer);
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
+
+  const std::vector<Layer>& layers() const { return layers_; }
+  // The symbolic output of each layer (empty until the input shape is known).
+  const std::vector<KerasTensor>& layer_outputs() const { return outputs_; }
+  const KerasTensor& input() const { return input_; }
+
+ private:
+  std::vector<Layer> layers_;
+  KerasTensor input_;
+  std::vector<KerasTensor> outputs_;
+};
+
+}  // namespace lockstep

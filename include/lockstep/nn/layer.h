@@ -1,0 +1,193 @@
+// Layers: the building blocks of models, as keras.layers.Layer.
+//
+// Two types work together, as in PyTorch's C++ frontend:
+//   - LayerImpl: the polymorphic object that owns weights and computes. Users
+//     subclass it for custom layers (override build and call).
+//   - Layer: a cheap, copyable handle to a LayerImpl (shared ownership). Every
+//     built-in layer (layers::Dense, ...) is a Layer handle, which is what lets
+//     `ls::layers::Dense(10)(x)` build a graph from temporaries.
+//
+// A layer is called eagerly on Tensors, or symbolically on KerasTensors to
+// build a functional model:
+//
+//   auto inputs = ls::Input({784});
+//   auto x = ls::layers::Dense(256, {.activation = "relu"})(inputs);
+//
+// Weights are created on the first call, from the input shape, through
+// add_weight — which goes through create_variable, so a strategy in scope can
+// create them mirrored.
+//
+// Thread-safety: a layer may be called from one thread at a time (replicas
+// each call their own copy).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/autodiff/variable.h"
+#include "lockstep/nn/initializers.h"
+#include "lockstep/tensor/tensor.h"
+
+namespace lockstep {
+
+// Per-call flags that reach every layer (Keras's `training` argument).
+struct CallContext {
+  bool training = false;
+};
+
+class Layer;
+class KerasTensor;
+
+class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
+ public:
+  // `class_name` is the Keras class ("Dense"); `name` defaults to a unique
+  // snake_case name derived from it ("dense", "dense_1", ...).
+  explicit LayerImpl(std::string class_name, std::string name = "");
+  virtual ~LayerImpl() = default;
+  LayerImpl(const LayerImpl&) = delete;
+  LayerImpl& operator=(const LayerImpl&) = delete;
+
+  const std::string& name() const { return name_; }
+  const std::string& class_name() const { return class_name_; }
+
+  // A frozen layer's weights (and its sublayers') are neither trainable
+  // weights nor updated; BatchNormalization also runs in inference mode.
+  bool trainable() const { return trainable_; }
+  virtual void set_trainable(bool trainable);
+
+  bool built() const { return built_; }
+
+  // Creates the weights for inputs of these shapes (batch dimension first).
+  virtual void build(const std::vector<Shape>& input_shapes);
+  // The computation. Inputs and outputs are lists because some layers take
+  // several (Add, Concatenate) — most use SingleInputLayerImpl.
+  virtual std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) = 0;
+
+  // Builds on first use, checks, then calls. What Layer::operator() runs.
+  std::vector<Tensor> apply(const std::vector<Tensor>& inputs, const CallContext& ctx);
+
+  // Own weights followed by sublayers' (depth first), without duplicates.
+  std::vector<Variable> weights() const;
+  std::vector<Variable> trainable_weights() const;
+  std::vector<Variable> non_trainable_weights() const;
+  std::int64_t count_params() const;
+  // Regularisation penalties of this layer and its sublayers, computed from
+  // the current weights (call it inside a GradientTape).
+  std::vector<Tensor> regularization_losses() const;
+
+  // Sublayers registered with track(), in registration order.
+  const std::vector<std::shared_ptr<LayerImpl>>& sublayers() const { return sublayers_; }
+
+ protected:
+  struct WeightOptions {
+    std::string name;
+    Shape shape;
+    Initializer initializer = initializers::GlorotUniform();
+    bool trainable = true;
+    Regularizer regularizer;  // empty: none
+  };
+  Variable add_weight(const WeightOptions& options);
+  // Registers a sublayer so that its weights and losses count as this layer's.
+  template <typename L>
+  L track(L layer) {
+    track_impl(layer.impl());
+    return layer;
+  }
+  void track_impl(const std::shared_ptr<LayerImpl>& layer);
+
+ private:
+  struct OwnWeight {
+    Variable variable;
+    Regularizer regularizer;
+  };
+  void collect(std::vector<const LayerImpl*>& out) const;
+
+  std::string class_name_;
+  std::string name_;
+  bool trainable_ = true;
+  bool built_ = false;
+  std::vector<OwnWeight> own_weights_;
+  std::vector<std::shared_ptr<LayerImpl>> sublayers_;
+};
+
+// Base for layers with one input and one output: implement this call.
+class SingleInputLayerImpl : public LayerImpl {
+ public:
+  using LayerImpl::LayerImpl;
+  virtual Tensor call(const Tensor& input, const CallContext& ctx) = 0;
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) final;
+};
+
+// A symbolic tensor: the output of a layer in a functional graph, with its
+// shape (the batch dimension is unknown and not stored) and dtype.
+class KerasTensor {
+ public:
+  struct Node;  // the layer call that produced it (see functional.h)
+
+  KerasTensor() = default;
+  KerasTensor(std::shared_ptr<const Node> node, int index, Shape sample_shape, DType dtype)
+      : node_(std::move(node)), index_(index), sample_shape_(sample_shape), dtype_(dtype) {}
+
+  // Shape of one example (without the batch dimension).
+  const Shape& sample_shape() const { return sample_shape_; }
+  DType dtype() const { return dtype_; }
+  // "(None, 28, 28, 1)"
+  std::string shape_string() const;
+
+  const std::shared_ptr<const Node>& node() const { return node_; }
+  int index() const { return index_; }
+  bool defined() const { return node_ != nullptr; }
+
+ private:
+  std::shared_ptr<const Node> node_;
+  int index_ = 0;
+  Shape sample_shape_;
+  DType dtype_ = DType::kFloat32;
+};
+
+// A handle to a LayerImpl. Copies share the layer (and its weights).
+class Layer {
+ public:
+  Layer() = default;
+  explicit Layer(std::shared_ptr<LayerImpl> impl) : impl_(std::move(impl)) {}
+
+  // Eager calls.
+  Tensor operator()(const Tensor& input, const CallContext& ctx = {}) const;
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, const CallContext& ctx = {}) const;
+  // Symbolic calls: build a functional graph.
+  KerasTensor operator()(const KerasTensor& input) const;
+  KerasTensor operator()(const std::vector<KerasTensor>& inputs) const;
+
+  LayerImpl* operator->() const { return impl_.get(); }
+  const std::shared_ptr<LayerImpl>& impl() const { return impl_; }
+  bool defined() const { return impl_ != nullptr; }
+
+  const std::string& name() const { return impl_->name(); }
+  std::vector<Variable> weights() const { return impl_->weights(); }
+  std::vector<Variable> trainable_weights() const { return impl_->trainable_weights(); }
+  std::vector<Variable> non_trainable_weights() const { return impl_->non_trainable_weights(); }
+  bool trainable() const { return impl_->trainable(); }
+  void set_trainable(bool trainable) const { impl_->set_trainable(trainable); }
+
+ protected:
+  std::shared_ptr<LayerImpl> impl_;
+};
+
+// Wraps a custom LayerImpl subclass in a handle:
+//   auto scale = ls::make_layer<Scale>(2.0f);
+template <typename Impl, typename... Args>
+Layer make_layer(Args&&... args) {
+  return Layer(std::make_shared<Impl>(std::forward<Args>(args)...));
+}
+
+// The entry point of a functional model: a symbolic tensor of examples of
+// shape `sample_shape` (the batch dimension is implied).
+KerasTensor Input(const Shape& sample_shape, DType dtype = DType::kFloat32, std::string name = "");
+
+// Resets the counters behind automatic layer names ("dense", "dense_1"...),
+// as keras.backend.clear_session().
+void clear_session();
+
+}  // namespace lockstep

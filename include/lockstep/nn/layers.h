@@ -1,0 +1,201 @@
+// Built-in layers (keras.layers). Each is a Layer handle constructed with
+// Keras's arguments as an options struct:
+//
+//   ls::layers::Dense(256, {.activation = "relu", .kernel_regularizer = ls::regularizers::L2(1e-4)})
+//
+// and each has a public Impl class holding its weights (layer->kernel()).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/nn/layer.h"
+
+namespace lockstep {
+
+// An activation function by Keras name: "linear" (or ""), "relu", "relu6",
+// "sigmoid", "tanh", "softmax", "log_softmax", "silu" ("swish"). ValueError
+// listing the valid names otherwise.
+using ActivationFn = std::function<Tensor(const Tensor&)>;
+ActivationFn get_activation(const std::string& name);
+
+namespace layers {
+
+// ---- Dense ------------------------------------------------------------------
+struct DenseOptions {
+  std::string activation;  // "" = linear
+  bool use_bias = true;
+  Initializer kernel_initializer = initializers::GlorotUniform();
+  Initializer bias_initializer = initializers::Zeros();
+  Regularizer kernel_regularizer;
+  Regularizer bias_regularizer;
+  std::string name;
+};
+
+class DenseImpl : public SingleInputLayerImpl {
+ public:
+  DenseImpl(std::int64_t units, DenseOptions options);
+  void build(const std::vector<Shape>& input_shapes) override;
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  const Variable& kernel() const { return kernel_; }
+  const Variable& bias() const { return bias_; }
+  std::int64_t units() const { return units_; }
+
+ private:
+  std::int64_t units_;
+  DenseOptions options_;
+  ActivationFn activation_;
+  Variable kernel_, bias_;
+};
+
+class Dense : public Layer {
+ public:
+  explicit Dense(std::int64_t units, DenseOptions options = {});
+  DenseImpl* operator->() const { return static_cast<DenseImpl*>(impl_.get()); }
+};
+
+// ---- Activation, ReLU, Softmax -------------------------------------------------
+class ActivationImpl : public SingleInputLayerImpl {
+ public:
+  ActivationImpl(const std::string& activation, std::string name);
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+
+ private:
+  ActivationFn fn_;
+};
+class Activation : public Layer {
+ public:
+  explicit Activation(const std::string& activation, std::string name = "");
+};
+
+struct ReLUOptions {
+  float max_value = -1.0f;      // < 0: unbounded
+  float negative_slope = 0.0f;  // leaky slope below the threshold
+  std::string name;
+};
+class ReLUImpl : public SingleInputLayerImpl {
+ public:
+  explicit ReLUImpl(ReLUOptions options);
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+
+ private:
+  ReLUOptions options_;
+};
+class ReLU : public Layer {
+ public:
+  explicit ReLU(ReLUOptions options = {});
+};
+
+class SoftmaxImpl : public SingleInputLayerImpl {
+ public:
+  SoftmaxImpl(int axis, std::string name);
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+
+ private:
+  int axis_;
+};
+class Softmax : public Layer {
+ public:
+  explicit Softmax(int axis = -1, std::string name = "");
+};
+
+// ---- Dropout -------------------------------------------------------------------
+struct DropoutOptions {
+  std::optional<std::uint64_t> seed;
+  std::string name;
+};
+// Inverted dropout: in training, zeroes a fraction `rate` of the inputs and
+// scales the rest by 1 / (1 - rate); identity in inference.
+class DropoutImpl : public SingleInputLayerImpl {
+ public:
+  DropoutImpl(float rate, DropoutOptions options);
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+
+ private:
+  float rate_;
+  std::uint64_t seed_;
+  std::uint64_t next_stream_;
+};
+class Dropout : public Layer {
+ public:
+  explicit Dropout(float rate, DropoutOptions options = {});
+};
+
+// ---- Flatten, Reshape ------------------------------------------------------------
+class FlattenImpl : public SingleInputLayerImpl {
+ public:
+  explicit FlattenImpl(std::string name);
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+};
+class Flatten : public Layer {
+ public:
+  explicit Flatten(std::string name = "");
+};
+
+// Reshapes each example to `target_shape` (one dimension may be -1).
+class ReshapeImpl : public SingleInputLayerImpl {
+ public:
+  ReshapeImpl(std::vector<std::int64_t> target_shape, std::string name);
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+
+ private:
+  std::vector<std::int64_t> target_;
+};
+class Reshape : public Layer {
+ public:
+  explicit Reshape(std::vector<std::int64_t> target_shape, std::string name = "");
+};
+
+// ---- merging layers ----------------------------------------------------------------
+class AddImpl : public LayerImpl {
+ public:
+  explicit AddImpl(std::string name);
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
+};
+class Add : public Layer {
+ public:
+  explicit Add(std::string name = "");
+};
+
+class ConcatenateImpl : public LayerImpl {
+ public:
+  ConcatenateImpl(int axis, std::string name);
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
+
+ private:
+  int axis_;
+};
+class Concatenate : public Layer {
+ public:
+  explicit Concatenate(int axis = -1, std::string name = "");
+};
+
+// ---- Embedding ---------------------------------------------------------------------
+struct EmbeddingOptions {
+  Initializer embeddings_initializer = initializers::RandomUniform();
+  Regularizer embeddings_regularizer;
+  std::string name;
+};
+// Maps integer ids in [0, input_dim) to vectors of size output_dim.
+class EmbeddingImpl : public SingleInputLayerImpl {
+ public:
+  EmbeddingImpl(std::int64_t input_dim, std::int64_t output_dim, EmbeddingOptions options);
+  void build(const std::vector<Shape>& input_shapes) override;
+  Tensor call(const Tensor& ids, const CallContext& ctx) override;
+  const Variable& embeddings() const { return embeddings_; }
+
+ private:
+  std::int64_t input_dim_, output_dim_;
+  EmbeddingOptions options_;
+  Variable embeddings_;
+};
+class Embedding : public Layer {
+ public:
+  Embedding(std::int64_t input_dim, std::int64_t output_dim, EmbeddingOptions options = {});
+  EmbeddingImpl* operator->() const { return static_cast<EmbeddingImpl*>(impl_.get()); }
+};
+
+}  // namespace layers
+}  // namespace lockstep

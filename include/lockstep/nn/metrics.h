@@ -1,0 +1,144 @@
+// Metrics (keras.metrics): stateful accumulators.
+//
+//   ls::metrics::SparseCategoricalAccuracy acc;
+//   acc.update_state(labels, logits);
+//   double value = acc.result();
+//
+// State is a short vector of float64 numbers that adds up: merge() adds
+// another instance's state (a strategy merges replicas' metrics before they
+// are read), and state()/set_state() let checkpoints save it. Accumulating
+// in float64 keeps epoch-long sums exact where Keras's float32 drifts.
+//
+// Not thread-safe: each replica updates its own instance.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/tensor/tensor.h"
+
+namespace lockstep {
+
+class MetricImpl {
+ public:
+  explicit MetricImpl(std::string name) : name_(std::move(name)) {}
+  virtual ~MetricImpl() = default;
+  // `sample_weight` (optional, shape [batch]) weights each example.
+  virtual void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) = 0;
+  virtual double result() const = 0;
+  void reset_state() { std::fill(state_.begin(), state_.end(), 0.0); }
+  const std::vector<double>& state() const { return state_; }
+  void set_state(const std::vector<double>& state);
+  void merge(const MetricImpl& other);
+  // A new metric of the same kind and configuration, with empty state.
+  virtual std::shared_ptr<MetricImpl> clone() const = 0;
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+
+ protected:
+  std::vector<double> state_;
+
+ private:
+  std::string name_;
+};
+
+// A handle to a MetricImpl; copies share the state.
+class Metric {
+ public:
+  Metric() = default;
+  explicit Metric(std::shared_ptr<MetricImpl> impl) : impl_(std::move(impl)) {}
+  void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight = {}) const {
+    impl_->update_state(y_true, y_pred, sample_weight);
+  }
+  double result() const { return impl_->result(); }
+  void reset_state() const { impl_->reset_state(); }
+  void merge(const Metric& other) const { impl_->merge(*other.impl_); }
+  const std::string& name() const { return impl_->name(); }
+  bool defined() const { return impl_ != nullptr; }
+  const std::shared_ptr<MetricImpl>& impl() const { return impl_; }
+
+ protected:
+  std::shared_ptr<MetricImpl> impl_;
+};
+
+namespace metrics {
+
+struct MetricOptions {
+  std::string name;  // default: the Keras name
+};
+struct ThresholdOptions {
+  float threshold = 0.5f;
+  std::string name;
+};
+
+// Weighted mean of the values passed (as y_true) — Keras's Mean.
+class Mean : public Metric {
+ public:
+  explicit Mean(MetricOptions options = {});
+  void update_state(const Tensor& values, const Tensor& sample_weight = {}) const {
+    impl_->update_state(values, Tensor(), sample_weight);
+  }
+};
+class Sum : public Metric {
+ public:
+  explicit Sum(MetricOptions options = {});
+  void update_state(const Tensor& values, const Tensor& sample_weight = {}) const {
+    impl_->update_state(values, Tensor(), sample_weight);
+  }
+};
+// Fraction of elements where y_pred == y_true.
+class Accuracy : public Metric {
+ public:
+  explicit Accuracy(MetricOptions options = {});
+};
+// argmax(y_pred) == integer label.
+class SparseCategoricalAccuracy : public Metric {
+ public:
+  explicit SparseCategoricalAccuracy(MetricOptions options = {});
+};
+// argmax(y_pred) == argmax(y_true).
+class CategoricalAccuracy : public Metric {
+ public:
+  explicit CategoricalAccuracy(MetricOptions options = {});
+};
+// (y_pred > threshold) == y_true, averaged over the last axis per example.
+class BinaryAccuracy : public Metric {
+ public:
+  explicit BinaryAccuracy(ThresholdOptions options = {});
+};
+struct TopKOptions {
+  int k = 5;
+  std::string name;
+};
+// The true class (argmax of one-hot y_true) is among the k largest predictions
+// (ties at the boundary count as inside, as tf.math.in_top_k).
+class TopKCategoricalAccuracy : public Metric {
+ public:
+  explicit TopKCategoricalAccuracy(TopKOptions options = {});
+};
+class Precision : public Metric {
+ public:
+  explicit Precision(ThresholdOptions options = {});
+};
+class Recall : public Metric {
+ public:
+  explicit Recall(ThresholdOptions options = {});
+};
+struct AUCOptions {
+  int num_thresholds = 200;
+  std::string name;
+};
+// Area under the ROC curve from confusion counts at evenly spaced thresholds,
+// trapezoidal (Keras's default "interpolation" summation for ROC).
+class AUC : public Metric {
+ public:
+  explicit AUC(AUCOptions options = {});
+};
+class MeanSquaredError : public Metric {
+ public:
+  explicit MeanSquaredError(MetricOptions options = {});
+};
+
+}  // namespace metrics
+}  // namespace lockstep

@@ -1,0 +1,128 @@
+// Functional graphs (topological execution) and Sequential stacks.
+#include "lockstep/nn/functional.h"
+
+#include <functional>
+#include <map>
+#include <set>
+
+namespace lockstep {
+namespace {
+
+using SlotKey = std::pair<const KerasTensor::Node*, int>;
+
+std::string sample_string(const Shape& s) {
+  std::string out = "(None";
+  for (std::int64_t d : s.dims()) out += ", " + std::to_string(d);
+  return out + ")";
+}
+
+// Checks that a tensor fed to a model input has the declared example shape.
+void check_input(const std::string& model, std::size_t i, const KerasTensor& spec, const Tensor& t) {
+  bool ok = t.rank() == spec.sample_shape().rank() + 1;
+  for (int d = 0; ok && d < spec.sample_shape().rank(); ++d) ok = t.shape()[d + 1] == spec.sample_shape()[d];
+  if (ok) return;
+  std::string hint;
+  if (t.rank() > spec.sample_shape().rank() + 1) hint = " Hint: add a Flatten or Reshape layer, or reshape the data.";
+  detail::throw_error<ShapeError>("model '", model, "': expected input ", i, " of shape ",
+                                  sample_string(spec.sample_shape()), ", got ", t.shape(), ".", hint);
+}
+
+}  // namespace
+
+FunctionalImpl::FunctionalImpl(std::vector<KerasTensor> inputs, std::vector<KerasTensor> outputs,
+                               std::string name)
+    : LayerImpl("Functional", std::move(name)), inputs_(std::move(inputs)), outputs_(std::move(outputs)) {
+  LOCKSTEP_CHECK(!inputs_.empty(), "Model: expected at least one input");
+  LOCKSTEP_CHECK(!outputs_.empty(), "Model: expected at least one output");
+  std::map<SlotKey, int> slots;
+  auto slot_of = [&](const KerasTensor& k) {
+    auto [it, inserted] = slots.emplace(SlotKey{k.node().get(), k.index()}, num_slots_);
+    if (inserted) ++num_slots_;
+    return it->second;
+  };
+  for (const KerasTensor& in : inputs_) {
+    LOCKSTEP_CHECK(in.defined() && in.node()->layer == nullptr,
+                   "Model: every input must come from ls::Input(...)");
+    input_slots_.push_back(slot_of(in));
+  }
+  // Depth-first post-order from the outputs gives a topological order.
+  std::set<const KerasTensor::Node*> done, active;
+  std::function<void(const KerasTensor&)> visit = [&](const KerasTensor& k) {
+    LOCKSTEP_CHECK(k.defined(), "Model: an output or intermediate tensor is undefined");
+    const KerasTensor::Node* node = k.node().get();
+    if (done.count(node)) return;
+    if (node->layer == nullptr) {
+      bool known = false;
+      for (const KerasTensor& in : inputs_) known = known || in.node().get() == node;
+      LOCKSTEP_CHECK(known, "Model: the outputs depend on Input '", node->input_name,
+                     "', which is not among the model's inputs");
+      done.insert(node);
+      return;
+    }
+    LOCKSTEP_CHECK_AS(InternalError, !active.count(node), "Model: the layer graph has a cycle");
+    active.insert(node);
+    Step step{node, {}, 0, k};
+    for (const KerasTensor& in : node->inputs) visit(in);
+    for (const KerasTensor& in : node->inputs) step.input_slots.push_back(slot_of(in));
+    step.output_slot = slot_of(k);
+    steps_.push_back(step);
+    active.erase(node);
+    done.insert(node);
+    track_impl(node->layer);
+  };
+  for (const KerasTensor& out : outputs_) visit(out);
+  for (const KerasTensor& out : outputs_) output_slots_.push_back(slot_of(out));
+}
+
+std::vector<Tensor> FunctionalImpl::call(const std::vector<Tensor>& inputs, const CallContext& ctx) {
+  LOCKSTEP_CHECK(inputs.size() == inputs_.size(), "model '", name(), "': expected ", inputs_.size(),
+                 " inputs, got ", inputs.size());
+  std::vector<Tensor> slots(static_cast<std::size_t>(num_slots_));
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    check_input(name(), i, inputs_[i], inputs[i]);
+    slots[static_cast<std::size_t>(input_slots_[i])] = inputs[i];
+  }
+  for (const Step& step : steps_) {
+    std::vector<Tensor> args;
+    args.reserve(step.input_slots.size());
+    for (int s : step.input_slots) args.push_back(slots[static_cast<std::size_t>(s)]);
+    auto outs = step.node->layer->apply(args, ctx);
+    slots[static_cast<std::size_t>(step.output_slot)] = outs.at(0);
+  }
+  std::vector<Tensor> result;
+  for (int s : output_slots_) result.push_back(slots[static_cast<std::size_t>(s)]);
+  return result;
+}
+
+SequentialImpl::SequentialImpl(std::string name) : LayerImpl("Sequential", std::move(name)) {}
+
+void SequentialImpl::set_input_shape(const Shape& sample_shape, DType dtype) {
+  LOCKSTEP_CHECK(!input_.defined(), "Sequential '", name(), "': the input shape is already set");
+  input_ = Input(sample_shape, dtype);
+  KerasTensor x = input_;
+  for (const Layer& l : layers_) {
+    x = l(x);
+    outputs_.push_back(x);
+  }
+}
+
+void SequentialImpl::add(const Layer& layer) {
+  LOCKSTEP_CHECK(layer.defined(), "Sequential '", name(), "': cannot add an undefined layer");
+  track_impl(layer.impl());
+  layers_.push_back(layer);
+  if (input_.defined()) {
+    const KerasTensor& prev = outputs_.empty() ? input_ : outputs_.back();
+    outputs_.push_back(layer(prev));
+  }
+}
+
+std::vector<Tensor> SequentialImpl::call(const std::vector<Tensor>& inputs, const CallContext& ctx) {
+  LOCKSTEP_CHECK(inputs.size() == 1, "Sequential '", name(), "': expected 1 input, got ", inputs.size());
+  LOCKSTEP_CHECK(!layers_.empty(), "Sequential '", name(), "' has no layers; add some with add()");
+  if (input_.defined()) check_input(name(), 0, input_, inputs[0]);
+  Tensor x = inputs[0];
+  for (const Layer& l : layers_) x = l(x, ctx);
+  return {x};
+}
+
+}  // namespace lockstep

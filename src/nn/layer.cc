@@ -1,0 +1,231 @@
+// LayerImpl bookkeeping (names, weights, sublayers), the Layer handle's
+// calls, and symbolic calls that build functional graphs.
+#include "lockstep/nn/layer.h"
+
+#include <map>
+#include <mutex>
+#include <regex>
+#include <sstream>
+#include <unordered_set>
+
+#include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/nn/functional.h"
+#include "lockstep/tensor/ops.h"
+
+namespace lockstep {
+namespace {
+
+// Automatic layer names, as Keras: one counter per base name.
+struct NameRegistry {
+  std::mutex mutex;
+  std::map<std::string, int> counts;
+};
+
+NameRegistry& names() {
+  static NameRegistry* r = new NameRegistry();
+  return *r;
+}
+
+// Keras's to_snake_case: "BatchNormalization" -> "batch_normalization",
+// "Conv2D" -> "conv2d", "ReLU" -> "re_lu".
+std::string snake_case(const std::string& name) {
+  static const std::regex first("(.)([A-Z][a-z0-9]+)");
+  static const std::regex second("([a-z])([A-Z])");
+  std::string s = std::regex_replace(name, first, "$1_$2");
+  s = std::regex_replace(s, second, "$1_$2");
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string unique_name(const std::string& base) {
+  NameRegistry& r = names();
+  std::lock_guard lock(r.mutex);
+  const int n = r.counts[base]++;
+  return n == 0 ? base : base + "_" + std::to_string(n);
+}
+
+}  // namespace
+
+void clear_session() {
+  NameRegistry& r = names();
+  std::lock_guard lock(r.mutex);
+  r.counts.clear();
+}
+
+LayerImpl::LayerImpl(std::string class_name, std::string name)
+    : class_name_(std::move(class_name)),
+      name_(name.empty() ? unique_name(snake_case(class_name_)) : std::move(name)) {}
+
+void LayerImpl::set_trainable(bool trainable) {
+  trainable_ = trainable;
+  for (auto& sub : sublayers_) sub->set_trainable(trainable);
+}
+
+void LayerImpl::build(const std::vector<Shape>&) {}
+
+std::vector<Tensor> LayerImpl::apply(const std::vector<Tensor>& inputs, const CallContext& ctx) {
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    LOCKSTEP_CHECK(inputs[i].defined(), class_name_, " '", name_, "': input ", i, " is undefined");
+  }
+  if (!built_) {
+    std::vector<Shape> shapes;
+    for (const Tensor& t : inputs) shapes.push_back(t.shape());
+    build(shapes);
+    built_ = true;
+  }
+  return call(inputs, ctx);
+}
+
+Variable LayerImpl::add_weight(const WeightOptions& o) {
+  Tensor initial;
+  {
+    NoGradGuard no_grad;
+    initial = o.initializer(o.shape);
+  }
+  LOCKSTEP_CHECK_AS(InternalError, initial.shape() == o.shape, "initializer '", o.initializer.name(),
+                    "' returned shape ", initial.shape(), " for weight of shape ", o.shape);
+  Variable v = create_variable(initial, {.name = name_ + "/" + o.name, .trainable = o.trainable});
+  own_weights_.push_back({v, o.regularizer});
+  return v;
+}
+
+void LayerImpl::track_impl(const std::shared_ptr<LayerImpl>& layer) {
+  LOCKSTEP_CHECK(layer != nullptr, class_name_, " '", name_, "': cannot track an undefined layer");
+  for (const auto& s : sublayers_) {
+    if (s == layer) return;
+  }
+  sublayers_.push_back(layer);
+}
+
+void LayerImpl::collect(std::vector<const LayerImpl*>& out) const {
+  for (const LayerImpl* seen : out) {
+    if (seen == this) return;  // shared layers count once
+  }
+  out.push_back(this);
+  for (const auto& s : sublayers_) s->collect(out);
+}
+
+std::vector<Variable> LayerImpl::weights() const {
+  std::vector<const LayerImpl*> layers;
+  collect(layers);
+  std::vector<Variable> out;
+  for (const LayerImpl* l : layers) {
+    for (const auto& w : l->own_weights_) out.push_back(w.variable);
+  }
+  return out;
+}
+
+std::vector<Variable> LayerImpl::trainable_weights() const {
+  std::vector<const LayerImpl*> layers;
+  collect(layers);
+  std::vector<Variable> out;
+  for (const LayerImpl* l : layers) {
+    if (!l->trainable_) continue;
+    for (const auto& w : l->own_weights_) {
+      if (w.variable.trainable()) out.push_back(w.variable);
+    }
+  }
+  return out;
+}
+
+std::vector<Variable> LayerImpl::non_trainable_weights() const {
+  std::vector<const LayerImpl*> layers;
+  collect(layers);
+  std::vector<Variable> out;
+  for (const LayerImpl* l : layers) {
+    for (const auto& w : l->own_weights_) {
+      if (!l->trainable_ || !w.variable.trainable()) out.push_back(w.variable);
+    }
+  }
+  return out;
+}
+
+std::int64_t LayerImpl::count_params() const {
+  std::int64_t n = 0;
+  for (const Variable& v : weights()) n += v.shape().numel();
+  return n;
+}
+
+std::vector<Tensor> LayerImpl::regularization_losses() const {
+  std::vector<const LayerImpl*> layers;
+  collect(layers);
+  std::vector<Tensor> out;
+  for (const LayerImpl* l : layers) {
+    for (const auto& w : l->own_weights_) {
+      if (w.regularizer && l->trainable_) out.push_back(w.regularizer(w.variable.value()));
+    }
+  }
+  return out;
+}
+
+std::vector<Tensor> SingleInputLayerImpl::call(const std::vector<Tensor>& inputs, const CallContext& ctx) {
+  LOCKSTEP_CHECK(inputs.size() == 1, class_name(), " '", name(), "': expected 1 input, got ",
+                 inputs.size());
+  return {call(inputs[0], ctx)};
+}
+
+// ---- KerasTensor and symbolic calls -----------------------------------------
+
+std::string KerasTensor::shape_string() const {
+  std::ostringstream os;
+  os << "(None";
+  for (std::int64_t d : sample_shape_.dims()) os << ", " << d;
+  os << ")";
+  return os.str();
+}
+
+Tensor Layer::operator()(const Tensor& input, const CallContext& ctx) const {
+  LOCKSTEP_CHECK(defined(), "calling an undefined layer");
+  auto outs = impl_->apply({input}, ctx);
+  LOCKSTEP_CHECK(outs.size() == 1, impl_->class_name(), " '", impl_->name(), "' returned ",
+                 outs.size(), " outputs; call it with a list of inputs to get them all");
+  return outs[0];
+}
+
+std::vector<Tensor> Layer::operator()(const std::vector<Tensor>& inputs, const CallContext& ctx) const {
+  LOCKSTEP_CHECK(defined(), "calling an undefined layer");
+  return impl_->apply(inputs, ctx);
+}
+
+KerasTensor Layer::operator()(const KerasTensor& input) const {
+  return (*this)(std::vector<KerasTensor>{input});
+}
+
+KerasTensor Layer::operator()(const std::vector<KerasTensor>& inputs) const {
+  LOCKSTEP_CHECK(defined(), "calling an undefined layer");
+  // Build the layer and learn its output shape by running it on one example
+  // of zeros: the layer's own code is the only shape logic there is.
+  std::vector<Tensor> probes;
+  for (const KerasTensor& k : inputs) {
+    LOCKSTEP_CHECK(k.defined(), impl_->class_name(), " '", impl_->name(),
+                   "': a symbolic input is undefined");
+    Shape s{1};
+    for (std::int64_t d : k.sample_shape().dims()) s.push_back(d);
+    probes.push_back(Tensor::zeros(s, k.dtype()));
+  }
+  std::vector<Tensor> outs;
+  {
+    NoGradGuard no_grad;
+    outs = impl_->apply(probes, {.training = false});
+  }
+  LOCKSTEP_CHECK(outs.size() == 1, impl_->class_name(), " '", impl_->name(),
+                 "': symbolic calls support one output, the layer returned ", outs.size());
+  const Tensor& out = outs[0];
+  LOCKSTEP_CHECK_AS(ShapeError, out.rank() >= 1 && out.shape()[0] == 1, impl_->class_name(), " '",
+                    impl_->name(), "' changed the batch dimension (output shape ", out.shape(),
+                    " for a batch of 1)");
+  Shape sample;
+  for (int i = 1; i < out.rank(); ++i) sample.push_back(out.shape()[i]);
+  auto node = std::make_shared<KerasTensor::Node>();
+  node->layer = impl_;
+  node->inputs = inputs;
+  return KerasTensor(node, 0, sample, out.dtype());
+}
+
+KerasTensor Input(const Shape& sample_shape, DType dtype, std::string name) {
+  auto node = std::make_shared<KerasTensor::Node>();
+  node->input_name = name.empty() ? unique_name("input_layer") : std::move(name);
+  return KerasTensor(node, 0, sample_shape, dtype);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,199 @@
+// The core Keras layers: Dense, Activation, ReLU, Softmax, Dropout, Flatten,
+// Reshape, Add, Concatenate, Embedding.
+#include "lockstep/nn/layers.h"
+
+#include "lockstep/tensor/ops.h"
+#include "lockstep/tensor/random.h"
+
+namespace lockstep {
+
+ActivationFn get_activation(const std::string& name) {
+  if (name.empty() || name == "linear") return [](const Tensor& x) { return x; };
+  if (name == "relu") return [](const Tensor& x) { return relu(x); };
+  if (name == "relu6") return [](const Tensor& x) { return clip(x, 0.0f, 6.0f); };
+  if (name == "sigmoid") return [](const Tensor& x) { return sigmoid(x); };
+  if (name == "tanh") return [](const Tensor& x) { return tanh(x); };
+  if (name == "softmax") return [](const Tensor& x) { return softmax(x, -1); };
+  if (name == "log_softmax") return [](const Tensor& x) { return log_softmax(x, -1); };
+  if (name == "silu" || name == "swish") return [](const Tensor& x) { return mul(x, sigmoid(x)); };
+  detail::throw_error<ValueError>("unknown activation '", name,
+                                  "'; valid names: linear, relu, relu6, sigmoid, tanh, softmax, "
+                                  "log_softmax, silu, swish");
+}
+
+namespace layers {
+
+// ---- Dense ------------------------------------------------------------------
+
+DenseImpl::DenseImpl(std::int64_t units, DenseOptions options)
+    : SingleInputLayerImpl("Dense", options.name),
+      units_(units),
+      options_(std::move(options)),
+      activation_(get_activation(options_.activation)) {
+  LOCKSTEP_CHECK(units > 0, "Dense: units must be > 0, got ", units);
+}
+
+void DenseImpl::build(const std::vector<Shape>& input_shapes) {
+  const Shape& s = input_shapes.at(0);
+  LOCKSTEP_CHECK_AS(ShapeError, s.rank() >= 2, "Dense '", name(),
+                    "': expected input of rank >= 2 (batch, features), got shape ", s);
+  kernel_ = add_weight({.name = "kernel", .shape = {s[s.rank() - 1], units_},
+                        .initializer = options_.kernel_initializer,
+                        .regularizer = options_.kernel_regularizer});
+  if (options_.use_bias) {
+    bias_ = add_weight({.name = "bias", .shape = {units_}, .initializer = options_.bias_initializer,
+                        .regularizer = options_.bias_regularizer});
+  }
+}
+
+Tensor DenseImpl::call(const Tensor& x, const CallContext&) {
+  const std::int64_t in = kernel_.shape()[0];
+  if (x.rank() < 2 || x.shape()[x.rank() - 1] != in) {
+    detail::throw_error<ShapeError>(
+        "Dense '", name(), "': expected input of last dimension ", in, ", got ",
+        x.rank() ? x.shape()[x.rank() - 1] : 0, " (shape ", x.shape(), ").",
+        x.rank() > 2 ? " Hint: add a Flatten layer." : "");
+  }
+  // Dense acts on the last axis: fold the others into the batch.
+  const Tensor flat = x.rank() == 2 ? x : reshape(x, {-1, in});
+  Tensor y = options_.use_bias ? matmul(flat, kernel_, bias_) : matmul(flat, kernel_);
+  if (x.rank() != 2) {
+    std::vector<std::int64_t> shape = x.shape().to_vector();
+    shape.back() = units_;
+    y = reshape(y, shape);
+  }
+  return activation_(y);
+}
+
+Dense::Dense(std::int64_t units, DenseOptions options)
+    : Layer(std::make_shared<DenseImpl>(units, std::move(options))) {}
+
+// ---- Activation, ReLU, Softmax ---------------------------------------------------
+
+ActivationImpl::ActivationImpl(const std::string& activation, std::string name)
+    : SingleInputLayerImpl("Activation", std::move(name)), fn_(get_activation(activation)) {}
+Tensor ActivationImpl::call(const Tensor& x, const CallContext&) { return fn_(x); }
+Activation::Activation(const std::string& activation, std::string name)
+    : Layer(std::make_shared<ActivationImpl>(activation, std::move(name))) {}
+
+ReLUImpl::ReLUImpl(ReLUOptions options) : SingleInputLayerImpl("ReLU", options.name), options_(options) {
+  LOCKSTEP_CHECK(options.negative_slope >= 0.0f, "ReLU: negative_slope must be >= 0, got ",
+                 options.negative_slope);
+}
+Tensor ReLUImpl::call(const Tensor& x, const CallContext&) {
+  Tensor y = options_.negative_slope > 0.0f
+                 ? where(greater(x, Tensor::scalar(0.0f)), x, mul(x, Tensor::scalar(options_.negative_slope)))
+                 : relu(x);
+  if (options_.max_value >= 0.0f) y = minimum(y, Tensor::scalar(options_.max_value));
+  return y;
+}
+ReLU::ReLU(ReLUOptions options) : Layer(std::make_shared<ReLUImpl>(std::move(options))) {}
+
+SoftmaxImpl::SoftmaxImpl(int axis, std::string name) : SingleInputLayerImpl("Softmax", std::move(name)), axis_(axis) {}
+Tensor SoftmaxImpl::call(const Tensor& x, const CallContext&) { return softmax(x, axis_); }
+Softmax::Softmax(int axis, std::string name) : Layer(std::make_shared<SoftmaxImpl>(axis, std::move(name))) {}
+
+// ---- Dropout -----------------------------------------------------------------------
+
+DropoutImpl::DropoutImpl(float rate, DropoutOptions options)
+    : SingleInputLayerImpl("Dropout", options.name), rate_(rate), next_stream_(0) {
+  LOCKSTEP_CHECK(rate >= 0.0f && rate < 1.0f, "Dropout: rate must be in [0, 1), got ", rate);
+  // Each call draws a new stream; an unseeded layer takes its own block of
+  // streams from the global sequence.
+  if (options.seed) {
+    seed_ = *options.seed;
+  } else {
+    const auto [seed, stream] = detail::next_global_random_key();
+    seed_ = seed;
+    next_stream_ = stream << 32;
+  }
+}
+
+Tensor DropoutImpl::call(const Tensor& x, const CallContext& ctx) {
+  if (!ctx.training || rate_ == 0.0f) return x;
+  const Tensor u = random::uniform(x.shape(), {.seed = seed_, .stream = next_stream_++});
+  const Tensor keep = cast(greater_equal(u, Tensor::scalar(rate_)), DType::kFloat32);
+  return mul(x, mul(keep, Tensor::scalar(1.0f / (1.0f - rate_))));
+}
+
+Dropout::Dropout(float rate, DropoutOptions options)
+    : Layer(std::make_shared<DropoutImpl>(rate, std::move(options))) {}
+
+// ---- Flatten, Reshape ------------------------------------------------------------------
+
+FlattenImpl::FlattenImpl(std::string name) : SingleInputLayerImpl("Flatten", std::move(name)) {}
+Tensor FlattenImpl::call(const Tensor& x, const CallContext&) {
+  LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 1, "Flatten '", name(), "': expected a batch, got a scalar");
+  return reshape(x, {x.shape()[0], x.shape()[0] == 0 ? 0 : x.numel() / x.shape()[0]});
+}
+Flatten::Flatten(std::string name) : Layer(std::make_shared<FlattenImpl>(std::move(name))) {}
+
+ReshapeImpl::ReshapeImpl(std::vector<std::int64_t> target_shape, std::string name)
+    : SingleInputLayerImpl("Reshape", std::move(name)), target_(std::move(target_shape)) {}
+Tensor ReshapeImpl::call(const Tensor& x, const CallContext&) {
+  std::vector<std::int64_t> shape{x.shape()[0]};
+  shape.insert(shape.end(), target_.begin(), target_.end());
+  return reshape(x, shape);
+}
+Reshape::Reshape(std::vector<std::int64_t> target_shape, std::string name)
+    : Layer(std::make_shared<ReshapeImpl>(std::move(target_shape), std::move(name))) {}
+
+// ---- Add, Concatenate ------------------------------------------------------------------
+
+AddImpl::AddImpl(std::string name) : LayerImpl("Add", std::move(name)) {}
+std::vector<Tensor> AddImpl::call(const std::vector<Tensor>& inputs, const CallContext&) {
+  LOCKSTEP_CHECK(inputs.size() >= 2, "Add '", this->name(), "': expected at least 2 inputs, got ",
+                 inputs.size());
+  Tensor out = inputs[0];
+  for (std::size_t i = 1; i < inputs.size(); ++i) {
+    LOCKSTEP_CHECK_AS(ShapeError, inputs[i].shape() == inputs[0].shape(), "Add '", this->name(),
+                      "': input ", i, " has shape ", inputs[i].shape(), ", input 0 has ",
+                      inputs[0].shape());
+    out = add(out, inputs[i]);
+  }
+  return {out};
+}
+Add::Add(std::string name) : Layer(std::make_shared<AddImpl>(std::move(name))) {}
+
+ConcatenateImpl::ConcatenateImpl(int axis, std::string name)
+    : LayerImpl("Concatenate", std::move(name)), axis_(axis) {}
+std::vector<Tensor> ConcatenateImpl::call(const std::vector<Tensor>& inputs, const CallContext&) {
+  LOCKSTEP_CHECK(inputs.size() >= 2, "Concatenate '", this->name(),
+                 "': expected at least 2 inputs, got ", inputs.size());
+  return {concat(inputs, axis_)};
+}
+Concatenate::Concatenate(int axis, std::string name)
+    : Layer(std::make_shared<ConcatenateImpl>(axis, std::move(name))) {}
+
+// ---- Embedding -------------------------------------------------------------------------
+
+EmbeddingImpl::EmbeddingImpl(std::int64_t input_dim, std::int64_t output_dim, EmbeddingOptions options)
+    : SingleInputLayerImpl("Embedding", options.name),
+      input_dim_(input_dim),
+      output_dim_(output_dim),
+      options_(std::move(options)) {
+  LOCKSTEP_CHECK(input_dim > 0 && output_dim > 0, "Embedding: input_dim and output_dim must be > 0, got ",
+                 input_dim, " and ", output_dim);
+}
+
+void EmbeddingImpl::build(const std::vector<Shape>&) {
+  embeddings_ = add_weight({.name = "embeddings", .shape = {input_dim_, output_dim_},
+                            .initializer = options_.embeddings_initializer,
+                            .regularizer = options_.embeddings_regularizer});
+}
+
+Tensor EmbeddingImpl::call(const Tensor& ids, const CallContext&) {
+  LOCKSTEP_CHECK(ids.dtype() == DType::kInt32 || ids.dtype() == DType::kInt64, "Embedding '", name(),
+                 "': expected int32 or int64 ids, got dtype ", ids.dtype());
+  try {
+    return gather(embeddings_, ids, 0);
+  } catch (const IndexError& e) {
+    detail::throw_error<IndexError>("Embedding '", name(), "' (input_dim ", input_dim_, "): ", e.what());
+  }
+}
+
+Embedding::Embedding(std::int64_t input_dim, std::int64_t output_dim, EmbeddingOptions options)
+    : Layer(std::make_shared<EmbeddingImpl>(input_dim, output_dim, std::move(options))) {}
+
+}  // namespace layers
+}  // namespace lockstep
