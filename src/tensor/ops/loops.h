@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 
+#include "lockstep/core/denormals.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/shape.h"
 
@@ -21,10 +22,20 @@ inline constexpr std::int64_t kParallelThreshold = 1 << 15;
 
 // Calls f(begin, end) over [0, n), split across the calling thread's OpenMP
 // team when n * cost_per_item is large enough.
+//
+// Under ThreadSanitizer the loop always runs serially: libgomp is not built
+// with TSan, so its barriers are invisible to it and every parallel region
+// would be reported as a race. Our own threads (replicas, prefetch) are what
+// the tsan preset exists to check.
 template <typename F>
 void parallel_for(std::int64_t n, std::int64_t cost_per_item, F&& f) {
   if (n <= 0) return;
+  FlushDenormalsScope flush;  // see core/denormals.h
+#if defined(__SANITIZE_THREAD__)
+  const int threads = 1;
+#else
   const int threads = omp_get_max_threads();
+#endif
   if (threads <= 1 || n < 2 || n * cost_per_item < kParallelThreshold) {
     f(std::int64_t{0}, n);
     return;
@@ -32,6 +43,7 @@ void parallel_for(std::int64_t n, std::int64_t cost_per_item, F&& f) {
   const std::int64_t chunks = std::min<std::int64_t>(threads, n);
 #pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
   for (std::int64_t c = 0; c < chunks; ++c) {
+    set_flush_denormals();  // worker threads keep the mode
     f(n * c / chunks, n * (c + 1) / chunks);
   }
 }

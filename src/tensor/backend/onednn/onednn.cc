@@ -11,7 +11,10 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "lockstep/core/denormals.h"
 #include "lockstep/core/error.h"
+
+#include <omp.h>
 
 namespace lockstep::backend::onednn {
 namespace {
@@ -51,6 +54,24 @@ void guarded(const char* what, F&& f) {
 
 void* mut(const void* p) { return const_cast<void*>(p); }  // oneDNN takes non-const handles
 
+// oneDNN's kernels run on the calling thread's OpenMP team: make sure every
+// thread of a team of this size flushes denormals (once per team size; the
+// threads keep the mode, see core/denormals.h).
+void flush_denormals_in_team() {
+  thread_local int flushed_team_size = 0;
+  const int team = omp_get_max_threads();
+  if (team <= flushed_team_size) return;
+#pragma omp parallel num_threads(team)
+  lockstep::detail::set_flush_denormals();
+  flushed_team_size = team;
+}
+
+// What every kernel entry does first.
+struct KernelScope {
+  KernelScope() { flush_denormals_in_team(); }
+  lockstep::detail::FlushDenormalsScope flush;
+};
+
 }  // namespace
 
 void matmul(const MatmulShape& s, const float* a, const float* b, const float* bias, float* c) {
@@ -63,6 +84,7 @@ void matmul(const MatmulShape& s, const float* a, const float* b, const float* b
     memory a, b, c, bias;
     std::unordered_map<int, memory> args;
   };
+  KernelScope scope;
   if (s.batch == 1) {
     // Unbatched products go straight to oneDNN's sgemm: the same JIT kernels
     // without the primitive's per-call dispatch, which is what small GEMMs
@@ -134,6 +156,7 @@ UnaryEntry make_unary_entry(dnnl::primitive prim, const memory::desc& md) {
 }
 
 void run_unary(UnaryEntry& e, const float* x, float* y) {
+  KernelScope scope;
   e.src.set_data_handle(mut(x));
   e.dst.set_data_handle(y);
   e.prim.execute(stream(), e.args);

@@ -1,0 +1,160 @@
+// Optimizers (keras.optimizers) with Keras 3's update rules, gradient
+// clipping and weight decay.
+//
+//   auto opt = ls::optimizers::Adam({.learning_rate = 1e-3});
+//   opt.apply_gradients(grads, model.trainable_weights());
+//
+// Slot variables (momentum, velocity, ...) are created on the first
+// apply_gradients through create_variable, so a strategy in scope mirrors
+// them. Each update is one fused loop per variable over raw buffers, under
+// NoGradGuard. Not thread-safe: each replica applies to its own copy.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/autodiff/variable.h"
+#include "lockstep/optim/schedules.h"
+
+namespace lockstep {
+
+// Options every optimizer shares (Keras's base Optimizer arguments).
+struct ClipOptions {
+  double clipnorm = 0.0;         // > 0: clip each gradient to this L2 norm
+  double clipvalue = 0.0;        // > 0: clip each element to [-v, v]
+  double global_clipnorm = 0.0;  // > 0: scale all gradients so their joint norm is at most this
+};
+
+class OptimizerImpl {
+ public:
+  OptimizerImpl(std::string name, LearningRate learning_rate, ClipOptions clip, double weight_decay);
+  virtual ~OptimizerImpl() = default;
+
+  // Applies one update. Gradients may be undefined (no gradient: skipped).
+  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+
+  // Updates applied so far (the step the schedule sees).
+  std::int64_t iterations() const { return iterations_; }
+  void set_iterations(std::int64_t iterations) { iterations_ = iterations; }
+  // The rate the next update will use.
+  double learning_rate() const { return learning_rate_.at(iterations_); }
+  void set_learning_rate(LearningRate lr) { learning_rate_ = std::move(lr); }
+  const std::string& name() const { return name_; }
+  // Slot variables in creation order (for checkpoints).
+  const std::vector<Variable>& variables() const { return slots_; }
+
+ protected:
+  // Per-variable state: created on first use by create_slots.
+  virtual int num_slots() const = 0;
+  virtual const char* slot_name(int i) const = 0;
+  virtual float slot_initial_value(int) const { return 0.0f; }
+  // One variable's update; `slots` are this variable's slot buffers.
+  virtual void update(float* var, const float* grad, std::int64_t n, float** slots, double lr, std::int64_t step) = 0;
+
+ private:
+  struct VarSlots {
+    std::uint64_t var_id;
+    std::vector<Variable> slots;
+  };
+  VarSlots& slots_for(const Variable& v);
+
+  std::string name_;
+  LearningRate learning_rate_;
+  ClipOptions clip_;
+  double weight_decay_;
+  std::int64_t iterations_ = 0;
+  std::vector<VarSlots> var_slots_;
+  std::vector<Variable> slots_;
+};
+
+// A handle to an OptimizerImpl; copies share it.
+class Optimizer {
+ public:
+  Optimizer() = default;
+  explicit Optimizer(std::shared_ptr<OptimizerImpl> impl) : impl_(std::move(impl)) {}
+  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) const {
+    impl_->apply_gradients(grads, vars);
+  }
+  std::int64_t iterations() const { return impl_->iterations(); }
+  double learning_rate() const { return impl_->learning_rate(); }
+  OptimizerImpl* operator->() const { return impl_.get(); }
+  bool defined() const { return impl_ != nullptr; }
+
+ protected:
+  std::shared_ptr<OptimizerImpl> impl_;
+};
+
+namespace optimizers {
+
+struct SGDOptions {
+  LearningRate learning_rate = 0.01;
+  double momentum = 0.0;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  ClipOptions clip;
+};
+class SGD : public Optimizer {
+ public:
+  explicit SGD(SGDOptions options = {});
+};
+
+struct AdamOptions {
+  LearningRate learning_rate = 0.001;
+  double beta_1 = 0.9;
+  double beta_2 = 0.999;
+  double epsilon = 1e-7;
+  double weight_decay = 0.0;
+  ClipOptions clip;
+};
+class Adam : public Optimizer {
+ public:
+  explicit Adam(AdamOptions options = {});
+};
+
+// Adam with decoupled weight decay (default 0.004, as Keras).
+struct AdamWOptions {
+  LearningRate learning_rate = 0.001;
+  double weight_decay = 0.004;
+  double beta_1 = 0.9;
+  double beta_2 = 0.999;
+  double epsilon = 1e-7;
+  ClipOptions clip;
+};
+class AdamW : public Optimizer {
+ public:
+  explicit AdamW(AdamWOptions options = {});
+};
+
+struct RMSpropOptions {
+  LearningRate learning_rate = 0.001;
+  double rho = 0.9;
+  double momentum = 0.0;
+  double epsilon = 1e-7;
+  bool centered = false;
+  double weight_decay = 0.0;
+  ClipOptions clip;
+};
+class RMSprop : public Optimizer {
+ public:
+  explicit RMSprop(RMSpropOptions options = {});
+};
+
+struct AdagradOptions {
+  LearningRate learning_rate = 0.001;
+  double initial_accumulator_value = 0.1;
+  double epsilon = 1e-7;
+  double weight_decay = 0.0;
+  ClipOptions clip;
+};
+class Adagrad : public Optimizer {
+ public:
+  explicit Adagrad(AdagradOptions options = {});
+};
+
+// By Keras name ("sgd", "adam", "adamw", "rmsprop", "adagrad") with defaults.
+Optimizer get(const std::string& name);
+
+}  // namespace optimizers
+}  // namespace lockstep

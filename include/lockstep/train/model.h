@@ -1,0 +1,144 @@
+// Model: a network with a training configuration — keras.Model.
+//
+//   auto inputs = ls::Input({784});
+//   auto x = ls::layers::Dense(256, {.activation = "relu"})(inputs);
+//   auto outputs = ls::layers::Dense(10)(x);
+//   ls::Model model(inputs, outputs);
+//   model.compile({.optimizer = ls::optimizers::Adam(),
+//                  .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
+//                  .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
+//   auto history = model.fit(x_train, y_train, {.batch_size = 64, .epochs = 2,
+//                                               .validation_data = {{x_val, y_val}}});
+//   auto results = model.evaluate(x_test, y_test);
+//
+// A Model is a Layer handle: copies share the network and the training state.
+// The network is a functional graph, a Sequential stack, or a user's LayerImpl
+// subclass (make_model<MyNet>(...)). train_step is the one function a
+// strategy runs per replica.
+#pragma once
+
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/nn/layer.h"
+#include "lockstep/nn/losses.h"
+#include "lockstep/nn/metrics.h"
+#include "lockstep/optim/optimizers.h"
+#include "lockstep/train/callbacks.h"
+#include "lockstep/train/logs.h"
+
+namespace lockstep {
+
+// A metric for compile: an object, or a Keras name ("accuracy", "mse", ...).
+struct MetricSpec {
+  MetricSpec(Metric m) : metric(std::move(m)) {}                  // NOLINT: implicit by design
+  MetricSpec(const char* n) : name(n) {}                          // NOLINT
+  MetricSpec(std::string n) : name(std::move(n)) {}               // NOLINT
+  Metric metric;
+  std::string name;
+};
+
+struct CompileOptions {
+  Optimizer optimizer;  // undefined: RMSprop, Keras's default
+  Loss loss;
+  std::vector<MetricSpec> metrics;
+  bool run_eagerly = false;  // accepted for parity; Lockstep always runs eagerly
+};
+
+struct ValidationData {
+  Tensor x;
+  Tensor y;
+};
+
+struct FitOptions {
+  std::int64_t batch_size = 32;
+  int epochs = 1;
+  // 0 silent, 1 live bar (on a terminal; elsewhere the verbose = 2 line),
+  // 2 one line per epoch.
+  int verbose = 1;
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  std::optional<ValidationData> validation_data;
+  double validation_split = 0.0;  // fraction taken from the end of x / y
+  int validation_freq = 1;        // validate every N epochs
+  std::int64_t steps_per_epoch = 0;  // 0: the whole data
+  int initial_epoch = 0;
+  bool shuffle = true;
+};
+
+struct EvaluateOptions {
+  std::int64_t batch_size = 32;
+  int verbose = 1;
+  std::vector<std::shared_ptr<Callback>> callbacks;
+};
+
+struct PredictOptions {
+  std::int64_t batch_size = 32;
+  int verbose = 0;
+  std::vector<std::shared_ptr<Callback>> callbacks;
+};
+
+class Model : public Layer {
+ public:
+  Model() = default;
+  Model(const KerasTensor& inputs, const KerasTensor& outputs, std::string name = "");
+  Model(std::vector<KerasTensor> inputs, std::vector<KerasTensor> outputs, std::string name = "");
+  // A subclassed model: `network` computes, the Model trains it.
+  explicit Model(std::shared_ptr<LayerImpl> network);
+
+  void compile(CompileOptions options);
+  bool compiled() const;
+
+  History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
+  Logs evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& options = {});
+  // Outputs for every example, in input order.
+  Tensor predict(const Tensor& x, const PredictOptions& options = {});
+
+  Logs train_on_batch(const Tensor& x, const Tensor& y);
+  Logs test_on_batch(const Tensor& x, const Tensor& y);
+  Tensor predict_on_batch(const Tensor& x);
+
+  // One optimisation step on a batch: forward, loss (+ regularisation),
+  // gradients, update, metrics. Returns the metrics so far.
+  virtual Logs train_step(const Tensor& x, const Tensor& y);
+  virtual Logs test_step(const Tensor& x, const Tensor& y);
+
+  // The loss of a batch: the compiled loss (sum over the batch divided by
+  // its size) plus the layers' regularisation penalties.
+  Tensor compute_loss(const Tensor& y, const Tensor& y_pred) const;
+
+  // "loss" and the compiled metrics, in Keras's order (sorted by name).
+  Logs get_metrics_result() const;
+  void reset_metrics() const;
+  std::vector<Metric> metrics() const;
+  const Optimizer& optimizer() const;
+
+  // Callbacks call this to end fit after the current batch.
+  void stop_training() const;
+  bool stop_training_requested() const;
+
+ protected:
+  struct TrainState;
+  TrainState& state() const;
+  std::shared_ptr<TrainState> state_;
+};
+
+template <typename Impl, typename... Args>
+Model make_model(Args&&... args) {
+  return Model(std::make_shared<Impl>(std::forward<Args>(args)...));
+}
+
+// A linear stack of layers (keras.Sequential).
+class Sequential : public Model {
+ public:
+  struct Options {
+    std::optional<Shape> input_shape;  // shape of one example; builds layers as they are added
+    std::string name;
+  };
+  explicit Sequential(std::vector<Layer> layers = {}, Options options = {});
+  void add(const Layer& layer) const;
+};
+
+}  // namespace lockstep

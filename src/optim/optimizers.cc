@@ -1,0 +1,239 @@
+// Optimizers: clipping and weight decay in the base class, each rule as one
+// fused loop over a variable's buffer (Keras 3's formulas, in float32 with
+// float64 scalars).
+#include "lockstep/optim/optimizers.h"
+
+#include <cmath>
+
+#include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/core/denormals.h"
+#include "lockstep/tensor/ops.h"
+
+namespace lockstep {
+
+OptimizerImpl::OptimizerImpl(std::string name, LearningRate learning_rate, ClipOptions clip, double weight_decay)
+    : name_(std::move(name)), learning_rate_(std::move(learning_rate)), clip_(clip), weight_decay_(weight_decay) {
+  LOCKSTEP_CHECK(clip.clipnorm >= 0 && clip.clipvalue >= 0 && clip.global_clipnorm >= 0, name_,
+                 ": clipping thresholds must be >= 0");
+  LOCKSTEP_CHECK(!(clip.clipnorm > 0 && clip.global_clipnorm > 0), name_,
+                 ": set at most one of clipnorm and global_clipnorm");
+}
+
+OptimizerImpl::VarSlots& OptimizerImpl::slots_for(const Variable& v) {
+  for (auto& s : var_slots_) {
+    if (s.var_id == v.id()) return s;
+  }
+  VarSlots created{v.id(), {}};
+  for (int i = 0; i < num_slots(); ++i) {
+    Variable slot = create_variable(Tensor::full(v.shape(), slot_initial_value(i)),
+                                    {.name = name_ + "/" + v.name() + "_" + slot_name(i), .trainable = false});
+    created.slots.push_back(slot);
+    slots_.push_back(slot);
+  }
+  var_slots_.push_back(std::move(created));
+  return var_slots_.back();
+}
+
+void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in, const std::vector<Variable>& vars) {
+  LOCKSTEP_CHECK(grads_in.size() == vars.size(), name_, ".apply_gradients: got ", grads_in.size(),
+                 " gradients for ", vars.size(), " variables");
+  NoGradGuard no_grad;
+  detail::FlushDenormalsScope flush;  // decaying moments turn denormal (core/denormals.h)
+  std::vector<Tensor> grads = grads_in;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    LOCKSTEP_CHECK(vars[i].defined(), name_, ".apply_gradients: variable ", i, " is undefined");
+    LOCKSTEP_CHECK_AS(ShapeError, grads[i].shape() == vars[i].shape(), name_, ".apply_gradients: gradient ",
+                      grads[i].shape(), " does not match variable '", vars[i].name(), "' of shape ",
+                      vars[i].shape());
+    LOCKSTEP_CHECK(vars[i].dtype() == DType::kFloat32, name_, ": variable '", vars[i].name(),
+                   "' has dtype ", vars[i].dtype(), "; only float32 variables can be trained");
+  }
+  // Clipping, as Keras: value, then per-tensor norm, or the global norm.
+  if (clip_.clipvalue > 0) {
+    const float v = static_cast<float>(clip_.clipvalue);
+    for (Tensor& g : grads) {
+      if (g.defined()) g = clip(g, -v, v);
+    }
+  }
+  auto norm = [](const Tensor& g) {
+    double s = 0;
+    const float* p = g.data<float>();
+    for (std::int64_t i = 0; i < g.numel(); ++i) s += static_cast<double>(p[i]) * p[i];
+    return s;
+  };
+  if (clip_.clipnorm > 0) {
+    for (Tensor& g : grads) {
+      if (!g.defined()) continue;
+      const double n = std::sqrt(norm(g));
+      if (n > clip_.clipnorm) g = mul(g, Tensor::scalar(static_cast<float>(clip_.clipnorm / n)));
+    }
+  }
+  if (clip_.global_clipnorm > 0) {
+    double total = 0;
+    for (const Tensor& g : grads) {
+      if (g.defined()) total += norm(g);
+    }
+    const double n = std::sqrt(total);
+    if (n > clip_.global_clipnorm) {
+      const Tensor scale = Tensor::scalar(static_cast<float>(clip_.global_clipnorm / n));
+      for (Tensor& g : grads) {
+        if (g.defined()) g = mul(g, scale);
+      }
+    }
+  }
+  const double lr = learning_rate_.at(iterations_);
+  const std::int64_t step = iterations_ + 1;  // 1-based, for bias correction
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    const Tensor& value = vars[i].value();
+    float* var = static_cast<float*>(value.raw_data());
+    const float* g = grads[i].data<float>();
+    const std::int64_t n = value.numel();
+    if (weight_decay_ > 0) {  // decoupled: var -= var · wd · lr
+      const float f = static_cast<float>(1.0 - weight_decay_ * lr);
+      for (std::int64_t j = 0; j < n; ++j) var[j] *= f;
+    }
+    VarSlots& s = slots_for(vars[i]);
+    std::vector<float*> slot_ptrs;
+    for (Variable& slot : s.slots) slot_ptrs.push_back(static_cast<float*>(slot.value().raw_data()));
+    update(var, g, n, slot_ptrs.data(), lr, step);
+  }
+  ++iterations_;
+}
+
+namespace optimizers {
+namespace {
+
+class SGDImpl : public OptimizerImpl {
+ public:
+  explicit SGDImpl(SGDOptions o) : OptimizerImpl("SGD", o.learning_rate, o.clip, o.weight_decay), o_(o) {
+    LOCKSTEP_CHECK(o.momentum >= 0 && o.momentum <= 1, "SGD: momentum must be in [0, 1], got ", o.momentum);
+  }
+
+ protected:
+  int num_slots() const override { return o_.momentum > 0 ? 1 : 0; }
+  const char* slot_name(int) const override { return "momentum"; }
+  void update(float* var, const float* g, std::int64_t n, float** slots, double lr, std::int64_t) override {
+    const float l = static_cast<float>(lr), mom = static_cast<float>(o_.momentum);
+    if (o_.momentum <= 0) {
+      for (std::int64_t i = 0; i < n; ++i) var[i] -= l * g[i];
+      return;
+    }
+    float* m = slots[0];
+    for (std::int64_t i = 0; i < n; ++i) {
+      m[i] = mom * m[i] - l * g[i];
+      var[i] += o_.nesterov ? mom * m[i] - l * g[i] : m[i];
+    }
+  }
+
+ private:
+  SGDOptions o_;
+};
+
+class AdamImpl : public OptimizerImpl {
+ public:
+  AdamImpl(const char* name, LearningRate lr, double b1, double b2, double eps, double wd, ClipOptions clip)
+      : OptimizerImpl(name, std::move(lr), clip, wd), b1_(b1), b2_(b2), eps_(eps) {}
+
+ protected:
+  int num_slots() const override { return 2; }
+  const char* slot_name(int i) const override { return i == 0 ? "momentum" : "velocity"; }
+  void update(float* var, const float* g, std::int64_t n, float** slots, double lr, std::int64_t step) override {
+    // Keras 3: alpha = lr·sqrt(1 − β2^t)/(1 − β1^t); m += (g − m)(1 − β1); v += (g² − v)(1 − β2);
+    // var −= alpha·m/(sqrt(v) + ε).
+    const double t = static_cast<double>(step);
+    const float alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(b2_, t)) / (1.0 - std::pow(b1_, t)));
+    const float c1 = static_cast<float>(1.0 - b1_), c2 = static_cast<float>(1.0 - b2_), eps = static_cast<float>(eps_);
+    float* m = slots[0];
+    float* v = slots[1];
+    for (std::int64_t i = 0; i < n; ++i) {
+      m[i] += (g[i] - m[i]) * c1;
+      v[i] += (g[i] * g[i] - v[i]) * c2;
+      var[i] -= alpha * m[i] / (std::sqrt(v[i]) + eps);
+    }
+  }
+
+ private:
+  double b1_, b2_, eps_;
+};
+
+class RMSpropImpl : public OptimizerImpl {
+ public:
+  explicit RMSpropImpl(RMSpropOptions o) : OptimizerImpl("RMSprop", o.learning_rate, o.clip, o.weight_decay), o_(o) {}
+
+ protected:
+  int num_slots() const override { return 1 + (o_.momentum > 0) + o_.centered; }
+  const char* slot_name(int i) const override {
+    if (i == 0) return "velocity";
+    return (i == 1 && o_.momentum > 0) ? "momentum" : "average_gradient";
+  }
+  void update(float* var, const float* g, std::int64_t n, float** slots, double lr, std::int64_t) override {
+    const float rho = static_cast<float>(o_.rho), l = static_cast<float>(lr), eps = static_cast<float>(o_.epsilon);
+    const float mom = static_cast<float>(o_.momentum);
+    float* vel = slots[0];
+    float* m = o_.momentum > 0 ? slots[1] : nullptr;
+    float* avg = o_.centered ? slots[o_.momentum > 0 ? 2 : 1] : nullptr;
+    for (std::int64_t i = 0; i < n; ++i) {
+      vel[i] = rho * vel[i] + (1 - rho) * g[i] * g[i];
+      float denominator = vel[i] + eps;
+      if (avg) {
+        avg[i] = rho * avg[i] + (1 - rho) * g[i];
+        denominator = vel[i] - avg[i] * avg[i] + eps;
+      }
+      const float increment = l * g[i] / std::sqrt(denominator);
+      if (m) {
+        m[i] = mom * m[i] + increment;
+        var[i] -= m[i];
+      } else {
+        var[i] -= increment;
+      }
+    }
+  }
+
+ private:
+  RMSpropOptions o_;
+};
+
+class AdagradImpl : public OptimizerImpl {
+ public:
+  explicit AdagradImpl(AdagradOptions o) : OptimizerImpl("Adagrad", o.learning_rate, o.clip, o.weight_decay), o_(o) {}
+
+ protected:
+  int num_slots() const override { return 1; }
+  const char* slot_name(int) const override { return "accumulator"; }
+  float slot_initial_value(int) const override { return static_cast<float>(o_.initial_accumulator_value); }
+  void update(float* var, const float* g, std::int64_t n, float** slots, double lr, std::int64_t) override {
+    const float l = static_cast<float>(lr), eps = static_cast<float>(o_.epsilon);
+    float* acc = slots[0];
+    for (std::int64_t i = 0; i < n; ++i) {
+      acc[i] += g[i] * g[i];
+      var[i] -= l * g[i] / std::sqrt(acc[i] + eps);
+    }
+  }
+
+ private:
+  AdagradOptions o_;
+};
+
+}  // namespace
+
+SGD::SGD(SGDOptions o) : Optimizer(std::make_shared<SGDImpl>(o)) {}
+Adam::Adam(AdamOptions o)
+    : Optimizer(std::make_shared<AdamImpl>("Adam", o.learning_rate, o.beta_1, o.beta_2, o.epsilon, o.weight_decay, o.clip)) {}
+AdamW::AdamW(AdamWOptions o)
+    : Optimizer(std::make_shared<AdamImpl>("AdamW", o.learning_rate, o.beta_1, o.beta_2, o.epsilon, o.weight_decay, o.clip)) {}
+RMSprop::RMSprop(RMSpropOptions o) : Optimizer(std::make_shared<RMSpropImpl>(o)) {}
+Adagrad::Adagrad(AdagradOptions o) : Optimizer(std::make_shared<AdagradImpl>(o)) {}
+
+Optimizer get(const std::string& name) {
+  if (name == "sgd") return SGD();
+  if (name == "adam") return Adam();
+  if (name == "adamw") return AdamW();
+  if (name == "rmsprop") return RMSprop();
+  if (name == "adagrad") return Adagrad();
+  detail::throw_error<ValueError>("unknown optimizer '", name, "'; valid names: sgd, adam, adamw, rmsprop, adagrad");
+}
+
+}  // namespace optimizers
+}  // namespace lockstep

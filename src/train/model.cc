@@ -1,0 +1,419 @@
+// Model: compile, the train/test steps, and the fit / evaluate / predict
+// loops with their callbacks (the structure of Keras 3's trainer).
+#include "lockstep/train/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+
+#include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/nn/functional.h"
+#include "lockstep/nn/initializers.h"
+#include "lockstep/tensor/ops.h"
+#include "lockstep/tensor/random.h"
+
+namespace lockstep {
+
+struct Model::TrainState {
+  bool compiled = false;
+  Optimizer optimizer;
+  Loss loss;
+  metrics::Mean loss_tracker{{.name = "loss"}};
+  std::vector<Metric> metrics;
+  bool stop = false;
+};
+
+namespace {
+
+// Rethrows the exception in flight with `context` in front of its message,
+// keeping its type, so callers can still catch by kind.
+[[noreturn]] void rethrow_with_context(const std::string& context) {
+  try {
+    throw;
+  } catch (const IndexError& e) {
+    throw IndexError(context + e.what());
+  } catch (const ShapeError& e) {
+    throw ShapeError(context + e.what());
+  } catch (const ValueError& e) {
+    throw ValueError(context + e.what());
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(context + e.what());
+  } catch (const DistributedError& e) {
+    throw DistributedError(context + e.what());
+  } catch (const IOError& e) {
+    throw IOError(context + e.what());
+  } catch (const InternalError& e) {
+    throw InternalError(context + e.what());
+  } catch (const Error& e) {
+    throw Error(context + e.what());
+  }
+}
+
+Metric resolve_metric(const MetricSpec& spec, const Loss& loss) {
+  if (spec.metric.defined()) return spec.metric;
+  const std::string& n = spec.name;
+  const std::string loss_name = loss.defined() ? loss.name() : "";
+  if (n == "accuracy" || n == "acc") {
+    // Keras picks the accuracy that matches the loss, keeping the name given.
+    if (loss_name == "sparse_categorical_crossentropy") return metrics::SparseCategoricalAccuracy({.name = n});
+    if (loss_name == "categorical_crossentropy") return metrics::CategoricalAccuracy({.name = n});
+    if (loss_name == "binary_crossentropy") return metrics::BinaryAccuracy({.name = n});
+    return metrics::Accuracy({.name = n});
+  }
+  if (n == "sparse_categorical_accuracy") return metrics::SparseCategoricalAccuracy();
+  if (n == "categorical_accuracy") return metrics::CategoricalAccuracy();
+  if (n == "binary_accuracy") return metrics::BinaryAccuracy();
+  if (n == "top_k_categorical_accuracy") return metrics::TopKCategoricalAccuracy();
+  if (n == "mse" || n == "mean_squared_error") return metrics::MeanSquaredError({.name = n});
+  if (n == "precision") return metrics::Precision();
+  if (n == "recall") return metrics::Recall();
+  if (n == "auc") return metrics::AUC();
+  detail::throw_error<ValueError>("unknown metric '", n,
+                                  "'; valid names: accuracy, acc, sparse_categorical_accuracy, "
+                                  "categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, "
+                                  "mse, mean_squared_error, precision, recall, auc");
+}
+
+// Rows `idx` of t (a copy), or rows [begin, end) as a view when idx is empty.
+Tensor take_rows(const Tensor& t, const std::vector<std::int64_t>& order, std::int64_t begin, std::int64_t end) {
+  if (order.empty()) return t.view_rows(begin, end);
+  std::vector<std::int64_t> idx(order.begin() + begin, order.begin() + end);
+  return gather(t, Tensor::from_vector(idx), 0);
+}
+
+// A permutation of [0, n) that depends only on (seed, epoch): Fisher-Yates
+// with Philox draws.
+std::vector<std::int64_t> permutation(std::int64_t n, std::uint64_t seed, std::uint64_t epoch) {
+  std::vector<std::int64_t> p(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) p[static_cast<std::size_t>(i)] = i;
+  for (std::int64_t i = n - 1; i > 0; --i) {
+    const auto w = random::philox4x32(seed, epoch, static_cast<std::uint64_t>(i));
+    const std::uint64_t r = (static_cast<std::uint64_t>(w[0]) << 32) | w[1];
+    std::swap(p[static_cast<std::size_t>(i)], p[static_cast<std::size_t>(r % static_cast<std::uint64_t>(i + 1))]);
+  }
+  return p;
+}
+
+int effective_verbose(int verbose) {
+  // The live bar needs a terminal; elsewhere print the one-line form.
+  if (verbose == 1 && !stdout_is_terminal()) return 2;
+  return verbose;
+}
+
+void check_xy(const char* op, const Tensor& x, const Tensor& y) {
+  LOCKSTEP_CHECK(x.defined(), op, ": x is undefined");
+  LOCKSTEP_CHECK(y.defined(), op, ": y is undefined");
+  LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 1 && y.rank() >= 1 && x.shape()[0] == y.shape()[0], op,
+                    ": x and y must have the same number of examples, got x ", x.shape(), " and y ",
+                    y.shape());
+  LOCKSTEP_CHECK(x.shape()[0] > 0, op, ": the data is empty (x has shape ", x.shape(), ")");
+}
+
+struct CallbackList {
+  std::vector<std::shared_ptr<Callback>> all;
+  std::shared_ptr<History> history;
+  template <typename F>
+  void each(F&& f) {
+    for (auto& cb : all) f(*cb);
+  }
+};
+
+CallbackList make_callbacks(const std::vector<std::shared_ptr<Callback>>& user, Model* model,
+                            const CallbackParams& params, bool add_history) {
+  CallbackList list;
+  for (const auto& cb : user) {
+    LOCKSTEP_CHECK(cb != nullptr, "callbacks: a callback is null");
+    list.all.push_back(cb);
+    if (auto h = std::dynamic_pointer_cast<History>(cb)) list.history = h;
+  }
+  // As Keras: History, then the progress logger, after the user's callbacks.
+  if (add_history && !list.history) {
+    list.history = std::make_shared<History>();
+    list.all.push_back(list.history);
+  }
+  const bool has_progbar = std::any_of(list.all.begin(), list.all.end(), [](const auto& cb) {
+    return std::dynamic_pointer_cast<ProgbarLogger>(cb) != nullptr;
+  });
+  if (params.verbose != 0 && !has_progbar) list.all.push_back(std::make_shared<ProgbarLogger>());
+  for (auto& cb : list.all) {
+    cb->set_model(model);
+    cb->set_params(params);
+  }
+  return list;
+}
+
+}  // namespace
+
+Model::Model(const KerasTensor& inputs, const KerasTensor& outputs, std::string name)
+    : Model(std::vector<KerasTensor>{inputs}, std::vector<KerasTensor>{outputs}, std::move(name)) {}
+
+Model::Model(std::vector<KerasTensor> inputs, std::vector<KerasTensor> outputs, std::string name)
+    : Layer(std::make_shared<FunctionalImpl>(std::move(inputs), std::move(outputs),
+                                             name.empty() ? "functional" : std::move(name))),
+      state_(std::make_shared<TrainState>()) {}
+
+Model::Model(std::shared_ptr<LayerImpl> network) : Layer(std::move(network)), state_(std::make_shared<TrainState>()) {
+  LOCKSTEP_CHECK(impl_ != nullptr, "Model: the network is null");
+}
+
+Model::TrainState& Model::state() const {
+  LOCKSTEP_CHECK(state_ != nullptr, "Model: this model is undefined (default-constructed)");
+  return *state_;
+}
+
+void Model::compile(CompileOptions o) {
+  TrainState& s = state();
+  LOCKSTEP_CHECK(o.loss.defined(), "compile: a loss is required, e.g. "
+                                   "{.loss = ls::losses::SparseCategoricalCrossentropy()}");
+  s.optimizer = o.optimizer.defined() ? o.optimizer : optimizers::RMSprop();
+  s.loss = o.loss;
+  s.metrics.clear();
+  for (const MetricSpec& spec : o.metrics) s.metrics.push_back(resolve_metric(spec, o.loss));
+  s.compiled = true;
+}
+
+bool Model::compiled() const { return state_ && state_->compiled; }
+
+const Optimizer& Model::optimizer() const { return state().optimizer; }
+
+std::vector<Metric> Model::metrics() const {
+  std::vector<Metric> all{state().loss_tracker};
+  for (const Metric& m : state().metrics) all.push_back(m);
+  return all;
+}
+
+Logs Model::get_metrics_result() const {
+  std::vector<std::pair<std::string, double>> entries;
+  for (const Metric& m : metrics()) entries.emplace_back(m.name(), m.result());
+  // Keras (TensorFlow backend) returns its logs dict with sorted keys.
+  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  Logs logs;
+  for (const auto& [k, v] : entries) logs.set(k, v);
+  return logs;
+}
+
+void Model::reset_metrics() const {
+  for (const Metric& m : metrics()) m.reset_state();
+}
+
+void Model::stop_training() const { state().stop = true; }
+bool Model::stop_training_requested() const { return state().stop; }
+
+Tensor Model::compute_loss(const Tensor& y, const Tensor& y_pred) const {
+  Tensor loss = state().loss(y, y_pred);
+  for (const Tensor& penalty : impl_->regularization_losses()) loss = add(loss, penalty);
+  return loss;
+}
+
+namespace {
+// Models declared with float inputs accept other dtypes (uint8 images) and
+// cast them, as Keras does when it converts inputs.
+Tensor prepare_input(const LayerImpl& network, const Tensor& x) {
+  if (x.dtype() == DType::kFloat32) return x;
+  DType want = DType::kFloat32;
+  bool known = false;
+  if (auto* f = dynamic_cast<const FunctionalImpl*>(&network)) {
+    want = f->inputs().at(0).dtype();
+    known = true;
+  } else if (auto* s = dynamic_cast<const SequentialImpl*>(&network)) {
+    if (s->input().defined()) {
+      want = s->input().dtype();
+      known = true;
+    }
+  }
+  if (known && want == DType::kFloat32) return cast(x, DType::kFloat32);
+  return x;
+}
+}  // namespace
+
+Logs Model::train_step(const Tensor& x_in, const Tensor& y) {
+  TrainState& s = state();
+  LOCKSTEP_CHECK(s.compiled, "fit: you must call compile() before training the model");
+  const Tensor x = prepare_input(*impl_, x_in);
+  const std::vector<Variable> vars = impl_->trainable_weights();
+  Tensor y_pred, loss;
+  std::vector<Tensor> grads;
+  {
+    GradientTape tape;
+    y_pred = (*this)(x, {.training = true});
+    loss = compute_loss(y, y_pred);
+    grads = tape.gradient(loss, vars);
+  }
+  s.optimizer.apply_gradients(grads, vars);
+  NoGradGuard no_grad;
+  s.loss_tracker.update_state(loss, Tensor::full({1}, static_cast<double>(x.shape()[0])));
+  for (const Metric& m : s.metrics) m.update_state(y, y_pred);
+  return get_metrics_result();
+}
+
+Logs Model::test_step(const Tensor& x_in, const Tensor& y) {
+  TrainState& s = state();
+  LOCKSTEP_CHECK(s.compiled, "evaluate: you must call compile() before evaluating the model");
+  NoGradGuard no_grad;
+  const Tensor x = prepare_input(*impl_, x_in);
+  const Tensor y_pred = (*this)(x, {.training = false});
+  const Tensor loss = compute_loss(y, y_pred);
+  s.loss_tracker.update_state(loss, Tensor::full({1}, static_cast<double>(x.shape()[0])));
+  for (const Metric& m : s.metrics) m.update_state(y, y_pred);
+  return get_metrics_result();
+}
+
+History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o) {
+  TrainState& s = state();
+  LOCKSTEP_CHECK(s.compiled, "fit: you must call compile() before fit()");
+  check_xy("fit", x_all, y_all);
+  LOCKSTEP_CHECK(o.batch_size > 0, "fit: batch_size must be > 0, got ", o.batch_size);
+  LOCKSTEP_CHECK(o.epochs >= 1 && o.initial_epoch >= 0 && o.initial_epoch < o.epochs,
+                 "fit: expected 0 <= initial_epoch < epochs, got initial_epoch ", o.initial_epoch,
+                 " and epochs ", o.epochs);
+  LOCKSTEP_CHECK(o.validation_split >= 0.0 && o.validation_split < 1.0,
+                 "fit: validation_split must be in [0, 1), got ", o.validation_split);
+  LOCKSTEP_CHECK(o.validation_freq >= 1, "fit: validation_freq must be >= 1, got ", o.validation_freq);
+
+  Tensor x = x_all, y = y_all;
+  std::optional<ValidationData> val = o.validation_data;
+  const std::int64_t total = x_all.shape()[0];
+  if (o.validation_split > 0.0 && !val) {
+    const auto split_at = static_cast<std::int64_t>(std::floor(static_cast<double>(total) * (1.0 - o.validation_split)));
+    LOCKSTEP_CHECK(split_at > 0 && split_at < total, "fit: validation_split ", o.validation_split, " of ",
+                   total, " examples leaves an empty training or validation set");
+    x = x_all.view_rows(0, split_at);
+    y = y_all.view_rows(0, split_at);
+    val = ValidationData{x_all.view_rows(split_at, total), y_all.view_rows(split_at, total)};
+  }
+  if (val) check_xy("fit (validation_data)", val->x, val->y);
+
+  const std::int64_t n = x.shape()[0];
+  const std::int64_t full_steps = (n + o.batch_size - 1) / o.batch_size;
+  LOCKSTEP_CHECK(o.steps_per_epoch <= full_steps, "fit: steps_per_epoch ", o.steps_per_epoch, " exceeds the ",
+                 full_steps, " batches of ", o.batch_size, " that ", n, " examples make");
+  const std::int64_t steps = o.steps_per_epoch > 0 ? o.steps_per_epoch : full_steps;
+  const int verbose = effective_verbose(o.verbose);
+  CallbackList callbacks = make_callbacks(o.callbacks, this, {.epochs = o.epochs, .steps = steps, .verbose = verbose}, true);
+  const std::uint64_t shuffle_seed = detail::next_global_random_key().first ^ 0x5eed5eed5eedULL;
+  const std::uint64_t shuffle_stream = detail::next_global_random_key().second << 20;
+
+  s.stop = false;
+  callbacks.each([](Callback& cb) { cb.on_train_begin({}); });
+  Logs epoch_logs;
+  for (int epoch = o.initial_epoch; epoch < o.epochs; ++epoch) {
+    reset_metrics();
+    callbacks.each([&](Callback& cb) { cb.on_epoch_begin(epoch, {}); });
+    const std::vector<std::int64_t> order =
+        o.shuffle ? permutation(n, shuffle_seed, shuffle_stream + static_cast<std::uint64_t>(epoch)) : std::vector<std::int64_t>{};
+    for (std::int64_t step = 0; step < steps; ++step) {
+      callbacks.each([&](Callback& cb) { cb.on_train_batch_begin(step, {}); });
+      const std::int64_t begin = step * o.batch_size, end = std::min(n, begin + o.batch_size);
+      Logs logs;
+      try {
+        logs = train_step(take_rows(x, order, begin, end), take_rows(y, order, begin, end));
+      } catch (const Error&) {
+        rethrow_with_context("fit: epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(step) +
+                             " (examples " + std::to_string(begin) + " to " + std::to_string(end - 1) + "): ");
+      }
+      callbacks.each([&](Callback& cb) { cb.on_train_batch_end(step, logs); });
+      if (s.stop) break;
+    }
+    epoch_logs = get_metrics_result();
+    if (val && (epoch + 1) % o.validation_freq == 0) {
+      // Validation runs through the same callbacks, silently (as Keras).
+      reset_metrics();
+      const std::int64_t vn = val->x.shape()[0];
+      const std::int64_t vsteps = (vn + o.batch_size - 1) / o.batch_size;
+      callbacks.each([](Callback& cb) { cb.on_test_begin({}); });
+      Logs val_logs;
+      for (std::int64_t step = 0; step < vsteps; ++step) {
+        callbacks.each([&](Callback& cb) { cb.on_test_batch_begin(step, {}); });
+        const std::int64_t begin = step * o.batch_size, end = std::min(vn, begin + o.batch_size);
+        try {
+          val_logs = test_step(val->x.view_rows(begin, end), val->y.view_rows(begin, end));
+        } catch (const Error&) {
+          rethrow_with_context("fit: validation after epoch " + std::to_string(epoch + 1) + ", batch " +
+                               std::to_string(step) + ": ");
+        }
+        callbacks.each([&](Callback& cb) { cb.on_test_batch_end(step, val_logs); });
+      }
+      callbacks.each([&](Callback& cb) { cb.on_test_end(val_logs); });
+      for (const auto& [k, v] : val_logs) epoch_logs.set("val_" + k, v);
+    }
+    callbacks.each([&](Callback& cb) { cb.on_epoch_end(epoch, epoch_logs); });
+    if (s.stop) break;
+  }
+  callbacks.each([&](Callback& cb) { cb.on_train_end(epoch_logs); });
+  return *callbacks.history;
+}
+
+Logs Model::evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& o) {
+  LOCKSTEP_CHECK(state().compiled, "evaluate: you must call compile() before evaluate()");
+  check_xy("evaluate", x, y);
+  LOCKSTEP_CHECK(o.batch_size > 0, "evaluate: batch_size must be > 0, got ", o.batch_size);
+  const std::int64_t n = x.shape()[0];
+  const std::int64_t steps = (n + o.batch_size - 1) / o.batch_size;
+  CallbackList callbacks = make_callbacks(o.callbacks, this, {.epochs = 1, .steps = steps, .verbose = effective_verbose(o.verbose)}, false);
+  reset_metrics();
+  callbacks.each([](Callback& cb) { cb.on_test_begin({}); });
+  Logs logs;
+  for (std::int64_t step = 0; step < steps; ++step) {
+    callbacks.each([&](Callback& cb) { cb.on_test_batch_begin(step, {}); });
+    const std::int64_t begin = step * o.batch_size, end = std::min(n, begin + o.batch_size);
+    try {
+      logs = test_step(x.view_rows(begin, end), y.view_rows(begin, end));
+    } catch (const Error&) {
+      rethrow_with_context("evaluate: batch " + std::to_string(step) + " (examples " + std::to_string(begin) +
+                           " to " + std::to_string(end - 1) + "): ");
+    }
+    callbacks.each([&](Callback& cb) { cb.on_test_batch_end(step, logs); });
+  }
+  callbacks.each([&](Callback& cb) { cb.on_test_end(logs); });
+  return logs;
+}
+
+Tensor Model::predict(const Tensor& x, const PredictOptions& o) {
+  LOCKSTEP_CHECK(x.defined() && x.rank() >= 1 && x.shape()[0] > 0, "predict: x is undefined or empty");
+  LOCKSTEP_CHECK(o.batch_size > 0, "predict: batch_size must be > 0, got ", o.batch_size);
+  const std::int64_t n = x.shape()[0];
+  const std::int64_t steps = (n + o.batch_size - 1) / o.batch_size;
+  CallbackList callbacks = make_callbacks(o.callbacks, this, {.epochs = 1, .steps = steps, .verbose = effective_verbose(o.verbose)}, false);
+  callbacks.each([](Callback& cb) { cb.on_predict_begin({}); });
+  std::vector<Tensor> outputs;
+  for (std::int64_t step = 0; step < steps; ++step) {
+    callbacks.each([&](Callback& cb) { cb.on_predict_batch_begin(step, {}); });
+    const std::int64_t begin = step * o.batch_size, end = std::min(n, begin + o.batch_size);
+    try {
+      outputs.push_back(predict_on_batch(x.view_rows(begin, end)));
+    } catch (const Error&) {
+      rethrow_with_context("predict: batch " + std::to_string(step) + ": ");
+    }
+    callbacks.each([&](Callback& cb) { cb.on_predict_batch_end(step, {}); });
+  }
+  callbacks.each([](Callback& cb) { cb.on_predict_end({}); });
+  return outputs.size() == 1 ? outputs[0] : concat(outputs, 0);
+}
+
+Logs Model::train_on_batch(const Tensor& x, const Tensor& y) {
+  check_xy("train_on_batch", x, y);
+  reset_metrics();
+  return train_step(x, y);
+}
+
+Logs Model::test_on_batch(const Tensor& x, const Tensor& y) {
+  check_xy("test_on_batch", x, y);
+  reset_metrics();
+  return test_step(x, y);
+}
+
+Tensor Model::predict_on_batch(const Tensor& x) {
+  NoGradGuard no_grad;
+  return (*this)(prepare_input(*impl_, x), {.training = false}).copy();
+}
+
+Sequential::Sequential(std::vector<Layer> layers, Options options)
+    : Model(std::make_shared<SequentialImpl>(options.name.empty() ? "sequential" : options.name)) {
+  auto* seq = static_cast<SequentialImpl*>(impl_.get());
+  if (options.input_shape) seq->set_input_shape(*options.input_shape);
+  for (const Layer& l : layers) seq->add(l);
+}
+
+void Sequential::add(const Layer& layer) const { static_cast<SequentialImpl*>(impl_.get())->add(layer); }
+
+}  // namespace lockstep
