@@ -1,0 +1,135 @@
+// Optimizer updates against hand-computed steps (float64 formulas written
+// here), clipping, and learning-rate schedules.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "lockstep/lockstep.h"
+
+namespace lockstep {
+namespace {
+
+Variable var(std::vector<float> v) { return Variable(Tensor::from_vector<float>(v)); }
+Tensor vec(std::vector<float> v) { return Tensor::from_vector<float>(v); }
+
+TEST(Optimizers, SgdPlainMomentumNesterov) {
+  Variable a = var({1.0f}), b = var({1.0f}), c = var({1.0f});
+  optimizers::SGD plain({.learning_rate = 0.1});
+  optimizers::SGD momentum({.learning_rate = 0.1, .momentum = 0.9});
+  optimizers::SGD nesterov({.learning_rate = 0.1, .momentum = 0.9, .nesterov = true});
+  for (int i = 0; i < 2; ++i) {
+    plain.apply_gradients({vec({0.5f})}, {a});
+    momentum.apply_gradients({vec({0.5f})}, {b});
+    nesterov.apply_gradients({vec({0.5f})}, {c});
+  }
+  EXPECT_NEAR(a.value().item<float>(), 0.9, 1e-6);
+  // m1 = -0.05, x1 = 0.95; m2 = 0.9·m1 − 0.05 = −0.095, x2 = 0.855
+  EXPECT_NEAR(b.value().item<float>(), 0.855, 1e-6);
+  // x1 = 1 + 0.9·m1 − 0.05 = 0.905; x2 = x1 + 0.9·m2 − 0.05 = 0.7695
+  EXPECT_NEAR(c.value().item<float>(), 0.7695, 1e-6);
+  EXPECT_EQ(momentum.iterations(), 2);
+  EXPECT_EQ(momentum->variables().size(), 1u);  // one momentum slot
+}
+
+TEST(Optimizers, AdamBiasCorrectionOverThreeSteps) {
+  Variable x = var({1.0f, -2.0f});
+  optimizers::Adam adam({.learning_rate = 0.1});
+  double ref[2] = {1.0, -2.0}, m[2] = {0, 0}, v[2] = {0, 0};
+  const double grads[3][2] = {{0.5, -1.0}, {0.2, 0.3}, {-0.4, 0.0}};
+  for (int t = 1; t <= 3; ++t) {
+    adam.apply_gradients({vec({static_cast<float>(grads[t - 1][0]), static_cast<float>(grads[t - 1][1])})}, {x});
+    const double alpha = 0.1 * std::sqrt(1 - std::pow(0.999, t)) / (1 - std::pow(0.9, t));
+    for (int i = 0; i < 2; ++i) {
+      const double g = grads[t - 1][i];
+      m[i] = 0.9 * m[i] + 0.1 * g;
+      v[i] = 0.999 * v[i] + 0.001 * g * g;
+      ref[i] -= alpha * m[i] / (std::sqrt(v[i]) + 1e-7);
+    }
+  }
+  const auto got = x.value().to_vector<float>();
+  EXPECT_NEAR(got[0], ref[0], 1e-5);
+  EXPECT_NEAR(got[1], ref[1], 1e-5);
+  // The first step of Adam moves each weight by about the learning rate.
+  Variable y = var({0.0f});
+  optimizers::Adam({.learning_rate = 0.01}).apply_gradients({vec({123.0f})}, {y});
+  EXPECT_NEAR(y.value().item<float>(), -0.01, 1e-6);
+}
+
+TEST(Optimizers, AdamWDecaysWeightsThenAdam) {
+  Variable x = var({2.0f});
+  optimizers::AdamW adamw({.learning_rate = 0.1, .weight_decay = 0.5});
+  adamw.apply_gradients({vec({0.0f})}, {x});  // zero gradient: decay alone
+  EXPECT_NEAR(x.value().item<float>(), 2.0 * (1 - 0.5 * 0.1), 1e-6);
+}
+
+TEST(Optimizers, RmspropAndAdagrad) {
+  Variable r = var({1.0f}), c = var({1.0f}), a = var({1.0f});
+  optimizers::RMSprop rms({.learning_rate = 0.01});
+  optimizers::RMSprop centered({.learning_rate = 0.01, .momentum = 0.5, .centered = true});
+  optimizers::Adagrad ada({.learning_rate = 0.1});
+  rms.apply_gradients({vec({2.0f})}, {r});
+  centered.apply_gradients({vec({2.0f})}, {c});
+  ada.apply_gradients({vec({2.0f})}, {a});
+  // velocity = 0.1·4 = 0.4; x −= 0.01·2/sqrt(0.4 + 1e-7)
+  EXPECT_NEAR(r.value().item<float>(), 1 - 0.02 / std::sqrt(0.4 + 1e-7), 1e-6);
+  // centered: avg = 0.2, denominator = 0.4 − 0.04 + 1e-7; momentum 0.5·0 + increment
+  EXPECT_NEAR(c.value().item<float>(), 1 - 0.02 / std::sqrt(0.36 + 1e-7), 1e-6);
+  // accumulator = 0.1 + 4; x −= 0.1·2/sqrt(4.1 + 1e-7)
+  EXPECT_NEAR(a.value().item<float>(), 1 - 0.2 / std::sqrt(4.1 + 1e-7), 1e-6);
+}
+
+TEST(Optimizers, ClipValueNormAndGlobalNorm) {
+  Variable a = var({0, 0, 0}), b = var({0, 0}), c = var({0}), d = var({0});
+  optimizers::SGD({.learning_rate = 1.0, .clip = {.clipvalue = 0.5}}).apply_gradients({vec({3, -4, 0.1f})}, {a});
+  EXPECT_EQ(a.value().to_vector<float>(), (std::vector<float>{-0.5f, 0.5f, -0.1f}));
+  optimizers::SGD({.learning_rate = 1.0, .clip = {.clipnorm = 1.0}}).apply_gradients({vec({3, 4})}, {b});
+  const auto bv = b.value().to_vector<float>();
+  EXPECT_NEAR(bv[0], -0.6, 1e-6);
+  EXPECT_NEAR(bv[1], -0.8, 1e-6);
+  optimizers::SGD({.learning_rate = 1.0, .clip = {.global_clipnorm = 2.5}})
+      .apply_gradients({vec({3}), vec({4})}, {c, d});  // joint norm 5 -> scale 0.5
+  EXPECT_NEAR(c.value().item<float>(), -1.5, 1e-6);
+  EXPECT_NEAR(d.value().item<float>(), -2.0, 1e-6);
+}
+
+TEST(Optimizers, BadInputIsNamed) {
+  Variable a = var({0, 0});
+  optimizers::SGD sgd;
+  EXPECT_THROW(sgd.apply_gradients({vec({1})}, {a}), ShapeError);
+  EXPECT_THROW(sgd.apply_gradients({}, {a}), ValueError);
+  EXPECT_THROW(optimizers::SGD({.clip = {.clipnorm = 1, .global_clipnorm = 1}}), ValueError);
+  // An undefined gradient (no path to the loss) leaves the variable alone.
+  sgd.apply_gradients({Tensor()}, {a});
+  EXPECT_EQ(a.value().to_vector<float>(), (std::vector<float>{0, 0}));
+}
+
+TEST(Schedules, KerasFormulas) {
+  auto exp_decay = schedules::ExponentialDecay(0.1, 10, 0.5);
+  EXPECT_NEAR(exp_decay(20), 0.025, 1e-12);
+  EXPECT_NEAR(schedules::ExponentialDecay(0.1, 10, 0.5, true)(15), 0.05, 1e-12);
+  auto piecewise = schedules::PiecewiseConstantDecay({100, 200}, {1.0, 0.5, 0.1});
+  EXPECT_EQ(piecewise(100), 1.0);
+  EXPECT_EQ(piecewise(101), 0.5);
+  EXPECT_EQ(piecewise(201), 0.1);
+  auto cosine = schedules::CosineDecay(1.0, 100, {.alpha = 0.1});
+  EXPECT_NEAR(cosine(50), 0.1 + 0.9 * 0.5, 1e-12);
+  EXPECT_NEAR(cosine(1000), 0.1, 1e-12);
+  auto warm = schedules::CosineDecay(0.0, 100, {.warmup_target = 1.0, .warmup_steps = 10});
+  EXPECT_NEAR(warm(5), 0.5, 1e-12);
+  EXPECT_NEAR(warm(10), 1.0, 1e-12);
+  EXPECT_NEAR(schedules::PolynomialDecay(1.0, 10, 0.0, 2.0)(5), 0.25, 1e-12);
+  auto ramp = schedules::RampUp({.start = 0.0, .max = 1.0, .min = 0.1, .rampup = 4, .sustain = 2, .decay = 0.5, .steps_per_unit = 10});
+  EXPECT_NEAR(ramp(0), 0.0, 1e-12);
+  EXPECT_NEAR(ramp(25), 0.5, 1e-12);   // unit 2 of a 4-unit ramp
+  EXPECT_NEAR(ramp(45), 1.0, 1e-12);   // sustained
+  EXPECT_NEAR(ramp(70), 0.9 * 0.5 + 0.1, 1e-12);  // one unit into the decay
+  // An optimizer reads its schedule at its step count.
+  Variable x = var({0.0f});
+  optimizers::SGD sgd({.learning_rate = schedules::PiecewiseConstantDecay({0}, {1.0, 0.1})});
+  sgd.apply_gradients({vec({1})}, {x});  // step 0: lr 1
+  sgd.apply_gradients({vec({1})}, {x});  // step 1: lr 0.1
+  EXPECT_NEAR(x.value().item<float>(), -1.1, 1e-6);
+}
+
+}  // namespace
+}  // namespace lockstep

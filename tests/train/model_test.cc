@@ -1,0 +1,178 @@
+// compile / fit / evaluate / predict: end to end, callbacks, validation and
+// the errors of a first Keras session.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "lockstep/lockstep.h"
+
+namespace lockstep {
+namespace {
+
+// Two well-separated Gaussian blobs in 8 dimensions.
+std::pair<Tensor, Tensor> blobs(std::int64_t n, std::uint64_t seed) {
+  Tensor x = random::normal({n, 8}, {.seed = seed});
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
+  float* p = x.data<float>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    labels[static_cast<std::size_t>(i)] = i % 2;
+    for (int j = 0; j < 8; ++j) p[i * 8 + j] += (i % 2 ? 1.5f : -1.5f);
+  }
+  return {x, Tensor::from_vector(labels)};
+}
+
+Model small_classifier() {
+  auto in = Input({8});
+  auto h = layers::Dense(16, {.activation = "relu"})(in);
+  Model model(in, layers::Dense(2)(h));
+  model.compile({.optimizer = optimizers::Adam({.learning_rate = 0.01}),
+                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                 .metrics = {"accuracy"}});
+  return model;
+}
+
+TEST(Fit, SeparableDataReaches99PercentAccuracy) {
+  auto [x, y] = blobs(1000, 1);
+  auto [xt, yt] = blobs(500, 2);
+  Model model = small_classifier();
+  const History history = model.fit(x, y, {.batch_size = 32, .epochs = 5, .verbose = 0});
+  EXPECT_EQ(history["loss"].size(), 5u);
+  EXPECT_LT(history["loss"].back(), history["loss"].front());
+  const Logs results = model.evaluate(xt, yt, {.verbose = 0});
+  EXPECT_GE(results.at("accuracy"), 0.99);
+  // Keras's order: sorted names.
+  ASSERT_EQ(results.entries().size(), 2u);
+  EXPECT_EQ(results.entries()[0].first, "accuracy");
+  EXPECT_EQ(results.entries()[1].first, "loss");
+}
+
+TEST(Fit, ValidationDataSplitAndFrequency) {
+  auto [x, y] = blobs(200, 3);
+  Model model = small_classifier();
+  History h = model.fit(x, y, {.epochs = 4, .verbose = 0, .validation_split = 0.25, .validation_freq = 2});
+  EXPECT_EQ(h["loss"].size(), 4u);
+  EXPECT_EQ(h["val_loss"].size(), 2u);  // epochs 2 and 4
+  EXPECT_EQ(h["val_accuracy"].size(), 2u);
+  auto [xv, yv] = blobs(50, 4);
+  h = model.fit(x, y, {.epochs = 1, .verbose = 0, .validation_data = ValidationData{xv, yv}});
+  // The validation numbers are evaluate's numbers on the same data.
+  EXPECT_NEAR(h["val_loss"][0], model.evaluate(xv, yv, {.verbose = 0}).at("loss"), 1e-6);
+}
+
+struct Recorder : Callback {
+  std::vector<std::string> events;
+  void on_train_begin(const Logs&) override { events.push_back("train_begin"); }
+  void on_epoch_begin(int e, const Logs&) override { events.push_back("epoch_begin " + std::to_string(e)); }
+  void on_train_batch_end(std::int64_t b, const Logs& logs) override {
+    events.push_back("batch_end " + std::to_string(b) + (logs.contains("loss") ? " loss" : ""));
+  }
+  void on_test_begin(const Logs&) override { events.push_back("test_begin"); }
+  void on_test_end(const Logs&) override { events.push_back("test_end"); }
+  void on_epoch_end(int e, const Logs& logs) override {
+    events.push_back("epoch_end " + std::to_string(e) + (logs.contains("val_loss") ? " val" : ""));
+  }
+  void on_train_end(const Logs&) override { events.push_back("train_end"); }
+};
+
+TEST(Fit, CallbacksSeeKerasOrder) {
+  auto [x, y] = blobs(64, 5);
+  Model model = small_classifier();
+  auto rec = std::make_shared<Recorder>();
+  model.fit(x, y, {.batch_size = 32, .epochs = 2, .verbose = 0, .callbacks = {rec}, .validation_split = 0.5,
+                   .initial_epoch = 1});
+  const std::vector<std::string> want{"train_begin", "epoch_begin 1", "batch_end 0 loss", "test_begin", "test_end",
+                                      "epoch_end 1 val", "train_end"};
+  EXPECT_EQ(rec->events, want);
+}
+
+struct StopAfterFirstBatch : Callback {
+  void on_train_batch_end(std::int64_t, const Logs&) override { model()->stop_training(); }
+};
+
+TEST(Fit, CallbackCanStopTraining) {
+  auto [x, y] = blobs(320, 6);
+  Model model = small_classifier();
+  const History h = model.fit(x, y, {.epochs = 10, .verbose = 0, .callbacks = {std::make_shared<StopAfterFirstBatch>()}});
+  EXPECT_EQ(h["loss"].size(), 1u);
+  EXPECT_EQ(model.optimizer().iterations(), 1);
+}
+
+TEST(Predict, ReturnsOutputsInInputOrder) {
+  auto [x, y] = blobs(100, 7);
+  Model model = small_classifier();
+  const Tensor all = model.predict(x, {.batch_size = 7});
+  ASSERT_EQ(all.shape(), (Shape{100, 2}));
+  EXPECT_EQ(all.to_vector<float>(), model.predict_on_batch(x).to_vector<float>());
+}
+
+TEST(TrainOnBatch, OneStepAndMetrics) {
+  auto [x, y] = blobs(32, 8);
+  Model model = small_classifier();
+  const Logs logs = model.train_on_batch(x, y);
+  EXPECT_TRUE(logs.contains("loss"));
+  EXPECT_EQ(model.optimizer().iterations(), 1);
+  EXPECT_TRUE(model.test_on_batch(x, y).contains("accuracy"));
+}
+
+TEST(BadInput, FitBeforeCompileEmptyAndMismatchedData) {
+  auto in = Input({8});
+  Model model(in, layers::Dense(2)(in));
+  auto [x, y] = blobs(10, 9);
+  try {
+    model.fit(x, y);
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("compile()"), std::string::npos);
+  }
+  model.compile({.loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+  EXPECT_THROW(model.fit(x.view_rows(0, 0), y.view_rows(0, 0)), ValueError);
+  try {
+    model.fit(x, y.view_rows(0, 9));
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("same number of examples, got x [10, 8] and y [9]"), std::string::npos);
+  }
+  EXPECT_THROW(model.compile({.loss = losses::MeanSquaredError(), .metrics = {"acuracy"}}), ValueError);
+  EXPECT_THROW(model.compile({}), ValueError);  // no loss
+}
+
+TEST(BadInput, LabelOutOfRangeNamesTheBatch) {
+  Model model = small_classifier();
+  auto [x, y] = blobs(64, 10);
+  y.data<std::int64_t>()[40] = 7;
+  try {
+    model.fit(x, y, {.batch_size = 32, .verbose = 0, .shuffle = false});
+    FAIL();
+  } catch (const IndexError& e) {
+    EXPECT_NE(std::string(e.what()).find("fit: epoch 1, batch 1 (examples 32 to 63): SparseCategoricalCrossentropy: "
+                                         "label 7 at position 8 is out of range for 2 classes"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Acceptance (issue #3): the seed MLP on Fashion-MNIST, Adam 1e-3, batch 64,
+// 2 epochs, reaches >= 0.85 test accuracy.
+TEST(Acceptance, SeedMlpOnFashionMnist) {
+  if (!std::filesystem::exists(datasets::fashion_mnist::kDefaultDir)) {
+    FAIL() << "Fashion-MNIST is missing: scripts/install-deps.sh installs dataset-fashion-mnist";
+  }
+  set_random_seed(42);
+  auto [train, test] = datasets::fashion_mnist::load_data();
+  auto prepare = [](const Tensor& images) {
+    return reshape(cast(images, DType::kFloat32) / 255.0f, {images.dim(0), 784});
+  };
+  auto inputs = Input({784});
+  auto x = layers::Dense(256, {.activation = "relu"})(inputs);
+  x = layers::Dense(256, {.activation = "relu"})(x);
+  Model model(inputs, layers::Dense(10)(x));
+  model.compile({.optimizer = optimizers::Adam(),
+                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                 .metrics = {metrics::SparseCategoricalAccuracy()}});
+  model.fit(prepare(train.first), train.second, {.batch_size = 64, .epochs = 2, .verbose = 0});
+  const Logs results = model.evaluate(prepare(test.first), test.second, {.batch_size = 64, .verbose = 0});
+  EXPECT_GE(results.at("sparse_categorical_accuracy"), 0.85);
+}
+
+}  // namespace
+}  // namespace lockstep
