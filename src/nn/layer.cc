@@ -4,7 +4,6 @@
 
 #include <map>
 #include <mutex>
-#include <regex>
 #include <sstream>
 #include <unordered_set>
 
@@ -26,15 +25,41 @@ NameRegistry& names() {
   return *r;
 }
 
-// Keras's to_snake_case: "BatchNormalization" -> "batch_normalization",
-// "Conv2D" -> "conv2d", "ReLU" -> "re_lu".
+bool is_upper(char c) { return c >= 'A' && c <= 'Z'; }
+bool is_lower_or_digit(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+// Keras's to_snake_case — re.sub("(.)([A-Z][a-z0-9]+)", r"\1_\2"), then
+// re.sub("([a-z])([A-Z])", r"\1_\2"), lowercased — with the regexes'
+// leftmost, non-overlapping matching done by hand:
+// "BatchNormalization" -> "batch_normalization", "Conv2D" -> "conv2d",
+// "ReLU" -> "re_lu".
 std::string snake_case(const std::string& name) {
-  static const std::regex first("(.)([A-Z][a-z0-9]+)");
-  static const std::regex second("([a-z])([A-Z])");
-  std::string s = std::regex_replace(name, first, "$1_$2");
-  s = std::regex_replace(s, second, "$1_$2");
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
+  std::string first;
+  for (std::size_t i = 0; i < name.size();) {
+    if (i + 2 < name.size() && is_upper(name[i + 1]) && is_lower_or_digit(name[i + 2])) {
+      std::size_t end = i + 3;
+      while (end < name.size() && is_lower_or_digit(name[end])) ++end;
+      first += name[i];
+      first += '_';
+      first += name.substr(i + 1, end - i - 1);
+      i = end;
+    } else {
+      first += name[i++];
+    }
+  }
+  std::string second;
+  for (std::size_t i = 0; i < first.size();) {
+    if (i + 1 < first.size() && first[i] >= 'a' && first[i] <= 'z' && is_upper(first[i + 1])) {
+      second += first[i];
+      second += '_';
+      second += first[i + 1];
+      i += 2;
+    } else {
+      second += first[i++];
+    }
+  }
+  for (char& c : second) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return second;
 }
 
 std::string unique_name(const std::string& base) {

@@ -15,6 +15,25 @@ TEST(Layers, NamesFollowKerasSnakeCaseAndCount) {
   EXPECT_EQ(layers::ReLU().name(), "re_lu");
   EXPECT_EQ(layers::Flatten().name(), "flatten");
   EXPECT_EQ(layers::Dense(2, {.name = "head"}).name(), "head");
+  EXPECT_EQ(make_layer<layers::FlattenImpl>("")->name(), "flatten_1");
+}
+
+// Layer names for classes with awkward capitalisation, as Keras makes them.
+class NamedImpl : public SingleInputLayerImpl {
+ public:
+  explicit NamedImpl(std::string class_name) : SingleInputLayerImpl(std::move(class_name)) {}
+  Tensor call(const Tensor& x, const CallContext&) override { return x; }
+};
+
+TEST(Layers, SnakeCaseMatchesKerasRegexes) {
+  clear_session();
+  EXPECT_EQ(make_layer<NamedImpl>("BatchNormalization").name(), "batch_normalization");
+  EXPECT_EQ(make_layer<NamedImpl>("GlobalAveragePooling2D").name(), "global_average_pooling2d");
+  EXPECT_EQ(make_layer<NamedImpl>("DepthwiseConv2D").name(), "depthwise_conv2d");
+  EXPECT_EQ(make_layer<NamedImpl>("Conv2D").name(), "conv2d");
+  EXPECT_EQ(make_layer<NamedImpl>("ZeroPadding2D").name(), "zero_padding2d");
+  EXPECT_EQ(make_layer<NamedImpl>("ReLU").name(), "re_lu");
+  EXPECT_EQ(make_layer<NamedImpl>("ABcDe").name(), "a_bc_de");
 }
 
 TEST(Layers, DenseMatchesReferenceAndBuildsFromInputShape) {

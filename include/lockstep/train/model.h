@@ -74,6 +74,12 @@ struct EvaluateOptions {
   std::vector<std::shared_ptr<Callback>> callbacks;
 };
 
+struct SummaryOptions {
+  // Total width; 0: Keras's default, min(88, terminal columns - 4) — 76 when
+  // the output is not a terminal (108 for graphs that are not a chain).
+  int line_length = 0;
+};
+
 struct PredictOptions {
   std::int64_t batch_size = 32;
   int verbose = 0;
@@ -114,6 +120,10 @@ class Model : public Layer {
   void reset_metrics() const;
   std::vector<Metric> metrics() const;
   const Optimizer& optimizer() const;
+
+  // Keras's table of layers, output shapes and parameter counts, then the
+  // total / trainable / non-trainable (and optimizer) parameter counts.
+  void summary(std::ostream& out = std::cout, const SummaryOptions& options = {}) const;
 
   // Callbacks call this to end fit after the current batch.
   void stop_training() const;

@@ -1,0 +1,56 @@
+// summary() byte for byte against Keras 3's table for the seed MLP (the
+// layout keras.Model.summary prints when stdout is not a terminal: 76
+// columns), and the parameter counts after freezing and training.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "lockstep/lockstep.h"
+
+namespace lockstep {
+namespace {
+
+TEST(Summary, SeedMlpTableAsKeras) {
+  clear_session();
+  auto inputs = Input({784});
+  auto x = layers::Dense(256, {.activation = "relu"})(inputs);
+  x = layers::Dense(256, {.activation = "relu"})(x);
+  Model model(inputs, layers::Dense(10)(x));
+  std::ostringstream out;
+  model.summary(out, {.line_length = 76});
+  EXPECT_EQ(out.str(),
+            "Model: \"functional\"\n"
+            "┏━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━┓\n"
+            "┃ Layer (type)                    ┃ Output Shape           ┃       Param # ┃\n"
+            "┡━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━┩\n"
+            "│ input_layer (InputLayer)        │ (None, 784)            │             0 │\n"
+            "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+            "│ dense (Dense)                   │ (None, 256)            │       200,960 │\n"
+            "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+            "│ dense_1 (Dense)                 │ (None, 256)            │        65,792 │\n"
+            "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+            "│ dense_2 (Dense)                 │ (None, 10)             │         2,570 │\n"
+            "└─────────────────────────────────┴────────────────────────┴───────────────┘\n"
+            " Total params: 269,322 (1.03 MB)\n"
+            " Trainable params: 269,322 (1.03 MB)\n"
+            " Non-trainable params: 0 (0.00 B)\n");
+}
+
+TEST(Summary, CountsFrozenAndOptimizerParams) {
+  layers::Dense base(4), head(2);
+  Sequential model({base, head}, {.input_shape = Shape{3}});
+  base.set_trainable(false);
+  model.compile({.optimizer = optimizers::Adam(), .loss = losses::MeanSquaredError()});
+  model.train_on_batch(Tensor::zeros({2, 3}), Tensor::zeros({2, 2}));
+  std::ostringstream out;
+  model.summary(out, {.line_length = 76});
+  const std::string s = out.str();
+  EXPECT_NE(s.find(" Trainable params: 10 (40.00 B)\n"), std::string::npos) << s;
+  EXPECT_NE(s.find(" Non-trainable params: 16 (64.00 B)\n"), std::string::npos) << s;
+  // Adam: two slots per trainable weight, plus its step counter and rate.
+  EXPECT_NE(s.find(" Optimizer params: 22 (92.00 B)\n"), std::string::npos) << s;
+  EXPECT_NE(s.find(" Total params: 48 (196.00 B)\n"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace lockstep
