@@ -13,7 +13,9 @@
 //   auto loss = lockstep::mean(lockstep::square(logits - y));
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "lockstep/tensor/tensor.h"
@@ -91,6 +93,35 @@ Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options = {
 Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias,
               const MatmulOptions& options = {});
 
+// ---- convolution, pooling, normalisation (channels-last, NHWC) ----------------
+enum class Padding { kValid, kSame };
+struct Conv2DOptions {
+  std::array<std::int64_t, 2> strides{1, 1};
+  Padding padding = Padding::kValid;
+  std::array<std::int64_t, 2> dilation_rate{1, 1};
+  std::int64_t groups = 1;
+};
+// x [n, h, w, c], kernel [kh, kw, c / groups, out] (Keras's layout), bias [out]
+// or undefined. "same" pads as TensorFlow (the extra row/column at the end).
+Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Conv2DOptions& options = {});
+struct Pool2DOptions {
+  std::array<std::int64_t, 2> pool_size{2, 2};
+  std::array<std::int64_t, 2> strides{0, 0};  // 0: the pool size
+  Padding padding = Padding::kValid;
+};
+Tensor max_pool2d(const Tensor& x, const Pool2DOptions& options = {});
+// Average over the window's valid positions (padding excluded, as TensorFlow).
+Tensor avg_pool2d(const Tensor& x, const Pool2DOptions& options = {});
+// Batch normalisation over the last axis with batch statistics; also returns
+// the batch mean and (biased) variance for the moving averages.
+struct BatchNormResult {
+  Tensor y, mean, variance;
+};
+BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon);
+// With given statistics (inference, or a frozen layer).
+Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                            const Tensor& variance, float epsilon);
+
 // ---- shape and layout ---------------------------------------------------------
 // One dimension may be -1 (inferred).
 Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape);
@@ -101,6 +132,8 @@ Tensor concat(const std::vector<Tensor>& tensors, int axis);
 // A slice along dimension 0 alone is a zero-copy view.
 Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin,
              const std::vector<std::int64_t>& size);
+// Pads each dimension with `value`: paddings[i] = {before, after}.
+Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& paddings, float value = 0.0f);
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 // Sums `x` down to `shape` (the inverse of broadcasting; used by gradients).
 Tensor sum_to(const Tensor& x, const Shape& shape);

@@ -251,6 +251,43 @@ Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin,
   return out;
 }
 
+Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& paddings, float value) {
+  check_defined(x, "pad", "input");
+  LOCKSTEP_CHECK_AS(ShapeError, static_cast<int>(paddings.size()) == x.rank(), "pad: expected ", x.rank(),
+                    " (before, after) pairs for shape ", x.shape(), ", got ", paddings.size());
+  Shape out_shape;
+  std::vector<std::int64_t> begin;
+  for (int i = 0; i < x.rank(); ++i) {
+    const auto [before, after] = paddings[static_cast<std::size_t>(i)];
+    LOCKSTEP_CHECK(before >= 0 && after >= 0, "pad: paddings must be >= 0, got (", before, ", ", after,
+                   ") for axis ", i);
+    out_shape.push_back(x.shape()[i] + before + after);
+    begin.push_back(before);
+  }
+  Tensor out;
+  if (value == 0.0f) {
+    out = pad_into(x, out_shape, begin);
+  } else {
+    detail::check_float32(x.dtype(), "pad", "input with a non-zero value");
+    out = Tensor::full(out_shape, value);
+    const Tensor placed = pad_into(x, out_shape, begin);  // x inside zeros
+    const Tensor mask = pad_into(Tensor::ones(x.shape()), out_shape, begin);
+    float* po = out.data<float>();
+    const float* pp = placed.data<float>();
+    const float* pm = mask.data<float>();
+    for (std::int64_t i = 0; i < out.numel(); ++i) {
+      if (pm[i] != 0.0f) po[i] = pp[i];
+    }
+  }
+  if (detail::should_record({x})) {
+    detail::record("pad", {x}, out, [begin, sx = x.shape()](const Tensor& g) {
+      std::vector<std::int64_t> size = sx.to_vector();
+      return Grads{slice(g, begin, size)};
+    });
+  }
+  return out;
+}
+
 Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   check_defined(x, "broadcast_to", "input");
   const Shape joint = detail::broadcast_shapes(x.shape(), shape, "broadcast_to");

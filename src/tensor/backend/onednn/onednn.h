@@ -34,3 +34,51 @@ void reference_sgemm(bool transpose_a, bool transpose_b, std::int64_t m, std::in
                      std::int64_t k, const float* a, const float* b, float* c);
 
 }  // namespace lockstep::backend::onednn
+
+namespace lockstep::backend::onednn {
+
+// 2-D convolution over channels-last (NHWC) data with Keras's kernel layout
+// [kh, kw, in_channels / groups, out_channels]. Dilations are Keras's (1 =
+// dense). Padding is explicit (the op computes "same" / "valid").
+struct ConvShape {
+  std::int64_t n = 0, h = 0, w = 0, c = 0;  // input
+  std::int64_t kh = 0, kw = 0, oc = 0, groups = 1;
+  std::int64_t sh = 1, sw = 1, dh = 1, dw = 1;
+  std::int64_t pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0;
+  std::int64_t oh = 0, ow = 0;  // output
+};
+void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y);
+void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx);
+// dbias may be null.
+void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw, float* dbias);
+
+// Max or average (padding excluded, as TensorFlow) pooling over NHWC data.
+struct PoolShape {
+  std::int64_t n = 0, h = 0, w = 0, c = 0;
+  std::int64_t kh = 0, kw = 0, sh = 1, sw = 1;
+  std::int64_t pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0;
+  std::int64_t oh = 0, ow = 0;
+  bool max = true;
+};
+// Bytes of workspace max pooling needs to run backward (0 for average).
+std::size_t pool_workspace_bytes(const PoolShape& s);
+// `workspace` null: inference (no backward possible for max pooling).
+void pool_forward(const PoolShape& s, const float* x, float* y, void* workspace);
+void pool_backward(const PoolShape& s, const float* dy, const void* workspace, float* dx);
+
+// Batch normalisation over the last dimension of [rows, channels] data
+// (rows = every position of every example). Training mode computes the
+// batch mean and (biased) variance into `mean` / `variance`; inference reads
+// them.
+struct BatchNormShape {
+  std::int64_t rows = 0, channels = 0;
+  float epsilon = 1e-3f;
+};
+void batchnorm_forward(const BatchNormShape& s, const float* x, const float* gamma, const float* beta,
+                       float* y, float* mean, float* variance, bool training);
+// oneDNN 2.6 reads beta in backward too (it validates every declared argument).
+void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy, const float* gamma,
+                        const float* beta, const float* mean, const float* variance, float* dx, float* dgamma,
+                        float* dbeta);
+
+}  // namespace lockstep::backend::onednn

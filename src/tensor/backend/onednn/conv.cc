@@ -1,0 +1,384 @@
+// Convolution, pooling and batch normalisation on oneDNN.
+//
+// Activations stay channels-last (nhwc) as Keras keeps them; weights are
+// handed to oneDNN as "any" so it can pick its fastest implementation, and
+// reordered from (and, for gradients, back to) Keras's layout on each call —
+// a copy the size of the kernel, small next to the convolution itself.
+#include <unordered_map>
+#include <vector>
+
+#include "tensor/backend/onednn/common.h"
+#include "tensor/backend/onednn/onednn.h"
+
+namespace lockstep::backend::onednn {
+using namespace detail_onednn;
+
+namespace {
+
+using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                       std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                       std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>;
+
+Key conv_key(const ConvShape& s, int kind) {
+  return Key{s.n, s.h, s.w, s.c, s.kh, s.kw, s.oc, s.groups, s.sh * 1000 + s.sw, s.dh * 1000 + s.dw,
+             s.pad_t, s.pad_l, s.pad_b, s.pad_r, s.oh, s.ow, kind};
+}
+
+memory::desc nhwc(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+  return memory::desc(Dims{n, c, h, w}, memory::data_type::f32, memory::format_tag::nhwc);
+}
+
+// Keras's kernel [kh, kw, ic_g, oc] described in oneDNN's logical order
+// ({oc, ic, kh, kw}, or {g, oc_g, ic_g, kh, kw} when grouped) by strides.
+memory::desc user_weights(const ConvShape& s) {
+  const std::int64_t icg = s.c / s.groups, ocg = s.oc / s.groups;
+  if (s.groups == 1) {
+    return memory::desc(Dims{s.oc, s.c, s.kh, s.kw}, memory::data_type::f32,
+                        Dims{1, s.oc, s.kw * s.c * s.oc, s.c * s.oc});
+  }
+  return memory::desc(Dims{s.groups, ocg, icg, s.kh, s.kw}, memory::data_type::f32,
+                      Dims{ocg, 1, s.oc, s.kw * icg * s.oc, icg * s.oc});
+}
+
+memory::desc any_weights(const ConvShape& s) {
+  const std::int64_t icg = s.c / s.groups, ocg = s.oc / s.groups;
+  if (s.groups == 1) return memory::desc(Dims{s.oc, s.c, s.kh, s.kw}, memory::data_type::f32, memory::format_tag::any);
+  return memory::desc(Dims{s.groups, ocg, icg, s.kh, s.kw}, memory::data_type::f32, memory::format_tag::any);
+}
+
+Dims strides(const ConvShape& s) { return {s.sh, s.sw}; }
+Dims dilates(const ConvShape& s) { return {s.dh - 1, s.dw - 1}; }  // oneDNN counts the gaps
+Dims pad_l(const ConvShape& s) { return {s.pad_t, s.pad_l}; }
+Dims pad_r(const ConvShape& s) { return {s.pad_b, s.pad_r}; }
+
+dnnl::convolution_forward::primitive_desc forward_pd(const ConvShape& s, bool bias) {
+  memory::desc bias_md = bias ? memory::desc(Dims{s.oc}, memory::data_type::f32, memory::format_tag::a) : memory::desc();
+  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                    nhwc(s.n, s.c, s.h, s.w), any_weights(s), bias_md, nhwc(s.n, s.oc, s.oh, s.ow),
+                                    strides(s), dilates(s), pad_l(s), pad_r(s));
+  return {d, engine()};
+}
+
+// A weights tensor in the primitive's layout, with the reorder that fills it
+// from (or empties it to) Keras's layout when the two differ.
+struct WeightsBuffer {
+  memory user, internal;
+  std::vector<float> storage;
+  dnnl::reorder reorder;  // user -> internal, or internal -> user for gradients
+  bool needs_reorder = false;
+
+  void init(const ConvShape& s, const memory::desc& wanted, bool to_user) {
+    user = memory(user_weights(s), engine(), DNNL_MEMORY_NONE);
+    needs_reorder = wanted != user.get_desc();
+    if (needs_reorder) {
+      storage.resize(wanted.get_size() / sizeof(float) + 1);
+      internal = memory(wanted, engine(), storage.data());
+      reorder = to_user ? dnnl::reorder(internal, user) : dnnl::reorder(user, internal);
+    } else {
+      internal = user;
+    }
+  }
+  // Points the user side at `data`; for inputs, converts into the primitive's layout.
+  memory& load(const float* data) {
+    user.set_data_handle(mut(data));
+    if (needs_reorder) reorder.execute(stream(), user, internal);
+    return internal;
+  }
+  memory& target(float* data) {
+    user.set_data_handle(data);
+    return internal;
+  }
+  void store() {
+    if (needs_reorder) reorder.execute(stream(), internal, user);
+  }
+};
+
+}  // namespace
+
+void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
+  struct Entry {
+    dnnl::convolution_forward prim;
+    memory src, dst, bias;
+    WeightsBuffer weights;
+  };
+  thread_local std::unordered_map<Key, Entry, TupleHash> cache;
+  KernelScope scope;
+  guarded("conv2d", [&] {
+    const Key key = conv_key(s, bias ? 1 : 0);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      auto pd = forward_pd(s, bias != nullptr);
+      Entry e{dnnl::convolution_forward(pd), memory(pd.src_desc(), engine(), DNNL_MEMORY_NONE),
+              memory(pd.dst_desc(), engine(), DNNL_MEMORY_NONE), memory(), {}};
+      if (bias) e.bias = memory(pd.bias_desc(), engine(), DNNL_MEMORY_NONE);
+      e.weights.init(s, pd.weights_desc(), false);
+      it = cache.emplace(key, std::move(e)).first;
+    }
+    Entry& e = it->second;
+    e.src.set_data_handle(mut(x));
+    e.dst.set_data_handle(y);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.src}, {DNNL_ARG_WEIGHTS, e.weights.load(w)}, {DNNL_ARG_DST, e.dst}};
+    if (bias) {
+      e.bias.set_data_handle(mut(bias));
+      args.emplace(DNNL_ARG_BIAS, e.bias);
+    }
+    e.prim.execute(stream(), args);
+    stream().wait();
+  });
+}
+
+void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx) {
+  struct Entry {
+    dnnl::convolution_backward_data prim;
+    memory diff_dst, diff_src;
+    WeightsBuffer weights;
+  };
+  thread_local std::unordered_map<Key, Entry, TupleHash> cache;
+  KernelScope scope;
+  guarded("conv2d backward (data)", [&] {
+    const Key key = conv_key(s, 2);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      auto hint = forward_pd(s, false);
+      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, nhwc(s.n, s.c, s.h, s.w),
+                                              any_weights(s), nhwc(s.n, s.oc, s.oh, s.ow), strides(s), dilates(s),
+                                              pad_l(s), pad_r(s));
+      dnnl::convolution_backward_data::primitive_desc pd(d, engine(), hint);
+      Entry e{dnnl::convolution_backward_data(pd), memory(pd.diff_dst_desc(), engine(), DNNL_MEMORY_NONE),
+              memory(pd.diff_src_desc(), engine(), DNNL_MEMORY_NONE), {}};
+      e.weights.init(s, pd.weights_desc(), false);
+      it = cache.emplace(key, std::move(e)).first;
+    }
+    Entry& e = it->second;
+    e.diff_dst.set_data_handle(mut(dy));
+    e.diff_src.set_data_handle(dx);
+    e.prim.execute(stream(), {{DNNL_ARG_DIFF_DST, e.diff_dst}, {DNNL_ARG_WEIGHTS, e.weights.load(w)},
+                              {DNNL_ARG_DIFF_SRC, e.diff_src}});
+    stream().wait();
+  });
+}
+
+void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw, float* dbias) {
+  struct Entry {
+    dnnl::convolution_backward_weights prim;
+    memory src, diff_dst, diff_bias;
+    WeightsBuffer weights;
+  };
+  thread_local std::unordered_map<Key, Entry, TupleHash> cache;
+  KernelScope scope;
+  guarded("conv2d backward (weights)", [&] {
+    const Key key = conv_key(s, dbias ? 4 : 3);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      auto hint = forward_pd(s, dbias != nullptr);
+      memory::desc bias_md = dbias ? memory::desc(Dims{s.oc}, memory::data_type::f32, memory::format_tag::a) : memory::desc();
+      dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, nhwc(s.n, s.c, s.h, s.w),
+                                                 any_weights(s), bias_md, nhwc(s.n, s.oc, s.oh, s.ow), strides(s),
+                                                 dilates(s), pad_l(s), pad_r(s));
+      dnnl::convolution_backward_weights::primitive_desc pd(d, engine(), hint);
+      Entry e{dnnl::convolution_backward_weights(pd), memory(pd.src_desc(), engine(), DNNL_MEMORY_NONE),
+              memory(pd.diff_dst_desc(), engine(), DNNL_MEMORY_NONE), memory(), {}};
+      if (dbias) e.diff_bias = memory(pd.diff_bias_desc(), engine(), DNNL_MEMORY_NONE);
+      e.weights.init(s, pd.diff_weights_desc(), true);
+      it = cache.emplace(key, std::move(e)).first;
+    }
+    Entry& e = it->second;
+    e.src.set_data_handle(mut(x));
+    e.diff_dst.set_data_handle(mut(dy));
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.src}, {DNNL_ARG_DIFF_DST, e.diff_dst},
+                                         {DNNL_ARG_DIFF_WEIGHTS, e.weights.target(dw)}};
+    if (dbias) {
+      e.diff_bias.set_data_handle(dbias);
+      args.emplace(DNNL_ARG_DIFF_BIAS, e.diff_bias);
+    }
+    e.prim.execute(stream(), args);
+    e.weights.store();
+    stream().wait();
+  });
+}
+
+// ---- pooling ---------------------------------------------------------------------
+
+namespace {
+
+Key pool_key(const PoolShape& s, int kind) {
+  return Key{s.n, s.h, s.w, s.c, s.kh, s.kw, 0, 0, s.sh * 1000 + s.sw, 0, s.pad_t, s.pad_l, s.pad_b, s.pad_r,
+             s.oh, s.ow, kind * 2 + (s.max ? 1 : 0)};
+}
+
+dnnl::pooling_forward::primitive_desc pool_pd(const PoolShape& s, bool training) {
+  dnnl::pooling_forward::desc d(training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
+                                s.max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding,
+                                nhwc(s.n, s.c, s.h, s.w), nhwc(s.n, s.c, s.oh, s.ow), Dims{s.sh, s.sw},
+                                Dims{s.kh, s.kw}, Dims{s.pad_t, s.pad_l}, Dims{s.pad_b, s.pad_r});
+  return {d, engine()};
+}
+
+}  // namespace
+
+std::size_t pool_workspace_bytes(const PoolShape& s) {
+  if (!s.max) return 0;
+  std::size_t bytes = 0;
+  guarded("pooling", [&] { bytes = pool_pd(s, true).workspace_desc().get_size(); });
+  return bytes;
+}
+
+void pool_forward(const PoolShape& s, const float* x, float* y, void* workspace) {
+  struct Entry {
+    dnnl::pooling_forward prim;
+    memory src, dst, ws;
+  };
+  thread_local std::unordered_map<Key, Entry, TupleHash> cache;
+  KernelScope scope;
+  const bool training = workspace != nullptr || !s.max;
+  guarded("pooling", [&] {
+    const Key key = pool_key(s, training ? 1 : 0);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      auto pd = pool_pd(s, training);
+      Entry e{dnnl::pooling_forward(pd), memory(pd.src_desc(), engine(), DNNL_MEMORY_NONE),
+              memory(pd.dst_desc(), engine(), DNNL_MEMORY_NONE), memory()};
+      if (s.max && training) e.ws = memory(pd.workspace_desc(), engine(), DNNL_MEMORY_NONE);
+      it = cache.emplace(key, std::move(e)).first;
+    }
+    Entry& e = it->second;
+    e.src.set_data_handle(mut(x));
+    e.dst.set_data_handle(y);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.src}, {DNNL_ARG_DST, e.dst}};
+    if (s.max && training) {
+      e.ws.set_data_handle(workspace);
+      args.emplace(DNNL_ARG_WORKSPACE, e.ws);
+    }
+    e.prim.execute(stream(), args);
+    stream().wait();
+  });
+}
+
+void pool_backward(const PoolShape& s, const float* dy, const void* workspace, float* dx) {
+  struct Entry {
+    dnnl::pooling_backward prim;
+    memory diff_dst, diff_src, ws;
+  };
+  thread_local std::unordered_map<Key, Entry, TupleHash> cache;
+  KernelScope scope;
+  guarded("pooling backward", [&] {
+    const Key key = pool_key(s, 2);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      auto hint = pool_pd(s, true);
+      dnnl::pooling_backward::desc d(s.max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding,
+                                     nhwc(s.n, s.c, s.h, s.w), nhwc(s.n, s.c, s.oh, s.ow), Dims{s.sh, s.sw},
+                                     Dims{s.kh, s.kw}, Dims{s.pad_t, s.pad_l}, Dims{s.pad_b, s.pad_r});
+      dnnl::pooling_backward::primitive_desc pd(d, engine(), hint);
+      Entry e{dnnl::pooling_backward(pd), memory(pd.diff_dst_desc(), engine(), DNNL_MEMORY_NONE),
+              memory(pd.diff_src_desc(), engine(), DNNL_MEMORY_NONE), memory()};
+      if (s.max) e.ws = memory(hint.workspace_desc(), engine(), DNNL_MEMORY_NONE);
+      it = cache.emplace(key, std::move(e)).first;
+    }
+    Entry& e = it->second;
+    e.diff_dst.set_data_handle(mut(dy));
+    e.diff_src.set_data_handle(dx);
+    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, e.diff_dst}, {DNNL_ARG_DIFF_SRC, e.diff_src}};
+    if (s.max) {
+      e.ws.set_data_handle(mut(workspace));
+      args.emplace(DNNL_ARG_WORKSPACE, e.ws);
+    }
+    e.prim.execute(stream(), args);
+    stream().wait();
+  });
+}
+
+// ---- batch normalisation ---------------------------------------------------------------
+
+namespace {
+
+using BnKey = std::tuple<std::int64_t, std::int64_t, float, int>;
+
+memory::desc bn_data(const BatchNormShape& s) {
+  return memory::desc(Dims{s.rows, s.channels}, memory::data_type::f32, memory::format_tag::nc);
+}
+
+dnnl::batch_normalization_forward::primitive_desc bn_pd(const BatchNormShape& s, bool training) {
+  auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  if (!training) flags = flags | dnnl::normalization_flags::use_global_stats;
+  dnnl::batch_normalization_forward::desc d(training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
+                                            bn_data(s), s.epsilon, flags);
+  return {d, engine()};
+}
+
+memory vec(const BatchNormShape& s) {
+  return memory(memory::desc(Dims{s.channels}, memory::data_type::f32, memory::format_tag::a), engine(), DNNL_MEMORY_NONE);
+}
+
+}  // namespace
+
+void batchnorm_forward(const BatchNormShape& s, const float* x, const float* gamma, const float* beta, float* y,
+                       float* mean, float* variance, bool training) {
+  struct Entry {
+    dnnl::batch_normalization_forward prim;
+    memory src, dst, scale, shift, mean, var;
+  };
+  thread_local std::unordered_map<BnKey, Entry, TupleHash> cache;
+  KernelScope scope;
+  guarded("batch_normalization", [&] {
+    const BnKey key{s.rows, s.channels, s.epsilon, training};
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      auto pd = bn_pd(s, training);
+      Entry e{dnnl::batch_normalization_forward(pd), memory(bn_data(s), engine(), DNNL_MEMORY_NONE),
+              memory(bn_data(s), engine(), DNNL_MEMORY_NONE), vec(s), vec(s), vec(s), vec(s)};
+      it = cache.emplace(key, std::move(e)).first;
+    }
+    Entry& e = it->second;
+    e.src.set_data_handle(mut(x));
+    e.dst.set_data_handle(y);
+    e.scale.set_data_handle(mut(gamma));
+    e.shift.set_data_handle(mut(beta));
+    e.mean.set_data_handle(mean);
+    e.var.set_data_handle(variance);
+    e.prim.execute(stream(), {{DNNL_ARG_SRC, e.src}, {DNNL_ARG_DST, e.dst}, {DNNL_ARG_SCALE, e.scale},
+                              {DNNL_ARG_SHIFT, e.shift}, {DNNL_ARG_MEAN, e.mean}, {DNNL_ARG_VARIANCE, e.var}});
+    stream().wait();
+  });
+}
+
+void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy, const float* gamma,
+                        const float* beta, const float* mean, const float* variance, float* dx, float* dgamma,
+                        float* dbeta) {
+  struct Entry {
+    dnnl::batch_normalization_backward prim;
+    memory src, diff_dst, diff_src, scale, shift, mean, var, diff_scale, diff_shift;
+  };
+  thread_local std::unordered_map<BnKey, Entry, TupleHash> cache;
+  KernelScope scope;
+  guarded("batch_normalization backward", [&] {
+    const BnKey key{s.rows, s.channels, s.epsilon, 2};
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      auto hint = bn_pd(s, true);
+      dnnl::batch_normalization_backward::desc d(dnnl::prop_kind::backward, bn_data(s), bn_data(s), s.epsilon,
+                                                 dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift);
+      dnnl::batch_normalization_backward::primitive_desc pd(d, engine(), hint);
+      Entry e{dnnl::batch_normalization_backward(pd), memory(bn_data(s), engine(), DNNL_MEMORY_NONE),
+              memory(bn_data(s), engine(), DNNL_MEMORY_NONE), memory(bn_data(s), engine(), DNNL_MEMORY_NONE),
+              vec(s), vec(s), vec(s), vec(s), vec(s), vec(s)};
+      it = cache.emplace(key, std::move(e)).first;
+    }
+    Entry& e = it->second;
+    e.shift.set_data_handle(mut(beta));
+    e.src.set_data_handle(mut(x));
+    e.diff_dst.set_data_handle(mut(dy));
+    e.diff_src.set_data_handle(dx);
+    e.scale.set_data_handle(mut(gamma));
+    e.mean.set_data_handle(mut(mean));
+    e.var.set_data_handle(mut(variance));
+    e.diff_scale.set_data_handle(dgamma);
+    e.diff_shift.set_data_handle(dbeta);
+    e.prim.execute(stream(), {{DNNL_ARG_SRC, e.src}, {DNNL_ARG_DIFF_DST, e.diff_dst}, {DNNL_ARG_DIFF_SRC, e.diff_src},
+                              {DNNL_ARG_SCALE, e.scale}, {DNNL_ARG_SHIFT, e.shift}, {DNNL_ARG_MEAN, e.mean},
+                              {DNNL_ARG_VARIANCE, e.var}, {DNNL_ARG_DIFF_SCALE, e.diff_scale}, {DNNL_ARG_DIFF_SHIFT, e.diff_shift}});
+    stream().wait();
+  });
+}
+
+}  // namespace lockstep::backend::onednn
