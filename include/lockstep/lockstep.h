@@ -15,6 +15,7 @@
 #include "lockstep/nn/functional.h"
 #include "lockstep/nn/initializers.h"
 #include "lockstep/nn/layer.h"
+#include "lockstep/nn/conv_layers.h"
 #include "lockstep/nn/layers.h"
 #include "lockstep/nn/losses.h"
 #include "lockstep/nn/metrics.h"

@@ -1,0 +1,182 @@
+// Convolutional layers (channels-last), as keras.layers: Conv2D,
+// DepthwiseConv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D,
+// ZeroPadding2D, BatchNormalization.
+//
+//   auto x = ls::layers::Conv2D(32, {3, 3}, {.activation = "relu"})(inputs);
+//   x = ls::layers::MaxPooling2D()(x);
+#pragma once
+
+#include <array>
+#include <string>
+
+#include "lockstep/nn/layers.h"
+#include "lockstep/tensor/ops.h"
+
+namespace lockstep::layers {
+
+using Size2 = std::array<std::int64_t, 2>;
+
+// "valid" or "same", as Keras spells them.
+Padding parse_padding(const std::string& padding, const char* layer);
+
+struct Conv2DOptions {
+  Size2 strides{1, 1};
+  std::string padding = "valid";
+  Size2 dilation_rate{1, 1};
+  std::int64_t groups = 1;
+  std::string activation;
+  bool use_bias = true;
+  Initializer kernel_initializer = initializers::GlorotUniform();
+  Initializer bias_initializer = initializers::Zeros();
+  Regularizer kernel_regularizer;
+  Regularizer bias_regularizer;
+  std::string name;
+};
+
+class Conv2DImpl : public SingleInputLayerImpl {
+ public:
+  Conv2DImpl(std::int64_t filters, Size2 kernel_size, Conv2DOptions options);
+  void build(const std::vector<Shape>& input_shapes) override;
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  const Variable& kernel() const { return kernel_; }
+  const Variable& bias() const { return bias_; }
+
+ private:
+  std::int64_t filters_;
+  Size2 kernel_size_;
+  Conv2DOptions options_;
+  lockstep::Conv2DOptions op_;
+  ActivationFn activation_;
+  Variable kernel_, bias_;
+};
+class Conv2D : public Layer {
+ public:
+  Conv2D(std::int64_t filters, Size2 kernel_size, Conv2DOptions options = {});
+  Conv2DImpl* operator->() const { return static_cast<Conv2DImpl*>(impl_.get()); }
+};
+
+struct DepthwiseConv2DOptions {
+  Size2 strides{1, 1};
+  std::string padding = "valid";
+  std::int64_t depth_multiplier = 1;
+  Size2 dilation_rate{1, 1};
+  std::string activation;
+  bool use_bias = true;
+  Initializer depthwise_initializer = initializers::GlorotUniform();
+  Initializer bias_initializer = initializers::Zeros();
+  Regularizer depthwise_regularizer;
+  Regularizer bias_regularizer;
+  std::string name;
+};
+// One filter per input channel (times depth_multiplier); kernel
+// [kh, kw, in_channels, depth_multiplier] as Keras.
+class DepthwiseConv2DImpl : public SingleInputLayerImpl {
+ public:
+  DepthwiseConv2DImpl(Size2 kernel_size, DepthwiseConv2DOptions options);
+  void build(const std::vector<Shape>& input_shapes) override;
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  const Variable& depthwise_kernel() const { return kernel_; }
+
+ private:
+  Size2 kernel_size_;
+  DepthwiseConv2DOptions options_;
+  ActivationFn activation_;
+  Variable kernel_, bias_;
+  std::int64_t channels_ = 0;
+};
+class DepthwiseConv2D : public Layer {
+ public:
+  explicit DepthwiseConv2D(Size2 kernel_size, DepthwiseConv2DOptions options = {});
+  DepthwiseConv2DImpl* operator->() const { return static_cast<DepthwiseConv2DImpl*>(impl_.get()); }
+};
+
+struct Pooling2DOptions {
+  Size2 strides{0, 0};  // 0: the pool size
+  std::string padding = "valid";
+  std::string name;
+};
+class Pooling2DImpl : public SingleInputLayerImpl {
+ public:
+  Pooling2DImpl(bool max, Size2 pool_size, Pooling2DOptions options);
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+
+ private:
+  bool max_;
+  Pool2DOptions op_;
+};
+class MaxPooling2D : public Layer {
+ public:
+  explicit MaxPooling2D(Size2 pool_size = {2, 2}, Pooling2DOptions options = {});
+};
+class AveragePooling2D : public Layer {
+ public:
+  explicit AveragePooling2D(Size2 pool_size = {2, 2}, Pooling2DOptions options = {});
+};
+
+struct GlobalPoolingOptions {
+  bool keepdims = false;
+  std::string name;
+};
+class GlobalAveragePooling2DImpl : public SingleInputLayerImpl {
+ public:
+  explicit GlobalAveragePooling2DImpl(GlobalPoolingOptions options);
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+
+ private:
+  GlobalPoolingOptions options_;
+};
+class GlobalAveragePooling2D : public Layer {
+ public:
+  explicit GlobalAveragePooling2D(GlobalPoolingOptions options = {});
+};
+
+// Zeros around the spatial dimensions: ((top, bottom), (left, right)).
+class ZeroPadding2DImpl : public SingleInputLayerImpl {
+ public:
+  ZeroPadding2DImpl(std::array<Size2, 2> padding, std::string name);
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+
+ private:
+  std::array<Size2, 2> padding_;
+};
+class ZeroPadding2D : public Layer {
+ public:
+  explicit ZeroPadding2D(std::array<Size2, 2> padding = {{{1, 1}, {1, 1}}}, std::string name = "");
+};
+
+struct BatchNormalizationOptions {
+  float momentum = 0.99f;
+  float epsilon = 1e-3f;
+  bool center = true;
+  bool scale = true;
+  Initializer beta_initializer = initializers::Zeros();
+  Initializer gamma_initializer = initializers::Ones();
+  Initializer moving_mean_initializer = initializers::Zeros();
+  Initializer moving_variance_initializer = initializers::Ones();
+  std::string name;
+};
+// Normalises the last axis. In training (and trainable) it uses the batch's
+// statistics and updates the moving averages; in inference — or when frozen,
+// as Keras 3 does for fine-tuning — it uses the moving averages.
+class BatchNormalizationImpl : public SingleInputLayerImpl {
+ public:
+  explicit BatchNormalizationImpl(BatchNormalizationOptions options);
+  void build(const std::vector<Shape>& input_shapes) override;
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  const Variable& gamma() const { return gamma_; }
+  const Variable& beta() const { return beta_; }
+  const Variable& moving_mean() const { return moving_mean_; }
+  const Variable& moving_variance() const { return moving_variance_; }
+
+ private:
+  BatchNormalizationOptions options_;
+  Variable gamma_, beta_, moving_mean_, moving_variance_;
+  Tensor ones_, zeros_;  // stand-ins when scale / center are off
+};
+class BatchNormalization : public Layer {
+ public:
+  explicit BatchNormalization(BatchNormalizationOptions options = {});
+  BatchNormalizationImpl* operator->() const { return static_cast<BatchNormalizationImpl*>(impl_.get()); }
+};
+
+}  // namespace lockstep::layers

@@ -1,0 +1,179 @@
+// Convolutional, pooling and normalisation layers over the tensor ops.
+#include "lockstep/nn/conv_layers.h"
+
+#include "lockstep/autodiff/gradient_tape.h"
+
+namespace lockstep::layers {
+
+Padding parse_padding(const std::string& padding, const char* layer) {
+  if (padding == "valid") return Padding::kValid;
+  if (padding == "same") return Padding::kSame;
+  detail::throw_error<ValueError>(layer, ": unknown padding '", padding, "'; valid values: valid, same");
+}
+
+namespace {
+void check_image_input(const Shape& s, const LayerImpl& layer) {
+  LOCKSTEP_CHECK_AS(ShapeError, s.rank() == 4, layer.class_name(), " '", layer.name(),
+                    "': expected input of shape [batch, height, width, channels], got ", s,
+                    s.rank() == 2 ? ". Hint: add a Reshape layer, e.g. Reshape({28, 28, 1})" : "");
+}
+}  // namespace
+
+// ---- Conv2D ---------------------------------------------------------------------
+
+Conv2DImpl::Conv2DImpl(std::int64_t filters, Size2 kernel_size, Conv2DOptions options)
+    : SingleInputLayerImpl("Conv2D", options.name),
+      filters_(filters),
+      kernel_size_(kernel_size),
+      options_(std::move(options)),
+      activation_(get_activation(options_.activation)) {
+  LOCKSTEP_CHECK(filters > 0 && kernel_size[0] > 0 && kernel_size[1] > 0,
+                 "Conv2D: filters and kernel_size must be > 0");
+  op_ = {.strides = options_.strides, .padding = parse_padding(options_.padding, "Conv2D"),
+         .dilation_rate = options_.dilation_rate, .groups = options_.groups};
+}
+
+void Conv2DImpl::build(const std::vector<Shape>& input_shapes) {
+  const Shape& s = input_shapes.at(0);
+  check_image_input(s, *this);
+  const std::int64_t c = s[3];
+  LOCKSTEP_CHECK_AS(ShapeError, c % options_.groups == 0 && filters_ % options_.groups == 0, "Conv2D '", name(),
+                    "': input channels (", c, ") and filters (", filters_, ") must be divisible by groups (",
+                    options_.groups, ")");
+  kernel_ = add_weight({.name = "kernel", .shape = {kernel_size_[0], kernel_size_[1], c / options_.groups, filters_},
+                        .initializer = options_.kernel_initializer, .regularizer = options_.kernel_regularizer});
+  if (options_.use_bias) {
+    bias_ = add_weight({.name = "bias", .shape = {filters_}, .initializer = options_.bias_initializer,
+                        .regularizer = options_.bias_regularizer});
+  }
+}
+
+Tensor Conv2DImpl::call(const Tensor& x, const CallContext&) {
+  check_image_input(x.shape(), *this);
+  return activation_(conv2d(x, kernel_, options_.use_bias ? bias_.value() : Tensor(), op_));
+}
+
+Conv2D::Conv2D(std::int64_t filters, Size2 kernel_size, Conv2DOptions options)
+    : Layer(std::make_shared<Conv2DImpl>(filters, kernel_size, std::move(options))) {}
+
+// ---- DepthwiseConv2D ---------------------------------------------------------------
+
+DepthwiseConv2DImpl::DepthwiseConv2DImpl(Size2 kernel_size, DepthwiseConv2DOptions options)
+    : SingleInputLayerImpl("DepthwiseConv2D", options.name),
+      kernel_size_(kernel_size),
+      options_(std::move(options)),
+      activation_(get_activation(options_.activation)) {
+  LOCKSTEP_CHECK(options_.depth_multiplier >= 1, "DepthwiseConv2D: depth_multiplier must be >= 1");
+  (void)parse_padding(options_.padding, "DepthwiseConv2D");
+}
+
+void DepthwiseConv2DImpl::build(const std::vector<Shape>& input_shapes) {
+  const Shape& s = input_shapes.at(0);
+  check_image_input(s, *this);
+  channels_ = s[3];
+  kernel_ = add_weight({.name = "kernel", .shape = {kernel_size_[0], kernel_size_[1], channels_, options_.depth_multiplier},
+                        .initializer = options_.depthwise_initializer, .regularizer = options_.depthwise_regularizer});
+  if (options_.use_bias) {
+    bias_ = add_weight({.name = "bias", .shape = {channels_ * options_.depth_multiplier},
+                        .initializer = options_.bias_initializer, .regularizer = options_.bias_regularizer});
+  }
+}
+
+Tensor DepthwiseConv2DImpl::call(const Tensor& x, const CallContext&) {
+  check_image_input(x.shape(), *this);
+  // [kh, kw, c, m] is, byte for byte, a grouped kernel [kh, kw, 1, c·m].
+  const Tensor kernel = reshape(kernel_, {kernel_size_[0], kernel_size_[1], 1, channels_ * options_.depth_multiplier});
+  const lockstep::Conv2DOptions op{.strides = options_.strides,
+                                   .padding = parse_padding(options_.padding, "DepthwiseConv2D"),
+                                   .dilation_rate = options_.dilation_rate,
+                                   .groups = channels_};
+  return activation_(conv2d(x, kernel, options_.use_bias ? bias_.value() : Tensor(), op));
+}
+
+DepthwiseConv2D::DepthwiseConv2D(Size2 kernel_size, DepthwiseConv2DOptions options)
+    : Layer(std::make_shared<DepthwiseConv2DImpl>(kernel_size, std::move(options))) {}
+
+// ---- pooling ------------------------------------------------------------------------
+
+Pooling2DImpl::Pooling2DImpl(bool max, Size2 pool_size, Pooling2DOptions options)
+    : SingleInputLayerImpl(max ? "MaxPooling2D" : "AveragePooling2D", options.name), max_(max) {
+  op_ = {.pool_size = pool_size, .strides = options.strides,
+         .padding = parse_padding(options.padding, max ? "MaxPooling2D" : "AveragePooling2D")};
+}
+
+Tensor Pooling2DImpl::call(const Tensor& x, const CallContext&) {
+  check_image_input(x.shape(), *this);
+  return max_ ? max_pool2d(x, op_) : avg_pool2d(x, op_);
+}
+
+MaxPooling2D::MaxPooling2D(Size2 pool_size, Pooling2DOptions options)
+    : Layer(std::make_shared<Pooling2DImpl>(true, pool_size, std::move(options))) {}
+AveragePooling2D::AveragePooling2D(Size2 pool_size, Pooling2DOptions options)
+    : Layer(std::make_shared<Pooling2DImpl>(false, pool_size, std::move(options))) {}
+
+GlobalAveragePooling2DImpl::GlobalAveragePooling2DImpl(GlobalPoolingOptions options)
+    : SingleInputLayerImpl("GlobalAveragePooling2D", options.name), options_(std::move(options)) {}
+
+Tensor GlobalAveragePooling2DImpl::call(const Tensor& x, const CallContext&) {
+  check_image_input(x.shape(), *this);
+  return mean(x, {.axes = {1, 2}, .keepdims = options_.keepdims});
+}
+
+GlobalAveragePooling2D::GlobalAveragePooling2D(GlobalPoolingOptions options)
+    : Layer(std::make_shared<GlobalAveragePooling2DImpl>(std::move(options))) {}
+
+ZeroPadding2DImpl::ZeroPadding2DImpl(std::array<Size2, 2> padding, std::string name)
+    : SingleInputLayerImpl("ZeroPadding2D", std::move(name)), padding_(padding) {}
+
+Tensor ZeroPadding2DImpl::call(const Tensor& x, const CallContext&) {
+  check_image_input(x.shape(), *this);
+  return pad(x, {{0, 0}, {padding_[0][0], padding_[0][1]}, {padding_[1][0], padding_[1][1]}, {0, 0}});
+}
+
+ZeroPadding2D::ZeroPadding2D(std::array<Size2, 2> padding, std::string name)
+    : Layer(std::make_shared<ZeroPadding2DImpl>(padding, std::move(name))) {}
+
+// ---- BatchNormalization ----------------------------------------------------------------
+
+BatchNormalizationImpl::BatchNormalizationImpl(BatchNormalizationOptions options)
+    : SingleInputLayerImpl("BatchNormalization", options.name), options_(std::move(options)) {
+  LOCKSTEP_CHECK(options_.momentum >= 0 && options_.momentum <= 1, "BatchNormalization: momentum must be in [0, 1]");
+  LOCKSTEP_CHECK(options_.epsilon > 0, "BatchNormalization: epsilon must be > 0");
+}
+
+void BatchNormalizationImpl::build(const std::vector<Shape>& input_shapes) {
+  const Shape& s = input_shapes.at(0);
+  LOCKSTEP_CHECK_AS(ShapeError, s.rank() >= 2, "BatchNormalization '", name(), "': expected input of rank >= 2, got ", s);
+  const std::int64_t c = s[s.rank() - 1];
+  if (options_.scale) gamma_ = add_weight({.name = "gamma", .shape = {c}, .initializer = options_.gamma_initializer});
+  if (options_.center) beta_ = add_weight({.name = "beta", .shape = {c}, .initializer = options_.beta_initializer});
+  moving_mean_ = add_weight({.name = "moving_mean", .shape = {c}, .initializer = options_.moving_mean_initializer,
+                             .trainable = false});
+  moving_variance_ = add_weight({.name = "moving_variance", .shape = {c},
+                                 .initializer = options_.moving_variance_initializer, .trainable = false});
+  ones_ = Tensor::ones({c});
+  zeros_ = Tensor::zeros({c});
+}
+
+Tensor BatchNormalizationImpl::call(const Tensor& x, const CallContext& ctx) {
+  const Tensor gamma = options_.scale ? gamma_.value() : ones_;
+  const Tensor beta = options_.center ? beta_.value() : zeros_;
+  LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 2 && x.shape()[x.rank() - 1] == moving_mean_.shape()[0],
+                    "BatchNormalization '", name(), "': expected input with ", moving_mean_.shape()[0],
+                    " channels in the last axis, got shape ", x.shape());
+  if (!ctx.training || !trainable()) {
+    return batch_norm_inference(x, gamma, beta, moving_mean_.value(), moving_variance_.value(), options_.epsilon);
+  }
+  BatchNormResult r = batch_norm_training(x, gamma, beta, options_.epsilon);
+  NoGradGuard no_grad;
+  // moving = moving · momentum + batch · (1 − momentum)
+  const Tensor m = Tensor::scalar(options_.momentum), one_minus = Tensor::scalar(1.0f - options_.momentum);
+  moving_mean_.assign(add(mul(moving_mean_.value(), m), mul(r.mean, one_minus)));
+  moving_variance_.assign(add(mul(moving_variance_.value(), m), mul(r.variance, one_minus)));
+  return r.y;
+}
+
+BatchNormalization::BatchNormalization(BatchNormalizationOptions options)
+    : Layer(std::make_shared<BatchNormalizationImpl>(std::move(options))) {}
+
+}  // namespace lockstep::layers
