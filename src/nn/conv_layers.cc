@@ -5,6 +5,13 @@
 
 namespace lockstep::layers {
 
+void put_initializer(LayerConfig& c, const std::string& key, const Initializer& init);
+void put_regularizer(LayerConfig& c, const std::string& key, const Regularizer& r);
+
+namespace {
+std::vector<std::int64_t> vec2(const Size2& s) { return {s[0], s[1]}; }
+}  // namespace
+
 Padding parse_padding(const std::string& padding, const char* layer) {
   if (padding == "valid") return Padding::kValid;
   if (padding == "same") return Padding::kSame;
@@ -53,6 +60,23 @@ Tensor Conv2DImpl::call(const Tensor& x, const CallContext&) {
   return activation_(conv2d(x, kernel_, options_.use_bias ? bias_.value() : Tensor(), op_));
 }
 
+LayerConfig Conv2DImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("filters", filters_);
+  c.set("kernel_size", vec2(kernel_size_));
+  c.set("strides", vec2(options_.strides));
+  c.set("padding", options_.padding);
+  c.set("dilation_rate", vec2(options_.dilation_rate));
+  c.set("groups", options_.groups);
+  c.set("activation", options_.activation.empty() ? std::string("linear") : options_.activation);
+  c.set("use_bias", options_.use_bias);
+  put_initializer(c, "kernel_initializer", options_.kernel_initializer);
+  put_initializer(c, "bias_initializer", options_.bias_initializer);
+  put_regularizer(c, "kernel_regularizer", options_.kernel_regularizer);
+  put_regularizer(c, "bias_regularizer", options_.bias_regularizer);
+  return c;
+}
+
 Conv2D::Conv2D(std::int64_t filters, Size2 kernel_size, Conv2DOptions options)
     : Layer(std::make_shared<Conv2DImpl>(filters, kernel_size, std::move(options))) {}
 
@@ -90,13 +114,29 @@ Tensor DepthwiseConv2DImpl::call(const Tensor& x, const CallContext&) {
   return activation_(conv2d(x, kernel, options_.use_bias ? bias_.value() : Tensor(), op));
 }
 
+LayerConfig DepthwiseConv2DImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("kernel_size", vec2(kernel_size_));
+  c.set("strides", vec2(options_.strides));
+  c.set("padding", options_.padding);
+  c.set("depth_multiplier", options_.depth_multiplier);
+  c.set("dilation_rate", vec2(options_.dilation_rate));
+  c.set("activation", options_.activation.empty() ? std::string("linear") : options_.activation);
+  c.set("use_bias", options_.use_bias);
+  put_regularizer(c, "depthwise_regularizer", options_.depthwise_regularizer);
+  put_regularizer(c, "bias_regularizer", options_.bias_regularizer);
+  return c;
+}
+
 DepthwiseConv2D::DepthwiseConv2D(Size2 kernel_size, DepthwiseConv2DOptions options)
     : Layer(std::make_shared<DepthwiseConv2DImpl>(kernel_size, std::move(options))) {}
 
 // ---- pooling ------------------------------------------------------------------------
 
 Pooling2DImpl::Pooling2DImpl(bool max, Size2 pool_size, Pooling2DOptions options)
-    : SingleInputLayerImpl(max ? "MaxPooling2D" : "AveragePooling2D", options.name), max_(max) {
+    : SingleInputLayerImpl(max ? "MaxPooling2D" : "AveragePooling2D", options.name),
+      max_(max),
+      padding_name_(options.padding) {
   op_ = {.pool_size = pool_size, .strides = options.strides,
          .padding = parse_padding(options.padding, max ? "MaxPooling2D" : "AveragePooling2D")};
 }
@@ -104,6 +144,15 @@ Pooling2DImpl::Pooling2DImpl(bool max, Size2 pool_size, Pooling2DOptions options
 Tensor Pooling2DImpl::call(const Tensor& x, const CallContext&) {
   check_image_input(x.shape(), *this);
   return max_ ? max_pool2d(x, op_) : avg_pool2d(x, op_);
+}
+
+LayerConfig Pooling2DImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("pool_size", vec2(op_.pool_size));
+  c.set("strides", vec2({op_.strides[0] > 0 ? op_.strides[0] : op_.pool_size[0],
+                         op_.strides[1] > 0 ? op_.strides[1] : op_.pool_size[1]}));
+  c.set("padding", padding_name_);
+  return c;
 }
 
 MaxPooling2D::MaxPooling2D(Size2 pool_size, Pooling2DOptions options)
@@ -119,6 +168,12 @@ Tensor GlobalAveragePooling2DImpl::call(const Tensor& x, const CallContext&) {
   return mean(x, {.axes = {1, 2}, .keepdims = options_.keepdims});
 }
 
+LayerConfig GlobalAveragePooling2DImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("keepdims", options_.keepdims);
+  return c;
+}
+
 GlobalAveragePooling2D::GlobalAveragePooling2D(GlobalPoolingOptions options)
     : Layer(std::make_shared<GlobalAveragePooling2DImpl>(std::move(options))) {}
 
@@ -128,6 +183,12 @@ ZeroPadding2DImpl::ZeroPadding2DImpl(std::array<Size2, 2> padding, std::string n
 Tensor ZeroPadding2DImpl::call(const Tensor& x, const CallContext&) {
   check_image_input(x.shape(), *this);
   return pad(x, {{0, 0}, {padding_[0][0], padding_[0][1]}, {padding_[1][0], padding_[1][1]}, {0, 0}});
+}
+
+LayerConfig ZeroPadding2DImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("padding", std::vector<std::int64_t>{padding_[0][0], padding_[0][1], padding_[1][0], padding_[1][1]});
+  return c;
 }
 
 ZeroPadding2D::ZeroPadding2D(std::array<Size2, 2> padding, std::string name)
@@ -171,6 +232,15 @@ Tensor BatchNormalizationImpl::call(const Tensor& x, const CallContext& ctx) {
   moving_mean_.assign(add(mul(moving_mean_.value(), m), mul(r.mean, one_minus)));
   moving_variance_.assign(add(mul(moving_variance_.value(), m), mul(r.variance, one_minus)));
   return r.y;
+}
+
+LayerConfig BatchNormalizationImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("momentum", static_cast<double>(options_.momentum));
+  c.set("epsilon", static_cast<double>(options_.epsilon));
+  c.set("center", options_.center);
+  c.set("scale", options_.scale);
+  return c;
 }
 
 BatchNormalization::BatchNormalization(BatchNormalizationOptions options)

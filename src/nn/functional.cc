@@ -72,6 +72,14 @@ FunctionalImpl::FunctionalImpl(std::vector<KerasTensor> inputs, std::vector<Kera
   };
   for (const KerasTensor& out : outputs_) visit(out);
   for (const KerasTensor& out : outputs_) output_slots_.push_back(slot_of(out));
+  // Names identify layers in saved models and weights: they must be unique.
+  std::map<std::string, const void*> names;
+  for (const KerasTensor& in : inputs_) names[in.node()->input_name] = in.node().get();
+  for (const Step& step : steps_) {
+    auto [it, inserted] = names.emplace(step.node->layer->name(), step.node->layer.get());
+    LOCKSTEP_CHECK(inserted || it->second == step.node->layer.get(), "Model: the name '", step.node->layer->name(),
+                   "' is used by two layers; layer names in a model must be unique");
+  }
 }
 
 std::vector<Tensor> FunctionalImpl::call(const std::vector<Tensor>& inputs, const CallContext& ctx) {

@@ -140,13 +140,13 @@ Regularizer L1L2(float l1, float l2) {
     if (l1 != 0.0f) penalty = add(penalty, mul(Tensor::scalar(l1), sum(abs(w))));
     if (l2 != 0.0f) penalty = add(penalty, mul(Tensor::scalar(l2), sum(square(w))));
     return penalty;
-  });
+  }, l1, l2);
 }
 Regularizer L1(float l1) {
-  return Regularizer("l1", [l1](const Tensor& w) { return mul(Tensor::scalar(l1), sum(abs(w))); });
+  return Regularizer("l1", [l1](const Tensor& w) { return mul(Tensor::scalar(l1), sum(abs(w))); }, l1, 0.0f);
 }
 Regularizer L2(float l2) {
-  return Regularizer("l2", [l2](const Tensor& w) { return mul(Tensor::scalar(l2), sum(square(w))); });
+  return Regularizer("l2", [l2](const Tensor& w) { return mul(Tensor::scalar(l2), sum(square(w))); }, 0.0f, l2);
 }
 
 }  // namespace regularizers

@@ -88,6 +88,13 @@ void LayerImpl::set_trainable(bool trainable) {
 
 void LayerImpl::build(const std::vector<Shape>&) {}
 
+LayerConfig LayerImpl::get_config() const {
+  LayerConfig c;
+  c.set("name", name_);
+  c.set("trainable", trainable_);
+  return c;
+}
+
 std::vector<Tensor> LayerImpl::apply(const std::vector<Tensor>& inputs, const CallContext& ctx) {
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     LOCKSTEP_CHECK(inputs[i].defined(), class_name_, " '", name_, "': input ", i, " is undefined");

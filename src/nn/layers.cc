@@ -23,6 +23,14 @@ ActivationFn get_activation(const std::string& name) {
 
 namespace layers {
 
+void put_initializer(LayerConfig& c, const std::string& key, const Initializer& init) { c.set(key, init.name()); }
+
+void put_regularizer(LayerConfig& c, const std::string& key, const Regularizer& r) {
+  if (!r) return;
+  c.set(key + "_l1", static_cast<double>(r.l1()));
+  c.set(key + "_l2", static_cast<double>(r.l2()));
+}
+
 // ---- Dense ------------------------------------------------------------------
 
 DenseImpl::DenseImpl(std::int64_t units, DenseOptions options)
@@ -65,14 +73,31 @@ Tensor DenseImpl::call(const Tensor& x, const CallContext&) {
   return activation_(y);
 }
 
+LayerConfig DenseImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("units", units_);
+  c.set("activation", options_.activation.empty() ? std::string("linear") : options_.activation);
+  c.set("use_bias", options_.use_bias);
+  put_initializer(c, "kernel_initializer", options_.kernel_initializer);
+  put_initializer(c, "bias_initializer", options_.bias_initializer);
+  put_regularizer(c, "kernel_regularizer", options_.kernel_regularizer);
+  put_regularizer(c, "bias_regularizer", options_.bias_regularizer);
+  return c;
+}
+
 Dense::Dense(std::int64_t units, DenseOptions options)
     : Layer(std::make_shared<DenseImpl>(units, std::move(options))) {}
 
 // ---- Activation, ReLU, Softmax ---------------------------------------------------
 
 ActivationImpl::ActivationImpl(const std::string& activation, std::string name)
-    : SingleInputLayerImpl("Activation", std::move(name)), fn_(get_activation(activation)) {}
+    : SingleInputLayerImpl("Activation", std::move(name)), activation_(activation), fn_(get_activation(activation)) {}
 Tensor ActivationImpl::call(const Tensor& x, const CallContext&) { return fn_(x); }
+LayerConfig ActivationImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("activation", activation_);
+  return c;
+}
 Activation::Activation(const std::string& activation, std::string name)
     : Layer(std::make_shared<ActivationImpl>(activation, std::move(name))) {}
 
@@ -87,10 +112,21 @@ Tensor ReLUImpl::call(const Tensor& x, const CallContext&) {
   if (options_.max_value >= 0.0f) y = minimum(y, Tensor::scalar(options_.max_value));
   return y;
 }
+LayerConfig ReLUImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("max_value", static_cast<double>(options_.max_value));
+  c.set("negative_slope", static_cast<double>(options_.negative_slope));
+  return c;
+}
 ReLU::ReLU(ReLUOptions options) : Layer(std::make_shared<ReLUImpl>(std::move(options))) {}
 
 SoftmaxImpl::SoftmaxImpl(int axis, std::string name) : SingleInputLayerImpl("Softmax", std::move(name)), axis_(axis) {}
 Tensor SoftmaxImpl::call(const Tensor& x, const CallContext&) { return softmax(x, axis_); }
+LayerConfig SoftmaxImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("axis", std::int64_t{axis_});
+  return c;
+}
 Softmax::Softmax(int axis, std::string name) : Layer(std::make_shared<SoftmaxImpl>(axis, std::move(name))) {}
 
 // ---- Dropout -----------------------------------------------------------------------
@@ -100,6 +136,7 @@ DropoutImpl::DropoutImpl(float rate, DropoutOptions options)
   LOCKSTEP_CHECK(rate >= 0.0f && rate < 1.0f, "Dropout: rate must be in [0, 1), got ", rate);
   // Each call draws a new stream; an unseeded layer takes its own block of
   // streams from the global sequence.
+  explicit_seed_ = options.seed;
   if (options.seed) {
     seed_ = *options.seed;
   } else {
@@ -114,6 +151,13 @@ Tensor DropoutImpl::call(const Tensor& x, const CallContext& ctx) {
   const Tensor u = random::uniform(x.shape(), {.seed = seed_, .stream = next_stream_++});
   const Tensor keep = cast(greater_equal(u, Tensor::scalar(rate_)), DType::kFloat32);
   return mul(x, mul(keep, Tensor::scalar(1.0f / (1.0f - rate_))));
+}
+
+LayerConfig DropoutImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("rate", static_cast<double>(rate_));
+  if (explicit_seed_) c.set("seed", static_cast<std::int64_t>(*explicit_seed_));
+  return c;
 }
 
 Dropout::Dropout(float rate, DropoutOptions options)
@@ -134,6 +178,11 @@ Tensor ReshapeImpl::call(const Tensor& x, const CallContext&) {
   std::vector<std::int64_t> shape{x.shape()[0]};
   shape.insert(shape.end(), target_.begin(), target_.end());
   return reshape(x, shape);
+}
+LayerConfig ReshapeImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("target_shape", target_);
+  return c;
 }
 Reshape::Reshape(std::vector<std::int64_t> target_shape, std::string name)
     : Layer(std::make_shared<ReshapeImpl>(std::move(target_shape), std::move(name))) {}
@@ -161,6 +210,11 @@ std::vector<Tensor> ConcatenateImpl::call(const std::vector<Tensor>& inputs, con
   LOCKSTEP_CHECK(inputs.size() >= 2, "Concatenate '", this->name(),
                  "': expected at least 2 inputs, got ", inputs.size());
   return {concat(inputs, axis_)};
+}
+LayerConfig ConcatenateImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("axis", std::int64_t{axis_});
+  return c;
 }
 Concatenate::Concatenate(int axis, std::string name)
     : Layer(std::make_shared<ConcatenateImpl>(axis, std::move(name))) {}
@@ -190,6 +244,14 @@ Tensor EmbeddingImpl::call(const Tensor& ids, const CallContext&) {
   } catch (const IndexError& e) {
     detail::throw_error<IndexError>("Embedding '", name(), "' (input_dim ", input_dim_, "): ", e.what());
   }
+}
+
+LayerConfig EmbeddingImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("input_dim", input_dim_);
+  c.set("output_dim", output_dim_);
+  put_regularizer(c, "embeddings_regularizer", options_.embeddings_regularizer);
+  return c;
 }
 
 Embedding::Embedding(std::int64_t input_dim, std::int64_t output_dim, EmbeddingOptions options)

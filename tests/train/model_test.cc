@@ -176,3 +176,37 @@ TEST(Acceptance, SeedMlpOnFashionMnist) {
 
 }  // namespace
 }  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+// Acceptance (issue #3): the small CNN (Conv32-Pool-Conv64-Pool-Dense128-
+// Dense10), Adam, Keras's default batch size 32, 3 epochs: >= 0.90. With the
+// library's default seed (what a user gets) it reaches 0.9021; the 0.90 bar
+// is within seed-to-seed spread for 3 epochs (seed 42: 0.8984), so the seed
+// is pinned to keep the run deterministic — see docs/benchmarks.md.
+TEST(Acceptance, SmallCnnOnFashionMnist) {
+  if (!std::filesystem::exists(datasets::fashion_mnist::kDefaultDir)) {
+    FAIL() << "Fashion-MNIST is missing: scripts/install-deps.sh installs dataset-fashion-mnist";
+  }
+  set_random_seed(1337);  // the default seed
+  auto [train, test] = datasets::fashion_mnist::load_data();
+  auto prepare = [](const Tensor& images) {
+    return reshape(cast(images, DType::kFloat32) / 255.0f, {images.dim(0), 28, 28, 1});
+  };
+  auto inputs = Input({28, 28, 1});
+  auto x = layers::Conv2D(32, {3, 3}, {.activation = "relu"})(inputs);
+  x = layers::MaxPooling2D()(x);
+  x = layers::Conv2D(64, {3, 3}, {.activation = "relu"})(x);
+  x = layers::MaxPooling2D()(x);
+  x = layers::Flatten()(x);
+  x = layers::Dense(128, {.activation = "relu"})(x);
+  Model model(inputs, layers::Dense(10)(x));
+  model.compile({.optimizer = optimizers::Adam(),
+                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}), .metrics = {"accuracy"}});
+  model.fit(prepare(train.first), train.second, {.batch_size = 32, .epochs = 3, .verbose = 0});
+  EXPECT_GE(model.evaluate(prepare(test.first), test.second, {.batch_size = 64, .verbose = 0}).at("accuracy"), 0.90);
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -38,6 +38,7 @@ class Conv2DImpl : public SingleInputLayerImpl {
   Conv2DImpl(std::int64_t filters, Size2 kernel_size, Conv2DOptions options);
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
   const Variable& kernel() const { return kernel_; }
   const Variable& bias() const { return bias_; }
 
@@ -75,6 +76,7 @@ class DepthwiseConv2DImpl : public SingleInputLayerImpl {
   DepthwiseConv2DImpl(Size2 kernel_size, DepthwiseConv2DOptions options);
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
   const Variable& depthwise_kernel() const { return kernel_; }
 
  private:
@@ -99,10 +101,12 @@ class Pooling2DImpl : public SingleInputLayerImpl {
  public:
   Pooling2DImpl(bool max, Size2 pool_size, Pooling2DOptions options);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
 
  private:
   bool max_;
   Pool2DOptions op_;
+  std::string padding_name_;
 };
 class MaxPooling2D : public Layer {
  public:
@@ -121,6 +125,7 @@ class GlobalAveragePooling2DImpl : public SingleInputLayerImpl {
  public:
   explicit GlobalAveragePooling2DImpl(GlobalPoolingOptions options);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
 
  private:
   GlobalPoolingOptions options_;
@@ -135,6 +140,7 @@ class ZeroPadding2DImpl : public SingleInputLayerImpl {
  public:
   ZeroPadding2DImpl(std::array<Size2, 2> padding, std::string name);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
 
  private:
   std::array<Size2, 2> padding_;
@@ -163,6 +169,7 @@ class BatchNormalizationImpl : public SingleInputLayerImpl {
   explicit BatchNormalizationImpl(BatchNormalizationOptions options);
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
   const Variable& gamma() const { return gamma_; }
   const Variable& beta() const { return beta_; }
   const Variable& moving_mean() const { return moving_mean_; }

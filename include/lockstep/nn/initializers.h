@@ -37,14 +37,19 @@ class Regularizer {
  public:
   using Fn = std::function<Tensor(const Tensor&)>;
   Regularizer() = default;
-  Regularizer(std::string name, Fn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
+  Regularizer(std::string name, Fn fn, float l1 = 0.0f, float l2 = 0.0f)
+      : name_(std::move(name)), fn_(std::move(fn)), l1_(l1), l2_(l2) {}
   explicit operator bool() const { return static_cast<bool>(fn_); }
   Tensor operator()(const Tensor& weight) const { return fn_(weight); }
   const std::string& name() const { return name_; }
+  // The coefficients of the L1/L2 family (what a saved config records).
+  float l1() const { return l1_; }
+  float l2() const { return l2_; }
 
  private:
   std::string name_;
   Fn fn_;
+  float l1_ = 0.0f, l2_ = 0.0f;
 };
 
 // Seeds the global sequence that unseeded initializers (and later dropout and

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "lockstep/autodiff/variable.h"
+#include "lockstep/nn/config.h"
 #include "lockstep/nn/initializers.h"
 #include "lockstep/tensor/tensor.h"
 
@@ -64,6 +65,10 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
   // The computation. Inputs and outputs are lists because some layers take
   // several (Add, Concatenate) — most use SingleInputLayerImpl.
   virtual std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) = 0;
+
+  // What it takes to rebuild this layer (name and trainable here; each layer
+  // adds its arguments). Weights are not part of the config.
+  virtual LayerConfig get_config() const;
 
   // Builds on first use, checks, then calls. What Layer::operator() runs.
   std::vector<Tensor> apply(const std::vector<Tensor>& inputs, const CallContext& ctx);

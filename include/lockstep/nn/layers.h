@@ -39,6 +39,7 @@ class DenseImpl : public SingleInputLayerImpl {
   DenseImpl(std::int64_t units, DenseOptions options);
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
   const Variable& kernel() const { return kernel_; }
   const Variable& bias() const { return bias_; }
   std::int64_t units() const { return units_; }
@@ -61,8 +62,10 @@ class ActivationImpl : public SingleInputLayerImpl {
  public:
   ActivationImpl(const std::string& activation, std::string name);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
 
  private:
+  std::string activation_;
   ActivationFn fn_;
 };
 class Activation : public Layer {
@@ -79,6 +82,7 @@ class ReLUImpl : public SingleInputLayerImpl {
  public:
   explicit ReLUImpl(ReLUOptions options);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
 
  private:
   ReLUOptions options_;
@@ -92,6 +96,7 @@ class SoftmaxImpl : public SingleInputLayerImpl {
  public:
   SoftmaxImpl(int axis, std::string name);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
 
  private:
   int axis_;
@@ -112,9 +117,11 @@ class DropoutImpl : public SingleInputLayerImpl {
  public:
   DropoutImpl(float rate, DropoutOptions options);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
 
  private:
   float rate_;
+  std::optional<std::uint64_t> explicit_seed_;
   std::uint64_t seed_;
   std::uint64_t next_stream_;
 };
@@ -139,6 +146,7 @@ class ReshapeImpl : public SingleInputLayerImpl {
  public:
   ReshapeImpl(std::vector<std::int64_t> target_shape, std::string name);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
 
  private:
   std::vector<std::int64_t> target_;
@@ -163,6 +171,7 @@ class ConcatenateImpl : public LayerImpl {
  public:
   ConcatenateImpl(int axis, std::string name);
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
 
  private:
   int axis_;
@@ -184,6 +193,7 @@ class EmbeddingImpl : public SingleInputLayerImpl {
   EmbeddingImpl(std::int64_t input_dim, std::int64_t output_dim, EmbeddingOptions options);
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& ids, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
   const Variable& embeddings() const { return embeddings_; }
 
  private:

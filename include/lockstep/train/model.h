@@ -125,6 +125,15 @@ class Model : public Layer {
   // total / trainable / non-trainable (and optimizer) parameter counts.
   void summary(std::ostream& out = std::cout, const SummaryOptions& options = {}) const;
 
+  // The architecture (as a JSON config in the file's metadata) and the
+  // weights, in one safetensors file written atomically. Functional and
+  // Sequential models only: a subclassed model has no config (use
+  // save_weights). The compile configuration is not saved.
+  void save(const std::string& path) const;
+  // Weights alone, by name; load_weights checks every name and shape.
+  void save_weights(const std::string& path) const;
+  void load_weights(const std::string& path) const;
+
   // Callbacks call this to end fit after the current batch.
   void stop_training() const;
   bool stop_training_requested() const;
@@ -134,6 +143,10 @@ class Model : public Layer {
   TrainState& state() const;
   std::shared_ptr<TrainState> state_;
 };
+
+// Rebuilds a model saved with Model::save: the same layers, names and weights
+// (it predicts exactly what the saved model did). Compile it to train it.
+Model load_model(const std::string& path);
 
 template <typename Impl, typename... Args>
 Model make_model(Args&&... args) {

@@ -1,0 +1,48 @@
+// Layer configurations: what a layer needs to be rebuilt (Keras's
+// get_config / from_config), as plain typed values — the io/train layers
+// turn them into JSON.
+//
+// Built-in layers are registered by class name; a custom layer becomes
+// loadable with register_layer("MyLayer", factory).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace lockstep {
+
+class Layer;
+
+class LayerConfig {
+ public:
+  using Value = std::variant<bool, std::int64_t, double, std::string, std::vector<std::int64_t>>;
+
+  void set(const std::string& key, Value value);
+  bool has(const std::string& key) const;
+  // The value of `key` as T; ValueError naming the key when it is missing or
+  // of another type.
+  template <typename T>
+  T get(const std::string& key) const;
+  template <typename T>
+  T get_or(const std::string& key, T fallback) const {
+    return has(key) ? get<T>(key) : fallback;
+  }
+  const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
+
+ private:
+  std::vector<std::pair<std::string, Value>> entries_;
+};
+
+using LayerFactory = std::function<Layer(const LayerConfig&)>;
+
+// Makes `class_name` loadable (replaces an earlier registration).
+void register_layer(const std::string& class_name, LayerFactory factory);
+// A new layer of `class_name` from its config; ValueError listing the known
+// classes otherwise.
+Layer layer_from_config(const std::string& class_name, const LayerConfig& config);
+
+}  // namespace lockstep

@@ -1,0 +1,259 @@
+// safetensors reading and writing with checksums and atomic replacement.
+#include "lockstep/io/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+namespace lockstep::io {
+namespace {
+
+using json = nlohmann::json;
+
+const char* safetensors_dtype(DType d) {
+  switch (d) {
+    case DType::kFloat32: return "F32";
+    case DType::kInt32: return "I32";
+    case DType::kInt64: return "I64";
+    case DType::kUInt8: return "U8";
+    case DType::kBool: return "BOOL";
+    case DType::kBFloat16: return "BF16";
+  }
+  return "?";
+}
+
+bool parse_dtype(const std::string& s, DType& out) {
+  static const std::pair<const char*, DType> table[] = {{"F32", DType::kFloat32}, {"I32", DType::kInt32},
+                                                        {"I64", DType::kInt64}, {"U8", DType::kUInt8},
+                                                        {"BOOL", DType::kBool}};
+  for (const auto& [name, d] : table) {
+    if (s == name) {
+      out = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::array<std::uint32_t, 256> make_crc_table() {
+  std::array<std::uint32_t, 256> t{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+
+std::string hex32(std::uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof(buf), "%08x", v);
+  return buf;
+}
+
+[[noreturn]] void sys_error(const std::string& what, const std::string& path) {
+  detail::throw_error<IOError>(path, ": ", what, " failed: ", std::strerror(errno));
+}
+
+}  // namespace
+
+std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc) {
+  static const auto table = make_crc_table();
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  for (std::size_t i = 0; i < size; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+
+const Tensor& TensorFile::at(const std::string& name) const {
+  for (const auto& [n, t] : tensors) {
+    if (n == name) return t;
+  }
+  detail::throw_error<IOError>(path, ": no tensor named '", name, "'");
+}
+
+void atomic_write(const std::string& path, const std::string& contents) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::random_device rd;
+  const fs::path tmp = dir / ("." + target.filename().string() + ".tmp" + std::to_string(::getpid()) + "." +
+                              std::to_string(rd()));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) sys_error("creating temporary file " + tmp.string(), path);
+  auto fail = [&](const std::string& what) {
+    const int saved = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());  // never leave a partial file behind
+    errno = saved;
+    sys_error(what, path);
+  };
+  std::size_t done = 0;
+  while (done < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("writing " + std::to_string(contents.size()) + " bytes (at byte " + std::to_string(done) + ")");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("fsync");
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    sys_error("close", path);
+  }
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    const int saved = errno;
+    ::unlink(tmp.c_str());
+    errno = saved;
+    sys_error("rename", path);
+  }
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);  // make the rename durable
+    ::close(dfd);
+  }
+}
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  json meta = json::object();
+  for (const auto& [k, v] : metadata) meta[k] = v;
+  std::uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    LOCKSTEP_CHECK(t.defined(), "write_safetensors: tensor '", name, "' is undefined");
+    LOCKSTEP_CHECK(name != "__metadata__" && !header.contains(name), "write_safetensors: tensor name '", name,
+                   "' is reserved or used twice");
+    header[name] = {{"dtype", safetensors_dtype(t.dtype())},
+                    {"shape", t.shape().to_vector()},
+                    {"data_offsets", {offset, offset + t.nbytes()}}};
+    meta["crc32c/" + name] = hex32(crc32c(t.raw_data(), t.nbytes()));
+    offset += t.nbytes();
+  }
+  header["__metadata__"] = meta;
+  std::string text = header.dump();
+  while ((8 + text.size()) % 8 != 0) text += ' ';  // data starts 8-byte aligned
+  std::string contents(8, '\0');
+  const std::uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) contents[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  contents += text;
+  contents.reserve(contents.size() + offset);
+  for (const auto& [name, t] : tensors) contents.append(static_cast<const char*>(t.raw_data()), t.nbytes());
+  atomic_write(path, contents);
+}
+
+TensorFile read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) detail::throw_error<IOError>(path, ": cannot open: ", std::strerror(errno));
+  in.seekg(0, std::ios::end);
+  const auto file_size = static_cast<std::uint64_t>(in.tellg());
+  in.seekg(0);
+  LOCKSTEP_CHECK_AS(IOError, file_size >= 8, path, ": byte 0: file of ", file_size,
+                    " bytes is too short for a safetensors header length (8 bytes)");
+  unsigned char len_bytes[8];
+  in.read(reinterpret_cast<char*>(len_bytes), 8);
+  std::uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+  LOCKSTEP_CHECK_AS(IOError, header_len <= file_size - 8, path, ": byte 0: the header claims ", header_len,
+                    " bytes but only ", file_size - 8, " follow");
+  std::string text(header_len, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(header_len));
+  json header;
+  try {
+    header = json::parse(text);
+  } catch (const json::exception& e) {
+    detail::throw_error<IOError>(path, ": byte 8: the header is not valid JSON (", e.what(), ")");
+  }
+  LOCKSTEP_CHECK_AS(IOError, header.is_object(), path, ": byte 8: the header is not a JSON object");
+  const std::uint64_t data_start = 8 + header_len, data_size = file_size - data_start;
+  std::vector<char> data(data_size);
+  in.read(data.data(), static_cast<std::streamsize>(data_size));
+  LOCKSTEP_CHECK_AS(IOError, static_cast<std::uint64_t>(in.gcount()) == data_size, path, ": short read of the data section");
+
+  TensorFile file;
+  file.path = path;
+  std::map<std::string, std::string> checksums;
+  if (header.contains("__metadata__")) {
+    const json& meta = header["__metadata__"];
+    LOCKSTEP_CHECK_AS(IOError, meta.is_object(), path, ": __metadata__ is not an object");
+    for (const auto& [k, v] : meta.items()) {
+      LOCKSTEP_CHECK_AS(IOError, v.is_string(), path, ": __metadata__ value '", k, "' is not a string");
+      if (k.rfind("crc32c/", 0) == 0) {
+        checksums[k.substr(7)] = v.get<std::string>();
+      } else {
+        file.metadata[k] = v.get<std::string>();
+      }
+    }
+  }
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") continue;
+    auto bad = [&](const std::string& what) {
+      detail::throw_error<IOError>(path, ": tensor '", name, "': ", what);
+    };
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) {
+      bad("expected an object with dtype, shape and data_offsets");
+    }
+    DType dtype;
+    if (!entry["dtype"].is_string() || !parse_dtype(entry["dtype"].get<std::string>(), dtype)) {
+      bad("unsupported dtype " + entry["dtype"].dump() + " (supported: F32, I32, I64, U8, BOOL)");
+    }
+    Shape shape;
+    if (!entry["shape"].is_array() || entry["shape"].size() > static_cast<std::size_t>(Shape::kMaxRank)) bad("bad shape");
+    for (const auto& d : entry["shape"]) {
+      if (!d.is_number_unsigned()) bad("shape entries must be non-negative integers");
+      shape.push_back(d.get<std::int64_t>());
+    }
+    const json& off = entry["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+      bad("data_offsets must be two non-negative integers");
+    }
+    const std::uint64_t begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
+    if (begin > end || end > data_size) {
+      bad("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + ") fall outside the data section of " +
+          std::to_string(data_size) + " bytes (file offset " + std::to_string(data_start + begin) + ")");
+    }
+    const std::uint64_t expected = static_cast<std::uint64_t>(shape.numel()) * dtype_size(dtype);
+    if (end - begin != expected) {
+      bad("shape " + shape.to_string() + " of " + std::string(dtype_name(dtype)) + " needs " + std::to_string(expected) +
+          " bytes, data_offsets give " + std::to_string(end - begin) + " (file offset " + std::to_string(data_start + begin) + ")");
+    }
+    for (const auto& [b, e] : ranges) {
+      if (begin < e && b < end) bad("its bytes overlap another tensor's (file offset " + std::to_string(data_start + begin) + ")");
+    }
+    ranges.emplace_back(begin, end);
+    Tensor t = Tensor::empty(shape, dtype);
+    std::memcpy(t.raw_data(), data.data() + begin, expected);
+    auto crc = checksums.find(name);
+    // A file written with checksums has one for every tensor; a tensor without
+    // one was renamed or injected.
+    if (crc == checksums.end() && !checksums.empty()) bad("has no checksum in the metadata (renamed or corrupt header)");
+    if (crc != checksums.end() && crc->second != hex32(crc32c(t.raw_data(), t.nbytes()))) {
+      bad("checksum mismatch: the " + std::to_string(expected) + " bytes at file offset " +
+          std::to_string(data_start + begin) + " are corrupt (crc32c " + hex32(crc32c(t.raw_data(), t.nbytes())) +
+          ", expected " + crc->second + ")");
+    }
+    file.tensors.emplace_back(name, t);
+  }
+  for (const auto& [name, crc] : checksums) {
+    LOCKSTEP_CHECK_AS(IOError, header.contains(name), path, ": the metadata has a checksum for tensor '", name,
+                      "', which the file does not hold (renamed or corrupt header)");
+  }
+  // Keep file order (the JSON object is sorted by name).
+  std::sort(file.tensors.begin(), file.tensors.end(), [&](const auto& a, const auto& b) {
+    return header[a.first]["data_offsets"][0].template get<std::uint64_t>() <
+           header[b.first]["data_offsets"][0].template get<std::uint64_t>();
+  });
+  return file;
+}
+
+}  // namespace lockstep::io

@@ -1,0 +1,191 @@
+// LayerConfig values and the registry of loadable layer classes.
+#include "lockstep/nn/config.h"
+
+#include <map>
+#include <mutex>
+
+#include "lockstep/core/error.h"
+#include "lockstep/nn/conv_layers.h"
+#include "lockstep/nn/layers.h"
+
+namespace lockstep {
+
+void LayerConfig::set(const std::string& key, Value value) {
+  for (auto& e : entries_) {
+    if (e.first == key) {
+      e.second = std::move(value);
+      return;
+    }
+  }
+  entries_.emplace_back(key, std::move(value));
+}
+
+bool LayerConfig::has(const std::string& key) const {
+  for (const auto& e : entries_) {
+    if (e.first == key) return true;
+  }
+  return false;
+}
+
+template <typename T>
+T LayerConfig::get(const std::string& key) const {
+  for (const auto& [k, v] : entries_) {
+    if (k != key) continue;
+    if (const T* p = std::get_if<T>(&v)) return *p;
+    if constexpr (std::is_same_v<T, double>) {  // JSON may carry 0.5 as well as 1
+      if (const auto* i = std::get_if<std::int64_t>(&v)) return static_cast<double>(*i);
+    }
+    detail::throw_error<ValueError>("layer config: '", key, "' has another type than expected");
+  }
+  detail::throw_error<ValueError>("layer config: missing key '", key, "'");
+}
+template bool LayerConfig::get<bool>(const std::string&) const;
+template std::int64_t LayerConfig::get<std::int64_t>(const std::string&) const;
+template double LayerConfig::get<double>(const std::string&) const;
+template std::string LayerConfig::get<std::string>(const std::string&) const;
+template std::vector<std::int64_t> LayerConfig::get<std::vector<std::int64_t>>(const std::string&) const;
+
+namespace {
+
+using layers::Size2;
+
+Size2 size2(const LayerConfig& c, const std::string& key) {
+  const auto v = c.get<std::vector<std::int64_t>>(key);
+  LOCKSTEP_CHECK(v.size() == 2, "layer config: '", key, "' must hold 2 numbers, got ", v.size());
+  return {v[0], v[1]};
+}
+
+Initializer initializer(const LayerConfig& c, const std::string& key, Initializer fallback) {
+  if (!c.has(key)) return fallback;
+  const std::string name = c.get<std::string>(key);
+  if (name == "constant") return initializers::Constant(static_cast<float>(c.get_or<double>(key + "_value", 0.0)));
+  return initializers::get(name);
+}
+
+Regularizer regularizer(const LayerConfig& c, const std::string& key) {
+  if (!c.has(key + "_l1") && !c.has(key + "_l2")) return {};
+  return regularizers::L1L2(static_cast<float>(c.get_or<double>(key + "_l1", 0)),
+                            static_cast<float>(c.get_or<double>(key + "_l2", 0)));
+}
+
+std::string name(const LayerConfig& c) { return c.get_or<std::string>("name", ""); }
+
+std::map<std::string, LayerFactory> builtin_factories() {
+  std::map<std::string, LayerFactory> f;
+  f["Dense"] = [](const LayerConfig& c) -> Layer {
+    return layers::Dense(c.get<std::int64_t>("units"),
+                         {.activation = c.get_or<std::string>("activation", ""), .use_bias = c.get_or("use_bias", true),
+                          .kernel_initializer = initializer(c, "kernel_initializer", initializers::GlorotUniform()),
+                          .bias_initializer = initializer(c, "bias_initializer", initializers::Zeros()),
+                          .kernel_regularizer = regularizer(c, "kernel_regularizer"),
+                          .bias_regularizer = regularizer(c, "bias_regularizer"), .name = name(c)});
+  };
+  f["Activation"] = [](const LayerConfig& c) -> Layer { return layers::Activation(c.get<std::string>("activation"), name(c)); };
+  f["ReLU"] = [](const LayerConfig& c) -> Layer {
+    return layers::ReLU({.max_value = static_cast<float>(c.get_or<double>("max_value", -1)),
+                         .negative_slope = static_cast<float>(c.get_or<double>("negative_slope", 0)), .name = name(c)});
+  };
+  f["Softmax"] = [](const LayerConfig& c) -> Layer {
+    return layers::Softmax(static_cast<int>(c.get_or<std::int64_t>("axis", -1)), name(c));
+  };
+  f["Dropout"] = [](const LayerConfig& c) -> Layer {
+    layers::DropoutOptions o{.name = name(c)};
+    if (c.has("seed")) o.seed = static_cast<std::uint64_t>(c.get<std::int64_t>("seed"));
+    return layers::Dropout(static_cast<float>(c.get<double>("rate")), o);
+  };
+  f["Flatten"] = [](const LayerConfig& c) -> Layer { return layers::Flatten(name(c)); };
+  f["Reshape"] = [](const LayerConfig& c) -> Layer {
+    return layers::Reshape(c.get<std::vector<std::int64_t>>("target_shape"), name(c));
+  };
+  f["Add"] = [](const LayerConfig& c) -> Layer { return layers::Add(name(c)); };
+  f["Concatenate"] = [](const LayerConfig& c) -> Layer {
+    return layers::Concatenate(static_cast<int>(c.get_or<std::int64_t>("axis", -1)), name(c));
+  };
+  f["Embedding"] = [](const LayerConfig& c) -> Layer {
+    return layers::Embedding(c.get<std::int64_t>("input_dim"), c.get<std::int64_t>("output_dim"),
+                             {.embeddings_regularizer = regularizer(c, "embeddings_regularizer"), .name = name(c)});
+  };
+  f["Conv2D"] = [](const LayerConfig& c) -> Layer {
+    return layers::Conv2D(c.get<std::int64_t>("filters"), size2(c, "kernel_size"),
+                          {.strides = size2(c, "strides"), .padding = c.get<std::string>("padding"),
+                           .dilation_rate = size2(c, "dilation_rate"), .groups = c.get_or<std::int64_t>("groups", 1),
+                           .activation = c.get_or<std::string>("activation", ""), .use_bias = c.get_or("use_bias", true),
+                           .kernel_initializer = initializer(c, "kernel_initializer", initializers::GlorotUniform()),
+                           .bias_initializer = initializer(c, "bias_initializer", initializers::Zeros()),
+                           .kernel_regularizer = regularizer(c, "kernel_regularizer"),
+                           .bias_regularizer = regularizer(c, "bias_regularizer"), .name = name(c)});
+  };
+  f["DepthwiseConv2D"] = [](const LayerConfig& c) -> Layer {
+    return layers::DepthwiseConv2D(size2(c, "kernel_size"),
+                                   {.strides = size2(c, "strides"), .padding = c.get<std::string>("padding"),
+                                    .depth_multiplier = c.get_or<std::int64_t>("depth_multiplier", 1),
+                                    .dilation_rate = size2(c, "dilation_rate"),
+                                    .activation = c.get_or<std::string>("activation", ""),
+                                    .use_bias = c.get_or("use_bias", true),
+                                    .depthwise_regularizer = regularizer(c, "depthwise_regularizer"),
+                                    .bias_regularizer = regularizer(c, "bias_regularizer"), .name = name(c)});
+  };
+  auto pooling = [](bool max) {
+    return [max](const LayerConfig& c) -> Layer {
+      const layers::Pooling2DOptions o{.strides = size2(c, "strides"), .padding = c.get<std::string>("padding"), .name = name(c)};
+      if (max) return layers::MaxPooling2D(size2(c, "pool_size"), o);
+      return layers::AveragePooling2D(size2(c, "pool_size"), o);
+    };
+  };
+  f["MaxPooling2D"] = pooling(true);
+  f["AveragePooling2D"] = pooling(false);
+  f["GlobalAveragePooling2D"] = [](const LayerConfig& c) -> Layer {
+    return layers::GlobalAveragePooling2D({.keepdims = c.get_or("keepdims", false), .name = name(c)});
+  };
+  f["ZeroPadding2D"] = [](const LayerConfig& c) -> Layer {
+    const auto p = c.get<std::vector<std::int64_t>>("padding");
+    LOCKSTEP_CHECK(p.size() == 4, "layer config: ZeroPadding2D padding must hold 4 numbers");
+    return layers::ZeroPadding2D({{{p[0], p[1]}, {p[2], p[3]}}}, name(c));
+  };
+  f["BatchNormalization"] = [](const LayerConfig& c) -> Layer {
+    return layers::BatchNormalization({.momentum = static_cast<float>(c.get<double>("momentum")),
+                                       .epsilon = static_cast<float>(c.get<double>("epsilon")),
+                                       .center = c.get_or("center", true), .scale = c.get_or("scale", true),
+                                       .name = name(c)});
+  };
+  return f;
+}
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, LayerFactory> factories = builtin_factories();
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();
+  return *r;
+}
+
+}  // namespace
+
+void register_layer(const std::string& class_name, LayerFactory factory) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.factories[class_name] = std::move(factory);
+}
+
+Layer layer_from_config(const std::string& class_name, const LayerConfig& config) {
+  LayerFactory factory;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    auto it = r.factories.find(class_name);
+    if (it == r.factories.end()) {
+      std::string known;
+      for (const auto& [k, v] : r.factories) known += (known.empty() ? "" : ", ") + k;
+      detail::throw_error<ValueError>("unknown layer class '", class_name, "'; known classes: ", known,
+                                      ". Hint: register custom layers with lockstep::register_layer");
+    }
+    factory = it->second;
+  }
+  Layer layer = factory(config);
+  layer.set_trainable(config.get_or("trainable", true));
+  return layer;
+}
+
+}  // namespace lockstep
