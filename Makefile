@@ -16,9 +16,10 @@ build-dev: deps
 	@cmake --preset dev >/dev/null
 	@cmake --build --preset dev -j $(JOBS)
 
-# The main job (for now: the GradientTape example; `lockstep train` arrives with #5).
+# The main job (for now: the guide's MLP on Fashion-MNIST; `lockstep train`
+# under MirroredStrategy replaces it with issue #5).
 run: build-release
-	@./build/release/examples/tape_regression
+	@./build/release/examples/mnist_mlp
 
 test: build-release
 	@ctest --preset release

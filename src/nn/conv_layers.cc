@@ -2,11 +2,12 @@
 #include "lockstep/nn/conv_layers.h"
 
 #include "lockstep/autodiff/gradient_tape.h"
+#include "nn/config_helpers.h"
 
 namespace lockstep::layers {
 
-void put_initializer(LayerConfig& c, const std::string& key, const Initializer& init);
-void put_regularizer(LayerConfig& c, const std::string& key, const Regularizer& r);
+using nn_detail::put_kernel_layer_options;
+using nn_detail::put_regularizer;
 
 namespace {
 std::vector<std::int64_t> vec2(const Size2& s) { return {s[0], s[1]}; }
@@ -68,12 +69,8 @@ LayerConfig Conv2DImpl::get_config() const {
   c.set("padding", options_.padding);
   c.set("dilation_rate", vec2(options_.dilation_rate));
   c.set("groups", options_.groups);
-  c.set("activation", options_.activation.empty() ? std::string("linear") : options_.activation);
-  c.set("use_bias", options_.use_bias);
-  put_initializer(c, "kernel_initializer", options_.kernel_initializer);
-  put_initializer(c, "bias_initializer", options_.bias_initializer);
-  put_regularizer(c, "kernel_regularizer", options_.kernel_regularizer);
-  put_regularizer(c, "bias_regularizer", options_.bias_regularizer);
+  put_kernel_layer_options(c, options_.activation, options_.use_bias, options_.kernel_initializer,
+                           options_.bias_initializer, options_.kernel_regularizer, options_.bias_regularizer);
   return c;
 }
 

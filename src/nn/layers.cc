@@ -4,6 +4,7 @@
 
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/random.h"
+#include "nn/config_helpers.h"
 
 namespace lockstep {
 
@@ -23,13 +24,8 @@ ActivationFn get_activation(const std::string& name) {
 
 namespace layers {
 
-void put_initializer(LayerConfig& c, const std::string& key, const Initializer& init) { c.set(key, init.name()); }
-
-void put_regularizer(LayerConfig& c, const std::string& key, const Regularizer& r) {
-  if (!r) return;
-  c.set(key + "_l1", static_cast<double>(r.l1()));
-  c.set(key + "_l2", static_cast<double>(r.l2()));
-}
+using nn_detail::put_kernel_layer_options;
+using nn_detail::put_regularizer;
 
 // ---- Dense ------------------------------------------------------------------
 
@@ -76,12 +72,8 @@ Tensor DenseImpl::call(const Tensor& x, const CallContext&) {
 LayerConfig DenseImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
   c.set("units", units_);
-  c.set("activation", options_.activation.empty() ? std::string("linear") : options_.activation);
-  c.set("use_bias", options_.use_bias);
-  put_initializer(c, "kernel_initializer", options_.kernel_initializer);
-  put_initializer(c, "bias_initializer", options_.bias_initializer);
-  put_regularizer(c, "kernel_regularizer", options_.kernel_regularizer);
-  put_regularizer(c, "bias_regularizer", options_.bias_regularizer);
+  put_kernel_layer_options(c, options_.activation, options_.use_bias, options_.kernel_initializer,
+                           options_.bias_initializer, options_.kernel_regularizer, options_.bias_regularizer);
   return c;
 }
 
