@@ -148,8 +148,8 @@ Model::Model(const KerasTensor& inputs, const KerasTensor& outputs, std::string 
     : Model(std::vector<KerasTensor>{inputs}, std::vector<KerasTensor>{outputs}, std::move(name)) {}
 
 Model::Model(std::vector<KerasTensor> inputs, std::vector<KerasTensor> outputs, std::string name)
-    : Layer(std::make_shared<FunctionalImpl>(std::move(inputs), std::move(outputs),
-                                             name.empty() ? "functional" : std::move(name))),
+    // An empty name becomes "functional", "functional_1", ... as in Keras.
+    : Layer(std::make_shared<FunctionalImpl>(std::move(inputs), std::move(outputs), std::move(name))),
       state_(std::make_shared<TrainState>()) {}
 
 Model::Model(std::shared_ptr<LayerImpl> network) : Layer(std::move(network)), state_(std::make_shared<TrainState>()) {
@@ -408,7 +408,7 @@ Tensor Model::predict_on_batch(const Tensor& x) {
 }
 
 Sequential::Sequential(std::vector<Layer> layers, Options options)
-    : Model(std::make_shared<SequentialImpl>(options.name.empty() ? "sequential" : options.name)) {
+    : Model(std::make_shared<SequentialImpl>(options.name)) {
   auto* seq = static_cast<SequentialImpl*>(impl_.get());
   if (options.input_shape) seq->set_input_shape(*options.input_shape);
   for (const Layer& l : layers) seq->add(l);

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "lockstep/nn/functional.h"
@@ -66,9 +68,10 @@ std::size_t display_width(const std::string& s) {
   return n;
 }
 
-// rich's divide_line with fold: words are runs of non-space with their
-// trailing spaces; a word that does not fit starts a new line, and a word
-// wider than the column is chopped into column-wide pieces.
+// rich's divide_line without folding, then its "ellipsis" overflow (the
+// default for table columns): words are runs of non-space with their
+// trailing spaces; a word that does not fit starts a new line; a line still
+// wider than the column is cut to width - 1 characters and "…".
 std::vector<std::string> wrap(const std::string& text, std::size_t width) {
   std::vector<std::string> words;
   std::size_t i = 0;
@@ -88,18 +91,15 @@ std::vector<std::string> wrap(const std::string& text, std::size_t width) {
     const std::size_t remaining = width > position ? width - position : 0;
     if (remaining >= display_width(trimmed)) {
       lines.back() += word;
-    } else if (display_width(trimmed) > width) {
-      if (!lines.back().empty()) lines.emplace_back();
-      for (std::size_t at = 0; at < word.size(); at += width) {
-        if (at) lines.emplace_back();
-        lines.back() = word.substr(at, width);
-      }
+    } else if (lines.back().empty()) {
+      lines.back() = word;
     } else {
       lines.push_back(word);
     }
   }
   for (std::string& line : lines) {
     while (display_width(line) > width && !line.empty() && line.back() == ' ') line.pop_back();
+    if (display_width(line) > width) line = line.substr(0, width - 1) + "\u2026";  // ASCII names: bytes = cells
   }
   return lines;
 }
@@ -136,25 +136,64 @@ void Model::summary(std::ostream& out, const SummaryOptions& options) const {
       const int index = n->layer ? node_index[n] : 0;
       return name + "[" + std::to_string(index) + "][" + std::to_string(k.index()) + "]";
     };
-    for (const KerasTensor& in : f->inputs()) {
-      rows.push_back({{in.node()->input_name + " (InputLayer)", shape_of(in), "0", "-"}});
-    }
-    std::map<const LayerImpl*, std::size_t> row_of;
-    for (const auto& step : f->steps()) {
-      const LayerImpl* layer = step.node->layer.get();
-      std::string connected;
-      for (const KerasTensor& in : step.node->inputs) {
-        if (!connected.empty()) connected += ", ";
-        connected += source_name(in);
+    // Row order as Keras's map_graph: operations by decreasing depth (distance
+    // from the outputs), ties by first visit in a depth-first walk from the
+    // outputs.
+    using NodeP = const KerasTensor::Node*;
+    auto op_of = [](NodeP n) -> const void* { return n->layer ? static_cast<const void*>(n->layer.get()) : n; };
+    std::vector<NodeP> post_order;
+    std::map<const void*, int> op_index;
+    std::set<NodeP> finished;
+    std::function<void(const KerasTensor&)> walk = [&](const KerasTensor& k) {
+      NodeP n = k.node().get();
+      if (finished.count(n)) return;
+      op_index.emplace(op_of(n), static_cast<int>(op_index.size()));
+      for (const KerasTensor& in : n->inputs) walk(in);
+      finished.insert(n);
+      post_order.push_back(n);
+    };
+    for (const KerasTensor& out : f->outputs()) walk(out);
+    std::map<NodeP, int> node_depth;
+    std::map<const void*, int> op_depth;
+    for (auto it = post_order.rbegin(); it != post_order.rend(); ++it) {
+      int depth = std::max(node_depth[*it], op_depth[op_of(*it)]);
+      op_depth[op_of(*it)] = depth;
+      node_depth[*it] = depth;
+      for (const KerasTensor& in : (*it)->inputs) {
+        int& d = node_depth[in.node().get()];
+        d = std::max(d, depth + 1);
       }
-      auto it = row_of.find(layer);
-      if (it == row_of.end()) {
-        row_of[layer] = rows.size();
-        rows.push_back({{layer->name() + " (" + layer->class_name() + ")", shape_of(step.output),
-                         with_commas(layer->count_params()), connected}});
-      } else {  // a shared layer: Keras shows the last call's shape and every connection
-        rows[it->second].cells[1] = shape_of(step.output);
-        rows[it->second].cells[3] += ", " + connected;
+    }
+    std::vector<NodeP> first_node_of_op;
+    std::set<const void*> seen_ops;
+    for (NodeP n : post_order) {
+      if (seen_ops.insert(op_of(n)).second) first_node_of_op.push_back(n);
+    }
+    std::stable_sort(first_node_of_op.begin(), first_node_of_op.end(), [&](NodeP a, NodeP b) {
+      if (op_depth[op_of(a)] != op_depth[op_of(b)]) return op_depth[op_of(a)] > op_depth[op_of(b)];
+      return op_index[op_of(a)] < op_index[op_of(b)];
+    });
+    std::map<const LayerImpl*, std::size_t> row_of;
+    for (NodeP n : first_node_of_op) {
+      if (!n->layer) {
+        const KerasTensor* input = nullptr;
+        for (const KerasTensor& in : f->inputs()) {
+          if (in.node().get() == n) input = &in;
+        }
+        rows.push_back({{n->input_name + " (InputLayer)", input ? shape_of(*input) : "?", "0", "-"}});
+        continue;
+      }
+      row_of[n->layer.get()] = rows.size();
+      rows.push_back({{n->layer->name() + " (" + n->layer->class_name() + ")", "?",
+                       with_commas(n->layer->count_params()), ""}});
+    }
+    // Every call of a layer: Keras shows the last call's shape and all connections.
+    for (const auto& step : f->steps()) {
+      Row& row = rows[row_of.at(step.node->layer.get())];
+      row.cells[1] = shape_of(step.output);
+      for (const KerasTensor& in : step.node->inputs) {
+        if (!row.cells[3].empty()) row.cells[3] += ", ";
+        row.cells[3] += source_name(in);
       }
     }
   } else if (auto* s = dynamic_cast<const SequentialImpl*>(&net)) {

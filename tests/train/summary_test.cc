@@ -1,6 +1,6 @@
-// summary() byte for byte against Keras 3's table for the seed MLP (the
-// layout keras.Model.summary prints when stdout is not a terminal: 76
-// columns), and the parameter counts after freezing and training.
+// summary() byte for byte against Keras 3's tables (captured from Keras
+// 3.15.1 with stdout not a terminal: 76 columns), and the parameter counts
+// after freezing and training.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -33,6 +33,39 @@ TEST(Summary, SeedMlpTableAsKeras) {
             "└─────────────────────────────────┴────────────────────────┴───────────────┘\n"
             " Total params: 269,322 (1.03 MB)\n"
             " Trainable params: 269,322 (1.03 MB)\n"
+            " Non-trainable params: 0 (0.00 B)\n");
+}
+
+// Keras 3.15.1's output for the same graph (two inputs, so not a chain):
+// depth-ordered rows, wrapped cells, "…" for a word too long for its column.
+TEST(Summary, GraphWithConnectionsAsKeras) {
+  clear_session();
+  auto inputs = Input({784});
+  Model first(inputs, layers::Dense(10)(inputs));  // takes "functional", "dense", "input_layer"
+  (void)first;
+  auto a = Input({4}), b = Input({4});
+  auto dense = layers::Dense(4, {.name = "dense_3"});
+  Model model({a, b}, {layers::Add()({dense(a), b})});
+  std::ostringstream out;
+  model.summary(out, {.line_length = 76});
+  EXPECT_EQ(out.str(),
+            "Model: \"functional_1\"\n"
+            "┏━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━┓\n"
+            "┃ Layer (type)        ┃ Output Shape      ┃    Param # ┃ Connected to      ┃\n"
+            "┡━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━┩\n"
+            "│ input_layer_1       │ (None, 4)         │          0 │ -                 │\n"
+            "│ (InputLayer)        │                   │            │                   │\n"
+            "├─────────────────────┼───────────────────┼────────────┼───────────────────┤\n"
+            "│ dense_3 (Dense)     │ (None, 4)         │         20 │ input_layer_1[0]… │\n"
+            "├─────────────────────┼───────────────────┼────────────┼───────────────────┤\n"
+            "│ input_layer_2       │ (None, 4)         │          0 │ -                 │\n"
+            "│ (InputLayer)        │                   │            │                   │\n"
+            "├─────────────────────┼───────────────────┼────────────┼───────────────────┤\n"
+            "│ add (Add)           │ (None, 4)         │          0 │ dense_3[0][0],    │\n"
+            "│                     │                   │            │ input_layer_2[0]… │\n"
+            "└─────────────────────┴───────────────────┴────────────┴───────────────────┘\n"
+            " Total params: 20 (80.00 B)\n"
+            " Trainable params: 20 (80.00 B)\n"
             " Non-trainable params: 0 (0.00 B)\n");
 }
 
