@@ -1,0 +1,89 @@
+// Model-level benchmarks (issue #3): one training step (forward, loss,
+// backward, Adam update, metrics) of the seed MLP and the small CNN, next to
+// the machine's sgemm ceiling measured in the same run.
+//
+// Counters: samples/s, achieved GFLOP/s (model FLOPs per step / step time),
+// and floor_fraction = (FLOPs per step / sgemm GFLOP/s) / step time — the
+// share of the step that the FLOP floor explains (1.0: as fast as the matmul
+// ceiling allows).
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <vector>
+
+#include "lockstep/lockstep.h"
+#include "tensor/backend/onednn/onednn.h"
+
+namespace ls = lockstep;
+
+namespace {
+
+double g_sgemm_gflops = 0.0;
+
+// The ceiling: oneDNN's sgemm at 2048^3 with the default (all-core) threads.
+void BM_Ceiling_Sgemm2048(benchmark::State& state) {
+  const std::int64_t n = 2048;
+  std::vector<float> a(static_cast<std::size_t>(n * n), 1.0f), b(a), c(a);
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ls::backend::onednn::reference_sgemm(false, false, n, n, n, a.data(), b.data(), c.data());
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  g_sgemm_gflops = 2.0 * n * n * n * static_cast<double>(state.iterations()) / seconds * 1e-9;
+  state.counters["GFLOPs"] = g_sgemm_gflops;
+}
+BENCHMARK(BM_Ceiling_Sgemm2048)->Unit(benchmark::kMillisecond)->MinTime(1.0);
+
+// Trains on synthetic data of the model's input shape; `flops` is the
+// forward-pass FLOPs per example (backward counted as twice the forward).
+void run_training(benchmark::State& state, ls::Model model, const ls::Shape& example, double forward_flops) {
+  const std::int64_t batch = state.range(0);
+  ls::Shape shape{batch};
+  for (std::int64_t d : example.dims()) shape.push_back(d);
+  const ls::Tensor x = ls::random::uniform(shape, {.seed = 1});
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(batch));
+  for (std::int64_t i = 0; i < batch; ++i) labels[static_cast<std::size_t>(i)] = i % 10;
+  const ls::Tensor y = ls::Tensor::from_vector(labels);
+  model.compile({.optimizer = ls::optimizers::Adam(),
+                 .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}), .metrics = {"accuracy"}});
+  for (int i = 0; i < 3; ++i) model.train_step(x, y);  // build, warm caches
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(model.train_step(x, y));
+  }
+  const double steps = static_cast<double>(state.iterations());
+  const double step_flops = 3.0 * forward_flops * static_cast<double>(batch);
+  state.counters["samples_per_s"] = benchmark::Counter(steps * static_cast<double>(batch), benchmark::Counter::kIsRate);
+  state.counters["GFLOPs"] = benchmark::Counter(steps * step_flops * 1e-9, benchmark::Counter::kIsRate);
+  if (g_sgemm_gflops > 0) {
+    state.counters["floor_fraction"] = benchmark::Counter(steps * step_flops / (g_sgemm_gflops * 1e9), benchmark::Counter::kIsRate);
+  }
+}
+
+void BM_Train_SeedMlp(benchmark::State& state) {
+  auto inputs = ls::Input({784});
+  auto x = ls::layers::Dense(256, {.activation = "relu"})(inputs);
+  x = ls::layers::Dense(256, {.activation = "relu"})(x);
+  ls::Model model(inputs, ls::layers::Dense(10)(x));
+  run_training(state, model, ls::Shape{784}, 2.0 * (784 * 256 + 256 * 256 + 256 * 10));
+}
+BENCHMARK(BM_Train_SeedMlp)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond)->MinTime(2.0);
+
+void BM_Train_SmallCnn(benchmark::State& state) {
+  auto inputs = ls::Input({28, 28, 1});
+  auto x = ls::layers::Conv2D(32, {3, 3}, {.activation = "relu"})(inputs);
+  x = ls::layers::MaxPooling2D()(x);
+  x = ls::layers::Conv2D(64, {3, 3}, {.activation = "relu"})(x);
+  x = ls::layers::MaxPooling2D()(x);
+  x = ls::layers::Flatten()(x);
+  x = ls::layers::Dense(128, {.activation = "relu"})(x);
+  ls::Model model(inputs, ls::layers::Dense(10)(x));
+  const double conv1 = 2.0 * 26 * 26 * 32 * 9 * 1, conv2 = 2.0 * 11 * 11 * 64 * 9 * 32;
+  const double dense = 2.0 * (1600 * 128 + 128 * 10);
+  run_training(state, model, ls::Shape{28, 28, 1}, conv1 + conv2 + dense);
+}
+BENCHMARK(BM_Train_SmallCnn)->Arg(32)->Arg(64)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+}  // namespace
+
+BENCHMARK_MAIN();
