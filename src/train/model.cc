@@ -17,9 +17,13 @@ namespace lockstep {
 struct Model::TrainState {
   bool compiled = false;
   Optimizer optimizer;
-  Loss loss;
+  std::vector<Loss> losses;  // one shared by every output, or one per output
+  std::vector<double> loss_weights;
+  std::vector<MetricSpec> metric_specs;
   metrics::Mean loss_tracker{{.name = "loss"}};
-  std::vector<Metric> metrics;
+  std::size_t num_outputs = 0;  // resolved at compile (graphs) or the first step
+  std::vector<std::vector<Metric>> output_metrics;  // [output][metric]
+  std::vector<metrics::Mean> output_loss_trackers;  // with several outputs only
   bool stop = false;
 };
 
@@ -100,15 +104,6 @@ int effective_verbose(int verbose) {
   return verbose;
 }
 
-void check_xy(const char* op, const Tensor& x, const Tensor& y) {
-  LOCKSTEP_CHECK(x.defined(), op, ": x is undefined");
-  LOCKSTEP_CHECK(y.defined(), op, ": y is undefined");
-  LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 1 && y.rank() >= 1 && x.shape()[0] == y.shape()[0], op,
-                    ": x and y must have the same number of examples, got x ", x.shape(), " and y ",
-                    y.shape());
-  LOCKSTEP_CHECK(x.shape()[0] > 0, op, ": the data is empty (x has shape ", x.shape(), ")");
-}
-
 struct CallbackList {
   std::vector<std::shared_ptr<Callback>> all;
   std::shared_ptr<History> history;
@@ -161,14 +156,67 @@ Model::TrainState& Model::state() const {
   return *state_;
 }
 
+namespace {
+
+// Names of a model's outputs (the producing layers), for per-output logs.
+std::vector<std::string> output_names(const LayerImpl& net, std::size_t n) {
+  std::vector<std::string> names;
+  if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) {
+    for (const KerasTensor& out : f->outputs()) {
+      names.push_back(out.node()->layer ? out.node()->layer->name() : out.node()->input_name);
+    }
+  }
+  for (std::size_t i = names.size(); i < n; ++i) names.push_back("output_" + std::to_string(i));
+  return names;
+}
+
+std::size_t declared_outputs(const LayerImpl& net) {
+  if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) return f->outputs().size();
+  return 1;
+}
+
+}  // namespace
+
+// Builds the per-output losses, weights, metrics and trackers for n outputs.
+void Model::resolve_outputs(std::size_t n) const {
+  TrainState& s = state();
+  if (s.num_outputs == n) return;
+  LOCKSTEP_CHECK(s.losses.size() == 1 || s.losses.size() == n, "compile: ", s.losses.size(),
+                 " losses for a model with ", n, " outputs; give one loss, or one per output");
+  LOCKSTEP_CHECK(s.loss_weights.empty() || s.loss_weights.size() == n, "compile: ", s.loss_weights.size(),
+                 " loss_weights for a model with ", n, " outputs");
+  const std::vector<std::string> names = output_names(*impl_, n);
+  s.output_metrics.assign(n, {});
+  s.output_loss_trackers.clear();
+  for (std::size_t i = 0; i < n; ++i) {
+    const Loss& loss = s.losses.size() == 1 ? s.losses[0] : s.losses[i];
+    for (const MetricSpec& spec : s.metric_specs) {
+      Metric m = resolve_metric(spec, loss);
+      if (n > 1) {  // one independent metric per output, named after it
+        auto impl = spec.metric.defined() ? m.impl()->clone() : m.impl();
+        impl->set_name(names[i] + "_" + m.name());
+        m = Metric(impl);
+      }
+      s.output_metrics[i].push_back(m);
+    }
+    if (n > 1) s.output_loss_trackers.emplace_back(metrics::MetricOptions{.name = names[i] + "_loss"});
+  }
+  s.num_outputs = n;
+}
+
 void Model::compile(CompileOptions o) {
   TrainState& s = state();
-  LOCKSTEP_CHECK(o.loss.defined(), "compile: a loss is required, e.g. "
-                                   "{.loss = ls::losses::SparseCategoricalCrossentropy()}");
+  s.losses = o.losses.empty() ? std::vector<Loss>{o.loss} : o.losses;
+  for (const Loss& l : s.losses) {
+    LOCKSTEP_CHECK(l.defined(), "compile: a loss is required, e.g. "
+                                "{.loss = ls::losses::SparseCategoricalCrossentropy()}");
+  }
   s.optimizer = o.optimizer.defined() ? o.optimizer : optimizers::RMSprop();
-  s.loss = o.loss;
-  s.metrics.clear();
-  for (const MetricSpec& spec : o.metrics) s.metrics.push_back(resolve_metric(spec, o.loss));
+  s.loss_weights = o.loss_weights;
+  s.metric_specs = o.metrics;
+  for (const MetricSpec& spec : s.metric_specs) (void)resolve_metric(spec, s.losses[0]);  // unknown names fail here
+  s.num_outputs = 0;
+  resolve_outputs(declared_outputs(*impl_));
   s.compiled = true;
 }
 
@@ -178,7 +226,10 @@ const Optimizer& Model::optimizer() const { return state().optimizer; }
 
 std::vector<Metric> Model::metrics() const {
   std::vector<Metric> all{state().loss_tracker};
-  for (const Metric& m : state().metrics) all.push_back(m);
+  for (const metrics::Mean& t : state().output_loss_trackers) all.push_back(t);
+  for (const auto& per_output : state().output_metrics) {
+    for (const Metric& m : per_output) all.push_back(m);
+  }
   return all;
 }
 
@@ -199,69 +250,137 @@ void Model::reset_metrics() const {
 void Model::stop_training() const { state().stop = true; }
 bool Model::stop_training_requested() const { return state().stop; }
 
-Tensor Model::compute_loss(const Tensor& y, const Tensor& y_pred) const {
-  Tensor loss = state().loss(y, y_pred);
-  for (const Tensor& penalty : impl_->regularization_losses()) loss = add(loss, penalty);
-  return loss;
+namespace {
+
+struct LossParts {
+  Tensor total;
+  std::vector<Tensor> per_output;
+};
+
+LossParts compute_losses(const Model::TrainState& s, const LayerImpl& net, const std::vector<Tensor>& y,
+                         const std::vector<Tensor>& y_pred) {
+  LOCKSTEP_CHECK(y.size() == y_pred.size(), "the model has ", y_pred.size(), " outputs but ", y.size(),
+                 " targets were given; pass one target per output");
+  LossParts parts;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    const Loss& loss = s.losses.size() == 1 ? s.losses[0] : s.losses.at(i);
+    Tensor value = loss(y[i], y_pred[i]);
+    parts.per_output.push_back(value);
+    if (!s.loss_weights.empty()) value = mul(value, Tensor::scalar(static_cast<float>(s.loss_weights[i])));
+    parts.total = parts.total.defined() ? add(parts.total, value) : value;
+  }
+  for (const Tensor& penalty : net.regularization_losses()) parts.total = add(parts.total, penalty);
+  return parts;
 }
 
-namespace {
 // Models declared with float inputs accept other dtypes (uint8 images) and
 // cast them, as Keras does when it converts inputs.
-Tensor prepare_input(const LayerImpl& network, const Tensor& x) {
-  if (x.dtype() == DType::kFloat32) return x;
-  DType want = DType::kFloat32;
-  bool known = false;
+std::vector<Tensor> prepare_inputs(const LayerImpl& network, const std::vector<Tensor>& xs) {
+  std::vector<KerasTensor> declared;
   if (auto* f = dynamic_cast<const FunctionalImpl*>(&network)) {
-    want = f->inputs().at(0).dtype();
-    known = true;
+    declared = f->inputs();
+    LOCKSTEP_CHECK(xs.size() == declared.size(), "model '", network.name(), "' has ", declared.size(),
+                   " inputs, got ", xs.size(), " input tensors");
   } else if (auto* s = dynamic_cast<const SequentialImpl*>(&network)) {
-    if (s->input().defined()) {
-      want = s->input().dtype();
-      known = true;
+    if (s->input().defined()) declared = {s->input()};
+  }
+  std::vector<Tensor> out = xs;
+  for (std::size_t i = 0; i < out.size() && i < declared.size(); ++i) {
+    if (out[i].dtype() != DType::kFloat32 && declared[i].dtype() == DType::kFloat32) out[i] = cast(out[i], DType::kFloat32);
+  }
+  return out;
+}
+
+void update_trackers(Model::TrainState& s, const LossParts& parts, const std::vector<Tensor>& y,
+                     const std::vector<Tensor>& y_pred, std::int64_t batch) {
+  const Tensor weight = Tensor::full({1}, static_cast<double>(batch));
+  s.loss_tracker.update_state(parts.total, weight);
+  for (std::size_t i = 0; i < s.output_loss_trackers.size(); ++i) {
+    s.output_loss_trackers[i].update_state(parts.per_output[i], weight);
+  }
+  for (std::size_t i = 0; i < s.output_metrics.size(); ++i) {
+    for (const Metric& m : s.output_metrics[i]) m.update_state(y[i], y_pred[i]);
+  }
+}
+
+std::int64_t check_data(const char* op, const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
+  LOCKSTEP_CHECK(!x.empty(), op, ": no input tensors");
+  LOCKSTEP_CHECK(!y.empty(), op, ": no targets");
+  const Tensor& first = x[0];
+  LOCKSTEP_CHECK(first.defined() && first.rank() >= 1, op, ": x is undefined or a scalar");
+  const std::int64_t n = first.shape()[0];
+  for (const auto* group : {&x, &y}) {
+    for (std::size_t i = 0; i < group->size(); ++i) {
+      const Tensor& t = (*group)[i];
+      const char* what = group == &x ? "x" : "y";
+      LOCKSTEP_CHECK(t.defined(), op, ": ", what, " ", i, " is undefined");
+      LOCKSTEP_CHECK_AS(ShapeError, t.rank() >= 1 && t.shape()[0] == n, op,
+                        ": x and y must have the same number of examples, got x ", first.shape(), " and ", what,
+                        (group->size() > 1 ? " " + std::to_string(i) : std::string()), " ", t.shape());
     }
   }
-  if (known && want == DType::kFloat32) return cast(x, DType::kFloat32);
-  return x;
+  LOCKSTEP_CHECK(n > 0, op, ": the data is empty (x has shape ", first.shape(), ")");
+  return n;
 }
+
+std::vector<Tensor> rows_of(const std::vector<Tensor>& ts, const std::vector<std::int64_t>& order, std::int64_t begin,
+                            std::int64_t end) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : ts) out.push_back(take_rows(t, order, begin, end));
+  return out;
+}
+
+std::vector<Tensor> view_all(const std::vector<Tensor>& ts, std::int64_t begin, std::int64_t end) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : ts) out.push_back(t.view_rows(begin, end));
+  return out;
+}
+
 }  // namespace
 
-Logs Model::train_step(const Tensor& x_in, const Tensor& y) {
+Tensor Model::compute_loss(const std::vector<Tensor>& y, const std::vector<Tensor>& y_pred) const {
+  return compute_losses(state(), *impl_, y, y_pred).total;
+}
+
+Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor>& y) {
   TrainState& s = state();
   LOCKSTEP_CHECK(s.compiled, "fit: you must call compile() before training the model");
-  const Tensor x = prepare_input(*impl_, x_in);
+  const std::vector<Tensor> x = prepare_inputs(*impl_, x_in);
   const std::vector<Variable> vars = impl_->trainable_weights();
-  Tensor y_pred, loss;
-  std::vector<Tensor> grads;
+  std::vector<Tensor> y_pred, grads;
+  LossParts parts;
   {
     GradientTape tape;
     y_pred = (*this)(x, {.training = true});
-    loss = compute_loss(y, y_pred);
-    grads = tape.gradient(loss, vars);
+    resolve_outputs(y_pred.size());
+    parts = compute_losses(s, *impl_, y, y_pred);
+    grads = tape.gradient(parts.total, vars);
   }
   s.optimizer.apply_gradients(grads, vars);
   NoGradGuard no_grad;
-  s.loss_tracker.update_state(loss, Tensor::full({1}, static_cast<double>(x.shape()[0])));
-  for (const Metric& m : s.metrics) m.update_state(y, y_pred);
+  update_trackers(s, parts, y, y_pred, x.at(0).shape()[0]);
   return get_metrics_result();
 }
 
-Logs Model::test_step(const Tensor& x_in, const Tensor& y) {
+Logs Model::test_step(const std::vector<Tensor>& x_in, const std::vector<Tensor>& y) {
   TrainState& s = state();
   LOCKSTEP_CHECK(s.compiled, "evaluate: you must call compile() before evaluating the model");
   NoGradGuard no_grad;
-  const Tensor x = prepare_input(*impl_, x_in);
-  const Tensor y_pred = (*this)(x, {.training = false});
-  const Tensor loss = compute_loss(y, y_pred);
-  s.loss_tracker.update_state(loss, Tensor::full({1}, static_cast<double>(x.shape()[0])));
-  for (const Metric& m : s.metrics) m.update_state(y, y_pred);
+  const std::vector<Tensor> x = prepare_inputs(*impl_, x_in);
+  const std::vector<Tensor> y_pred = (*this)(x, {.training = false});
+  resolve_outputs(y_pred.size());
+  update_trackers(s, compute_losses(s, *impl_, y, y_pred), y, y_pred, x.at(0).shape()[0]);
   return get_metrics_result();
 }
 
-History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o) {
+History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& o) {
+  return fit(std::vector<Tensor>{x}, std::vector<Tensor>{y}, o);
+}
+
+History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& y_all, const FitOptions& o) {
   TrainState& s = state();
   LOCKSTEP_CHECK(s.compiled, "fit: you must call compile() before fit()");
-  check_xy("fit", x_all, y_all);
+  const std::int64_t total = check_data("fit", x_all, y_all);
   LOCKSTEP_CHECK(o.batch_size > 0, "fit: batch_size must be > 0, got ", o.batch_size);
   LOCKSTEP_CHECK(o.epochs >= 1 && o.initial_epoch >= 0 && o.initial_epoch < o.epochs,
                  "fit: expected 0 <= initial_epoch < epochs, got initial_epoch ", o.initial_epoch,
@@ -270,20 +389,19 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
                  "fit: validation_split must be in [0, 1), got ", o.validation_split);
   LOCKSTEP_CHECK(o.validation_freq >= 1, "fit: validation_freq must be >= 1, got ", o.validation_freq);
 
-  Tensor x = x_all, y = y_all;
+  std::vector<Tensor> x = x_all, y = y_all;
   std::optional<ValidationData> val = o.validation_data;
-  const std::int64_t total = x_all.shape()[0];
   if (o.validation_split > 0.0 && !val) {
     const auto split_at = static_cast<std::int64_t>(std::floor(static_cast<double>(total) * (1.0 - o.validation_split)));
     LOCKSTEP_CHECK(split_at > 0 && split_at < total, "fit: validation_split ", o.validation_split, " of ",
                    total, " examples leaves an empty training or validation set");
-    x = x_all.view_rows(0, split_at);
-    y = y_all.view_rows(0, split_at);
-    val = ValidationData{x_all.view_rows(split_at, total), y_all.view_rows(split_at, total)};
+    x = view_all(x_all, 0, split_at);
+    y = view_all(y_all, 0, split_at);
+    val = ValidationData{view_all(x_all, split_at, total), view_all(y_all, split_at, total)};
   }
-  if (val) check_xy("fit (validation_data)", val->x, val->y);
+  const std::int64_t vn = val ? check_data("fit (validation_data)", val->x, val->y) : 0;
 
-  const std::int64_t n = x.shape()[0];
+  const std::int64_t n = x[0].shape()[0];
   const std::int64_t full_steps = (n + o.batch_size - 1) / o.batch_size;
   LOCKSTEP_CHECK(o.steps_per_epoch <= full_steps, "fit: steps_per_epoch ", o.steps_per_epoch, " exceeds the ",
                  full_steps, " batches of ", o.batch_size, " that ", n, " examples make");
@@ -306,7 +424,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
       const std::int64_t begin = step * o.batch_size, end = std::min(n, begin + o.batch_size);
       Logs logs;
       try {
-        logs = train_step(take_rows(x, order, begin, end), take_rows(y, order, begin, end));
+        logs = train_step(rows_of(x, order, begin, end), rows_of(y, order, begin, end));
       } catch (const Error&) {
         rethrow_with_context("fit: epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(step) +
                              " (examples " + std::to_string(begin) + " to " + std::to_string(end - 1) + "): ");
@@ -318,7 +436,6 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
     if (val && (epoch + 1) % o.validation_freq == 0) {
       // Validation runs through the same callbacks, silently (as Keras).
       reset_metrics();
-      const std::int64_t vn = val->x.shape()[0];
       const std::int64_t vsteps = (vn + o.batch_size - 1) / o.batch_size;
       callbacks.each([](Callback& cb) { cb.on_test_begin({}); });
       Logs val_logs;
@@ -326,7 +443,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
         callbacks.each([&](Callback& cb) { cb.on_test_batch_begin(step, {}); });
         const std::int64_t begin = step * o.batch_size, end = std::min(vn, begin + o.batch_size);
         try {
-          val_logs = test_step(val->x.view_rows(begin, end), val->y.view_rows(begin, end));
+          val_logs = test_step(view_all(val->x, begin, end), view_all(val->y, begin, end));
         } catch (const Error&) {
           rethrow_with_context("fit: validation after epoch " + std::to_string(epoch + 1) + ", batch " +
                                std::to_string(step) + ": ");
@@ -344,10 +461,13 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
 }
 
 Logs Model::evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& o) {
+  return evaluate(std::vector<Tensor>{x}, std::vector<Tensor>{y}, o);
+}
+
+Logs Model::evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y, const EvaluateOptions& o) {
   LOCKSTEP_CHECK(state().compiled, "evaluate: you must call compile() before evaluate()");
-  check_xy("evaluate", x, y);
+  const std::int64_t n = check_data("evaluate", x, y);
   LOCKSTEP_CHECK(o.batch_size > 0, "evaluate: batch_size must be > 0, got ", o.batch_size);
-  const std::int64_t n = x.shape()[0];
   const std::int64_t steps = (n + o.batch_size - 1) / o.batch_size;
   CallbackList callbacks = make_callbacks(o.callbacks, this, {.epochs = 1, .steps = steps, .verbose = effective_verbose(o.verbose)}, false);
   reset_metrics();
@@ -357,7 +477,7 @@ Logs Model::evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& o)
     callbacks.each([&](Callback& cb) { cb.on_test_batch_begin(step, {}); });
     const std::int64_t begin = step * o.batch_size, end = std::min(n, begin + o.batch_size);
     try {
-      logs = test_step(x.view_rows(begin, end), y.view_rows(begin, end));
+      logs = test_step(view_all(x, begin, end), view_all(y, begin, end));
     } catch (const Error&) {
       rethrow_with_context("evaluate: batch " + std::to_string(step) + " (examples " + std::to_string(begin) +
                            " to " + std::to_string(end - 1) + "): ");
@@ -368,43 +488,51 @@ Logs Model::evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& o)
   return logs;
 }
 
-Tensor Model::predict(const Tensor& x, const PredictOptions& o) {
-  LOCKSTEP_CHECK(x.defined() && x.rank() >= 1 && x.shape()[0] > 0, "predict: x is undefined or empty");
+Tensor Model::predict(const Tensor& x, const PredictOptions& o) { return predict(std::vector<Tensor>{x}, o).at(0); }
+
+std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, const PredictOptions& o) {
+  LOCKSTEP_CHECK(!x.empty() && x[0].defined() && x[0].rank() >= 1 && x[0].shape()[0] > 0,
+                 "predict: x is undefined or empty");
   LOCKSTEP_CHECK(o.batch_size > 0, "predict: batch_size must be > 0, got ", o.batch_size);
-  const std::int64_t n = x.shape()[0];
+  const std::int64_t n = x[0].shape()[0];
   const std::int64_t steps = (n + o.batch_size - 1) / o.batch_size;
   CallbackList callbacks = make_callbacks(o.callbacks, this, {.epochs = 1, .steps = steps, .verbose = effective_verbose(o.verbose)}, false);
   callbacks.each([](Callback& cb) { cb.on_predict_begin({}); });
-  std::vector<Tensor> outputs;
+  std::vector<std::vector<Tensor>> per_output;
   for (std::int64_t step = 0; step < steps; ++step) {
     callbacks.each([&](Callback& cb) { cb.on_predict_batch_begin(step, {}); });
     const std::int64_t begin = step * o.batch_size, end = std::min(n, begin + o.batch_size);
     try {
-      outputs.push_back(predict_on_batch(x.view_rows(begin, end)));
+      NoGradGuard no_grad;
+      const std::vector<Tensor> outs = (*this)(prepare_inputs(*impl_, view_all(x, begin, end)), {.training = false});
+      per_output.resize(outs.size());
+      for (std::size_t i = 0; i < outs.size(); ++i) per_output[i].push_back(outs[i].copy());
     } catch (const Error&) {
       rethrow_with_context("predict: batch " + std::to_string(step) + ": ");
     }
     callbacks.each([&](Callback& cb) { cb.on_predict_batch_end(step, {}); });
   }
   callbacks.each([](Callback& cb) { cb.on_predict_end({}); });
-  return outputs.size() == 1 ? outputs[0] : concat(outputs, 0);
+  std::vector<Tensor> result;
+  for (const auto& parts : per_output) result.push_back(parts.size() == 1 ? parts[0] : concat(parts, 0));
+  return result;
 }
 
 Logs Model::train_on_batch(const Tensor& x, const Tensor& y) {
-  check_xy("train_on_batch", x, y);
+  check_data("train_on_batch", {x}, {y});
   reset_metrics();
   return train_step(x, y);
 }
 
 Logs Model::test_on_batch(const Tensor& x, const Tensor& y) {
-  check_xy("test_on_batch", x, y);
+  check_data("test_on_batch", {x}, {y});
   reset_metrics();
   return test_step(x, y);
 }
 
 Tensor Model::predict_on_batch(const Tensor& x) {
   NoGradGuard no_grad;
-  return (*this)(prepare_input(*impl_, x), {.training = false}).copy();
+  return (*this)(prepare_inputs(*impl_, {x}), {.training = false}).at(0).copy();
 }
 
 Sequential::Sequential(std::vector<Layer> layers, Options options)

@@ -210,3 +210,51 @@ TEST(Acceptance, SmallCnnOnFashionMnist) {
 
 }  // namespace
 }  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+// Two inputs, two outputs (a classifier head and a regression head), per-
+// output losses and weights, metrics applied per output with Keras's names.
+TEST(Fit, MultiInputMultiOutputWithLossWeights) {
+  clear_session();
+  auto image = Input({8}, DType::kFloat32, "features");
+  auto extra = Input({2}, DType::kFloat32, "extra");
+  auto h = layers::Dense(16, {.activation = "relu"})(layers::Concatenate()({image, extra}));
+  auto cls = layers::Dense(2, {.name = "cls"})(h);
+  auto reg = layers::Dense(1, {.name = "reg"})(h);
+  Model model({image, extra}, {cls, reg});
+  model.compile({.optimizer = optimizers::Adam({.learning_rate = 0.01}),
+                 .losses = {losses::SparseCategoricalCrossentropy({.from_logits = true}), losses::MeanSquaredError()},
+                 .loss_weights = {1.0, 0.5},
+                 .metrics = {"accuracy"}});
+  auto [x, labels] = blobs(256, 11);
+  const Tensor x2 = random::normal({256, 2}, {.seed = 12});
+  const Tensor target = sum(x2, {.axes = {1}, .keepdims = true});  // the regression head learns x2's sum
+  const History h1 = model.fit({x, x2}, {labels, target}, {.batch_size = 32, .epochs = 20, .verbose = 0});
+  EXPECT_EQ(h1["cls_loss"].size(), 20u);
+  EXPECT_EQ(h1["reg_loss"].size(), 20u);
+  const Logs logs = model.evaluate({x, x2}, {labels, target}, {.verbose = 0});
+  // The total is the weighted sum of the heads' losses (no regularisers here).
+  EXPECT_NEAR(logs.at("loss"), logs.at("cls_loss") + 0.5 * logs.at("reg_loss"), 1e-5);
+  EXPECT_GE(logs.at("cls_accuracy"), 0.99);
+  EXPECT_LT(logs.at("reg_loss"), 0.05);
+  // Keras's log order: sorted names.
+  std::vector<std::string> names;
+  for (const auto& [k, v] : logs) names.push_back(k);
+  EXPECT_EQ(names, (std::vector<std::string>{"cls_accuracy", "cls_loss", "loss", "reg_accuracy", "reg_loss"}));
+  const auto preds = model.predict({x, x2});
+  ASSERT_EQ(preds.size(), 2u);
+  EXPECT_EQ(preds[0].shape(), (Shape{256, 2}));
+  EXPECT_EQ(preds[1].shape(), (Shape{256, 1}));
+  // Mismatched structure is named.
+  EXPECT_THROW(model.fit({x, x2}, {labels}, {.verbose = 0}), ValueError);
+  EXPECT_THROW(model.fit({x}, {labels, target}, {.verbose = 0}), ValueError);
+  Model wrong({image, extra}, {cls, reg});
+  EXPECT_THROW(wrong.compile({.losses = {losses::MeanSquaredError(), losses::MeanSquaredError(),
+                                         losses::MeanSquaredError()}}),
+               ValueError);
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -43,14 +43,22 @@ struct MetricSpec {
 
 struct CompileOptions {
   Optimizer optimizer;  // undefined: RMSprop, Keras's default
-  Loss loss;
+  Loss loss;            // one loss (applied to every output of a multi-output model)
+  std::vector<Loss> losses;  // or one per output
+  std::vector<double> loss_weights;  // per output (default 1)
+  // For a multi-output model each metric is applied to every output and
+  // named "<output layer>_<metric>", as Keras.
   std::vector<MetricSpec> metrics;
   bool run_eagerly = false;  // accepted for parity; Lockstep always runs eagerly
 };
 
+// Validation inputs and targets: one tensor each, or one per model input /
+// output.
 struct ValidationData {
-  Tensor x;
-  Tensor y;
+  ValidationData(Tensor x_, Tensor y_) : x{std::move(x_)}, y{std::move(y_)} {}
+  ValidationData(std::vector<Tensor> x_, std::vector<Tensor> y_) : x(std::move(x_)), y(std::move(y_)) {}
+  std::vector<Tensor> x;
+  std::vector<Tensor> y;
 };
 
 struct FitOptions {
@@ -97,10 +105,16 @@ class Model : public Layer {
   void compile(CompileOptions options);
   bool compiled() const;
 
+  // Single-input / single-output models take tensors; models with several
+  // inputs or outputs take one tensor per input and per output, in order.
   History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
+  History fit(const std::vector<Tensor>& x, const std::vector<Tensor>& y, const FitOptions& options = {});
   Logs evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& options = {});
-  // Outputs for every example, in input order.
+  Logs evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y, const EvaluateOptions& options = {});
+  // Outputs for every example, in input order (the first output for a
+  // multi-output model; the vector form returns them all).
   Tensor predict(const Tensor& x, const PredictOptions& options = {});
+  std::vector<Tensor> predict(const std::vector<Tensor>& x, const PredictOptions& options = {});
 
   Logs train_on_batch(const Tensor& x, const Tensor& y);
   Logs test_on_batch(const Tensor& x, const Tensor& y);
@@ -108,12 +122,17 @@ class Model : public Layer {
 
   // One optimisation step on a batch: forward, loss (+ regularisation),
   // gradients, update, metrics. Returns the metrics so far.
-  virtual Logs train_step(const Tensor& x, const Tensor& y);
-  virtual Logs test_step(const Tensor& x, const Tensor& y);
+  virtual Logs train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y);
+  virtual Logs test_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y);
+  Logs train_step(const Tensor& x, const Tensor& y) { return train_step(std::vector<Tensor>{x}, std::vector<Tensor>{y}); }
+  Logs test_step(const Tensor& x, const Tensor& y) { return test_step(std::vector<Tensor>{x}, std::vector<Tensor>{y}); }
 
-  // The loss of a batch: the compiled loss (sum over the batch divided by
-  // its size) plus the layers' regularisation penalties.
-  Tensor compute_loss(const Tensor& y, const Tensor& y_pred) const;
+  // The loss of a batch: each output's loss (sum over the batch divided by
+  // its size) times its weight, plus the layers' regularisation penalties.
+  Tensor compute_loss(const std::vector<Tensor>& y, const std::vector<Tensor>& y_pred) const;
+  Tensor compute_loss(const Tensor& y, const Tensor& y_pred) const {
+    return compute_loss(std::vector<Tensor>{y}, std::vector<Tensor>{y_pred});
+  }
 
   // "loss" and the compiled metrics, in Keras's order (sorted by name).
   Logs get_metrics_result() const;
@@ -138,9 +157,12 @@ class Model : public Layer {
   void stop_training() const;
   bool stop_training_requested() const;
 
+  struct TrainState;  // implementer-facing (opaque outside train/)
+
  protected:
-  struct TrainState;
   TrainState& state() const;
+  // Builds per-output losses, metrics and trackers for a model with n outputs.
+  void resolve_outputs(std::size_t n) const;
   std::shared_ptr<TrainState> state_;
 };
 
