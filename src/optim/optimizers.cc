@@ -20,18 +20,17 @@ OptimizerImpl::OptimizerImpl(std::string name, LearningRate learning_rate, ClipO
 }
 
 OptimizerImpl::VarSlots& OptimizerImpl::slots_for(const Variable& v) {
-  for (auto& s : var_slots_) {
-    if (s.var_id == v.id()) return s;
+  auto [it, inserted] = var_slots_.try_emplace(v.id());
+  if (inserted) {
+    for (int i = 0; i < num_slots(); ++i) {
+      Variable slot = create_variable(Tensor::full(v.shape(), slot_initial_value(i)),
+                                      {.name = name_ + "/" + v.name() + "_" + slot_name(i), .trainable = false});
+      it->second.slots.push_back(slot);
+      it->second.buffers.push_back(static_cast<float*>(slot.value().raw_data()));
+      slots_.push_back(slot);
+    }
   }
-  VarSlots created{v.id(), {}};
-  for (int i = 0; i < num_slots(); ++i) {
-    Variable slot = create_variable(Tensor::full(v.shape(), slot_initial_value(i)),
-                                    {.name = name_ + "/" + v.name() + "_" + slot_name(i), .trainable = false});
-    created.slots.push_back(slot);
-    slots_.push_back(slot);
-  }
-  var_slots_.push_back(std::move(created));
-  return var_slots_.back();
+  return it->second;
 }
 
 void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in, const std::vector<Variable>& vars) {
@@ -94,10 +93,7 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in, const s
       const float f = static_cast<float>(1.0 - weight_decay_ * lr);
       for (std::int64_t j = 0; j < n; ++j) var[j] *= f;
     }
-    VarSlots& s = slots_for(vars[i]);
-    std::vector<float*> slot_ptrs;
-    for (Variable& slot : s.slots) slot_ptrs.push_back(static_cast<float*>(slot.value().raw_data()));
-    update(var, g, n, slot_ptrs.data(), lr, step);
+    update(var, g, n, slots_for(vars[i]).buffers.data(), lr, step);
   }
   ++iterations_;
 }

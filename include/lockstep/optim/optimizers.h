@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "lockstep/autodiff/variable.h"
@@ -54,9 +55,11 @@ class OptimizerImpl {
   virtual void update(float* var, const float* grad, std::int64_t n, float** slots, double lr, std::int64_t step) = 0;
 
  private:
+  // A variable's slot variables and raw pointers to their buffers (stable:
+  // variables update in place), found by variable id in one hash lookup.
   struct VarSlots {
-    std::uint64_t var_id;
     std::vector<Variable> slots;
+    std::vector<float*> buffers;
   };
   VarSlots& slots_for(const Variable& v);
 
@@ -65,7 +68,7 @@ class OptimizerImpl {
   ClipOptions clip_;
   double weight_decay_;
   std::int64_t iterations_ = 0;
-  std::vector<VarSlots> var_slots_;
+  std::unordered_map<std::uint64_t, VarSlots> var_slots_;
   std::vector<Variable> slots_;
 };
 
