@@ -37,7 +37,8 @@ BENCHMARK(BM_Ceiling_Sgemm2048)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 
 // Trains on synthetic data of the model's input shape; `flops` is the
 // forward-pass FLOPs per example (backward counted as twice the forward).
-void run_training(benchmark::State& state, ls::Model model, const ls::Shape& example, double forward_flops) {
+void run_training(benchmark::State& state, ls::Model model, const ls::Shape& example,
+                  double forward_flops) {
   const std::int64_t batch = state.range(0);
   ls::Shape shape{batch};
   for (std::int64_t d : example.dims()) shape.push_back(d);
@@ -46,17 +47,21 @@ void run_training(benchmark::State& state, ls::Model model, const ls::Shape& exa
   for (std::int64_t i = 0; i < batch; ++i) labels[static_cast<std::size_t>(i)] = i % 10;
   const ls::Tensor y = ls::Tensor::from_vector(labels);
   model.compile({.optimizer = ls::optimizers::Adam(),
-                 .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}), .metrics = {"accuracy"}});
+                 .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                 .metrics = {"accuracy"}});
   for (int i = 0; i < 3; ++i) model.train_step(x, y);  // build, warm caches
   for (auto _ : state) {
     benchmark::DoNotOptimize(model.train_step(x, y));
   }
   const double steps = static_cast<double>(state.iterations());
   const double step_flops = 3.0 * forward_flops * static_cast<double>(batch);
-  state.counters["samples_per_s"] = benchmark::Counter(steps * static_cast<double>(batch), benchmark::Counter::kIsRate);
-  state.counters["GFLOPs"] = benchmark::Counter(steps * step_flops * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["samples_per_s"] =
+      benchmark::Counter(steps * static_cast<double>(batch), benchmark::Counter::kIsRate);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(steps * step_flops * 1e-9, benchmark::Counter::kIsRate);
   if (g_sgemm_gflops > 0) {
-    state.counters["floor_fraction"] = benchmark::Counter(steps * step_flops / (g_sgemm_gflops * 1e9), benchmark::Counter::kIsRate);
+    state.counters["floor_fraction"] = benchmark::Counter(
+        steps * step_flops / (g_sgemm_gflops * 1e9), benchmark::Counter::kIsRate);
   }
 }
 

@@ -39,7 +39,8 @@ void BM_Matmul_VsSgemm(benchmark::State& state) {
   std::vector<float> c_ref(static_cast<std::size_t>(m * n));
   // Validate: our result equals sgemm's.
   const ls::Tensor c = ls::matmul(a, b, {.transpose_a = ta, .transpose_b = tb});
-  ls::backend::onednn::reference_sgemm(ta, tb, m, n, k, a.data<float>(), b.data<float>(), c_ref.data());
+  ls::backend::onednn::reference_sgemm(ta, tb, m, n, k, a.data<float>(), b.data<float>(),
+                                       c_ref.data());
   const float* pc = c.data<float>();
   for (std::size_t i = 0; i < c_ref.size(); ++i) {
     if (std::fabs(pc[i] - c_ref[i]) > 1e-3f * (1.0f + std::fabs(c_ref[i]))) {
@@ -56,11 +57,13 @@ void BM_Matmul_VsSgemm(benchmark::State& state) {
     ours += dt;
     state.SetIterationTime(dt);
     t0 = Clock::now();
-    ls::backend::onednn::reference_sgemm(ta, tb, m, n, k, a.data<float>(), b.data<float>(), c_ref.data());
+    ls::backend::onednn::reference_sgemm(ta, tb, m, n, k, a.data<float>(), b.data<float>(),
+                                         c_ref.data());
     benchmark::ClobberMemory();
     theirs += seconds_since(t0);
   }
-  const double flops = 2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations());
+  const double flops =
+      2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations());
   state.counters["GFLOPs"] = flops / ours * 1e-9;
   state.counters["sgemm_GFLOPs"] = flops / theirs * 1e-9;
   state.counters["ratio"] = theirs / ours;
@@ -87,8 +90,9 @@ void BM_Op_AddTiny(benchmark::State& state) {
     ls::Tensor c = ls::add(a, b);
     benchmark::DoNotOptimize(c.raw_data());
   }
-  state.counters["ns_per_op"] = benchmark::Counter(static_cast<double>(state.iterations()),
-                                                   benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_op"] =
+      benchmark::Counter(static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_Op_AddTiny);
 
@@ -104,10 +108,14 @@ void BM_Elementwise_VsMemcpy(benchmark::State& state) {
   std::vector<float> dst(static_cast<std::size_t>(n));
   auto run = [&]() -> ls::Tensor {
     switch (which) {
-      case 0: return ls::add(a, b);
-      case 1: return ls::mul(a, b);
-      case 2: return ls::relu(a);
-      default: return ls::exp(a);
+      case 0:
+        return ls::add(a, b);
+      case 1:
+        return ls::mul(a, b);
+      case 2:
+        return ls::relu(a);
+      default:
+        return ls::exp(a);
     }
   };
   // Validate one element of each op.

@@ -28,11 +28,12 @@ int devices() {
 }
 
 int usage(FILE* out) {
-  std::fprintf(out,
-               "usage: lockstep <command>\n"
-               "commands:\n"
-               "  devices   list the logical CPU devices (set LOCKSTEP_CPU_DEVICES to change them)\n"
-               "  version   print the version\n");
+  std::fprintf(
+      out,
+      "usage: lockstep <command>\n"
+      "commands:\n"
+      "  devices   list the logical CPU devices (set LOCKSTEP_CPU_DEVICES to change them)\n"
+      "  version   print the version\n");
   return out == stdout ? 0 : 2;
 }
 

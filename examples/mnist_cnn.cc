@@ -26,8 +26,10 @@ int main(int argc, char** argv) {
                  .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
                  .metrics = {"accuracy"}});
   model.summary();
-  model.fit(prepare(train.first), train.second, {.batch_size = batch_size, .epochs = epochs, .verbose = 2});
-  const ls::Logs results = model.evaluate(prepare(test.first), test.second, {.batch_size = 64, .verbose = 2});
+  model.fit(prepare(train.first), train.second,
+            {.batch_size = batch_size, .epochs = epochs, .verbose = 2});
+  const ls::Logs results =
+      model.evaluate(prepare(test.first), test.second, {.batch_size = 64, .verbose = 2});
   std::printf("test accuracy: %.4f\n", results.at("accuracy"));
   return 0;
 }

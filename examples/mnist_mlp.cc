@@ -30,12 +30,17 @@ int main(int argc, char** argv) {
   const ls::Tensor& y_train_all = train.second;
   const ls::Tensor& y_test = test.second;
   // The guide holds out 10,000 training examples for validation.
-  const ls::Tensor x_val = x_train_all.view_rows(50000, 60000), y_val = y_train_all.view_rows(50000, 60000);
-  const ls::Tensor x_train = x_train_all.view_rows(0, 50000), y_train = y_train_all.view_rows(0, 50000);
+  const ls::Tensor x_val = x_train_all.view_rows(50000, 60000),
+                   y_val = y_train_all.view_rows(50000, 60000);
+  const ls::Tensor x_train = x_train_all.view_rows(0, 50000),
+                   y_train = y_train_all.view_rows(0, 50000);
 
   auto model = get_compiled_model();
-  model.fit(x_train, y_train, {.batch_size = 64, .epochs = epochs, .verbose = 2,
-                               .validation_data = ls::ValidationData{x_val, y_val}});
+  model.fit(x_train, y_train,
+            {.batch_size = 64,
+             .epochs = epochs,
+             .verbose = 2,
+             .validation_data = ls::ValidationData{x_val, y_val}});
   const ls::Logs results = model.evaluate(x_test, y_test, {.batch_size = 64, .verbose = 2});
   std::printf("test accuracy: %.4f\n", results.at("sparse_categorical_accuracy"));
   return 0;

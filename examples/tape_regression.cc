@@ -36,20 +36,24 @@ int main() {
     const float* pn = noise.data<float>();
     for (std::int64_t i = 0; i < kExamples; ++i) {
       const float* r = px + i * kFeatures;
-      targets[static_cast<std::size_t>(i)] = std::sin(r[0]) + r[1] * r[2] - 0.5f * r[3] * r[3] + pn[i];
+      targets[static_cast<std::size_t>(i)] =
+          std::sin(r[0]) + r[1] * r[2] - 0.5f * r[3] * r[3] + pn[i];
     }
   }
   const ls::Tensor y = ls::Tensor::from_vector(targets, {kExamples, 1});
 
   // Parameters: He-style initialisation from a seeded generator.
   ls::random::Generator init_rng(7);
-  ls::Variable w1(init_rng.normal({kFeatures, kHidden}, 0.0f, std::sqrt(2.0f / kFeatures)), {.name = "dense/kernel"});
+  ls::Variable w1(init_rng.normal({kFeatures, kHidden}, 0.0f, std::sqrt(2.0f / kFeatures)),
+                  {.name = "dense/kernel"});
   ls::Variable b1(ls::Tensor::zeros({kHidden}), {.name = "dense/bias"});
-  ls::Variable w2(init_rng.normal({kHidden, 1}, 0.0f, std::sqrt(1.0f / kHidden)), {.name = "dense_1/kernel"});
+  ls::Variable w2(init_rng.normal({kHidden, 1}, 0.0f, std::sqrt(1.0f / kHidden)),
+                  {.name = "dense_1/kernel"});
   ls::Variable b2(ls::Tensor::zeros({1}), {.name = "dense_1/bias"});
   const std::vector<ls::Variable> params{w1, b1, w2, b2};
   std::vector<ls::Variable> velocity;
-  for (const auto& p : params) velocity.emplace_back(ls::zeros_like(p.value()), ls::Variable::Options{.trainable = false});
+  for (const auto& p : params)
+    velocity.emplace_back(ls::zeros_like(p.value()), ls::Variable::Options{.trainable = false});
 
   ls::Timer timer;
   float first_loss = 0.0f, loss_value = 0.0f;
@@ -82,6 +86,7 @@ int main() {
       std::printf("Epoch %d/%d - loss: %.4f\n", epoch, kEpochs, mean_loss);
     }
   }
-  std::printf("Trained %d epochs in %.2fs: loss %.4f -> %.4f\n", kEpochs, timer.seconds(), first_loss, loss_value);
+  std::printf("Trained %d epochs in %.2fs: loss %.4f -> %.4f\n", kEpochs, timer.seconds(),
+              first_loss, loss_value);
   return loss_value < first_loss ? 0 : 1;  // a loss that did not fall is a failed run
 }

@@ -70,8 +70,9 @@ void GradientTape::record(const char* op, std::span<const Tensor> inputs, const 
 std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources,
                                            UnconnectedGradients unconnected) {
   check_defined(target, "GradientTape.gradient", "target");
-  LOCKSTEP_CHECK(!used_, "GradientTape.gradient can only be called once on a non-persistent tape. "
-                         "Hint: construct it with {.persistent = true}");
+  LOCKSTEP_CHECK(!used_,
+                 "GradientTape.gradient can only be called once on a non-persistent tape. "
+                 "Hint: construct it with {.persistent = true}");
   LOCKSTEP_CHECK(target.dtype() == DType::kFloat32,
                  "GradientTape.gradient: the target must be float32, got dtype ", target.dtype());
   detail::RecordingPause pause;  // computing gradients records nothing
@@ -117,7 +118,8 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   return result;
 }
 
-std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Variable>& sources,
+std::vector<Tensor> GradientTape::gradient(const Tensor& target,
+                                           const std::vector<Variable>& sources,
                                            UnconnectedGradients unconnected) {
   std::vector<Tensor> values;
   values.reserve(sources.size());

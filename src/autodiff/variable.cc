@@ -19,7 +19,8 @@ struct Variable::State {
 Variable::Variable(const Tensor& initial_value, Options options) {
   check_defined(initial_value, "Variable", "initial value");
   detail::RecordingPause pause;  // creating a variable is not part of any computation
-  state_ = std::make_shared<State>(State{initial_value.copy(), std::move(options.name), options.trainable});
+  state_ = std::make_shared<State>(
+      State{initial_value.copy(), std::move(options.name), options.trainable});
 }
 
 const std::string& Variable::name() const {

@@ -35,8 +35,8 @@ DType dtype_from_name(std::string_view name) {
   for (const auto& entry : kDTypes) {
     if (entry.name == name) return entry.dtype;
   }
-  detail::throw_error<ValueError>(
-      "unknown dtype '", name, "'; valid names: float32, int32, int64, uint8, bool, bfloat16");
+  detail::throw_error<ValueError>("unknown dtype '", name,
+                                  "'; valid names: float32, int32, int64, uint8, bool, bfloat16");
 }
 
 bool is_floating(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kBFloat16; }

@@ -11,8 +11,8 @@ Shape::Shape(std::initializer_list<std::int64_t> dims)
     : Shape(std::span<const std::int64_t>(dims.begin(), dims.size())) {}
 
 Shape::Shape(std::span<const std::int64_t> dims) {
-  LOCKSTEP_CHECK_AS(ShapeError, dims.size() <= static_cast<std::size_t>(kMaxRank),
-                    "Shape: rank ", dims.size(), " exceeds the maximum rank ", kMaxRank);
+  LOCKSTEP_CHECK_AS(ShapeError, dims.size() <= static_cast<std::size_t>(kMaxRank), "Shape: rank ",
+                    dims.size(), " exceeds the maximum rank ", kMaxRank);
   for (std::int64_t d : dims) push_back(d);
 }
 
@@ -23,7 +23,9 @@ void Shape::push_back(std::int64_t dim) {
   dims_[static_cast<std::size_t>(rank_++)] = dim;
 }
 
-std::int64_t Shape::dim(int axis) const { return (*this)[normalize_axis(axis, rank_, "Shape.dim")]; }
+std::int64_t Shape::dim(int axis) const {
+  return (*this)[normalize_axis(axis, rank_, "Shape.dim")];
+}
 
 std::int64_t Shape::numel() const {
   std::int64_t n = 1;

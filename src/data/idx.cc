@@ -25,16 +25,18 @@ void read_exact(gzFile f, void* dst, std::size_t n, std::uint64_t offset, const 
     if (got <= 0) {
       int err = 0;
       const char* msg = gzerror(f, &err);
-      detail::throw_error<IOError>(path, ": ", got == 0 ? "file ends" : "read error", " at byte ",
-                                   offset + done, " (uncompressed) while reading ", what, "; expected ",
-                                   n - done, " more bytes", err != Z_OK && err != Z_STREAM_END ? std::string(" (") + msg + ")" : std::string());
+      detail::throw_error<IOError>(
+          path, ": ", got == 0 ? "file ends" : "read error", " at byte ", offset + done,
+          " (uncompressed) while reading ", what, "; expected ", n - done, " more bytes",
+          err != Z_OK && err != Z_STREAM_END ? std::string(" (") + msg + ")" : std::string());
     }
     done += static_cast<std::size_t>(got);
   }
 }
 
 std::uint32_t big_endian32(const unsigned char* p) {
-  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+         p[3];
 }
 
 }  // namespace
@@ -45,46 +47,70 @@ Tensor read_idx(const std::string& path) {
   unsigned char header[4];
   read_exact(f.get(), header, 4, 0, path, "the IDX magic number");
   if (header[0] != 0 || header[1] != 0) {
-    detail::throw_error<IOError>(path, ": byte 0: not an IDX file (magic starts with ", int{header[0]}, " ",
-                                 int{header[1]}, ", expected 0 0)");
+    detail::throw_error<IOError>(path, ": byte 0: not an IDX file (magic starts with ",
+                                 int{header[0]}, " ", int{header[1]}, ", expected 0 0)");
   }
   const int type = header[2], rank = header[3];
   std::size_t elem = 0;
   switch (type) {
-    case 0x08: case 0x09: elem = 1; break;
-    case 0x0B: elem = 2; break;
-    case 0x0C: case 0x0D: elem = 4; break;
-    case 0x0E: elem = 8; break;
+    case 0x08:
+    case 0x09:
+      elem = 1;
+      break;
+    case 0x0B:
+      elem = 2;
+      break;
+    case 0x0C:
+    case 0x0D:
+      elem = 4;
+      break;
+    case 0x0E:
+      elem = 8;
+      break;
     default:
       detail::throw_error<IOError>(path, ": byte 2: unknown IDX element type 0x", std::hex, type,
                                    " (expected 0x08, 0x09, 0x0B, 0x0C, 0x0D or 0x0E)");
   }
   if (rank < 1 || rank > Shape::kMaxRank) {
-    detail::throw_error<IOError>(path, ": byte 3: IDX rank ", rank, " is outside 1..", Shape::kMaxRank);
+    detail::throw_error<IOError>(path, ": byte 3: IDX rank ", rank, " is outside 1..",
+                                 Shape::kMaxRank);
   }
   std::vector<unsigned char> dims_raw(static_cast<std::size_t>(rank) * 4);
   read_exact(f.get(), dims_raw.data(), dims_raw.size(), 4, path, "the dimensions");
   Shape shape;
-  for (int i = 0; i < rank; ++i) shape.push_back(big_endian32(&dims_raw[static_cast<std::size_t>(i) * 4]));
+  for (int i = 0; i < rank; ++i)
+    shape.push_back(big_endian32(&dims_raw[static_cast<std::size_t>(i) * 4]));
   const std::uint64_t count = static_cast<std::uint64_t>(shape.numel());
   const std::uint64_t data_offset = 4 + dims_raw.size();
   std::vector<unsigned char> raw(static_cast<std::size_t>(count * elem));
   read_exact(f.get(), raw.data(), raw.size(), data_offset, path,
-             "the data: the header promises " + shape.to_string() + " values of " + std::to_string(elem) + " byte(s)");
+             "the data: the header promises " + shape.to_string() + " values of " +
+                 std::to_string(elem) + " byte(s)");
   unsigned char extra;
   if (gzread(f.get(), &extra, 1) > 0) {
-    detail::throw_error<IOError>(path, ": byte ", data_offset + raw.size(), ": unexpected data after the ",
-                                 count, " values the header promises for shape ", shape);
+    detail::throw_error<IOError>(path, ": byte ", data_offset + raw.size(),
+                                 ": unexpected data after the ", count,
+                                 " values the header promises for shape ", shape);
   }
-  const DType dtype = type == 0x08 ? DType::kUInt8 : (type == 0x0D || type == 0x0E) ? DType::kFloat32 : DType::kInt32;
+  const DType dtype = type == 0x08                     ? DType::kUInt8
+                      : (type == 0x0D || type == 0x0E) ? DType::kFloat32
+                                                       : DType::kInt32;
   Tensor out = Tensor::empty(shape, dtype);
   for (std::uint64_t i = 0; i < count; ++i) {
     const unsigned char* p = &raw[i * elem];
     switch (type) {
-      case 0x08: out.data<std::uint8_t>()[i] = p[0]; break;
-      case 0x09: out.data<std::int32_t>()[i] = static_cast<std::int8_t>(p[0]); break;
-      case 0x0B: out.data<std::int32_t>()[i] = static_cast<std::int16_t>((p[0] << 8) | p[1]); break;
-      case 0x0C: out.data<std::int32_t>()[i] = static_cast<std::int32_t>(big_endian32(p)); break;
+      case 0x08:
+        out.data<std::uint8_t>()[i] = p[0];
+        break;
+      case 0x09:
+        out.data<std::int32_t>()[i] = static_cast<std::int8_t>(p[0]);
+        break;
+      case 0x0B:
+        out.data<std::int32_t>()[i] = static_cast<std::int16_t>((p[0] << 8) | p[1]);
+        break;
+      case 0x0C:
+        out.data<std::int32_t>()[i] = static_cast<std::int32_t>(big_endian32(p));
+        break;
       case 0x0D: {
         const std::uint32_t bits = big_endian32(p);
         float v;

@@ -20,19 +20,27 @@ using json = nlohmann::json;
 
 const char* safetensors_dtype(DType d) {
   switch (d) {
-    case DType::kFloat32: return "F32";
-    case DType::kInt32: return "I32";
-    case DType::kInt64: return "I64";
-    case DType::kUInt8: return "U8";
-    case DType::kBool: return "BOOL";
-    case DType::kBFloat16: return "BF16";
+    case DType::kFloat32:
+      return "F32";
+    case DType::kInt32:
+      return "I32";
+    case DType::kInt64:
+      return "I64";
+    case DType::kUInt8:
+      return "U8";
+    case DType::kBool:
+      return "BOOL";
+    case DType::kBFloat16:
+      return "BF16";
   }
   return "?";
 }
 
 bool parse_dtype(const std::string& s, DType& out) {
-  static const std::pair<const char*, DType> table[] = {{"F32", DType::kFloat32}, {"I32", DType::kInt32},
-                                                        {"I64", DType::kInt64}, {"U8", DType::kUInt8},
+  static const std::pair<const char*, DType> table[] = {{"F32", DType::kFloat32},
+                                                        {"I32", DType::kInt32},
+                                                        {"I64", DType::kInt64},
+                                                        {"U8", DType::kUInt8},
                                                         {"BOOL", DType::kBool}};
   for (const auto& [name, d] : table) {
     if (s == name) {
@@ -85,8 +93,8 @@ void atomic_write(const std::string& path, const std::string& contents) {
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::random_device rd;
-  const fs::path tmp = dir / ("." + target.filename().string() + ".tmp" + std::to_string(::getpid()) + "." +
-                              std::to_string(rd()));
+  const fs::path tmp = dir / ("." + target.filename().string() + ".tmp" +
+                              std::to_string(::getpid()) + "." + std::to_string(rd()));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) sys_error("creating temporary file " + tmp.string(), path);
   auto fail = [&](const std::string& what) {
@@ -101,7 +109,8 @@ void atomic_write(const std::string& path, const std::string& contents) {
     const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      fail("writing " + std::to_string(contents.size()) + " bytes (at byte " + std::to_string(done) + ")");
+      fail("writing " + std::to_string(contents.size()) + " bytes (at byte " +
+           std::to_string(done) + ")");
     }
     done += static_cast<std::size_t>(n);
   }
@@ -123,7 +132,8 @@ void atomic_write(const std::string& path, const std::string& contents) {
   }
 }
 
-void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   json meta = json::object();
@@ -131,8 +141,8 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   std::uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     LOCKSTEP_CHECK(t.defined(), "write_safetensors: tensor '", name, "' is undefined");
-    LOCKSTEP_CHECK(name != "__metadata__" && !header.contains(name), "write_safetensors: tensor name '", name,
-                   "' is reserved or used twice");
+    LOCKSTEP_CHECK(name != "__metadata__" && !header.contains(name),
+                   "write_safetensors: tensor name '", name, "' is reserved or used twice");
     header[name] = {{"dtype", safetensors_dtype(t.dtype())},
                     {"shape", t.shape().to_vector()},
                     {"data_offsets", {offset, offset + t.nbytes()}}};
@@ -144,10 +154,12 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   while ((8 + text.size()) % 8 != 0) text += ' ';  // data starts 8-byte aligned
   std::string contents(8, '\0');
   const std::uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) contents[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  for (int i = 0; i < 8; ++i)
+    contents[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
   contents += text;
   contents.reserve(contents.size() + offset);
-  for (const auto& [name, t] : tensors) contents.append(static_cast<const char*>(t.raw_data()), t.nbytes());
+  for (const auto& [name, t] : tensors)
+    contents.append(static_cast<const char*>(t.raw_data()), t.nbytes());
   atomic_write(path, contents);
 }
 
@@ -163,8 +175,8 @@ TensorFile read_safetensors(const std::string& path) {
   in.read(reinterpret_cast<char*>(len_bytes), 8);
   std::uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
-  LOCKSTEP_CHECK_AS(IOError, header_len <= file_size - 8, path, ": byte 0: the header claims ", header_len,
-                    " bytes but only ", file_size - 8, " follow");
+  LOCKSTEP_CHECK_AS(IOError, header_len <= file_size - 8, path, ": byte 0: the header claims ",
+                    header_len, " bytes but only ", file_size - 8, " follow");
   std::string text(header_len, '\0');
   in.read(text.data(), static_cast<std::streamsize>(header_len));
   json header;
@@ -177,7 +189,8 @@ TensorFile read_safetensors(const std::string& path) {
   const std::uint64_t data_start = 8 + header_len, data_size = file_size - data_start;
   std::vector<char> data(data_size);
   in.read(data.data(), static_cast<std::streamsize>(data_size));
-  LOCKSTEP_CHECK_AS(IOError, static_cast<std::uint64_t>(in.gcount()) == data_size, path, ": short read of the data section");
+  LOCKSTEP_CHECK_AS(IOError, static_cast<std::uint64_t>(in.gcount()) == data_size, path,
+                    ": short read of the data section");
 
   TensorFile file;
   file.path = path;
@@ -186,7 +199,8 @@ TensorFile read_safetensors(const std::string& path) {
     const json& meta = header["__metadata__"];
     LOCKSTEP_CHECK_AS(IOError, meta.is_object(), path, ": __metadata__ is not an object");
     for (const auto& [k, v] : meta.items()) {
-      LOCKSTEP_CHECK_AS(IOError, v.is_string(), path, ": __metadata__ value '", k, "' is not a string");
+      LOCKSTEP_CHECK_AS(IOError, v.is_string(), path, ": __metadata__ value '", k,
+                        "' is not a string");
       if (k.rfind("crc32c/", 0) == 0) {
         checksums[k.substr(7)] = v.get<std::string>();
       } else {
@@ -200,7 +214,8 @@ TensorFile read_safetensors(const std::string& path) {
     auto bad = [&](const std::string& what) {
       detail::throw_error<IOError>(path, ": tensor '", name, "': ", what);
     };
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) {
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+        !entry.contains("data_offsets")) {
       bad("expected an object with dtype, shape and data_offsets");
     }
     DType dtype;
@@ -208,27 +223,34 @@ TensorFile read_safetensors(const std::string& path) {
       bad("unsupported dtype " + entry["dtype"].dump() + " (supported: F32, I32, I64, U8, BOOL)");
     }
     Shape shape;
-    if (!entry["shape"].is_array() || entry["shape"].size() > static_cast<std::size_t>(Shape::kMaxRank)) bad("bad shape");
+    if (!entry["shape"].is_array() ||
+        entry["shape"].size() > static_cast<std::size_t>(Shape::kMaxRank))
+      bad("bad shape");
     for (const auto& d : entry["shape"]) {
       if (!d.is_number_unsigned()) bad("shape entries must be non-negative integers");
       shape.push_back(d.get<std::int64_t>());
     }
     const json& off = entry["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned()) {
       bad("data_offsets must be two non-negative integers");
     }
     const std::uint64_t begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
     if (begin > end || end > data_size) {
-      bad("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + ") fall outside the data section of " +
-          std::to_string(data_size) + " bytes (file offset " + std::to_string(data_start + begin) + ")");
+      bad("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+          ") fall outside the data section of " + std::to_string(data_size) +
+          " bytes (file offset " + std::to_string(data_start + begin) + ")");
     }
     const std::uint64_t expected = static_cast<std::uint64_t>(shape.numel()) * dtype_size(dtype);
     if (end - begin != expected) {
-      bad("shape " + shape.to_string() + " of " + std::string(dtype_name(dtype)) + " needs " + std::to_string(expected) +
-          " bytes, data_offsets give " + std::to_string(end - begin) + " (file offset " + std::to_string(data_start + begin) + ")");
+      bad("shape " + shape.to_string() + " of " + std::string(dtype_name(dtype)) + " needs " +
+          std::to_string(expected) + " bytes, data_offsets give " + std::to_string(end - begin) +
+          " (file offset " + std::to_string(data_start + begin) + ")");
     }
     for (const auto& [b, e] : ranges) {
-      if (begin < e && b < end) bad("its bytes overlap another tensor's (file offset " + std::to_string(data_start + begin) + ")");
+      if (begin < e && b < end)
+        bad("its bytes overlap another tensor's (file offset " +
+            std::to_string(data_start + begin) + ")");
     }
     ranges.emplace_back(begin, end);
     Tensor t = Tensor::empty(shape, dtype);
@@ -236,16 +258,18 @@ TensorFile read_safetensors(const std::string& path) {
     auto crc = checksums.find(name);
     // A file written with checksums has one for every tensor; a tensor without
     // one was renamed or injected.
-    if (crc == checksums.end() && !checksums.empty()) bad("has no checksum in the metadata (renamed or corrupt header)");
+    if (crc == checksums.end() && !checksums.empty())
+      bad("has no checksum in the metadata (renamed or corrupt header)");
     if (crc != checksums.end() && crc->second != hex32(crc32c(t.raw_data(), t.nbytes()))) {
       bad("checksum mismatch: the " + std::to_string(expected) + " bytes at file offset " +
-          std::to_string(data_start + begin) + " are corrupt (crc32c " + hex32(crc32c(t.raw_data(), t.nbytes())) +
-          ", expected " + crc->second + ")");
+          std::to_string(data_start + begin) + " are corrupt (crc32c " +
+          hex32(crc32c(t.raw_data(), t.nbytes())) + ", expected " + crc->second + ")");
     }
     file.tensors.emplace_back(name, t);
   }
   for (const auto& [name, crc] : checksums) {
-    LOCKSTEP_CHECK_AS(IOError, header.contains(name), path, ": the metadata has a checksum for tensor '", name,
+    LOCKSTEP_CHECK_AS(IOError, header.contains(name), path,
+                      ": the metadata has a checksum for tensor '", name,
                       "', which the file does not hold (renamed or corrupt header)");
   }
   // Keep file order (the JSON object is sorted by name).

@@ -43,7 +43,8 @@ template bool LayerConfig::get<bool>(const std::string&) const;
 template std::int64_t LayerConfig::get<std::int64_t>(const std::string&) const;
 template double LayerConfig::get<double>(const std::string&) const;
 template std::string LayerConfig::get<std::string>(const std::string&) const;
-template std::vector<std::int64_t> LayerConfig::get<std::vector<std::int64_t>>(const std::string&) const;
+template std::vector<std::int64_t> LayerConfig::get<std::vector<std::int64_t>>(
+    const std::string&) const;
 
 namespace {
 
@@ -58,7 +59,8 @@ Size2 size2(const LayerConfig& c, const std::string& key) {
 Initializer initializer(const LayerConfig& c, const std::string& key, Initializer fallback) {
   if (!c.has(key)) return fallback;
   const std::string name = c.get<std::string>(key);
-  if (name == "constant") return initializers::Constant(static_cast<float>(c.get_or<double>(key + "_value", 0.0)));
+  if (name == "constant")
+    return initializers::Constant(static_cast<float>(c.get_or<double>(key + "_value", 0.0)));
   return initializers::get(name);
 }
 
@@ -73,17 +75,24 @@ std::string name(const LayerConfig& c) { return c.get_or<std::string>("name", ""
 std::map<std::string, LayerFactory> builtin_factories() {
   std::map<std::string, LayerFactory> f;
   f["Dense"] = [](const LayerConfig& c) -> Layer {
-    return layers::Dense(c.get<std::int64_t>("units"),
-                         {.activation = c.get_or<std::string>("activation", ""), .use_bias = c.get_or("use_bias", true),
-                          .kernel_initializer = initializer(c, "kernel_initializer", initializers::GlorotUniform()),
-                          .bias_initializer = initializer(c, "bias_initializer", initializers::Zeros()),
-                          .kernel_regularizer = regularizer(c, "kernel_regularizer"),
-                          .bias_regularizer = regularizer(c, "bias_regularizer"), .name = name(c)});
+    return layers::Dense(
+        c.get<std::int64_t>("units"),
+        {.activation = c.get_or<std::string>("activation", ""),
+         .use_bias = c.get_or("use_bias", true),
+         .kernel_initializer = initializer(c, "kernel_initializer", initializers::GlorotUniform()),
+         .bias_initializer = initializer(c, "bias_initializer", initializers::Zeros()),
+         .kernel_regularizer = regularizer(c, "kernel_regularizer"),
+         .bias_regularizer = regularizer(c, "bias_regularizer"),
+         .name = name(c)});
   };
-  f["Activation"] = [](const LayerConfig& c) -> Layer { return layers::Activation(c.get<std::string>("activation"), name(c)); };
+  f["Activation"] = [](const LayerConfig& c) -> Layer {
+    return layers::Activation(c.get<std::string>("activation"), name(c));
+  };
   f["ReLU"] = [](const LayerConfig& c) -> Layer {
-    return layers::ReLU({.max_value = static_cast<float>(c.get_or<double>("max_value", -1)),
-                         .negative_slope = static_cast<float>(c.get_or<double>("negative_slope", 0)), .name = name(c)});
+    return layers::ReLU(
+        {.max_value = static_cast<float>(c.get_or<double>("max_value", -1)),
+         .negative_slope = static_cast<float>(c.get_or<double>("negative_slope", 0)),
+         .name = name(c)});
   };
   f["Softmax"] = [](const LayerConfig& c) -> Layer {
     return layers::Softmax(static_cast<int>(c.get_or<std::int64_t>("axis", -1)), name(c));
@@ -102,32 +111,42 @@ std::map<std::string, LayerFactory> builtin_factories() {
     return layers::Concatenate(static_cast<int>(c.get_or<std::int64_t>("axis", -1)), name(c));
   };
   f["Embedding"] = [](const LayerConfig& c) -> Layer {
-    return layers::Embedding(c.get<std::int64_t>("input_dim"), c.get<std::int64_t>("output_dim"),
-                             {.embeddings_regularizer = regularizer(c, "embeddings_regularizer"), .name = name(c)});
+    return layers::Embedding(
+        c.get<std::int64_t>("input_dim"), c.get<std::int64_t>("output_dim"),
+        {.embeddings_regularizer = regularizer(c, "embeddings_regularizer"), .name = name(c)});
   };
   f["Conv2D"] = [](const LayerConfig& c) -> Layer {
-    return layers::Conv2D(c.get<std::int64_t>("filters"), size2(c, "kernel_size"),
-                          {.strides = size2(c, "strides"), .padding = c.get<std::string>("padding"),
-                           .dilation_rate = size2(c, "dilation_rate"), .groups = c.get_or<std::int64_t>("groups", 1),
-                           .activation = c.get_or<std::string>("activation", ""), .use_bias = c.get_or("use_bias", true),
-                           .kernel_initializer = initializer(c, "kernel_initializer", initializers::GlorotUniform()),
-                           .bias_initializer = initializer(c, "bias_initializer", initializers::Zeros()),
-                           .kernel_regularizer = regularizer(c, "kernel_regularizer"),
-                           .bias_regularizer = regularizer(c, "bias_regularizer"), .name = name(c)});
+    return layers::Conv2D(
+        c.get<std::int64_t>("filters"), size2(c, "kernel_size"),
+        {.strides = size2(c, "strides"),
+         .padding = c.get<std::string>("padding"),
+         .dilation_rate = size2(c, "dilation_rate"),
+         .groups = c.get_or<std::int64_t>("groups", 1),
+         .activation = c.get_or<std::string>("activation", ""),
+         .use_bias = c.get_or("use_bias", true),
+         .kernel_initializer = initializer(c, "kernel_initializer", initializers::GlorotUniform()),
+         .bias_initializer = initializer(c, "bias_initializer", initializers::Zeros()),
+         .kernel_regularizer = regularizer(c, "kernel_regularizer"),
+         .bias_regularizer = regularizer(c, "bias_regularizer"),
+         .name = name(c)});
   };
   f["DepthwiseConv2D"] = [](const LayerConfig& c) -> Layer {
-    return layers::DepthwiseConv2D(size2(c, "kernel_size"),
-                                   {.strides = size2(c, "strides"), .padding = c.get<std::string>("padding"),
-                                    .depth_multiplier = c.get_or<std::int64_t>("depth_multiplier", 1),
-                                    .dilation_rate = size2(c, "dilation_rate"),
-                                    .activation = c.get_or<std::string>("activation", ""),
-                                    .use_bias = c.get_or("use_bias", true),
-                                    .depthwise_regularizer = regularizer(c, "depthwise_regularizer"),
-                                    .bias_regularizer = regularizer(c, "bias_regularizer"), .name = name(c)});
+    return layers::DepthwiseConv2D(
+        size2(c, "kernel_size"), {.strides = size2(c, "strides"),
+                                  .padding = c.get<std::string>("padding"),
+                                  .depth_multiplier = c.get_or<std::int64_t>("depth_multiplier", 1),
+                                  .dilation_rate = size2(c, "dilation_rate"),
+                                  .activation = c.get_or<std::string>("activation", ""),
+                                  .use_bias = c.get_or("use_bias", true),
+                                  .depthwise_regularizer = regularizer(c, "depthwise_regularizer"),
+                                  .bias_regularizer = regularizer(c, "bias_regularizer"),
+                                  .name = name(c)});
   };
   auto pooling = [](bool max) {
     return [max](const LayerConfig& c) -> Layer {
-      const layers::Pooling2DOptions o{.strides = size2(c, "strides"), .padding = c.get<std::string>("padding"), .name = name(c)};
+      const layers::Pooling2DOptions o{.strides = size2(c, "strides"),
+                                       .padding = c.get<std::string>("padding"),
+                                       .name = name(c)};
       if (max) return layers::MaxPooling2D(size2(c, "pool_size"), o);
       return layers::AveragePooling2D(size2(c, "pool_size"), o);
     };
@@ -135,7 +154,8 @@ std::map<std::string, LayerFactory> builtin_factories() {
   f["MaxPooling2D"] = pooling(true);
   f["AveragePooling2D"] = pooling(false);
   f["GlobalAveragePooling2D"] = [](const LayerConfig& c) -> Layer {
-    return layers::GlobalAveragePooling2D({.keepdims = c.get_or("keepdims", false), .name = name(c)});
+    return layers::GlobalAveragePooling2D(
+        {.keepdims = c.get_or("keepdims", false), .name = name(c)});
   };
   f["ZeroPadding2D"] = [](const LayerConfig& c) -> Layer {
     const auto p = c.get<std::vector<std::int64_t>>("padding");
@@ -145,7 +165,8 @@ std::map<std::string, LayerFactory> builtin_factories() {
   f["BatchNormalization"] = [](const LayerConfig& c) -> Layer {
     return layers::BatchNormalization({.momentum = static_cast<float>(c.get<double>("momentum")),
                                        .epsilon = static_cast<float>(c.get<double>("epsilon")),
-                                       .center = c.get_or("center", true), .scale = c.get_or("scale", true),
+                                       .center = c.get_or("center", true),
+                                       .scale = c.get_or("scale", true),
                                        .name = name(c)});
   };
   return f;
@@ -178,8 +199,9 @@ Layer layer_from_config(const std::string& class_name, const LayerConfig& config
     if (it == r.factories.end()) {
       std::string known;
       for (const auto& [k, v] : r.factories) known += (known.empty() ? "" : ", ") + k;
-      detail::throw_error<ValueError>("unknown layer class '", class_name, "'; known classes: ", known,
-                                      ". Hint: register custom layers with lockstep::register_layer");
+      detail::throw_error<ValueError>(
+          "unknown layer class '", class_name, "'; known classes: ", known,
+          ". Hint: register custom layers with lockstep::register_layer");
     }
     factory = it->second;
   }

@@ -8,7 +8,9 @@
 
 namespace lockstep::nn_detail {
 
-inline void put_initializer(LayerConfig& c, const std::string& key, const Initializer& init) { c.set(key, init.name()); }
+inline void put_initializer(LayerConfig& c, const std::string& key, const Initializer& init) {
+  c.set(key, init.name());
+}
 
 inline void put_regularizer(LayerConfig& c, const std::string& key, const Regularizer& r) {
   if (!r) return;
@@ -19,8 +21,10 @@ inline void put_regularizer(LayerConfig& c, const std::string& key, const Regula
 // The arguments Dense and Conv2D share: activation, bias, kernel and bias
 // initializers and regularizers.
 inline void put_kernel_layer_options(LayerConfig& c, const std::string& activation, bool use_bias,
-                                     const Initializer& kernel_initializer, const Initializer& bias_initializer,
-                                     const Regularizer& kernel_regularizer, const Regularizer& bias_regularizer) {
+                                     const Initializer& kernel_initializer,
+                                     const Initializer& bias_initializer,
+                                     const Regularizer& kernel_regularizer,
+                                     const Regularizer& bias_regularizer) {
   c.set("activation", activation.empty() ? std::string("linear") : activation);
   c.set("use_bias", use_bias);
   put_initializer(c, "kernel_initializer", kernel_initializer);

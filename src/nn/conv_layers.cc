@@ -16,7 +16,8 @@ std::vector<std::int64_t> vec2(const Size2& s) { return {s[0], s[1]}; }
 Padding parse_padding(const std::string& padding, const char* layer) {
   if (padding == "valid") return Padding::kValid;
   if (padding == "same") return Padding::kSame;
-  detail::throw_error<ValueError>(layer, ": unknown padding '", padding, "'; valid values: valid, same");
+  detail::throw_error<ValueError>(layer, ": unknown padding '", padding,
+                                  "'; valid values: valid, same");
 }
 
 namespace {
@@ -37,21 +38,27 @@ Conv2DImpl::Conv2DImpl(std::int64_t filters, Size2 kernel_size, Conv2DOptions op
       activation_(get_activation(options_.activation)) {
   LOCKSTEP_CHECK(filters > 0 && kernel_size[0] > 0 && kernel_size[1] > 0,
                  "Conv2D: filters and kernel_size must be > 0");
-  op_ = {.strides = options_.strides, .padding = parse_padding(options_.padding, "Conv2D"),
-         .dilation_rate = options_.dilation_rate, .groups = options_.groups};
+  op_ = {.strides = options_.strides,
+         .padding = parse_padding(options_.padding, "Conv2D"),
+         .dilation_rate = options_.dilation_rate,
+         .groups = options_.groups};
 }
 
 void Conv2DImpl::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   check_image_input(s, *this);
   const std::int64_t c = s[3];
-  LOCKSTEP_CHECK_AS(ShapeError, c % options_.groups == 0 && filters_ % options_.groups == 0, "Conv2D '", name(),
-                    "': input channels (", c, ") and filters (", filters_, ") must be divisible by groups (",
-                    options_.groups, ")");
-  kernel_ = add_weight({.name = "kernel", .shape = {kernel_size_[0], kernel_size_[1], c / options_.groups, filters_},
-                        .initializer = options_.kernel_initializer, .regularizer = options_.kernel_regularizer});
+  LOCKSTEP_CHECK_AS(ShapeError, c % options_.groups == 0 && filters_ % options_.groups == 0,
+                    "Conv2D '", name(), "': input channels (", c, ") and filters (", filters_,
+                    ") must be divisible by groups (", options_.groups, ")");
+  kernel_ = add_weight({.name = "kernel",
+                        .shape = {kernel_size_[0], kernel_size_[1], c / options_.groups, filters_},
+                        .initializer = options_.kernel_initializer,
+                        .regularizer = options_.kernel_regularizer});
   if (options_.use_bias) {
-    bias_ = add_weight({.name = "bias", .shape = {filters_}, .initializer = options_.bias_initializer,
+    bias_ = add_weight({.name = "bias",
+                        .shape = {filters_},
+                        .initializer = options_.bias_initializer,
                         .regularizer = options_.bias_regularizer});
   }
 }
@@ -70,7 +77,8 @@ LayerConfig Conv2DImpl::get_config() const {
   c.set("dilation_rate", vec2(options_.dilation_rate));
   c.set("groups", options_.groups);
   put_kernel_layer_options(c, options_.activation, options_.use_bias, options_.kernel_initializer,
-                           options_.bias_initializer, options_.kernel_regularizer, options_.bias_regularizer);
+                           options_.bias_initializer, options_.kernel_regularizer,
+                           options_.bias_regularizer);
   return c;
 }
 
@@ -92,18 +100,24 @@ void DepthwiseConv2DImpl::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   check_image_input(s, *this);
   channels_ = s[3];
-  kernel_ = add_weight({.name = "kernel", .shape = {kernel_size_[0], kernel_size_[1], channels_, options_.depth_multiplier},
-                        .initializer = options_.depthwise_initializer, .regularizer = options_.depthwise_regularizer});
+  kernel_ =
+      add_weight({.name = "kernel",
+                  .shape = {kernel_size_[0], kernel_size_[1], channels_, options_.depth_multiplier},
+                  .initializer = options_.depthwise_initializer,
+                  .regularizer = options_.depthwise_regularizer});
   if (options_.use_bias) {
-    bias_ = add_weight({.name = "bias", .shape = {channels_ * options_.depth_multiplier},
-                        .initializer = options_.bias_initializer, .regularizer = options_.bias_regularizer});
+    bias_ = add_weight({.name = "bias",
+                        .shape = {channels_ * options_.depth_multiplier},
+                        .initializer = options_.bias_initializer,
+                        .regularizer = options_.bias_regularizer});
   }
 }
 
 Tensor DepthwiseConv2DImpl::call(const Tensor& x, const CallContext&) {
   check_image_input(x.shape(), *this);
   // [kh, kw, c, m] is, byte for byte, a grouped kernel [kh, kw, 1, c·m].
-  const Tensor kernel = reshape(kernel_, {kernel_size_[0], kernel_size_[1], 1, channels_ * options_.depth_multiplier});
+  const Tensor kernel = reshape(
+      kernel_, {kernel_size_[0], kernel_size_[1], 1, channels_ * options_.depth_multiplier});
   const lockstep::Conv2DOptions op{.strides = options_.strides,
                                    .padding = parse_padding(options_.padding, "DepthwiseConv2D"),
                                    .dilation_rate = options_.dilation_rate,
@@ -134,7 +148,8 @@ Pooling2DImpl::Pooling2DImpl(bool max, Size2 pool_size, Pooling2DOptions options
     : SingleInputLayerImpl(max ? "MaxPooling2D" : "AveragePooling2D", options.name),
       max_(max),
       padding_name_(options.padding) {
-  op_ = {.pool_size = pool_size, .strides = options.strides,
+  op_ = {.pool_size = pool_size,
+         .strides = options.strides,
          .padding = parse_padding(options.padding, max ? "MaxPooling2D" : "AveragePooling2D")};
 }
 
@@ -179,12 +194,14 @@ ZeroPadding2DImpl::ZeroPadding2DImpl(std::array<Size2, 2> padding, std::string n
 
 Tensor ZeroPadding2DImpl::call(const Tensor& x, const CallContext&) {
   check_image_input(x.shape(), *this);
-  return pad(x, {{0, 0}, {padding_[0][0], padding_[0][1]}, {padding_[1][0], padding_[1][1]}, {0, 0}});
+  return pad(x,
+             {{0, 0}, {padding_[0][0], padding_[0][1]}, {padding_[1][0], padding_[1][1]}, {0, 0}});
 }
 
 LayerConfig ZeroPadding2DImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
-  c.set("padding", std::vector<std::int64_t>{padding_[0][0], padding_[0][1], padding_[1][0], padding_[1][1]});
+  c.set("padding",
+        std::vector<std::int64_t>{padding_[0][0], padding_[0][1], padding_[1][0], padding_[1][1]});
   return c;
 }
 
@@ -195,20 +212,28 @@ ZeroPadding2D::ZeroPadding2D(std::array<Size2, 2> padding, std::string name)
 
 BatchNormalizationImpl::BatchNormalizationImpl(BatchNormalizationOptions options)
     : SingleInputLayerImpl("BatchNormalization", options.name), options_(std::move(options)) {
-  LOCKSTEP_CHECK(options_.momentum >= 0 && options_.momentum <= 1, "BatchNormalization: momentum must be in [0, 1]");
+  LOCKSTEP_CHECK(options_.momentum >= 0 && options_.momentum <= 1,
+                 "BatchNormalization: momentum must be in [0, 1]");
   LOCKSTEP_CHECK(options_.epsilon > 0, "BatchNormalization: epsilon must be > 0");
 }
 
 void BatchNormalizationImpl::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
-  LOCKSTEP_CHECK_AS(ShapeError, s.rank() >= 2, "BatchNormalization '", name(), "': expected input of rank >= 2, got ", s);
+  LOCKSTEP_CHECK_AS(ShapeError, s.rank() >= 2, "BatchNormalization '", name(),
+                    "': expected input of rank >= 2, got ", s);
   const std::int64_t c = s[s.rank() - 1];
-  if (options_.scale) gamma_ = add_weight({.name = "gamma", .shape = {c}, .initializer = options_.gamma_initializer});
-  if (options_.center) beta_ = add_weight({.name = "beta", .shape = {c}, .initializer = options_.beta_initializer});
-  moving_mean_ = add_weight({.name = "moving_mean", .shape = {c}, .initializer = options_.moving_mean_initializer,
+  if (options_.scale)
+    gamma_ = add_weight({.name = "gamma", .shape = {c}, .initializer = options_.gamma_initializer});
+  if (options_.center)
+    beta_ = add_weight({.name = "beta", .shape = {c}, .initializer = options_.beta_initializer});
+  moving_mean_ = add_weight({.name = "moving_mean",
+                             .shape = {c},
+                             .initializer = options_.moving_mean_initializer,
                              .trainable = false});
-  moving_variance_ = add_weight({.name = "moving_variance", .shape = {c},
-                                 .initializer = options_.moving_variance_initializer, .trainable = false});
+  moving_variance_ = add_weight({.name = "moving_variance",
+                                 .shape = {c},
+                                 .initializer = options_.moving_variance_initializer,
+                                 .trainable = false});
   ones_ = Tensor::ones({c});
   zeros_ = Tensor::zeros({c});
 }
@@ -217,15 +242,17 @@ Tensor BatchNormalizationImpl::call(const Tensor& x, const CallContext& ctx) {
   const Tensor gamma = options_.scale ? gamma_.value() : ones_;
   const Tensor beta = options_.center ? beta_.value() : zeros_;
   LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 2 && x.shape()[x.rank() - 1] == moving_mean_.shape()[0],
-                    "BatchNormalization '", name(), "': expected input with ", moving_mean_.shape()[0],
-                    " channels in the last axis, got shape ", x.shape());
+                    "BatchNormalization '", name(), "': expected input with ",
+                    moving_mean_.shape()[0], " channels in the last axis, got shape ", x.shape());
   if (!ctx.training || !trainable()) {
-    return batch_norm_inference(x, gamma, beta, moving_mean_.value(), moving_variance_.value(), options_.epsilon);
+    return batch_norm_inference(x, gamma, beta, moving_mean_.value(), moving_variance_.value(),
+                                options_.epsilon);
   }
   BatchNormResult r = batch_norm_training(x, gamma, beta, options_.epsilon);
   NoGradGuard no_grad;
   // moving = moving · momentum + batch · (1 − momentum)
-  const Tensor m = Tensor::scalar(options_.momentum), one_minus = Tensor::scalar(1.0f - options_.momentum);
+  const Tensor m = Tensor::scalar(options_.momentum),
+               one_minus = Tensor::scalar(1.0f - options_.momentum);
   moving_mean_.assign(add(mul(moving_mean_.value(), m), mul(r.mean, one_minus)));
   moving_variance_.assign(add(mul(moving_variance_.value(), m), mul(r.variance, one_minus)));
   return r.y;

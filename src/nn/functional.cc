@@ -17,21 +17,27 @@ std::string sample_string(const Shape& s) {
 }
 
 // Checks that a tensor fed to a model input has the declared example shape.
-void check_input(const std::string& model, std::size_t i, const KerasTensor& spec, const Tensor& t) {
+void check_input(const std::string& model, std::size_t i, const KerasTensor& spec,
+                 const Tensor& t) {
   bool ok = t.rank() == spec.sample_shape().rank() + 1;
-  for (int d = 0; ok && d < spec.sample_shape().rank(); ++d) ok = t.shape()[d + 1] == spec.sample_shape()[d];
+  for (int d = 0; ok && d < spec.sample_shape().rank(); ++d)
+    ok = t.shape()[d + 1] == spec.sample_shape()[d];
   if (ok) return;
   std::string hint;
-  if (t.rank() > spec.sample_shape().rank() + 1) hint = " Hint: add a Flatten or Reshape layer, or reshape the data.";
+  if (t.rank() > spec.sample_shape().rank() + 1)
+    hint = " Hint: add a Flatten or Reshape layer, or reshape the data.";
   detail::throw_error<ShapeError>("model '", model, "': expected input ", i, " of shape ",
-                                  sample_string(spec.sample_shape()), ", got ", t.shape(), ".", hint);
+                                  sample_string(spec.sample_shape()), ", got ", t.shape(), ".",
+                                  hint);
 }
 
 }  // namespace
 
 FunctionalImpl::FunctionalImpl(std::vector<KerasTensor> inputs, std::vector<KerasTensor> outputs,
                                std::string name)
-    : LayerImpl("Functional", std::move(name)), inputs_(std::move(inputs)), outputs_(std::move(outputs)) {
+    : LayerImpl("Functional", std::move(name)),
+      inputs_(std::move(inputs)),
+      outputs_(std::move(outputs)) {
   LOCKSTEP_CHECK(!inputs_.empty(), "Model: expected at least one input");
   LOCKSTEP_CHECK(!outputs_.empty(), "Model: expected at least one output");
   std::map<SlotKey, int> slots;
@@ -77,12 +83,14 @@ FunctionalImpl::FunctionalImpl(std::vector<KerasTensor> inputs, std::vector<Kera
   for (const KerasTensor& in : inputs_) names[in.node()->input_name] = in.node().get();
   for (const Step& step : steps_) {
     auto [it, inserted] = names.emplace(step.node->layer->name(), step.node->layer.get());
-    LOCKSTEP_CHECK(inserted || it->second == step.node->layer.get(), "Model: the name '", step.node->layer->name(),
+    LOCKSTEP_CHECK(inserted || it->second == step.node->layer.get(), "Model: the name '",
+                   step.node->layer->name(),
                    "' is used by two layers; layer names in a model must be unique");
   }
 }
 
-std::vector<Tensor> FunctionalImpl::call(const std::vector<Tensor>& inputs, const CallContext& ctx) {
+std::vector<Tensor> FunctionalImpl::call(const std::vector<Tensor>& inputs,
+                                         const CallContext& ctx) {
   LOCKSTEP_CHECK(inputs.size() == inputs_.size(), "model '", name(), "': expected ", inputs_.size(),
                  " inputs, got ", inputs.size());
   std::vector<Tensor> slots(static_cast<std::size_t>(num_slots_));
@@ -124,8 +132,10 @@ void SequentialImpl::add(const Layer& layer) {
   }
 }
 
-std::vector<Tensor> SequentialImpl::call(const std::vector<Tensor>& inputs, const CallContext& ctx) {
-  LOCKSTEP_CHECK(inputs.size() == 1, "Sequential '", name(), "': expected 1 input, got ", inputs.size());
+std::vector<Tensor> SequentialImpl::call(const std::vector<Tensor>& inputs,
+                                         const CallContext& ctx) {
+  LOCKSTEP_CHECK(inputs.size() == 1, "Sequential '", name(), "': expected 1 input, got ",
+                 inputs.size());
   LOCKSTEP_CHECK(!layers_.empty(), "Sequential '", name(), "' has no layers; add some with add()");
   if (input_.defined()) check_input(name(), 0, input_, inputs[0]);
   Tensor x = inputs[0];

@@ -27,7 +27,8 @@ Fans compute_fans(const Shape& s) {
   if (s.rank() == 2) return {static_cast<double>(s[0]), static_cast<double>(s[1])};
   double receptive = 1;
   for (int i = 0; i < s.rank() - 2; ++i) receptive *= static_cast<double>(s[i]);
-  return {static_cast<double>(s[s.rank() - 2]) * receptive, static_cast<double>(s[s.rank() - 1]) * receptive};
+  return {static_cast<double>(s[s.rank() - 2]) * receptive,
+          static_cast<double>(s[s.rank() - 1]) * receptive};
 }
 
 std::pair<std::uint64_t, std::uint64_t> key_for(initializers::Seed seed) {
@@ -43,7 +44,9 @@ Initializer variance_scaling(std::string name, double scale, Mode mode, Distribu
                              initializers::Seed seed) {
   return Initializer(std::move(name), [=](const Shape& shape) {
     const Fans f = compute_fans(shape);
-    const double n = mode == Mode::kFanIn ? f.in : mode == Mode::kFanOut ? f.out : (f.in + f.out) / 2;
+    const double n = mode == Mode::kFanIn    ? f.in
+                     : mode == Mode::kFanOut ? f.out
+                                             : (f.in + f.out) / 2;
     const double variance = scale / std::max(1.0, n);
     const auto [s, stream] = key_for(seed);
     switch (dist) {
@@ -53,7 +56,9 @@ Initializer variance_scaling(std::string name, double scale, Mode mode, Distribu
         return random::truncated_normal(shape, {.stddev = stddev, .seed = s, .stream = stream});
       }
       case Distribution::kNormal:
-        return random::normal(shape, {.stddev = static_cast<float>(std::sqrt(variance)), .seed = s, .stream = stream});
+        return random::normal(
+            shape,
+            {.stddev = static_cast<float>(std::sqrt(variance)), .seed = s, .stream = stream});
       case Distribution::kUniform:
         break;
     }
@@ -81,7 +86,8 @@ Initializer GlorotUniform(Seed seed) {
   return variance_scaling("glorot_uniform", 1.0, Mode::kFanAvg, Distribution::kUniform, seed);
 }
 Initializer GlorotNormal(Seed seed) {
-  return variance_scaling("glorot_normal", 1.0, Mode::kFanAvg, Distribution::kTruncatedNormal, seed);
+  return variance_scaling("glorot_normal", 1.0, Mode::kFanAvg, Distribution::kTruncatedNormal,
+                          seed);
 }
 Initializer HeNormal(Seed seed) {
   return variance_scaling("he_normal", 2.0, Mode::kFanIn, Distribution::kTruncatedNormal, seed);
@@ -101,7 +107,8 @@ Initializer RandomNormal(float mean, float stddev, Seed seed) {
 Initializer RandomUniform(float minval, float maxval, Seed seed) {
   return Initializer("random_uniform", [=](const Shape& shape) {
     const auto [s, stream] = key_for(seed);
-    return random::uniform(shape, {.minval = minval, .maxval = maxval, .seed = s, .stream = stream});
+    return random::uniform(shape,
+                           {.minval = minval, .maxval = maxval, .seed = s, .stream = stream});
   });
 }
 Initializer Zeros() {
@@ -111,7 +118,8 @@ Initializer Ones() {
   return Initializer("ones", [](const Shape& shape) { return Tensor::ones(shape); });
 }
 Initializer Constant(float value) {
-  return Initializer("constant", [value](const Shape& shape) { return Tensor::full(shape, value); });
+  return Initializer("constant",
+                     [value](const Shape& shape) { return Tensor::full(shape, value); });
 }
 
 Initializer get(std::string_view name) {
@@ -135,18 +143,23 @@ Initializer get(std::string_view name) {
 namespace regularizers {
 
 Regularizer L1L2(float l1, float l2) {
-  return Regularizer("l1_l2", [l1, l2](const Tensor& w) {
-    Tensor penalty = Tensor::scalar(0.0f);
-    if (l1 != 0.0f) penalty = add(penalty, mul(Tensor::scalar(l1), sum(abs(w))));
-    if (l2 != 0.0f) penalty = add(penalty, mul(Tensor::scalar(l2), sum(square(w))));
-    return penalty;
-  }, l1, l2);
+  return Regularizer(
+      "l1_l2",
+      [l1, l2](const Tensor& w) {
+        Tensor penalty = Tensor::scalar(0.0f);
+        if (l1 != 0.0f) penalty = add(penalty, mul(Tensor::scalar(l1), sum(abs(w))));
+        if (l2 != 0.0f) penalty = add(penalty, mul(Tensor::scalar(l2), sum(square(w))));
+        return penalty;
+      },
+      l1, l2);
 }
 Regularizer L1(float l1) {
-  return Regularizer("l1", [l1](const Tensor& w) { return mul(Tensor::scalar(l1), sum(abs(w))); }, l1, 0.0f);
+  return Regularizer(
+      "l1", [l1](const Tensor& w) { return mul(Tensor::scalar(l1), sum(abs(w))); }, l1, 0.0f);
 }
 Regularizer L2(float l2) {
-  return Regularizer("l2", [l2](const Tensor& w) { return mul(Tensor::scalar(l2), sum(square(w))); }, 0.0f, l2);
+  return Regularizer(
+      "l2", [l2](const Tensor& w) { return mul(Tensor::scalar(l2), sum(square(w))); }, 0.0f, l2);
 }
 
 }  // namespace regularizers

@@ -114,8 +114,9 @@ Variable LayerImpl::add_weight(const WeightOptions& o) {
     NoGradGuard no_grad;
     initial = o.initializer(o.shape);
   }
-  LOCKSTEP_CHECK_AS(InternalError, initial.shape() == o.shape, "initializer '", o.initializer.name(),
-                    "' returned shape ", initial.shape(), " for weight of shape ", o.shape);
+  LOCKSTEP_CHECK_AS(InternalError, initial.shape() == o.shape, "initializer '",
+                    o.initializer.name(), "' returned shape ", initial.shape(),
+                    " for weight of shape ", o.shape);
   Variable v = create_variable(initial, {.name = name_ + "/" + o.name, .trainable = o.trainable});
   own_weights_.push_back({v, o.regularizer});
   return v;
@@ -190,7 +191,8 @@ std::vector<Tensor> LayerImpl::regularization_losses() const {
   return out;
 }
 
-std::vector<Tensor> SingleInputLayerImpl::call(const std::vector<Tensor>& inputs, const CallContext& ctx) {
+std::vector<Tensor> SingleInputLayerImpl::call(const std::vector<Tensor>& inputs,
+                                               const CallContext& ctx) {
   LOCKSTEP_CHECK(inputs.size() == 1, class_name(), " '", name(), "': expected 1 input, got ",
                  inputs.size());
   return {call(inputs[0], ctx)};
@@ -214,7 +216,8 @@ Tensor Layer::operator()(const Tensor& input, const CallContext& ctx) const {
   return outs[0];
 }
 
-std::vector<Tensor> Layer::operator()(const std::vector<Tensor>& inputs, const CallContext& ctx) const {
+std::vector<Tensor> Layer::operator()(const std::vector<Tensor>& inputs,
+                                      const CallContext& ctx) const {
   LOCKSTEP_CHECK(defined(), "calling an undefined layer");
   return impl_->apply(inputs, ctx);
 }

@@ -41,11 +41,14 @@ void DenseImpl::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   LOCKSTEP_CHECK_AS(ShapeError, s.rank() >= 2, "Dense '", name(),
                     "': expected input of rank >= 2 (batch, features), got shape ", s);
-  kernel_ = add_weight({.name = "kernel", .shape = {s[s.rank() - 1], units_},
+  kernel_ = add_weight({.name = "kernel",
+                        .shape = {s[s.rank() - 1], units_},
                         .initializer = options_.kernel_initializer,
                         .regularizer = options_.kernel_regularizer});
   if (options_.use_bias) {
-    bias_ = add_weight({.name = "bias", .shape = {units_}, .initializer = options_.bias_initializer,
+    bias_ = add_weight({.name = "bias",
+                        .shape = {units_},
+                        .initializer = options_.bias_initializer,
                         .regularizer = options_.bias_regularizer});
   }
 }
@@ -53,10 +56,10 @@ void DenseImpl::build(const std::vector<Shape>& input_shapes) {
 Tensor DenseImpl::call(const Tensor& x, const CallContext&) {
   const std::int64_t in = kernel_.shape()[0];
   if (x.rank() < 2 || x.shape()[x.rank() - 1] != in) {
-    detail::throw_error<ShapeError>(
-        "Dense '", name(), "': expected input of last dimension ", in, ", got ",
-        x.rank() ? x.shape()[x.rank() - 1] : 0, " (shape ", x.shape(), ").",
-        x.rank() > 2 ? " Hint: add a Flatten layer." : "");
+    detail::throw_error<ShapeError>("Dense '", name(), "': expected input of last dimension ", in,
+                                    ", got ", x.rank() ? x.shape()[x.rank() - 1] : 0, " (shape ",
+                                    x.shape(), ").",
+                                    x.rank() > 2 ? " Hint: add a Flatten layer." : "");
   }
   // Dense acts on the last axis: fold the others into the batch.
   const Tensor flat = x.rank() == 2 ? x : reshape(x, {-1, in});
@@ -73,7 +76,8 @@ LayerConfig DenseImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
   c.set("units", units_);
   put_kernel_layer_options(c, options_.activation, options_.use_bias, options_.kernel_initializer,
-                           options_.bias_initializer, options_.kernel_regularizer, options_.bias_regularizer);
+                           options_.bias_initializer, options_.kernel_regularizer,
+                           options_.bias_regularizer);
   return c;
 }
 
@@ -83,7 +87,9 @@ Dense::Dense(std::int64_t units, DenseOptions options)
 // ---- Activation, ReLU, Softmax ---------------------------------------------------
 
 ActivationImpl::ActivationImpl(const std::string& activation, std::string name)
-    : SingleInputLayerImpl("Activation", std::move(name)), activation_(activation), fn_(get_activation(activation)) {}
+    : SingleInputLayerImpl("Activation", std::move(name)),
+      activation_(activation),
+      fn_(get_activation(activation)) {}
 Tensor ActivationImpl::call(const Tensor& x, const CallContext&) { return fn_(x); }
 LayerConfig ActivationImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
@@ -93,14 +99,15 @@ LayerConfig ActivationImpl::get_config() const {
 Activation::Activation(const std::string& activation, std::string name)
     : Layer(std::make_shared<ActivationImpl>(activation, std::move(name))) {}
 
-ReLUImpl::ReLUImpl(ReLUOptions options) : SingleInputLayerImpl("ReLU", options.name), options_(options) {
+ReLUImpl::ReLUImpl(ReLUOptions options)
+    : SingleInputLayerImpl("ReLU", options.name), options_(options) {
   LOCKSTEP_CHECK(options.negative_slope >= 0.0f, "ReLU: negative_slope must be >= 0, got ",
                  options.negative_slope);
 }
 Tensor ReLUImpl::call(const Tensor& x, const CallContext&) {
-  Tensor y = options_.negative_slope > 0.0f
-                 ? where(greater(x, Tensor::scalar(0.0f)), x, mul(x, Tensor::scalar(options_.negative_slope)))
-                 : relu(x);
+  Tensor y = options_.negative_slope > 0.0f ? where(greater(x, Tensor::scalar(0.0f)), x,
+                                                    mul(x, Tensor::scalar(options_.negative_slope)))
+                                            : relu(x);
   if (options_.max_value >= 0.0f) y = minimum(y, Tensor::scalar(options_.max_value));
   return y;
 }
@@ -112,14 +119,16 @@ LayerConfig ReLUImpl::get_config() const {
 }
 ReLU::ReLU(ReLUOptions options) : Layer(std::make_shared<ReLUImpl>(std::move(options))) {}
 
-SoftmaxImpl::SoftmaxImpl(int axis, std::string name) : SingleInputLayerImpl("Softmax", std::move(name)), axis_(axis) {}
+SoftmaxImpl::SoftmaxImpl(int axis, std::string name)
+    : SingleInputLayerImpl("Softmax", std::move(name)), axis_(axis) {}
 Tensor SoftmaxImpl::call(const Tensor& x, const CallContext&) { return softmax(x, axis_); }
 LayerConfig SoftmaxImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
   c.set("axis", std::int64_t{axis_});
   return c;
 }
-Softmax::Softmax(int axis, std::string name) : Layer(std::make_shared<SoftmaxImpl>(axis, std::move(name))) {}
+Softmax::Softmax(int axis, std::string name)
+    : Layer(std::make_shared<SoftmaxImpl>(axis, std::move(name))) {}
 
 // ---- Dropout -----------------------------------------------------------------------
 
@@ -159,7 +168,8 @@ Dropout::Dropout(float rate, DropoutOptions options)
 
 FlattenImpl::FlattenImpl(std::string name) : SingleInputLayerImpl("Flatten", std::move(name)) {}
 Tensor FlattenImpl::call(const Tensor& x, const CallContext&) {
-  LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 1, "Flatten '", name(), "': expected a batch, got a scalar");
+  LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 1, "Flatten '", name(),
+                    "': expected a batch, got a scalar");
   return reshape(x, {x.shape()[0], x.shape()[0] == 0 ? 0 : x.numel() / x.shape()[0]});
 }
 Flatten::Flatten(std::string name) : Layer(std::make_shared<FlattenImpl>(std::move(name))) {}
@@ -213,28 +223,32 @@ Concatenate::Concatenate(int axis, std::string name)
 
 // ---- Embedding -------------------------------------------------------------------------
 
-EmbeddingImpl::EmbeddingImpl(std::int64_t input_dim, std::int64_t output_dim, EmbeddingOptions options)
+EmbeddingImpl::EmbeddingImpl(std::int64_t input_dim, std::int64_t output_dim,
+                             EmbeddingOptions options)
     : SingleInputLayerImpl("Embedding", options.name),
       input_dim_(input_dim),
       output_dim_(output_dim),
       options_(std::move(options)) {
-  LOCKSTEP_CHECK(input_dim > 0 && output_dim > 0, "Embedding: input_dim and output_dim must be > 0, got ",
-                 input_dim, " and ", output_dim);
+  LOCKSTEP_CHECK(input_dim > 0 && output_dim > 0,
+                 "Embedding: input_dim and output_dim must be > 0, got ", input_dim, " and ",
+                 output_dim);
 }
 
 void EmbeddingImpl::build(const std::vector<Shape>&) {
-  embeddings_ = add_weight({.name = "embeddings", .shape = {input_dim_, output_dim_},
+  embeddings_ = add_weight({.name = "embeddings",
+                            .shape = {input_dim_, output_dim_},
                             .initializer = options_.embeddings_initializer,
                             .regularizer = options_.embeddings_regularizer});
 }
 
 Tensor EmbeddingImpl::call(const Tensor& ids, const CallContext&) {
-  LOCKSTEP_CHECK(ids.dtype() == DType::kInt32 || ids.dtype() == DType::kInt64, "Embedding '", name(),
-                 "': expected int32 or int64 ids, got dtype ", ids.dtype());
+  LOCKSTEP_CHECK(ids.dtype() == DType::kInt32 || ids.dtype() == DType::kInt64, "Embedding '",
+                 name(), "': expected int32 or int64 ids, got dtype ", ids.dtype());
   try {
     return gather(embeddings_, ids, 0);
   } catch (const IndexError& e) {
-    detail::throw_error<IndexError>("Embedding '", name(), "' (input_dim ", input_dim_, "): ", e.what());
+    detail::throw_error<IndexError>("Embedding '", name(), "' (input_dim ", input_dim_,
+                                    "): ", e.what());
   }
 }
 

@@ -23,12 +23,16 @@ void check_batch(const char* loss, const Tensor& y_true, const Tensor& y_pred) {
   check_defined(y_pred, loss, "y_pred");
   LOCKSTEP_CHECK(y_pred.dtype() == DType::kFloat32, loss, ": expected float32 predictions, got ",
                  y_pred.dtype());
-  LOCKSTEP_CHECK_AS(ShapeError, y_pred.rank() >= 1 && y_true.rank() >= 1 && y_true.shape()[0] == y_pred.shape()[0],
-                    loss, ": y_true ", y_true.shape(), " and y_pred ", y_pred.shape(),
-                    " must have the same batch size");
+  LOCKSTEP_CHECK_AS(
+      ShapeError,
+      y_pred.rank() >= 1 && y_true.rank() >= 1 && y_true.shape()[0] == y_pred.shape()[0], loss,
+      ": y_true ", y_true.shape(), " and y_pred ", y_pred.shape(),
+      " must have the same batch size");
 }
 
-Tensor as_float(const Tensor& t) { return t.dtype() == DType::kFloat32 ? t : cast(t, DType::kFloat32); }
+Tensor as_float(const Tensor& t) {
+  return t.dtype() == DType::kFloat32 ? t : cast(t, DType::kFloat32);
+}
 
 class SparseCCE : public LossImpl {
  public:
@@ -37,24 +41,26 @@ class SparseCCE : public LossImpl {
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override {
     constexpr const char* op = "SparseCategoricalCrossentropy";
     check_batch(op, y_true, y_pred);
-    LOCKSTEP_CHECK_AS(ShapeError, y_pred.rank() == 2, op, ": expected y_pred of shape [batch, classes], got ",
-                      y_pred.shape());
+    LOCKSTEP_CHECK_AS(ShapeError, y_pred.rank() == 2, op,
+                      ": expected y_pred of shape [batch, classes], got ", y_pred.shape());
     const std::int64_t batch = y_pred.shape()[0], classes = y_pred.shape()[1];
-    LOCKSTEP_CHECK_AS(ShapeError, y_true.numel() == batch, op, ": expected one label per example (shape [",
-                      batch, "] or [", batch, ", 1]), got y_true ", y_true.shape());
+    LOCKSTEP_CHECK_AS(ShapeError, y_true.numel() == batch, op,
+                      ": expected one label per example (shape [", batch, "] or [", batch,
+                      ", 1]), got y_true ", y_true.shape());
     Tensor labels = y_true.dtype() == DType::kInt64 ? y_true : cast(y_true, DType::kInt64);
     if (y_true.dtype() == DType::kFloat32) {  // float labels must hold integers
       const float* p = y_true.data<float>();
       for (std::int64_t i = 0; i < batch; ++i) {
-        LOCKSTEP_CHECK_AS(IndexError, p[i] == static_cast<float>(static_cast<std::int64_t>(p[i])), op,
-                          ": label ", p[i], " at position ", i, " is not an integer class id");
+        LOCKSTEP_CHECK_AS(IndexError, p[i] == static_cast<float>(static_cast<std::int64_t>(p[i])),
+                          op, ": label ", p[i], " at position ", i, " is not an integer class id");
       }
     }
     labels = labels.view_as({batch, 1});
     const std::int64_t* pl = labels.data<std::int64_t>();
     for (std::int64_t i = 0; i < batch; ++i) {
-      LOCKSTEP_CHECK_AS(IndexError, pl[i] >= 0 && pl[i] < classes, op, ": label ", pl[i], " at position ",
-                        i, " is out of range for ", classes, " classes (valid: 0 to ", classes - 1, ")");
+      LOCKSTEP_CHECK_AS(IndexError, pl[i] >= 0 && pl[i] < classes, op, ": label ", pl[i],
+                        " at position ", i, " is out of range for ", classes,
+                        " classes (valid: 0 to ", classes - 1, ")");
     }
     Tensor log_p;
     if (o_.from_logits) {
@@ -75,18 +81,21 @@ class CategoricalCCE : public LossImpl {
   explicit CategoricalCCE(losses::CrossentropyOptions o)
       : LossImpl("categorical_crossentropy", o.reduction), o_(o) {
     LOCKSTEP_CHECK(o.label_smoothing >= 0.0f && o.label_smoothing <= 1.0f,
-                   "CategoricalCrossentropy: label_smoothing must be in [0, 1], got ", o.label_smoothing);
+                   "CategoricalCrossentropy: label_smoothing must be in [0, 1], got ",
+                   o.label_smoothing);
   }
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override {
     constexpr const char* op = "CategoricalCrossentropy";
     check_batch(op, y_true, y_pred);
-    LOCKSTEP_CHECK_AS(ShapeError, y_true.shape() == y_pred.shape(), op, ": y_true ", y_true.shape(),
-                      " and y_pred ", y_pred.shape(),
-                      " must have the same shape. Hint: for integer labels use SparseCategoricalCrossentropy");
+    LOCKSTEP_CHECK_AS(
+        ShapeError, y_true.shape() == y_pred.shape(), op, ": y_true ", y_true.shape(),
+        " and y_pred ", y_pred.shape(),
+        " must have the same shape. Hint: for integer labels use SparseCategoricalCrossentropy");
     Tensor y = as_float(y_true);
     if (o_.label_smoothing > 0.0f) {
       const float classes = static_cast<float>(y_pred.shape()[y_pred.rank() - 1]);
-      y = add(mul(y, Tensor::scalar(1.0f - o_.label_smoothing)), Tensor::scalar(o_.label_smoothing / classes));
+      y = add(mul(y, Tensor::scalar(1.0f - o_.label_smoothing)),
+              Tensor::scalar(o_.label_smoothing / classes));
     }
     Tensor log_p;
     if (o_.from_logits) {
@@ -105,7 +114,8 @@ class CategoricalCCE : public LossImpl {
 
 class BinaryCE : public LossImpl {
  public:
-  explicit BinaryCE(losses::CrossentropyOptions o) : LossImpl("binary_crossentropy", o.reduction), o_(o) {}
+  explicit BinaryCE(losses::CrossentropyOptions o)
+      : LossImpl("binary_crossentropy", o.reduction), o_(o) {}
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override {
     constexpr const char* op = "BinaryCrossentropy";
     check_batch(op, y_true, y_pred);
@@ -116,7 +126,8 @@ class BinaryCE : public LossImpl {
       z = reshape(z, y_pred.shape().to_vector());
     }
     if (o_.label_smoothing > 0.0f) {
-      z = add(mul(z, Tensor::scalar(1.0f - o_.label_smoothing)), Tensor::scalar(0.5f * o_.label_smoothing));
+      z = add(mul(z, Tensor::scalar(1.0f - o_.label_smoothing)),
+              Tensor::scalar(0.5f * o_.label_smoothing));
     }
     Tensor elementwise;
     if (o_.from_logits) {
@@ -125,8 +136,8 @@ class BinaryCE : public LossImpl {
       elementwise = add(sub(relu(x), mul(x, z)), log(add(Tensor::scalar(1.0f), exp(neg(abs(x))))));
     } else {
       const Tensor p = clip(y_pred, kEpsilon, 1.0f - kEpsilon);
-      elementwise = neg(add(mul(z, log(p)), mul(sub(Tensor::scalar(1.0f), z),
-                                                  log(sub(Tensor::scalar(1.0f), p)))));
+      elementwise = neg(add(mul(z, log(p)),
+                            mul(sub(Tensor::scalar(1.0f), z), log(sub(Tensor::scalar(1.0f), p)))));
     }
     return mean_last(elementwise);
   }
@@ -139,26 +150,35 @@ class Elementwise : public LossImpl {
  public:
   enum class Kind { kMse, kMae, kHuber };
   Elementwise(Kind kind, Reduction reduction, float delta = 1.0f)
-      : LossImpl(kind == Kind::kMse ? "mean_squared_error" : kind == Kind::kMae ? "mean_absolute_error" : "huber_loss",
+      : LossImpl(kind == Kind::kMse   ? "mean_squared_error"
+                 : kind == Kind::kMae ? "mean_absolute_error"
+                                      : "huber_loss",
                  reduction),
         kind_(kind),
         delta_(delta) {}
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override {
-    const char* op = kind_ == Kind::kMse ? "MeanSquaredError" : kind_ == Kind::kMae ? "MeanAbsoluteError" : "Huber";
+    const char* op = kind_ == Kind::kMse   ? "MeanSquaredError"
+                     : kind_ == Kind::kMae ? "MeanAbsoluteError"
+                                           : "Huber";
     check_batch(op, y_true, y_pred);
     Tensor y = as_float(y_true);
-    if (y.shape() != y_pred.shape() && y.numel() == y_pred.numel()) y = reshape(y, y_pred.shape().to_vector());
+    if (y.shape() != y_pred.shape() && y.numel() == y_pred.numel())
+      y = reshape(y, y_pred.shape().to_vector());
     LOCKSTEP_CHECK_AS(ShapeError, y.shape() == y_pred.shape(), op, ": y_true ", y_true.shape(),
                       " and y_pred ", y_pred.shape(), " must have the same shape");
     const Tensor diff = sub(y_pred, y);
     switch (kind_) {
-      case Kind::kMse: return mean_last(square(diff));
-      case Kind::kMae: return mean_last(abs(diff));
-      case Kind::kHuber: break;
+      case Kind::kMse:
+        return mean_last(square(diff));
+      case Kind::kMae:
+        return mean_last(abs(diff));
+      case Kind::kHuber:
+        break;
     }
     const Tensor a = abs(diff);
     const Tensor quadratic = mul(Tensor::scalar(0.5f), square(diff));
-    const Tensor linear = sub(mul(Tensor::scalar(delta_), a), Tensor::scalar(0.5f * delta_ * delta_));
+    const Tensor linear =
+        sub(mul(Tensor::scalar(delta_), a), Tensor::scalar(0.5f * delta_ * delta_));
     return mean_last(where(less_equal(a, Tensor::scalar(delta_)), quadratic, linear));
   }
 
@@ -169,7 +189,8 @@ class Elementwise : public LossImpl {
 
 }  // namespace
 
-Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) const {
+Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred,
+                        const Tensor& sample_weight) const {
   LOCKSTEP_CHECK(defined(), "calling an undefined loss");
   Tensor per = impl_->per_example(y_true, y_pred);
   if (sample_weight.defined()) {
@@ -179,9 +200,12 @@ Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor
     per = mul(per, reshape(as_float(sample_weight), per.shape().to_vector()));
   }
   switch (impl_->reduction()) {
-    case Reduction::kNone: return per;
-    case Reduction::kSum: return sum(per);
-    case Reduction::kSumOverBatchSize: break;
+    case Reduction::kNone:
+      return per;
+    case Reduction::kSum:
+      return sum(per);
+    case Reduction::kSumOverBatchSize:
+      break;
   }
   const std::int64_t n = per.numel();
   return n == 0 ? Tensor::scalar(0.0f) : div(sum(per), Tensor::scalar(static_cast<float>(n)));
@@ -193,7 +217,8 @@ SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(CrossentropyOptions
     : Loss(std::make_shared<SparseCCE>(o)) {}
 CategoricalCrossentropy::CategoricalCrossentropy(CrossentropyOptions o)
     : Loss(std::make_shared<CategoricalCCE>(o)) {}
-BinaryCrossentropy::BinaryCrossentropy(CrossentropyOptions o) : Loss(std::make_shared<BinaryCE>(o)) {}
+BinaryCrossentropy::BinaryCrossentropy(CrossentropyOptions o)
+    : Loss(std::make_shared<BinaryCE>(o)) {}
 MeanSquaredError::MeanSquaredError(ReductionOptions o)
     : Loss(std::make_shared<Elementwise>(Elementwise::Kind::kMse, o.reduction)) {}
 MeanAbsoluteError::MeanAbsoluteError(ReductionOptions o)
@@ -208,10 +233,11 @@ Loss get(const std::string& name) {
   if (name == "mean_squared_error" || name == "mse") return MeanSquaredError();
   if (name == "mean_absolute_error" || name == "mae") return MeanAbsoluteError();
   if (name == "huber" || name == "huber_loss") return Huber();
-  detail::throw_error<ValueError>("unknown loss '", name,
-                                  "'; valid names: sparse_categorical_crossentropy, "
-                                  "categorical_crossentropy, binary_crossentropy, mean_squared_error "
-                                  "(mse), mean_absolute_error (mae), huber");
+  detail::throw_error<ValueError>(
+      "unknown loss '", name,
+      "'; valid names: sparse_categorical_crossentropy, "
+      "categorical_crossentropy, binary_crossentropy, mean_squared_error "
+      "(mse), mean_absolute_error (mae), huber");
 }
 
 }  // namespace losses

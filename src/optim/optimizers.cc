@@ -11,8 +11,12 @@
 
 namespace lockstep {
 
-OptimizerImpl::OptimizerImpl(std::string name, LearningRate learning_rate, ClipOptions clip, double weight_decay)
-    : name_(std::move(name)), learning_rate_(std::move(learning_rate)), clip_(clip), weight_decay_(weight_decay) {
+OptimizerImpl::OptimizerImpl(std::string name, LearningRate learning_rate, ClipOptions clip,
+                             double weight_decay)
+    : name_(std::move(name)),
+      learning_rate_(std::move(learning_rate)),
+      clip_(clip),
+      weight_decay_(weight_decay) {
   LOCKSTEP_CHECK(clip.clipnorm >= 0 && clip.clipvalue >= 0 && clip.global_clipnorm >= 0, name_,
                  ": clipping thresholds must be >= 0");
   LOCKSTEP_CHECK(!(clip.clipnorm > 0 && clip.global_clipnorm > 0), name_,
@@ -23,8 +27,9 @@ OptimizerImpl::VarSlots& OptimizerImpl::slots_for(const Variable& v) {
   auto [it, inserted] = var_slots_.try_emplace(v.id());
   if (inserted) {
     for (int i = 0; i < num_slots(); ++i) {
-      Variable slot = create_variable(Tensor::full(v.shape(), slot_initial_value(i)),
-                                      {.name = name_ + "/" + v.name() + "_" + slot_name(i), .trainable = false});
+      Variable slot = create_variable(
+          Tensor::full(v.shape(), slot_initial_value(i)),
+          {.name = name_ + "/" + v.name() + "_" + slot_name(i), .trainable = false});
       it->second.slots.push_back(slot);
       it->second.buffers.push_back(static_cast<float*>(slot.value().raw_data()));
       slots_.push_back(slot);
@@ -33,7 +38,8 @@ OptimizerImpl::VarSlots& OptimizerImpl::slots_for(const Variable& v) {
   return it->second;
 }
 
-void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in, const std::vector<Variable>& vars) {
+void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
+                                    const std::vector<Variable>& vars) {
   LOCKSTEP_CHECK(grads_in.size() == vars.size(), name_, ".apply_gradients: got ", grads_in.size(),
                  " gradients for ", vars.size(), " variables");
   NoGradGuard no_grad;
@@ -42,9 +48,9 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in, const s
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined()) continue;
     LOCKSTEP_CHECK(vars[i].defined(), name_, ".apply_gradients: variable ", i, " is undefined");
-    LOCKSTEP_CHECK_AS(ShapeError, grads[i].shape() == vars[i].shape(), name_, ".apply_gradients: gradient ",
-                      grads[i].shape(), " does not match variable '", vars[i].name(), "' of shape ",
-                      vars[i].shape());
+    LOCKSTEP_CHECK_AS(ShapeError, grads[i].shape() == vars[i].shape(), name_,
+                      ".apply_gradients: gradient ", grads[i].shape(), " does not match variable '",
+                      vars[i].name(), "' of shape ", vars[i].shape());
     LOCKSTEP_CHECK(vars[i].dtype() == DType::kFloat32, name_, ": variable '", vars[i].name(),
                    "' has dtype ", vars[i].dtype(), "; only float32 variables can be trained");
   }
@@ -103,14 +109,17 @@ namespace {
 
 class SGDImpl : public OptimizerImpl {
  public:
-  explicit SGDImpl(SGDOptions o) : OptimizerImpl("SGD", o.learning_rate, o.clip, o.weight_decay), o_(o) {
-    LOCKSTEP_CHECK(o.momentum >= 0 && o.momentum <= 1, "SGD: momentum must be in [0, 1], got ", o.momentum);
+  explicit SGDImpl(SGDOptions o)
+      : OptimizerImpl("SGD", o.learning_rate, o.clip, o.weight_decay), o_(o) {
+    LOCKSTEP_CHECK(o.momentum >= 0 && o.momentum <= 1, "SGD: momentum must be in [0, 1], got ",
+                   o.momentum);
   }
 
  protected:
   int num_slots() const override { return o_.momentum > 0 ? 1 : 0; }
   const char* slot_name(int) const override { return "momentum"; }
-  void update(float* var, const float* g, std::int64_t n, float** slots, double lr, std::int64_t) override {
+  void update(float* var, const float* g, std::int64_t n, float** slots, double lr,
+              std::int64_t) override {
     const float l = static_cast<float>(lr), mom = static_cast<float>(o_.momentum);
     if (o_.momentum <= 0) {
       for (std::int64_t i = 0; i < n; ++i) var[i] -= l * g[i];
@@ -129,18 +138,22 @@ class SGDImpl : public OptimizerImpl {
 
 class AdamImpl : public OptimizerImpl {
  public:
-  AdamImpl(const char* name, LearningRate lr, double b1, double b2, double eps, double wd, ClipOptions clip)
+  AdamImpl(const char* name, LearningRate lr, double b1, double b2, double eps, double wd,
+           ClipOptions clip)
       : OptimizerImpl(name, std::move(lr), clip, wd), b1_(b1), b2_(b2), eps_(eps) {}
 
  protected:
   int num_slots() const override { return 2; }
   const char* slot_name(int i) const override { return i == 0 ? "momentum" : "velocity"; }
-  void update(float* var, const float* g, std::int64_t n, float** slots, double lr, std::int64_t step) override {
+  void update(float* var, const float* g, std::int64_t n, float** slots, double lr,
+              std::int64_t step) override {
     // Keras 3: alpha = lr·sqrt(1 − β2^t)/(1 − β1^t); m += (g − m)(1 − β1); v += (g² − v)(1 − β2);
     // var −= alpha·m/(sqrt(v) + ε).
     const double t = static_cast<double>(step);
-    const float alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(b2_, t)) / (1.0 - std::pow(b1_, t)));
-    const float c1 = static_cast<float>(1.0 - b1_), c2 = static_cast<float>(1.0 - b2_), eps = static_cast<float>(eps_);
+    const float alpha =
+        static_cast<float>(lr * std::sqrt(1.0 - std::pow(b2_, t)) / (1.0 - std::pow(b1_, t)));
+    const float c1 = static_cast<float>(1.0 - b1_), c2 = static_cast<float>(1.0 - b2_),
+                eps = static_cast<float>(eps_);
     float* m = slots[0];
     float* v = slots[1];
     for (std::int64_t i = 0; i < n; ++i) {
@@ -156,7 +169,8 @@ class AdamImpl : public OptimizerImpl {
 
 class RMSpropImpl : public OptimizerImpl {
  public:
-  explicit RMSpropImpl(RMSpropOptions o) : OptimizerImpl("RMSprop", o.learning_rate, o.clip, o.weight_decay), o_(o) {}
+  explicit RMSpropImpl(RMSpropOptions o)
+      : OptimizerImpl("RMSprop", o.learning_rate, o.clip, o.weight_decay), o_(o) {}
 
  protected:
   int num_slots() const override { return 1 + (o_.momentum > 0) + o_.centered; }
@@ -164,8 +178,10 @@ class RMSpropImpl : public OptimizerImpl {
     if (i == 0) return "velocity";
     return (i == 1 && o_.momentum > 0) ? "momentum" : "average_gradient";
   }
-  void update(float* var, const float* g, std::int64_t n, float** slots, double lr, std::int64_t) override {
-    const float rho = static_cast<float>(o_.rho), l = static_cast<float>(lr), eps = static_cast<float>(o_.epsilon);
+  void update(float* var, const float* g, std::int64_t n, float** slots, double lr,
+              std::int64_t) override {
+    const float rho = static_cast<float>(o_.rho), l = static_cast<float>(lr),
+                eps = static_cast<float>(o_.epsilon);
     const float mom = static_cast<float>(o_.momentum);
     float* vel = slots[0];
     float* m = o_.momentum > 0 ? slots[1] : nullptr;
@@ -193,13 +209,17 @@ class RMSpropImpl : public OptimizerImpl {
 
 class AdagradImpl : public OptimizerImpl {
  public:
-  explicit AdagradImpl(AdagradOptions o) : OptimizerImpl("Adagrad", o.learning_rate, o.clip, o.weight_decay), o_(o) {}
+  explicit AdagradImpl(AdagradOptions o)
+      : OptimizerImpl("Adagrad", o.learning_rate, o.clip, o.weight_decay), o_(o) {}
 
  protected:
   int num_slots() const override { return 1; }
   const char* slot_name(int) const override { return "accumulator"; }
-  float slot_initial_value(int) const override { return static_cast<float>(o_.initial_accumulator_value); }
-  void update(float* var, const float* g, std::int64_t n, float** slots, double lr, std::int64_t) override {
+  float slot_initial_value(int) const override {
+    return static_cast<float>(o_.initial_accumulator_value);
+  }
+  void update(float* var, const float* g, std::int64_t n, float** slots, double lr,
+              std::int64_t) override {
     const float l = static_cast<float>(lr), eps = static_cast<float>(o_.epsilon);
     float* acc = slots[0];
     for (std::int64_t i = 0; i < n; ++i) {
@@ -216,9 +236,11 @@ class AdagradImpl : public OptimizerImpl {
 
 SGD::SGD(SGDOptions o) : Optimizer(std::make_shared<SGDImpl>(o)) {}
 Adam::Adam(AdamOptions o)
-    : Optimizer(std::make_shared<AdamImpl>("Adam", o.learning_rate, o.beta_1, o.beta_2, o.epsilon, o.weight_decay, o.clip)) {}
+    : Optimizer(std::make_shared<AdamImpl>("Adam", o.learning_rate, o.beta_1, o.beta_2, o.epsilon,
+                                           o.weight_decay, o.clip)) {}
 AdamW::AdamW(AdamWOptions o)
-    : Optimizer(std::make_shared<AdamImpl>("AdamW", o.learning_rate, o.beta_1, o.beta_2, o.epsilon, o.weight_decay, o.clip)) {}
+    : Optimizer(std::make_shared<AdamImpl>("AdamW", o.learning_rate, o.beta_1, o.beta_2, o.epsilon,
+                                           o.weight_decay, o.clip)) {}
 RMSprop::RMSprop(RMSpropOptions o) : Optimizer(std::make_shared<RMSpropImpl>(o)) {}
 Adagrad::Adagrad(AdagradOptions o) : Optimizer(std::make_shared<AdagradImpl>(o)) {}
 
@@ -228,7 +250,8 @@ Optimizer get(const std::string& name) {
   if (name == "adamw") return AdamW();
   if (name == "rmsprop") return RMSprop();
   if (name == "adagrad") return Adagrad();
-  detail::throw_error<ValueError>("unknown optimizer '", name, "'; valid names: sgd, adam, adamw, rmsprop, adagrad");
+  detail::throw_error<ValueError>("unknown optimizer '", name,
+                                  "'; valid names: sgd, adam, adamw, rmsprop, adagrad");
 }
 
 }  // namespace optimizers

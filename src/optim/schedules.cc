@@ -9,7 +9,8 @@
 
 namespace lockstep::schedules {
 
-LearningRateSchedule ExponentialDecay(double initial, std::int64_t decay_steps, double rate, bool staircase) {
+LearningRateSchedule ExponentialDecay(double initial, std::int64_t decay_steps, double rate,
+                                      bool staircase) {
   LOCKSTEP_CHECK(decay_steps > 0, "ExponentialDecay: decay_steps must be > 0, got ", decay_steps);
   return LearningRateSchedule("ExponentialDecay", [=](std::int64_t step) {
     double p = static_cast<double>(step) / static_cast<double>(decay_steps);
@@ -18,9 +19,11 @@ LearningRateSchedule ExponentialDecay(double initial, std::int64_t decay_steps, 
   });
 }
 
-LearningRateSchedule PiecewiseConstantDecay(std::vector<std::int64_t> boundaries, std::vector<double> values) {
+LearningRateSchedule PiecewiseConstantDecay(std::vector<std::int64_t> boundaries,
+                                            std::vector<double> values) {
   LOCKSTEP_CHECK(values.size() == boundaries.size() + 1, "PiecewiseConstantDecay: expected ",
-                 boundaries.size() + 1, " values for ", boundaries.size(), " boundaries, got ", values.size());
+                 boundaries.size() + 1, " values for ", boundaries.size(), " boundaries, got ",
+                 values.size());
   LOCKSTEP_CHECK(std::is_sorted(boundaries.begin(), boundaries.end()),
                  "PiecewiseConstantDecay: boundaries must be increasing");
   return LearningRateSchedule("PiecewiseConstantDecay", [=](std::int64_t step) {
@@ -34,7 +37,8 @@ LearningRateSchedule PiecewiseConstantDecay(std::vector<std::int64_t> boundaries
 LearningRateSchedule CosineDecay(double initial, std::int64_t decay_steps, CosineDecayOptions o) {
   LOCKSTEP_CHECK(decay_steps > 0, "CosineDecay: decay_steps must be > 0, got ", decay_steps);
   auto decay = [=](double step, double from) {
-    const double fraction = std::min(step, static_cast<double>(decay_steps)) / static_cast<double>(decay_steps);
+    const double fraction =
+        std::min(step, static_cast<double>(decay_steps)) / static_cast<double>(decay_steps);
     const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * fraction));
     return from * ((1.0 - o.alpha) * cosine + o.alpha);
   };
@@ -48,7 +52,8 @@ LearningRateSchedule CosineDecay(double initial, std::int64_t decay_steps, Cosin
   });
 }
 
-LearningRateSchedule PolynomialDecay(double initial, std::int64_t decay_steps, double end, double power, bool cycle) {
+LearningRateSchedule PolynomialDecay(double initial, std::int64_t decay_steps, double end,
+                                     double power, bool cycle) {
   LOCKSTEP_CHECK(decay_steps > 0, "PolynomialDecay: decay_steps must be > 0, got ", decay_steps);
   return LearningRateSchedule("PolynomialDecay", [=](std::int64_t step) {
     double s = static_cast<double>(step);
@@ -63,9 +68,11 @@ LearningRateSchedule PolynomialDecay(double initial, std::int64_t decay_steps, d
 }
 
 LearningRateSchedule RampUp(RampUpOptions o) {
-  LOCKSTEP_CHECK(o.steps_per_unit > 0, "RampUp: steps_per_unit must be > 0, got ", o.steps_per_unit);
+  LOCKSTEP_CHECK(o.steps_per_unit > 0, "RampUp: steps_per_unit must be > 0, got ",
+                 o.steps_per_unit);
   return LearningRateSchedule("RampUp", [=](std::int64_t step) {
-    const double unit = std::floor(static_cast<double>(step) / static_cast<double>(o.steps_per_unit));
+    const double unit =
+        std::floor(static_cast<double>(step) / static_cast<double>(o.steps_per_unit));
     if (unit < o.rampup) return o.start + (o.max - o.start) * unit / o.rampup;
     if (unit < o.rampup + o.sustain) return o.max;
     return (o.max - o.min) * std::pow(o.decay, unit - o.rampup - o.sustain) + o.min;

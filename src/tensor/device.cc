@@ -127,13 +127,16 @@ std::vector<std::vector<int>> parse_cpu_devices(const std::string& spec,
     } catch (const std::exception&) {
       count = 0;
     }
-    LOCKSTEP_CHECK(count >= 1, "LOCKSTEP_CPU_DEVICES: expected a device count >= 1 or core lists "
-                               "like \"0,1;2-3\", got '", spec, "'");
+    LOCKSTEP_CHECK(count >= 1,
+                   "LOCKSTEP_CPU_DEVICES: expected a device count >= 1 or core lists "
+                   "like \"0,1;2-3\", got '",
+                   spec, "'");
     const int n = static_cast<int>(available_cores.size());
     for (int d = 0; d < count; ++d) {
       std::vector<int> cores;
       if (count <= n) {
-        for (int i = d * n / count; i < (d + 1) * n / count; ++i) cores.push_back(available_cores[i]);
+        for (int i = d * n / count; i < (d + 1) * n / count; ++i)
+          cores.push_back(available_cores[i]);
       } else {
         cores.push_back(available_cores[d % n]);
       }
@@ -164,8 +167,8 @@ void validate_core_sets(const std::vector<std::vector<int>>& sets) {
                      "set_logical_cpu_devices: device ", d, " names core ", core,
                      ", which this process cannot run on (available cores: ", join(allowed), ")");
       auto [it, inserted] = owner.emplace(core, d);
-      LOCKSTEP_CHECK(inserted, "set_logical_cpu_devices: core ", core, " is in device ",
-                     it->second, " and device ", d, "; logical devices must not overlap");
+      LOCKSTEP_CHECK(inserted, "set_logical_cpu_devices: core ", core, " is in device ", it->second,
+                     " and device ", d, "; logical devices must not overlap");
     }
   }
 }

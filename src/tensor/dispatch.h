@@ -16,12 +16,23 @@ namespace lockstep::detail {
 template <typename F>
 void visit_dtype(DType dtype, const char* op, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: f.template operator()<float>(); return;
-    case DType::kInt32: f.template operator()<std::int32_t>(); return;
-    case DType::kInt64: f.template operator()<std::int64_t>(); return;
-    case DType::kUInt8: f.template operator()<std::uint8_t>(); return;
-    case DType::kBool: f.template operator()<bool>(); return;
-    case DType::kBFloat16: break;
+    case DType::kFloat32:
+      f.template operator()<float>();
+      return;
+    case DType::kInt32:
+      f.template operator()<std::int32_t>();
+      return;
+    case DType::kInt64:
+      f.template operator()<std::int64_t>();
+      return;
+    case DType::kUInt8:
+      f.template operator()<std::uint8_t>();
+      return;
+    case DType::kBool:
+      f.template operator()<bool>();
+      return;
+    case DType::kBFloat16:
+      break;
   }
   throw_error<ValueError>(op, ": dtype ", dtype, " is not supported");
 }
@@ -30,10 +41,17 @@ void visit_dtype(DType dtype, const char* op, F&& f) {
 template <typename F>
 void visit_numeric(DType dtype, const char* op, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: f.template operator()<float>(); return;
-    case DType::kInt32: f.template operator()<std::int32_t>(); return;
-    case DType::kInt64: f.template operator()<std::int64_t>(); return;
-    default: break;
+    case DType::kFloat32:
+      f.template operator()<float>();
+      return;
+    case DType::kInt32:
+      f.template operator()<std::int32_t>();
+      return;
+    case DType::kInt64:
+      f.template operator()<std::int64_t>();
+      return;
+    default:
+      break;
   }
   throw_error<ValueError>(op, ": expected a float32, int32 or int64 tensor, got dtype ", dtype);
 }
@@ -42,9 +60,14 @@ void visit_numeric(DType dtype, const char* op, F&& f) {
 template <typename F>
 void visit_index(DType dtype, const char* op, F&& f) {
   switch (dtype) {
-    case DType::kInt32: f.template operator()<std::int32_t>(); return;
-    case DType::kInt64: f.template operator()<std::int64_t>(); return;
-    default: break;
+    case DType::kInt32:
+      f.template operator()<std::int32_t>();
+      return;
+    case DType::kInt64:
+      f.template operator()<std::int64_t>();
+      return;
+    default:
+      break;
   }
   throw_error<ValueError>(op, ": expected int32 or int64 indices, got dtype ", dtype);
 }

@@ -110,15 +110,18 @@ Tensor truncated_normal(const Shape& shape, const NormalOptions& o) {
 }
 
 Tensor Generator::uniform(const Shape& shape, float minval, float maxval) {
-  return random::uniform(shape, {.minval = minval, .maxval = maxval, .seed = seed_, .stream = next_stream_++});
+  return random::uniform(
+      shape, {.minval = minval, .maxval = maxval, .seed = seed_, .stream = next_stream_++});
 }
 
 Tensor Generator::normal(const Shape& shape, float mean, float stddev) {
-  return random::normal(shape, {.mean = mean, .stddev = stddev, .seed = seed_, .stream = next_stream_++});
+  return random::normal(shape,
+                        {.mean = mean, .stddev = stddev, .seed = seed_, .stream = next_stream_++});
 }
 
 Tensor Generator::truncated_normal(const Shape& shape, float mean, float stddev) {
-  return random::truncated_normal(shape, {.mean = mean, .stddev = stddev, .seed = seed_, .stream = next_stream_++});
+  return random::truncated_normal(
+      shape, {.mean = mean, .stddev = stddev, .seed = seed_, .stream = next_stream_++});
 }
 
 }  // namespace lockstep::random

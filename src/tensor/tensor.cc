@@ -91,8 +91,8 @@ void* Tensor::raw_data() const {
 
 void Tensor::check_access(DType requested) const {
   check_defined(*this, "Tensor::data", "tensor");
-  LOCKSTEP_CHECK(requested == dtype_, "Tensor::data: tensor has dtype ", dtype_,
-                 ", requested ", requested, " (shape ", shape_, ")");
+  LOCKSTEP_CHECK(requested == dtype_, "Tensor::data: tensor has dtype ", dtype_, ", requested ",
+                 requested, " (shape ", shape_, ")");
 }
 
 Tensor Tensor::view_rows(std::int64_t begin, std::int64_t end) const {
@@ -109,9 +109,8 @@ Tensor Tensor::view_rows(std::int64_t begin, std::int64_t end) const {
 
 Tensor Tensor::view_as(const Shape& shape) const {
   check_defined(*this, "Tensor::view_as", "tensor");
-  LOCKSTEP_CHECK_AS(ShapeError, shape.numel() == numel(), "Tensor::view_as: cannot view ",
-                    shape_, " (", numel(), " elements) as ", shape, " (", shape.numel(),
-                    " elements)");
+  LOCKSTEP_CHECK_AS(ShapeError, shape.numel() == numel(), "Tensor::view_as: cannot view ", shape_,
+                    " (", numel(), " elements) as ", shape, " (", shape.numel(), " elements)");
   return Tensor(storage_, offset_, shape, dtype_);
 }
 
@@ -159,9 +158,9 @@ void check_defined(const Tensor& t, const char* op, const char* what) {
   LOCKSTEP_CHECK(t.defined(), op, ": ", what, " is an undefined tensor");
 }
 
-#define LOCKSTEP_INSTANTIATE_TENSOR_TEMPLATES(T)                                   \
-  template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&);     \
-  template T Tensor::item<T>() const;                                              \
+#define LOCKSTEP_INSTANTIATE_TENSOR_TEMPLATES(T)                               \
+  template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&); \
+  template T Tensor::item<T>() const;                                          \
   template std::vector<T> Tensor::to_vector<T>() const;
 LOCKSTEP_INSTANTIATE_TENSOR_TEMPLATES(float)
 LOCKSTEP_INSTANTIATE_TENSOR_TEMPLATES(std::int32_t)

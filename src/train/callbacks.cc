@@ -26,7 +26,8 @@ const std::vector<double>& History::operator[](const std::string& name) const {
   }
   std::string names;
   for (const auto& [n, v] : history_) names += (names.empty() ? "" : ", ") + n;
-  detail::throw_error<ValueError>("History has no entry '", name, "'; present: ", names.empty() ? "(none)" : names);
+  detail::throw_error<ValueError>("History has no entry '", name,
+                                  "'; present: ", names.empty() ? "(none)" : names);
 }
 
 void ProgbarLogger::set_params(const CallbackParams& params) {

@@ -59,7 +59,8 @@ Metric resolve_metric(const MetricSpec& spec, const Loss& loss) {
   const std::string loss_name = loss.defined() ? loss.name() : "";
   if (n == "accuracy" || n == "acc") {
     // Keras picks the accuracy that matches the loss, keeping the name given.
-    if (loss_name == "sparse_categorical_crossentropy") return metrics::SparseCategoricalAccuracy({.name = n});
+    if (loss_name == "sparse_categorical_crossentropy")
+      return metrics::SparseCategoricalAccuracy({.name = n});
     if (loss_name == "categorical_crossentropy") return metrics::CategoricalAccuracy({.name = n});
     if (loss_name == "binary_crossentropy") return metrics::BinaryAccuracy({.name = n});
     return metrics::Accuracy({.name = n});
@@ -72,14 +73,16 @@ Metric resolve_metric(const MetricSpec& spec, const Loss& loss) {
   if (n == "precision") return metrics::Precision();
   if (n == "recall") return metrics::Recall();
   if (n == "auc") return metrics::AUC();
-  detail::throw_error<ValueError>("unknown metric '", n,
-                                  "'; valid names: accuracy, acc, sparse_categorical_accuracy, "
-                                  "categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, "
-                                  "mse, mean_squared_error, precision, recall, auc");
+  detail::throw_error<ValueError>(
+      "unknown metric '", n,
+      "'; valid names: accuracy, acc, sparse_categorical_accuracy, "
+      "categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, "
+      "mse, mean_squared_error, precision, recall, auc");
 }
 
 // Rows `idx` of t (a copy), or rows [begin, end) as a view when idx is empty.
-Tensor take_rows(const Tensor& t, const std::vector<std::int64_t>& order, std::int64_t begin, std::int64_t end) {
+Tensor take_rows(const Tensor& t, const std::vector<std::int64_t>& order, std::int64_t begin,
+                 std::int64_t end) {
   if (order.empty()) return t.view_rows(begin, end);
   std::vector<std::int64_t> idx(order.begin() + begin, order.begin() + end);
   return gather(t, Tensor::from_vector(idx), 0);
@@ -93,7 +96,8 @@ std::vector<std::int64_t> permutation(std::int64_t n, std::uint64_t seed, std::u
   for (std::int64_t i = n - 1; i > 0; --i) {
     const auto w = random::philox4x32(seed, epoch, static_cast<std::uint64_t>(i));
     const std::uint64_t r = (static_cast<std::uint64_t>(w[0]) << 32) | w[1];
-    std::swap(p[static_cast<std::size_t>(i)], p[static_cast<std::size_t>(r % static_cast<std::uint64_t>(i + 1))]);
+    std::swap(p[static_cast<std::size_t>(i)],
+              p[static_cast<std::size_t>(r % static_cast<std::uint64_t>(i + 1))]);
   }
   return p;
 }
@@ -144,10 +148,12 @@ Model::Model(const KerasTensor& inputs, const KerasTensor& outputs, std::string 
 
 Model::Model(std::vector<KerasTensor> inputs, std::vector<KerasTensor> outputs, std::string name)
     // An empty name becomes "functional", "functional_1", ... as in Keras.
-    : Layer(std::make_shared<FunctionalImpl>(std::move(inputs), std::move(outputs), std::move(name))),
+    : Layer(
+          std::make_shared<FunctionalImpl>(std::move(inputs), std::move(outputs), std::move(name))),
       state_(std::make_shared<TrainState>()) {}
 
-Model::Model(std::shared_ptr<LayerImpl> network) : Layer(std::move(network)), state_(std::make_shared<TrainState>()) {
+Model::Model(std::shared_ptr<LayerImpl> network)
+    : Layer(std::move(network)), state_(std::make_shared<TrainState>()) {
   LOCKSTEP_CHECK(impl_ != nullptr, "Model: the network is null");
 }
 
@@ -183,8 +189,9 @@ void Model::resolve_outputs(std::size_t n) const {
   if (s.num_outputs == n) return;
   LOCKSTEP_CHECK(s.losses.size() == 1 || s.losses.size() == n, "compile: ", s.losses.size(),
                  " losses for a model with ", n, " outputs; give one loss, or one per output");
-  LOCKSTEP_CHECK(s.loss_weights.empty() || s.loss_weights.size() == n, "compile: ", s.loss_weights.size(),
-                 " loss_weights for a model with ", n, " outputs");
+  LOCKSTEP_CHECK(s.loss_weights.empty() || s.loss_weights.size() == n,
+                 "compile: ", s.loss_weights.size(), " loss_weights for a model with ", n,
+                 " outputs");
   const std::vector<std::string> names = output_names(*impl_, n);
   s.output_metrics.assign(n, {});
   s.output_loss_trackers.clear();
@@ -199,7 +206,8 @@ void Model::resolve_outputs(std::size_t n) const {
       }
       s.output_metrics[i].push_back(m);
     }
-    if (n > 1) s.output_loss_trackers.emplace_back(metrics::MetricOptions{.name = names[i] + "_loss"});
+    if (n > 1)
+      s.output_loss_trackers.emplace_back(metrics::MetricOptions{.name = names[i] + "_loss"});
   }
   s.num_outputs = n;
 }
@@ -208,13 +216,15 @@ void Model::compile(CompileOptions o) {
   TrainState& s = state();
   s.losses = o.losses.empty() ? std::vector<Loss>{o.loss} : o.losses;
   for (const Loss& l : s.losses) {
-    LOCKSTEP_CHECK(l.defined(), "compile: a loss is required, e.g. "
-                                "{.loss = ls::losses::SparseCategoricalCrossentropy()}");
+    LOCKSTEP_CHECK(l.defined(),
+                   "compile: a loss is required, e.g. "
+                   "{.loss = ls::losses::SparseCategoricalCrossentropy()}");
   }
   s.optimizer = o.optimizer.defined() ? o.optimizer : optimizers::RMSprop();
   s.loss_weights = o.loss_weights;
   s.metric_specs = o.metrics;
-  for (const MetricSpec& spec : s.metric_specs) (void)resolve_metric(spec, s.losses[0]);  // unknown names fail here
+  for (const MetricSpec& spec : s.metric_specs)
+    (void)resolve_metric(spec, s.losses[0]);  // unknown names fail here
   s.num_outputs = 0;
   resolve_outputs(declared_outputs(*impl_));
   s.compiled = true;
@@ -237,7 +247,8 @@ Logs Model::get_metrics_result() const {
   std::vector<std::pair<std::string, double>> entries;
   for (const Metric& m : metrics()) entries.emplace_back(m.name(), m.result());
   // Keras (TensorFlow backend) returns its logs dict with sorted keys.
-  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   Logs logs;
   for (const auto& [k, v] : entries) logs.set(k, v);
   return logs;
@@ -257,16 +268,17 @@ struct LossParts {
   std::vector<Tensor> per_output;
 };
 
-LossParts compute_losses(const Model::TrainState& s, const LayerImpl& net, const std::vector<Tensor>& y,
-                         const std::vector<Tensor>& y_pred) {
-  LOCKSTEP_CHECK(y.size() == y_pred.size(), "the model has ", y_pred.size(), " outputs but ", y.size(),
-                 " targets were given; pass one target per output");
+LossParts compute_losses(const Model::TrainState& s, const LayerImpl& net,
+                         const std::vector<Tensor>& y, const std::vector<Tensor>& y_pred) {
+  LOCKSTEP_CHECK(y.size() == y_pred.size(), "the model has ", y_pred.size(), " outputs but ",
+                 y.size(), " targets were given; pass one target per output");
   LossParts parts;
   for (std::size_t i = 0; i < y.size(); ++i) {
     const Loss& loss = s.losses.size() == 1 ? s.losses[0] : s.losses.at(i);
     Tensor value = loss(y[i], y_pred[i]);
     parts.per_output.push_back(value);
-    if (!s.loss_weights.empty()) value = mul(value, Tensor::scalar(static_cast<float>(s.loss_weights[i])));
+    if (!s.loss_weights.empty())
+      value = mul(value, Tensor::scalar(static_cast<float>(s.loss_weights[i])));
     parts.total = parts.total.defined() ? add(parts.total, value) : value;
   }
   for (const Tensor& penalty : net.regularization_losses()) parts.total = add(parts.total, penalty);
@@ -279,14 +291,15 @@ std::vector<Tensor> prepare_inputs(const LayerImpl& network, const std::vector<T
   std::vector<KerasTensor> declared;
   if (auto* f = dynamic_cast<const FunctionalImpl*>(&network)) {
     declared = f->inputs();
-    LOCKSTEP_CHECK(xs.size() == declared.size(), "model '", network.name(), "' has ", declared.size(),
-                   " inputs, got ", xs.size(), " input tensors");
+    LOCKSTEP_CHECK(xs.size() == declared.size(), "model '", network.name(), "' has ",
+                   declared.size(), " inputs, got ", xs.size(), " input tensors");
   } else if (auto* s = dynamic_cast<const SequentialImpl*>(&network)) {
     if (s->input().defined()) declared = {s->input()};
   }
   std::vector<Tensor> out = xs;
   for (std::size_t i = 0; i < out.size() && i < declared.size(); ++i) {
-    if (out[i].dtype() != DType::kFloat32 && declared[i].dtype() == DType::kFloat32) out[i] = cast(out[i], DType::kFloat32);
+    if (out[i].dtype() != DType::kFloat32 && declared[i].dtype() == DType::kFloat32)
+      out[i] = cast(out[i], DType::kFloat32);
   }
   return out;
 }
@@ -303,7 +316,8 @@ void update_trackers(Model::TrainState& s, const LossParts& parts, const std::ve
   }
 }
 
-std::int64_t check_data(const char* op, const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
+std::int64_t check_data(const char* op, const std::vector<Tensor>& x,
+                        const std::vector<Tensor>& y) {
   LOCKSTEP_CHECK(!x.empty(), op, ": no input tensors");
   LOCKSTEP_CHECK(!y.empty(), op, ": no targets");
   const Tensor& first = x[0];
@@ -314,17 +328,18 @@ std::int64_t check_data(const char* op, const std::vector<Tensor>& x, const std:
       const Tensor& t = (*group)[i];
       const char* what = group == &x ? "x" : "y";
       LOCKSTEP_CHECK(t.defined(), op, ": ", what, " ", i, " is undefined");
-      LOCKSTEP_CHECK_AS(ShapeError, t.rank() >= 1 && t.shape()[0] == n, op,
-                        ": x and y must have the same number of examples, got x ", first.shape(), " and ", what,
-                        (group->size() > 1 ? " " + std::to_string(i) : std::string()), " ", t.shape());
+      LOCKSTEP_CHECK_AS(
+          ShapeError, t.rank() >= 1 && t.shape()[0] == n, op,
+          ": x and y must have the same number of examples, got x ", first.shape(), " and ", what,
+          (group->size() > 1 ? " " + std::to_string(i) : std::string()), " ", t.shape());
     }
   }
   LOCKSTEP_CHECK(n > 0, op, ": the data is empty (x has shape ", first.shape(), ")");
   return n;
 }
 
-std::vector<Tensor> rows_of(const std::vector<Tensor>& ts, const std::vector<std::int64_t>& order, std::int64_t begin,
-                            std::int64_t end) {
+std::vector<Tensor> rows_of(const std::vector<Tensor>& ts, const std::vector<std::int64_t>& order,
+                            std::int64_t begin, std::int64_t end) {
   std::vector<Tensor> out;
   for (const Tensor& t : ts) out.push_back(take_rows(t, order, begin, end));
   return out;
@@ -377,7 +392,8 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& o) {
   return fit(std::vector<Tensor>{x}, std::vector<Tensor>{y}, o);
 }
 
-History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& y_all, const FitOptions& o) {
+History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& y_all,
+                   const FitOptions& o) {
   TrainState& s = state();
   LOCKSTEP_CHECK(s.compiled, "fit: you must call compile() before fit()");
   const std::int64_t total = check_data("fit", x_all, y_all);
@@ -387,14 +403,16 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
                  " and epochs ", o.epochs);
   LOCKSTEP_CHECK(o.validation_split >= 0.0 && o.validation_split < 1.0,
                  "fit: validation_split must be in [0, 1), got ", o.validation_split);
-  LOCKSTEP_CHECK(o.validation_freq >= 1, "fit: validation_freq must be >= 1, got ", o.validation_freq);
+  LOCKSTEP_CHECK(o.validation_freq >= 1, "fit: validation_freq must be >= 1, got ",
+                 o.validation_freq);
 
   std::vector<Tensor> x = x_all, y = y_all;
   std::optional<ValidationData> val = o.validation_data;
   if (o.validation_split > 0.0 && !val) {
-    const auto split_at = static_cast<std::int64_t>(std::floor(static_cast<double>(total) * (1.0 - o.validation_split)));
-    LOCKSTEP_CHECK(split_at > 0 && split_at < total, "fit: validation_split ", o.validation_split, " of ",
-                   total, " examples leaves an empty training or validation set");
+    const auto split_at = static_cast<std::int64_t>(
+        std::floor(static_cast<double>(total) * (1.0 - o.validation_split)));
+    LOCKSTEP_CHECK(split_at > 0 && split_at < total, "fit: validation_split ", o.validation_split,
+                   " of ", total, " examples leaves an empty training or validation set");
     x = view_all(x_all, 0, split_at);
     y = view_all(y_all, 0, split_at);
     val = ValidationData{view_all(x_all, split_at, total), view_all(y_all, split_at, total)};
@@ -403,11 +421,13 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
 
   const std::int64_t n = x[0].shape()[0];
   const std::int64_t full_steps = (n + o.batch_size - 1) / o.batch_size;
-  LOCKSTEP_CHECK(o.steps_per_epoch <= full_steps, "fit: steps_per_epoch ", o.steps_per_epoch, " exceeds the ",
-                 full_steps, " batches of ", o.batch_size, " that ", n, " examples make");
+  LOCKSTEP_CHECK(o.steps_per_epoch <= full_steps, "fit: steps_per_epoch ", o.steps_per_epoch,
+                 " exceeds the ", full_steps, " batches of ", o.batch_size, " that ", n,
+                 " examples make");
   const std::int64_t steps = o.steps_per_epoch > 0 ? o.steps_per_epoch : full_steps;
   const int verbose = effective_verbose(o.verbose);
-  CallbackList callbacks = make_callbacks(o.callbacks, this, {.epochs = o.epochs, .steps = steps, .verbose = verbose}, true);
+  CallbackList callbacks = make_callbacks(
+      o.callbacks, this, {.epochs = o.epochs, .steps = steps, .verbose = verbose}, true);
   const std::uint64_t shuffle_seed = detail::next_global_random_key().first ^ 0x5eed5eed5eedULL;
   const std::uint64_t shuffle_stream = detail::next_global_random_key().second << 20;
 
@@ -418,7 +438,8 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
     reset_metrics();
     callbacks.each([&](Callback& cb) { cb.on_epoch_begin(epoch, {}); });
     const std::vector<std::int64_t> order =
-        o.shuffle ? permutation(n, shuffle_seed, shuffle_stream + static_cast<std::uint64_t>(epoch)) : std::vector<std::int64_t>{};
+        o.shuffle ? permutation(n, shuffle_seed, shuffle_stream + static_cast<std::uint64_t>(epoch))
+                  : std::vector<std::int64_t>{};
     for (std::int64_t step = 0; step < steps; ++step) {
       callbacks.each([&](Callback& cb) { cb.on_train_batch_begin(step, {}); });
       const std::int64_t begin = step * o.batch_size, end = std::min(n, begin + o.batch_size);
@@ -426,8 +447,9 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
       try {
         logs = train_step(rows_of(x, order, begin, end), rows_of(y, order, begin, end));
       } catch (const Error&) {
-        rethrow_with_context("fit: epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(step) +
-                             " (examples " + std::to_string(begin) + " to " + std::to_string(end - 1) + "): ");
+        rethrow_with_context("fit: epoch " + std::to_string(epoch + 1) + ", batch " +
+                             std::to_string(step) + " (examples " + std::to_string(begin) + " to " +
+                             std::to_string(end - 1) + "): ");
       }
       callbacks.each([&](Callback& cb) { cb.on_train_batch_end(step, logs); });
       if (s.stop) break;
@@ -445,8 +467,8 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
         try {
           val_logs = test_step(view_all(val->x, begin, end), view_all(val->y, begin, end));
         } catch (const Error&) {
-          rethrow_with_context("fit: validation after epoch " + std::to_string(epoch + 1) + ", batch " +
-                               std::to_string(step) + ": ");
+          rethrow_with_context("fit: validation after epoch " + std::to_string(epoch + 1) +
+                               ", batch " + std::to_string(step) + ": ");
         }
         callbacks.each([&](Callback& cb) { cb.on_test_batch_end(step, val_logs); });
       }
@@ -464,12 +486,15 @@ Logs Model::evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& o)
   return evaluate(std::vector<Tensor>{x}, std::vector<Tensor>{y}, o);
 }
 
-Logs Model::evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y, const EvaluateOptions& o) {
+Logs Model::evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                     const EvaluateOptions& o) {
   LOCKSTEP_CHECK(state().compiled, "evaluate: you must call compile() before evaluate()");
   const std::int64_t n = check_data("evaluate", x, y);
   LOCKSTEP_CHECK(o.batch_size > 0, "evaluate: batch_size must be > 0, got ", o.batch_size);
   const std::int64_t steps = (n + o.batch_size - 1) / o.batch_size;
-  CallbackList callbacks = make_callbacks(o.callbacks, this, {.epochs = 1, .steps = steps, .verbose = effective_verbose(o.verbose)}, false);
+  CallbackList callbacks =
+      make_callbacks(o.callbacks, this,
+                     {.epochs = 1, .steps = steps, .verbose = effective_verbose(o.verbose)}, false);
   reset_metrics();
   callbacks.each([](Callback& cb) { cb.on_test_begin({}); });
   Logs logs;
@@ -479,8 +504,8 @@ Logs Model::evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
     try {
       logs = test_step(view_all(x, begin, end), view_all(y, begin, end));
     } catch (const Error&) {
-      rethrow_with_context("evaluate: batch " + std::to_string(step) + " (examples " + std::to_string(begin) +
-                           " to " + std::to_string(end - 1) + "): ");
+      rethrow_with_context("evaluate: batch " + std::to_string(step) + " (examples " +
+                           std::to_string(begin) + " to " + std::to_string(end - 1) + "): ");
     }
     callbacks.each([&](Callback& cb) { cb.on_test_batch_end(step, logs); });
   }
@@ -488,7 +513,9 @@ Logs Model::evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
   return logs;
 }
 
-Tensor Model::predict(const Tensor& x, const PredictOptions& o) { return predict(std::vector<Tensor>{x}, o).at(0); }
+Tensor Model::predict(const Tensor& x, const PredictOptions& o) {
+  return predict(std::vector<Tensor>{x}, o).at(0);
+}
 
 std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, const PredictOptions& o) {
   LOCKSTEP_CHECK(!x.empty() && x[0].defined() && x[0].rank() >= 1 && x[0].shape()[0] > 0,
@@ -496,7 +523,9 @@ std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, const PredictOp
   LOCKSTEP_CHECK(o.batch_size > 0, "predict: batch_size must be > 0, got ", o.batch_size);
   const std::int64_t n = x[0].shape()[0];
   const std::int64_t steps = (n + o.batch_size - 1) / o.batch_size;
-  CallbackList callbacks = make_callbacks(o.callbacks, this, {.epochs = 1, .steps = steps, .verbose = effective_verbose(o.verbose)}, false);
+  CallbackList callbacks =
+      make_callbacks(o.callbacks, this,
+                     {.epochs = 1, .steps = steps, .verbose = effective_verbose(o.verbose)}, false);
   callbacks.each([](Callback& cb) { cb.on_predict_begin({}); });
   std::vector<std::vector<Tensor>> per_output;
   for (std::int64_t step = 0; step < steps; ++step) {
@@ -504,7 +533,8 @@ std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, const PredictOp
     const std::int64_t begin = step * o.batch_size, end = std::min(n, begin + o.batch_size);
     try {
       NoGradGuard no_grad;
-      const std::vector<Tensor> outs = (*this)(prepare_inputs(*impl_, view_all(x, begin, end)), {.training = false});
+      const std::vector<Tensor> outs =
+          (*this)(prepare_inputs(*impl_, view_all(x, begin, end)), {.training = false});
       per_output.resize(outs.size());
       for (std::size_t i = 0; i < outs.size(); ++i) per_output[i].push_back(outs[i].copy());
     } catch (const Error&) {
@@ -514,7 +544,8 @@ std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, const PredictOp
   }
   callbacks.each([](Callback& cb) { cb.on_predict_end({}); });
   std::vector<Tensor> result;
-  for (const auto& parts : per_output) result.push_back(parts.size() == 1 ? parts[0] : concat(parts, 0));
+  for (const auto& parts : per_output)
+    result.push_back(parts.size() == 1 ? parts[0] : concat(parts, 0));
   return result;
 }
 
@@ -542,6 +573,8 @@ Sequential::Sequential(std::vector<Layer> layers, Options options)
   for (const Layer& l : layers) seq->add(l);
 }
 
-void Sequential::add(const Layer& layer) const { static_cast<SequentialImpl*>(impl_.get())->add(layer); }
+void Sequential::add(const Layer& layer) const {
+  static_cast<SequentialImpl*>(impl_.get())->add(layer);
+}
 
 }  // namespace lockstep

@@ -18,7 +18,9 @@ std::string printf_string(const char* fmt, double v) {
   return buf;
 }
 
-int num_digits(std::int64_t target) { return static_cast<int>(std::floor(std::log10(static_cast<double>(target)))) + 1; }
+int num_digits(std::int64_t target) {
+  return static_cast<int>(std::floor(std::log10(static_cast<double>(target)))) + 1;
+}
 
 std::string count_string(std::int64_t current, std::int64_t target) {
   char buf[64];
@@ -57,7 +59,8 @@ double Logs::at(const std::string& name) const {
   if (auto v = get(name)) return *v;
   std::string names;
   for (const auto& e : entries_) names += (names.empty() ? "" : ", ") + e.first;
-  detail::throw_error<ValueError>("logs have no entry '", name, "'; present: ", names.empty() ? "(none)" : names);
+  detail::throw_error<ValueError>("logs have no entry '", name,
+                                  "'; present: ", names.empty() ? "(none)" : names);
 }
 
 bool stdout_is_terminal() { return ::isatty(STDOUT_FILENO) == 1; }
@@ -149,9 +152,11 @@ void Progbar::update(std::int64_t current, const Logs& values, bool finalize) {
       char buf[64];
       if (eta > 3600) {
         std::snprintf(buf, sizeof(buf), "%d:%02d:%02d", static_cast<int>(eta / 3600),
-                      static_cast<int>(std::fmod(eta, 3600) / 60), static_cast<int>(std::fmod(eta, 60)));
+                      static_cast<int>(std::fmod(eta, 3600) / 60),
+                      static_cast<int>(std::fmod(eta, 60)));
       } else if (eta > 60) {
-        std::snprintf(buf, sizeof(buf), "%d:%02d", static_cast<int>(eta / 60), static_cast<int>(std::fmod(eta, 60)));
+        std::snprintf(buf, sizeof(buf), "%d:%02d", static_cast<int>(eta / 60),
+                      static_cast<int>(std::fmod(eta, 60)));
       } else {
         std::snprintf(buf, sizeof(buf), "%ds", static_cast<int>(eta));
       }
@@ -163,7 +168,8 @@ void Progbar::update(std::int64_t current, const Logs& values, bool finalize) {
     info += format_time(time_per_unit);
     for (std::size_t i = 0; i < order_.size(); ++i) {
       const double avg = average(i);
-      info += " - " + order_[i] + ":" + printf_string(std::fabs(avg) > 1e-3 ? " %.4f" : " %.4e", avg);
+      info +=
+          " - " + order_[i] + ":" + printf_string(std::fabs(avg) > 1e-3 ? " %.4f" : " %.4e", avg);
     }
     message += info;
     const std::size_t total_width = code_points(bar) + code_points(info) - special;
@@ -173,7 +179,8 @@ void Progbar::update(std::int64_t current, const Logs& values, bool finalize) {
     prev_total_width_ = total_width;
   } else if (o_.verbose == 2) {
     if (finalize && target_ > 0) {
-      std::string info = count_string(current, target_) + " - " + printf_string("%.0f", t - start_) + "s";
+      std::string info =
+          count_string(current, target_) + " - " + printf_string("%.0f", t - start_) + "s";
       info += " -" + format_time(time_per_unit);
       for (std::size_t i = 0; i < order_.size(); ++i) {
         const double avg = average(i);

@@ -36,7 +36,8 @@ LayerConfig config_from_json(const json& j, const std::string& where) {
     } else if (v.is_array()) {
       std::vector<std::int64_t> values;
       for (const auto& e : v) {
-        LOCKSTEP_CHECK_AS(IOError, e.is_number_integer(), where, ": config key '", k, "' holds a non-integer list");
+        LOCKSTEP_CHECK_AS(IOError, e.is_number_integer(), where, ": config key '", k,
+                          "' holds a non-integer list");
         values.push_back(e.get<std::int64_t>());
       }
       c.set(k, values);
@@ -54,9 +55,11 @@ json layer_json(const LayerImpl& layer) {
 json model_config(const LayerImpl& net) {
   if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) {
     json j = {{"class_name", "Functional"}, {"name", f->name()}};
-    json inputs = json::array(), layers = json::array(), nodes = json::array(), outputs = json::array();
+    json inputs = json::array(), layers = json::array(), nodes = json::array(),
+         outputs = json::array();
     for (const KerasTensor& in : f->inputs()) {
-      inputs.push_back({{"name", in.node()->input_name}, {"shape", in.sample_shape().to_vector()},
+      inputs.push_back({{"name", in.node()->input_name},
+                        {"shape", in.sample_shape().to_vector()},
                         {"dtype", std::string(dtype_name(in.dtype()))}});
     }
     std::map<const KerasTensor::Node*, int> node_index;
@@ -82,9 +85,10 @@ json model_config(const LayerImpl& net) {
     return j;
   }
   if (auto* s = dynamic_cast<const SequentialImpl*>(&net)) {
-    LOCKSTEP_CHECK(s->input().defined(), "save: Sequential '", s->name(),
-                   "' has no input shape, so a loaded copy could not be built. Hint: create it with "
-                   "Sequential(layers, {.input_shape = ...})");
+    LOCKSTEP_CHECK(
+        s->input().defined(), "save: Sequential '", s->name(),
+        "' has no input shape, so a loaded copy could not be built. Hint: create it with "
+        "Sequential(layers, {.input_shape = ...})");
     json layers = json::array();
     for (const Layer& l : s->layers()) layers.push_back(layer_json(*l.impl()));
     return {{"class_name", "Sequential"},
@@ -93,19 +97,22 @@ json model_config(const LayerImpl& net) {
             {"input_dtype", std::string(dtype_name(s->input().dtype()))},
             {"layers", layers}};
   }
-  detail::throw_error<ValueError>("save: model '", net.name(), "' is a subclassed model (", net.class_name(),
-                                  "), which has no config. Hint: use save_weights / load_weights with a model you "
-                                  "construct in code");
+  detail::throw_error<ValueError>(
+      "save: model '", net.name(), "' is a subclassed model (", net.class_name(),
+      "), which has no config. Hint: use save_weights / load_weights with a model you "
+      "construct in code");
 }
 
 Model model_from_config(const json& j, const std::string& path) {
   const std::string where = path + ": model_config";
-  LOCKSTEP_CHECK_AS(IOError, j.is_object() && j.contains("class_name"), where, ": missing class_name");
+  LOCKSTEP_CHECK_AS(IOError, j.is_object() && j.contains("class_name"), where,
+                    ": missing class_name");
   const std::string cls = j["class_name"].get<std::string>();
   auto make_layer = [&](const json& lj) {
     LOCKSTEP_CHECK_AS(IOError, lj.contains("class_name") && lj.contains("config"), where,
                       ": a layer entry lacks class_name or config");
-    return layer_from_config(lj["class_name"].get<std::string>(), config_from_json(lj["config"], where));
+    return layer_from_config(lj["class_name"].get<std::string>(),
+                             config_from_json(lj["config"], where));
   };
   if (cls == "Sequential") {
     std::vector<Layer> layers;
@@ -136,14 +143,16 @@ Model model_from_config(const json& j, const std::string& path) {
     const std::string name = r.at(0).get<std::string>();
     const auto node = r.at(1).get<std::size_t>();
     auto it = outputs_of.find(name);
-    LOCKSTEP_CHECK_AS(IOError, it != outputs_of.end() && node < it->second.size(), where, ": a node refers to '",
-                      name, "'[", node, "], which comes later or does not exist");
+    LOCKSTEP_CHECK_AS(IOError, it != outputs_of.end() && node < it->second.size(), where,
+                      ": a node refers to '", name, "'[", node,
+                      "], which comes later or does not exist");
     return it->second[node];
   };
   for (const auto& node : j.at("nodes")) {
     const std::string name = node.at("layer").get<std::string>();
     auto it = layers.find(name);
-    LOCKSTEP_CHECK_AS(IOError, it != layers.end(), where, ": a node calls unknown layer '", name, "'");
+    LOCKSTEP_CHECK_AS(IOError, it != layers.end(), where, ": a node calls unknown layer '", name,
+                      "'");
     std::vector<KerasTensor> args;
     for (const auto& r : node.at("inputs")) args.push_back(resolve(r));
     outputs_of[name].push_back(it->second(args));
@@ -167,12 +176,13 @@ void assign_weights(const LayerImpl& net, const io::TensorFile& file, const std:
     auto it = by_name.find(v.name());
     LOCKSTEP_CHECK_AS(IOError, it != by_name.end(), path, ": the file has no weight '", v.name(),
                       "' (the model and the file differ in architecture)");
-    LOCKSTEP_CHECK_AS(ShapeError, it->second->shape() == v.shape() && it->second->dtype() == v.dtype(), path,
-                      ": weight '", v.name(), "' has shape ", it->second->shape(), " (", it->second->dtype(),
-                      ") in the file and ", v.shape(), " (", v.dtype(), ") in the model");
+    LOCKSTEP_CHECK_AS(
+        ShapeError, it->second->shape() == v.shape() && it->second->dtype() == v.dtype(), path,
+        ": weight '", v.name(), "' has shape ", it->second->shape(), " (", it->second->dtype(),
+        ") in the file and ", v.shape(), " (", v.dtype(), ") in the model");
   }
-  LOCKSTEP_CHECK_AS(IOError, by_name.size() == vars.size(), path, ": the file holds ", by_name.size(),
-                    " weights, the model ", vars.size());
+  LOCKSTEP_CHECK_AS(IOError, by_name.size() == vars.size(), path, ": the file holds ",
+                    by_name.size(), " weights, the model ", vars.size());
   for (const Variable& v : vars) {
     Variable target = v;
     target.assign(*by_name.at(v.name()));
@@ -185,7 +195,8 @@ void Model::save(const std::string& path) const {
   LOCKSTEP_CHECK(defined(), "save: the model is undefined");
   const json config = model_config(*impl_);
   io::write_safetensors(path, named_weights(*impl_),
-                        {{"format", kFormat}, {"format_version", std::to_string(kFormatVersion)},
+                        {{"format", kFormat},
+                         {"format_version", std::to_string(kFormatVersion)},
                          {"model_config", config.dump()}});
 }
 
@@ -203,12 +214,12 @@ Model load_model(const std::string& path) {
   const io::TensorFile file = io::read_safetensors(path);
   auto meta = [&](const std::string& key) {
     auto it = file.metadata.find(key);
-    LOCKSTEP_CHECK_AS(IOError, it != file.metadata.end(), path, ": not a saved Lockstep model (no '", key,
-                      "' in the metadata)");
+    LOCKSTEP_CHECK_AS(IOError, it != file.metadata.end(), path,
+                      ": not a saved Lockstep model (no '", key, "' in the metadata)");
     return it->second;
   };
-  LOCKSTEP_CHECK_AS(IOError, meta("format") == kFormat, path, ": format is '", meta("format"), "', expected '",
-                    kFormat, "'");
+  LOCKSTEP_CHECK_AS(IOError, meta("format") == kFormat, path, ": format is '", meta("format"),
+                    "', expected '", kFormat, "'");
   const int version = std::stoi(meta("format_version"));
   LOCKSTEP_CHECK_AS(IOError, version <= kFormatVersion, path, ": format version ", version,
                     " is newer than this Lockstep reads (", kFormatVersion, "); upgrade Lockstep");

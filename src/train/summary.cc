@@ -54,7 +54,8 @@ std::vector<int> ratio_reduce(int total, std::vector<int> values) {
   int total_ratio = static_cast<int>(values.size());
   int remaining = total;
   for (int& v : values) {
-    const int distributed = std::min(v, static_cast<int>(round_half_even(static_cast<double>(remaining) / total_ratio)));
+    const int distributed = std::min(
+        v, static_cast<int>(round_half_even(static_cast<double>(remaining) / total_ratio)));
     v -= distributed;
     remaining -= distributed;
     --total_ratio;
@@ -99,7 +100,8 @@ std::vector<std::string> wrap(const std::string& text, std::size_t width) {
   }
   for (std::string& line : lines) {
     while (display_width(line) > width && !line.empty() && line.back() == ' ') line.pop_back();
-    if (display_width(line) > width) line = line.substr(0, width - 1) + "\u2026";  // ASCII names: bytes = cells
+    if (display_width(line) > width)
+      line = line.substr(0, width - 1) + "\u2026";  // ASCII names: bytes = cells
   }
   return lines;
 }
@@ -123,13 +125,15 @@ void Model::summary(std::ostream& out, const SummaryOptions& options) const {
     // Sequential; others get a "Connected to" column.
     std::map<const LayerImpl*, int> calls;
     for (const auto& step : f->steps()) {
-      if (++calls[step.node->layer.get()] > 1 || step.node->inputs.size() > 1) sequential_like = false;
+      if (++calls[step.node->layer.get()] > 1 || step.node->inputs.size() > 1)
+        sequential_like = false;
     }
     if (f->inputs().size() > 1 || f->outputs().size() > 1) sequential_like = false;
     // Node index of each call of a layer, for "Connected to".
     std::map<const KerasTensor::Node*, int> node_index;
     std::map<const LayerImpl*, int> seen_calls;
-    for (const auto& step : f->steps()) node_index[step.node] = seen_calls[step.node->layer.get()]++;
+    for (const auto& step : f->steps())
+      node_index[step.node] = seen_calls[step.node->layer.get()]++;
     auto source_name = [&](const KerasTensor& k) {
       const KerasTensor::Node* n = k.node().get();
       const std::string name = n->layer ? n->layer->name() : n->input_name;
@@ -140,7 +144,9 @@ void Model::summary(std::ostream& out, const SummaryOptions& options) const {
     // from the outputs), ties by first visit in a depth-first walk from the
     // outputs.
     using NodeP = const KerasTensor::Node*;
-    auto op_of = [](NodeP n) -> const void* { return n->layer ? static_cast<const void*>(n->layer.get()) : n; };
+    auto op_of = [](NodeP n) -> const void* {
+      return n->layer ? static_cast<const void*>(n->layer.get()) : n;
+    };
     std::vector<NodeP> post_order;
     std::map<const void*, int> op_index;
     std::set<NodeP> finished;
@@ -180,7 +186,8 @@ void Model::summary(std::ostream& out, const SummaryOptions& options) const {
         for (const KerasTensor& in : f->inputs()) {
           if (in.node().get() == n) input = &in;
         }
-        rows.push_back({{n->input_name + " (InputLayer)", input ? shape_of(*input) : "?", "0", "-"}});
+        rows.push_back(
+            {{n->input_name + " (InputLayer)", input ? shape_of(*input) : "?", "0", "-"}});
         continue;
       }
       row_of[n->layer.get()] = rows.size();
@@ -250,23 +257,23 @@ void Model::summary(std::ostream& out, const SummaryOptions& options) const {
     }
     std::string lines;
     for (std::size_t l = 0; l < height; ++l) {
-    std::string line = bar;
-    for (std::size_t c = 0; c < widths.size(); ++c) {
-      const std::size_t w = static_cast<std::size_t>(widths[c] - 2);
-      std::string text = l < wrapped[c].size() ? wrapped[c][l] : "";
-      if (c == 2) {  // right-justified: rich strips trailing spaces first
-        while (!text.empty() && text.back() == ' ') text.pop_back();
+      std::string line = bar;
+      for (std::size_t c = 0; c < widths.size(); ++c) {
+        const std::size_t w = static_cast<std::size_t>(widths[c] - 2);
+        std::string text = l < wrapped[c].size() ? wrapped[c][l] : "";
+        if (c == 2) {  // right-justified: rich strips trailing spaces first
+          while (!text.empty() && text.back() == ' ') text.pop_back();
+        }
+        const std::size_t pad = w > display_width(text) ? w - display_width(text) : 0;
+        const bool right = c == 2;  // "Param #" is right-aligned
+        line += ' ';
+        if (right) line.append(pad, ' ');
+        line += text;
+        if (!right) line.append(pad, ' ');
+        line += ' ';
+        line += bar;
       }
-      const std::size_t pad = w > display_width(text) ? w - display_width(text) : 0;
-      const bool right = c == 2;  // "Param #" is right-aligned
-      line += ' ';
-      if (right) line.append(pad, ' ');
-      line += text;
-      if (!right) line.append(pad, ' ');
-      line += ' ';
-      line += bar;
-    }
-    lines += line + "\n";
+      lines += line + "\n";
     }
     return lines;
   };
@@ -287,7 +294,8 @@ void Model::summary(std::ostream& out, const SummaryOptions& options) const {
     double bytes = 0;
     for (const Variable& v : vars) {
       n += v.shape().numel();
-      bytes += static_cast<double>(v.shape().numel() * static_cast<std::int64_t>(dtype_size(v.dtype())));
+      bytes +=
+          static_cast<double>(v.shape().numel() * static_cast<std::int64_t>(dtype_size(v.dtype())));
     }
     return std::pair{n, bytes};
   };
@@ -304,10 +312,13 @@ void Model::summary(std::ostream& out, const SummaryOptions& options) const {
   }
   os << " Total params: " << with_commas(trainable + frozen + opt_count) << " ("
      << readable_memory_size(trainable_bytes + frozen_bytes + opt_bytes) << ")\n";
-  os << " Trainable params: " << with_commas(trainable) << " (" << readable_memory_size(trainable_bytes) << ")\n";
-  os << " Non-trainable params: " << with_commas(frozen) << " (" << readable_memory_size(frozen_bytes) << ")\n";
+  os << " Trainable params: " << with_commas(trainable) << " ("
+     << readable_memory_size(trainable_bytes) << ")\n";
+  os << " Non-trainable params: " << with_commas(frozen) << " ("
+     << readable_memory_size(frozen_bytes) << ")\n";
   if (opt_built) {
-    os << " Optimizer params: " << with_commas(opt_count) << " (" << readable_memory_size(opt_bytes) << ")\n";
+    os << " Optimizer params: " << with_commas(opt_count) << " (" << readable_memory_size(opt_bytes)
+       << ")\n";
   }
   out << os.str() << std::flush;
 }

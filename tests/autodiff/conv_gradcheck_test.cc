@@ -13,7 +13,8 @@ namespace {
 struct Geometry {
   std::int64_t out, before;
 };
-Geometry geometry(std::int64_t in, std::int64_t k, std::int64_t stride, std::int64_t dilation, bool same) {
+Geometry geometry(std::int64_t in, std::int64_t k, std::int64_t stride, std::int64_t dilation,
+                  bool same) {
   const std::int64_t eff = (k - 1) * dilation + 1;
   if (!same) return {(in - eff) / stride + 1, 0};
   const std::int64_t out = (in + stride - 1) / stride;
@@ -22,10 +23,13 @@ Geometry geometry(std::int64_t in, std::int64_t k, std::int64_t stride, std::int
 }
 
 // Naive grouped, dilated, strided convolution: NHWC input, [kh, kw, c/g, oc] kernel.
-Ref ref_conv(const Ref& x, const Ref& k, std::int64_t stride, std::int64_t dilation, bool same, std::int64_t groups) {
+Ref ref_conv(const Ref& x, const Ref& k, std::int64_t stride, std::int64_t dilation, bool same,
+             std::int64_t groups) {
   const std::int64_t n = x.dims[0], h = x.dims[1], w = x.dims[2], c = x.dims[3];
-  const std::int64_t kh = k.dims[0], kw = k.dims[1], icg = k.dims[2], oc = k.dims[3], ocg = oc / groups;
-  const Geometry gh = geometry(h, kh, stride, dilation, same), gw = geometry(w, kw, stride, dilation, same);
+  const std::int64_t kh = k.dims[0], kw = k.dims[1], icg = k.dims[2], oc = k.dims[3],
+                     ocg = oc / groups;
+  const Geometry gh = geometry(h, kh, stride, dilation, same),
+                 gw = geometry(w, kw, stride, dilation, same);
   Ref y({n, gh.out, gw.out, oc});
   for (std::int64_t b = 0; b < n; ++b)
     for (std::int64_t oy = 0; oy < gh.out; ++oy)
@@ -35,10 +39,12 @@ Ref ref_conv(const Ref& x, const Ref& k, std::int64_t stride, std::int64_t dilat
           double acc = 0;
           for (std::int64_t ky = 0; ky < kh; ++ky)
             for (std::int64_t kx = 0; kx < kw; ++kx) {
-              const std::int64_t iy = oy * stride + ky * dilation - gh.before, ix = ox * stride + kx * dilation - gw.before;
+              const std::int64_t iy = oy * stride + ky * dilation - gh.before,
+                                 ix = ox * stride + kx * dilation - gw.before;
               if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
               for (std::int64_t i = 0; i < icg; ++i) {
-                acc += x[((b * h + iy) * w + ix) * c + g * icg + i] * k[((ky * kw + kx) * icg + i) * oc + o];
+                acc += x[((b * h + iy) * w + ix) * c + g * icg + i] *
+                       k[((ky * kw + kx) * icg + i) * oc + o];
               }
             }
           y[((b * gh.out + oy) * gw.out + ox) * oc + o] = acc;
@@ -58,7 +64,8 @@ Ref ref_pool(const Ref& x, std::int64_t size, std::int64_t stride, bool same, bo
           int count = 0;
           for (std::int64_t ky = 0; ky < size; ++ky)
             for (std::int64_t kx = 0; kx < size; ++kx) {
-              const std::int64_t iy = oy * stride + ky - gh.before, ix = ox * stride + kx - gw.before;
+              const std::int64_t iy = oy * stride + ky - gh.before,
+                                 ix = ox * stride + kx - gw.before;
               if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
               const double v = x[((b * h + iy) * w + ix) * c + ch];
               acc = max ? std::max(acc, v) : acc + v;
@@ -79,47 +86,57 @@ struct ConvCase {
 TEST(ConvGradCheck, Conv2DOverStridesPaddingDilationGroups) {
   std::mt19937 rng(101);
   const ConvCase cases[] = {
-      {{2, 5, 6, 3}, {3, 3, 3, 4}, 1, 1, false, 1},   // valid
-      {{1, 5, 5, 2}, {3, 3, 2, 3}, 1, 1, true, 1},    // same
-      {{2, 7, 6, 2}, {3, 2, 2, 2}, 2, 1, true, 1},    // strided, asymmetric padding
-      {{1, 7, 7, 2}, {3, 3, 2, 2}, 1, 2, true, 1},    // dilated
-      {{1, 5, 5, 4}, {3, 3, 2, 6}, 1, 1, true, 2},    // grouped
-      {{2, 6, 6, 3}, {3, 3, 1, 6}, 2, 1, true, 3},    // depthwise, multiplier 2
-      {{1, 4, 4, 3}, {1, 1, 3, 5}, 1, 1, false, 1},   // pointwise
+      {{2, 5, 6, 3}, {3, 3, 3, 4}, 1, 1, false, 1},  // valid
+      {{1, 5, 5, 2}, {3, 3, 2, 3}, 1, 1, true, 1},   // same
+      {{2, 7, 6, 2}, {3, 2, 2, 2}, 2, 1, true, 1},   // strided, asymmetric padding
+      {{1, 7, 7, 2}, {3, 3, 2, 2}, 1, 2, true, 1},   // dilated
+      {{1, 5, 5, 4}, {3, 3, 2, 6}, 1, 1, true, 2},   // grouped
+      {{2, 6, 6, 3}, {3, 3, 1, 6}, 2, 1, true, 3},   // depthwise, multiplier 2
+      {{1, 4, 4, 3}, {1, 1, 3, 5}, 1, 1, false, 1},  // pointwise
   };
   for (const ConvCase& cc : cases) {
-    const std::string name = "conv2d x" + Shape(cc.x).to_string() + " k" + Shape(cc.k).to_string() + " s" +
-                             std::to_string(cc.stride) + " d" + std::to_string(cc.dilation) + (cc.same ? " same" : " valid") +
-                             " g" + std::to_string(cc.groups);
-    const Conv2DOptions o{.strides = {cc.stride, cc.stride}, .padding = cc.same ? Padding::kSame : Padding::kValid,
-                          .dilation_rate = {cc.dilation, cc.dilation}, .groups = cc.groups};
-    check_gradients(name, [o](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], o); },
-                    [cc](const std::vector<Ref>& in) {
-                      return ref_binary(ref_conv(in[0], in[1], cc.stride, cc.dilation, cc.same, cc.groups), in[2],
-                                        [](double a, double b) { return a + b; });
-                    },
-                    {random_ref(cc.x, rng), random_ref(cc.k, rng), random_ref({cc.k[3]}, rng)});
+    const std::string name = "conv2d x" + Shape(cc.x).to_string() + " k" + Shape(cc.k).to_string() +
+                             " s" + std::to_string(cc.stride) + " d" + std::to_string(cc.dilation) +
+                             (cc.same ? " same" : " valid") + " g" + std::to_string(cc.groups);
+    const Conv2DOptions o{.strides = {cc.stride, cc.stride},
+                          .padding = cc.same ? Padding::kSame : Padding::kValid,
+                          .dilation_rate = {cc.dilation, cc.dilation},
+                          .groups = cc.groups};
+    check_gradients(
+        name, [o](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], o); },
+        [cc](const std::vector<Ref>& in) {
+          return ref_binary(ref_conv(in[0], in[1], cc.stride, cc.dilation, cc.same, cc.groups),
+                            in[2], [](double a, double b) { return a + b; });
+        },
+        {random_ref(cc.x, rng), random_ref(cc.k, rng), random_ref({cc.k[3]}, rng)});
   }
 }
 
 TEST(ConvGradCheck, Conv2DWithoutBias) {
   std::mt19937 rng(102);
-  check_gradients("conv2d no bias", [](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor()); },
-                  [](const std::vector<Ref>& in) { return ref_conv(in[0], in[1], 1, 1, false, 1); },
-                  {random_ref({1, 4, 4, 2}, rng), random_ref({2, 2, 2, 3}, rng)});
+  check_gradients(
+      "conv2d no bias",
+      [](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor()); },
+      [](const std::vector<Ref>& in) { return ref_conv(in[0], in[1], 1, 1, false, 1); },
+      {random_ref({1, 4, 4, 2}, rng), random_ref({2, 2, 2, 3}, rng)});
 }
 
 TEST(ConvGradCheck, MaxAndAveragePooling) {
   std::mt19937 rng(103);
   for (bool max : {true, false}) {
-    for (auto [size, stride, same] : {std::tuple<std::int64_t, std::int64_t, bool>{2, 2, false}, {3, 2, true}, {3, 1, true}}) {
-      const Pool2DOptions o{.pool_size = {size, size}, .strides = {stride, stride},
+    for (auto [size, stride, same] :
+         {std::tuple<std::int64_t, std::int64_t, bool>{2, 2, false}, {3, 2, true}, {3, 1, true}}) {
+      const Pool2DOptions o{.pool_size = {size, size},
+                            .strides = {stride, stride},
                             .padding = same ? Padding::kSame : Padding::kValid};
-      check_gradients(std::string(max ? "max" : "avg") + "_pool2d k" + std::to_string(size) + " s" +
-                          std::to_string(stride) + (same ? " same" : " valid"),
-                      [o, max](const std::vector<Tensor>& in) { return max ? max_pool2d(in[0], o) : avg_pool2d(in[0], o); },
-                      [=](const std::vector<Ref>& in) { return ref_pool(in[0], size, stride, same, max); },
-                      {random_ref({2, 5, 6, 3}, rng)});
+      check_gradients(
+          std::string(max ? "max" : "avg") + "_pool2d k" + std::to_string(size) + " s" +
+              std::to_string(stride) + (same ? " same" : " valid"),
+          [o, max](const std::vector<Tensor>& in) {
+            return max ? max_pool2d(in[0], o) : avg_pool2d(in[0], o);
+          },
+          [=](const std::vector<Ref>& in) { return ref_pool(in[0], size, stride, same, max); },
+          {random_ref({2, 5, 6, 3}, rng)});
     }
   }
 }
@@ -136,51 +153,65 @@ TEST(ConvGradCheck, BatchNormTrainingAndInference) {
       m /= static_cast<double>(rows);
       for (std::int64_t r = 0; r < rows; ++r) v += (x[r * c + ch] - m) * (x[r * c + ch] - m);
       v /= static_cast<double>(rows);  // biased, as Keras 3
-      for (std::int64_t r = 0; r < rows; ++r) y[r * c + ch] = gamma[ch] * (x[r * c + ch] - m) / std::sqrt(v + eps) + beta[ch];
+      for (std::int64_t r = 0; r < rows; ++r)
+        y[r * c + ch] = gamma[ch] * (x[r * c + ch] - m) / std::sqrt(v + eps) + beta[ch];
     }
     return y;
   };
   for (const Dims& d : {Dims{6, 3}, Dims{2, 3, 3, 4}}) {
     const std::int64_t c = d.back();
-    check_gradients("batch_norm training " + Shape(d).to_string(),
-                    [eps](const std::vector<Tensor>& in) { return batch_norm_training(in[0], in[1], in[2], eps).y; },
-                    [&](const std::vector<Ref>& in) { return ref_bn(in[0], in[1], in[2]); },
-                    {random_ref(d, rng, -2, 2), random_ref({c}, rng, 0.5, 1.5), random_ref({c}, rng)}, 7, 5e-4, 5e-3);
+    check_gradients(
+        "batch_norm training " + Shape(d).to_string(),
+        [eps](const std::vector<Tensor>& in) {
+          return batch_norm_training(in[0], in[1], in[2], eps).y;
+        },
+        [&](const std::vector<Ref>& in) { return ref_bn(in[0], in[1], in[2]); },
+        {random_ref(d, rng, -2, 2), random_ref({c}, rng, 0.5, 1.5), random_ref({c}, rng)}, 7, 5e-4,
+        5e-3);
   }
   // Batch statistics come back for the moving averages.
   const Tensor x = Tensor::from_vector<float>({1, 10, 3, 20}, {2, 2});
   const auto r = batch_norm_training(x, Tensor::ones({2}), Tensor::zeros({2}), eps);
   EXPECT_EQ(r.mean.to_vector<float>(), (std::vector<float>{2, 15}));
   EXPECT_EQ(r.variance.to_vector<float>(), (std::vector<float>{1, 25}));
-  const Tensor mean = Tensor::from_vector<float>({0.5f, -1}), var = Tensor::from_vector<float>({2, 0.5f});
-  check_gradients("batch_norm inference",
-                  [&](const std::vector<Tensor>& in) { return batch_norm_inference(in[0], in[1], in[2], mean, var, eps); },
-                  [&](const std::vector<Ref>& in) {
-                    Ref y(in[0].dims);
-                    const double m[2] = {0.5, -1}, v[2] = {2, 0.5};
-                    for (std::int64_t i = 0; i < y.size(); ++i) {
-                      const std::int64_t ch = i % 2;
-                      y[i] = in[1][ch] * (in[0][i] - m[ch]) / std::sqrt(v[ch] + eps) + in[2][ch];
-                    }
-                    return y;
-                  },
-                  {random_ref({4, 2}, rng), random_ref({2}, rng), random_ref({2}, rng)});
+  const Tensor mean = Tensor::from_vector<float>({0.5f, -1}),
+               var = Tensor::from_vector<float>({2, 0.5f});
+  check_gradients(
+      "batch_norm inference",
+      [&](const std::vector<Tensor>& in) {
+        return batch_norm_inference(in[0], in[1], in[2], mean, var, eps);
+      },
+      [&](const std::vector<Ref>& in) {
+        Ref y(in[0].dims);
+        const double m[2] = {0.5, -1}, v[2] = {2, 0.5};
+        for (std::int64_t i = 0; i < y.size(); ++i) {
+          const std::int64_t ch = i % 2;
+          y[i] = in[1][ch] * (in[0][i] - m[ch]) / std::sqrt(v[ch] + eps) + in[2][ch];
+        }
+        return y;
+      },
+      {random_ref({4, 2}, rng), random_ref({2}, rng), random_ref({2}, rng)});
 }
 
 TEST(ConvGradCheck, Pad) {
   std::mt19937 rng(105);
-  check_gradients("pad", [](const std::vector<Tensor>& in) { return pad(in[0], {{0, 0}, {1, 2}, {2, 0}, {0, 0}}); },
-                  [](const std::vector<Ref>& in) {
-                    const Ref& x = in[0];
-                    Ref y({x.dims[0], x.dims[1] + 3, x.dims[2] + 2, x.dims[3]});
-                    for (std::int64_t i = 0; i < x.size(); ++i) {
-                      const Dims p = unravel(i, x.dims);
-                      y[((p[0] * y.dims[1] + p[1] + 1) * y.dims[2] + p[2] + 2) * y.dims[3] + p[3]] = x[i];
-                    }
-                    return y;
-                  },
-                  {random_ref({2, 3, 2, 2}, rng)});
-  EXPECT_EQ(pad(Tensor::ones({1}), {{1, 1}}, 5.0f).to_vector<float>(), (std::vector<float>{5, 1, 5}));
+  check_gradients(
+      "pad",
+      [](const std::vector<Tensor>& in) {
+        return pad(in[0], {{0, 0}, {1, 2}, {2, 0}, {0, 0}});
+      },
+      [](const std::vector<Ref>& in) {
+        const Ref& x = in[0];
+        Ref y({x.dims[0], x.dims[1] + 3, x.dims[2] + 2, x.dims[3]});
+        for (std::int64_t i = 0; i < x.size(); ++i) {
+          const Dims p = unravel(i, x.dims);
+          y[((p[0] * y.dims[1] + p[1] + 1) * y.dims[2] + p[2] + 2) * y.dims[3] + p[3]] = x[i];
+        }
+        return y;
+      },
+      {random_ref({2, 3, 2, 2}, rng)});
+  EXPECT_EQ(pad(Tensor::ones({1}), {{1, 1}}, 5.0f).to_vector<float>(),
+            (std::vector<float>{5, 1, 5}));
 }
 
 TEST(ConvBadInput, ShapesAreNamed) {
@@ -188,11 +219,16 @@ TEST(ConvBadInput, ShapesAreNamed) {
     conv2d(Tensor::zeros({2, 28, 28}), Tensor::zeros({3, 3, 1, 8}), Tensor());
     FAIL();
   } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("conv2d: expected input of shape [batch, height, width, channels], got [2, 28, 28]"),
-              std::string::npos) << e.what();
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "conv2d: expected input of shape [batch, height, width, channels], got [2, 28, 28]"),
+        std::string::npos)
+        << e.what();
   }
-  EXPECT_THROW(conv2d(Tensor::zeros({1, 5, 5, 3}), Tensor::zeros({3, 3, 2, 4}), Tensor()), ShapeError);
-  EXPECT_THROW(conv2d(Tensor::zeros({1, 2, 2, 1}), Tensor::zeros({3, 3, 1, 1}), Tensor()), ShapeError);  // valid, too small
+  EXPECT_THROW(conv2d(Tensor::zeros({1, 5, 5, 3}), Tensor::zeros({3, 3, 2, 4}), Tensor()),
+               ShapeError);
+  EXPECT_THROW(conv2d(Tensor::zeros({1, 2, 2, 1}), Tensor::zeros({3, 3, 1, 1}), Tensor()),
+               ShapeError);  // valid, too small
   EXPECT_THROW(max_pool2d(Tensor::zeros({4, 4})), ShapeError);
 }
 

@@ -23,7 +23,8 @@ Dims random_dims(std::mt19937& rng, int min_rank, int max_rank, int max_dim) {
 Dims broadcast_partner(const Dims& a, std::mt19937& rng) {
   std::bernoulli_distribution coin(0.4);
   Dims b = a;
-  for (auto& x : b) if (coin(rng)) x = 1;
+  for (auto& x : b)
+    if (coin(rng)) x = 1;
   std::uniform_int_distribution<std::size_t> drop(0, a.size());
   b.erase(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(drop(rng)));
   return b;
@@ -45,13 +46,15 @@ std::vector<std::pair<Dims, Dims>> binary_cases(std::uint32_t seed) {
 }
 
 void check_binary(const std::string& name, Tensor (*op)(const Tensor&, const Tensor&),
-                  const std::function<double(double, double)>& f, double lo = -1.0, double hi = 1.0) {
+                  const std::function<double(double, double)>& f, double lo = -1.0,
+                  double hi = 1.0) {
   std::mt19937 rng(11);
   for (const auto& [da, db] : binary_cases(3)) {
-    check_gradients(name + " " + Shape(da).to_string() + " x " + Shape(db).to_string(),
-                    [op](const std::vector<Tensor>& x) { return op(x[0], x[1]); },
-                    [f](const std::vector<Ref>& x) { return ref_binary(x[0], x[1], f); },
-                    {random_ref(da, rng, lo, hi), random_ref(db, rng, lo, hi)});
+    check_gradients(
+        name + " " + Shape(da).to_string() + " x " + Shape(db).to_string(),
+        [op](const std::vector<Tensor>& x) { return op(x[0], x[1]); },
+        [f](const std::vector<Ref>& x) { return ref_binary(x[0], x[1], f); },
+        {random_ref(da, rng, lo, hi), random_ref(db, rng, lo, hi)});
   }
 }
 
@@ -60,21 +63,29 @@ void check_unary(const std::string& name, Tensor (*op)(const Tensor&),
   std::mt19937 rng(13);
   // Small shapes run our loops; the large one (>= 2048 elements) runs oneDNN.
   for (const Dims& d : {Dims{}, Dims{5}, Dims{3, 1, 4}, Dims{2, 1100}}) {
-    check_gradients(name + " " + Shape(d).to_string(),
-                    [op](const std::vector<Tensor>& x) { return op(x[0]); },
-                    [f](const std::vector<Ref>& x) { return ref_unary(x[0], f); },
-                    {random_ref(d, rng, lo, hi)});
+    check_gradients(
+        name + " " + Shape(d).to_string(), [op](const std::vector<Tensor>& x) { return op(x[0]); },
+        [f](const std::vector<Ref>& x) { return ref_unary(x[0], f); },
+        {random_ref(d, rng, lo, hi)});
   }
 }
 
-TEST(GradCheck, Add) { check_binary("add", add, [](double a, double b) { return a + b; }); }
-TEST(GradCheck, Sub) { check_binary("sub", sub, [](double a, double b) { return a - b; }); }
-TEST(GradCheck, Mul) { check_binary("mul", mul, [](double a, double b) { return a * b; }); }
+TEST(GradCheck, Add) {
+  check_binary("add", add, [](double a, double b) { return a + b; });
+}
+TEST(GradCheck, Sub) {
+  check_binary("sub", sub, [](double a, double b) { return a - b; });
+}
+TEST(GradCheck, Mul) {
+  check_binary("mul", mul, [](double a, double b) { return a * b; });
+}
 TEST(GradCheck, Div) {
-  check_binary("div", div, [](double a, double b) { return a / b; }, 0.5, 2.0);
+  check_binary(
+      "div", div, [](double a, double b) { return a / b; }, 0.5, 2.0);
 }
 TEST(GradCheck, Pow) {
-  check_binary("pow", lockstep::pow, [](double a, double b) { return std::pow(a, b); }, 0.5, 2.0);
+  check_binary(
+      "pow", lockstep::pow, [](double a, double b) { return std::pow(a, b); }, 0.5, 2.0);
 }
 TEST(GradCheck, Maximum) {
   check_binary("maximum", maximum, [](double a, double b) { return a >= b ? a : b; });
@@ -83,45 +94,60 @@ TEST(GradCheck, Minimum) {
   check_binary("minimum", minimum, [](double a, double b) { return a <= b ? a : b; });
 }
 
-TEST(GradCheck, Neg) { check_unary("neg", neg, [](double x) { return -x; }); }
-TEST(GradCheck, Exp) { check_unary("exp", lockstep::exp, [](double x) { return std::exp(x); }); }
+TEST(GradCheck, Neg) {
+  check_unary("neg", neg, [](double x) { return -x; });
+}
+TEST(GradCheck, Exp) {
+  check_unary("exp", lockstep::exp, [](double x) { return std::exp(x); });
+}
 TEST(GradCheck, Log) {
-  check_unary("log", lockstep::log, [](double x) { return std::log(x); }, 0.2, 3.0);
+  check_unary(
+      "log", lockstep::log, [](double x) { return std::log(x); }, 0.2, 3.0);
 }
 TEST(GradCheck, Sqrt) {
-  check_unary("sqrt", lockstep::sqrt, [](double x) { return std::sqrt(x); }, 0.2, 3.0);
+  check_unary(
+      "sqrt", lockstep::sqrt, [](double x) { return std::sqrt(x); }, 0.2, 3.0);
 }
-TEST(GradCheck, Square) { check_unary("square", square, [](double x) { return x * x; }); }
-TEST(GradCheck, Abs) { check_unary("abs", lockstep::abs, [](double x) { return std::fabs(x); }); }
-TEST(GradCheck, Relu) { check_unary("relu", relu, [](double x) { return x > 0 ? x : 0.0; }); }
+TEST(GradCheck, Square) {
+  check_unary("square", square, [](double x) { return x * x; });
+}
+TEST(GradCheck, Abs) {
+  check_unary("abs", lockstep::abs, [](double x) { return std::fabs(x); });
+}
+TEST(GradCheck, Relu) {
+  check_unary("relu", relu, [](double x) { return x > 0 ? x : 0.0; });
+}
 TEST(GradCheck, Sigmoid) {
   check_unary("sigmoid", sigmoid, [](double x) { return 1.0 / (1.0 + std::exp(-x)); });
 }
-TEST(GradCheck, Tanh) { check_unary("tanh", lockstep::tanh, [](double x) { return std::tanh(x); }); }
+TEST(GradCheck, Tanh) {
+  check_unary("tanh", lockstep::tanh, [](double x) { return std::tanh(x); });
+}
 
 TEST(GradCheck, Clip) {
   std::mt19937 rng(5);
-  check_gradients("clip", [](const std::vector<Tensor>& x) { return clip(x[0], -0.5f, 0.7f); },
-                  [](const std::vector<Ref>& x) {
-                    return ref_unary(x[0], [](double v) { return std::min(0.7, std::max(-0.5, v)); });
-                  },
-                  {random_ref({4, 6}, rng)});
+  check_gradients(
+      "clip", [](const std::vector<Tensor>& x) { return clip(x[0], -0.5f, 0.7f); },
+      [](const std::vector<Ref>& x) {
+        return ref_unary(x[0], [](double v) { return std::min(0.7, std::max(-0.5, v)); });
+      },
+      {random_ref({4, 6}, rng)});
 }
 
 TEST(GradCheck, Where) {
   std::mt19937 rng(6);
   const Ref c = random_ref({3, 4}, rng);
   Tensor cond = greater(to_tensor(c), Tensor::scalar(0.0f));
-  check_gradients("where",
-                  [cond](const std::vector<Tensor>& x) { return where(cond, x[0], x[1]); },
-                  [c](const std::vector<Ref>& x) {
-                    Ref out({3, 4});
-                    for (std::int64_t i = 0; i < 12; ++i) {
-                      out[i] = c[i] > 0 ? x[0][i] : x[1][i % 4];
-                    }
-                    return out;
-                  },
-                  {random_ref({3, 4}, rng), random_ref({4}, rng)});
+  check_gradients(
+      "where", [cond](const std::vector<Tensor>& x) { return where(cond, x[0], x[1]); },
+      [c](const std::vector<Ref>& x) {
+        Ref out({3, 4});
+        for (std::int64_t i = 0; i < 12; ++i) {
+          out[i] = c[i] > 0 ? x[0][i] : x[1][i % 4];
+        }
+        return out;
+      },
+      {random_ref({3, 4}, rng), random_ref({4}, rng)});
 }
 
 void check_reduction(const std::string& name, Tensor (*op)(const Tensor&, const ReduceOptions&),
@@ -142,7 +168,8 @@ void check_reduction(const std::string& name, Tensor (*op)(const Tensor&, const 
           [&, axes, keepdims](const std::vector<Ref>& x) {
             Ref r = ref_reduce(x[0], axes, keepdims, f, init);
             if (is_mean) {
-              const double n = static_cast<double>(x[0].size()) / static_cast<double>(std::max<std::int64_t>(r.size(), 1));
+              const double n = static_cast<double>(x[0].size()) /
+                               static_cast<double>(std::max<std::int64_t>(r.size(), 1));
               for (auto& v : r.v) v /= n;
             }
             return r;
@@ -152,25 +179,34 @@ void check_reduction(const std::string& name, Tensor (*op)(const Tensor&, const 
   }
 }
 
-TEST(GradCheck, Sum) { check_reduction("sum", sum, [](double a, double b) { return a + b; }, 0, false); }
-TEST(GradCheck, Mean) { check_reduction("mean", mean, [](double a, double b) { return a + b; }, 0, true); }
+TEST(GradCheck, Sum) {
+  check_reduction(
+      "sum", sum, [](double a, double b) { return a + b; }, 0, false);
+}
+TEST(GradCheck, Mean) {
+  check_reduction(
+      "mean", mean, [](double a, double b) { return a + b; }, 0, true);
+}
 TEST(GradCheck, Max) {
-  check_reduction("max", lockstep::max, [](double a, double b) { return std::max(a, b); }, -INFINITY, false);
+  check_reduction(
+      "max", lockstep::max, [](double a, double b) { return std::max(a, b); }, -INFINITY, false);
 }
 TEST(GradCheck, Min) {
-  check_reduction("min", lockstep::min, [](double a, double b) { return std::min(a, b); }, INFINITY, false);
+  check_reduction(
+      "min", lockstep::min, [](double a, double b) { return std::min(a, b); }, INFINITY, false);
 }
 
 TEST(GradCheck, Softmax) {
   std::mt19937 rng(19);
   for (int axis : {-1, 0, 1}) {
     for (bool log : {false, true}) {
-      check_gradients(std::string(log ? "log_softmax" : "softmax") + " axis=" + std::to_string(axis),
-                      [axis, log](const std::vector<Tensor>& x) {
-                        return log ? log_softmax(x[0], axis) : softmax(x[0], axis);
-                      },
-                      [axis, log](const std::vector<Ref>& x) { return ref_softmax(x[0], axis, log); },
-                      {random_ref({3, 5, 2}, rng, -3, 3)});
+      check_gradients(
+          std::string(log ? "log_softmax" : "softmax") + " axis=" + std::to_string(axis),
+          [axis, log](const std::vector<Tensor>& x) {
+            return log ? log_softmax(x[0], axis) : softmax(x[0], axis);
+          },
+          [axis, log](const std::vector<Ref>& x) { return ref_softmax(x[0], axis, log); },
+          {random_ref({3, 5, 2}, rng, -3, 3)});
     }
   }
 }
@@ -182,21 +218,23 @@ TEST(GradCheck, Matmul) {
     for (bool tb : {false, true}) {
       const Dims da = ta ? Dims{k, m} : Dims{m, k};
       const Dims db = tb ? Dims{n, k} : Dims{k, n};
-      check_gradients("matmul ta=" + std::to_string(ta) + " tb=" + std::to_string(tb),
-                      [ta, tb](const std::vector<Tensor>& x) {
-                        return matmul(x[0], x[1], {.transpose_a = ta, .transpose_b = tb});
-                      },
-                      [ta, tb](const std::vector<Ref>& x) { return ref_matmul(x[0], x[1], ta, tb); },
-                      {random_ref(da, rng), random_ref(db, rng)});
-      check_gradients("matmul+bias ta=" + std::to_string(ta) + " tb=" + std::to_string(tb),
-                      [ta, tb](const std::vector<Tensor>& x) {
-                        return matmul(x[0], x[1], x[2], {.transpose_a = ta, .transpose_b = tb});
-                      },
-                      [ta, tb](const std::vector<Ref>& x) {
-                        return ref_binary(ref_matmul(x[0], x[1], ta, tb), x[2],
-                                          [](double a, double b) { return a + b; });
-                      },
-                      {random_ref(da, rng), random_ref(db, rng), random_ref({n}, rng)});
+      check_gradients(
+          "matmul ta=" + std::to_string(ta) + " tb=" + std::to_string(tb),
+          [ta, tb](const std::vector<Tensor>& x) {
+            return matmul(x[0], x[1], {.transpose_a = ta, .transpose_b = tb});
+          },
+          [ta, tb](const std::vector<Ref>& x) { return ref_matmul(x[0], x[1], ta, tb); },
+          {random_ref(da, rng), random_ref(db, rng)});
+      check_gradients(
+          "matmul+bias ta=" + std::to_string(ta) + " tb=" + std::to_string(tb),
+          [ta, tb](const std::vector<Tensor>& x) {
+            return matmul(x[0], x[1], x[2], {.transpose_a = ta, .transpose_b = tb});
+          },
+          [ta, tb](const std::vector<Ref>& x) {
+            return ref_binary(ref_matmul(x[0], x[1], ta, tb), x[2],
+                              [](double a, double b) { return a + b; });
+          },
+          {random_ref(da, rng), random_ref(db, rng), random_ref({n}, rng)});
     }
   }
 }
@@ -217,108 +255,141 @@ TEST(GradCheck, BatchedMatmul) {
     return out;
   };
   for (bool shared : {false, true}) {
-    check_gradients(shared ? "batched matmul, shared b" : "batched matmul",
-                    [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); },
-                    [=](const std::vector<Ref>& x) { return batched_ref(x[0], x[1], shared); },
-                    {random_ref({batch, m, k}, rng),
-                     random_ref(shared ? Dims{k, n} : Dims{batch, k, n}, rng)});
+    check_gradients(
+        shared ? "batched matmul, shared b" : "batched matmul",
+        [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); },
+        [=](const std::vector<Ref>& x) { return batched_ref(x[0], x[1], shared); },
+        {random_ref({batch, m, k}, rng), random_ref(shared ? Dims{k, n} : Dims{batch, k, n}, rng)});
   }
 }
 
 TEST(GradCheck, ReshapeAndTranspose) {
   std::mt19937 rng(31);
-  check_gradients("reshape", [](const std::vector<Tensor>& x) { return reshape(x[0], {4, -1}); },
-                  [](const std::vector<Ref>& x) { Ref r = x[0]; r.dims = {4, 6}; return r; },
-                  {random_ref({2, 3, 4}, rng)});
+  check_gradients(
+      "reshape",
+      [](const std::vector<Tensor>& x) {
+        return reshape(x[0], {4, -1});
+      },
+      [](const std::vector<Ref>& x) {
+        Ref r = x[0];
+        r.dims = {4, 6};
+        return r;
+      },
+      {random_ref({2, 3, 4}, rng)});
   const std::vector<int> perm{2, 0, 1};
-  check_gradients("transpose", [perm](const std::vector<Tensor>& x) { return transpose(x[0], perm); },
-                  [perm](const std::vector<Ref>& x) {
-                    const Ref& a = x[0];
-                    Ref out({a.dims[2], a.dims[0], a.dims[1]});
-                    for (std::int64_t i = 0; i < out.size(); ++i) {
-                      const Dims o = unravel(i, out.dims);
-                      out[i] = a[(o[1] * a.dims[1] + o[2]) * a.dims[2] + o[0]];
-                    }
-                    return out;
-                  },
-                  {random_ref({2, 3, 4}, rng)});
+  check_gradients(
+      "transpose", [perm](const std::vector<Tensor>& x) { return transpose(x[0], perm); },
+      [perm](const std::vector<Ref>& x) {
+        const Ref& a = x[0];
+        Ref out({a.dims[2], a.dims[0], a.dims[1]});
+        for (std::int64_t i = 0; i < out.size(); ++i) {
+          const Dims o = unravel(i, out.dims);
+          out[i] = a[(o[1] * a.dims[1] + o[2]) * a.dims[2] + o[0]];
+        }
+        return out;
+      },
+      {random_ref({2, 3, 4}, rng)});
 }
 
 TEST(GradCheck, ConcatAndSlice) {
   std::mt19937 rng(37);
-  check_gradients("concat axis=1",
-                  [](const std::vector<Tensor>& x) { return concat({x[0], x[1]}, 1); },
-                  [](const std::vector<Ref>& x) {
-                    Ref out({2, 5, 2});
-                    for (std::int64_t i = 0; i < out.size(); ++i) {
-                      const Dims o = unravel(i, out.dims);
-                      out[i] = o[1] < 2 ? x[0][(o[0] * 2 + o[1]) * 2 + o[2]]
-                                        : x[1][(o[0] * 3 + o[1] - 2) * 2 + o[2]];
-                    }
-                    return out;
-                  },
-                  {random_ref({2, 2, 2}, rng), random_ref({2, 3, 2}, rng)});
-  check_gradients("slice", [](const std::vector<Tensor>& x) { return slice(x[0], {1, 0, 2}, {2, -1, 2}); },
-                  [](const std::vector<Ref>& x) {
-                    Ref out({2, 3, 2});
-                    for (std::int64_t i = 0; i < out.size(); ++i) {
-                      const Dims o = unravel(i, out.dims);
-                      out[i] = x[0][((o[0] + 1) * 3 + o[1]) * 5 + o[2] + 2];
-                    }
-                    return out;
-                  },
-                  {random_ref({4, 3, 5}, rng)});
-  check_gradients("slice rows (view)", [](const std::vector<Tensor>& x) { return slice(x[0], {1, 0}, {2, -1}); },
-                  [](const std::vector<Ref>& x) {
-                    Ref out({2, 3});
-                    for (std::int64_t i = 0; i < 6; ++i) out[i] = x[0][3 + i];
-                    return out;
-                  },
-                  {random_ref({4, 3}, rng)});
+  check_gradients(
+      "concat axis=1",
+      [](const std::vector<Tensor>& x) {
+        return concat({x[0], x[1]}, 1);
+      },
+      [](const std::vector<Ref>& x) {
+        Ref out({2, 5, 2});
+        for (std::int64_t i = 0; i < out.size(); ++i) {
+          const Dims o = unravel(i, out.dims);
+          out[i] = o[1] < 2 ? x[0][(o[0] * 2 + o[1]) * 2 + o[2]]
+                            : x[1][(o[0] * 3 + o[1] - 2) * 2 + o[2]];
+        }
+        return out;
+      },
+      {random_ref({2, 2, 2}, rng), random_ref({2, 3, 2}, rng)});
+  check_gradients(
+      "slice",
+      [](const std::vector<Tensor>& x) {
+        return slice(x[0], {1, 0, 2}, {2, -1, 2});
+      },
+      [](const std::vector<Ref>& x) {
+        Ref out({2, 3, 2});
+        for (std::int64_t i = 0; i < out.size(); ++i) {
+          const Dims o = unravel(i, out.dims);
+          out[i] = x[0][((o[0] + 1) * 3 + o[1]) * 5 + o[2] + 2];
+        }
+        return out;
+      },
+      {random_ref({4, 3, 5}, rng)});
+  check_gradients(
+      "slice rows (view)",
+      [](const std::vector<Tensor>& x) {
+        return slice(x[0], {1, 0}, {2, -1});
+      },
+      [](const std::vector<Ref>& x) {
+        Ref out({2, 3});
+        for (std::int64_t i = 0; i < 6; ++i) out[i] = x[0][3 + i];
+        return out;
+      },
+      {random_ref({4, 3}, rng)});
 }
 
 TEST(GradCheck, BroadcastToAndSumTo) {
   std::mt19937 rng(41);
-  check_gradients("broadcast_to", [](const std::vector<Tensor>& x) { return broadcast_to(x[0], {2, 3, 4}); },
-                  [](const std::vector<Ref>& x) {
-                    return ref_binary(x[0], Ref({2, 3, 4}), [](double a, double) { return a; });
-                  },
-                  {random_ref({3, 1}, rng)});
-  check_gradients("sum_to", [](const std::vector<Tensor>& x) { return sum_to(x[0], {3, 1}); },
-                  [](const std::vector<Ref>& x) {
-                    Ref r = ref_reduce(x[0], {0, 2}, true, [](double a, double b) { return a + b; }, 0);
-                    r.dims = {3, 1};
-                    return r;
-                  },
-                  {random_ref({2, 3, 4}, rng)});
-  check_gradients("cast", [](const std::vector<Tensor>& x) { return cast(x[0], DType::kFloat32); },
-                  [](const std::vector<Ref>& x) { return x[0]; }, {random_ref({5}, rng)});
+  check_gradients(
+      "broadcast_to",
+      [](const std::vector<Tensor>& x) {
+        return broadcast_to(x[0], {2, 3, 4});
+      },
+      [](const std::vector<Ref>& x) {
+        return ref_binary(x[0], Ref({2, 3, 4}), [](double a, double) { return a; });
+      },
+      {random_ref({3, 1}, rng)});
+  check_gradients(
+      "sum_to",
+      [](const std::vector<Tensor>& x) {
+        return sum_to(x[0], {3, 1});
+      },
+      [](const std::vector<Ref>& x) {
+        Ref r = ref_reduce(
+            x[0], {0, 2}, true, [](double a, double b) { return a + b; }, 0);
+        r.dims = {3, 1};
+        return r;
+      },
+      {random_ref({2, 3, 4}, rng)});
+  check_gradients(
+      "cast", [](const std::vector<Tensor>& x) { return cast(x[0], DType::kFloat32); },
+      [](const std::vector<Ref>& x) { return x[0]; }, {random_ref({5}, rng)});
 }
 
 TEST(GradCheck, GatherAndTakeAlongAxis) {
   std::mt19937 rng(43);
   const Tensor idx = Tensor::from_vector<std::int64_t>({2, 0, 2, 1}, {2, 2});
-  check_gradients("gather axis=1", [idx](const std::vector<Tensor>& x) { return gather(x[0], idx, 1); },
-                  [](const std::vector<Ref>& x) {
-                    const std::int64_t ids[4] = {2, 0, 2, 1};
-                    Ref out({2, 2, 2, 3});  // [2] + [2,2] + [3]
-                    for (std::int64_t i = 0; i < out.size(); ++i) {
-                      const Dims o = unravel(i, out.dims);
-                      out[i] = x[0][(o[0] * 4 + ids[o[1] * 2 + o[2]]) * 3 + o[3]];
-                    }
-                    return out;
-                  },
-                  {random_ref({2, 4, 3}, rng)});
+  check_gradients(
+      "gather axis=1", [idx](const std::vector<Tensor>& x) { return gather(x[0], idx, 1); },
+      [](const std::vector<Ref>& x) {
+        const std::int64_t ids[4] = {2, 0, 2, 1};
+        Ref out({2, 2, 2, 3});  // [2] + [2,2] + [3]
+        for (std::int64_t i = 0; i < out.size(); ++i) {
+          const Dims o = unravel(i, out.dims);
+          out[i] = x[0][(o[0] * 4 + ids[o[1] * 2 + o[2]]) * 3 + o[3]];
+        }
+        return out;
+      },
+      {random_ref({2, 4, 3}, rng)});
   const Tensor labels = Tensor::from_vector<std::int32_t>({3, 0, 3}, {3, 1});
-  check_gradients("take_along_axis", [labels](const std::vector<Tensor>& x) { return take_along_axis(x[0], labels, 1); },
-                  [](const std::vector<Ref>& x) {
-                    Ref out({3, 1});
-                    out[0] = x[0][3];
-                    out[1] = x[0][4];
-                    out[2] = x[0][11];
-                    return out;
-                  },
-                  {random_ref({3, 4}, rng)});
+  check_gradients(
+      "take_along_axis",
+      [labels](const std::vector<Tensor>& x) { return take_along_axis(x[0], labels, 1); },
+      [](const std::vector<Ref>& x) {
+        Ref out({3, 1});
+        out[0] = x[0][3];
+        out[1] = x[0][4];
+        out[2] = x[0][11];
+        return out;
+      },
+      {random_ref({3, 4}, rng)});
 }
 
 // The loss of a small classifier, composed of many ops at once.
@@ -332,7 +403,8 @@ TEST(GradCheck, ComposedCrossEntropy) {
         return mean(neg(take_along_axis(log_softmax(logits), labels, 1)));
       },
       [](const std::vector<Ref>& x) {
-        Ref h = ref_binary(ref_matmul(x[0], x[1], false, false), x[2], [](double a, double b) { return a + b; });
+        Ref h = ref_binary(ref_matmul(x[0], x[1], false, false), x[2],
+                           [](double a, double b) { return a + b; });
         h = ref_unary(h, [](double v) { return std::tanh(v); });
         const Ref lp = ref_softmax(ref_matmul(h, x[3], false, false), -1, true);
         const int lab[4] = {1, 0, 2, 1};
@@ -340,7 +412,8 @@ TEST(GradCheck, ComposedCrossEntropy) {
         for (int i = 0; i < 4; ++i) out[0] -= lp[i * 3 + lab[i]] / 4.0;
         return out;
       },
-      {random_ref({4, 5}, rng), random_ref({5, 6}, rng), random_ref({6}, rng), random_ref({6, 3}, rng)});
+      {random_ref({4, 5}, rng), random_ref({5, 6}, rng), random_ref({6}, rng),
+       random_ref({6, 3}, rng)});
 }
 
 }  // namespace

@@ -10,7 +10,8 @@ namespace {
 TEST(SteadyState, ThousandTrainingStepsAllocateNothingNewAfterTheFirst) {
   random::Generator gen(1);
   const Tensor x = gen.normal({32, 20});
-  const Tensor labels = Tensor::from_vector<std::int64_t>(std::vector<std::int64_t>(32, 1), {32, 1});
+  const Tensor labels =
+      Tensor::from_vector<std::int64_t>(std::vector<std::int64_t>(32, 1), {32, 1});
   Variable w1(gen.normal({20, 16}, 0.0f, 0.1f)), b1(Tensor::zeros({16}));
   Variable w2(gen.normal({16, 4}, 0.0f, 0.1f)), b2(Tensor::zeros({4}));
   const std::vector<Variable> params{w1, b1, w2, b2};
@@ -35,7 +36,8 @@ TEST(SteadyState, ThousandTrainingStepsAllocateNothingNewAfterTheFirst) {
   for (int i = 1; i < 1000; ++i) last_loss = step();
   const auto after_all = alloc.stats();
   EXPECT_EQ(after_all.system_allocations, after_first.system_allocations);
-  EXPECT_GT(after_all.allocations - after_first.allocations, 999u * 10);  // the loop did allocate tensors
+  EXPECT_GT(after_all.allocations - after_first.allocations,
+            999u * 10);              // the loop did allocate tensors
   EXPECT_LT(last_loss, first_loss);  // and it trained
 }
 

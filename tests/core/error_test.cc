@@ -1,8 +1,9 @@
 // The error hierarchy and LOCKSTEP_CHECK.
+#include "lockstep/core/error.h"
+
 #include <gtest/gtest.h>
 
 #include "lockstep/core/dtype.h"
-#include "lockstep/core/error.h"
 
 namespace lockstep {
 namespace {

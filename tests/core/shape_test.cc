@@ -1,8 +1,9 @@
 // Shape: inline dims, numel, strides, negative axes, errors.
+#include "lockstep/core/shape.h"
+
 #include <gtest/gtest.h>
 
 #include "lockstep/core/error.h"
-#include "lockstep/core/shape.h"
 
 namespace lockstep {
 namespace {

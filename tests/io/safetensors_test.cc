@@ -14,8 +14,9 @@ namespace fs = std::filesystem;
 
 struct TempDir {
   fs::path path;
-  TempDir() : path(fs::temp_directory_path() / ("lockstep_io_" + std::to_string(::getpid()) + "_" +
-                                                 std::to_string(reinterpret_cast<std::uintptr_t>(this)))) {
+  TempDir()
+      : path(fs::temp_directory_path() / ("lockstep_io_" + std::to_string(::getpid()) + "_" +
+                                          std::to_string(reinterpret_cast<std::uintptr_t>(this)))) {
     fs::create_directories(path);
   }
   ~TempDir() { fs::remove_all(path); }
@@ -53,7 +54,8 @@ TEST(Safetensors, RoundTripKeepsValuesOrderAndMetadata) {
   // The published layout: u64 little-endian header length, then JSON.
   const std::string raw = slurp(path);
   std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(raw[static_cast<std::size_t>(i)]);
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | static_cast<unsigned char>(raw[static_cast<std::size_t>(i)]);
   EXPECT_EQ(raw[8], '{');
   EXPECT_EQ((8 + n) % 8, 0u);
   EXPECT_NE(raw.find("\"dtype\":\"F32\""), std::string::npos);
@@ -75,8 +77,9 @@ TEST(Safetensors, EverySingleByteFlipIsDetected) {
     try {
       const TensorFile f = read_safetensors(path);
       // A flip inside JSON whitespace padding changes nothing that matters.
-      const bool same = f.tensors.size() == 2 && f.at("w").to_vector<float>() ==
-                                                     random::normal({4, 3}, {.seed = 2}).to_vector<float>();
+      const bool same =
+          f.tensors.size() == 2 &&
+          f.at("w").to_vector<float>() == random::normal({4, 3}, {.seed = 2}).to_vector<float>();
       if (same) ++detected;  // harmless: the data read back is intact
     } catch (const IOError& e) {
       ++detected;
@@ -116,14 +119,16 @@ TEST(Safetensors, ChecksumMismatchNamesTensorAndOffset) {
     read_safetensors(path);
     FAIL();
   } catch (const IOError& e) {
-    EXPECT_NE(std::string(e.what()).find("tensor 'w': checksum mismatch"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tensor 'w': checksum mismatch"), std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("at file offset"), std::string::npos) << e.what();
   }
 }
 
 TEST(Safetensors, MissingFileAndUnwritableDirectory) {
   EXPECT_THROW(read_safetensors("/nonexistent/x.safetensors"), IOError);
-  EXPECT_THROW(write_safetensors("/nonexistent/dir/x.safetensors", {{"w", Tensor::ones({1})}}), IOError);
+  EXPECT_THROW(write_safetensors("/nonexistent/dir/x.safetensors", {{"w", Tensor::ones({1})}}),
+               IOError);
 }
 
 }  // namespace

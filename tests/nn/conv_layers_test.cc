@@ -17,7 +17,8 @@ TEST(ConvLayers, Conv2DShapesAndKerasKernelLayout) {
   layers::Conv2D pointwise(4, {1, 1});
   const Tensor x = random::normal({2, 3, 3, 5}, {.seed = 1});
   const Tensor out = pointwise(x);
-  const Tensor want = matmul(reshape(x, {-1, 5}), reshape(pointwise->kernel(), {5, 4}), pointwise->bias());
+  const Tensor want =
+      matmul(reshape(x, {-1, 5}), reshape(pointwise->kernel(), {5, 4}), pointwise->bias());
   const auto a = out.to_vector<float>(), b = want.to_vector<float>();
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5);
 }
@@ -33,9 +34,11 @@ TEST(ConvLayers, DepthwiseMatchesPerChannelConvolution) {
   for (int c = 0; c < 3; ++c) {
     for (int m = 0; m < 2; ++m) {
       std::vector<float> single(9);
-      for (int i = 0; i < 9; ++i) single[static_cast<std::size_t>(i)] = k[static_cast<std::size_t>(i * 6 + c * 2 + m)];
+      for (int i = 0; i < 9; ++i)
+        single[static_cast<std::size_t>(i)] = k[static_cast<std::size_t>(i * 6 + c * 2 + m)];
       const Tensor xc = slice(x, {0, 0, 0, c}, {1, 4, 4, 1});
-      const Tensor yc = conv2d(xc, Tensor::from_vector(single, {3, 3, 1, 1}), Tensor(), {.padding = Padding::kSame});
+      const Tensor yc = conv2d(xc, Tensor::from_vector(single, {3, 3, 1, 1}), Tensor(),
+                               {.padding = Padding::kSame});
       const auto got = slice(y, {0, 0, 0, c * 2 + m}, {1, 4, 4, 1}).to_vector<float>();
       const auto want = yc.to_vector<float>();
       for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5);
@@ -51,13 +54,15 @@ TEST(ConvLayers, PoolingAndPaddingLayers) {
   EXPECT_EQ(layers::GlobalAveragePooling2D({.keepdims = true})(x).shape(), (Shape{1, 1, 1, 1}));
   EXPECT_EQ(layers::ZeroPadding2D({{{1, 0}, {0, 2}}})(x).shape(), (Shape{1, 3, 4, 1}));
   // 'same' average pooling divides by the valid positions only.
-  EXPECT_EQ(layers::AveragePooling2D({3, 3}, {.strides = {1, 1}, .padding = "same"})(x).to_vector<float>(),
+  EXPECT_EQ(layers::AveragePooling2D({3, 3}, {.strides = {1, 1}, .padding = "same"})(x)
+                .to_vector<float>(),
             (std::vector<float>{2.5f, 2.5f, 2.5f, 2.5f}));
 }
 
 TEST(ConvLayers, BatchNormalizationTrainingInferenceAndFreezing) {
   layers::BatchNormalization bn({.momentum = 0.5f});
-  const Tensor x = Tensor::from_vector<float>({1, 10, 3, 20, 5, 30}, {3, 2});  // channel means 3 and 20
+  const Tensor x =
+      Tensor::from_vector<float>({1, 10, 3, 20, 5, 30}, {3, 2});  // channel means 3 and 20
   const Tensor y = bn(x, {.training = true});
   // Batch statistics: each channel normalised to mean 0.
   const auto v = y.to_vector<float>();
@@ -88,8 +93,10 @@ TEST(ConvLayers, ErrorsNameTheLayer) {
     conv(Tensor::zeros({2, 784}));
     FAIL();
   } catch (const ShapeError& e) {
-    EXPECT_STREQ(e.what(), "Conv2D 'conv2d': expected input of shape [batch, height, width, channels], got [2, 784]. "
-                           "Hint: add a Reshape layer, e.g. Reshape({28, 28, 1})");
+    EXPECT_STREQ(
+        e.what(),
+        "Conv2D 'conv2d': expected input of shape [batch, height, width, channels], got [2, 784]. "
+        "Hint: add a Reshape layer, e.g. Reshape({28, 28, 1})");
   }
   EXPECT_THROW(layers::Conv2D(4, {3, 3}, {.padding = "full"}), ValueError);
   EXPECT_THROW(layers::Conv2D(5, {3, 3}, {.groups = 2})(Tensor::zeros({1, 4, 4, 4})), ShapeError);
@@ -117,7 +124,8 @@ TEST(ConvLayers, SmallCnnLearnsAToyImageTask) {
   h = layers::Dropout(0.1f, {.seed = 3})(h);
   Model model(in, layers::Dense(2)(h));
   model.compile({.optimizer = optimizers::Adam({.learning_rate = 0.05}),
-                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}), .metrics = {"accuracy"}});
+                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                 .metrics = {"accuracy"}});
   model.fit(x, Tensor::from_vector(labels), {.batch_size = 16, .epochs = 15, .verbose = 0});
   EXPECT_GE(model.evaluate(x, Tensor::from_vector(labels), {.verbose = 0}).at("accuracy"), 0.99);
 }

@@ -44,9 +44,10 @@ TEST(Layers, DenseMatchesReferenceAndBuildsFromInputShape) {
   ASSERT_EQ(dense->kernel().shape(), (Shape{5, 3}));
   ASSERT_EQ(dense->bias().shape(), (Shape{3}));
   EXPECT_EQ(dense.weights().size(), 2u);
-  const Ref want = ref_unary(ref_binary(ref_matmul(x, to_ref(dense->kernel().value()), false, false),
-                                        to_ref(dense->bias().value()), [](double a, double b) { return a + b; }),
-                             [](double v) { return v > 0 ? v : 0.0; });
+  const Ref want =
+      ref_unary(ref_binary(ref_matmul(x, to_ref(dense->kernel().value()), false, false),
+                           to_ref(dense->bias().value()), [](double a, double b) { return a + b; }),
+                [](double v) { return v > 0 ? v : 0.0; });
   expect_close(want, y, 1e-5, 1e-5, "dense");
   // Rank-3 input: Dense acts on the last axis.
   EXPECT_EQ(dense(Tensor::zeros({2, 7, 5})).shape(), (Shape{2, 7, 3}));
@@ -57,12 +58,14 @@ TEST(Layers, DenseInputGradientByFiniteDifferences) {
   layers::Dense dense(4, {.activation = "tanh"});
   (void)dense(Tensor::zeros({1, 3}));  // build
   const Ref w = to_ref(dense->kernel().value()), b = to_ref(dense->bias().value());
-  check_gradients("Dense", [dense](const std::vector<Tensor>& x) { return dense(x[0]); },
-                  [w, b](const std::vector<Ref>& x) {
-                    return ref_unary(ref_binary(ref_matmul(x[0], w, false, false), b, [](double p, double q) { return p + q; }),
-                                     [](double v) { return std::tanh(v); });
-                  },
-                  {random_ref({5, 3}, rng)});
+  check_gradients(
+      "Dense", [dense](const std::vector<Tensor>& x) { return dense(x[0]); },
+      [w, b](const std::vector<Ref>& x) {
+        return ref_unary(ref_binary(ref_matmul(x[0], w, false, false), b,
+                                    [](double p, double q) { return p + q; }),
+                         [](double v) { return std::tanh(v); });
+      },
+      {random_ref({5, 3}, rng)});
 }
 
 TEST(Layers, WrongInputShapeNamesLayerAndHintsFlatten) {
@@ -74,15 +77,18 @@ TEST(Layers, WrongInputShapeNamesLayerAndHintsFlatten) {
     (void)dense(Tensor::zeros({2, 28, 28}));
     FAIL();
   } catch (const ShapeError& e) {
-    EXPECT_STREQ(e.what(), "Dense 'dense': expected input of last dimension 784, got 28 (shape [2, 28, 28]). "
-                           "Hint: add a Flatten layer.");
+    EXPECT_STREQ(e.what(),
+                 "Dense 'dense': expected input of last dimension 784, got 28 (shape [2, 28, 28]). "
+                 "Hint: add a Flatten layer.");
   }
   try {
     (void)model(Tensor::zeros({2, 28, 28}));
     FAIL();
   } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("expected input 0 of shape (None, 784), got [2, 28, 28]. Hint: add a Flatten"),
-              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(
+                  "expected input 0 of shape (None, 784), got [2, 28, 28]. Hint: add a Flatten"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -94,9 +100,11 @@ TEST(Layers, ShapeLayersAndMerges) {
   EXPECT_EQ(layers::Concatenate()({x, x})[0].shape(), (Shape{2, 2, 4}));
   EXPECT_THROW(layers::Add()({x, Tensor::zeros({2, 2})}), ShapeError);
   EXPECT_EQ(layers::Softmax()(x).shape(), x.shape());
-  EXPECT_EQ(layers::ReLU({.max_value = 6.0f})(Tensor::from_vector<float>({-1, 3, 9})).to_vector<float>(),
-            (std::vector<float>{0, 3, 6}));
-  EXPECT_EQ(layers::ReLU({.negative_slope = 0.5f})(Tensor::from_vector<float>({-2, 3})).to_vector<float>(),
+  EXPECT_EQ(
+      layers::ReLU({.max_value = 6.0f})(Tensor::from_vector<float>({-1, 3, 9})).to_vector<float>(),
+      (std::vector<float>{0, 3, 6}));
+  EXPECT_EQ(layers::ReLU({.negative_slope = 0.5f})(Tensor::from_vector<float>({-2, 3}))
+                .to_vector<float>(),
             (std::vector<float>{-1, 3}));
   EXPECT_EQ(layers::Activation("sigmoid")(Tensor::zeros({1})).item<float>(), 0.5f);
 }
@@ -125,7 +133,8 @@ TEST(Layers, EmbeddingLooksUpRowsAndNamesBadIds) {
   ASSERT_EQ(out.shape(), (Shape{3, 3}));
   const auto table = emb->embeddings().value().to_vector<float>();
   const auto got = out.to_vector<float>();
-  for (int j = 0; j < 3; ++j) EXPECT_EQ(got[static_cast<std::size_t>(j)], table[static_cast<std::size_t>(12 + j)]);
+  for (int j = 0; j < 3; ++j)
+    EXPECT_EQ(got[static_cast<std::size_t>(j)], table[static_cast<std::size_t>(12 + j)]);
   try {
     emb(Tensor::from_vector<std::int32_t>({1, 5}));
     FAIL();
@@ -140,7 +149,8 @@ TEST(Layers, UnknownNamesListValidOnes) {
     layers::Dense(3, {.activation = "relux"});
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown activation 'relux'; valid names: linear, relu"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("unknown activation 'relux'; valid names: linear, relu"),
+              std::string::npos);
   }
   EXPECT_THROW(initializers::get("glorot"), ValueError);
   EXPECT_THROW(losses::get("crossentropy"), ValueError);
@@ -153,8 +163,8 @@ TEST(Functional, SharedLayersResidualsAndSeveralOutputs) {
   layers::Add add;
   layers::Concatenate concat_layer;
   layers::Dense head1(2), head2(1);
-  auto ha = shared(a), hb = shared(b);         // one layer, two calls
-  auto residual = add({ha, a});                // skip connection
+  auto ha = shared(a), hb = shared(b);  // one layer, two calls
+  auto residual = add({ha, a});         // skip connection
   auto merged = concat_layer({residual, hb});
   auto out1 = head1(merged);
   auto out2 = head2(hb);
@@ -184,7 +194,8 @@ TEST(Functional, OutputsMustDependOnDeclaredInputs) {
 }
 
 TEST(Sequential, BuildsFromInputShapeAndMatchesFunctional) {
-  Sequential seq({layers::Dense(8, {.activation = "relu"}), layers::Dense(3)}, {.input_shape = Shape{5}});
+  Sequential seq({layers::Dense(8, {.activation = "relu"}), layers::Dense(3)},
+                 {.input_shape = Shape{5}});
   EXPECT_EQ(seq.weights().size(), 4u);
   seq.add(layers::Softmax());
   const Tensor x = random::normal({4, 5}, {.seed = 3});
@@ -229,10 +240,12 @@ TEST(Trainable, FreezingExcludesWeightsFromTrainingAndUnfreezingRestores) {
   base.set_trainable(false);
   EXPECT_EQ(model.trainable_weights().size(), 2u);
   EXPECT_EQ(model.non_trainable_weights().size(), 2u);
-  model.compile({.optimizer = optimizers::SGD({.learning_rate = 0.1}), .loss = losses::MeanSquaredError()});
+  model.compile(
+      {.optimizer = optimizers::SGD({.learning_rate = 0.1}), .loss = losses::MeanSquaredError()});
   const auto frozen_before = base->kernel().value().to_vector<float>();
   const auto head_before = head->kernel().value().to_vector<float>();
-  model.fit(random::normal({16, 3}, {.seed = 5}), random::normal({16, 2}, {.seed = 6}), {.epochs = 2, .verbose = 0});
+  model.fit(random::normal({16, 3}, {.seed = 5}), random::normal({16, 2}, {.seed = 6}),
+            {.epochs = 2, .verbose = 0});
   EXPECT_EQ(base->kernel().value().to_vector<float>(), frozen_before);
   EXPECT_NE(head->kernel().value().to_vector<float>(), head_before);
   base.set_trainable(true);
@@ -240,7 +253,8 @@ TEST(Trainable, FreezingExcludesWeightsFromTrainingAndUnfreezingRestores) {
 }
 
 TEST(Regularizers, PenaltiesAreAddedToTheLoss) {
-  layers::Dense dense(2, {.kernel_initializer = initializers::Ones(), .kernel_regularizer = regularizers::L2(0.5f)});
+  layers::Dense dense(2, {.kernel_initializer = initializers::Ones(),
+                          .kernel_regularizer = regularizers::L2(0.5f)});
   auto in = Input({3});
   Model model(in, dense(in));
   model.compile({.optimizer = optimizers::SGD(), .loss = losses::MeanSquaredError()});

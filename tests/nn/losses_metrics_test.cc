@@ -23,10 +23,12 @@ TEST(Losses, SparseCategoricalCrossentropyFromLogitsAndProbabilities) {
   EXPECT_NEAR(per[0], l0, 1e-5);
   // Probabilities: the same numbers after softmax; labels as [batch, 1] and as uint8.
   auto probs_loss = losses::SparseCategoricalCrossentropy();
-  EXPECT_NEAR(probs_loss(Tensor::from_vector<std::uint8_t>({0, 2}, {2, 1}), softmax(logits)).item<float>(),
-              (l0 + l1) / 2, 1e-5);
+  EXPECT_NEAR(
+      probs_loss(Tensor::from_vector<std::uint8_t>({0, 2}, {2, 1}), softmax(logits)).item<float>(),
+      (l0 + l1) / 2, 1e-5);
   // Extreme logits stay finite.
-  EXPECT_TRUE(std::isfinite(loss(Tensor::from_vector<std::int64_t>({1}), f({1000, -1000}, {1, 2})).item<float>()));
+  EXPECT_TRUE(std::isfinite(
+      loss(Tensor::from_vector<std::int64_t>({1}), f({1000, -1000}, {1, 2})).item<float>()));
 }
 
 TEST(Losses, LabelOutOfRangeIsAnErrorNotANaN) {
@@ -35,8 +37,10 @@ TEST(Losses, LabelOutOfRangeIsAnErrorNotANaN) {
     loss(Tensor::from_vector<std::int64_t>({0, 3}), Tensor::zeros({2, 3}));
     FAIL();
   } catch (const IndexError& e) {
-    EXPECT_STREQ(e.what(), "SparseCategoricalCrossentropy: label 3 at position 1 is out of range for 3 classes "
-                           "(valid: 0 to 2)");
+    EXPECT_STREQ(
+        e.what(),
+        "SparseCategoricalCrossentropy: label 3 at position 1 is out of range for 3 classes "
+        "(valid: 0 to 2)");
   }
   EXPECT_THROW(loss(f({0.5f}, {1}), Tensor::zeros({1, 3})), IndexError);  // not an integer
 }
@@ -48,13 +52,19 @@ TEST(Losses, CategoricalWithLabelSmoothingAndBinary) {
   const double smooth[3] = {0.1 / 3, 0.9 + 0.1 / 3, 0.1 / 3};
   double want = 0;
   for (int c = 0; c < 3; ++c) want -= smooth[c] * (c + 1 - lse);
-  EXPECT_NEAR(losses::CategoricalCrossentropy({.from_logits = true, .label_smoothing = 0.1f})(y, logits).item<float>(),
-              want, 1e-5);
+  EXPECT_NEAR(
+      losses::CategoricalCrossentropy({.from_logits = true, .label_smoothing = 0.1f})(y, logits)
+          .item<float>(),
+      want, 1e-5);
   // BCE from logits: x = 0.5, z = 1 -> log(1 + e^-0.5); x = -2, z = 0 -> log(1 + e^-2).
   const double b = (std::log(1 + std::exp(-0.5)) + std::log(1 + std::exp(-2.0))) / 2;
-  EXPECT_NEAR(losses::BinaryCrossentropy({.from_logits = true})(f({1, 0}, {2, 1}), f({0.5f, -2}, {2, 1})).item<float>(),
-              b, 1e-6);
-  EXPECT_NEAR(losses::BinaryCrossentropy()(f({1, 0}, {2, 1}), sigmoid(f({0.5f, -2}, {2, 1}))).item<float>(), b, 1e-5);
+  EXPECT_NEAR(
+      losses::BinaryCrossentropy({.from_logits = true})(f({1, 0}, {2, 1}), f({0.5f, -2}, {2, 1}))
+          .item<float>(),
+      b, 1e-6);
+  EXPECT_NEAR(
+      losses::BinaryCrossentropy()(f({1, 0}, {2, 1}), sigmoid(f({0.5f, -2}, {2, 1}))).item<float>(),
+      b, 1e-5);
 }
 
 TEST(Losses, RegressionLossesAndReductions) {
@@ -63,7 +73,8 @@ TEST(Losses, RegressionLossesAndReductions) {
   EXPECT_NEAR(losses::MeanAbsoluteError()(y, p).item<float>(), ((1 + 3) / 2.0 + 0.5 / 2) / 2, 1e-6);
   // Huber, delta 1: 0.5·1, 1·(3 − 0.5), 0.5·0.25, 0.
   EXPECT_NEAR(losses::Huber()(y, p).item<float>(), ((0.5 + 2.5) / 2 + 0.125 / 2) / 2, 1e-6);
-  EXPECT_NEAR(losses::MeanSquaredError({.reduction = Reduction::kSum})(y, p).item<float>(), 5.0 + 0.125, 1e-6);
+  EXPECT_NEAR(losses::MeanSquaredError({.reduction = Reduction::kSum})(y, p).item<float>(),
+              5.0 + 0.125, 1e-6);
   EXPECT_EQ(losses::MeanSquaredError({.reduction = Reduction::kNone})(y, p).shape(), (Shape{2}));
   // Sample weights scale examples; the mean still divides by the batch size.
   EXPECT_NEAR(losses::MeanSquaredError()(y, p, f({0, 2}, {2})).item<float>(), 2 * 0.125 / 2, 1e-6);

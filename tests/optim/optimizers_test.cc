@@ -37,7 +37,8 @@ TEST(Optimizers, AdamBiasCorrectionOverThreeSteps) {
   double ref[2] = {1.0, -2.0}, m[2] = {0, 0}, v[2] = {0, 0};
   const double grads[3][2] = {{0.5, -1.0}, {0.2, 0.3}, {-0.4, 0.0}};
   for (int t = 1; t <= 3; ++t) {
-    adam.apply_gradients({vec({static_cast<float>(grads[t - 1][0]), static_cast<float>(grads[t - 1][1])})}, {x});
+    adam.apply_gradients(
+        {vec({static_cast<float>(grads[t - 1][0]), static_cast<float>(grads[t - 1][1])})}, {x});
     const double alpha = 0.1 * std::sqrt(1 - std::pow(0.999, t)) / (1 - std::pow(0.9, t));
     for (int i = 0; i < 2; ++i) {
       const double g = grads[t - 1][i];
@@ -80,9 +81,11 @@ TEST(Optimizers, RmspropAndAdagrad) {
 
 TEST(Optimizers, ClipValueNormAndGlobalNorm) {
   Variable a = var({0, 0, 0}), b = var({0, 0}), c = var({0}), d = var({0});
-  optimizers::SGD({.learning_rate = 1.0, .clip = {.clipvalue = 0.5}}).apply_gradients({vec({3, -4, 0.1f})}, {a});
+  optimizers::SGD({.learning_rate = 1.0, .clip = {.clipvalue = 0.5}})
+      .apply_gradients({vec({3, -4, 0.1f})}, {a});
   EXPECT_EQ(a.value().to_vector<float>(), (std::vector<float>{-0.5f, 0.5f, -0.1f}));
-  optimizers::SGD({.learning_rate = 1.0, .clip = {.clipnorm = 1.0}}).apply_gradients({vec({3, 4})}, {b});
+  optimizers::SGD({.learning_rate = 1.0, .clip = {.clipnorm = 1.0}})
+      .apply_gradients({vec({3, 4})}, {b});
   const auto bv = b.value().to_vector<float>();
   EXPECT_NEAR(bv[0], -0.6, 1e-6);
   EXPECT_NEAR(bv[1], -0.8, 1e-6);
@@ -118,10 +121,16 @@ TEST(Schedules, KerasFormulas) {
   EXPECT_NEAR(warm(5), 0.5, 1e-12);
   EXPECT_NEAR(warm(10), 1.0, 1e-12);
   EXPECT_NEAR(schedules::PolynomialDecay(1.0, 10, 0.0, 2.0)(5), 0.25, 1e-12);
-  auto ramp = schedules::RampUp({.start = 0.0, .max = 1.0, .min = 0.1, .rampup = 4, .sustain = 2, .decay = 0.5, .steps_per_unit = 10});
+  auto ramp = schedules::RampUp({.start = 0.0,
+                                 .max = 1.0,
+                                 .min = 0.1,
+                                 .rampup = 4,
+                                 .sustain = 2,
+                                 .decay = 0.5,
+                                 .steps_per_unit = 10});
   EXPECT_NEAR(ramp(0), 0.0, 1e-12);
-  EXPECT_NEAR(ramp(25), 0.5, 1e-12);   // unit 2 of a 4-unit ramp
-  EXPECT_NEAR(ramp(45), 1.0, 1e-12);   // sustained
+  EXPECT_NEAR(ramp(25), 0.5, 1e-12);              // unit 2 of a 4-unit ramp
+  EXPECT_NEAR(ramp(45), 1.0, 1e-12);              // sustained
   EXPECT_NEAR(ramp(70), 0.9 * 0.5 + 0.1, 1e-12);  // one unit into the decay
   // An optimizer reads its schedule at its step count.
   Variable x = var({0.0f});

@@ -25,7 +25,8 @@ struct Ref {
   std::vector<double> v;
 
   Ref() = default;
-  explicit Ref(Dims d, double fill = 0.0) : dims(std::move(d)), v(static_cast<std::size_t>(count(dims)), fill) {}
+  explicit Ref(Dims d, double fill = 0.0)
+      : dims(std::move(d)), v(static_cast<std::size_t>(count(dims)), fill) {}
 
   static std::int64_t count(const Dims& d) {
     std::int64_t n = 1;
@@ -40,7 +41,9 @@ struct Ref {
 
 inline Dims strides_of(const Dims& d) {
   Dims s(d.size(), 1);
-  for (int i = static_cast<int>(d.size()) - 2; i >= 0; --i) s[static_cast<std::size_t>(i)] = s[static_cast<std::size_t>(i) + 1] * d[static_cast<std::size_t>(i) + 1];
+  for (int i = static_cast<int>(d.size()) - 2; i >= 0; --i)
+    s[static_cast<std::size_t>(i)] =
+        s[static_cast<std::size_t>(i) + 1] * d[static_cast<std::size_t>(i) + 1];
   return s;
 }
 
@@ -116,8 +119,10 @@ inline Ref ref_unary(const Ref& a, const std::function<double(double)>& f) {
 // Reduction over sorted axes with keepdims, by a fold starting at `init`.
 inline Ref ref_reduce(const Ref& a, std::vector<int> axes, bool keepdims,
                       const std::function<double(double, double)>& f, double init) {
-  if (axes.empty()) for (int i = 0; i < a.rank(); ++i) axes.push_back(i);
-  for (auto& ax : axes) if (ax < 0) ax += a.rank();
+  if (axes.empty())
+    for (int i = 0; i < a.rank(); ++i) axes.push_back(i);
+  for (auto& ax : axes)
+    if (ax < 0) ax += a.rank();
   Dims kd = a.dims;
   for (int ax : axes) kd[static_cast<std::size_t>(ax)] = 1;
   Ref out(kd, init);
@@ -132,7 +137,8 @@ inline Ref ref_reduce(const Ref& a, std::vector<int> axes, bool keepdims,
   if (!keepdims) {
     Dims dropped;
     for (int d = 0; d < a.rank(); ++d) {
-      if (std::find(axes.begin(), axes.end(), d) == axes.end()) dropped.push_back(a.dims[static_cast<std::size_t>(d)]);
+      if (std::find(axes.begin(), axes.end(), d) == axes.end())
+        dropped.push_back(a.dims[static_cast<std::size_t>(d)]);
     }
     out.dims = dropped;
   }

@@ -1,9 +1,9 @@
 // CachingAllocator: size classes, reuse, counters.
+#include "lockstep/tensor/allocator.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
-
-#include "lockstep/tensor/allocator.h"
 
 namespace lockstep {
 namespace {

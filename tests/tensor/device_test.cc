@@ -16,7 +16,8 @@ TEST(Devices, ParseCountSplitsCoresContiguously) {
 }
 
 TEST(Devices, ParseExplicitCoreLists) {
-  EXPECT_EQ(parse_cpu_devices("0,1;2-3", {0, 1, 2, 3}), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(parse_cpu_devices("0,1;2-3", {0, 1, 2, 3}),
+            (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
   EXPECT_EQ(parse_cpu_devices("1;0", {0, 1}), (std::vector<std::vector<int>>{{1}, {0}}));
 }
 
@@ -36,7 +37,8 @@ TEST(Devices, SetLogicalDevicesRejectsMissingAndOverlappingCores) {
     set_logical_cpu_devices({{0}, {0}});
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("core 0 is in device 0 and device 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("core 0 is in device 0 and device 1"), std::string::npos)
+        << e.what();
   }
   try {
     set_logical_cpu_devices({{100000}});

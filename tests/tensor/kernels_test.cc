@@ -2,7 +2,6 @@
 // inputs, including odd sizes, sizes that take the parallel paths and
 // sizes that take the oneDNN paths.
 #include <gtest/gtest.h>
-
 #include <omp.h>
 
 #include <random>
@@ -14,15 +13,20 @@ namespace {
 
 TEST(Kernels, MatmulOddAndLargeShapesAllTransposes) {
   std::mt19937 rng(1);
-  for (auto [m, k, n] : {std::tuple<int, int, int>{1, 1, 1}, {3, 5, 7}, {67, 129, 33}, {64, 784, 256}}) {
+  for (auto [m, k, n] :
+       {std::tuple<int, int, int>{1, 1, 1}, {3, 5, 7}, {67, 129, 33}, {64, 784, 256}}) {
     for (bool ta : {false, true}) {
       for (bool tb : {false, true}) {
         const Ref a = random_ref(ta ? Dims{k, m} : Dims{m, k}, rng);
         const Ref b = random_ref(tb ? Dims{n, k} : Dims{k, n}, rng);
         const Ref bias = random_ref({n}, rng);
-        const Tensor got = matmul(to_tensor(a), to_tensor(b), to_tensor(bias), {.transpose_a = ta, .transpose_b = tb});
-        const Ref want = ref_binary(ref_matmul(a, b, ta, tb), bias, [](double x, double y) { return x + y; });
-        expect_close(want, got, 1e-4, 1e-4, "matmul " + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n));
+        const Tensor got = matmul(to_tensor(a), to_tensor(b), to_tensor(bias),
+                                  {.transpose_a = ta, .transpose_b = tb});
+        const Ref want =
+            ref_binary(ref_matmul(a, b, ta, tb), bias, [](double x, double y) { return x + y; });
+        expect_close(
+            want, got, 1e-4, 1e-4,
+            "matmul " + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n));
       }
     }
   }
@@ -49,18 +53,25 @@ TEST(Kernels, SoftmaxLargeRowsMatchReference) {
 TEST(Kernels, BinaryBroadcastLargeTakesParallelPathCorrectly) {
   std::mt19937 rng(3);
   // > kParallelThreshold elements, in shapes that split by rows and by one long row.
-  for (auto [da, db] : {std::pair<Dims, Dims>{{300, 257}, {257}}, {{1, 100003}, {1, 100003}},
+  for (auto [da, db] : {std::pair<Dims, Dims>{{300, 257}, {257}},
+                        {{1, 100003}, {1, 100003}},
                         {{129, 1, 300}, {1, 77, 1}}}) {
     const Ref a = random_ref(da, rng), b = random_ref(db, rng);
-    expect_close(ref_binary(a, b, [](double x, double y) { return x * y; }), mul(to_tensor(a), to_tensor(b)), 1e-6, 1e-6, "mul");
-    expect_close(ref_binary(a, b, [](double x, double y) { return x - y; }), sub(to_tensor(a), to_tensor(b)), 1e-6, 1e-6, "sub");
+    expect_close(ref_binary(a, b, [](double x, double y) { return x * y; }),
+                 mul(to_tensor(a), to_tensor(b)), 1e-6, 1e-6, "mul");
+    expect_close(ref_binary(a, b, [](double x, double y) { return x - y; }),
+                 sub(to_tensor(a), to_tensor(b)), 1e-6, 1e-6, "sub");
   }
 }
 
 TEST(Kernels, UnaryOneDnnPathMatchesLoopPath) {
   std::mt19937 rng(4);
   const Ref x = random_ref({5000}, rng, 0.1, 4.0);  // >= 2048: oneDNN eltwise
-  struct Case { const char* name; Tensor (*op)(const Tensor&); double (*f)(double); };
+  struct Case {
+    const char* name;
+    Tensor (*op)(const Tensor&);
+    double (*f)(double);
+  };
   const Case cases[] = {
       {"exp", lockstep::exp, [](double v) { return std::exp(v); }},
       {"log", lockstep::log, [](double v) { return std::log(v); }},
@@ -86,14 +97,20 @@ TEST(Kernels, ReductionsLargeAndStrided) {
   const Ref x = random_ref({7, 40001}, rng);
   auto plus = [](double a, double b) { return a + b; };
   expect_close(ref_reduce(x, {}, false, plus, 0), sum(to_tensor(x)), 1e-2, 1e-5, "sum all");
-  expect_close(ref_reduce(x, {1}, false, plus, 0), sum(to_tensor(x), {.axes = {1}}), 1e-3, 1e-5, "sum rows");
-  expect_close(ref_reduce(x, {0}, true, plus, 0), sum(to_tensor(x), {.axes = {0}, .keepdims = true}), 1e-5, 1e-5, "sum cols");
+  expect_close(ref_reduce(x, {1}, false, plus, 0), sum(to_tensor(x), {.axes = {1}}), 1e-3, 1e-5,
+               "sum rows");
+  expect_close(ref_reduce(x, {0}, true, plus, 0),
+               sum(to_tensor(x), {.axes = {0}, .keepdims = true}), 1e-5, 1e-5, "sum cols");
   auto mx = [](double a, double b) { return std::max(a, b); };
-  expect_close(ref_reduce(x, {0}, false, mx, -INFINITY), lockstep::max(to_tensor(x), {.axes = {0}}), 0, 0, "max cols");
+  expect_close(ref_reduce(x, {0}, false, mx, -INFINITY), lockstep::max(to_tensor(x), {.axes = {0}}),
+               0, 0, "max cols");
   const Ref y = random_ref({4, 5, 6, 3}, rng);
-  expect_close(ref_reduce(y, {0, 2}, false, plus, 0), sum(to_tensor(y), {.axes = {2, 0}}), 1e-5, 1e-5, "sum axes 0,2");
+  expect_close(ref_reduce(y, {0, 2}, false, plus, 0), sum(to_tensor(y), {.axes = {2, 0}}), 1e-5,
+               1e-5, "sum axes 0,2");
   auto mn = [](double a, double b) { return std::min(a, b); };
-  expect_close(ref_reduce(y, {1, 3}, true, mn, INFINITY), lockstep::min(to_tensor(y), {.axes = {1, -1}, .keepdims = true}), 0, 0, "min axes 1,3");
+  expect_close(ref_reduce(y, {1, 3}, true, mn, INFINITY),
+               lockstep::min(to_tensor(y), {.axes = {1, -1}, .keepdims = true}), 0, 0,
+               "min axes 1,3");
 }
 
 TEST(Kernels, ReductionsIgnoreThreadCount) {
@@ -109,9 +126,11 @@ TEST(Kernels, ReductionsIgnoreThreadCount) {
 TEST(Kernels, IntegerArithmeticAndReductions) {
   const Tensor a = Tensor::from_vector<std::int64_t>({1, -2, 3, 4, 5, 6}, {2, 3});
   const Tensor b = Tensor::from_vector<std::int64_t>({10, 20, 30});
-  EXPECT_EQ(add(a, b).to_vector<std::int64_t>(), (std::vector<std::int64_t>{11, 18, 33, 14, 25, 36}));
+  EXPECT_EQ(add(a, b).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{11, 18, 33, 14, 25, 36}));
   EXPECT_EQ(sum(a, {.axes = {0}}).to_vector<std::int64_t>(), (std::vector<std::int64_t>{5, 3, 9}));
-  EXPECT_EQ(lockstep::abs(a).to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(lockstep::abs(a).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}));
   EXPECT_EQ(argmax(a, 1).to_vector<std::int64_t>(), (std::vector<std::int64_t>{2, 2}));
   EXPECT_EQ(argmax(a, 0).to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 1, 1}));
 }
@@ -128,7 +147,8 @@ TEST(Kernels, ComparisonsWhereAndClip) {
   EXPECT_EQ(equal(a, b).to_vector<int>(), (std::vector<int>{0, 1, 0, 0}));
   EXPECT_EQ(greater_equal(a, b).to_vector<int>(), (std::vector<int>{0, 1, 1, 1}));
   EXPECT_EQ(not_equal(a, b).to_vector<int>(), (std::vector<int>{1, 0, 1, 1}));
-  EXPECT_EQ(where(greater(a, b), a, Tensor::scalar(-1.0f)).to_vector<float>(), (std::vector<float>{-1, -1, 3, 4}));
+  EXPECT_EQ(where(greater(a, b), a, Tensor::scalar(-1.0f)).to_vector<float>(),
+            (std::vector<float>{-1, -1, 3, 4}));
   EXPECT_EQ(clip(a, 1.5f, 3.5f).to_vector<float>(), (std::vector<float>{1.5f, 2, 3, 3.5f}));
 }
 
@@ -140,7 +160,8 @@ TEST(Kernels, TransposeConcatSliceLarge) {
   const std::vector<float> got = t.to_vector<float>();
   for (std::int64_t i = 0; i < x.size(); ++i) {
     const Dims o = unravel(i, {129, 37, 3});
-    ASSERT_EQ(static_cast<double>(got[static_cast<std::size_t>(i)]), x[(o[1] * 3 + o[2]) * 129 + o[0]]);
+    ASSERT_EQ(static_cast<double>(got[static_cast<std::size_t>(i)]),
+              x[(o[1] * 3 + o[2]) * 129 + o[0]]);
   }
   const Tensor c = concat({to_tensor(x), to_tensor(x)}, -1);
   EXPECT_EQ(c.shape(), (Shape{37, 3, 258}));
@@ -157,7 +178,8 @@ TEST(Kernels, GatherTakeAlongAxisOneHot) {
   EXPECT_EQ(gather(params, idx).shape(), (Shape{3, 2}));
   const Tensor labels = Tensor::from_vector<std::int64_t>({1, 0, 1}, {3, 1});
   EXPECT_EQ(take_along_axis(params, labels, 1).to_vector<float>(), (std::vector<float>{1, 2, 5}));
-  const Tensor oh = one_hot(Tensor::from_vector<std::int64_t>({2, 0}), 3, {.on_value = 0.9f, .off_value = 0.05f});
+  const Tensor oh =
+      one_hot(Tensor::from_vector<std::int64_t>({2, 0}), 3, {.on_value = 0.9f, .off_value = 0.05f});
   EXPECT_EQ(oh.shape(), (Shape{2, 3}));
   EXPECT_EQ(oh.to_vector<float>(), (std::vector<float>{0.05f, 0.05f, 0.9f, 0.9f, 0.05f, 0.05f}));
 }

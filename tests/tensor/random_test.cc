@@ -14,11 +14,14 @@ std::uint64_t pack(std::uint32_t lo, std::uint32_t hi) {
 }
 
 TEST(Philox, MatchesRandom123KnownAnswers) {
-  EXPECT_EQ(philox4x32(0, 0, 0), (std::array<std::uint32_t, 4>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(philox4x32(0, 0, 0),
+            (std::array<std::uint32_t, 4>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
   const std::uint64_t ones = ~std::uint64_t{0};
-  EXPECT_EQ(philox4x32(ones, ones, ones), (std::array<std::uint32_t, 4>{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  EXPECT_EQ(philox4x32(ones, ones, ones),
+            (std::array<std::uint32_t, 4>{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
   // counter {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, key {0xa4093822, 0x299f31d0}
-  EXPECT_EQ(philox4x32(pack(0xa4093822, 0x299f31d0), pack(0x13198a2e, 0x03707344), pack(0x243f6a88, 0x85a308d3)),
+  EXPECT_EQ(philox4x32(pack(0xa4093822, 0x299f31d0), pack(0x13198a2e, 0x03707344),
+                       pack(0x243f6a88, 0x85a308d3)),
             (std::array<std::uint32_t, 4>{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
 }
 
@@ -34,7 +37,8 @@ TEST(Random, SameKeySameValuesAnyElementRegenerable) {
     const Tensor part = dist ? normal({100}, {.seed = 3, .stream = 9, .first_index = 517})
                              : uniform({100}, {.seed = 3, .stream = 9, .first_index = 517});
     const auto w = whole.to_vector<float>(), p = part.to_vector<float>();
-    for (int i = 0; i < 100; ++i) ASSERT_EQ(p[static_cast<std::size_t>(i)], w[static_cast<std::size_t>(517 + i)]);
+    for (int i = 0; i < 100; ++i)
+      ASSERT_EQ(p[static_cast<std::size_t>(i)], w[static_cast<std::size_t>(517 + i)]);
   }
 }
 

@@ -8,7 +8,8 @@ namespace {
 
 TEST(Tensor, FactoriesFillValues) {
   EXPECT_EQ(Tensor::zeros({2, 3}).to_vector<float>(), std::vector<float>(6, 0.0f));
-  EXPECT_EQ(Tensor::ones({2}, DType::kInt64).to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 1}));
+  EXPECT_EQ(Tensor::ones({2}, DType::kInt64).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{1, 1}));
   EXPECT_EQ(Tensor::full({3}, 2.5).to_vector<float>(), (std::vector<float>{2.5f, 2.5f, 2.5f}));
   EXPECT_FLOAT_EQ(Tensor::scalar(4.0f).item<float>(), 4.0f);
   EXPECT_EQ(Tensor::scalar(1.0f).rank(), 0);
@@ -53,7 +54,8 @@ TEST(Tensor, AccessErrorsNameWhatWasExpected) {
     (void)t.data<std::int64_t>();
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_STREQ(e.what(), "Tensor::data: tensor has dtype float32, requested int64 (shape [2, 2])");
+    EXPECT_STREQ(e.what(),
+                 "Tensor::data: tensor has dtype float32, requested int64 (shape [2, 2])");
   }
   EXPECT_THROW((void)t.item<float>(), ValueError);
   EXPECT_THROW(t.view_rows(1, 3), IndexError);
@@ -66,7 +68,8 @@ TEST(Tensor, AccessErrorsNameWhatWasExpected) {
 TEST(Tensor, ToStringShowsShapeDtypeAndValues) {
   EXPECT_EQ(Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2}).to_string(),
             "Tensor(shape=[2, 2], dtype=float32, values=[1, 2, 3, 4])");
-  EXPECT_EQ(Tensor::zeros({20}).to_string(3), "Tensor(shape=[20], dtype=float32, values=[0, 0, 0, ...])");
+  EXPECT_EQ(Tensor::zeros({20}).to_string(3),
+            "Tensor(shape=[20], dtype=float32, values=[0, 0, 0, ...])");
 }
 
 }  // namespace

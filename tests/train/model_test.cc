@@ -49,7 +49,8 @@ TEST(Fit, SeparableDataReaches99PercentAccuracy) {
 TEST(Fit, ValidationDataSplitAndFrequency) {
   auto [x, y] = blobs(200, 3);
   Model model = small_classifier();
-  History h = model.fit(x, y, {.epochs = 4, .verbose = 0, .validation_split = 0.25, .validation_freq = 2});
+  History h =
+      model.fit(x, y, {.epochs = 4, .verbose = 0, .validation_split = 0.25, .validation_freq = 2});
   EXPECT_EQ(h["loss"].size(), 4u);
   EXPECT_EQ(h["val_loss"].size(), 2u);  // epochs 2 and 4
   EXPECT_EQ(h["val_accuracy"].size(), 2u);
@@ -62,7 +63,9 @@ TEST(Fit, ValidationDataSplitAndFrequency) {
 struct Recorder : Callback {
   std::vector<std::string> events;
   void on_train_begin(const Logs&) override { events.push_back("train_begin"); }
-  void on_epoch_begin(int e, const Logs&) override { events.push_back("epoch_begin " + std::to_string(e)); }
+  void on_epoch_begin(int e, const Logs&) override {
+    events.push_back("epoch_begin " + std::to_string(e));
+  }
   void on_train_batch_end(std::int64_t b, const Logs& logs) override {
     events.push_back("batch_end " + std::to_string(b) + (logs.contains("loss") ? " loss" : ""));
   }
@@ -78,10 +81,16 @@ TEST(Fit, CallbacksSeeKerasOrder) {
   auto [x, y] = blobs(64, 5);
   Model model = small_classifier();
   auto rec = std::make_shared<Recorder>();
-  model.fit(x, y, {.batch_size = 32, .epochs = 2, .verbose = 0, .callbacks = {rec}, .validation_split = 0.5,
-                   .initial_epoch = 1});
-  const std::vector<std::string> want{"train_begin", "epoch_begin 1", "batch_end 0 loss", "test_begin", "test_end",
-                                      "epoch_end 1 val", "train_end"};
+  model.fit(x, y,
+            {.batch_size = 32,
+             .epochs = 2,
+             .verbose = 0,
+             .callbacks = {rec},
+             .validation_split = 0.5,
+             .initial_epoch = 1});
+  const std::vector<std::string> want{"train_begin", "epoch_begin 1", "batch_end 0 loss",
+                                      "test_begin",  "test_end",      "epoch_end 1 val",
+                                      "train_end"};
   EXPECT_EQ(rec->events, want);
 }
 
@@ -92,7 +101,8 @@ struct StopAfterFirstBatch : Callback {
 TEST(Fit, CallbackCanStopTraining) {
   auto [x, y] = blobs(320, 6);
   Model model = small_classifier();
-  const History h = model.fit(x, y, {.epochs = 10, .verbose = 0, .callbacks = {std::make_shared<StopAfterFirstBatch>()}});
+  const History h = model.fit(
+      x, y, {.epochs = 10, .verbose = 0, .callbacks = {std::make_shared<StopAfterFirstBatch>()}});
   EXPECT_EQ(h["loss"].size(), 1u);
   EXPECT_EQ(model.optimizer().iterations(), 1);
 }
@@ -130,9 +140,11 @@ TEST(BadInput, FitBeforeCompileEmptyAndMismatchedData) {
     model.fit(x, y.view_rows(0, 9));
     FAIL();
   } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("same number of examples, got x [10, 8] and y [9]"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("same number of examples, got x [10, 8] and y [9]"),
+              std::string::npos);
   }
-  EXPECT_THROW(model.compile({.loss = losses::MeanSquaredError(), .metrics = {"acuracy"}}), ValueError);
+  EXPECT_THROW(model.compile({.loss = losses::MeanSquaredError(), .metrics = {"acuracy"}}),
+               ValueError);
   EXPECT_THROW(model.compile({}), ValueError);  // no loss
 }
 
@@ -144,8 +156,9 @@ TEST(BadInput, LabelOutOfRangeNamesTheBatch) {
     model.fit(x, y, {.batch_size = 32, .verbose = 0, .shuffle = false});
     FAIL();
   } catch (const IndexError& e) {
-    EXPECT_NE(std::string(e.what()).find("fit: epoch 1, batch 1 (examples 32 to 63): SparseCategoricalCrossentropy: "
-                                         "label 7 at position 8 is out of range for 2 classes"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "fit: epoch 1, batch 1 (examples 32 to 63): SparseCategoricalCrossentropy: "
+                  "label 7 at position 8 is out of range for 2 classes"),
               std::string::npos)
         << e.what();
   }
@@ -170,7 +183,8 @@ TEST(Acceptance, SeedMlpOnFashionMnist) {
                  .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
                  .metrics = {metrics::SparseCategoricalAccuracy()}});
   model.fit(prepare(train.first), train.second, {.batch_size = 64, .epochs = 2, .verbose = 0});
-  const Logs results = model.evaluate(prepare(test.first), test.second, {.batch_size = 64, .verbose = 0});
+  const Logs results =
+      model.evaluate(prepare(test.first), test.second, {.batch_size = 64, .verbose = 0});
   EXPECT_GE(results.at("sparse_categorical_accuracy"), 0.85);
 }
 
@@ -203,9 +217,12 @@ TEST(Acceptance, SmallCnnOnFashionMnist) {
   x = layers::Dense(128, {.activation = "relu"})(x);
   Model model(inputs, layers::Dense(10)(x));
   model.compile({.optimizer = optimizers::Adam(),
-                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}), .metrics = {"accuracy"}});
+                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                 .metrics = {"accuracy"}});
   model.fit(prepare(train.first), train.second, {.batch_size = 32, .epochs = 3, .verbose = 0});
-  EXPECT_GE(model.evaluate(prepare(test.first), test.second, {.batch_size = 64, .verbose = 0}).at("accuracy"), 0.90);
+  EXPECT_GE(model.evaluate(prepare(test.first), test.second, {.batch_size = 64, .verbose = 0})
+                .at("accuracy"),
+            0.90);
 }
 
 }  // namespace
@@ -225,13 +242,16 @@ TEST(Fit, MultiInputMultiOutputWithLossWeights) {
   auto reg = layers::Dense(1, {.name = "reg"})(h);
   Model model({image, extra}, {cls, reg});
   model.compile({.optimizer = optimizers::Adam({.learning_rate = 0.01}),
-                 .losses = {losses::SparseCategoricalCrossentropy({.from_logits = true}), losses::MeanSquaredError()},
+                 .losses = {losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                            losses::MeanSquaredError()},
                  .loss_weights = {1.0, 0.5},
                  .metrics = {"accuracy"}});
   auto [x, labels] = blobs(256, 11);
   const Tensor x2 = random::normal({256, 2}, {.seed = 12});
-  const Tensor target = sum(x2, {.axes = {1}, .keepdims = true});  // the regression head learns x2's sum
-  const History h1 = model.fit({x, x2}, {labels, target}, {.batch_size = 32, .epochs = 20, .verbose = 0});
+  const Tensor target =
+      sum(x2, {.axes = {1}, .keepdims = true});  // the regression head learns x2's sum
+  const History h1 =
+      model.fit({x, x2}, {labels, target}, {.batch_size = 32, .epochs = 20, .verbose = 0});
   EXPECT_EQ(h1["cls_loss"].size(), 20u);
   EXPECT_EQ(h1["reg_loss"].size(), 20u);
   const Logs logs = model.evaluate({x, x2}, {labels, target}, {.verbose = 0});
@@ -242,7 +262,8 @@ TEST(Fit, MultiInputMultiOutputWithLossWeights) {
   // Keras's log order: sorted names.
   std::vector<std::string> names;
   for (const auto& [k, v] : logs) names.push_back(k);
-  EXPECT_EQ(names, (std::vector<std::string>{"cls_accuracy", "cls_loss", "loss", "reg_accuracy", "reg_loss"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"cls_accuracy", "cls_loss", "loss", "reg_accuracy",
+                                             "reg_loss"}));
   const auto preds = model.predict({x, x2});
   ASSERT_EQ(preds.size(), 2u);
   EXPECT_EQ(preds[0].shape(), (Shape{256, 2}));

@@ -21,15 +21,19 @@ TEST(Progbar, Verbose2EpochLineAsKeras) {
   std::ostringstream out;
   Progbar bar(782, {.verbose = 2, .out = &out, .clock = clock.fn()});
   clock.t += 5.4;  // 782 steps in 5.4 s: 6.9 ms/step (verbose 2 counts the first step)
-  bar.update(782, {{"loss", 0.57741}, {"sparse_categorical_accuracy", 0.92594}, {"val_loss", 0.0004}}, true);
+  bar.update(782,
+             {{"loss", 0.57741}, {"sparse_categorical_accuracy", 0.92594}, {"val_loss", 0.0004}},
+             true);
   EXPECT_EQ(out.str(),
-            "782/782 - 5s - 7ms/step - loss: 0.5774 - sparse_categorical_accuracy: 0.9259 - val_loss: 4.0000e-04\n");
+            "782/782 - 5s - 7ms/step - loss: 0.5774 - sparse_categorical_accuracy: 0.9259 - "
+            "val_loss: 4.0000e-04\n");
 }
 
 TEST(Progbar, TimeUnitsSwitch) {
-  for (auto [seconds, steps, expected] : {std::tuple<double, int, const char*>{3.0, 2, " - 2s/step"},
-                                          {0.5, 1000, " - 500us/step"},
-                                          {0.03, 3, " - 10ms/step"}}) {
+  for (auto [seconds, steps, expected] :
+       {std::tuple<double, int, const char*>{3.0, 2, " - 2s/step"},
+        {0.5, 1000, " - 500us/step"},
+        {0.03, 3, " - 10ms/step"}}) {
     FakeClock clock;
     std::ostringstream out;
     Progbar bar(steps, {.verbose = 2, .out = &out, .clock = clock.fn()});
@@ -51,20 +55,21 @@ TEST(Progbar, Verbose1LiveBarAsKeras) {
   };
   clock.t = 1000.2;
   bar.update(1, {{"loss", 0.5}}, false);
-  std::string want = "\r" + bold + "1/3" + reset + " " + green + bars(6) + reset + white + bars(14) + reset + " " +
-                     bold + "0s" + reset + " 200ms/step - loss: 0.5000";
+  std::string want = "\r" + bold + "1/3" + reset + " " + green + bars(6) + reset + white +
+                     bars(14) + reset + " " + bold + "0s" + reset + " 200ms/step - loss: 0.5000";
   EXPECT_EQ(out.str(), want);
   out.str("");
   clock.t = 1000.3;  // the first step is left out of the per-step time from here on
   bar.update(2, {{"loss", 0.3}}, false);
-  want = std::string(53, '\b') + "\r" + bold + "2/3" + reset + " " + green + bars(13) + reset + white + bars(7) +
-         reset + " " + bold + "0s" + reset + " 100ms/step - loss: 0.4000";  // running average of 0.5 and 0.3
+  want = std::string(53, '\b') + "\r" + bold + "2/3" + reset + " " + green + bars(13) + reset +
+         white + bars(7) + reset + " " + bold + "0s" + reset +
+         " 100ms/step - loss: 0.4000";  // running average of 0.5 and 0.3
   EXPECT_EQ(out.str(), want);
   out.str("");
   clock.t = 1000.5;
   bar.update(3, {{"loss", 0.25}}, true);  // the final value is shown as given
-  want = std::string(53, '\b') + "\r" + bold + "3/3" + reset + " " + green + bars(20) + reset + white + reset + " " +
-         bold + "0s" + reset + " 150ms/step - loss: 0.2500\n";
+  want = std::string(53, '\b') + "\r" + bold + "3/3" + reset + " " + green + bars(20) + reset +
+         white + reset + " " + bold + "0s" + reset + " 150ms/step - loss: 0.2500\n";
   EXPECT_EQ(out.str(), want);
 }
 

@@ -24,7 +24,8 @@ inline void set_flush_denormals() { _mm_setcsr(_mm_getcsr() | kFlushDenormalBits
 class FlushDenormalsScope {
  public:
   FlushDenormalsScope() : saved_(_mm_getcsr()) {
-    if ((saved_ & kFlushDenormalBits) != kFlushDenormalBits) _mm_setcsr(saved_ | kFlushDenormalBits);
+    if ((saved_ & kFlushDenormalBits) != kFlushDenormalBits)
+      _mm_setcsr(saved_ | kFlushDenormalBits);
   }
   ~FlushDenormalsScope() {
     if ((saved_ & kFlushDenormalBits) != kFlushDenormalBits) _mm_setcsr(saved_);

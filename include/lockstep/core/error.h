@@ -83,11 +83,11 @@ template <typename E, typename... Args>
 // Checks `cond` in every build type; on failure throws `ErrorType` whose
 // message is the remaining arguments streamed together. The message
 // arguments are evaluated only on failure.
-#define LOCKSTEP_CHECK_AS(ErrorType, cond, ...)                   \
-  do {                                                            \
-    if (!(cond)) [[unlikely]] {                                   \
-      ::lockstep::detail::throw_error<ErrorType>(__VA_ARGS__);    \
-    }                                                             \
+#define LOCKSTEP_CHECK_AS(ErrorType, cond, ...)                \
+  do {                                                         \
+    if (!(cond)) [[unlikely]] {                                \
+      ::lockstep::detail::throw_error<ErrorType>(__VA_ARGS__); \
+    }                                                          \
   } while (false)
 
 #define LOCKSTEP_CHECK(cond, ...) LOCKSTEP_CHECK_AS(::lockstep::ValueError, cond, __VA_ARGS__)

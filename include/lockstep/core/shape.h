@@ -33,7 +33,9 @@ class Shape {
   // Product of all dimensions (1 for a scalar).
   std::int64_t numel() const;
 
-  std::span<const std::int64_t> dims() const { return {dims_.data(), static_cast<std::size_t>(rank_)}; }
+  std::span<const std::int64_t> dims() const {
+    return {dims_.data(), static_cast<std::size_t>(rank_)};
+  }
   std::vector<std::int64_t> to_vector() const { return {dims().begin(), dims().end()}; }
 
   // Row-major strides in elements.

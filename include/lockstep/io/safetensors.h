@@ -29,7 +29,8 @@ struct TensorFile {
   const Tensor& at(const std::string& name) const;
 };
 
-void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 // Validates everything before trusting it (header length within the file,

@@ -183,7 +183,9 @@ class BatchNormalizationImpl : public SingleInputLayerImpl {
 class BatchNormalization : public Layer {
  public:
   explicit BatchNormalization(BatchNormalizationOptions options = {});
-  BatchNormalizationImpl* operator->() const { return static_cast<BatchNormalizationImpl*>(impl_.get()); }
+  BatchNormalizationImpl* operator->() const {
+    return static_cast<BatchNormalizationImpl*>(impl_.get());
+  }
 };
 
 }  // namespace lockstep::layers

@@ -160,7 +160,8 @@ class Layer {
 
   // Eager calls.
   Tensor operator()(const Tensor& input, const CallContext& ctx = {}) const;
-  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, const CallContext& ctx = {}) const;
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs,
+                                 const CallContext& ctx = {}) const;
   // Symbolic calls: build a functional graph.
   KerasTensor operator()(const KerasTensor& input) const;
   KerasTensor operator()(const std::vector<KerasTensor>& inputs) const;

@@ -1,7 +1,8 @@
 // Built-in layers (keras.layers). Each is a Layer handle constructed with
 // Keras's arguments as an options struct:
 //
-//   ls::layers::Dense(256, {.activation = "relu", .kernel_regularizer = ls::regularizers::L2(1e-4)})
+//   ls::layers::Dense(256, {.activation = "relu", .kernel_regularizer =
+//   ls::regularizers::L2(1e-4)})
 //
 // and each has a public Impl class holding its weights (layer->kernel()).
 #pragma once

@@ -39,7 +39,8 @@ class Loss {
   Loss() = default;
   explicit Loss(std::shared_ptr<const LossImpl> impl) : impl_(std::move(impl)) {}
   // The reduced loss; `sample_weight` (shape [batch]) scales each example.
-  Tensor operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight = {}) const;
+  Tensor operator()(const Tensor& y_true, const Tensor& y_pred,
+                    const Tensor& sample_weight = {}) const;
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const {
     return impl_->per_example(y_true, y_pred);
   }

@@ -25,7 +25,8 @@ class MetricImpl {
   explicit MetricImpl(std::string name) : name_(std::move(name)) {}
   virtual ~MetricImpl() = default;
   // `sample_weight` (optional, shape [batch]) weights each example.
-  virtual void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) = 0;
+  virtual void update_state(const Tensor& y_true, const Tensor& y_pred,
+                            const Tensor& sample_weight) = 0;
   virtual double result() const = 0;
   void reset_state() { std::fill(state_.begin(), state_.end(), 0.0); }
   const std::vector<double>& state() const { return state_; }
@@ -48,7 +49,8 @@ class Metric {
  public:
   Metric() = default;
   explicit Metric(std::shared_ptr<MetricImpl> impl) : impl_(std::move(impl)) {}
-  void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight = {}) const {
+  void update_state(const Tensor& y_true, const Tensor& y_pred,
+                    const Tensor& sample_weight = {}) const {
     impl_->update_state(y_true, y_pred, sample_weight);
   }
   double result() const { return impl_->result(); }

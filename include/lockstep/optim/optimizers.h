@@ -30,7 +30,8 @@ struct ClipOptions {
 
 class OptimizerImpl {
  public:
-  OptimizerImpl(std::string name, LearningRate learning_rate, ClipOptions clip, double weight_decay);
+  OptimizerImpl(std::string name, LearningRate learning_rate, ClipOptions clip,
+                double weight_decay);
   virtual ~OptimizerImpl() = default;
 
   // Applies one update. Gradients may be undefined (no gradient: skipped).
@@ -52,7 +53,8 @@ class OptimizerImpl {
   virtual const char* slot_name(int i) const = 0;
   virtual float slot_initial_value(int) const { return 0.0f; }
   // One variable's update; `slots` are this variable's slot buffers.
-  virtual void update(float* var, const float* grad, std::int64_t n, float** slots, double lr, std::int64_t step) = 0;
+  virtual void update(float* var, const float* grad, std::int64_t n, float** slots, double lr,
+                      std::int64_t step) = 0;
 
  private:
   // A variable's slot variables and raw pointers to their buffers (stable:

@@ -43,7 +43,8 @@ namespace schedules {
 LearningRateSchedule ExponentialDecay(double initial_learning_rate, std::int64_t decay_steps,
                                       double decay_rate, bool staircase = false);
 // values[i] while step <= boundaries[i]; values.back() after the last boundary.
-LearningRateSchedule PiecewiseConstantDecay(std::vector<std::int64_t> boundaries, std::vector<double> values);
+LearningRateSchedule PiecewiseConstantDecay(std::vector<std::int64_t> boundaries,
+                                            std::vector<double> values);
 struct CosineDecayOptions {
   double alpha = 0.0;             // final rate as a fraction of the initial
   double warmup_target = -1.0;    // < 0: no warmup
@@ -53,7 +54,8 @@ struct CosineDecayOptions {
 LearningRateSchedule CosineDecay(double initial_learning_rate, std::int64_t decay_steps,
                                  CosineDecayOptions options = {});
 LearningRateSchedule PolynomialDecay(double initial_learning_rate, std::int64_t decay_steps,
-                                     double end_learning_rate = 1e-4, double power = 1.0, bool cycle = false);
+                                     double end_learning_rate = 1e-4, double power = 1.0,
+                                     bool cycle = false);
 
 // The ramp-up used when fine-tuning (the guide's TPU/MobileNet recipe): a
 // linear ramp from `start` to `max` over `rampup` units, `max` held for

@@ -25,9 +25,9 @@ class CachingAllocator {
     std::uint64_t cache_hits = 0;          // requests served from the cache
     std::uint64_t system_allocations = 0;  // requests that reached the system allocator
     std::uint64_t system_frees = 0;
-    std::size_t bytes_in_use = 0;       // rounded bytes held by live buffers
+    std::size_t bytes_in_use = 0;  // rounded bytes held by live buffers
     std::size_t peak_bytes_in_use = 0;
-    std::size_t bytes_cached = 0;       // rounded bytes idle in the cache
+    std::size_t bytes_cached = 0;  // rounded bytes idle in the cache
   };
 
   // Bytes idle in the cache beyond which freed buffers go back to the system.

@@ -103,7 +103,8 @@ struct Conv2DOptions {
 };
 // x [n, h, w, c], kernel [kh, kw, c / groups, out] (Keras's layout), bias [out]
 // or undefined. "same" pads as TensorFlow (the extra row/column at the end).
-Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Conv2DOptions& options = {});
+Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+              const Conv2DOptions& options = {});
 struct Pool2DOptions {
   std::array<std::int64_t, 2> pool_size{2, 2};
   std::array<std::int64_t, 2> strides{0, 0};  // 0: the pool size
@@ -117,10 +118,11 @@ Tensor avg_pool2d(const Tensor& x, const Pool2DOptions& options = {});
 struct BatchNormResult {
   Tensor y, mean, variance;
 };
-BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon);
+BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                    float epsilon);
 // With given statistics (inference, or a frozen layer).
-Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
-                            const Tensor& variance, float epsilon);
+Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                            const Tensor& mean, const Tensor& variance, float epsilon);
 
 // ---- shape and layout ---------------------------------------------------------
 // One dimension may be -1 (inferred).
@@ -133,7 +135,8 @@ Tensor concat(const std::vector<Tensor>& tensors, int axis);
 Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin,
              const std::vector<std::int64_t>& size);
 // Pads each dimension with `value`: paddings[i] = {before, after}.
-Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& paddings, float value = 0.0f);
+Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& paddings,
+           float value = 0.0f);
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 // Sums `x` down to `shape` (the inverse of broadcasting; used by gradients).
 Tensor sum_to(const Tensor& x, const Shape& shape);

@@ -64,7 +64,9 @@ class History : public Callback {
   void on_train_begin(const Logs&) override {}
   void on_epoch_end(int epoch, const Logs& logs) override;
   // name -> one value per epoch, in the order names first appeared.
-  const std::vector<std::pair<std::string, std::vector<double>>>& history() const { return history_; }
+  const std::vector<std::pair<std::string, std::vector<double>>>& history() const {
+    return history_;
+  }
   const std::vector<double>& operator[](const std::string& name) const;
   const std::vector<int>& epochs() const { return epochs_; }
 

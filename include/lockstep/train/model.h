@@ -34,17 +34,17 @@ namespace lockstep {
 
 // A metric for compile: an object, or a Keras name ("accuracy", "mse", ...).
 struct MetricSpec {
-  MetricSpec(Metric m) : metric(std::move(m)) {}                  // NOLINT: implicit by design
-  MetricSpec(const char* n) : name(n) {}                          // NOLINT
-  MetricSpec(std::string n) : name(std::move(n)) {}               // NOLINT
+  MetricSpec(Metric m) : metric(std::move(m)) {}     // NOLINT: implicit by design
+  MetricSpec(const char* n) : name(n) {}             // NOLINT
+  MetricSpec(std::string n) : name(std::move(n)) {}  // NOLINT
   Metric metric;
   std::string name;
 };
 
 struct CompileOptions {
-  Optimizer optimizer;  // undefined: RMSprop, Keras's default
-  Loss loss;            // one loss (applied to every output of a multi-output model)
-  std::vector<Loss> losses;  // or one per output
+  Optimizer optimizer;               // undefined: RMSprop, Keras's default
+  Loss loss;                         // one loss (applied to every output of a multi-output model)
+  std::vector<Loss> losses;          // or one per output
   std::vector<double> loss_weights;  // per output (default 1)
   // For a multi-output model each metric is applied to every output and
   // named "<output layer>_<metric>", as Keras.
@@ -56,7 +56,8 @@ struct CompileOptions {
 // output.
 struct ValidationData {
   ValidationData(Tensor x_, Tensor y_) : x{std::move(x_)}, y{std::move(y_)} {}
-  ValidationData(std::vector<Tensor> x_, std::vector<Tensor> y_) : x(std::move(x_)), y(std::move(y_)) {}
+  ValidationData(std::vector<Tensor> x_, std::vector<Tensor> y_)
+      : x(std::move(x_)), y(std::move(y_)) {}
   std::vector<Tensor> x;
   std::vector<Tensor> y;
 };
@@ -69,8 +70,8 @@ struct FitOptions {
   int verbose = 1;
   std::vector<std::shared_ptr<Callback>> callbacks;
   std::optional<ValidationData> validation_data;
-  double validation_split = 0.0;  // fraction taken from the end of x / y
-  int validation_freq = 1;        // validate every N epochs
+  double validation_split = 0.0;     // fraction taken from the end of x / y
+  int validation_freq = 1;           // validate every N epochs
   std::int64_t steps_per_epoch = 0;  // 0: the whole data
   int initial_epoch = 0;
   bool shuffle = true;
@@ -108,9 +109,11 @@ class Model : public Layer {
   // Single-input / single-output models take tensors; models with several
   // inputs or outputs take one tensor per input and per output, in order.
   History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
-  History fit(const std::vector<Tensor>& x, const std::vector<Tensor>& y, const FitOptions& options = {});
+  History fit(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+              const FitOptions& options = {});
   Logs evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& options = {});
-  Logs evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y, const EvaluateOptions& options = {});
+  Logs evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                const EvaluateOptions& options = {});
   // Outputs for every example, in input order (the first output for a
   // multi-output model; the vector form returns them all).
   Tensor predict(const Tensor& x, const PredictOptions& options = {});
@@ -124,8 +127,12 @@ class Model : public Layer {
   // gradients, update, metrics. Returns the metrics so far.
   virtual Logs train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y);
   virtual Logs test_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y);
-  Logs train_step(const Tensor& x, const Tensor& y) { return train_step(std::vector<Tensor>{x}, std::vector<Tensor>{y}); }
-  Logs test_step(const Tensor& x, const Tensor& y) { return test_step(std::vector<Tensor>{x}, std::vector<Tensor>{y}); }
+  Logs train_step(const Tensor& x, const Tensor& y) {
+    return train_step(std::vector<Tensor>{x}, std::vector<Tensor>{y});
+  }
+  Logs test_step(const Tensor& x, const Tensor& y) {
+    return test_step(std::vector<Tensor>{x}, std::vector<Tensor>{y});
+  }
 
   // The loss of a batch: each output's loss (sum over the batch divided by
   // its size) times its weight, plus the layers' regularisation penalties.

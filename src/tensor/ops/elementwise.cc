@@ -54,23 +54,24 @@ void run_binary(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   const T* pa = static_cast<const T*>(a.raw_data());
   const T* pb = static_cast<const T*>(b.raw_data());
   R* po = static_cast<R*>(out.raw_data());
-  detail::for_each_run(plan, 1, [&](const auto& off, std::int64_t o, std::int64_t n, const auto& s) {
-    const T* x = pa + off[0];
-    const T* y = pb + off[1];
-    R* z = po + o;
-    if (s[0] == 1 && s[1] == 1) {
-      for (std::int64_t i = 0; i < n; ++i) z[i] = f(x[i], y[i]);
-    } else if (s[0] == 1) {
-      const T yv = *y;
-      for (std::int64_t i = 0; i < n; ++i) z[i] = f(x[i], yv);
-    } else if (s[1] == 1) {
-      const T xv = *x;
-      for (std::int64_t i = 0; i < n; ++i) z[i] = f(xv, y[i]);
-    } else {
-      const R v = f(*x, *y);
-      for (std::int64_t i = 0; i < n; ++i) z[i] = v;
-    }
-  });
+  detail::for_each_run(plan, 1,
+                       [&](const auto& off, std::int64_t o, std::int64_t n, const auto& s) {
+                         const T* x = pa + off[0];
+                         const T* y = pb + off[1];
+                         R* z = po + o;
+                         if (s[0] == 1 && s[1] == 1) {
+                           for (std::int64_t i = 0; i < n; ++i) z[i] = f(x[i], y[i]);
+                         } else if (s[0] == 1) {
+                           const T yv = *y;
+                           for (std::int64_t i = 0; i < n; ++i) z[i] = f(x[i], yv);
+                         } else if (s[1] == 1) {
+                           const T xv = *x;
+                           for (std::int64_t i = 0; i < n; ++i) z[i] = f(xv, y[i]);
+                         } else {
+                           const R v = f(*x, *y);
+                           for (std::int64_t i = 0; i < n; ++i) z[i] = v;
+                         }
+                       });
 }
 
 // Arithmetic over float32/int32/int64 (or float32 only), result of a's dtype.
@@ -190,8 +191,8 @@ Tensor pow(const Tensor& a, const Tensor& b) {
     detail::record("pow", {a, b}, out, [a, b, out](const Tensor& g) {
       // d/da a^b = b·a^(b-1); d/db a^b = a^b·log(a), taken as 0 where a <= 0.
       const Tensor da = mul(g, mul(b, pow(a, sub(b, Tensor::scalar(1.0f)))));
-      const Tensor safe_log = where(greater(a, Tensor::scalar(0.0f)), log(maximum(a, Tensor::scalar(1e-30f))),
-                                    Tensor::scalar(0.0f));
+      const Tensor safe_log = where(greater(a, Tensor::scalar(0.0f)),
+                                    log(maximum(a, Tensor::scalar(1e-30f))), Tensor::scalar(0.0f));
       const Tensor db = mul(g, mul(out, safe_log));
       return Grads{sum_to(da, a.shape()), sum_to(db, b.shape())};
     });
@@ -205,7 +206,8 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
     detail::record("maximum", {a, b}, out, [a, b](const Tensor& g) {
       const Tensor to_a = greater_equal(a, b);  // ties go to a, as TensorFlow
       const Tensor zero = zeros_like(g);
-      return Grads{sum_to(where(to_a, g, zero), a.shape()), sum_to(where(to_a, zero, g), b.shape())};
+      return Grads{sum_to(where(to_a, g, zero), a.shape()),
+                   sum_to(where(to_a, zero, g), b.shape())};
     });
   }
   return out;
@@ -217,7 +219,8 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
     detail::record("minimum", {a, b}, out, [a, b](const Tensor& g) {
       const Tensor to_a = less_equal(a, b);
       const Tensor zero = zeros_like(g);
-      return Grads{sum_to(where(to_a, g, zero), a.shape()), sum_to(where(to_a, zero, g), b.shape())};
+      return Grads{sum_to(where(to_a, g, zero), a.shape()),
+                   sum_to(where(to_a, zero, g), b.shape())};
     });
   }
   return out;
@@ -234,7 +237,8 @@ Tensor neg(const Tensor& x) {
 }
 
 Tensor exp(const Tensor& x) {
-  Tensor out = unary_float("exp", x, backend::onednn::Eltwise::kExp, [](float v) { return std::exp(v); });
+  Tensor out =
+      unary_float("exp", x, backend::onednn::Eltwise::kExp, [](float v) { return std::exp(v); });
   if (detail::should_record({x})) {
     detail::record("exp", {x}, out, [out](const Tensor& g) { return Grads{mul(g, out)}; });
   }
@@ -242,7 +246,8 @@ Tensor exp(const Tensor& x) {
 }
 
 Tensor log(const Tensor& x) {
-  Tensor out = unary_float("log", x, backend::onednn::Eltwise::kLog, [](float v) { return std::log(v); });
+  Tensor out =
+      unary_float("log", x, backend::onednn::Eltwise::kLog, [](float v) { return std::log(v); });
   if (detail::should_record({x})) {
     detail::record("log", {x}, out, [x](const Tensor& g) { return Grads{div(g, x)}; });
   }
@@ -250,7 +255,8 @@ Tensor log(const Tensor& x) {
 }
 
 Tensor sqrt(const Tensor& x) {
-  Tensor out = unary_float("sqrt", x, backend::onednn::Eltwise::kSqrt, [](float v) { return std::sqrt(v); });
+  Tensor out =
+      unary_float("sqrt", x, backend::onednn::Eltwise::kSqrt, [](float v) { return std::sqrt(v); });
   if (detail::should_record({x})) {
     detail::record("sqrt", {x}, out, [out](const Tensor& g) {
       return Grads{map2(g, out, [](float gv, float y) { return 0.5f * gv / y; })};
@@ -301,7 +307,8 @@ Tensor sigmoid(const Tensor& x) {
 }
 
 Tensor tanh(const Tensor& x) {
-  Tensor out = unary_float("tanh", x, backend::onednn::Eltwise::kTanh, [](float v) { return std::tanh(v); });
+  Tensor out =
+      unary_float("tanh", x, backend::onednn::Eltwise::kTanh, [](float v) { return std::tanh(v); });
   if (detail::should_record({x})) {
     detail::record("tanh", {x}, out, [out](const Tensor& g) {
       return Grads{map2(g, out, [](float gv, float y) { return gv * (1.0f - y * y); })};
@@ -316,12 +323,12 @@ Tensor clip(const Tensor& x, float min_value, float max_value) {
   LOCKSTEP_CHECK(min_value <= max_value, "clip: min_value ", min_value,
                  " must not exceed max_value ", max_value);
   Tensor out = Tensor::empty(x.shape());
-  map_into<float>(x, out, [=](float v) { return v < min_value ? min_value : (v > max_value ? max_value : v); });
+  map_into<float>(
+      x, out, [=](float v) { return v < min_value ? min_value : (v > max_value ? max_value : v); });
   if (detail::should_record({x})) {
     detail::record("clip", {x}, out, [x, min_value, max_value](const Tensor& g) {
-      return Grads{map2(g, x, [=](float gv, float v) {
-        return (v >= min_value && v <= max_value) ? gv : 0.0f;
-      })};
+      return Grads{map2(
+          g, x, [=](float gv, float v) { return (v >= min_value && v <= max_value) ? gv : 0.0f; })};
     });
   }
   return out;
@@ -362,11 +369,12 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
     const T* px = static_cast<const T*>(x.raw_data());
     const T* py = static_cast<const T*>(y.raw_data());
     T* po = static_cast<T*>(out.raw_data());
-    detail::for_each_run(plan, 1, [&](const auto& off, std::int64_t o, std::int64_t n, const auto& s) {
-      for (std::int64_t i = 0; i < n; ++i) {
-        po[o + i] = pc[off[0] + i * s[0]] ? px[off[1] + i * s[1]] : py[off[2] + i * s[2]];
-      }
-    });
+    detail::for_each_run(
+        plan, 1, [&](const auto& off, std::int64_t o, std::int64_t n, const auto& s) {
+          for (std::int64_t i = 0; i < n; ++i) {
+            po[o + i] = pc[off[0] + i * s[0]] ? px[off[1] + i * s[1]] : py[off[2] + i * s[2]];
+          }
+        });
   });
   if (is_float(x) && detail::should_record({x, y})) {
     detail::record("where", {x, y}, out, [cond, sx = x.shape(), sy = y.shape()](const Tensor& g) {

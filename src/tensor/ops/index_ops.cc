@@ -13,8 +13,8 @@ namespace {
 using detail::Grads;
 
 // Reads indices as int64, checking each against [0, limit).
-std::vector<std::int64_t> checked_indices(const Tensor& indices, std::int64_t limit,
-                                          const char* op, const Shape& params_shape, int axis) {
+std::vector<std::int64_t> checked_indices(const Tensor& indices, std::int64_t limit, const char* op,
+                                          const Shape& params_shape, int axis) {
   std::vector<std::int64_t> out(static_cast<std::size_t>(indices.numel()));
   detail::visit_index(indices.dtype(), op, [&]<typename I>() {
     const I* p = static_cast<const I*>(indices.raw_data());
@@ -59,23 +59,25 @@ Tensor gather(const Tensor& params, const Tensor& indices, int axis) {
   for (std::int64_t o = 0; o < outer; ++o) {
     for (std::int64_t j = 0; j < m; ++j) {
       std::memcpy(po + static_cast<std::size_t>(o * m + j) * row,
-                  pp + static_cast<std::size_t>(o * n + idx[static_cast<std::size_t>(j)]) * row, row);
+                  pp + static_cast<std::size_t>(o * n + idx[static_cast<std::size_t>(j)]) * row,
+                  row);
     }
   }
   if (params.dtype() == DType::kFloat32 && detail::should_record({params})) {
-    detail::record("gather", {params}, out, [sp = params.shape(), idx, outer, inner, n, m](const Tensor& g) {
-      Tensor grad = Tensor::zeros(sp);
-      float* pg = grad.data<float>();
-      const float* src = g.data<float>();
-      for (std::int64_t o = 0; o < outer; ++o) {
-        for (std::int64_t j = 0; j < m; ++j) {
-          float* dst = pg + (o * n + idx[static_cast<std::size_t>(j)]) * inner;
-          const float* s = src + (o * m + j) * inner;
-          for (std::int64_t i = 0; i < inner; ++i) dst[i] += s[i];
-        }
-      }
-      return Grads{grad};
-    });
+    detail::record("gather", {params}, out,
+                   [sp = params.shape(), idx, outer, inner, n, m](const Tensor& g) {
+                     Tensor grad = Tensor::zeros(sp);
+                     float* pg = grad.data<float>();
+                     const float* src = g.data<float>();
+                     for (std::int64_t o = 0; o < outer; ++o) {
+                       for (std::int64_t j = 0; j < m; ++j) {
+                         float* dst = pg + (o * n + idx[static_cast<std::size_t>(j)]) * inner;
+                         const float* s = src + (o * m + j) * inner;
+                         for (std::int64_t i = 0; i < inner; ++i) dst[i] += s[i];
+                       }
+                     }
+                     return Grads{grad};
+                   });
   }
   return out;
 }
@@ -86,15 +88,18 @@ Tensor take_along_axis(const Tensor& x, const Tensor& indices, int axis) {
   const int a = normalize_axis(axis, x.rank(), "take_along_axis");
   LOCKSTEP_CHECK_AS(ShapeError, indices.rank() == x.rank(), "take_along_axis: indices of shape ",
                     indices.shape(), " must have the input's rank ", x.rank(), " (input shape ",
-                    x.shape(), "). Hint: labels of shape [batch] need a trailing axis: reshape "
+                    x.shape(),
+                    "). Hint: labels of shape [batch] need a trailing axis: reshape "
                     "them to [batch, 1]");
   for (int i = 0; i < x.rank(); ++i) {
     LOCKSTEP_CHECK_AS(ShapeError, i == a || indices.shape()[i] == x.shape()[i],
-                      "take_along_axis: indices shape ", indices.shape(), " differs from input shape ",
-                      x.shape(), " in dimension ", i, " (only axis ", a, " may differ)");
+                      "take_along_axis: indices shape ", indices.shape(),
+                      " differs from input shape ", x.shape(), " in dimension ", i, " (only axis ",
+                      a, " may differ)");
   }
   const std::int64_t n = x.shape()[a];
-  const std::vector<std::int64_t> idx = checked_indices(indices, n, "take_along_axis", x.shape(), a);
+  const std::vector<std::int64_t> idx =
+      checked_indices(indices, n, "take_along_axis", x.shape(), a);
   const std::int64_t m = indices.shape()[a];
   std::int64_t outer = 0, inner = 0;
   dims_around(x.shape(), a, outer, inner);
@@ -112,20 +117,21 @@ Tensor take_along_axis(const Tensor& x, const Tensor& indices, int axis) {
     }
   });
   if (x.dtype() == DType::kFloat32 && detail::should_record({x})) {
-    detail::record("take_along_axis", {x}, out, [sx = x.shape(), idx, outer, inner, n, m](const Tensor& g) {
-      Tensor grad = Tensor::zeros(sx);
-      float* pg = grad.data<float>();
-      const float* src = g.data<float>();
-      for (std::int64_t o = 0; o < outer; ++o) {
-        for (std::int64_t j = 0; j < m; ++j) {
-          for (std::int64_t i = 0; i < inner; ++i) {
-            const std::int64_t at = (o * m + j) * inner + i;
-            pg[(o * n + idx[static_cast<std::size_t>(at)]) * inner + i] += src[at];
-          }
-        }
-      }
-      return Grads{grad};
-    });
+    detail::record("take_along_axis", {x}, out,
+                   [sx = x.shape(), idx, outer, inner, n, m](const Tensor& g) {
+                     Tensor grad = Tensor::zeros(sx);
+                     float* pg = grad.data<float>();
+                     const float* src = g.data<float>();
+                     for (std::int64_t o = 0; o < outer; ++o) {
+                       for (std::int64_t j = 0; j < m; ++j) {
+                         for (std::int64_t i = 0; i < inner; ++i) {
+                           const std::int64_t at = (o * m + j) * inner + i;
+                           pg[(o * n + idx[static_cast<std::size_t>(at)]) * inner + i] += src[at];
+                         }
+                       }
+                     }
+                     return Grads{grad};
+                   });
   }
   return out;
 }
@@ -133,8 +139,7 @@ Tensor take_along_axis(const Tensor& x, const Tensor& indices, int axis) {
 Tensor one_hot(const Tensor& indices, std::int64_t depth, const OneHotOptions& options) {
   check_defined(indices, "one_hot", "indices");
   LOCKSTEP_CHECK(depth > 0, "one_hot: depth must be > 0, got ", depth);
-  const std::vector<std::int64_t> idx =
-      checked_indices(indices, depth, "one_hot", Shape{depth}, 0);
+  const std::vector<std::int64_t> idx = checked_indices(indices, depth, "one_hot", Shape{depth}, 0);
   Shape out_shape = indices.shape();
   out_shape.push_back(depth);
   Tensor out = Tensor::full(out_shape, options.off_value);

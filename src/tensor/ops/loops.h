@@ -41,7 +41,7 @@ void parallel_for(std::int64_t n, std::int64_t cost_per_item, F&& f) {
     return;
   }
   const std::int64_t chunks = std::min<std::int64_t>(threads, n);
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static)
   for (std::int64_t c = 0; c < chunks; ++c) {
     set_flush_denormals();  // worker threads keep the mode
     f(n * c / chunks, n * (c + 1) / chunks);
@@ -76,7 +76,8 @@ struct BroadcastPlan {
       const auto d = static_cast<std::size_t>(i);
       const std::int64_t idx = row % dims[d];
       row /= dims[d];
-      for (int k = 0; k < K; ++k) off[static_cast<std::size_t>(k)] += idx * strides[static_cast<std::size_t>(k)][d];
+      for (int k = 0; k < K; ++k)
+        off[static_cast<std::size_t>(k)] += idx * strides[static_cast<std::size_t>(k)][d];
     }
     return off;
   }
@@ -111,13 +112,15 @@ BroadcastPlan<K> make_broadcast_plan(const Shape& out, const std::array<Shape, K
       }
       if (mergeable) {
         plan.dims[prev] *= out[i];
-        for (int k = 0; k < K; ++k) plan.strides[static_cast<std::size_t>(k)][prev] = st[static_cast<std::size_t>(k)][cur];
+        for (int k = 0; k < K; ++k)
+          plan.strides[static_cast<std::size_t>(k)][prev] = st[static_cast<std::size_t>(k)][cur];
         continue;
       }
     }
     const auto at = static_cast<std::size_t>(plan.rank++);
     plan.dims[at] = out[i];
-    for (int k = 0; k < K; ++k) plan.strides[static_cast<std::size_t>(k)][at] = st[static_cast<std::size_t>(k)][cur];
+    for (int k = 0; k < K; ++k)
+      plan.strides[static_cast<std::size_t>(k)][at] = st[static_cast<std::size_t>(k)][cur];
   }
   if (plan.rank == 0) {  // scalar or all-ones output
     plan.rank = 1;
@@ -139,7 +142,8 @@ void for_each_run(const BroadcastPlan<K>& plan, std::int64_t cost_per_item, F&& 
   if (rows == 1) {
     parallel_for(inner, cost_per_item, [&](std::int64_t begin, std::int64_t end) {
       std::array<std::int64_t, K> off{};
-      for (int k = 0; k < K; ++k) off[static_cast<std::size_t>(k)] = begin * inner_strides[static_cast<std::size_t>(k)];
+      for (int k = 0; k < K; ++k)
+        off[static_cast<std::size_t>(k)] = begin * inner_strides[static_cast<std::size_t>(k)];
       f(off, begin, end - begin, inner_strides);
     });
     return;

@@ -53,8 +53,8 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const Tensor* bias, const M
     out = bias ? broadcast_to(*bias, out_shape).copy() : Tensor::zeros(out_shape);
     return out;
   }
-  backend::onednn::matmul(s, a.data<float>(), b.data<float>(),
-                          bias ? bias->data<float>() : nullptr, out.data<float>());
+  backend::onednn::matmul(s, a.data<float>(), b.data<float>(), bias ? bias->data<float>() : nullptr,
+                          out.data<float>());
   return out;
 }
 
@@ -100,9 +100,8 @@ Tensor softmax_impl(const Tensor& x, int axis, bool log, const char* op) {
 Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
   Tensor out = matmul_impl(a, b, nullptr, options);
   if (detail::should_record({a, b})) {
-    detail::record("matmul", {a, b}, out, [a, b, options](const Tensor& g) {
-      return matmul_grads(g, a, b, options);
-    });
+    detail::record("matmul", {a, b}, out,
+                   [a, b, options](const Tensor& g) { return matmul_grads(g, a, b, options); });
   }
   return out;
 }

@@ -45,9 +45,12 @@ Shape dropped_shape(const Shape& shape, const std::vector<int>& axes) {
 template <typename T>
 T combine(ReduceKind kind, T acc, T v) {
   switch (kind) {
-    case ReduceKind::kSum: return acc + v;
-    case ReduceKind::kMax: return v > acc ? v : acc;
-    case ReduceKind::kMin: return v < acc ? v : acc;
+    case ReduceKind::kSum:
+      return acc + v;
+    case ReduceKind::kMax:
+      return v > acc ? v : acc;
+    case ReduceKind::kMin:
+      return v < acc ? v : acc;
   }
   return acc;
 }
@@ -134,7 +137,8 @@ Tensor reduce_run(const Tensor& x, int begin, int end, ReduceKind kind) {
     }
   };
   if (outer == 1) {
-    detail::parallel_for(inner, n, [&](std::int64_t ib, std::int64_t ie) { reduce_block(0, ib, ie); });
+    detail::parallel_for(inner, n,
+                         [&](std::int64_t ib, std::int64_t ie) { reduce_block(0, ib, ie); });
   } else {
     detail::parallel_for(outer, n * inner, [&](std::int64_t ob, std::int64_t oe) {
       for (std::int64_t o = ob; o < oe; ++o) reduce_block(o, 0, inner);
@@ -155,7 +159,8 @@ Tensor reduce_keepdims(const Tensor& x, const std::vector<int>& axes, ReduceKind
     while (j > 0 && axes[j - 1] + 1 == axes[j]) --j;
     const int begin = axes[j];
     const int end = axes[i - 1] + 1;
-    detail::visit_numeric(x.dtype(), op, [&]<typename T>() { cur = reduce_run<T>(cur, begin, end, kind); });
+    detail::visit_numeric(x.dtype(), op,
+                          [&]<typename T>() { cur = reduce_run<T>(cur, begin, end, kind); });
     i = j;
   }
   return cur;
@@ -262,8 +267,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
     }
     const std::int64_t want = shape[i - lead];
     LOCKSTEP_CHECK_AS(ShapeError, want == x.shape()[i] || want == 1, "sum_to: cannot sum ",
-                      x.shape(), " down to ", shape, " (dimension ", i, ": ", x.shape()[i],
-                      " vs ", want, ")");
+                      x.shape(), " down to ", shape, " (dimension ", i, ": ", x.shape()[i], " vs ",
+                      want, ")");
     if (want == 1 && x.shape()[i] != 1) axes.push_back(i);
   }
   if (axes.empty()) return reshape(x, shape.to_vector());  // only size-1 dims differ

@@ -43,7 +43,8 @@ Tensor pad_into(const Tensor& g, const Shape& shape, const std::vector<std::int6
   if (g.numel() == 0) return out;
   const auto strides = shape.strides();
   std::int64_t base = 0;
-  for (int i = 0; i < shape.rank(); ++i) base += begin[static_cast<std::size_t>(i)] * strides[static_cast<std::size_t>(i)];
+  for (int i = 0; i < shape.rank(); ++i)
+    base += begin[static_cast<std::size_t>(i)] * strides[static_cast<std::size_t>(i)];
   const std::size_t es = dtype_size(g.dtype());
   const std::int64_t row_len = g.shape().rank() ? g.shape()[g.rank() - 1] : 1;
   char* po = static_cast<char*>(out.raw_data());
@@ -54,7 +55,8 @@ Tensor pad_into(const Tensor& g, const Shape& shape, const std::vector<std::int6
   }
   for_each_row(g.shape(), strides, [&](std::int64_t row, std::int64_t off) {
     std::memcpy(po + static_cast<std::size_t>(base + off) * es,
-                pg + static_cast<std::size_t>(row * row_len) * es, static_cast<std::size_t>(row_len) * es);
+                pg + static_cast<std::size_t>(row * row_len) * es,
+                static_cast<std::size_t>(row_len) * es);
   });
   return out;
 }
@@ -90,9 +92,8 @@ Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape) {
                     " elements)");
   Tensor out = x.view_as(target);
   if (detail::should_record({x})) {
-    detail::record("reshape", {x}, out, [sx = x.shape()](const Tensor& g) {
-      return Grads{reshape(g, sx.to_vector())};
-    });
+    detail::record("reshape", {x}, out,
+                   [sx = x.shape()](const Tensor& g) { return Grads{reshape(g, sx.to_vector())}; });
   }
   return out;
 }
@@ -110,8 +111,8 @@ Tensor transpose(const Tensor& x, const std::vector<int>& perm_in) {
   std::vector<int> inverse(static_cast<std::size_t>(r), -1);
   for (int i = 0; i < r; ++i) {
     const int p = normalize_axis(perm[static_cast<std::size_t>(i)], r, "transpose");
-    LOCKSTEP_CHECK_AS(IndexError, inverse[static_cast<std::size_t>(p)] < 0,
-                      "transpose: axis ", p, " appears twice in the permutation");
+    LOCKSTEP_CHECK_AS(IndexError, inverse[static_cast<std::size_t>(p)] < 0, "transpose: axis ", p,
+                      " appears twice in the permutation");
     inverse[static_cast<std::size_t>(p)] = i;
     perm[static_cast<std::size_t>(i)] = p;
   }
@@ -120,7 +121,8 @@ Tensor transpose(const Tensor& x, const std::vector<int>& perm_in) {
   std::array<std::int64_t, Shape::kMaxRank> strides{};
   for (int i = 0; i < r; ++i) {
     out_shape.push_back(x.shape()[perm[static_cast<std::size_t>(i)]]);
-    strides[static_cast<std::size_t>(i)] = in_strides[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])];
+    strides[static_cast<std::size_t>(i)] =
+        in_strides[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])];
   }
   Tensor out = Tensor::empty(out_shape, x.dtype());
   if (x.numel() > 0) {
@@ -141,9 +143,8 @@ Tensor transpose(const Tensor& x, const std::vector<int>& perm_in) {
     }
   }
   if (detail::should_record({x})) {
-    detail::record("transpose", {x}, out, [inverse](const Tensor& g) {
-      return Grads{transpose(g, inverse)};
-    });
+    detail::record("transpose", {x}, out,
+                   [inverse](const Tensor& g) { return Grads{transpose(g, inverse)}; });
   }
   return out;
 }
@@ -177,8 +178,9 @@ Tensor concat(const std::vector<Tensor>& tensors, int axis) {
     const std::size_t chunk = static_cast<std::size_t>(t.shape()[a] * inner) * es;
     const char* pt = static_cast<const char*>(t.raw_data());
     for (std::int64_t o = 0; o < outer; ++o) {
-      std::memcpy(po + static_cast<std::size_t>(o * total + at) * static_cast<std::size_t>(inner) * es,
-                  pt + static_cast<std::size_t>(o) * chunk, chunk);
+      std::memcpy(
+          po + static_cast<std::size_t>(o * total + at) * static_cast<std::size_t>(inner) * es,
+          pt + static_cast<std::size_t>(o) * chunk, chunk);
     }
     at += t.shape()[a];
   }
@@ -204,7 +206,8 @@ Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin,
              const std::vector<std::int64_t>& size) {
   check_defined(x, "slice", "input");
   const int r = x.rank();
-  LOCKSTEP_CHECK_AS(ShapeError, static_cast<int>(begin.size()) == r && static_cast<int>(size.size()) == r,
+  LOCKSTEP_CHECK_AS(ShapeError,
+                    static_cast<int>(begin.size()) == r && static_cast<int>(size.size()) == r,
                     "slice: expected begin and size with ", r, " entries for shape ", x.shape(),
                     ", got ", begin.size(), " and ", size.size());
   Shape out_shape;
@@ -215,7 +218,8 @@ Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin,
     const std::int64_t b = begin[iu];
     const std::int64_t n = size[iu] == -1 ? dim - b : size[iu];
     LOCKSTEP_CHECK_AS(IndexError, b >= 0 && n >= 0 && b + n <= dim, "slice: [", b, ", ", b + n,
-                      ") is out of range for axis ", i, " of size ", dim, " (shape ", x.shape(), ")");
+                      ") is out of range for axis ", i, " of size ", dim, " (shape ", x.shape(),
+                      ")");
     out_shape.push_back(n);
     if (i > 0 && (b != 0 || n != dim)) rows_only = false;
   }
@@ -228,7 +232,8 @@ Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin,
     if (out.numel() > 0) {
       const auto strides = x.shape().strides();
       std::int64_t base = 0;
-      for (int i = 0; i < r; ++i) base += begin[static_cast<std::size_t>(i)] * strides[static_cast<std::size_t>(i)];
+      for (int i = 0; i < r; ++i)
+        base += begin[static_cast<std::size_t>(i)] * strides[static_cast<std::size_t>(i)];
       const std::size_t es = dtype_size(x.dtype());
       const std::int64_t len = r ? out_shape[r - 1] : 1;
       const char* px = static_cast<const char*>(x.raw_data());
@@ -238,7 +243,8 @@ Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin,
       } else {
         for_each_row(out_shape, strides, [&](std::int64_t row, std::int64_t off) {
           std::memcpy(po + static_cast<std::size_t>(row * len) * es,
-                      px + static_cast<std::size_t>(base + off) * es, static_cast<std::size_t>(len) * es);
+                      px + static_cast<std::size_t>(base + off) * es,
+                      static_cast<std::size_t>(len) * es);
         });
       }
     }
@@ -251,16 +257,18 @@ Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin,
   return out;
 }
 
-Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& paddings, float value) {
+Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& paddings,
+           float value) {
   check_defined(x, "pad", "input");
-  LOCKSTEP_CHECK_AS(ShapeError, static_cast<int>(paddings.size()) == x.rank(), "pad: expected ", x.rank(),
-                    " (before, after) pairs for shape ", x.shape(), ", got ", paddings.size());
+  LOCKSTEP_CHECK_AS(ShapeError, static_cast<int>(paddings.size()) == x.rank(), "pad: expected ",
+                    x.rank(), " (before, after) pairs for shape ", x.shape(), ", got ",
+                    paddings.size());
   Shape out_shape;
   std::vector<std::int64_t> begin;
   for (int i = 0; i < x.rank(); ++i) {
     const auto [before, after] = paddings[static_cast<std::size_t>(i)];
-    LOCKSTEP_CHECK(before >= 0 && after >= 0, "pad: paddings must be >= 0, got (", before, ", ", after,
-                   ") for axis ", i);
+    LOCKSTEP_CHECK(before >= 0 && after >= 0, "pad: paddings must be >= 0, got (", before, ", ",
+                   after, ") for axis ", i);
     out_shape.push_back(x.shape()[i] + before + after);
     begin.push_back(before);
   }
@@ -299,18 +307,18 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   detail::visit_dtype(x.dtype(), "broadcast_to", [&]<typename T>() {
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
-    detail::for_each_run(plan, 1, [&](const auto& off, std::int64_t o, std::int64_t n, const auto& s) {
-      if (s[0] == 1) {
-        std::memcpy(po + o, px + off[0], static_cast<std::size_t>(n) * sizeof(T));
-      } else {
-        std::fill(po + o, po + o + n, px[off[0]]);
-      }
-    });
+    detail::for_each_run(
+        plan, 1, [&](const auto& off, std::int64_t o, std::int64_t n, const auto& s) {
+          if (s[0] == 1) {
+            std::memcpy(po + o, px + off[0], static_cast<std::size_t>(n) * sizeof(T));
+          } else {
+            std::fill(po + o, po + o + n, px[off[0]]);
+          }
+        });
   });
   if (detail::should_record({x})) {
-    detail::record("broadcast_to", {x}, out, [sx = x.shape()](const Tensor& g) {
-      return Grads{sum_to(g, sx)};
-    });
+    detail::record("broadcast_to", {x}, out,
+                   [sx = x.shape()](const Tensor& g) { return Grads{sum_to(g, sx)}; });
   }
   return out;
 }

@@ -12,7 +12,6 @@
 
 namespace lockstep::backend::onednn::detail_onednn {
 
-
 using dnnl::memory;
 using Dims = memory::dims;
 
@@ -31,7 +30,12 @@ struct TupleHash {
   template <typename Tuple>
   std::size_t operator()(const Tuple& t) const {
     std::size_t h = 0x9e3779b97f4a7c15ULL;
-    std::apply([&](const auto&... v) { ((h = (h ^ std::hash<std::int64_t>{}(static_cast<std::int64_t>(v))) * 0x100000001b3ULL), ...); }, t);
+    std::apply(
+        [&](const auto&... v) {
+          ((h = (h ^ std::hash<std::int64_t>{}(static_cast<std::int64_t>(v))) * 0x100000001b3ULL),
+           ...);
+        },
+        t);
     return h;
   }
 };
@@ -41,8 +45,8 @@ void guarded(const char* what, F&& f) {
   try {
     f();
   } catch (const dnnl::error& e) {
-    detail::throw_error<InternalError>("oneDNN ", what, " failed: ", e.what(),
-                                       " (status ", static_cast<int>(e.status), ")");
+    detail::throw_error<InternalError>("oneDNN ", what, " failed: ", e.what(), " (status ",
+                                       static_cast<int>(e.status), ")");
   }
 }
 
@@ -65,6 +69,5 @@ struct KernelScope {
   KernelScope() { flush_denormals_in_team(); }
   lockstep::detail::FlushDenormalsScope flush;
 };
-
 
 }  // namespace lockstep::backend::onednn::detail_onednn

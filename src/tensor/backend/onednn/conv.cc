@@ -15,13 +15,29 @@ using namespace detail_onednn;
 
 namespace {
 
-using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                       std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                       std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>;
+using Key =
+    std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+               std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+               std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>;
 
 Key conv_key(const ConvShape& s, int kind) {
-  return Key{s.n, s.h, s.w, s.c, s.kh, s.kw, s.oc, s.groups, s.sh * 1000 + s.sw, s.dh * 1000 + s.dw,
-             s.pad_t, s.pad_l, s.pad_b, s.pad_r, s.oh, s.ow, kind};
+  return Key{s.n,
+             s.h,
+             s.w,
+             s.c,
+             s.kh,
+             s.kw,
+             s.oc,
+             s.groups,
+             s.sh * 1000 + s.sw,
+             s.dh * 1000 + s.dw,
+             s.pad_t,
+             s.pad_l,
+             s.pad_b,
+             s.pad_r,
+             s.oh,
+             s.ow,
+             kind};
 }
 
 memory::desc nhwc(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
@@ -42,8 +58,11 @@ memory::desc user_weights(const ConvShape& s) {
 
 memory::desc any_weights(const ConvShape& s) {
   const std::int64_t icg = s.c / s.groups, ocg = s.oc / s.groups;
-  if (s.groups == 1) return memory::desc(Dims{s.oc, s.c, s.kh, s.kw}, memory::data_type::f32, memory::format_tag::any);
-  return memory::desc(Dims{s.groups, ocg, icg, s.kh, s.kw}, memory::data_type::f32, memory::format_tag::any);
+  if (s.groups == 1)
+    return memory::desc(Dims{s.oc, s.c, s.kh, s.kw}, memory::data_type::f32,
+                        memory::format_tag::any);
+  return memory::desc(Dims{s.groups, ocg, icg, s.kh, s.kw}, memory::data_type::f32,
+                      memory::format_tag::any);
 }
 
 Dims strides(const ConvShape& s) { return {s.sh, s.sw}; }
@@ -52,9 +71,12 @@ Dims pad_l(const ConvShape& s) { return {s.pad_t, s.pad_l}; }
 Dims pad_r(const ConvShape& s) { return {s.pad_b, s.pad_r}; }
 
 dnnl::convolution_forward::primitive_desc forward_pd(const ConvShape& s, bool bias) {
-  memory::desc bias_md = bias ? memory::desc(Dims{s.oc}, memory::data_type::f32, memory::format_tag::a) : memory::desc();
-  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                    nhwc(s.n, s.c, s.h, s.w), any_weights(s), bias_md, nhwc(s.n, s.oc, s.oh, s.ow),
+  memory::desc bias_md =
+      bias ? memory::desc(Dims{s.oc}, memory::data_type::f32, memory::format_tag::a)
+           : memory::desc();
+  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
+                                    dnnl::algorithm::convolution_direct, nhwc(s.n, s.c, s.h, s.w),
+                                    any_weights(s), bias_md, nhwc(s.n, s.oc, s.oh, s.ow),
                                     strides(s), dilates(s), pad_l(s), pad_r(s));
   return {d, engine()};
 }
@@ -95,7 +117,8 @@ struct WeightsBuffer {
 
 }  // namespace
 
-void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
+void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias,
+                    float* y) {
   struct Entry {
     dnnl::convolution_forward prim;
     memory src, dst, bias;
@@ -108,8 +131,11 @@ void conv2d_forward(const ConvShape& s, const float* x, const float* w, const fl
     auto it = cache.find(key);
     if (it == cache.end()) {
       auto pd = forward_pd(s, bias != nullptr);
-      Entry e{dnnl::convolution_forward(pd), memory(pd.src_desc(), engine(), DNNL_MEMORY_NONE),
-              memory(pd.dst_desc(), engine(), DNNL_MEMORY_NONE), memory(), {}};
+      Entry e{dnnl::convolution_forward(pd),
+              memory(pd.src_desc(), engine(), DNNL_MEMORY_NONE),
+              memory(pd.dst_desc(), engine(), DNNL_MEMORY_NONE),
+              memory(),
+              {}};
       if (bias) e.bias = memory(pd.bias_desc(), engine(), DNNL_MEMORY_NONE);
       e.weights.init(s, pd.weights_desc(), false);
       it = cache.emplace(key, std::move(e)).first;
@@ -117,7 +143,8 @@ void conv2d_forward(const ConvShape& s, const float* x, const float* w, const fl
     Entry& e = it->second;
     e.src.set_data_handle(mut(x));
     e.dst.set_data_handle(y);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.src}, {DNNL_ARG_WEIGHTS, e.weights.load(w)}, {DNNL_ARG_DST, e.dst}};
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, e.src}, {DNNL_ARG_WEIGHTS, e.weights.load(w)}, {DNNL_ARG_DST, e.dst}};
     if (bias) {
       e.bias.set_data_handle(mut(bias));
       args.emplace(DNNL_ARG_BIAS, e.bias);
@@ -140,25 +167,29 @@ void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, f
     auto it = cache.find(key);
     if (it == cache.end()) {
       auto hint = forward_pd(s, false);
-      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, nhwc(s.n, s.c, s.h, s.w),
-                                              any_weights(s), nhwc(s.n, s.oc, s.oh, s.ow), strides(s), dilates(s),
-                                              pad_l(s), pad_r(s));
+      dnnl::convolution_backward_data::desc d(
+          dnnl::algorithm::convolution_direct, nhwc(s.n, s.c, s.h, s.w), any_weights(s),
+          nhwc(s.n, s.oc, s.oh, s.ow), strides(s), dilates(s), pad_l(s), pad_r(s));
       dnnl::convolution_backward_data::primitive_desc pd(d, engine(), hint);
-      Entry e{dnnl::convolution_backward_data(pd), memory(pd.diff_dst_desc(), engine(), DNNL_MEMORY_NONE),
-              memory(pd.diff_src_desc(), engine(), DNNL_MEMORY_NONE), {}};
+      Entry e{dnnl::convolution_backward_data(pd),
+              memory(pd.diff_dst_desc(), engine(), DNNL_MEMORY_NONE),
+              memory(pd.diff_src_desc(), engine(), DNNL_MEMORY_NONE),
+              {}};
       e.weights.init(s, pd.weights_desc(), false);
       it = cache.emplace(key, std::move(e)).first;
     }
     Entry& e = it->second;
     e.diff_dst.set_data_handle(mut(dy));
     e.diff_src.set_data_handle(dx);
-    e.prim.execute(stream(), {{DNNL_ARG_DIFF_DST, e.diff_dst}, {DNNL_ARG_WEIGHTS, e.weights.load(w)},
+    e.prim.execute(stream(), {{DNNL_ARG_DIFF_DST, e.diff_dst},
+                              {DNNL_ARG_WEIGHTS, e.weights.load(w)},
                               {DNNL_ARG_DIFF_SRC, e.diff_src}});
     stream().wait();
   });
 }
 
-void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw, float* dbias) {
+void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw,
+                             float* dbias) {
   struct Entry {
     dnnl::convolution_backward_weights prim;
     memory src, diff_dst, diff_bias;
@@ -171,13 +202,18 @@ void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy
     auto it = cache.find(key);
     if (it == cache.end()) {
       auto hint = forward_pd(s, dbias != nullptr);
-      memory::desc bias_md = dbias ? memory::desc(Dims{s.oc}, memory::data_type::f32, memory::format_tag::a) : memory::desc();
-      dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, nhwc(s.n, s.c, s.h, s.w),
-                                                 any_weights(s), bias_md, nhwc(s.n, s.oc, s.oh, s.ow), strides(s),
-                                                 dilates(s), pad_l(s), pad_r(s));
+      memory::desc bias_md =
+          dbias ? memory::desc(Dims{s.oc}, memory::data_type::f32, memory::format_tag::a)
+                : memory::desc();
+      dnnl::convolution_backward_weights::desc d(
+          dnnl::algorithm::convolution_direct, nhwc(s.n, s.c, s.h, s.w), any_weights(s), bias_md,
+          nhwc(s.n, s.oc, s.oh, s.ow), strides(s), dilates(s), pad_l(s), pad_r(s));
       dnnl::convolution_backward_weights::primitive_desc pd(d, engine(), hint);
-      Entry e{dnnl::convolution_backward_weights(pd), memory(pd.src_desc(), engine(), DNNL_MEMORY_NONE),
-              memory(pd.diff_dst_desc(), engine(), DNNL_MEMORY_NONE), memory(), {}};
+      Entry e{dnnl::convolution_backward_weights(pd),
+              memory(pd.src_desc(), engine(), DNNL_MEMORY_NONE),
+              memory(pd.diff_dst_desc(), engine(), DNNL_MEMORY_NONE),
+              memory(),
+              {}};
       if (dbias) e.diff_bias = memory(pd.diff_bias_desc(), engine(), DNNL_MEMORY_NONE);
       e.weights.init(s, pd.diff_weights_desc(), true);
       it = cache.emplace(key, std::move(e)).first;
@@ -185,7 +221,8 @@ void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy
     Entry& e = it->second;
     e.src.set_data_handle(mut(x));
     e.diff_dst.set_data_handle(mut(dy));
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.src}, {DNNL_ARG_DIFF_DST, e.diff_dst},
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.src},
+                                         {DNNL_ARG_DIFF_DST, e.diff_dst},
                                          {DNNL_ARG_DIFF_WEIGHTS, e.weights.target(dw)}};
     if (dbias) {
       e.diff_bias.set_data_handle(dbias);
@@ -202,15 +239,31 @@ void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy
 namespace {
 
 Key pool_key(const PoolShape& s, int kind) {
-  return Key{s.n, s.h, s.w, s.c, s.kh, s.kw, 0, 0, s.sh * 1000 + s.sw, 0, s.pad_t, s.pad_l, s.pad_b, s.pad_r,
-             s.oh, s.ow, kind * 2 + (s.max ? 1 : 0)};
+  return Key{s.n,
+             s.h,
+             s.w,
+             s.c,
+             s.kh,
+             s.kw,
+             0,
+             0,
+             s.sh * 1000 + s.sw,
+             0,
+             s.pad_t,
+             s.pad_l,
+             s.pad_b,
+             s.pad_r,
+             s.oh,
+             s.ow,
+             kind * 2 + (s.max ? 1 : 0)};
 }
 
 dnnl::pooling_forward::primitive_desc pool_pd(const PoolShape& s, bool training) {
-  dnnl::pooling_forward::desc d(training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
-                                s.max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding,
-                                nhwc(s.n, s.c, s.h, s.w), nhwc(s.n, s.c, s.oh, s.ow), Dims{s.sh, s.sw},
-                                Dims{s.kh, s.kw}, Dims{s.pad_t, s.pad_l}, Dims{s.pad_b, s.pad_r});
+  dnnl::pooling_forward::desc d(
+      training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
+      s.max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding,
+      nhwc(s.n, s.c, s.h, s.w), nhwc(s.n, s.c, s.oh, s.ow), Dims{s.sh, s.sw}, Dims{s.kh, s.kw},
+      Dims{s.pad_t, s.pad_l}, Dims{s.pad_b, s.pad_r});
   return {d, engine()};
 }
 
@@ -266,9 +319,10 @@ void pool_backward(const PoolShape& s, const float* dy, const void* workspace, f
     auto it = cache.find(key);
     if (it == cache.end()) {
       auto hint = pool_pd(s, true);
-      dnnl::pooling_backward::desc d(s.max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding,
-                                     nhwc(s.n, s.c, s.h, s.w), nhwc(s.n, s.c, s.oh, s.ow), Dims{s.sh, s.sw},
-                                     Dims{s.kh, s.kw}, Dims{s.pad_t, s.pad_l}, Dims{s.pad_b, s.pad_r});
+      dnnl::pooling_backward::desc d(
+          s.max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding,
+          nhwc(s.n, s.c, s.h, s.w), nhwc(s.n, s.c, s.oh, s.ow), Dims{s.sh, s.sw}, Dims{s.kh, s.kw},
+          Dims{s.pad_t, s.pad_l}, Dims{s.pad_b, s.pad_r});
       dnnl::pooling_backward::primitive_desc pd(d, engine(), hint);
       Entry e{dnnl::pooling_backward(pd), memory(pd.diff_dst_desc(), engine(), DNNL_MEMORY_NONE),
               memory(pd.diff_src_desc(), engine(), DNNL_MEMORY_NONE), memory()};
@@ -278,7 +332,8 @@ void pool_backward(const PoolShape& s, const float* dy, const void* workspace, f
     Entry& e = it->second;
     e.diff_dst.set_data_handle(mut(dy));
     e.diff_src.set_data_handle(dx);
-    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, e.diff_dst}, {DNNL_ARG_DIFF_SRC, e.diff_src}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, e.diff_dst},
+                                         {DNNL_ARG_DIFF_SRC, e.diff_src}};
     if (s.max) {
       e.ws.set_data_handle(mut(workspace));
       args.emplace(DNNL_ARG_WORKSPACE, e.ws);
@@ -301,19 +356,21 @@ memory::desc bn_data(const BatchNormShape& s) {
 dnnl::batch_normalization_forward::primitive_desc bn_pd(const BatchNormShape& s, bool training) {
   auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
   if (!training) flags = flags | dnnl::normalization_flags::use_global_stats;
-  dnnl::batch_normalization_forward::desc d(training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
-                                            bn_data(s), s.epsilon, flags);
+  dnnl::batch_normalization_forward::desc d(
+      training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, bn_data(s),
+      s.epsilon, flags);
   return {d, engine()};
 }
 
 memory vec(const BatchNormShape& s) {
-  return memory(memory::desc(Dims{s.channels}, memory::data_type::f32, memory::format_tag::a), engine(), DNNL_MEMORY_NONE);
+  return memory(memory::desc(Dims{s.channels}, memory::data_type::f32, memory::format_tag::a),
+                engine(), DNNL_MEMORY_NONE);
 }
 
 }  // namespace
 
-void batchnorm_forward(const BatchNormShape& s, const float* x, const float* gamma, const float* beta, float* y,
-                       float* mean, float* variance, bool training) {
+void batchnorm_forward(const BatchNormShape& s, const float* x, const float* gamma,
+                       const float* beta, float* y, float* mean, float* variance, bool training) {
   struct Entry {
     dnnl::batch_normalization_forward prim;
     memory src, dst, scale, shift, mean, var;
@@ -325,8 +382,13 @@ void batchnorm_forward(const BatchNormShape& s, const float* x, const float* gam
     auto it = cache.find(key);
     if (it == cache.end()) {
       auto pd = bn_pd(s, training);
-      Entry e{dnnl::batch_normalization_forward(pd), memory(bn_data(s), engine(), DNNL_MEMORY_NONE),
-              memory(bn_data(s), engine(), DNNL_MEMORY_NONE), vec(s), vec(s), vec(s), vec(s)};
+      Entry e{dnnl::batch_normalization_forward(pd),
+              memory(bn_data(s), engine(), DNNL_MEMORY_NONE),
+              memory(bn_data(s), engine(), DNNL_MEMORY_NONE),
+              vec(s),
+              vec(s),
+              vec(s),
+              vec(s)};
       it = cache.emplace(key, std::move(e)).first;
     }
     Entry& e = it->second;
@@ -336,15 +398,19 @@ void batchnorm_forward(const BatchNormShape& s, const float* x, const float* gam
     e.shift.set_data_handle(mut(beta));
     e.mean.set_data_handle(mean);
     e.var.set_data_handle(variance);
-    e.prim.execute(stream(), {{DNNL_ARG_SRC, e.src}, {DNNL_ARG_DST, e.dst}, {DNNL_ARG_SCALE, e.scale},
-                              {DNNL_ARG_SHIFT, e.shift}, {DNNL_ARG_MEAN, e.mean}, {DNNL_ARG_VARIANCE, e.var}});
+    e.prim.execute(stream(), {{DNNL_ARG_SRC, e.src},
+                              {DNNL_ARG_DST, e.dst},
+                              {DNNL_ARG_SCALE, e.scale},
+                              {DNNL_ARG_SHIFT, e.shift},
+                              {DNNL_ARG_MEAN, e.mean},
+                              {DNNL_ARG_VARIANCE, e.var}});
     stream().wait();
   });
 }
 
-void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy, const float* gamma,
-                        const float* beta, const float* mean, const float* variance, float* dx, float* dgamma,
-                        float* dbeta) {
+void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
+                        const float* gamma, const float* beta, const float* mean,
+                        const float* variance, float* dx, float* dgamma, float* dbeta) {
   struct Entry {
     dnnl::batch_normalization_backward prim;
     memory src, diff_dst, diff_src, scale, shift, mean, var, diff_scale, diff_shift;
@@ -356,12 +422,20 @@ void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy
     auto it = cache.find(key);
     if (it == cache.end()) {
       auto hint = bn_pd(s, true);
-      dnnl::batch_normalization_backward::desc d(dnnl::prop_kind::backward, bn_data(s), bn_data(s), s.epsilon,
-                                                 dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift);
+      dnnl::batch_normalization_backward::desc d(
+          dnnl::prop_kind::backward, bn_data(s), bn_data(s), s.epsilon,
+          dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift);
       dnnl::batch_normalization_backward::primitive_desc pd(d, engine(), hint);
-      Entry e{dnnl::batch_normalization_backward(pd), memory(bn_data(s), engine(), DNNL_MEMORY_NONE),
-              memory(bn_data(s), engine(), DNNL_MEMORY_NONE), memory(bn_data(s), engine(), DNNL_MEMORY_NONE),
-              vec(s), vec(s), vec(s), vec(s), vec(s), vec(s)};
+      Entry e{dnnl::batch_normalization_backward(pd),
+              memory(bn_data(s), engine(), DNNL_MEMORY_NONE),
+              memory(bn_data(s), engine(), DNNL_MEMORY_NONE),
+              memory(bn_data(s), engine(), DNNL_MEMORY_NONE),
+              vec(s),
+              vec(s),
+              vec(s),
+              vec(s),
+              vec(s),
+              vec(s)};
       it = cache.emplace(key, std::move(e)).first;
     }
     Entry& e = it->second;
@@ -374,9 +448,15 @@ void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy
     e.var.set_data_handle(mut(variance));
     e.diff_scale.set_data_handle(dgamma);
     e.diff_shift.set_data_handle(dbeta);
-    e.prim.execute(stream(), {{DNNL_ARG_SRC, e.src}, {DNNL_ARG_DIFF_DST, e.diff_dst}, {DNNL_ARG_DIFF_SRC, e.diff_src},
-                              {DNNL_ARG_SCALE, e.scale}, {DNNL_ARG_SHIFT, e.shift}, {DNNL_ARG_MEAN, e.mean},
-                              {DNNL_ARG_VARIANCE, e.var}, {DNNL_ARG_DIFF_SCALE, e.diff_scale}, {DNNL_ARG_DIFF_SHIFT, e.diff_shift}});
+    e.prim.execute(stream(), {{DNNL_ARG_SRC, e.src},
+                              {DNNL_ARG_DIFF_DST, e.diff_dst},
+                              {DNNL_ARG_DIFF_SRC, e.diff_src},
+                              {DNNL_ARG_SCALE, e.scale},
+                              {DNNL_ARG_SHIFT, e.shift},
+                              {DNNL_ARG_MEAN, e.mean},
+                              {DNNL_ARG_VARIANCE, e.var},
+                              {DNNL_ARG_DIFF_SCALE, e.diff_scale},
+                              {DNNL_ARG_DIFF_SHIFT, e.diff_shift}});
     stream().wait();
   });
 }

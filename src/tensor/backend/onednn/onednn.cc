@@ -17,8 +17,8 @@ namespace lockstep::backend::onednn {
 using namespace detail_onednn;
 
 void matmul(const MatmulShape& s, const float* a, const float* b, const float* bias, float* c) {
-  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool, bool,
-                         bool>;
+  using Key =
+      std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool, bool, bool>;
   // The primitive plus its memory objects and argument map: a call only
   // swaps data handles, so a small GEMM pays no allocation in the adapter.
   struct Entry {
@@ -34,13 +34,14 @@ void matmul(const MatmulShape& s, const float* a, const float* b, const float* b
     // over an output pre-filled with it.
     float beta = 0.0f;
     if (bias) {
-      for (std::int64_t i = 0; i < s.m; ++i) std::memcpy(c + i * s.n, bias, static_cast<std::size_t>(s.n) * sizeof(float));
+      for (std::int64_t i = 0; i < s.m; ++i)
+        std::memcpy(c + i * s.n, bias, static_cast<std::size_t>(s.n) * sizeof(float));
       beta = 1.0f;
     }
     const std::int64_t lda = s.transpose_a ? s.m : s.k;
     const std::int64_t ldb = s.transpose_b ? s.k : s.n;
-    const dnnl_status_t status = dnnl_sgemm(s.transpose_a ? 'T' : 'N', s.transpose_b ? 'T' : 'N', s.m,
-                                            s.n, s.k, 1.0f, a, lda, b, ldb, beta, c, s.n);
+    const dnnl_status_t status = dnnl_sgemm(s.transpose_a ? 'T' : 'N', s.transpose_b ? 'T' : 'N',
+                                            s.m, s.n, s.k, 1.0f, a, lda, b, ldb, beta, c, s.n);
     LOCKSTEP_CHECK_AS(InternalError, status == dnnl_success, "oneDNN sgemm failed with status ",
                       static_cast<int>(status), " for M=", s.m, " K=", s.k, " N=", s.n);
     return;
@@ -56,16 +57,19 @@ void matmul(const MatmulShape& s, const float* a, const float* b, const float* b
                         s.transpose_a ? Dims{s.m * s.k, 1, s.m} : Dims{s.m * s.k, s.k, 1});
       memory::desc b_md(Dims{bb, s.k, s.n}, memory::data_type::f32,
                         s.transpose_b ? Dims{s.k * s.n, 1, s.k} : Dims{s.k * s.n, s.n, 1});
-      memory::desc c_md(Dims{s.batch, s.m, s.n}, memory::data_type::f32,
-                        memory::format_tag::abc);
+      memory::desc c_md(Dims{s.batch, s.m, s.n}, memory::data_type::f32, memory::format_tag::abc);
       memory::desc bias_md;
-      if (bias) bias_md = memory::desc(Dims{1, 1, s.n}, memory::data_type::f32, memory::format_tag::abc);
+      if (bias)
+        bias_md = memory::desc(Dims{1, 1, s.n}, memory::data_type::f32, memory::format_tag::abc);
       auto desc = bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
                        : dnnl::matmul::desc(a_md, b_md, c_md);
       dnnl::matmul::primitive_desc pd(desc, engine());
-      Entry e{dnnl::matmul(pd), memory(a_md, engine(), DNNL_MEMORY_NONE),
-              memory(b_md, engine(), DNNL_MEMORY_NONE), memory(c_md, engine(), DNNL_MEMORY_NONE),
-              {}, {}};
+      Entry e{dnnl::matmul(pd),
+              memory(a_md, engine(), DNNL_MEMORY_NONE),
+              memory(b_md, engine(), DNNL_MEMORY_NONE),
+              memory(c_md, engine(), DNNL_MEMORY_NONE),
+              {},
+              {}};
       e.args = {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}};
       if (bias) {
         e.bias = memory(bias_md, engine(), DNNL_MEMORY_NONE);
@@ -91,8 +95,10 @@ struct UnaryEntry {
 };
 
 UnaryEntry make_unary_entry(dnnl::primitive prim, const memory::desc& md) {
-  UnaryEntry e{std::move(prim), memory(md, engine(), DNNL_MEMORY_NONE),
-               memory(md, engine(), DNNL_MEMORY_NONE), {}};
+  UnaryEntry e{std::move(prim),
+               memory(md, engine(), DNNL_MEMORY_NONE),
+               memory(md, engine(), DNNL_MEMORY_NONE),
+               {}};
   e.args = {{DNNL_ARG_SRC, e.src}, {DNNL_ARG_DST, e.dst}};
   return e;
 }
@@ -137,15 +143,26 @@ void eltwise(Eltwise kind, const float* x, float* y, std::int64_t n) {
     if (it == cache.end()) {
       dnnl::algorithm alg = dnnl::algorithm::eltwise_exp;
       switch (kind) {
-        case Eltwise::kExp: alg = dnnl::algorithm::eltwise_exp; break;
-        case Eltwise::kLog: alg = dnnl::algorithm::eltwise_log; break;
-        case Eltwise::kSqrt: alg = dnnl::algorithm::eltwise_sqrt; break;
-        case Eltwise::kTanh: alg = dnnl::algorithm::eltwise_tanh; break;
-        case Eltwise::kSigmoid: alg = dnnl::algorithm::eltwise_logistic; break;
+        case Eltwise::kExp:
+          alg = dnnl::algorithm::eltwise_exp;
+          break;
+        case Eltwise::kLog:
+          alg = dnnl::algorithm::eltwise_log;
+          break;
+        case Eltwise::kSqrt:
+          alg = dnnl::algorithm::eltwise_sqrt;
+          break;
+        case Eltwise::kTanh:
+          alg = dnnl::algorithm::eltwise_tanh;
+          break;
+        case Eltwise::kSigmoid:
+          alg = dnnl::algorithm::eltwise_logistic;
+          break;
       }
       memory::desc md(Dims{n}, memory::data_type::f32, memory::format_tag::a);
       dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, alg, md, 0.f, 0.f);
-      dnnl::primitive prim = dnnl::eltwise_forward(dnnl::eltwise_forward::primitive_desc(d, engine()));
+      dnnl::primitive prim =
+          dnnl::eltwise_forward(dnnl::eltwise_forward::primitive_desc(d, engine()));
       it = cache.emplace(key, make_unary_entry(std::move(prim), md)).first;
     }
     run_unary(it->second, x, y);
@@ -156,8 +173,8 @@ void reference_sgemm(bool transpose_a, bool transpose_b, std::int64_t m, std::in
                      std::int64_t k, const float* a, const float* b, float* c) {
   const std::int64_t lda = transpose_a ? m : k;
   const std::int64_t ldb = transpose_b ? k : n;
-  const dnnl_status_t status = dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n,
-                                          k, 1.0f, a, lda, b, ldb, 0.0f, c, n);
+  const dnnl_status_t status = dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k,
+                                          1.0f, a, lda, b, ldb, 0.0f, c, n);
   LOCKSTEP_CHECK_AS(InternalError, status == dnnl_success, "dnnl_sgemm failed with status ",
                     static_cast<int>(status));
 }

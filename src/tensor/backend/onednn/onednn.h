@@ -47,10 +47,12 @@ struct ConvShape {
   std::int64_t pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0;
   std::int64_t oh = 0, ow = 0;  // output
 };
-void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y);
+void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias,
+                    float* y);
 void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx);
 // dbias may be null.
-void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw, float* dbias);
+void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw,
+                             float* dbias);
 
 // Max or average (padding excluded, as TensorFlow) pooling over NHWC data.
 struct PoolShape {
@@ -74,11 +76,11 @@ struct BatchNormShape {
   std::int64_t rows = 0, channels = 0;
   float epsilon = 1e-3f;
 };
-void batchnorm_forward(const BatchNormShape& s, const float* x, const float* gamma, const float* beta,
-                       float* y, float* mean, float* variance, bool training);
+void batchnorm_forward(const BatchNormShape& s, const float* x, const float* gamma,
+                       const float* beta, float* y, float* mean, float* variance, bool training);
 // oneDNN 2.6 reads beta in backward too (it validates every declared argument).
-void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy, const float* gamma,
-                        const float* beta, const float* mean, const float* variance, float* dx, float* dgamma,
-                        float* dbeta);
+void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
+                        const float* gamma, const float* beta, const float* mean,
+                        const float* variance, float* dx, float* dgamma, float* dbeta);
 
 }  // namespace lockstep::backend::onednn
