@@ -1,16 +1,11 @@
 // safetensors reading and writing with checksums and atomic replacement.
 #include "lockstep/io/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <array>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
 
 namespace lockstep::io {
@@ -51,85 +46,19 @@ bool parse_dtype(const std::string& s, DType& out) {
   return false;
 }
 
-std::array<std::uint32_t, 256> make_crc_table() {
-  std::array<std::uint32_t, 256> t{};
-  for (std::uint32_t i = 0; i < 256; ++i) {
-    std::uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-    t[i] = c;
-  }
-  return t;
-}
-
 std::string hex32(std::uint32_t v) {
   char buf[9];
   std::snprintf(buf, sizeof(buf), "%08x", v);
   return buf;
 }
 
-[[noreturn]] void sys_error(const std::string& what, const std::string& path) {
-  detail::throw_error<IOError>(path, ": ", what, " failed: ", std::strerror(errno));
-}
-
 }  // namespace
-
-std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc) {
-  static const auto table = make_crc_table();
-  const auto* p = static_cast<const unsigned char*>(data);
-  crc = ~crc;
-  for (std::size_t i = 0; i < size; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
-}
 
 const Tensor& TensorFile::at(const std::string& name) const {
   for (const auto& [n, t] : tensors) {
     if (n == name) return t;
   }
   detail::throw_error<IOError>(path, ": no tensor named '", name, "'");
-}
-
-void atomic_write(const std::string& path, const std::string& contents) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::random_device rd;
-  const fs::path tmp = dir / ("." + target.filename().string() + ".tmp" +
-                              std::to_string(::getpid()) + "." + std::to_string(rd()));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) sys_error("creating temporary file " + tmp.string(), path);
-  auto fail = [&](const std::string& what) {
-    const int saved = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());  // never leave a partial file behind
-    errno = saved;
-    sys_error(what, path);
-  };
-  std::size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("writing " + std::to_string(contents.size()) + " bytes (at byte " +
-           std::to_string(done) + ")");
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0) fail("fsync");
-  if (::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    sys_error("close", path);
-  }
-  if (::rename(tmp.c_str(), target.c_str()) != 0) {
-    const int saved = errno;
-    ::unlink(tmp.c_str());
-    errno = saved;
-    sys_error("rename", path);
-  }
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);  // make the rename durable
-    ::close(dfd);
-  }
 }
 
 void write_safetensors(const std::string& path,

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "lockstep/core/file.h"
 #include "lockstep/tensor/tensor.h"
 
 namespace lockstep::io {
@@ -39,10 +40,8 @@ void write_safetensors(const std::string& path,
 // tensor and the byte offset.
 TensorFile read_safetensors(const std::string& path);
 
-// CRC32C (Castagnoli), as used by the checksums above.
-std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc = 0);
-
-// Writes `contents` to `path` atomically (see above).
-void atomic_write(const std::string& path, const std::string& contents);
+// The checksum and the atomic writer live in core (lockstep/core/file.h).
+using lockstep::atomic_write;
+using lockstep::crc32c;
 
 }  // namespace lockstep::io

@@ -1,0 +1,56 @@
+// Files that are never seen half-written, and the checksum that guards them.
+//
+// AtomicFileWriter streams into a temporary file in the target's directory
+// (".<name>.tmp<pid>.<random>"); commit() fsyncs it, renames it over the
+// target and fsyncs the directory. Destroyed without commit() — an error, an
+// exception, an abandoned pass — it removes the temporary file. A process
+// killed with SIGKILL leaves only the temporary file, which no reader opens;
+// remove_stale_temporaries() deletes those whose writer is gone.
+//
+//   lockstep::AtomicFileWriter out("cache.bin");
+//   out.write(data, n);
+//   out.commit();
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace lockstep {
+
+// CRC32C (Castagnoli polynomial), chainable: crc32c(b, nb, crc32c(a, na)).
+std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc = 0);
+
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::string path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(const void* data, std::size_t size);
+  std::uint64_t bytes_written() const { return written_; }
+  // Makes the file visible under its final name, durably.
+  void commit();
+  const std::string& path() const { return path_; }
+  const std::string& temporary_path() const { return tmp_; }
+
+ private:
+  void flush();
+  [[noreturn]] void fail(const std::string& what);
+
+  std::string path_, tmp_;
+  int fd_ = -1;
+  std::string buffer_;
+  std::uint64_t written_ = 0;
+  bool committed_ = false;
+};
+
+// Writes `contents` to `path` atomically (an AtomicFileWriter in one call).
+void atomic_write(const std::string& path, const std::string& contents);
+
+// Deletes the temporary files AtomicFileWriter left for `path` whose writing
+// process no longer exists (killed before commit). Returns how many.
+int remove_stale_temporaries(const std::string& path);
+
+}  // namespace lockstep

@@ -1,0 +1,230 @@
+// Dataset: a tf.data-style input pipeline.
+//
+//   auto [train, test] = ls::datasets::fashion_mnist::load_data();
+//   auto ds = ls::data::Dataset::from_tensor_slices({train.first, train.second})
+//                 .map(normalize, {.num_parallel_calls = ls::data::kAutotune})
+//                 .cache()
+//                 .shuffle(60000, {.seed = 42})
+//                 .batch(64)
+//                 .prefetch(ls::data::kAutotune);
+//   for (const auto& batch : ds) { ... batch[0], batch[1] ... }
+//
+// A Dataset is an immutable description (a cheap handle); iterating it makes
+// an Iterator. Sources and transformations are those of tf.data (see
+// docs/data.md for the list and the differences).
+//
+// Determinism. Everything random in a pipeline is a pure function of the
+// seeds and of the *iteration key* the iterator was made with: `repeat` gives
+// each pass its own key, and `make_iterator({.epoch = e})` (what Model::fit
+// does each epoch) gives each epoch its own. So a seeded `shuffle` reshuffles
+// every epoch and yet epoch e's order is the same in every run — which is what
+// makes an exact resume possible. An unseeded shuffle draws its seed once,
+// when the Dataset is made, and iterator states record it.
+//
+// Iterator state. Iterator::save() captures everything needed to continue:
+// positions, seeds, the shuffle buffer and prefetched elements (as tensors),
+// repeat counts. Restoring it into a fresh iterator of the same pipeline
+// yields exactly the elements the saved one would have produced next.
+//
+// Threads. prefetch, map with num_parallel_calls and interleave with
+// num_parallel_calls run on background threads owned by the iterator; they
+// are joined when the iterator is destroyed. An exception thrown by a map
+// function, a generator or a reader reaches the consumer, in element order,
+// with its message.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/data/element.h"
+
+namespace lockstep::data {
+
+// num_parallel_calls / buffer_size: let the pipeline choose (tf.data.AUTOTUNE).
+inline constexpr std::int64_t kAutotune = -1;
+// cardinality() results.
+inline constexpr std::int64_t kInfiniteCardinality = -1;
+inline constexpr std::int64_t kUnknownCardinality = -2;
+
+// Bytes that autotuned buffers (prefetch, parallel map) may hold in total.
+// Default 256 MiB.
+void set_autotune_memory_budget(std::size_t bytes);
+std::size_t autotune_memory_budget();
+
+// Everything an iterator needs to continue where it stopped: a JSON tree of
+// positions, seeds and counts, and the buffered elements as named tensors
+// (the checkpoint writer stores both).
+struct IteratorState {
+  nlohmann::json json = nlohmann::json::object();
+  std::map<std::string, Tensor> tensors;
+};
+
+class IteratorImpl;
+class DatasetImpl;
+
+struct IteratorOptions {
+  // The epoch (or any caller-chosen pass number) this iteration is for; it
+  // keys every reshuffle (see "Determinism" above).
+  std::uint64_t epoch = 0;
+};
+
+class Iterator {
+ public:
+  Iterator() = default;
+  // `dataset` is kept alive as long as the iterator (iterators refer to it).
+  Iterator(std::shared_ptr<const DatasetImpl> dataset, std::unique_ptr<IteratorImpl> impl);
+  ~Iterator();
+  Iterator(Iterator&&) noexcept;
+  Iterator& operator=(Iterator&&) noexcept;
+
+  // The next element, or nullopt at the end (and at every call after it).
+  std::optional<Element> next();
+  // The next element; IndexError "end of sequence" past the end.
+  Element get_next();
+  // Elements produced so far (restored by restore()).
+  std::int64_t position() const { return position_; }
+
+  IteratorState save();
+  // `state` must come from save() on an iterator of the same pipeline;
+  // a state from another pipeline is a ValueError naming where they differ.
+  void restore(const IteratorState& state);
+
+ private:
+  std::shared_ptr<const DatasetImpl> dataset_;  // declared first: destroyed after impl_
+  std::unique_ptr<IteratorImpl> impl_;
+  std::int64_t position_ = 0;
+};
+
+struct ShuffleOptions {
+  std::optional<std::uint64_t> seed;     // none: drawn once per Dataset
+  bool reshuffle_each_iteration = true;  // a new order every epoch / repeat pass
+};
+
+struct MapOptions {
+  // 1 (or 0): on the consumer's thread. N > 1: N worker threads.
+  // kAutotune: workers chosen from the measured map and consumer times.
+  std::int64_t num_parallel_calls = 1;
+  // false: a parallel map may deliver elements as they finish.
+  bool deterministic = true;
+};
+
+struct InterleaveOptions {
+  std::int64_t cycle_length = kAutotune;  // kAutotune: the number of cores
+  std::int64_t block_length = 1;
+  // > 1 or kAutotune: each open input is read ahead on its own thread.
+  std::int64_t num_parallel_calls = 1;
+};
+
+struct PaddedBatchOptions {
+  bool drop_remainder = false;
+  double padding_value = 0.0;
+};
+
+using MapFunction = std::function<Element(const Element&)>;
+using Predicate = std::function<bool(const Element&)>;
+// Returns the next element, or nullopt at the end.
+using Generator = std::function<std::optional<Element>()>;
+
+class Dataset {
+ public:
+  Dataset() = default;
+  explicit Dataset(std::shared_ptr<const DatasetImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- Sources ----
+  // Element i is (components[0][i], components[1][i], ...): zero-copy views.
+  // All components must have the same size along dimension 0.
+  static Dataset from_tensor_slices(std::vector<Tensor> components,
+                                    std::vector<std::string> names = {});
+  static Dataset from_tensor_slices(const Tensor& tensor);
+  // One element: the tensors themselves.
+  static Dataset from_tensors(Element element);
+  // int64 scalars start, start + step, ... before stop (Python's range).
+  static Dataset range(std::int64_t stop);
+  static Dataset range(std::int64_t start, std::int64_t stop, std::int64_t step = 1);
+  // `make` is called for every iteration and returns the generator for it.
+  // Iterator state records the count produced; restoring calls `make` and
+  // skips that many, so the generator must be deterministic to resume exactly.
+  static Dataset from_generator(std::function<Generator()> make,
+                                std::int64_t cardinality = kUnknownCardinality);
+  // Elements are the components of each dataset's element, side by side;
+  // ends with the shortest.
+  static Dataset zip(std::vector<Dataset> datasets);
+  // One element per path (a uint8 byte tensor; Element::string reads it).
+  static Dataset from_files(std::vector<std::string> paths);
+  // Files matching a glob pattern, sorted; shuffled when `shuffle`.
+  static Dataset list_files(const std::string& pattern, bool shuffle = false,
+                            std::optional<std::uint64_t> seed = std::nullopt);
+
+  // ---- Transformations ----
+  Dataset concatenate(const Dataset& other) const;
+  Dataset map(MapFunction fn, MapOptions options = {}) const;
+  Dataset filter(Predicate predicate) const;
+  // Stacks batch_size consecutive elements along a new dimension 0. The last
+  // batch is smaller unless drop_remainder.
+  Dataset batch(std::int64_t batch_size, bool drop_remainder = false) const;
+  // As batch, padding each component to the largest shape in the batch.
+  Dataset padded_batch(std::int64_t batch_size, PaddedBatchOptions options = {}) const;
+  // Splits each element along dimension 0 (zero-copy).
+  Dataset unbatch() const;
+  Dataset shuffle(std::int64_t buffer_size, ShuffleOptions options = {}) const;
+  // count < 0: forever.
+  Dataset repeat(std::int64_t count = -1) const;
+  Dataset take(std::int64_t count) const;
+  Dataset skip(std::int64_t count) const;
+  // Every num_shards-th element starting at index.
+  Dataset shard(std::int64_t num_shards, std::int64_t index) const;
+  // Prepends an int64 scalar counter component.
+  Dataset enumerate(std::int64_t start = 0) const;
+  // filename empty: in memory. Otherwise the first complete pass writes the
+  // file atomically and later passes (and later runs) read it.
+  Dataset cache(const std::string& filename = "") const;
+  Dataset prefetch(std::int64_t buffer_size = kAutotune) const;
+  // Maps each element to a dataset and interleaves their elements: cycle_length
+  // inputs open at once, block_length elements from each in turn.
+  Dataset interleave(std::function<Dataset(const Element&)> fn,
+                     InterleaveOptions options = {}) const;
+
+  // Known size, kInfiniteCardinality or kUnknownCardinality.
+  std::int64_t cardinality() const;
+
+  Iterator make_iterator(IteratorOptions options = {}) const;
+
+  // Range-for support: `for (const Element& e : dataset)`.
+  class RangeIterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = Element;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const Element*;
+    using reference = const Element&;
+    RangeIterator() = default;
+    explicit RangeIterator(std::shared_ptr<Iterator> it);
+    const Element& operator*() const { return *current_; }
+    const Element* operator->() const { return &*current_; }
+    RangeIterator& operator++();
+    bool operator==(const RangeIterator& other) const { return done() == other.done(); }
+
+   private:
+    bool done() const { return !current_.has_value(); }
+    std::shared_ptr<Iterator> it_;
+    std::optional<Element> current_;
+  };
+  RangeIterator begin() const;
+  RangeIterator end() const { return {}; }
+
+  const std::shared_ptr<const DatasetImpl>& impl() const { return impl_; }
+  bool defined() const { return impl_ != nullptr; }
+
+ private:
+  const DatasetImpl& checked(const char* op) const;
+  std::shared_ptr<const DatasetImpl> impl_;
+};
+
+}  // namespace lockstep::data

@@ -1,0 +1,153 @@
+#include "lockstep/core/file.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::array<std::uint32_t, 256> make_crc_table() {
+  std::array<std::uint32_t, 256> t{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+
+[[noreturn]] void sys_error(const std::string& what, const std::string& path) {
+  detail::throw_error<IOError>(path, ": ", what, " failed: ", std::strerror(errno));
+}
+
+fs::path directory_of(const fs::path& target) {
+  return target.has_parent_path() ? target.parent_path() : fs::path(".");
+}
+
+std::string temporary_prefix(const fs::path& target) {
+  return "." + target.filename().string() + ".tmp";
+}
+
+constexpr std::size_t kBufferBytes = 1 << 20;
+
+}  // namespace
+
+std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc) {
+  static const auto table = make_crc_table();
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  for (std::size_t i = 0; i < size; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+
+AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
+  const fs::path target(path_);
+  std::random_device rd;
+  tmp_ = (directory_of(target) /
+          (temporary_prefix(target) + std::to_string(::getpid()) + "." + std::to_string(rd())))
+             .string();
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd_ < 0) sys_error("creating temporary file " + tmp_, path_);
+  buffer_.reserve(kBufferBytes);
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (committed_) return;
+  if (fd_ >= 0) ::close(fd_);
+  ::unlink(tmp_.c_str());  // never leave a partial file behind
+}
+
+void AtomicFileWriter::fail(const std::string& what) {
+  const int saved = errno;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  ::unlink(tmp_.c_str());
+  errno = saved;
+  sys_error(what, path_);
+}
+
+void AtomicFileWriter::flush() {
+  std::size_t done = 0;
+  while (done < buffer_.size()) {
+    const ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("writing " + std::to_string(buffer_.size() - done) + " bytes at byte " +
+           std::to_string(written_ - buffer_.size() + done));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  buffer_.clear();
+}
+
+void AtomicFileWriter::write(const void* data, std::size_t size) {
+  LOCKSTEP_CHECK_AS(IOError, !committed_ && fd_ >= 0, path_, ": write after commit or failure");
+  const char* p = static_cast<const char*>(data);
+  written_ += size;
+  if (buffer_.size() + size > kBufferBytes) flush();
+  if (size >= kBufferBytes) {
+    buffer_.assign(p, size);
+    flush();
+    return;
+  }
+  buffer_.append(p, size);
+}
+
+void AtomicFileWriter::commit() {
+  LOCKSTEP_CHECK_AS(IOError, !committed_ && fd_ >= 0, path_, ": commit after commit or failure");
+  flush();
+  if (::fsync(fd_) != 0) fail("fsync");
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    fail("close");
+  }
+  fd_ = -1;
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail("rename");
+  committed_ = true;
+  const fs::path dir = directory_of(fs::path(path_));
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);  // make the rename durable
+    ::close(dfd);
+  }
+}
+
+void atomic_write(const std::string& path, const std::string& contents) {
+  AtomicFileWriter out(path);
+  out.write(contents.data(), contents.size());
+  out.commit();
+}
+
+int remove_stale_temporaries(const std::string& path) {
+  const fs::path target(path);
+  const std::string prefix = temporary_prefix(target);
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& entry : fs::directory_iterator(directory_of(target), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    // ".<name>.tmp<pid>.<random>": the writer is gone when <pid> is.
+    const std::string rest = name.substr(prefix.size());
+    const auto dot = rest.find('.');
+    if (dot == std::string::npos || dot == 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(rest.c_str(), &end, 10);
+    if (end != rest.c_str() + dot || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    if (fs::remove(entry.path(), ec)) ++removed;
+  }
+  return removed;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,661 @@
+// Transformations that run on the consumer's thread: map, filter, batch,
+// padded_batch, unbatch, shuffle, repeat, take, skip, shard, enumerate.
+#include <algorithm>
+#include <cstring>
+
+#include "internal.h"
+
+namespace lockstep::data {
+namespace {
+
+using Input = std::shared_ptr<const DatasetImpl>;
+
+// A transformation with one input whose iterator keeps the input's key.
+class UnaryDataset : public DatasetImpl {
+ public:
+  explicit UnaryDataset(Input input) : input_(std::move(input)) {}
+  const DatasetImpl& input() const { return *input_; }
+
+ protected:
+  Input input_;
+};
+
+// An iterator whose state is its input's plus a few fields.
+class UnaryIterator : public IteratorImpl {
+ public:
+  UnaryIterator(const char* op, std::unique_ptr<IteratorImpl> input)
+      : IteratorImpl(op), input_(std::move(input)) {}
+
+ protected:
+  void save_fields(StateWriter& w) override {
+    save_own(w);
+    save_child(w, "input", *input_);
+  }
+  void restore_fields(const StateReader& r) override {
+    restore_own(r);
+    restore_child(r, "input", *input_);
+  }
+  virtual void save_own(StateWriter&) {}
+  virtual void restore_own(const StateReader&) {}
+
+  std::unique_ptr<IteratorImpl> input_;
+};
+
+// ---- map (sequential) ----
+
+class MapDataset final : public UnaryDataset {
+ public:
+  MapDataset(Input input, MapFunction fn) : UnaryDataset(std::move(input)), fn_(std::move(fn)) {}
+  std::int64_t cardinality() const override { return input().cardinality(); }
+  std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t key) const override;
+  const MapFunction& fn() const { return fn_; }
+
+ private:
+  MapFunction fn_;
+};
+
+class MapIterator final : public UnaryIterator {
+ public:
+  MapIterator(const MapDataset& ds, std::unique_ptr<IteratorImpl> in)
+      : UnaryIterator("map", std::move(in)), ds_(ds) {}
+  std::optional<Element> next() override {
+    auto e = input_->next();
+    if (!e) return std::nullopt;
+    return ds_.fn()(*e);
+  }
+
+ private:
+  const MapDataset& ds_;
+};
+
+std::unique_ptr<IteratorImpl> MapDataset::make_iterator(std::uint64_t key) const {
+  return std::make_unique<MapIterator>(*this, input_->make_iterator(key));
+}
+
+// ---- filter ----
+
+class FilterDataset final : public UnaryDataset {
+ public:
+  FilterDataset(Input input, Predicate p) : UnaryDataset(std::move(input)), p_(std::move(p)) {}
+  std::int64_t cardinality() const override {
+    return input().cardinality() == kInfiniteCardinality ? kInfiniteCardinality
+                                                         : kUnknownCardinality;
+  }
+  std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t key) const override;
+  const Predicate& predicate() const { return p_; }
+
+ private:
+  Predicate p_;
+};
+
+class FilterIterator final : public UnaryIterator {
+ public:
+  FilterIterator(const FilterDataset& ds, std::unique_ptr<IteratorImpl> in)
+      : UnaryIterator("filter", std::move(in)), ds_(ds) {}
+  std::optional<Element> next() override {
+    while (auto e = input_->next()) {
+      if (ds_.predicate()(*e)) return e;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  const FilterDataset& ds_;
+};
+
+std::unique_ptr<IteratorImpl> FilterDataset::make_iterator(std::uint64_t key) const {
+  return std::make_unique<FilterIterator>(*this, input_->make_iterator(key));
+}
+
+// ---- batch / padded_batch ----
+
+// Copies `src` into the leading corner of `dst` (same rank, dst at least as
+// large in every dimension); the rest of dst keeps its padding.
+void copy_into_corner(const Tensor& src, char* dst, const Shape& dst_shape) {
+  const std::size_t item = dtype_size(src.dtype());
+  const int rank = src.rank();
+  if (src.numel() == 0) return;
+  if (rank == 0) {
+    std::memcpy(dst, src.raw_data(), item);
+    return;
+  }
+  // Rows of the last dimension, walked with an index counter.
+  const std::size_t row_bytes = static_cast<std::size_t>(src.dim(rank - 1)) * item;
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(rank - 1), 0);
+  const char* s = static_cast<const char*>(src.raw_data());
+  const std::int64_t rows = src.numel() / src.dim(rank - 1);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::int64_t offset = 0;
+    for (int d = 0; d < rank - 1; ++d)
+      offset = offset * dst_shape[d] + idx[static_cast<std::size_t>(d)];
+    std::memcpy(dst + static_cast<std::size_t>(offset * dst_shape[rank - 1]) * item, s, row_bytes);
+    s += row_bytes;
+    for (int d = rank - 2; d >= 0; --d) {
+      if (++idx[static_cast<std::size_t>(d)] < src.dim(d)) break;
+      idx[static_cast<std::size_t>(d)] = 0;
+    }
+  }
+}
+
+Element pad_and_stack(const std::vector<Element>& elements, double padding_value) {
+  const Element& first = elements[0];
+  std::vector<Tensor> out;
+  for (std::size_t c = 0; c < first.size(); ++c) {
+    std::vector<std::int64_t> max_dims(first[c].shape().dims().begin(),
+                                       first[c].shape().dims().end());
+    for (std::size_t i = 0; i < elements.size(); ++i) {
+      const Element& e = elements[i];
+      LOCKSTEP_CHECK_AS(ShapeError, e.size() == first.size(), "padded_batch: element ", i, " has ",
+                        e.size(), " components but element 0 has ", first.size());
+      const Tensor& t = e[c];
+      LOCKSTEP_CHECK_AS(ShapeError, t.rank() == first[c].rank() && t.dtype() == first[c].dtype(),
+                        "padded_batch: element ", i, " has component ", c, " of ", t.dtype(), " ",
+                        t.shape(), " but element 0 has ", first[c].dtype(), " ", first[c].shape(),
+                        " (padding needs the same rank and dtype)");
+      for (int d = 0; d < t.rank(); ++d)
+        max_dims[static_cast<std::size_t>(d)] =
+            std::max(max_dims[static_cast<std::size_t>(d)], t.dim(d));
+    }
+    std::vector<std::int64_t> dims{static_cast<std::int64_t>(elements.size())};
+    dims.insert(dims.end(), max_dims.begin(), max_dims.end());
+    Tensor batch = Tensor::full(Shape(dims), padding_value, first[c].dtype());
+    const Shape row_shape(max_dims);
+    const std::size_t row_bytes =
+        static_cast<std::size_t>(row_shape.numel()) * dtype_size(batch.dtype());
+    auto* dst = static_cast<char*>(batch.raw_data());
+    for (std::size_t i = 0; i < elements.size(); ++i)
+      copy_into_corner(elements[i][c], dst + i * row_bytes, row_shape);
+    out.push_back(std::move(batch));
+  }
+  return Element(std::move(out), first.names());
+}
+
+class BatchDataset final : public UnaryDataset {
+ public:
+  BatchDataset(Input input, std::int64_t size, bool drop_remainder, bool padded, double padding)
+      : UnaryDataset(std::move(input)),
+        size_(size),
+        drop_remainder_(drop_remainder),
+        padded_(padded),
+        padding_(padding) {}
+  std::int64_t cardinality() const override {
+    const std::int64_t n = input().cardinality();
+    if (n < 0) return n;
+    return drop_remainder_ ? n / size_ : (n + size_ - 1) / size_;
+  }
+  std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t key) const override;
+  std::int64_t size() const { return size_; }
+  bool drop_remainder() const { return drop_remainder_; }
+  bool padded() const { return padded_; }
+  double padding() const { return padding_; }
+
+ private:
+  std::int64_t size_;
+  bool drop_remainder_, padded_;
+  double padding_;
+};
+
+class BatchIterator final : public UnaryIterator {
+ public:
+  BatchIterator(const BatchDataset& ds, std::unique_ptr<IteratorImpl> in)
+      : UnaryIterator(ds.padded() ? "padded_batch" : "batch", std::move(in)), ds_(ds) {}
+  std::optional<Element> next() override {
+    if (done_) return std::nullopt;
+    std::vector<Element> items;
+    items.reserve(static_cast<std::size_t>(ds_.size()));
+    while (static_cast<std::int64_t>(items.size()) < ds_.size()) {
+      auto e = input_->next();
+      if (!e) {
+        done_ = true;
+        break;
+      }
+      items.push_back(std::move(*e));
+    }
+    if (items.empty()) return std::nullopt;
+    if (static_cast<std::int64_t>(items.size()) < ds_.size() && ds_.drop_remainder())
+      return std::nullopt;
+    return ds_.padded() ? pad_and_stack(items, ds_.padding()) : stack_elements(op(), items);
+  }
+
+ protected:
+  void save_own(StateWriter& w) override { w.json()["done"] = done_; }
+  void restore_own(const StateReader& r) override { done_ = r.at("done").get<bool>(); }
+
+ private:
+  const BatchDataset& ds_;
+  bool done_ = false;
+};
+
+std::unique_ptr<IteratorImpl> BatchDataset::make_iterator(std::uint64_t key) const {
+  return std::make_unique<BatchIterator>(*this, input_->make_iterator(key));
+}
+
+// ---- unbatch ----
+
+class UnbatchDataset final : public UnaryDataset {
+ public:
+  using UnaryDataset::UnaryDataset;
+  std::int64_t cardinality() const override {
+    return input().cardinality() == kInfiniteCardinality ? kInfiniteCardinality
+                                                         : kUnknownCardinality;
+  }
+  std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t key) const override;
+};
+
+class UnbatchIterator final : public UnaryIterator {
+ public:
+  explicit UnbatchIterator(std::unique_ptr<IteratorImpl> in)
+      : UnaryIterator("unbatch", std::move(in)) {}
+  std::optional<Element> next() override {
+    while (!current_ || row_ >= rows_) {
+      current_ = input_->next();
+      if (!current_) return std::nullopt;
+      row_ = 0;
+      rows_ = -1;
+      for (std::size_t c = 0; c < current_->size(); ++c) {
+        const Tensor& t = (*current_)[c];
+        LOCKSTEP_CHECK_AS(ShapeError, t.rank() >= 1, "unbatch: component ", c,
+                          " is a scalar; every component needs a batch dimension");
+        if (rows_ < 0) rows_ = t.dim(0);
+        LOCKSTEP_CHECK_AS(ShapeError, t.dim(0) == rows_,
+                          "unbatch: components have different "
+                          "batch sizes (",
+                          rows_, " and ", t.dim(0), " in component ", c, ")");
+      }
+    }
+    std::vector<Tensor> parts;
+    for (const Tensor& t : current_->components()) {
+      std::vector<std::int64_t> dims(t.shape().dims().begin() + 1, t.shape().dims().end());
+      parts.push_back(t.view_rows(row_, row_ + 1).view_as(Shape(dims)));
+    }
+    ++row_;
+    return Element(std::move(parts), current_->names());
+  }
+
+ protected:
+  void save_own(StateWriter& w) override {
+    w.json()["row"] = row_;
+    w.json()["rows"] = rows_;
+    w.json()["has_current"] = current_.has_value();
+    if (current_) w.put_element("current", *current_);
+  }
+  void restore_own(const StateReader& r) override {
+    row_ = r.at("row").get<std::int64_t>();
+    rows_ = r.at("rows").get<std::int64_t>();
+    current_.reset();
+    if (r.at("has_current").get<bool>()) current_ = r.element("current");
+  }
+
+ private:
+  std::optional<Element> current_;
+  std::int64_t row_ = 0, rows_ = 0;
+};
+
+std::unique_ptr<IteratorImpl> UnbatchDataset::make_iterator(std::uint64_t key) const {
+  return std::make_unique<UnbatchIterator>(input_->make_iterator(key));
+}
+
+// ---- shuffle ----
+
+class ShuffleDataset final : public UnaryDataset {
+ public:
+  ShuffleDataset(Input input, std::int64_t buffer_size, std::uint64_t seed, bool reshuffle)
+      : UnaryDataset(std::move(input)),
+        buffer_size_(buffer_size),
+        seed_(seed),
+        reshuffle_(reshuffle) {}
+  std::int64_t cardinality() const override { return input().cardinality(); }
+  std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t key) const override;
+  std::int64_t buffer_size() const { return buffer_size_; }
+  std::uint64_t seed() const { return seed_; }
+  bool reshuffle() const { return reshuffle_; }
+
+ private:
+  std::int64_t buffer_size_;
+  std::uint64_t seed_;
+  bool reshuffle_;
+};
+
+// tf.data's algorithm: keep the buffer full, emit a uniformly chosen buffer
+// slot and refill it from the input. Draw k of an iteration is a pure
+// function of (seed, iteration key, k).
+class ShuffleIterator final : public UnaryIterator {
+ public:
+  ShuffleIterator(const ShuffleDataset& ds, std::unique_ptr<IteratorImpl> in, std::uint64_t key)
+      : UnaryIterator("shuffle", std::move(in)),
+        ds_(ds),
+        seed_(ds.seed()),
+        key_(ds.reshuffle() ? key : 0) {}
+  std::optional<Element> next() override {
+    if (!filled_) {
+      filled_ = true;
+      fill();
+    }
+    if (buffer_.empty()) return std::nullopt;
+    const std::size_t i = uniform_index(seed_, key_, draws_++, buffer_.size());
+    Element out = std::move(buffer_[i]);
+    auto e = input_done_ ? std::nullopt : input_->next();
+    if (e) {
+      buffer_[i] = std::move(*e);
+    } else {
+      input_done_ = true;
+      buffer_[i] = std::move(buffer_.back());
+      buffer_.pop_back();
+    }
+    return out;
+  }
+
+ protected:
+  void save_own(StateWriter& w) override {
+    w.json()["seed"] = seed_;
+    w.json()["key"] = key_;
+    w.json()["draws"] = draws_;
+    w.json()["filled"] = filled_;
+    w.json()["input_done"] = input_done_;
+    w.put_elements("buffer", buffer_);
+  }
+  void restore_own(const StateReader& r) override {
+    seed_ = r.at("seed").get<std::uint64_t>();
+    key_ = r.at("key").get<std::uint64_t>();
+    draws_ = r.at("draws").get<std::uint64_t>();
+    filled_ = r.at("filled").get<bool>();
+    input_done_ = r.at("input_done").get<bool>();
+    buffer_ = r.elements("buffer");
+  }
+
+ private:
+  void fill() {
+    buffer_.reserve(static_cast<std::size_t>(std::min<std::int64_t>(ds_.buffer_size(), 1 << 20)));
+    while (static_cast<std::int64_t>(buffer_.size()) < ds_.buffer_size()) {
+      auto e = input_->next();
+      if (!e) {
+        input_done_ = true;
+        break;
+      }
+      buffer_.push_back(std::move(*e));
+    }
+  }
+
+  const ShuffleDataset& ds_;
+  std::uint64_t seed_, key_;
+  std::uint64_t draws_ = 0;
+  bool filled_ = false, input_done_ = false;
+  std::vector<Element> buffer_;
+};
+
+std::unique_ptr<IteratorImpl> ShuffleDataset::make_iterator(std::uint64_t key) const {
+  return std::make_unique<ShuffleIterator>(*this, input_->make_iterator(key), key);
+}
+
+// ---- repeat ----
+
+class RepeatDataset final : public UnaryDataset {
+ public:
+  RepeatDataset(Input input, std::int64_t count) : UnaryDataset(std::move(input)), count_(count) {}
+  std::int64_t cardinality() const override {
+    const std::int64_t n = input().cardinality();
+    if (n == 0 || count_ == 0) return 0;
+    if (count_ < 0) return n == kUnknownCardinality ? kUnknownCardinality : kInfiniteCardinality;
+    return n < 0 ? n : n * count_;
+  }
+  std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t key) const override;
+  std::int64_t count() const { return count_; }
+
+ private:
+  std::int64_t count_;
+};
+
+class RepeatIterator final : public IteratorImpl {
+ public:
+  RepeatIterator(const RepeatDataset& ds, std::uint64_t key)
+      : IteratorImpl("repeat"), ds_(ds), key_(key) {}
+  std::optional<Element> next() override {
+    while (ds_.count() < 0 || pass_ < ds_.count()) {
+      if (!input_) {
+        input_ = ds_.input().make_iterator(mix_key(key_, static_cast<std::uint64_t>(pass_)));
+        produced_in_pass_ = 0;
+      }
+      if (auto e = input_->next()) {
+        ++produced_in_pass_;
+        return e;
+      }
+      input_.reset();
+      ++pass_;
+      // An empty pass means every pass is empty: stop instead of spinning.
+      if (produced_in_pass_ == 0) break;
+    }
+    return std::nullopt;
+  }
+
+ protected:
+  void save_fields(StateWriter& w) override {
+    w.json()["key"] = key_;
+    w.json()["pass"] = pass_;
+    w.json()["produced_in_pass"] = produced_in_pass_;
+    w.json()["has_input"] = input_ != nullptr;
+    if (input_) save_child(w, "input", *input_);
+  }
+  void restore_fields(const StateReader& r) override {
+    key_ = r.at("key").get<std::uint64_t>();
+    pass_ = r.at("pass").get<std::int64_t>();
+    produced_in_pass_ = r.at("produced_in_pass").get<std::int64_t>();
+    input_.reset();
+    if (r.at("has_input").get<bool>()) {
+      input_ = ds_.input().make_iterator(mix_key(key_, static_cast<std::uint64_t>(pass_)));
+      restore_child(r, "input", *input_);
+    }
+  }
+
+ private:
+  const RepeatDataset& ds_;
+  std::uint64_t key_;
+  std::int64_t pass_ = 0, produced_in_pass_ = 0;
+  std::unique_ptr<IteratorImpl> input_;
+};
+
+std::unique_ptr<IteratorImpl> RepeatDataset::make_iterator(std::uint64_t key) const {
+  return std::make_unique<RepeatIterator>(*this, key);
+}
+
+// ---- take / skip / shard / enumerate ----
+
+enum class CountOp { kTake, kSkip, kShard, kEnumerate };
+
+class CountDataset final : public UnaryDataset {
+ public:
+  CountDataset(Input input, CountOp kind, std::int64_t a, std::int64_t b)
+      : UnaryDataset(std::move(input)), kind_(kind), a_(a), b_(b) {}
+  std::int64_t cardinality() const override {
+    const std::int64_t n = input().cardinality();
+    switch (kind_) {
+      case CountOp::kTake:
+        if (a_ < 0) return n;
+        if (n == kInfiniteCardinality) return a_;
+        return n == kUnknownCardinality ? n : std::min(n, a_);
+      case CountOp::kSkip:
+        if (n < 0) return n;
+        return a_ < 0 ? 0 : std::max<std::int64_t>(0, n - a_);
+      case CountOp::kShard:
+        if (n < 0) return n;
+        return n > b_ ? (n - b_ + a_ - 1) / a_ : 0;
+      case CountOp::kEnumerate:
+        return n;
+    }
+    return n;
+  }
+  std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t key) const override;
+  CountOp kind() const { return kind_; }
+  std::int64_t a() const { return a_; }
+  std::int64_t b() const { return b_; }
+
+ private:
+  CountOp kind_;
+  std::int64_t a_, b_;
+};
+
+const char* count_op_name(CountOp k) {
+  switch (k) {
+    case CountOp::kTake:
+      return "take";
+    case CountOp::kSkip:
+      return "skip";
+    case CountOp::kShard:
+      return "shard";
+    case CountOp::kEnumerate:
+      return "enumerate";
+  }
+  return "?";
+}
+
+class CountIterator final : public UnaryIterator {
+ public:
+  CountIterator(const CountDataset& ds, std::unique_ptr<IteratorImpl> in)
+      : UnaryIterator(count_op_name(ds.kind()), std::move(in)), ds_(ds) {}
+  std::optional<Element> next() override {
+    switch (ds_.kind()) {
+      case CountOp::kTake:
+        if (ds_.a() >= 0 && count_ >= ds_.a()) return std::nullopt;
+        ++count_;
+        return input_->next();
+      case CountOp::kSkip:
+        // skip(-1) skips everything, as tf.data.
+        while (ds_.a() < 0 || count_ < ds_.a()) {
+          if (!input_->next()) return std::nullopt;
+          ++count_;
+        }
+        return input_->next();
+      case CountOp::kShard:
+        while (auto e = input_->next()) {
+          if (count_++ % ds_.a() == ds_.b()) return e;
+        }
+        return std::nullopt;
+      case CountOp::kEnumerate: {
+        auto e = input_->next();
+        if (!e) return std::nullopt;
+        std::vector<Tensor> parts{Tensor::from_vector<std::int64_t>({ds_.a() + count_++}, Shape{})};
+        parts.insert(parts.end(), e->components().begin(), e->components().end());
+        std::vector<std::string> names;
+        if (!e->names().empty()) {
+          names.push_back("index");
+          names.insert(names.end(), e->names().begin(), e->names().end());
+          if (std::count(names.begin(), names.end(), "index") > 1) names.clear();
+        }
+        return Element(std::move(parts), std::move(names));
+      }
+    }
+    return std::nullopt;
+  }
+
+ protected:
+  void save_own(StateWriter& w) override { w.json()["count"] = count_; }
+  void restore_own(const StateReader& r) override { count_ = r.at("count").get<std::int64_t>(); }
+
+ private:
+  const CountDataset& ds_;
+  std::int64_t count_ = 0;
+};
+
+std::unique_ptr<IteratorImpl> CountDataset::make_iterator(std::uint64_t key) const {
+  return std::make_unique<CountIterator>(*this, input_->make_iterator(key));
+}
+
+}  // namespace
+
+Dataset Dataset::map(MapFunction fn, MapOptions options) const {
+  checked("map");
+  LOCKSTEP_CHECK(static_cast<bool>(fn), "Dataset::map: the function is empty");
+  LOCKSTEP_CHECK(options.num_parallel_calls == kAutotune || options.num_parallel_calls >= 0,
+                 "Dataset::map: num_parallel_calls must be >= 1 or kAutotune, got ",
+                 options.num_parallel_calls);
+  if (options.num_parallel_calls == kAutotune || options.num_parallel_calls > 1)
+    return Dataset(make_parallel_map(impl_, std::move(fn), options));
+  return Dataset(std::make_shared<MapDataset>(impl_, std::move(fn)));
+}
+
+Dataset Dataset::filter(Predicate predicate) const {
+  checked("filter");
+  LOCKSTEP_CHECK(static_cast<bool>(predicate), "Dataset::filter: the predicate is empty");
+  return Dataset(std::make_shared<FilterDataset>(impl_, std::move(predicate)));
+}
+
+Dataset Dataset::batch(std::int64_t batch_size, bool drop_remainder) const {
+  checked("batch");
+  LOCKSTEP_CHECK(batch_size > 0, "Dataset::batch: batch_size must be > 0, got ", batch_size);
+  return Dataset(std::make_shared<BatchDataset>(impl_, batch_size, drop_remainder, false, 0.0));
+}
+
+Dataset Dataset::padded_batch(std::int64_t batch_size, PaddedBatchOptions options) const {
+  checked("padded_batch");
+  LOCKSTEP_CHECK(batch_size > 0, "Dataset::padded_batch: batch_size must be > 0, got ", batch_size);
+  return Dataset(std::make_shared<BatchDataset>(impl_, batch_size, options.drop_remainder, true,
+                                                options.padding_value));
+}
+
+Dataset Dataset::unbatch() const {
+  checked("unbatch");
+  return Dataset(std::make_shared<UnbatchDataset>(impl_));
+}
+
+Dataset Dataset::shuffle(std::int64_t buffer_size, ShuffleOptions options) const {
+  checked("shuffle");
+  LOCKSTEP_CHECK(buffer_size > 0, "Dataset::shuffle: buffer_size must be > 0, got ", buffer_size);
+  return Dataset(std::make_shared<ShuffleDataset>(impl_, buffer_size,
+                                                  options.seed ? *options.seed : fresh_seed(),
+                                                  options.reshuffle_each_iteration));
+}
+
+Dataset Dataset::repeat(std::int64_t count) const {
+  checked("repeat");
+  return Dataset(std::make_shared<RepeatDataset>(impl_, count));
+}
+
+Dataset Dataset::take(std::int64_t count) const {
+  checked("take");
+  return Dataset(std::make_shared<CountDataset>(impl_, CountOp::kTake, count, 0));
+}
+
+Dataset Dataset::skip(std::int64_t count) const {
+  checked("skip");
+  return Dataset(std::make_shared<CountDataset>(impl_, CountOp::kSkip, count, 0));
+}
+
+Dataset Dataset::shard(std::int64_t num_shards, std::int64_t index) const {
+  checked("shard");
+  LOCKSTEP_CHECK(num_shards >= 1, "Dataset::shard: num_shards must be >= 1, got ", num_shards);
+  LOCKSTEP_CHECK_AS(IndexError, index >= 0 && index < num_shards, "Dataset::shard: index ", index,
+                    " is out of range for ", num_shards, " shards (expected 0 to ", num_shards - 1,
+                    ")");
+  return Dataset(std::make_shared<CountDataset>(impl_, CountOp::kShard, num_shards, index));
+}
+
+Dataset Dataset::enumerate(std::int64_t start) const {
+  checked("enumerate");
+  return Dataset(std::make_shared<CountDataset>(impl_, CountOp::kEnumerate, start, 0));
+}
+
+Dataset Dataset::cache(const std::string& filename) const {
+  checked("cache");
+  return Dataset(make_cache(impl_, filename));
+}
+
+Dataset Dataset::prefetch(std::int64_t buffer_size) const {
+  checked("prefetch");
+  LOCKSTEP_CHECK(buffer_size == kAutotune || buffer_size >= 0,
+                 "Dataset::prefetch: buffer_size must be >= 0 or kAutotune, got ", buffer_size);
+  if (buffer_size == 0) return *this;
+  return Dataset(make_prefetch(impl_, buffer_size));
+}
+
+Dataset Dataset::interleave(std::function<Dataset(const Element&)> fn,
+                            InterleaveOptions options) const {
+  checked("interleave");
+  LOCKSTEP_CHECK(static_cast<bool>(fn), "Dataset::interleave: the function is empty");
+  LOCKSTEP_CHECK(options.cycle_length == kAutotune || options.cycle_length >= 1,
+                 "Dataset::interleave: cycle_length must be >= 1 or kAutotune, got ",
+                 options.cycle_length);
+  LOCKSTEP_CHECK(options.block_length >= 1, "Dataset::interleave: block_length must be >= 1, got ",
+                 options.block_length);
+  return Dataset(make_interleave(impl_, std::move(fn), options));
+}
+
+}  // namespace lockstep::data
