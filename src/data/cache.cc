@@ -194,13 +194,18 @@ class CacheDataset final : public DatasetImpl {
   const std::string& filename() const { return filename_; }
   bool in_memory() const { return filename_.empty(); }
 
-  std::shared_ptr<const std::vector<Element>> memory() const {
+  // The cached elements (null until a pass completes) and the key of the
+  // pass that filled them.
+  std::shared_ptr<const std::vector<Element>> memory(std::uint64_t* fill_key = nullptr) const {
     std::lock_guard lk(mu_);
+    if (fill_key && memory_) *fill_key = memory_key_;
     return memory_;
   }
-  void publish(std::vector<Element> elements) const {
+  void publish(std::vector<Element> elements, std::uint64_t fill_key) const {
     std::lock_guard lk(mu_);
-    if (!memory_) memory_ = std::make_shared<const std::vector<Element>>(std::move(elements));
+    if (memory_) return;  // another iterator finished first: same elements
+    memory_ = std::make_shared<const std::vector<Element>>(std::move(elements));
+    memory_key_ = fill_key;
   }
 
  private:
@@ -208,6 +213,7 @@ class CacheDataset final : public DatasetImpl {
   std::string filename_;
   mutable std::mutex mu_;
   mutable std::shared_ptr<const std::vector<Element>> memory_;  // set by the first complete pass
+  mutable std::uint64_t memory_key_ = 0;
 };
 
 class CacheIterator final : public IteratorImpl {
@@ -265,7 +271,12 @@ class CacheIterator final : public IteratorImpl {
     } else if (mode == Mode::kRead) {
       const auto index = r.at("index").get<std::uint64_t>();
       if (ds_.in_memory()) {
-        memory_ = ds_.memory();
+        std::uint64_t cached_key = fill_key_;
+        memory_ = ds_.memory(&cached_key);
+        LOCKSTEP_CHECK(!memory_ || cached_key == fill_key_,
+                       "Iterator::restore: this cache was "
+                       "filled by another pass than the saved iterator's (iterate the restored "
+                       "pipeline from a fresh Dataset)");
         // A new process: refill the cache exactly as the first pass did.
         if (!memory_) refill_memory();
         LOCKSTEP_CHECK(index <= memory_->size(), "Iterator::restore: cache index ", index,
@@ -288,7 +299,7 @@ class CacheIterator final : public IteratorImpl {
 
   void begin() {
     if (ds_.in_memory()) {
-      memory_ = ds_.memory();
+      memory_ = ds_.memory(&fill_key_);
       if (memory_) {
         mode_ = Mode::kRead;
         return;
@@ -325,7 +336,7 @@ class CacheIterator final : public IteratorImpl {
       writer_->commit();
       writer_.reset();
     } else {
-      ds_.publish(std::move(pending_));
+      ds_.publish(std::move(pending_), fill_key_);
     }
   }
 
@@ -355,7 +366,7 @@ class CacheIterator final : public IteratorImpl {
     auto in = ds_.input().make_iterator(fill_key_);
     std::vector<Element> all;
     while (auto e = in->next()) all.push_back(std::move(*e));
-    ds_.publish(std::move(all));
+    ds_.publish(std::move(all), fill_key_);
     memory_ = ds_.memory();
   }
 

@@ -1,0 +1,244 @@
+// File readers (CSV, NPY, IDX) and the cache file, including bad input.
+#include "lockstep/data/readers.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+
+#include "data_test_util.h"
+#include "lockstep/core/file.h"
+#include "lockstep/data/dataset.h"
+#include "lockstep/data/idx.h"
+
+namespace lockstep::data {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::expect_error;
+using testing::iota;
+using testing::scalars;
+
+class ReadersTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("lockstep_readers_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& contents) {
+    const std::string p = (dir_ / name).string();
+    std::ofstream(p, std::ios::binary) << contents;
+    return p;
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+TEST_F(ReadersTest, CsvTypedColumnsHeaderDefaultsAndQuotes) {
+  const auto p = write("a.csv",
+                       "x;label;weight\n"
+                       "1.5;3;0.25\n"
+                       "\"-2\";4;\n"
+                       "\n"
+                       "7;NA;1\r\n");
+  Dataset ds = csv_dataset(
+      {p}, {.columns = {{DType::kFloat32}, {DType::kInt32, -1.0}, {DType::kFloat32, 9.0}},
+            .header = true,
+            .field_delim = ';',
+            .na_value = "NA"});
+  std::vector<std::tuple<float, std::int32_t, float>> rows;
+  for (const Element& e : ds)
+    rows.emplace_back(e[0].item<float>(), e[1].item<std::int32_t>(), e[2].item<float>());
+  EXPECT_EQ(rows, (std::vector<std::tuple<float, std::int32_t, float>>{
+                      {1.5f, 3, 0.25f}, {-2.0f, 4, 9.0f}, {7.0f, -1, 1.0f}}));
+  // select_cols picks columns by index.
+  Dataset sel = csv_dataset({p}, {.columns = {{DType::kInt64, 0.0}},
+                                  .header = true,
+                                  .field_delim = ';',
+                                  .select_cols = {1},
+                                  .na_value = "NA"});
+  EXPECT_EQ(scalars(sel), (std::vector<std::int64_t>{3, 4, 0}));
+}
+
+TEST_F(ReadersTest, CsvErrorsNameFileLineAndColumn) {
+  const auto p = write("bad.csv", "1,2\n3,x\n4\n,5\n");
+  CsvOptions o{.columns = {{DType::kFloat32}, {DType::kInt32}}};
+  Iterator it = csv_dataset({p}, o).make_iterator();
+  it.get_next();
+  expect_error<IOError>([&] { it.get_next(); }, {p + ":2:2", "cannot parse 'x' as int32"});
+  expect_error<IOError>([&] { it.get_next(); }, {p + ":3:1", "expected 2 fields, got 1"});
+  expect_error<IOError>([&] { it.get_next(); }, {p + ":4:1", "missing value in a required column"});
+  expect_error<IOError>([&] { csv_dataset({path("none.csv")}, o).make_iterator().next(); },
+                        {"none.csv", "cannot open"});
+  expect_error<ValueError>([&] { csv_dataset({p}, {.columns = {{DType::kUInt8}}}); },
+                           {"float32, int32 or int64"});
+}
+
+TEST_F(ReadersTest, CsvStateResumesAcrossFiles) {
+  const auto a = write("a.csv", "0\n1\n2\n");
+  const auto b = write("b.csv", "3\n4\n");
+  Dataset ds = csv_dataset({a, b}, {.columns = {{DType::kInt64}}});
+  EXPECT_EQ(scalars(ds), iota(5));
+  for (int k = 0; k <= 5; ++k) {
+    Iterator it = ds.make_iterator();
+    scalars(it, k);
+    const IteratorState s = it.save();
+    Iterator r = ds.make_iterator();
+    r.restore(s);
+    EXPECT_EQ(scalars(r), iota(5 - k, k)) << k;
+  }
+}
+
+TEST_F(ReadersTest, NpyRoundTripAndNumpyHeader) {
+  Tensor t = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  const auto p = path("t.npy");
+  write_npy(p, t);
+  std::ifstream in(p, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  // NumPy's own layout: magic, version 1.0, header length, dict padded to 64.
+  EXPECT_EQ(bytes.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
+  EXPECT_EQ(bytes.find("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }"), 10u);
+  EXPECT_EQ((bytes.size() - 24) % 64, 0u);
+  EXPECT_EQ(read_npy(p).to_vector<float>(), t.to_vector<float>());
+  EXPECT_EQ(read_npy(p).shape(), t.shape());
+  write_npy(p, Tensor::from_vector<std::int64_t>({5, 6, 7}));
+  EXPECT_EQ(read_npy(p).to_vector<std::int64_t>(), (std::vector<std::int64_t>{5, 6, 7}));
+  EXPECT_NE(bytes.find("(2, 3)"), std::string::npos);
+}
+
+TEST_F(ReadersTest, NpyTruncatedOrCorruptNamesOffsetAndPromise) {
+  const auto p = path("t.npy");
+  write_npy(p, Tensor::zeros({4, 5}));
+  std::ifstream in(p, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  const auto cut = write("cut.npy", bytes.substr(0, bytes.size() - 7));
+  expect_error<IOError>(
+      [&] { read_npy(cut); },
+      {"cut.npy", "byte offset 128", "promises <f4 [4, 5] = 80 bytes", "the file has 73"});
+  std::string wrong = bytes;
+  wrong.replace(wrong.find("<f4"), 3, ">f4");
+  expect_error<IOError>([&] { read_npy(write("be.npy", wrong)); }, {"unsupported dtype '>f4'"});
+  expect_error<IOError>([&] { read_npy(write("junk.npy", "hello world")); }, {"not a .npy file"});
+}
+
+TEST_F(ReadersTest, IdxPlainAndGzipAndTruncated) {
+  // uint8 [2, 3]: 00 00 08 02 | 00 00 00 02 | 00 00 00 03 | 6 bytes
+  std::string idx("\x00\x00\x08\x02\x00\x00\x00\x02\x00\x00\x00\x03", 12);
+  idx += std::string("\x01\x02\x03\x04\x05\x06", 6);
+  const auto plain = write("x.idx", idx);
+  EXPECT_EQ(read_idx(plain).to_vector<std::int32_t>(),
+            (std::vector<std::int32_t>{1, 2, 3, 4, 5, 6}));
+  const auto gz = path("x.idx.gz");
+  gzFile f = gzopen(gz.c_str(), "wb");
+  gzwrite(f, idx.data(), static_cast<unsigned>(idx.size()));
+  gzclose(f);
+  EXPECT_EQ(read_idx(gz).shape(), Shape({2, 3}));
+  const auto cut = write("cut.idx", idx.substr(0, 15));
+  expect_error<IOError>([&] { read_idx(cut); }, {"cut.idx", "byte 15", "[2, 3]", "3 more bytes"});
+  expect_error<IOError>([&] { read_idx(write("bad.idx", std::string("\x01\x00\x08\x01", 4))); },
+                        {"byte 0", "not an IDX file"});
+}
+
+TEST_F(ReadersTest, ListFilesAndInterleaveReadFilesInParallel) {
+  for (int f = 0; f < 3; ++f) {
+    std::string rows;
+    for (int r = 0; r < 4; ++r) rows += std::to_string(f * 100 + r) + "\n";
+    write("part" + std::to_string(f) + ".csv", rows);
+  }
+  Dataset files = Dataset::list_files((dir_ / "part*.csv").string());
+  EXPECT_EQ(files.cardinality(), 3);
+  auto read = [](const Element& e) {
+    return csv_dataset({e.string(0)}, {.columns = {{DType::kInt64}}});
+  };
+  Dataset ds = files.interleave(read, {.cycle_length = 3, .block_length = 2});
+  EXPECT_EQ(scalars(ds),
+            (std::vector<std::int64_t>{0, 1, 100, 101, 200, 201, 2, 3, 102, 103, 202, 203}));
+  Dataset par =
+      files.interleave(read, {.cycle_length = 3, .block_length = 2, .num_parallel_calls = 3});
+  EXPECT_EQ(scalars(par), scalars(ds));
+  expect_error<IOError>([&] { Dataset::list_files((dir_ / "*.parquet").string()); },
+                        {"no files match"});
+}
+
+TEST_F(ReadersTest, FileCacheWritesOnceThenReads) {
+  std::atomic<int> calls{0};
+  const auto p = path("cache.bin");
+  auto make = [&] {
+    return Dataset::range(50)
+        .map([&calls](const Element& e) {
+          ++calls;
+          const auto v = e[0].item<std::int64_t>();
+          return Element({Tensor::from_vector<float>({static_cast<float>(v), 0.5f}),
+                          Tensor::from_vector<std::int64_t>({v}, Shape{})},
+                         {"x", "y"});
+        })
+        .cache(p);
+  };
+  // An abandoned first pass leaves no file.
+  {
+    Iterator it = make().make_iterator();
+    it.get_next();
+  }
+  EXPECT_FALSE(fs::exists(p));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator{}), 0);
+  std::vector<std::int64_t> first;
+  for (const Element& e : make()) first.push_back(e["y"].item<std::int64_t>());
+  EXPECT_EQ(first, iota(50));
+  EXPECT_TRUE(fs::exists(p));
+  calls = 0;
+  // A later run reads the file: the map is not called again, names survive.
+  std::vector<std::int64_t> second;
+  for (const Element& e : make()) {
+    second.push_back(e["y"].item<std::int64_t>());
+    EXPECT_EQ(e["x"].to_vector<float>()[1], 0.5f);
+  }
+  EXPECT_EQ(second, iota(50));
+  EXPECT_EQ(calls.load(), 0);
+  // Resume inside the file.
+  Iterator it = make().make_iterator();
+  scalars(it, 0);
+  for (int i = 0; i < 20; ++i) it.get_next();
+  const IteratorState s = it.save();
+  Iterator r = make().make_iterator();
+  r.restore(s);
+  EXPECT_EQ(r.get_next()["y"].item<std::int64_t>(), 20);
+}
+
+TEST_F(ReadersTest, CorruptCacheFileIsAnErrorNotData) {
+  const auto p = path("cache.bin");
+  for (const Element& e : Dataset::range(10).cache(p)) (void)e;
+  std::string bytes;
+  {
+    std::ifstream in(p, std::ios::binary);
+    bytes.assign((std::istreambuf_iterator<char>(in)), {});
+  }
+  std::string flipped = bytes;
+  flipped[30] ^= 0x5A;  // inside the first record's value
+  write("cache.bin", flipped);
+  expect_error<IOError>([&] { scalars(Dataset::range(10).cache(p)); },
+                        {"cache.bin", "byte offset", "element 0 fails its checksum"});
+  write("cache.bin", bytes.substr(0, bytes.size() - 5));
+  expect_error<IOError>([&] { scalars(Dataset::range(10).cache(p)); },
+                        {"cache.bin", "no valid footer"});
+}
+
+TEST_F(ReadersTest, StaleTemporariesOfDeadWritersAreRemoved) {
+  const auto p = path("cache.bin");
+  // A pid that cannot exist (above pid_max) stands for a killed writer.
+  write(".cache.bin.tmp999999999.1", "partial");
+  const std::string live = ".cache.bin.tmp" + std::to_string(::getpid()) + ".2";
+  write(live, "in progress");
+  EXPECT_EQ(remove_stale_temporaries(p), 1);
+  EXPECT_FALSE(fs::exists(dir_ / ".cache.bin.tmp999999999.1"));
+  EXPECT_TRUE(fs::exists(dir_ / live));
+}
+
+}  // namespace
+}  // namespace lockstep::data
