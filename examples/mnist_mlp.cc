@@ -19,29 +19,37 @@ ls::Model get_compiled_model() {
   return model;
 }
 
-int main(int argc, char** argv) {
-  const int epochs = argc > 1 ? std::atoi(argv[1]) : 2;
+// The guide's get_dataset: scaled, flattened images in batched datasets, with
+// the last 10,000 training examples held out for validation. The training
+// set is also shuffled (a new order each epoch, reproducible from the seed).
+struct Datasets {
+  ls::data::Dataset train, val, test;
+};
+
+Datasets get_dataset(std::int64_t batch_size) {
   auto [train, test] = ls::datasets::fashion_mnist::load_data();
-  // Scale to [0, 1] and flatten, as the guide's get_dataset does.
   auto prepare = [](const ls::Tensor& images) {
     return ls::reshape(ls::cast(images, ls::DType::kFloat32) / 255.0f, {images.dim(0), 784});
   };
-  const ls::Tensor x_train_all = prepare(train.first), x_test = prepare(test.first);
-  const ls::Tensor& y_train_all = train.second;
-  const ls::Tensor& y_test = test.second;
-  // The guide holds out 10,000 training examples for validation.
-  const ls::Tensor x_val = x_train_all.view_rows(50000, 60000),
-                   y_val = y_train_all.view_rows(50000, 60000);
-  const ls::Tensor x_train = x_train_all.view_rows(0, 50000),
-                   y_train = y_train_all.view_rows(0, 50000);
+  const ls::Tensor x_train = prepare(train.first), x_test = prepare(test.first);
+  const ls::Tensor& y_train = train.second;
+  using ls::data::Dataset;
+  return {Dataset::from_tensor_slices({x_train.view_rows(0, 50000), y_train.view_rows(0, 50000)})
+              .shuffle(50000, {.seed = 42})
+              .batch(batch_size)
+              .prefetch(ls::data::kAutotune),
+          Dataset::from_tensor_slices(
+              {x_train.view_rows(50000, 60000), y_train.view_rows(50000, 60000)})
+              .batch(batch_size),
+          Dataset::from_tensor_slices({x_test, test.second}).batch(batch_size)};
+}
 
+int main(int argc, char** argv) {
+  const int epochs = argc > 1 ? std::atoi(argv[1]) : 2;
+  auto [train, val, test] = get_dataset(/*global batch*/ 64);
   auto model = get_compiled_model();
-  model.fit(x_train, y_train,
-            {.batch_size = 64,
-             .epochs = epochs,
-             .verbose = 2,
-             .validation_data = ls::ValidationData{x_val, y_val}});
-  const ls::Logs results = model.evaluate(x_test, y_test, {.batch_size = 64, .verbose = 2});
+  model.fit(train, {.epochs = epochs, .verbose = 2, .validation_data = val});
+  const ls::Logs results = model.evaluate(test, {.verbose = 2});
   std::printf("test accuracy: %.4f\n", results.at("sparse_categorical_accuracy"));
   return 0;
 }

@@ -388,23 +388,198 @@ Logs Model::test_step(const std::vector<Tensor>& x_in, const std::vector<Tensor>
   return get_metrics_result();
 }
 
+// ---- Where batches come from: tensors sliced in memory, or a Dataset ----
+
+namespace {
+
+struct Batch {
+  std::vector<Tensor> x, y;
+  std::string where;  // for error messages: " (examples 64 to 127)"
+};
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Batches per epoch; 0 when unknown until the data ends.
+  virtual std::int64_t steps() const = 0;
+  virtual void start_epoch(int epoch) = 0;
+  virtual std::optional<Batch> next(std::int64_t step) = 0;
+};
+
+class TensorBatches final : public BatchSource {
+ public:
+  TensorBatches(std::vector<Tensor> x, std::vector<Tensor> y, std::int64_t batch_size,
+                std::int64_t steps, bool shuffle)
+      : x_(std::move(x)),
+        y_(std::move(y)),
+        n_(x_.at(0).shape()[0]),
+        batch_size_(batch_size),
+        steps_(steps > 0 ? steps : (n_ + batch_size - 1) / batch_size),
+        shuffle_(shuffle) {
+    if (shuffle_) {
+      seed_ = detail::next_global_random_key().first ^ 0x5eed5eed5eedULL;
+      stream_ = detail::next_global_random_key().second << 20;
+    }
+  }
+  std::int64_t steps() const override { return steps_; }
+  void start_epoch(int epoch) override {
+    if (shuffle_) order_ = permutation(n_, seed_, stream_ + static_cast<std::uint64_t>(epoch));
+  }
+  std::optional<Batch> next(std::int64_t step) override {
+    if (step >= steps_) return std::nullopt;
+    const std::int64_t begin = step * batch_size_, end = std::min(n_, begin + batch_size_);
+    return Batch{rows_of(x_, order_, begin, end), rows_of(y_, order_, begin, end),
+                 " (examples " + std::to_string(begin) + " to " + std::to_string(end - 1) + ")"};
+  }
+
+ private:
+  std::vector<Tensor> x_, y_;
+  std::int64_t n_, batch_size_, steps_;
+  bool shuffle_;
+  std::uint64_t seed_ = 0, stream_ = 0;
+  std::vector<std::int64_t> order_;
+};
+
+std::vector<std::string> input_names(const LayerImpl& net) {
+  std::vector<std::string> names;
+  if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) {
+    for (const KerasTensor& in : f->inputs()) names.push_back(in.node()->input_name);
+  }
+  return names;
+}
+
+std::size_t declared_inputs(const LayerImpl& net) {
+  if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) return f->inputs().size();
+  return 1;
+}
+
+class DatasetBatches final : public BatchSource {
+ public:
+  // `needs_targets`: fit / evaluate; predict takes the inputs only.
+  DatasetBatches(const char* op, data::Dataset ds, const LayerImpl& net, std::int64_t steps,
+                 bool needs_targets)
+      : op_(op),
+        ds_(std::move(ds)),
+        n_in_(declared_inputs(net)),
+        n_out_(declared_outputs(net)),
+        in_names_(input_names(net)),
+        out_names_(output_names(net, declared_outputs(net))),
+        fixed_steps_(steps),
+        needs_targets_(needs_targets) {
+    LOCKSTEP_CHECK(ds_.defined(), op_, ": the dataset is undefined");
+    const std::int64_t c = ds_.cardinality();
+    LOCKSTEP_CHECK(steps > 0 || c != data::kInfiniteCardinality, op_,
+                   ": the dataset is infinite (repeat() without a count); give steps_per_epoch "
+                   "(or steps) to say how many batches make an epoch");
+    LOCKSTEP_CHECK(c != 0, op_, ": the dataset is empty");
+    steps_ = steps > 0 ? steps : (c > 0 ? c : 0);
+  }
+  std::int64_t steps() const override { return steps_; }
+  void start_epoch(int epoch) override {
+    // Without a step count every epoch is a full pass over a new iterator
+    // (keyed by the epoch); with one, a single iterator runs on across epochs.
+    if (fixed_steps_ == 0 || !it_)
+      it_ = ds_.make_iterator({.epoch = static_cast<std::uint64_t>(epoch)});
+  }
+  std::optional<Batch> next(std::int64_t step) override {
+    if (steps_ > 0 && step >= steps_) return std::nullopt;
+    auto e = it_->next();
+    if (!e) {
+      exhausted_ = fixed_steps_ > 0;
+      return std::nullopt;
+    }
+    return split(*e, step);
+  }
+  // A fixed step count that the data could not supply.
+  bool exhausted() const { return exhausted_; }
+
+ private:
+  Batch split(const data::Element& e, std::int64_t step) const {
+    Batch b;
+    b.where = " (dataset element " + std::to_string(it_->position() - 1) + ")";
+    (void)step;
+    auto named = [&](const std::vector<std::string>& names, std::vector<Tensor>& out) {
+      if (e.names().empty() || names.empty()) return false;
+      for (const auto& n : names) {
+        if (std::find(e.names().begin(), e.names().end(), n) == e.names().end()) return false;
+      }
+      for (const auto& n : names) out.push_back(e[n]);
+      return true;
+    };
+    if (named(in_names_, b.x)) {
+      if (needs_targets_) {
+        if (!named(out_names_, b.y)) {
+          // The components that are not inputs, in order.
+          for (std::size_t i = 0; i < e.size(); ++i) {
+            if (std::find(in_names_.begin(), in_names_.end(), e.names()[i]) == in_names_.end())
+              b.y.push_back(e[i]);
+          }
+        }
+        LOCKSTEP_CHECK(b.y.size() == n_out_, op_, ": the dataset's elements name the inputs but ",
+                       "hold ", b.y.size(), " other components for the model's ", n_out_,
+                       " outputs");
+      }
+      return b;
+    }
+    const std::size_t want = n_in_ + (needs_targets_ ? n_out_ : 0);
+    LOCKSTEP_CHECK(e.size() == want || (!needs_targets_ && e.size() == n_in_ + n_out_), op_,
+                   ": the model has ", n_in_, " input(s) and ", n_out_,
+                   " output(s), so dataset elements must hold ", want,
+                   needs_targets_ ? " components (inputs, then targets)" : " input components",
+                   "; got ", e.size());
+    b.x.assign(e.components().begin(), e.components().begin() + static_cast<std::ptrdiff_t>(n_in_));
+    if (needs_targets_)
+      b.y.assign(e.components().begin() + static_cast<std::ptrdiff_t>(n_in_), e.components().end());
+    return b;
+  }
+
+  const char* op_;
+  data::Dataset ds_;
+  std::size_t n_in_, n_out_;
+  std::vector<std::string> in_names_, out_names_;
+  std::int64_t fixed_steps_, steps_ = 0;
+  bool needs_targets_;
+  bool exhausted_ = false;
+  std::optional<data::Iterator> it_;
+};
+
+}  // namespace
+
+// ---- fit / evaluate / predict ----
+
+struct Model::Loops {
+  static History fit(Model& m, BatchSource& train, const std::optional<ValidationData>& val,
+                     const FitOptions& o);
+  static Logs evaluate(Model& m, BatchSource& source, const EvaluateOptions& o);
+  static std::vector<Tensor> predict(Model& m, BatchSource& source, const PredictOptions& o);
+};
+
 History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& o) {
   return fit(std::vector<Tensor>{x}, std::vector<Tensor>{y}, o);
 }
 
-History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& y_all,
-                   const FitOptions& o) {
-  TrainState& s = state();
-  LOCKSTEP_CHECK(s.compiled, "fit: you must call compile() before fit()");
-  const std::int64_t total = check_data("fit", x_all, y_all);
-  LOCKSTEP_CHECK(o.batch_size > 0, "fit: batch_size must be > 0, got ", o.batch_size);
+namespace {
+
+void check_fit_options(const FitOptions& o) {
   LOCKSTEP_CHECK(o.epochs >= 1 && o.initial_epoch >= 0 && o.initial_epoch < o.epochs,
                  "fit: expected 0 <= initial_epoch < epochs, got initial_epoch ", o.initial_epoch,
                  " and epochs ", o.epochs);
-  LOCKSTEP_CHECK(o.validation_split >= 0.0 && o.validation_split < 1.0,
-                 "fit: validation_split must be in [0, 1), got ", o.validation_split);
   LOCKSTEP_CHECK(o.validation_freq >= 1, "fit: validation_freq must be >= 1, got ",
                  o.validation_freq);
+  LOCKSTEP_CHECK(o.steps_per_epoch >= 0 && o.validation_steps >= 0,
+                 "fit: steps_per_epoch and validation_steps must be >= 0");
+}
+
+}  // namespace
+
+History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& y_all,
+                   const FitOptions& o) {
+  LOCKSTEP_CHECK(state().compiled, "fit: you must call compile() before fit()");
+  const std::int64_t total = check_data("fit", x_all, y_all);
+  LOCKSTEP_CHECK(o.batch_size > 0, "fit: batch_size must be > 0, got ", o.batch_size);
+  check_fit_options(o);
+  LOCKSTEP_CHECK(o.validation_split >= 0.0 && o.validation_split < 1.0,
+                 "fit: validation_split must be in [0, 1), got ", o.validation_split);
 
   std::vector<Tensor> x = x_all, y = y_all;
   std::optional<ValidationData> val = o.validation_data;
@@ -417,55 +592,92 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
     y = view_all(y_all, 0, split_at);
     val = ValidationData{view_all(x_all, split_at, total), view_all(y_all, split_at, total)};
   }
-  const std::int64_t vn = val ? check_data("fit (validation_data)", val->x, val->y) : 0;
-
   const std::int64_t n = x[0].shape()[0];
   const std::int64_t full_steps = (n + o.batch_size - 1) / o.batch_size;
   LOCKSTEP_CHECK(o.steps_per_epoch <= full_steps, "fit: steps_per_epoch ", o.steps_per_epoch,
                  " exceeds the ", full_steps, " batches of ", o.batch_size, " that ", n,
                  " examples make");
-  const std::int64_t steps = o.steps_per_epoch > 0 ? o.steps_per_epoch : full_steps;
+  TensorBatches train(x, y, o.batch_size, o.steps_per_epoch, o.shuffle);
+  return Loops::fit(*this, train, val, o);
+}
+
+History Model::fit(const data::Dataset& dataset, const FitOptions& o) {
+  LOCKSTEP_CHECK(state().compiled, "fit: you must call compile() before fit()");
+  check_fit_options(o);
+  LOCKSTEP_CHECK(o.validation_split == 0.0,
+                 "fit: validation_split is not supported with a Dataset (it cannot be split "
+                 "without reading it); pass validation_data");
+  DatasetBatches train("fit", dataset, *impl_, o.steps_per_epoch, true);
+  return Loops::fit(*this, train, o.validation_data, o);
+}
+
+History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<ValidationData>& val,
+                          const FitOptions& o) {
+  TrainState& s = m.state();
+  const LayerImpl& net = *m.impl_;
+  std::unique_ptr<BatchSource> val_source;
+  if (val) {
+    if (val->dataset.defined()) {
+      val_source = std::make_unique<DatasetBatches>("fit (validation_data)", val->dataset, net,
+                                                    o.validation_steps, true);
+    } else {
+      check_data("fit (validation_data)", val->x, val->y);
+      val_source =
+          std::make_unique<TensorBatches>(val->x, val->y, o.batch_size, o.validation_steps, false);
+    }
+  }
   const int verbose = effective_verbose(o.verbose);
   CallbackList callbacks = make_callbacks(
-      o.callbacks, this, {.epochs = o.epochs, .steps = steps, .verbose = verbose}, true);
-  const std::uint64_t shuffle_seed = detail::next_global_random_key().first ^ 0x5eed5eed5eedULL;
-  const std::uint64_t shuffle_stream = detail::next_global_random_key().second << 20;
+      o.callbacks, &m, {.epochs = o.epochs, .steps = train.steps(), .verbose = verbose}, true);
 
   s.stop = false;
   callbacks.each([](Callback& cb) { cb.on_train_begin({}); });
   Logs epoch_logs;
   for (int epoch = o.initial_epoch; epoch < o.epochs; ++epoch) {
-    reset_metrics();
+    m.reset_metrics();
     callbacks.each([&](Callback& cb) { cb.on_epoch_begin(epoch, {}); });
-    const std::vector<std::int64_t> order =
-        o.shuffle ? permutation(n, shuffle_seed, shuffle_stream + static_cast<std::uint64_t>(epoch))
-                  : std::vector<std::int64_t>{};
-    for (std::int64_t step = 0; step < steps; ++step) {
+    train.start_epoch(epoch);
+    for (std::int64_t step = 0;; ++step) {
+      std::optional<Batch> batch;
+      try {
+        batch = train.next(step);
+      } catch (const Error&) {
+        rethrow_with_context("fit: epoch " + std::to_string(epoch + 1) + ", reading batch " +
+                             std::to_string(step) + ": ");
+      }
+      if (!batch) break;
       callbacks.each([&](Callback& cb) { cb.on_train_batch_begin(step, {}); });
-      const std::int64_t begin = step * o.batch_size, end = std::min(n, begin + o.batch_size);
       Logs logs;
       try {
-        logs = train_step(rows_of(x, order, begin, end), rows_of(y, order, begin, end));
+        logs = m.train_step(batch->x, batch->y);
       } catch (const Error&) {
         rethrow_with_context("fit: epoch " + std::to_string(epoch + 1) + ", batch " +
-                             std::to_string(step) + " (examples " + std::to_string(begin) + " to " +
-                             std::to_string(end - 1) + "): ");
+                             std::to_string(step) + batch->where + ": ");
       }
       callbacks.each([&](Callback& cb) { cb.on_train_batch_end(step, logs); });
       if (s.stop) break;
     }
-    epoch_logs = get_metrics_result();
-    if (val && (epoch + 1) % o.validation_freq == 0) {
+    if (auto* d = dynamic_cast<DatasetBatches*>(&train); d && d->exhausted()) {
+      // Keras's behaviour: warn, finish this epoch, stop.
+      std::cerr << "fit: the dataset ran out of data after " << (epoch - o.initial_epoch + 1)
+                << " epoch(s) with steps_per_epoch = " << o.steps_per_epoch
+                << "; interrupting training (repeat() the dataset to train longer)\n";
+      s.stop = true;
+    }
+    epoch_logs = m.get_metrics_result();
+    if (val_source && (epoch + 1) % o.validation_freq == 0) {
       // Validation runs through the same callbacks, silently (as Keras).
-      reset_metrics();
-      const std::int64_t vsteps = (vn + o.batch_size - 1) / o.batch_size;
+      m.reset_metrics();
+      val_source->start_epoch(0);
       callbacks.each([](Callback& cb) { cb.on_test_begin({}); });
       Logs val_logs;
-      for (std::int64_t step = 0; step < vsteps; ++step) {
-        callbacks.each([&](Callback& cb) { cb.on_test_batch_begin(step, {}); });
-        const std::int64_t begin = step * o.batch_size, end = std::min(vn, begin + o.batch_size);
+      for (std::int64_t step = 0;; ++step) {
+        std::optional<Batch> batch;
         try {
-          val_logs = test_step(view_all(val->x, begin, end), view_all(val->y, begin, end));
+          batch = val_source->next(step);
+          if (!batch) break;
+          callbacks.each([&](Callback& cb) { cb.on_test_batch_begin(step, {}); });
+          val_logs = m.test_step(batch->x, batch->y);
         } catch (const Error&) {
           rethrow_with_context("fit: validation after epoch " + std::to_string(epoch + 1) +
                                ", batch " + std::to_string(step) + ": ");
@@ -489,23 +701,36 @@ Logs Model::evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& o)
 Logs Model::evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
                      const EvaluateOptions& o) {
   LOCKSTEP_CHECK(state().compiled, "evaluate: you must call compile() before evaluate()");
-  const std::int64_t n = check_data("evaluate", x, y);
+  check_data("evaluate", x, y);
   LOCKSTEP_CHECK(o.batch_size > 0, "evaluate: batch_size must be > 0, got ", o.batch_size);
-  const std::int64_t steps = (n + o.batch_size - 1) / o.batch_size;
-  CallbackList callbacks =
-      make_callbacks(o.callbacks, this,
-                     {.epochs = 1, .steps = steps, .verbose = effective_verbose(o.verbose)}, false);
-  reset_metrics();
+  TensorBatches source(x, y, o.batch_size, o.steps, false);
+  return Loops::evaluate(*this, source, o);
+}
+
+Logs Model::evaluate(const data::Dataset& dataset, const EvaluateOptions& o) {
+  LOCKSTEP_CHECK(state().compiled, "evaluate: you must call compile() before evaluate()");
+  DatasetBatches source("evaluate", dataset, *impl_, o.steps, true);
+  return Loops::evaluate(*this, source, o);
+}
+
+Logs Model::Loops::evaluate(Model& m, BatchSource& source, const EvaluateOptions& o) {
+  CallbackList callbacks = make_callbacks(
+      o.callbacks, &m,
+      {.epochs = 1, .steps = source.steps(), .verbose = effective_verbose(o.verbose)}, false);
+  m.reset_metrics();
+  source.start_epoch(0);
   callbacks.each([](Callback& cb) { cb.on_test_begin({}); });
   Logs logs;
-  for (std::int64_t step = 0; step < steps; ++step) {
-    callbacks.each([&](Callback& cb) { cb.on_test_batch_begin(step, {}); });
-    const std::int64_t begin = step * o.batch_size, end = std::min(n, begin + o.batch_size);
+  for (std::int64_t step = 0;; ++step) {
+    std::optional<Batch> batch;
     try {
-      logs = test_step(view_all(x, begin, end), view_all(y, begin, end));
+      batch = source.next(step);
+      if (!batch) break;
+      callbacks.each([&](Callback& cb) { cb.on_test_batch_begin(step, {}); });
+      logs = m.test_step(batch->x, batch->y);
     } catch (const Error&) {
-      rethrow_with_context("evaluate: batch " + std::to_string(step) + " (examples " +
-                           std::to_string(begin) + " to " + std::to_string(end - 1) + "): ");
+      rethrow_with_context("evaluate: batch " + std::to_string(step) +
+                           (batch ? batch->where : std::string()) + ": ");
     }
     callbacks.each([&](Callback& cb) { cb.on_test_batch_end(step, logs); });
   }
@@ -521,20 +746,34 @@ std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, const PredictOp
   LOCKSTEP_CHECK(!x.empty() && x[0].defined() && x[0].rank() >= 1 && x[0].shape()[0] > 0,
                  "predict: x is undefined or empty");
   LOCKSTEP_CHECK(o.batch_size > 0, "predict: batch_size must be > 0, got ", o.batch_size);
-  const std::int64_t n = x[0].shape()[0];
-  const std::int64_t steps = (n + o.batch_size - 1) / o.batch_size;
-  CallbackList callbacks =
-      make_callbacks(o.callbacks, this,
-                     {.epochs = 1, .steps = steps, .verbose = effective_verbose(o.verbose)}, false);
+  TensorBatches source(x, {}, o.batch_size, o.steps, false);
+  return Loops::predict(*this, source, o);
+}
+
+Tensor Model::predict(const data::Dataset& dataset, const PredictOptions& o) {
+  return predict_outputs(dataset, o).at(0);
+}
+
+std::vector<Tensor> Model::predict_outputs(const data::Dataset& dataset, const PredictOptions& o) {
+  DatasetBatches source("predict", dataset, *impl_, o.steps, false);
+  return Loops::predict(*this, source, o);
+}
+
+std::vector<Tensor> Model::Loops::predict(Model& m, BatchSource& source, const PredictOptions& o) {
+  CallbackList callbacks = make_callbacks(
+      o.callbacks, &m,
+      {.epochs = 1, .steps = source.steps(), .verbose = effective_verbose(o.verbose)}, false);
+  source.start_epoch(0);
   callbacks.each([](Callback& cb) { cb.on_predict_begin({}); });
   std::vector<std::vector<Tensor>> per_output;
-  for (std::int64_t step = 0; step < steps; ++step) {
-    callbacks.each([&](Callback& cb) { cb.on_predict_batch_begin(step, {}); });
-    const std::int64_t begin = step * o.batch_size, end = std::min(n, begin + o.batch_size);
+  for (std::int64_t step = 0;; ++step) {
+    std::optional<Batch> batch;
     try {
+      batch = source.next(step);
+      if (!batch) break;
+      callbacks.each([&](Callback& cb) { cb.on_predict_batch_begin(step, {}); });
       NoGradGuard no_grad;
-      const std::vector<Tensor> outs =
-          (*this)(prepare_inputs(*impl_, view_all(x, begin, end)), {.training = false});
+      const std::vector<Tensor> outs = m(prepare_inputs(*m.impl_, batch->x), {.training = false});
       per_output.resize(outs.size());
       for (std::size_t i = 0; i < outs.size(); ++i) per_output[i].push_back(outs[i].copy());
     } catch (const Error&) {
@@ -543,6 +782,7 @@ std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, const PredictOp
     callbacks.each([&](Callback& cb) { cb.on_predict_batch_end(step, {}); });
   }
   callbacks.each([](Callback& cb) { cb.on_predict_end({}); });
+  LOCKSTEP_CHECK(!per_output.empty(), "predict: the data yielded no batches");
   std::vector<Tensor> result;
   for (const auto& parts : per_output)
     result.push_back(parts.size() == 1 ? parts[0] : concat(parts, 0));

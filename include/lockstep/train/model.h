@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/data/dataset.h"
 #include "lockstep/nn/layer.h"
 #include "lockstep/nn/losses.h"
 #include "lockstep/nn/metrics.h"
@@ -52,14 +53,16 @@ struct CompileOptions {
   bool run_eagerly = false;  // accepted for parity; Lockstep always runs eagerly
 };
 
-// Validation inputs and targets: one tensor each, or one per model input /
-// output.
+// Validation inputs and targets: one tensor each, one per model input /
+// output, or a batched Dataset of (inputs..., targets...) elements.
 struct ValidationData {
   ValidationData(Tensor x_, Tensor y_) : x{std::move(x_)}, y{std::move(y_)} {}
   ValidationData(std::vector<Tensor> x_, std::vector<Tensor> y_)
       : x(std::move(x_)), y(std::move(y_)) {}
+  ValidationData(data::Dataset dataset_) : dataset(std::move(dataset_)) {}  // NOLINT: implicit
   std::vector<Tensor> x;
   std::vector<Tensor> y;
+  data::Dataset dataset;
 };
 
 struct FitOptions {
@@ -70,15 +73,19 @@ struct FitOptions {
   int verbose = 1;
   std::vector<std::shared_ptr<Callback>> callbacks;
   std::optional<ValidationData> validation_data;
-  double validation_split = 0.0;     // fraction taken from the end of x / y
-  int validation_freq = 1;           // validate every N epochs
-  std::int64_t steps_per_epoch = 0;  // 0: the whole data
+  double validation_split = 0.0;  // fraction taken from the end of x / y
+  int validation_freq = 1;        // validate every N epochs
+  // 0: the whole data. With a Dataset: that many batches per epoch from one
+  // iterator that continues across epochs (for repeat()ed datasets).
+  std::int64_t steps_per_epoch = 0;
+  std::int64_t validation_steps = 0;  // 0: the whole validation data
   int initial_epoch = 0;
-  bool shuffle = true;
+  bool shuffle = true;  // tensors only: a Dataset brings its own shuffle
 };
 
 struct EvaluateOptions {
-  std::int64_t batch_size = 32;
+  std::int64_t batch_size = 32;  // tensors only: a Dataset is already batched
+  std::int64_t steps = 0;        // 0: until the data ends
   int verbose = 1;
   std::vector<std::shared_ptr<Callback>> callbacks;
 };
@@ -90,7 +97,8 @@ struct SummaryOptions {
 };
 
 struct PredictOptions {
-  std::int64_t batch_size = 32;
+  std::int64_t batch_size = 32;  // tensors only
+  std::int64_t steps = 0;        // 0: until the data ends
   int verbose = 0;
   std::vector<std::shared_ptr<Callback>> callbacks;
 };
@@ -118,6 +126,19 @@ class Model : public Layer {
   // multi-output model; the vector form returns them all).
   Tensor predict(const Tensor& x, const PredictOptions& options = {});
   std::vector<Tensor> predict(const std::vector<Tensor>& x, const PredictOptions& options = {});
+
+  // A Dataset yields batches (Keras: the dataset is batched, batch_size is
+  // not used). Each element holds the model's inputs then its targets, in
+  // order — or, when the element is named, the components named after the
+  // model's inputs and outputs. Every epoch makes a new iterator keyed by the
+  // epoch number, so a seeded shuffle reshuffles per epoch reproducibly.
+  // predict ignores target components and returns the first output
+  // (predict_outputs: every output).
+  History fit(const data::Dataset& dataset, const FitOptions& options = {});
+  Logs evaluate(const data::Dataset& dataset, const EvaluateOptions& options = {});
+  Tensor predict(const data::Dataset& dataset, const PredictOptions& options = {});
+  std::vector<Tensor> predict_outputs(const data::Dataset& dataset,
+                                      const PredictOptions& options = {});
 
   Logs train_on_batch(const Tensor& x, const Tensor& y);
   Logs test_on_batch(const Tensor& x, const Tensor& y);
@@ -165,6 +186,10 @@ class Model : public Layer {
   bool stop_training_requested() const;
 
   struct TrainState;  // implementer-facing (opaque outside train/)
+
+ private:
+  struct Loops;  // the fit / evaluate / predict loops over any batch source
+  friend struct Loops;
 
  protected:
   TrainState& state() const;
