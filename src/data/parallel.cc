@@ -461,8 +461,10 @@ std::shared_ptr<const DatasetImpl> make_parallel_map(Input input, MapFunction fn
       std::move(input),
       AsyncConfig{.op = "parallel_map",
                   .fn = std::move(fn),
-                  .max_workers =
-                      autotune ? hardware_threads() : static_cast<int>(options.num_parallel_calls),
+                  // Autotuned: at most one worker per core but one, which
+                  // the consumer (the training step) keeps to itself.
+                  .max_workers = autotune ? std::max(1, hardware_threads() - 1)
+                                          : static_cast<int>(options.num_parallel_calls),
                   .autotune_workers = autotune,
                   .capacity = autotune ? kAutotune : options.num_parallel_calls,
                   .deterministic = options.deterministic});
