@@ -91,12 +91,10 @@ void run_overlap(benchmark::State& state, double input_s, double compute_s, bool
     spin_for(input_s);
     return e;
   };
-  ld::Dataset ds =
-      overlapped
-          ? ld::Dataset::range(steps)
-                .map(slow_input, {.num_parallel_calls = ld::kAutotune})
-                .prefetch(ld::kAutotune)
-          : ld::Dataset::range(steps).map(slow_input);
+  ld::Dataset ds = overlapped ? ld::Dataset::range(steps)
+                                    .map(slow_input, {.num_parallel_calls = ld::kAutotune})
+                                    .prefetch(ld::kAutotune)
+                              : ld::Dataset::range(steps).map(slow_input);
   double total = 0;
   for (auto _ : state) {
     const auto t0 = Clock::now();

@@ -12,6 +12,7 @@
 #include "data_test_util.h"
 #include "lockstep/core/file.h"
 #include "lockstep/data/dataset.h"
+#include "lockstep/data/datasets.h"
 #include "lockstep/data/idx.h"
 
 namespace lockstep::data {
@@ -242,3 +243,42 @@ TEST_F(ReadersTest, StaleTemporariesOfDeadWritersAreRemoved) {
 
 }  // namespace
 }  // namespace lockstep::data
+
+namespace lockstep::datasets {
+namespace {
+
+TEST(Datasets, MissingFilesNameThePathAndTheFix) {
+  try {
+    fashion_mnist::load_data("/nonexistent/fmnist");
+    ADD_FAILURE() << "expected an error";
+  } catch (const IOError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("/nonexistent/fmnist/train-images-idx3-ubyte.gz"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("apt-get install dataset-fashion-mnist"), std::string::npos) << msg;
+  }
+}
+
+TEST(Datasets, MnistLayoutFromAUserDirectory) {
+  // Four tiny IDX files in the MNIST layout: 3 images of 2x2, 3 labels.
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("lockstep_mnist_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string images(
+      "\x00\x00\x08\x03\x00\x00\x00\x03\x00\x00\x00\x02\x00\x00\x00\x02"
+      "abcdefghijkl",
+      28);
+  const std::string labels("\x00\x00\x08\x01\x00\x00\x00\x03\x07\x08\x09", 11);
+  for (const char* split : {"train", "t10k"}) {
+    std::ofstream(dir / (std::string(split) + "-images-idx3-ubyte"), std::ios::binary) << images;
+    std::ofstream(dir / (std::string(split) + "-labels-idx1-ubyte"), std::ios::binary) << labels;
+  }
+  auto [train, test] = mnist::load_data(dir.string());
+  EXPECT_EQ(train.first.shape(), Shape({3, 2, 2}));
+  EXPECT_EQ(train.first.dtype(), DType::kUInt8);
+  EXPECT_EQ(test.second.to_vector<std::int32_t>(), (std::vector<std::int32_t>{7, 8, 9}));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace lockstep::datasets

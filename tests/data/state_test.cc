@@ -105,7 +105,9 @@ TEST(IteratorState, InterleaveEnumerate) {
               return Dataset::range(x * 10, x * 10 + x).shuffle(3, {.seed = 2});
             },
             {.cycle_length = 3, .block_length = 2, .num_parallel_calls = kAutotune})
-        .enumerate();
+        .enumerate()
+        .map([](const Element& e) { return e; }, {.num_parallel_calls = 2})
+        .prefetch(4);  // fused into the map's buffer
   });
 }
 
