@@ -372,3 +372,37 @@ TEST(DatasetCache, MemoryCacheReadsTheInputOnce) {
 
 }  // namespace
 }  // namespace lockstep::data
+
+namespace lockstep::data {
+namespace {
+
+// How far an autotuned prefetch runs ahead of a consumer that stalled often
+// and then stops: bounded by the memory budget.
+std::int64_t read_ahead_after_stalls(std::size_t budget_bytes) {
+  const std::size_t saved = autotune_memory_budget();
+  set_autotune_memory_budget(budget_bytes);
+  auto produced = std::make_shared<std::atomic<std::int64_t>>(0);
+  Dataset ds = Dataset::from_generator([produced] {
+                 return Generator([produced]() -> std::optional<Element> {
+                   std::this_thread::sleep_for(std::chrono::microseconds(300));
+                   ++*produced;
+                   return Element{Tensor::zeros({256 * 1024})};  // 1 MiB
+                 });
+               }).prefetch(kAutotune);
+  Iterator it = ds.make_iterator();
+  for (int i = 0; i < 150; ++i) it.get_next();  // a fast consumer: it waits, the buffer grows
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // then it stops
+  const std::int64_t ahead = produced->load() - 150;
+  set_autotune_memory_budget(saved);
+  return ahead;
+}
+
+TEST(DatasetAutotune, PrefetchDepthGrowsWhenTheConsumerWaitsWithinTheMemoryBudget) {
+  // 4 MiB of budget holds 4 elements (+1 being produced when the consumer stopped).
+  EXPECT_LE(read_ahead_after_stalls(std::size_t{4} << 20), 5);
+  // With room, the same stalls deepen the buffer well past that.
+  EXPECT_GT(read_ahead_after_stalls(std::size_t{1} << 30), 10);
+}
+
+}  // namespace
+}  // namespace lockstep::data
