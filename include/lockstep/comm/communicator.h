@@ -1,0 +1,71 @@
+// Communicator: SPMD collectives between the ranks of a group.
+//
+// Every rank calls the same collectives in the same order (as with MPI). Each
+// blocking call has a deadline: a rank that does not arrive in time is named
+// in a TimeoutError on every rank that waited for it. A group can be aborted
+// (a replica failed): every rank blocked in, or later entering, a collective
+// gets a DistributedError naming the rank that aborted and why.
+//
+// Backends: in-process (replica threads; this file), MPI and Gloo later
+// (issue #7) behind the same interface.
+//
+//   auto group = lockstep::comm::InProcessGroup::create(2);
+//   // in replica thread r:
+//   group->communicator(r).all_reduce(grads.data<float>(), grads.numel(), ReduceOp::kSum);
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "lockstep/tensor/tensor.h"
+
+namespace lockstep::comm {
+
+enum class ReduceOp { kSum, kMean, kMax, kMin };
+
+// How the in-process all-reduce moves data. Both sum in rank order, so every
+// rank ends with bitwise-identical values whichever is used.
+enum class Algorithm {
+  kReduceScatterAllGather,  // each rank reduces 1/N of the buffer, then all copy (default)
+  kReductionToOneDevice,    // rank 0 reduces everything, the others copy
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place, on every rank's buffer of the same length.
+  virtual void all_reduce(float* data, std::size_t count, ReduceOp op) = 0;
+  virtual void all_reduce(double* data, std::size_t count, ReduceOp op) = 0;
+  // A float32 or float64 tensor, in place.
+  void all_reduce(const Tensor& t, ReduceOp op);
+  // Root's bytes to every rank.
+  virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
+  // Every rank's `bytes` into `out` (size() * bytes), in rank order.
+  virtual void all_gather(const void* data, std::size_t bytes, void* out) = 0;
+  virtual void barrier() = 0;
+
+  // Makes every rank's current and future collectives fail with `reason`.
+  virtual void abort(const std::string& reason) = 0;
+};
+
+class InProcessGroup {
+ public:
+  struct Options {
+    Algorithm algorithm = Algorithm::kReduceScatterAllGather;
+    std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  };
+  static std::shared_ptr<InProcessGroup> create(int size) { return create(size, Options{}); }
+  static std::shared_ptr<InProcessGroup> create(int size, Options options);
+  virtual ~InProcessGroup() = default;
+  virtual int size() const = 0;
+  // The communicator of `rank` (one per rank; valid while the group lives).
+  virtual Communicator& communicator(int rank) = 0;
+};
+
+}  // namespace lockstep::comm
