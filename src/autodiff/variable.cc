@@ -5,22 +5,72 @@
 #include <vector>
 
 #include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/core/replica.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/recording.h"
 
 namespace lockstep {
 
 struct Variable::State {
-  Tensor value;
+  Tensor value;                  // a plain variable's value; copy 0 of a mirrored one
+  std::vector<Tensor> replicas;  // a mirrored variable's copies (empty when plain)
   std::string name;
   bool trainable;
+
+  // The copy the calling thread works on.
+  Tensor& current() {
+    if (replicas.empty()) return value;
+    const int r = current_replica_id();
+    if (r < 0) return replicas[0];
+    LOCKSTEP_CHECK(r < static_cast<int>(replicas.size()), "variable '", name, "' is mirrored on ",
+                   replicas.size(), " replicas, but replica ", r,
+                   " read it (was it created under another strategy's scope?)");
+    return replicas[static_cast<std::size_t>(r)];
+  }
 };
 
 Variable::Variable(const Tensor& initial_value, Options options) {
   check_defined(initial_value, "Variable", "initial value");
   detail::RecordingPause pause;  // creating a variable is not part of any computation
   state_ = std::make_shared<State>(
-      State{initial_value.copy(), std::move(options.name), options.trainable});
+      State{initial_value.copy(), {}, std::move(options.name), options.trainable});
+}
+
+Variable Variable::mirrored(std::vector<Tensor> per_replica, Options options) {
+  LOCKSTEP_CHECK(!per_replica.empty(), "Variable::mirrored: no replica values");
+  for (std::size_t r = 0; r < per_replica.size(); ++r) {
+    check_defined(per_replica[r], "Variable::mirrored", "replica value");
+    LOCKSTEP_CHECK_AS(ShapeError,
+                      per_replica[r].shape() == per_replica[0].shape() &&
+                          per_replica[r].dtype() == per_replica[0].dtype(),
+                      "Variable::mirrored: replica ", r, " has ", per_replica[r].dtype(), " ",
+                      per_replica[r].shape(), " but replica 0 has ", per_replica[0].dtype(), " ",
+                      per_replica[0].shape());
+  }
+  Variable v;
+  Tensor first = per_replica[0];
+  v.state_ = std::make_shared<State>(
+      State{first, std::move(per_replica), std::move(options.name), options.trainable});
+  return v;
+}
+
+bool Variable::is_mirrored() const { return defined() && !state_->replicas.empty(); }
+
+int Variable::num_replicas() const {
+  LOCKSTEP_CHECK(defined(), "Variable::num_replicas: the variable is undefined");
+  return state_->replicas.empty() ? 1 : static_cast<int>(state_->replicas.size());
+}
+
+const Tensor& Variable::replica_value(int replica) const {
+  LOCKSTEP_CHECK(defined(), "Variable::replica_value: the variable is undefined");
+  if (state_->replicas.empty()) {
+    LOCKSTEP_CHECK_AS(IndexError, replica == 0, "Variable::replica_value: replica ", replica,
+                      " of the plain variable '", state_->name, "'");
+    return state_->value;
+  }
+  LOCKSTEP_CHECK_AS(IndexError, replica >= 0 && replica < num_replicas(),
+                    "Variable::replica_value: replica ", replica, " of ", num_replicas());
+  return state_->replicas[static_cast<std::size_t>(replica)];
 }
 
 const std::string& Variable::name() const {
@@ -50,13 +100,14 @@ DType Variable::dtype() const {
 
 std::uint64_t Variable::id() const {
   LOCKSTEP_CHECK(defined(), "Variable::id: the variable is undefined");
-  return state_->value.id();
+  return state_->current().id();
 }
 
 const Tensor& Variable::value() const {
   LOCKSTEP_CHECK(defined(), "Variable: reading an undefined variable");
+  const Tensor& v = state_->current();
   if (state_->trainable) GradientTape::notify_variable_read(*this);
-  return state_->value;
+  return v;
 }
 
 void Variable::check_update(const Tensor& t, const char* op) const {
@@ -70,21 +121,41 @@ void Variable::check_update(const Tensor& t, const char* op) const {
 
 void Variable::assign(const Tensor& value) {
   check_update(value, "assign");
-  if (value.raw_data() != state_->value.raw_data()) {
-    std::memmove(state_->value.raw_data(), value.raw_data(), value.nbytes());
+  auto write = [&](Tensor& dst) {
+    if (value.raw_data() != dst.raw_data())
+      std::memmove(dst.raw_data(), value.raw_data(), value.nbytes());
+  };
+  if (!state_->replicas.empty() && current_replica_id() < 0) {
+    for (Tensor& copy : state_->replicas) write(copy);  // cross-replica: every copy
+    return;
   }
+  write(state_->current());
 }
 
 void Variable::assign_add(const Tensor& delta) {
   check_update(delta, "assign_add");
   detail::RecordingPause pause;
-  assign(add(state_->value, delta));
+  if (!state_->replicas.empty() && current_replica_id() < 0) {
+    for (int r = 0; r < num_replicas(); ++r) {
+      ReplicaIdScope on(r);
+      assign(add(state_->current(), delta));
+    }
+    return;
+  }
+  assign(add(state_->current(), delta));
 }
 
 void Variable::assign_sub(const Tensor& delta) {
   check_update(delta, "assign_sub");
   detail::RecordingPause pause;
-  assign(sub(state_->value, delta));
+  if (!state_->replicas.empty() && current_replica_id() < 0) {
+    for (int r = 0; r < num_replicas(); ++r) {
+      ReplicaIdScope on(r);
+      assign(sub(state_->current(), delta));
+    }
+    return;
+  }
+  assign(sub(state_->current(), delta));
 }
 
 }  // namespace lockstep

@@ -3,9 +3,12 @@
 // float64 scalars).
 #include "lockstep/optim/optimizers.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/comm/replica_context.h"
 #include "lockstep/core/denormals.h"
 #include "lockstep/tensor/ops.h"
 
@@ -23,19 +26,73 @@ OptimizerImpl::OptimizerImpl(std::string name, LearningRate learning_rate, ClipO
                  ": set at most one of clipnorm and global_clipnorm");
 }
 
-OptimizerImpl::VarSlots& OptimizerImpl::slots_for(const Variable& v) {
-  auto [it, inserted] = var_slots_.try_emplace(v.id());
+std::int64_t OptimizerImpl::iterations() const {
+  std::lock_guard lk(replicas_mu_);
+  return replicas_.front().iterations;
+}
+
+void OptimizerImpl::set_iterations(std::int64_t iterations) {
+  std::lock_guard lk(replicas_mu_);
+  for (ReplicaState& rs : replicas_) rs.iterations = iterations;
+}
+
+OptimizerImpl::ReplicaState& OptimizerImpl::replica_state(int replica) {
+  std::lock_guard lk(replicas_mu_);
+  while (static_cast<int>(replicas_.size()) <= replica) {
+    replicas_.emplace_back();
+    replicas_.back().iterations = replicas_.front().iterations;
+  }
+  return replicas_[static_cast<std::size_t>(replica)];
+}
+
+OptimizerImpl::VarSlots& OptimizerImpl::slots_for(ReplicaState& rs, int replica,
+                                                  const Variable& v) {
+  auto [it, inserted] = rs.var_slots.try_emplace(v.id());
   if (inserted) {
     for (int i = 0; i < num_slots(); ++i) {
+      // On a replica thread this makes the replica's own slot, on its device.
       Variable slot = create_variable(
           Tensor::full(v.shape(), slot_initial_value(i)),
           {.name = name_ + "/" + v.name() + "_" + slot_name(i), .trainable = false});
       it->second.slots.push_back(slot);
       it->second.buffers.push_back(static_cast<float*>(slot.value().raw_data()));
-      slots_.push_back(slot);
+      if (replica == 0) slots_.push_back(slot);
     }
   }
   return it->second;
+}
+
+void OptimizerImpl::all_reduce_gradients(ReplicaState& rs, std::vector<Tensor>& grads,
+                                         const std::vector<Variable>& vars) {
+  auto* ctx = comm::current_replica_context();
+  // One flat buffer: every variable's gradient (zeros when a replica has
+  // none) and then one flag per variable, so the layout is the same on every
+  // replica and a variable no replica has a gradient for stays skipped.
+  std::int64_t total = static_cast<std::int64_t>(vars.size());
+  for (const Variable& v : vars) total += v.shape().numel();
+  if (!rs.arena.defined() || rs.arena.numel() != total) rs.arena = Tensor::empty({total});
+  float* a = rs.arena.data<float>();
+  float* flags = a + (total - static_cast<std::int64_t>(vars.size()));
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    const std::int64_t n = vars[i].shape().numel();
+    if (grads[i].defined()) {
+      std::memcpy(a + offset, grads[i].data<float>(), static_cast<std::size_t>(n) * sizeof(float));
+      flags[i] = 1.0f;
+    } else {
+      std::memset(a + offset, 0, static_cast<std::size_t>(n) * sizeof(float));
+      flags[i] = 0.0f;
+    }
+    offset += n;
+  }
+  ctx->communicator->all_reduce(a, static_cast<std::size_t>(total), comm::ReduceOp::kSum);
+  offset = 0;
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    const std::int64_t n = vars[i].shape().numel();
+    grads[i] =
+        flags[i] > 0 ? rs.arena.view_rows(offset, offset + n).view_as(vars[i].shape()) : Tensor();
+    offset += n;
+  }
 }
 
 void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
@@ -54,6 +111,15 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
     LOCKSTEP_CHECK(vars[i].dtype() == DType::kFloat32, name_, ": variable '", vars[i].name(),
                    "' has dtype ", vars[i].dtype(), "; only float32 variables can be trained");
   }
+  const int replica = std::max(0, current_replica_id());
+  ReplicaState& rs = replica_state(replica);
+  if (current_replica_id() < 0) {
+    for (const Variable& v : vars)
+      LOCKSTEP_CHECK(!v.defined() || !v.is_mirrored(), name_, ".apply_gradients: variable '",
+                     v.name(), "' is mirrored; update it inside strategy.run (on every replica)");
+  }
+  if (auto* ctx = comm::current_replica_context(); ctx && ctx->num_replicas > 1)
+    all_reduce_gradients(rs, grads, vars);
   // Clipping, as Keras: value, then per-tensor norm, or the global norm.
   if (clip_.clipvalue > 0) {
     const float v = static_cast<float>(clip_.clipvalue);
@@ -87,8 +153,8 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
       }
     }
   }
-  const double lr = learning_rate_.at(iterations_);
-  const std::int64_t step = iterations_ + 1;  // 1-based, for bias correction
+  const double lr = learning_rate_.at(rs.iterations);
+  const std::int64_t step = rs.iterations + 1;  // 1-based, for bias correction
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined()) continue;
     const Tensor& value = vars[i].value();
@@ -99,9 +165,9 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
       const float f = static_cast<float>(1.0 - weight_decay_ * lr);
       for (std::int64_t j = 0; j < n; ++j) var[j] *= f;
     }
-    update(var, g, n, slots_for(vars[i]).buffers.data(), lr, step);
+    update(var, g, n, slots_for(rs, replica, vars[i]).buffers.data(), lr, step);
   }
-  ++iterations_;
+  ++rs.iterations;
 }
 
 namespace optimizers {

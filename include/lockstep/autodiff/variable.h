@@ -9,6 +9,11 @@
 // Thread-safety: reads from several threads are safe; assign while another
 // thread reads is a data race (a strategy gives each replica its own copy).
 //
+// Mirrored variables (made by a strategy's scope) hold one copy per replica.
+// On a replica thread (current_replica_id() = r) value(), id() and the
+// assign family use copy r; elsewhere reads see copy 0 and assign writes
+// every copy, as tf.distribute's MirroredVariable in cross-replica context.
+//
 //   lockstep::Variable w(lockstep::random::normal({784, 10}), {.name = "dense/kernel"});
 //   auto y = lockstep::matmul(x, w);       // a Variable converts to its value
 //   w.assign_sub(grad * 0.01f);
@@ -17,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "lockstep/tensor/tensor.h"
 
@@ -34,6 +40,16 @@ class Variable {
   // Copies `initial_value` into the variable's own buffer.
   explicit Variable(const Tensor& initial_value) : Variable(initial_value, Options{}) {}
   Variable(const Tensor& initial_value, Options options);
+  // A mirrored variable: copy r is `per_replica[r]` (its own buffer, which
+  // the caller allocated on replica r's device). All copies must agree in
+  // shape and dtype.
+  static Variable mirrored(std::vector<Tensor> per_replica, Options options);
+
+  bool is_mirrored() const;
+  // 1 for a plain variable.
+  int num_replicas() const;
+  // Copy r (r = 0 for a plain variable), never watched by tapes.
+  const Tensor& replica_value(int replica) const;
 
   bool defined() const { return state_ != nullptr; }
   const std::string& name() const;

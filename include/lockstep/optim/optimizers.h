@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -35,13 +37,20 @@ class OptimizerImpl {
   virtual ~OptimizerImpl() = default;
 
   // Applies one update. Gradients may be undefined (no gradient: skipped).
+  //
+  // On a replica thread of a strategy with several replicas the gradients
+  // are first summed across replicas (one all-reduce of a flat buffer), then
+  // each replica applies the identical update to its own copies, with its
+  // own slot variables — tf.distribute's merge_call, so any train_step or
+  // custom loop is synchronised by calling this. Mirrored variables must be
+  // updated on replica threads (strategy.run), never from outside.
   void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
 
   // Updates applied so far (the step the schedule sees).
-  std::int64_t iterations() const { return iterations_; }
-  void set_iterations(std::int64_t iterations) { iterations_ = iterations; }
+  std::int64_t iterations() const;
+  void set_iterations(std::int64_t iterations);
   // The rate the next update will use.
-  double learning_rate() const { return learning_rate_.at(iterations_); }
+  double learning_rate() const { return learning_rate_.at(iterations()); }
   void set_learning_rate(LearningRate lr) { learning_rate_ = std::move(lr); }
   const std::string& name() const { return name_; }
   // Slot variables in creation order (for checkpoints).
@@ -63,15 +72,24 @@ class OptimizerImpl {
     std::vector<Variable> slots;
     std::vector<float*> buffers;
   };
-  VarSlots& slots_for(const Variable& v);
+  // What each replica keeps for itself (index 0 outside strategies).
+  struct ReplicaState {
+    std::unordered_map<std::uint64_t, VarSlots> var_slots;
+    std::int64_t iterations = 0;
+    Tensor arena;  // gradients packed for the all-reduce, plus one "defined" flag each
+  };
+  ReplicaState& replica_state(int replica);
+  VarSlots& slots_for(ReplicaState& rs, int replica, const Variable& v);
+  void all_reduce_gradients(ReplicaState& rs, std::vector<Tensor>& grads,
+                            const std::vector<Variable>& vars);
 
   std::string name_;
   LearningRate learning_rate_;
   ClipOptions clip_;
   double weight_decay_;
-  std::int64_t iterations_ = 0;
-  std::unordered_map<std::uint64_t, VarSlots> var_slots_;
-  std::vector<Variable> slots_;
+  mutable std::mutex replicas_mu_;
+  std::deque<ReplicaState> replicas_{1};  // a deque: references stay valid as it grows
+  std::vector<Variable> slots_;           // replica 0's
 };
 
 // A handle to an OptimizerImpl; copies share it.

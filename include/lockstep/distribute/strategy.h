@@ -1,0 +1,157 @@
+// Strategies: where replicas run and how they stay in lockstep
+// (tf.distribute's Strategy).
+//
+//   ls::distribute::MirroredStrategy strategy;            // every logical device
+//   std::printf("Number of devices: %d\n", strategy.num_replicas_in_sync());
+//   ls::Model model;
+//   {
+//     auto scope = strategy.scope();   // variables made here are mirrored
+//     model = get_compiled_model();
+//   }
+//   model.fit(train_dataset, {.epochs = 2});   // replicas train in lockstep
+//
+// MirroredStrategy runs one replica per device on its own thread, pinned to
+// the device's cores. Variables created in scope() have one copy per replica
+// (identically initialised). Model::fit splits each global batch into
+// per-replica views, every replica runs the same train_step, the optimizer
+// all-reduces the gradients, and every replica applies the same update.
+// OneDeviceStrategy and the default strategy (no scope) are the same code with
+// one replica.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "lockstep/autodiff/variable.h"
+#include "lockstep/comm/communicator.h"
+#include "lockstep/comm/replica_context.h"
+#include "lockstep/tensor/device.h"
+
+namespace lockstep::distribute {
+
+enum class ReduceOp { kSum, kMean };
+
+// One value per replica, indexed by replica id (tf.distribute's PerReplica).
+template <typename T>
+class PerReplica {
+ public:
+  PerReplica() = default;
+  explicit PerReplica(std::vector<T> values) : values_(std::move(values)) {}
+  const T& operator[](int replica) const { return values_.at(static_cast<std::size_t>(replica)); }
+  int size() const { return static_cast<int>(values_.size()); }
+  const std::vector<T>& values() const { return values_; }
+
+ private:
+  std::vector<T> values_;
+};
+
+class StrategyImpl;
+
+class Strategy {
+ public:
+  // The default strategy: one replica on the calling thread.
+  Strategy();
+  explicit Strategy(std::shared_ptr<StrategyImpl> impl) : impl_(std::move(impl)) {}
+
+  int num_replicas_in_sync() const;
+  // The device of each replica, by replica id.
+  const std::vector<Device*>& replica_devices() const;
+  // "MirroredStrategy", "OneDeviceStrategy" or "DefaultStrategy".
+  const std::string& name() const;
+  bool is_default() const;
+
+  // RAII: while alive (on this thread), variables are created mirrored
+  // across this strategy's replicas and get_strategy() returns it.
+  class Scope {
+   public:
+    explicit Scope(const Strategy& strategy);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    VariableCreatorScope creator_;
+  };
+  [[nodiscard]] std::unique_ptr<Scope> scope() const { return std::make_unique<Scope>(*this); }
+
+  // Runs fn(replica_id) on every replica's thread, in its replica context,
+  // and returns when all have finished. If one throws, the others are
+  // released from their collectives and the first failure is rethrown with
+  // "replica <id>: " in front of its message (same exception type).
+  void run_replicas(const std::function<void(int replica)>& fn) const;
+
+  // strategy.run(fn): fn() on every replica; its results, per replica.
+  template <typename F>
+  auto run(F&& fn) const {
+    using R = std::invoke_result_t<F&>;
+    if constexpr (std::is_void_v<R>) {
+      run_replicas([&](int) { fn(); });
+    } else {
+      std::vector<R> results(static_cast<std::size_t>(num_replicas_in_sync()));
+      run_replicas([&](int r) { results[static_cast<std::size_t>(r)] = fn(); });
+      return PerReplica<R>(std::move(results));
+    }
+  }
+
+  // Sum or mean across replicas (in replica order); with `axis`, also over
+  // that axis of every value (the mean is then over all the elements).
+  Tensor reduce(ReduceOp op, const PerReplica<Tensor>& value,
+                std::optional<int> axis = std::nullopt) const;
+
+  // Splits a global batch along dim 0: replica r gets global / N examples,
+  // one more for the first global % N replicas (tf.distribute's split).
+  std::vector<std::int64_t> split_sizes(std::int64_t global_batch) const;
+
+  const std::shared_ptr<StrategyImpl>& impl() const { return impl_; }
+  friend bool operator==(const Strategy& a, const Strategy& b) { return a.impl_ == b.impl_; }
+
+ private:
+  std::shared_ptr<StrategyImpl> impl_;
+};
+
+struct MirroredStrategyOptions {
+  std::vector<Device*> devices;  // empty: every logical device
+  // Several replicas on each device's cores: for testing replica counts
+  // above the core count (each replica then gets a share of the threads).
+  int replicas_per_device = 1;
+  comm::Algorithm cross_device_ops = comm::Algorithm::kReduceScatterAllGather;
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+};
+
+class MirroredStrategy : public Strategy {
+ public:
+  explicit MirroredStrategy(MirroredStrategyOptions options = {});
+};
+
+class OneDeviceStrategy : public Strategy {
+ public:
+  explicit OneDeviceStrategy(Device& device);
+};
+
+// The strategy whose scope is open on this thread, else the default one.
+Strategy get_strategy();
+
+// ---- Inside a replica (tf.distribute.get_replica_context()) ----
+
+struct ReplicaContext {
+  int replica_id_in_sync_group = 0;
+  int num_replicas_in_sync = 1;
+  // Sum or mean of `value` (float32) over the replicas; every replica gets
+  // bitwise the same result. Identity outside replicas.
+  Tensor all_reduce(ReduceOp op, const Tensor& value) const;
+};
+ReplicaContext get_replica_context();
+
+// sum(per_example_loss) / global_batch_size. global_batch_size 0: the global
+// batch of the step in flight (inside fit), else this replica's examples ×
+// the replica count.
+Tensor compute_average_loss(const Tensor& per_example_loss, std::int64_t global_batch_size = 0);
+// loss / num_replicas_in_sync: a regularisation term added on every replica.
+Tensor scale_regularization_loss(const Tensor& loss);
+
+}  // namespace lockstep::distribute

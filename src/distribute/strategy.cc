@@ -1,0 +1,336 @@
+// Strategies: replica threads, mirrored variable creation, reduce.
+#include "lockstep/distribute/strategy.h"
+
+#include <omp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "lockstep/core/error.h"
+#include "lockstep/tensor/ops.h"
+
+namespace lockstep::distribute {
+
+using Clock = std::chrono::steady_clock;
+
+class StrategyImpl {
+ public:
+  StrategyImpl(std::string name, std::vector<Device*> devices, int replicas_per_device,
+               comm::InProcessGroup::Options comm_options, bool is_default)
+      : name_(std::move(name)),
+        comm_options_(comm_options),
+        is_default_(is_default),
+        replicas_per_device_(replicas_per_device) {
+    for (Device* d : devices) {
+      for (int k = 0; k < replicas_per_device; ++k) devices_.push_back(d);
+    }
+    const int n = static_cast<int>(devices_.size());
+    contexts_.resize(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      contexts_[static_cast<std::size_t>(r)].replica_id = r;
+      contexts_[static_cast<std::size_t>(r)].num_replicas = n;
+    }
+    reset_group();
+    errors_.resize(static_cast<std::size_t>(n));
+    if (n > 1) {
+      for (int r = 0; r < n; ++r) threads_.emplace_back([this, r] { replica_loop(r); });
+    }
+  }
+
+  ~StrategyImpl() {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    start_cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  int size() const { return static_cast<int>(devices_.size()); }
+  const std::vector<Device*>& devices() const { return devices_; }
+  const std::string& name() const { return name_; }
+  bool is_default() const { return is_default_; }
+
+  void run(const std::function<void(int)>& fn) {
+    if (threads_.empty()) {
+      // One replica: on the calling thread (pinned to its device unless this
+      // is the default strategy), in a replica context all the same.
+      std::optional<DeviceScope> device;
+      if (!is_default_) device.emplace(*devices_[0], DeviceScope::Options{.pin_thread = false});
+      comm::ReplicaContextScope context(&contexts_[0]);
+      fn(0);
+      return;
+    }
+    std::unique_lock run_lock(run_mu_);  // one run at a time
+    {
+      std::lock_guard lk(mu_);
+      task_ = &fn;
+      remaining_.store(size(), std::memory_order_release);
+      first_failure_ = -1;
+      for (auto& e : errors_) e = nullptr;
+      generation_.fetch_add(1, std::memory_order_acq_rel);
+    }
+    start_cv_.notify_all();
+    wait_done();
+    task_ = nullptr;
+    if (first_failure_ >= 0) {
+      const int r = first_failure_;
+      const std::exception_ptr error = errors_[static_cast<std::size_t>(r)];
+      reset_group();  // the aborted group cannot be used again
+      rethrow_with_replica(error, r);
+    }
+  }
+
+  Variable create_mirrored(const Tensor& initial, Variable::Options options) const {
+    if (size() == 1) {
+      DeviceScope on(*devices_[0], {.pin_thread = false});
+      return Variable(initial, std::move(options));
+    }
+    std::vector<Tensor> copies;
+    for (Device* d : devices_) {
+      DeviceScope on(*d, {.pin_thread = false});
+      copies.push_back(initial.copy());
+    }
+    return Variable::mirrored(std::move(copies), std::move(options));
+  }
+
+ private:
+  void reset_group() {
+    if (size() > 1) group_ = comm::InProcessGroup::create(size(), comm_options_);
+    for (int r = 0; r < size(); ++r)
+      contexts_[static_cast<std::size_t>(r)].communicator =
+          size() > 1 ? &group_->communicator(r) : nullptr;
+  }
+
+  // Waits for a new task (polling briefly: steps follow each other closely).
+  bool wait_start(std::uint64_t& seen) {
+    const auto spin_until = Clock::now() + std::chrono::microseconds(50);
+    while (Clock::now() < spin_until) {
+      if (generation_.load(std::memory_order_acquire) != seen) break;
+    }
+    std::unique_lock lk(mu_);
+    start_cv_.wait(lk, [&] { return stop_ || generation_.load() != seen; });
+    if (stop_) return false;
+    seen = generation_.load();
+    return true;
+  }
+
+  void wait_done() {
+    const auto spin_until = Clock::now() + std::chrono::microseconds(50);
+    while (Clock::now() < spin_until) {
+      if (remaining_.load(std::memory_order_acquire) == 0) return;
+    }
+    std::unique_lock lk(mu_);
+    done_cv_.wait(lk, [&] { return remaining_.load(std::memory_order_acquire) == 0; });
+  }
+
+  void replica_loop(int r) {
+    Device& device = *devices_[static_cast<std::size_t>(r)];
+    DeviceScope on(device);
+    if (replicas_per_device_ > 1)
+      omp_set_num_threads(std::max(1, device.num_threads() / replicas_per_device_));
+    comm::ReplicaContextScope context(&contexts_[static_cast<std::size_t>(r)]);
+    std::uint64_t seen = 0;
+    while (wait_start(seen)) {
+      try {
+        (*task_)(r);
+      } catch (...) {
+        std::lock_guard lk(mu_);
+        errors_[static_cast<std::size_t>(r)] = std::current_exception();
+        if (first_failure_ < 0) {
+          first_failure_ = r;
+          std::string what = "unknown error";
+          try {
+            std::rethrow_exception(errors_[static_cast<std::size_t>(r)]);
+          } catch (const std::exception& e) {
+            what = e.what();
+          } catch (...) {
+          }
+          // Release every replica blocked in (or about to enter) a collective.
+          contexts_[static_cast<std::size_t>(r)].communicator->abort(
+              "replica " + std::to_string(r) + " failed: " + what);
+        }
+      }
+      if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard lk(mu_);  // so the notification cannot slip past a waiter
+        done_cv_.notify_all();
+      }
+    }
+  }
+
+  [[noreturn]] static void rethrow_with_replica(const std::exception_ptr& e, int r) {
+    const std::string prefix = "replica " + std::to_string(r) + ": ";
+    try {
+      std::rethrow_exception(e);
+    } catch (const IndexError& x) {
+      throw IndexError(prefix + x.what());
+    } catch (const ShapeError& x) {
+      throw ShapeError(prefix + x.what());
+    } catch (const ValueError& x) {
+      throw ValueError(prefix + x.what());
+    } catch (const TimeoutError& x) {
+      throw TimeoutError(prefix + x.what());
+    } catch (const DistributedError& x) {
+      throw DistributedError(prefix + x.what());
+    } catch (const IOError& x) {
+      throw IOError(prefix + x.what());
+    } catch (const InternalError& x) {
+      throw InternalError(prefix + x.what());
+    } catch (const Error& x) {
+      throw Error(prefix + x.what());
+    } catch (const std::exception& x) {
+      throw Error(prefix + x.what());
+    }
+  }
+
+  std::string name_;
+  comm::InProcessGroup::Options comm_options_;
+  bool is_default_;
+  int replicas_per_device_;
+  std::vector<Device*> devices_;
+  std::shared_ptr<comm::InProcessGroup> group_;
+  std::vector<comm::ReplicaContextInfo> contexts_;
+
+  std::mutex run_mu_;
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<int> remaining_{0};
+  bool stop_ = false;
+  const std::function<void(int)>* task_ = nullptr;
+  std::vector<std::exception_ptr> errors_;
+  int first_failure_ = -1;
+  std::vector<std::thread> threads_;
+};
+
+namespace {
+
+thread_local std::vector<Strategy> t_strategies;
+
+std::shared_ptr<StrategyImpl> default_impl() {
+  static auto impl =
+      std::make_shared<StrategyImpl>("DefaultStrategy", std::vector<Device*>{&host_device()}, 1,
+                                     comm::InProcessGroup::Options{}, true);
+  return impl;
+}
+
+}  // namespace
+
+Strategy::Strategy() : impl_(default_impl()) {}
+
+int Strategy::num_replicas_in_sync() const { return impl_->size(); }
+const std::vector<Device*>& Strategy::replica_devices() const { return impl_->devices(); }
+const std::string& Strategy::name() const { return impl_->name(); }
+bool Strategy::is_default() const { return impl_->is_default(); }
+
+Strategy::Scope::Scope(const Strategy& strategy)
+    : creator_([impl = strategy.impl()](const Tensor& initial, Variable::Options options) {
+        return impl->create_mirrored(initial, std::move(options));
+      }) {
+  t_strategies.push_back(strategy);
+}
+
+Strategy::Scope::~Scope() { t_strategies.pop_back(); }
+
+void Strategy::run_replicas(const std::function<void(int)>& fn) const { impl_->run(fn); }
+
+std::vector<std::int64_t> Strategy::split_sizes(std::int64_t global_batch) const {
+  const std::int64_t n = num_replicas_in_sync();
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(n), global_batch / n);
+  for (std::int64_t r = 0; r < global_batch % n; ++r) ++sizes[static_cast<std::size_t>(r)];
+  return sizes;
+}
+
+Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
+                        std::optional<int> axis) const {
+  LOCKSTEP_CHECK(value.size() == num_replicas_in_sync(), "Strategy::reduce: ", value.size(),
+                 " values for ", num_replicas_in_sync(), " replicas");
+  Tensor total;
+  std::int64_t count = 0;
+  for (const Tensor& v : value.values()) {
+    check_defined(v, "Strategy::reduce", "value");
+    Tensor part = v;
+    if (axis) {
+      const int a = *axis < 0 ? *axis + v.rank() : *axis;
+      LOCKSTEP_CHECK(a >= 0 && a < v.rank(), "Strategy::reduce: axis ", *axis,
+                     " is out of range for a value of shape ", v.shape());
+      count += v.dim(a);
+      part = sum(v, {.axes = {a}});
+    }
+    total = total.defined() ? add(total, part) : part.copy();
+  }
+  if (op == ReduceOp::kMean) {
+    const double d = axis ? static_cast<double>(count) : value.size();
+    total = div(total, Tensor::scalar(static_cast<float>(d)));
+  }
+  return total;
+}
+
+MirroredStrategy::MirroredStrategy(MirroredStrategyOptions o) {
+  std::vector<Device*> devices = o.devices.empty() ? logical_devices() : o.devices;
+  LOCKSTEP_CHECK(!devices.empty(), "MirroredStrategy: no devices");
+  LOCKSTEP_CHECK(o.replicas_per_device >= 1,
+                 "MirroredStrategy: replicas_per_device must be >= 1, got ", o.replicas_per_device);
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    LOCKSTEP_CHECK(devices[i] != nullptr, "MirroredStrategy: device ", i, " is null");
+    for (std::size_t j = 0; j < i; ++j) {
+      LOCKSTEP_CHECK(devices[i] != devices[j], "MirroredStrategy: device ", devices[i]->name(),
+                     " is listed twice (use replicas_per_device to run several replicas on one "
+                     "device)");
+      for (int c : devices[i]->cores()) {
+        for (int d : devices[j]->cores())
+          LOCKSTEP_CHECK(c != d, "MirroredStrategy: devices ", devices[j]->name(), " and ",
+                         devices[i]->name(), " share core ", c);
+      }
+    }
+  }
+  static_cast<Strategy&>(*this) = Strategy(std::make_shared<StrategyImpl>(
+      "MirroredStrategy", std::move(devices), o.replicas_per_device,
+      comm::InProcessGroup::Options{.algorithm = o.cross_device_ops, .timeout = o.timeout}, false));
+}
+
+OneDeviceStrategy::OneDeviceStrategy(Device& device) {
+  static_cast<Strategy&>(*this) =
+      Strategy(std::make_shared<StrategyImpl>("OneDeviceStrategy", std::vector<Device*>{&device}, 1,
+                                              comm::InProcessGroup::Options{}, false));
+}
+
+Strategy get_strategy() { return t_strategies.empty() ? Strategy() : t_strategies.back(); }
+
+Tensor ReplicaContext::all_reduce(ReduceOp op, const Tensor& value) const {
+  auto* ctx = comm::current_replica_context();
+  if (!ctx || ctx->num_replicas == 1) return value;
+  Tensor out = value.to(DType::kFloat32).copy();
+  ctx->communicator->all_reduce(
+      out, op == ReduceOp::kSum ? comm::ReduceOp::kSum : comm::ReduceOp::kMean);
+  return out;
+}
+
+ReplicaContext get_replica_context() {
+  auto* ctx = comm::current_replica_context();
+  if (!ctx) return {};
+  return {ctx->replica_id, ctx->num_replicas};
+}
+
+Tensor compute_average_loss(const Tensor& per_example_loss, std::int64_t global_batch_size) {
+  check_defined(per_example_loss, "compute_average_loss", "per_example_loss");
+  auto* ctx = comm::current_replica_context();
+  std::int64_t b = global_batch_size;
+  if (b == 0 && ctx && ctx->global_batch_size > 0) b = ctx->global_batch_size;
+  if (b == 0) {
+    const std::int64_t local = per_example_loss.rank() > 0 ? per_example_loss.dim(0) : 1;
+    b = local * (ctx ? ctx->num_replicas : 1);
+  }
+  LOCKSTEP_CHECK(b > 0, "compute_average_loss: global_batch_size must be > 0");
+  return div(sum(per_example_loss), Tensor::scalar(static_cast<float>(b)));
+}
+
+Tensor scale_regularization_loss(const Tensor& loss) {
+  auto* ctx = comm::current_replica_context();
+  const int n = ctx ? ctx->num_replicas : 1;
+  return n == 1 ? loss : div(loss, Tensor::scalar(static_cast<float>(n)));
+}
+
+}  // namespace lockstep::distribute
