@@ -15,6 +15,7 @@
 #include "lockstep/data/datasets.h"
 #include "lockstep/data/idx.h"
 #include "lockstep/data/readers.h"
+#include "lockstep/distribute/strategy.h"
 #include "lockstep/io/safetensors.h"
 #include "lockstep/nn/config.h"
 #include "lockstep/nn/conv_layers.h"

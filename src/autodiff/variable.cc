@@ -16,6 +16,12 @@ struct Variable::State {
   std::vector<Tensor> replicas;  // a mirrored variable's copies (empty when plain)
   std::string name;
   bool trainable;
+  std::vector<std::uint64_t> versions;  // assignments so far, per copy
+
+  std::size_t current_index() const {
+    const int r = current_replica_id();
+    return replicas.empty() || r < 0 ? 0 : static_cast<std::size_t>(r);
+  }
 
   // The copy the calling thread works on.
   Tensor& current() {
@@ -33,7 +39,7 @@ Variable::Variable(const Tensor& initial_value, Options options) {
   check_defined(initial_value, "Variable", "initial value");
   detail::RecordingPause pause;  // creating a variable is not part of any computation
   state_ = std::make_shared<State>(
-      State{initial_value.copy(), {}, std::move(options.name), options.trainable});
+      State{initial_value.copy(), {}, std::move(options.name), options.trainable, {0}});
 }
 
 Variable Variable::mirrored(std::vector<Tensor> per_replica, Options options) {
@@ -49,9 +55,15 @@ Variable Variable::mirrored(std::vector<Tensor> per_replica, Options options) {
   }
   Variable v;
   Tensor first = per_replica[0];
-  v.state_ = std::make_shared<State>(
-      State{first, std::move(per_replica), std::move(options.name), options.trainable});
+  const std::size_t n = per_replica.size();
+  v.state_ = std::make_shared<State>(State{first, std::move(per_replica), std::move(options.name),
+                                           options.trainable, std::vector<std::uint64_t>(n, 0)});
   return v;
+}
+
+std::uint64_t Variable::version() const {
+  LOCKSTEP_CHECK(defined(), "Variable::version: the variable is undefined");
+  return state_->versions[state_->current_index()];
 }
 
 bool Variable::is_mirrored() const { return defined() && !state_->replicas.empty(); }
@@ -127,9 +139,11 @@ void Variable::assign(const Tensor& value) {
   };
   if (!state_->replicas.empty() && current_replica_id() < 0) {
     for (Tensor& copy : state_->replicas) write(copy);  // cross-replica: every copy
+    for (auto& v : state_->versions) ++v;
     return;
   }
   write(state_->current());
+  ++state_->versions[state_->current_index()];
 }
 
 void Variable::assign_add(const Tensor& delta) {

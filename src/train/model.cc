@@ -7,6 +7,8 @@
 #include <exception>
 
 #include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/comm/replica_context.h"
+#include "lockstep/distribute/strategy.h"
 #include "lockstep/nn/functional.h"
 #include "lockstep/nn/initializers.h"
 #include "lockstep/tensor/ops.h"
@@ -25,6 +27,11 @@ struct Model::TrainState {
   std::vector<std::vector<Metric>> output_metrics;  // [output][metric]
   std::vector<metrics::Mean> output_loss_trackers;  // with several outputs only
   bool stop = false;
+  // The strategy in scope at compile (Keras: model.distribute_strategy).
+  distribute::Strategy strategy;
+  // Under a strategy with several replicas: each replica's own metrics, in
+  // metrics() order, merged into the primary ones when read.
+  std::vector<std::vector<Metric>> replica_metrics;
 };
 
 namespace {
@@ -227,6 +234,8 @@ void Model::compile(CompileOptions o) {
     (void)resolve_metric(spec, s.losses[0]);  // unknown names fail here
   s.num_outputs = 0;
   resolve_outputs(declared_outputs(*impl_));
+  s.strategy = distribute::get_strategy();
+  s.replica_metrics.clear();
   s.compiled = true;
 }
 
@@ -244,8 +253,22 @@ std::vector<Metric> Model::metrics() const {
 }
 
 Logs Model::get_metrics_result() const {
+  const TrainState& s = state();
+  std::vector<Metric> all = metrics();
+  if (!s.replica_metrics.empty()) {
+    const int r = current_replica_id();
+    if (r >= 0) {
+      all = s.replica_metrics.at(static_cast<std::size_t>(r));  // this replica's own, unmerged
+    } else {
+      // Sync on read: the primary metrics become the merge of the replicas'.
+      for (std::size_t i = 0; i < all.size(); ++i) {
+        all[i].reset_state();
+        for (const auto& replica : s.replica_metrics) all[i].merge(replica.at(i));
+      }
+    }
+  }
   std::vector<std::pair<std::string, double>> entries;
-  for (const Metric& m : metrics()) entries.emplace_back(m.name(), m.result());
+  for (const Metric& m : all) entries.emplace_back(m.name(), m.result());
   // Keras (TensorFlow backend) returns its logs dict with sorted keys.
   std::stable_sort(entries.begin(), entries.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -256,6 +279,9 @@ Logs Model::get_metrics_result() const {
 
 void Model::reset_metrics() const {
   for (const Metric& m : metrics()) m.reset_state();
+  for (const auto& replica : state().replica_metrics) {
+    for (const Metric& m : replica) m.reset_state();
+  }
 }
 
 void Model::stop_training() const { state().stop = true; }
@@ -264,14 +290,21 @@ bool Model::stop_training_requested() const { return state().stop; }
 namespace {
 
 struct LossParts {
-  Tensor total;
+  Tensor total;     // what gradients are taken of
+  Tensor reported;  // what the loss tracker records (this replica's mean)
   std::vector<Tensor> per_output;
 };
 
+// On a replica of a multi-replica step the loss is scaled for the global
+// batch: (mean over this replica's n examples) × n / global batch, plus the
+// regularisation / replicas — so the all-reduced sum of gradients is the
+// gradient of the global mean loss ("add across replicas, never average").
 LossParts compute_losses(const Model::TrainState& s, const LayerImpl& net,
                          const std::vector<Tensor>& y, const std::vector<Tensor>& y_pred) {
   LOCKSTEP_CHECK(y.size() == y_pred.size(), "the model has ", y_pred.size(), " outputs but ",
                  y.size(), " targets were given; pass one target per output");
+  const comm::ReplicaContextInfo* ctx = comm::current_replica_context();
+  const bool scaled = ctx && ctx->num_replicas > 1 && ctx->global_batch_size > 0;
   LossParts parts;
   for (std::size_t i = 0; i < y.size(); ++i) {
     const Loss& loss = s.losses.size() == 1 ? s.losses[0] : s.losses.at(i);
@@ -279,9 +312,23 @@ LossParts compute_losses(const Model::TrainState& s, const LayerImpl& net,
     parts.per_output.push_back(value);
     if (!s.loss_weights.empty())
       value = mul(value, Tensor::scalar(static_cast<float>(s.loss_weights[i])));
-    parts.total = parts.total.defined() ? add(parts.total, value) : value;
+    parts.reported = parts.reported.defined() ? add(parts.reported, value) : value;
   }
-  for (const Tensor& penalty : net.regularization_losses()) parts.total = add(parts.total, penalty);
+  Tensor penalties;
+  for (const Tensor& penalty : net.regularization_losses())
+    penalties = penalties.defined() ? add(penalties, penalty) : penalty;
+  if (scaled) {
+    const double share =
+        static_cast<double>(ctx->local_batch_size) / static_cast<double>(ctx->global_batch_size);
+    parts.total = mul(parts.reported, Tensor::scalar(static_cast<float>(share)));
+    if (penalties.defined())
+      parts.total =
+          add(parts.total, div(penalties, Tensor::scalar(static_cast<float>(ctx->num_replicas))));
+  } else {
+    parts.total = parts.reported;
+    if (penalties.defined()) parts.total = add(parts.total, penalties);
+  }
+  if (penalties.defined()) parts.reported = add(parts.reported, stop_gradient(penalties));
   return parts;
 }
 
@@ -304,10 +351,27 @@ std::vector<Tensor> prepare_inputs(const LayerImpl& network, const std::vector<T
   return out;
 }
 
+// Updates the metrics of the calling replica (the primary ones outside
+// replicas): weights by the true example count, so merged replicas give the
+// single-device numbers.
 void update_trackers(Model::TrainState& s, const LossParts& parts, const std::vector<Tensor>& y,
                      const std::vector<Tensor>& y_pred, std::int64_t batch) {
   const Tensor weight = Tensor::full({1}, static_cast<double>(batch));
-  s.loss_tracker.update_state(parts.total, weight);
+  const int r = current_replica_id();
+  if (r >= 0 && !s.replica_metrics.empty()) {
+    // Flat, in metrics() order: loss, per-output losses, per-output metrics.
+    const std::vector<Metric>& mine = s.replica_metrics.at(static_cast<std::size_t>(r));
+    std::size_t k = 0;
+    mine.at(k++).update_state(parts.reported, Tensor(), weight);
+    for (std::size_t i = 0; i < s.output_loss_trackers.size(); ++i)
+      mine.at(k++).update_state(parts.per_output[i], Tensor(), weight);
+    for (std::size_t i = 0; i < s.output_metrics.size(); ++i) {
+      for (std::size_t j = 0; j < s.output_metrics[i].size(); ++j)
+        mine.at(k++).update_state(y[i], y_pred[i]);
+    }
+    return;
+  }
+  s.loss_tracker.update_state(parts.reported, weight);
   for (std::size_t i = 0; i < s.output_loss_trackers.size(); ++i) {
     s.output_loss_trackers[i].update_state(parts.per_output[i], weight);
   }
@@ -552,7 +616,138 @@ struct Model::Loops {
                      const FitOptions& o);
   static Logs evaluate(Model& m, BatchSource& source, const EvaluateOptions& o);
   static std::vector<Tensor> predict(Model& m, BatchSource& source, const PredictOptions& o);
+
+  // ---- Where strategy meets model ----
+  static bool distributed(const Model& m) { return !m.state().strategy.is_default(); }
+  static void prepare_replicas(Model& m, const char* op);
+  static std::vector<std::vector<Tensor>> split(const std::vector<Tensor>& ts,
+                                                const std::vector<std::int64_t>& sizes);
+  static Logs train_batch(Model& m, const Batch& b);
+  static Logs test_batch(Model& m, const Batch& b);
+  static std::vector<Tensor> predict_batch(Model& m, const Batch& b);
+  static void sync_non_trainable(Model& m, std::int64_t local, std::int64_t global,
+                                 const std::vector<std::uint64_t>& versions_before);
 };
+
+void Model::Loops::prepare_replicas(Model& m, const char* op) {
+  TrainState& s = m.state();
+  const int n = s.strategy.num_replicas_in_sync();
+  if (n > 1) {
+    for (const Variable& v : m.impl_->weights()) {
+      LOCKSTEP_CHECK(v.is_mirrored() && v.num_replicas() == n, op, ": variable '", v.name(),
+                     "' was created outside the scope of the ", s.strategy.name(), " (", n,
+                     " replicas) that compiled this model; build and compile the model inside "
+                     "strategy.scope()");
+    }
+  }
+  if (static_cast<int>(s.replica_metrics.size()) == n || n == 1) return;
+  s.replica_metrics.clear();
+  for (int r = 0; r < n; ++r) {
+    std::vector<Metric> copies;
+    for (const Metric& metric : m.metrics()) {
+      auto impl = metric.impl()->clone();
+      impl->set_name(metric.name());
+      copies.emplace_back(impl);
+    }
+    s.replica_metrics.push_back(std::move(copies));
+  }
+}
+
+std::vector<std::vector<Tensor>> Model::Loops::split(const std::vector<Tensor>& ts,
+                                                     const std::vector<std::int64_t>& sizes) {
+  std::vector<std::vector<Tensor>> out(sizes.size());
+  std::int64_t begin = 0;
+  for (std::size_t r = 0; r < sizes.size(); ++r) {
+    for (const Tensor& t : ts) out[r].push_back(t.view_rows(begin, begin + sizes[r]));
+    begin += sizes[r];
+  }
+  return out;
+}
+
+// Non-trainable state that a replica updated (BatchNormalization's moving
+// statistics) is averaged across replicas, weighted by their examples, so
+// every copy stays identical (tf.distribute's ON_WRITE / MEAN aggregation).
+void Model::Loops::sync_non_trainable(Model& m, std::int64_t local, std::int64_t global,
+                                      const std::vector<std::uint64_t>& versions_before) {
+  auto* ctx = comm::current_replica_context();
+  if (!ctx || ctx->num_replicas == 1) return;
+  std::vector<Variable> vars = m.impl_->non_trainable_weights();
+  if (vars.empty()) return;
+  std::vector<float> changed(vars.size());
+  for (std::size_t i = 0; i < vars.size(); ++i)
+    changed[i] = vars[i].version() != versions_before[i] ? 1.0f : 0.0f;
+  ctx->communicator->all_reduce(changed.data(), changed.size(), comm::ReduceOp::kMax);
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    if (changed[i] == 0.0f || vars[i].dtype() != DType::kFloat32) continue;
+    Tensor weighted = mul(vars[i].value(), Tensor::scalar(static_cast<float>(local))).copy();
+    ctx->communicator->all_reduce(weighted, comm::ReduceOp::kSum);
+    vars[i].assign(div(weighted, Tensor::scalar(static_cast<float>(global))));
+  }
+}
+
+Logs Model::Loops::train_batch(Model& m, const Batch& b) {
+  if (!distributed(m)) return m.train_step(b.x, b.y);
+  TrainState& s = m.state();
+  const std::int64_t global = b.x.at(0).shape()[0];
+  const std::vector<std::int64_t> sizes = s.strategy.split_sizes(global);
+  const auto xs = split(b.x, sizes), ys = split(b.y, sizes);
+  s.strategy.run_replicas([&](int r) {
+    auto* ctx = comm::current_replica_context();
+    ctx->global_batch_size = global;
+    ctx->local_batch_size = sizes[static_cast<std::size_t>(r)];
+    std::vector<std::uint64_t> versions;
+    for (const Variable& v : m.impl_->non_trainable_weights()) versions.push_back(v.version());
+    if (ctx->local_batch_size > 0) {
+      m.train_step(xs[static_cast<std::size_t>(r)], ys[static_cast<std::size_t>(r)]);
+    } else {
+      // No examples here: take part in the gradient all-reduce with nothing.
+      const std::vector<Variable> vars = m.impl_->trainable_weights();
+      s.optimizer.apply_gradients(std::vector<Tensor>(vars.size()), vars);
+    }
+    sync_non_trainable(m, ctx->local_batch_size, global, versions);
+  });
+  return m.get_metrics_result();
+}
+
+Logs Model::Loops::test_batch(Model& m, const Batch& b) {
+  if (!distributed(m)) return m.test_step(b.x, b.y);
+  TrainState& s = m.state();
+  const std::int64_t global = b.x.at(0).shape()[0];
+  const std::vector<std::int64_t> sizes = s.strategy.split_sizes(global);
+  const auto xs = split(b.x, sizes), ys = split(b.y, sizes);
+  s.strategy.run_replicas([&](int r) {
+    if (sizes[static_cast<std::size_t>(r)] > 0)
+      m.test_step(xs[static_cast<std::size_t>(r)], ys[static_cast<std::size_t>(r)]);
+  });
+  return m.get_metrics_result();
+}
+
+std::vector<Tensor> Model::Loops::predict_batch(Model& m, const Batch& b) {
+  auto forward = [&](const std::vector<Tensor>& x) {
+    NoGradGuard no_grad;
+    return m(prepare_inputs(*m.impl_, x), {.training = false});
+  };
+  if (!distributed(m)) return forward(b.x);
+  TrainState& s = m.state();
+  const std::int64_t global = b.x.at(0).shape()[0];
+  const std::vector<std::int64_t> sizes = s.strategy.split_sizes(global);
+  const auto xs = split(b.x, sizes);
+  std::vector<std::vector<Tensor>> outs(sizes.size());
+  s.strategy.run_replicas([&](int r) {
+    if (sizes[static_cast<std::size_t>(r)] > 0)
+      outs[static_cast<std::size_t>(r)] = forward(xs[static_cast<std::size_t>(r)]);
+  });
+  // Replica order is example order.
+  std::vector<Tensor> merged;
+  for (std::size_t k = 0; k < outs[0].size(); ++k) {
+    std::vector<Tensor> parts;
+    for (const auto& o : outs) {
+      if (!o.empty()) parts.push_back(o[k]);
+    }
+    merged.push_back(parts.size() == 1 ? parts[0] : concat(parts, 0));
+  }
+  return merged;
+}
 
 History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& o) {
   return fit(std::vector<Tensor>{x}, std::vector<Tensor>{y}, o);
@@ -614,6 +809,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& o) {
 History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<ValidationData>& val,
                           const FitOptions& o) {
   TrainState& s = m.state();
+  prepare_replicas(m, "fit");
   const LayerImpl& net = *m.impl_;
   std::unique_ptr<BatchSource> val_source;
   if (val) {
@@ -649,7 +845,14 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
       callbacks.each([&](Callback& cb) { cb.on_train_batch_begin(step, {}); });
       Logs logs;
       try {
-        logs = m.train_step(batch->x, batch->y);
+        if (step == 0) {
+          const std::int64_t n = s.strategy.num_replicas_in_sync();
+          LOCKSTEP_CHECK(
+              batch->x.at(0).shape()[0] >= n, "the global batch of ", batch->x.at(0).shape()[0],
+              " examples is smaller than the ", n, " replicas of ", s.strategy.name(),
+              "; batch the dataset with the global batch size (per-replica size × ", n, ")");
+        }
+        logs = train_batch(m, *batch);
       } catch (const Error&) {
         rethrow_with_context("fit: epoch " + std::to_string(epoch + 1) + ", batch " +
                              std::to_string(step) + batch->where + ": ");
@@ -677,7 +880,7 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
           batch = val_source->next(step);
           if (!batch) break;
           callbacks.each([&](Callback& cb) { cb.on_test_batch_begin(step, {}); });
-          val_logs = m.test_step(batch->x, batch->y);
+          val_logs = test_batch(m, *batch);
         } catch (const Error&) {
           rethrow_with_context("fit: validation after epoch " + std::to_string(epoch + 1) +
                                ", batch " + std::to_string(step) + ": ");
@@ -714,6 +917,7 @@ Logs Model::evaluate(const data::Dataset& dataset, const EvaluateOptions& o) {
 }
 
 Logs Model::Loops::evaluate(Model& m, BatchSource& source, const EvaluateOptions& o) {
+  prepare_replicas(m, "evaluate");
   CallbackList callbacks = make_callbacks(
       o.callbacks, &m,
       {.epochs = 1, .steps = source.steps(), .verbose = effective_verbose(o.verbose)}, false);
@@ -727,7 +931,7 @@ Logs Model::Loops::evaluate(Model& m, BatchSource& source, const EvaluateOptions
       batch = source.next(step);
       if (!batch) break;
       callbacks.each([&](Callback& cb) { cb.on_test_batch_begin(step, {}); });
-      logs = m.test_step(batch->x, batch->y);
+      logs = test_batch(m, *batch);
     } catch (const Error&) {
       rethrow_with_context("evaluate: batch " + std::to_string(step) +
                            (batch ? batch->where : std::string()) + ": ");
@@ -760,6 +964,7 @@ std::vector<Tensor> Model::predict_outputs(const data::Dataset& dataset, const P
 }
 
 std::vector<Tensor> Model::Loops::predict(Model& m, BatchSource& source, const PredictOptions& o) {
+  if (m.state_) prepare_replicas(m, "predict");
   CallbackList callbacks = make_callbacks(
       o.callbacks, &m,
       {.epochs = 1, .steps = source.steps(), .verbose = effective_verbose(o.verbose)}, false);
@@ -773,7 +978,7 @@ std::vector<Tensor> Model::Loops::predict(Model& m, BatchSource& source, const P
       if (!batch) break;
       callbacks.each([&](Callback& cb) { cb.on_predict_batch_begin(step, {}); });
       NoGradGuard no_grad;
-      const std::vector<Tensor> outs = m(prepare_inputs(*m.impl_, batch->x), {.training = false});
+      const std::vector<Tensor> outs = predict_batch(m, *batch);
       per_output.resize(outs.size());
       for (std::size_t i = 0; i < outs.size(); ++i) per_output[i].push_back(outs[i].copy());
     } catch (const Error&) {

@@ -48,6 +48,9 @@ class Variable {
   bool is_mirrored() const;
   // 1 for a plain variable.
   int num_replicas() const;
+  // How many times the calling replica's copy has been assigned (a change
+  // counter; strategies use it to find updated non-trainable state).
+  std::uint64_t version() const;
   // Copy r (r = 0 for a plain variable), never watched by tapes.
   const Tensor& replica_value(int replica) const;
 

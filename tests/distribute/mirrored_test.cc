@@ -1,0 +1,307 @@
+// MirroredStrategy: N replicas train like one, replicas stay bitwise
+// identical, uneven batches, failures and bad input.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "lockstep/distribute/strategy.h"
+#include "lockstep/lockstep.h"
+
+namespace lockstep {
+namespace {
+
+using distribute::MirroredStrategy;
+using distribute::Strategy;
+
+std::pair<Tensor, Tensor> data(std::int64_t n, const Shape& example, std::uint64_t seed) {
+  Shape shape{n};
+  for (auto d : example.dims()) shape.push_back(d);
+  Tensor x = random::uniform(shape, {.seed = seed});
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    labels[static_cast<std::size_t>(i)] = (i * 7 + static_cast<std::int64_t>(seed)) % 10;
+  return {x, Tensor::from_vector(labels)};
+}
+
+Model mlp() {
+  set_random_seed(7);
+  auto in = Input({20});
+  auto h = layers::Dense(32, {.activation = "relu"})(in);
+  h = layers::Dense(32, {.activation = "relu"})(h);
+  Model m(in, layers::Dense(10)(h));
+  m.compile({.optimizer = optimizers::Adam({.learning_rate = 0.01}),
+             .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+             .metrics = {"accuracy"}});
+  return m;
+}
+
+Model cnn() {
+  set_random_seed(7);
+  auto in = Input({8, 8, 1});
+  auto h = layers::Conv2D(4, {3, 3}, {.activation = "relu"})(in);
+  h = layers::MaxPooling2D()(h);
+  h = layers::Flatten()(h);
+  Model m(in, layers::Dense(10)(h));
+  m.compile({.optimizer = optimizers::Adam({.learning_rate = 0.01}),
+             .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+             .metrics = {"accuracy"}});
+  return m;
+}
+
+// Checks after every batch that all replicas hold bitwise-identical weights.
+struct ReplicasIdentical : Callback {
+  int checked = 0;
+  void on_train_batch_end(std::int64_t batch, const Logs&) override {
+    for (const Variable& v : model()->impl()->weights()) {
+      for (int r = 1; r < v.num_replicas(); ++r) {
+        ASSERT_EQ(std::memcmp(v.replica_value(0).raw_data(), v.replica_value(r).raw_data(),
+                              v.replica_value(0).nbytes()),
+                  0)
+            << v.name() << " replica " << r << " after batch " << batch;
+      }
+    }
+    ++checked;
+  }
+};
+
+std::vector<std::vector<float>> weights(const Model& m) {
+  std::vector<std::vector<float>> out;
+  for (const Variable& v : m.impl()->weights())
+    out.push_back(v.replica_value(0).to_vector<float>());
+  return out;
+}
+
+void expect_close(const std::vector<std::vector<float>>& a,
+                  const std::vector<std::vector<float>>& b, double rel, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].size(), b[i].size());
+    for (std::size_t j = 0; j < a[i].size(); ++j)
+      ASSERT_NEAR(a[i][j], b[i][j], rel * std::max(1.0f, std::abs(a[i][j])))
+          << what << ": weight " << i << " element " << j;
+  }
+}
+
+Strategy with_replicas(int n) {
+  return MirroredStrategy({.devices = {&host_device()}, .replicas_per_device = n});
+}
+
+void check_equivalence(const std::function<Model()>& make, const Shape& example) {
+  auto [x, y] = data(20 * 24, example, 3);
+  Model single = make();
+  single.fit(x, y, {.batch_size = 24, .epochs = 1, .verbose = 0, .shuffle = false});
+  const auto want = weights(single);
+  for (int n : {1, 2, 3, 4}) {
+    Strategy strategy = with_replicas(n);
+    Model model;
+    {
+      auto scope = strategy.scope();
+      model = make();
+    }
+    auto check = std::make_shared<ReplicasIdentical>();
+    model.fit(
+        x, y,
+        {.batch_size = 24, .epochs = 1, .verbose = 0, .callbacks = {check}, .shuffle = false});
+    EXPECT_EQ(check->checked, 20);
+    expect_close(want, weights(model), 1e-5, std::to_string(n) + " replicas");
+    EXPECT_EQ(model.optimizer().iterations(), 20);
+  }
+}
+
+TEST(MirroredStrategy, MlpOnNReplicasTrainsLikeOneDevice) { check_equivalence(mlp, {20}); }
+
+TEST(MirroredStrategy, CnnOnNReplicasTrainsLikeOneDevice) { check_equivalence(cnn, {8, 8, 1}); }
+
+TEST(MirroredStrategy, OnTheLogicalDevicesAndWithReductionToOneDevice) {
+  auto [x, y] = data(240, {20}, 5);
+  Model single = mlp();
+  single.fit(x, y, {.batch_size = 24, .verbose = 0, .shuffle = false});
+  for (auto algo :
+       {comm::Algorithm::kReduceScatterAllGather, comm::Algorithm::kReductionToOneDevice}) {
+    MirroredStrategy strategy({.cross_device_ops = algo});
+    EXPECT_EQ(strategy.num_replicas_in_sync(), static_cast<int>(logical_devices().size()));
+    Model model;
+    {
+      auto scope = strategy.scope();
+      model = mlp();
+    }
+    model.fit(x, y, {.batch_size = 24, .verbose = 0, .shuffle = false});
+    expect_close(weights(single), weights(model), 1e-5, "logical devices");
+  }
+}
+
+TEST(MirroredStrategy, UnevenLastBatchUsesEveryExampleOnceWithTrueWeights) {
+  auto [x, y] = data(1003, {20}, 9);
+  Model single = mlp();
+  const History hs = single.fit(x, y, {.batch_size = 64, .verbose = 0, .shuffle = false});
+  Strategy strategy = with_replicas(3);
+  Model model;
+  {
+    auto scope = strategy.scope();
+    model = mlp();
+  }
+  const History hm = model.fit(x, y, {.batch_size = 64, .verbose = 0, .shuffle = false});
+  EXPECT_NEAR(hs["loss"][0], hm["loss"][0], 1e-6);
+  EXPECT_NEAR(hs["accuracy"][0], hm["accuracy"][0], 1e-6);
+  // The loss tracker's weight is the number of examples it saw: all 1003, once.
+  EXPECT_EQ(model.metrics()[0].impl()->state().at(1), 1003.0);
+  expect_close(weights(single), weights(model), 1e-5, "uneven");
+  // The same through evaluate and predict (1003 = 3 × 334 + 1).
+  const Logs es = single.evaluate(x, y, {.batch_size = 64, .verbose = 0});
+  const Logs em = model.evaluate(x, y, {.batch_size = 64, .verbose = 0});
+  EXPECT_NEAR(es.at("loss"), em.at("loss"), 1e-5);
+  EXPECT_NEAR(es.at("accuracy"), em.at("accuracy"), 1e-9);
+  const Tensor ps = single.predict(x, {.batch_size = 64}),
+               pm = model.predict(x, {.batch_size = 64});
+  ASSERT_EQ(pm.shape(), ps.shape());
+  const auto a = ps.to_vector<float>(), b = pm.to_vector<float>();
+  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << i;
+}
+
+TEST(MirroredStrategy, AFinalBatchSmallerThanTheReplicasGivesSomeReplicasNothing) {
+  auto [x, y] = data(26, {20}, 11);  // batches of 24 and 2 over 3 replicas
+  Model single = mlp();
+  single.fit(x, y, {.batch_size = 24, .verbose = 0, .shuffle = false});
+  Strategy strategy = with_replicas(3);
+  Model model;
+  {
+    auto scope = strategy.scope();
+    model = mlp();
+  }
+  model.fit(x, y, {.batch_size = 24, .verbose = 0, .shuffle = false});
+  expect_close(weights(single), weights(model), 1e-5, "tiny last batch");
+}
+
+class Bomb : public SingleInputLayerImpl {
+ public:
+  Bomb() : SingleInputLayerImpl("Bomb") {}
+  Tensor call(const Tensor& x, const CallContext&) override {
+    if (current_replica_id() == 1 && ++calls_ >= 3) throw ValueError("sensor glitch in replica");
+    return x;
+  }
+
+ private:
+  int calls_ = 0;
+};
+
+TEST(MirroredStrategy, AReplicaThatThrowsStopsFitPromptlyWithItsId) {
+  auto [x, y] = data(240, {20}, 13);
+  Strategy strategy = with_replicas(3);
+  Model model;
+  {
+    auto scope = strategy.scope();
+    set_random_seed(1);
+    auto in = Input({20});
+    auto h = make_layer<Bomb>()(layers::Dense(8)(in));
+    model = Model(in, layers::Dense(10)(h));
+    model.compile({.optimizer = optimizers::SGD(),
+                   .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    model.fit(x, y, {.batch_size = 24, .verbose = 0});
+    ADD_FAILURE() << "expected an error";
+  } catch (const ValueError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("replica 1: "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("sensor glitch in replica"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("fit: epoch 1, batch 2"), std::string::npos) << msg;
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  // The strategy is usable again afterwards.
+  std::vector<int> seen(3, 0);
+  strategy.run_replicas([&](int r) { seen[static_cast<std::size_t>(r)] = 1; });
+  EXPECT_EQ(seen, (std::vector<int>{1, 1, 1}));
+}
+
+TEST(MirroredStrategy, BadInputIsAClearError) {
+  auto [x, y] = data(48, {20}, 17);
+  Strategy strategy = with_replicas(4);
+  Model model;
+  {
+    auto scope = strategy.scope();
+    model = mlp();
+  }
+  try {
+    model.fit(x, y, {.batch_size = 3, .verbose = 0});
+    ADD_FAILURE() << "expected an error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("global batch of 3 examples is smaller than the 4 replicas"),
+        std::string::npos)
+        << e.what();
+  }
+  // A model built outside the scope but compiled inside it.
+  Model outside = mlp();
+  {
+    auto scope = strategy.scope();
+    outside.compile({.optimizer = optimizers::SGD(),
+                     .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+  }
+  try {
+    outside.fit(x, y, {.batch_size = 8, .verbose = 0});
+    ADD_FAILURE() << "expected an error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("was created outside the scope"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(MirroredStrategy({.devices = {&host_device(), &host_device()}}), ValueError);
+}
+
+TEST(MirroredStrategy, CustomLoopWithRunAndReduce) {
+  // The guide's custom training loop: per-replica loss scaled by the global
+  // batch, gradients through the optimizer, losses reduced with SUM.
+  auto [x, y] = data(96, {20}, 19);
+  auto step_loss = [](Model& m, const Tensor& xb, const Tensor& yb, Optimizer& opt,
+                      std::int64_t global) {
+    GradientTape tape;
+    const Tensor logits = m(xb, {.training = true});
+    const Tensor per_example = neg(sum(mul(log_softmax(logits), one_hot(yb, 10)), {.axes = {1}}));
+    const Tensor loss = distribute::compute_average_loss(per_example, global);
+    const auto vars = m.impl()->trainable_weights();
+    opt.apply_gradients(tape.gradient(loss, vars), vars);
+    return loss;
+  };
+  Model single = mlp();
+  Optimizer opt1 = optimizers::SGD({.learning_rate = 0.1});
+  double single_total = 0;
+  for (int b = 0; b < 4; ++b)
+    single_total += step_loss(single, x.view_rows(b * 24, b * 24 + 24),
+                              y.view_rows(b * 24, b * 24 + 24), opt1, 24)
+                        .item<float>();
+
+  Strategy strategy = with_replicas(3);
+  Model model;
+  Optimizer opt;
+  {
+    auto scope = strategy.scope();
+    model = mlp();
+    opt = optimizers::SGD({.learning_rate = 0.1});
+  }
+  double total = 0;
+  for (int b = 0; b < 4; ++b) {
+    const auto sizes = strategy.split_sizes(24);
+    auto per_replica = strategy.run([&] {
+      const int r = distribute::get_replica_context().replica_id_in_sync_group;
+      std::int64_t begin = b * 24;
+      for (int k = 0; k < r; ++k) begin += sizes[static_cast<std::size_t>(k)];
+      const std::int64_t end = begin + sizes[static_cast<std::size_t>(r)];
+      return step_loss(model, x.view_rows(begin, end), y.view_rows(begin, end), opt, 24);
+    });
+    total += strategy.reduce(distribute::ReduceOp::kSum, per_replica).item<float>();
+  }
+  EXPECT_NEAR(total, single_total, 1e-5);
+  expect_close(weights(single), weights(model), 1e-5, "custom loop");
+  // Replica context all_reduce: bitwise the same on every replica.
+  auto sums = strategy.run([] {
+    const int r = distribute::get_replica_context().replica_id_in_sync_group;
+    return distribute::get_replica_context().all_reduce(
+        distribute::ReduceOp::kSum, Tensor::from_vector<float>({float(r), 1.0f}));
+  });
+  for (int r = 0; r < 3; ++r)
+    EXPECT_EQ(sums[r].to_vector<float>(), (std::vector<float>{3.0f, 3.0f}));
+}
+
+}  // namespace
+}  // namespace lockstep
