@@ -16,10 +16,9 @@ build-dev: deps
 	@cmake --preset dev >/dev/null
 	@cmake --build --preset dev -j $(JOBS)
 
-# The main job (for now: the guide's MLP on Fashion-MNIST; `lockstep train`
-# under MirroredStrategy replaces it with issue #5).
+# The main job: the guide's MLP on Fashion-MNIST under MirroredStrategy.
 run: build-release
-	@./build/release/examples/mnist_mlp
+	@./build/release/cli/lockstep train
 
 test: build-release
 	@ctest --preset release

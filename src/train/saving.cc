@@ -200,6 +200,21 @@ void Model::save(const std::string& path) const {
                          {"model_config", config.dump()}});
 }
 
+std::string Model::to_json() const {
+  LOCKSTEP_CHECK(defined(), "to_json: the model is undefined");
+  return model_config(*impl_).dump();
+}
+
+Model model_from_json(const std::string& text, const std::string& source) {
+  json config;
+  try {
+    config = json::parse(text);
+  } catch (const json::exception& e) {
+    detail::throw_error<IOError>(source, ": not valid JSON (", e.what(), ")");
+  }
+  return model_from_config(config, source);
+}
+
 void Model::save_weights(const std::string& path) const {
   LOCKSTEP_CHECK(defined(), "save_weights: the model is undefined");
   io::write_safetensors(path, named_weights(*impl_), {{"format", "lockstep.weights"}});

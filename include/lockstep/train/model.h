@@ -177,6 +177,9 @@ class Model : public Layer {
   // Sequential models only: a subclassed model has no config (use
   // save_weights). The compile configuration is not saved.
   void save(const std::string& path) const;
+  // The architecture alone, as the JSON config save() stores (Keras's
+  // model.to_json()); model_from_json rebuilds it with fresh weights.
+  std::string to_json() const;
   // Weights alone, by name; load_weights checks every name and shape.
   void save_weights(const std::string& path) const;
   void load_weights(const std::string& path) const;
@@ -201,6 +204,9 @@ class Model : public Layer {
 // Rebuilds a model saved with Model::save: the same layers, names and weights
 // (it predicts exactly what the saved model did). Compile it to train it.
 Model load_model(const std::string& path);
+// A model from Model::to_json()'s text (new weights; compile it to train).
+// `source` names the text in errors (a file name).
+Model model_from_json(const std::string& text, const std::string& source = "<json>");
 
 template <typename Impl, typename... Args>
 Model make_model(Args&&... args) {

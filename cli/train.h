@@ -1,0 +1,26 @@
+// `lockstep train`: the main job (see train.cc).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+namespace lockstep::cli {
+
+struct TrainArgs {
+  std::string model = "mlp";  // mlp | cnn | a model JSON file (Model::to_json)
+  std::string devices;        // LOCKSTEP_CPU_DEVICES syntax; empty: the default devices
+  std::string strategy = "mirrored";
+  std::string data_dir;  // empty: Debian's dataset-fashion-mnist directory
+  int epochs = 2;
+  std::int64_t batch_size = 64;  // global
+  double learning_rate = 1e-3;
+  int verbose = 1;
+  std::uint64_t seed = 1337;
+  std::int64_t steps_per_epoch = 0;  // 0: the whole training set
+};
+
+CLI::App* add_train_command(CLI::App& app, TrainArgs& args);
+int run_train(const TrainArgs& args);
+
+}  // namespace lockstep::cli
