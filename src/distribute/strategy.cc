@@ -297,6 +297,72 @@ OneDeviceStrategy::OneDeviceStrategy(Device& device) {
                                               comm::InProcessGroup::Options{}, false));
 }
 
+std::int64_t InputContext::get_per_replica_batch_size(std::int64_t global_batch_size) const {
+  LOCKSTEP_CHECK(global_batch_size % num_replicas_in_sync == 0,
+                 "get_per_replica_batch_size: ", "the global batch size ", global_batch_size,
+                 " does not divide evenly over ", num_replicas_in_sync, " replicas");
+  return global_batch_size / num_replicas_in_sync;
+}
+
+DistributedDataset DistributedDataset::from_global(const Strategy& strategy,
+                                                   data::Dataset global_batches) {
+  LOCKSTEP_CHECK(global_batches.defined(), "experimental_distribute_dataset: undefined dataset");
+  DistributedDataset d;
+  d.strategy_ = strategy;
+  d.datasets_ = {std::move(global_batches)};
+  return d;
+}
+
+DistributedDataset DistributedDataset::from_function(
+    const Strategy& strategy, const std::function<data::Dataset(const InputContext&)>& fn) {
+  DistributedDataset d;
+  d.strategy_ = strategy;
+  const int n = strategy.num_replicas_in_sync();
+  for (int r = 0; r < n; ++r) {
+    // One pipeline per replica in this process (tf.distribute gives one per
+    // worker; with a single worker each replica's dataset is its own).
+    data::Dataset ds = fn(
+        InputContext{.num_input_pipelines = n, .input_pipeline_id = r, .num_replicas_in_sync = n});
+    LOCKSTEP_CHECK(ds.defined(),
+                   "distribute_datasets_from_function: the function returned an "
+                   "undefined dataset for pipeline ",
+                   r);
+    d.datasets_.push_back(std::move(ds));
+  }
+  return d;
+}
+
+DistributedDataset::Iterator DistributedDataset::make_iterator(std::uint64_t epoch) const {
+  Iterator it;
+  it.strategy_ = strategy_;
+  for (const auto& ds : datasets_) it.its_.push_back(ds.make_iterator({.epoch = epoch}));
+  return it;
+}
+
+std::optional<PerReplica<data::Element>> DistributedDataset::Iterator::next() {
+  const int n = strategy_.num_replicas_in_sync();
+  std::vector<data::Element> parts;
+  if (its_.size() == 1 && n > 1) {
+    auto e = its_[0].next();
+    if (!e) return std::nullopt;
+    const std::int64_t global = (*e)[0].dim(0);
+    std::int64_t begin = 0;
+    for (std::int64_t size : strategy_.split_sizes(global)) {
+      std::vector<Tensor> views;
+      for (const auto& t : e->components()) views.push_back(t.view_rows(begin, begin + size));
+      parts.emplace_back(std::move(views), e->names());
+      begin += size;
+    }
+  } else {
+    for (auto& it : its_) {
+      auto e = it.next();
+      if (!e) return std::nullopt;
+      parts.push_back(std::move(*e));
+    }
+  }
+  return PerReplica<data::Element>(std::move(parts));
+}
+
 Strategy get_strategy() { return t_strategies.empty() ? Strategy() : t_strategies.back(); }
 
 Tensor ReplicaContext::all_reduce(ReduceOp op, const Tensor& value) const {

@@ -30,6 +30,7 @@
 #include "lockstep/autodiff/variable.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/comm/replica_context.h"
+#include "lockstep/data/dataset.h"
 #include "lockstep/tensor/device.h"
 
 namespace lockstep::distribute {
@@ -98,6 +99,20 @@ class Strategy {
     }
   }
 
+  // strategy.run(fn, args): fn(args[r]) on replica r (a distributed
+  // dataset's element, say).
+  template <typename F, typename A>
+  auto run(F&& fn, const PerReplica<A>& args) const {
+    using R = std::invoke_result_t<F&, const A&>;
+    if constexpr (std::is_void_v<R>) {
+      run_replicas([&](int r) { fn(args[r]); });
+    } else {
+      std::vector<R> results(static_cast<std::size_t>(num_replicas_in_sync()));
+      run_replicas([&](int r) { results[static_cast<std::size_t>(r)] = fn(args[r]); });
+      return PerReplica<R>(std::move(results));
+    }
+  }
+
   // Sum or mean across replicas (in replica order); with `axis`, also over
   // that axis of every value (the mean is then over all the elements).
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& value,
@@ -132,6 +147,75 @@ class OneDeviceStrategy : public Strategy {
  public:
   explicit OneDeviceStrategy(Device& device);
 };
+
+// ---- Input for custom loops ----
+
+// What distribute_datasets_from_function tells the dataset function.
+struct InputContext {
+  int num_input_pipelines = 1;
+  int input_pipeline_id = 0;
+  int num_replicas_in_sync = 1;
+  // global / replicas; the global batch must divide evenly.
+  std::int64_t get_per_replica_batch_size(std::int64_t global_batch_size) const;
+};
+
+// Iterates per-replica elements: for (const PerReplica<data::Element>& batch : dist).
+class DistributedDataset {
+ public:
+  // Global batches split along dim 0 into each replica's share.
+  static DistributedDataset from_global(const Strategy& strategy, data::Dataset global_batches);
+  // One dataset per replica, each yielding that replica's batches.
+  static DistributedDataset from_function(
+      const Strategy& strategy, const std::function<data::Dataset(const InputContext&)>& fn);
+
+  class Iterator {
+   public:
+    // The next per-replica batch, or nullopt at the end (when any replica's
+    // input ends).
+    std::optional<PerReplica<data::Element>> next();
+
+   private:
+    friend class DistributedDataset;
+    Strategy strategy_;
+    std::vector<data::Iterator> its_;
+  };
+  Iterator make_iterator(std::uint64_t epoch = 0) const;
+
+  class RangeIterator {
+   public:
+    using value_type = PerReplica<data::Element>;
+    using difference_type = std::ptrdiff_t;
+    RangeIterator() = default;
+    explicit RangeIterator(std::shared_ptr<Iterator> it) : it_(std::move(it)) {
+      current_ = it_->next();
+    }
+    const PerReplica<data::Element>& operator*() const { return *current_; }
+    RangeIterator& operator++() {
+      current_ = it_->next();
+      return *this;
+    }
+    bool operator==(const RangeIterator& o) const { return !current_ == !o.current_; }
+
+   private:
+    std::shared_ptr<Iterator> it_;
+    std::optional<PerReplica<data::Element>> current_;
+  };
+  RangeIterator begin() const { return RangeIterator(std::make_shared<Iterator>(make_iterator())); }
+  RangeIterator end() const { return {}; }
+
+ private:
+  Strategy strategy_;
+  std::vector<data::Dataset> datasets_;  // one (global) or one per replica
+};
+
+inline DistributedDataset experimental_distribute_dataset(const Strategy& strategy,
+                                                          data::Dataset global_batches) {
+  return DistributedDataset::from_global(strategy, std::move(global_batches));
+}
+inline DistributedDataset distribute_datasets_from_function(
+    const Strategy& strategy, const std::function<data::Dataset(const InputContext&)>& fn) {
+  return DistributedDataset::from_function(strategy, fn);
+}
 
 // The strategy whose scope is open on this thread, else the default one.
 Strategy get_strategy();
