@@ -27,6 +27,7 @@ bench: build-release
 	@./build/release/bench/tensor_bench
 	@./build/release/bench/model_bench
 	@./build/release/bench/data_bench
+	@./build/release/bench/distribute_bench
 
 asan: deps
 	@cmake --preset asan >/dev/null

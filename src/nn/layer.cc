@@ -102,10 +102,15 @@ std::vector<Tensor> LayerImpl::apply(const std::vector<Tensor>& inputs, const Ca
   if (!built_) {
     std::vector<Shape> shapes;
     for (const Tensor& t : inputs) shapes.push_back(t.shape());
-    build(shapes);
-    built_ = true;
+    ensure_built(shapes);
   }
   return call(inputs, ctx);
+}
+
+void LayerImpl::ensure_built(const std::vector<Shape>& input_shapes) {
+  if (built_) return;
+  build(input_shapes);
+  built_ = true;
 }
 
 Variable LayerImpl::add_weight(const WeightOptions& o) {

@@ -627,7 +627,22 @@ struct Model::Loops {
   static std::vector<Tensor> predict_batch(Model& m, const Batch& b);
   static void sync_non_trainable(Model& m, std::int64_t local, std::int64_t global,
                                  const std::vector<std::uint64_t>& versions_before);
+  static void build_before_replicas(Model& m, const std::vector<Tensor>& x);
 };
+
+// A model is built (its variables created) on the calling thread, inside the
+// strategy's scope, before replicas run it: building on replica threads would
+// race, and create variables outside the scope.
+void Model::Loops::build_before_replicas(Model& m, const std::vector<Tensor>& x) {
+  if (m.impl_->built()) return;
+  std::vector<Shape> shapes;
+  for (const Tensor& t : prepare_inputs(*m.impl_, x)) shapes.push_back(t.shape());
+  {
+    distribute::Strategy::Scope scope(m.state().strategy);
+    m.impl_->ensure_built(shapes);
+  }
+  prepare_replicas(m, "fit");
+}
 
 void Model::Loops::prepare_replicas(Model& m, const char* op) {
   TrainState& s = m.state();
@@ -688,6 +703,7 @@ void Model::Loops::sync_non_trainable(Model& m, std::int64_t local, std::int64_t
 Logs Model::Loops::train_batch(Model& m, const Batch& b) {
   if (!distributed(m)) return m.train_step(b.x, b.y);
   TrainState& s = m.state();
+  build_before_replicas(m, b.x);
   const std::int64_t global = b.x.at(0).shape()[0];
   const std::vector<std::int64_t> sizes = s.strategy.split_sizes(global);
   const auto xs = split(b.x, sizes), ys = split(b.y, sizes);
@@ -712,6 +728,7 @@ Logs Model::Loops::train_batch(Model& m, const Batch& b) {
 Logs Model::Loops::test_batch(Model& m, const Batch& b) {
   if (!distributed(m)) return m.test_step(b.x, b.y);
   TrainState& s = m.state();
+  build_before_replicas(m, b.x);
   const std::int64_t global = b.x.at(0).shape()[0];
   const std::vector<std::int64_t> sizes = s.strategy.split_sizes(global);
   const auto xs = split(b.x, sizes), ys = split(b.y, sizes);
@@ -729,6 +746,7 @@ std::vector<Tensor> Model::Loops::predict_batch(Model& m, const Batch& b) {
   };
   if (!distributed(m)) return forward(b.x);
   TrainState& s = m.state();
+  build_before_replicas(m, b.x);
   const std::int64_t global = b.x.at(0).shape()[0];
   const std::vector<std::int64_t> sizes = s.strategy.split_sizes(global);
   const auto xs = split(b.x, sizes);

@@ -59,6 +59,9 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
   virtual void set_trainable(bool trainable);
 
   bool built() const { return built_; }
+  // Builds for inputs of these shapes unless already built (what the first
+  // call does); strategies build models before replicas run them.
+  void ensure_built(const std::vector<Shape>& input_shapes);
 
   // Creates the weights for inputs of these shapes (batch dimension first).
   virtual void build(const std::vector<Shape>& input_shapes);

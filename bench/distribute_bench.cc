@@ -1,0 +1,157 @@
+// MirroredStrategy benchmarks (issue #5), side by side in one run:
+//
+// 1. The seed MLP's training throughput (samples/s) with 1 replica on 1 core,
+//    1 replica on 2 cores, and 2 replicas on 2 cores; scaling efficiency =
+//    2-replica throughput / (2 × 1-replica-1-core throughput), goal >= 0.9.
+// 2. The strategy's overhead per step: OneDeviceStrategy on the host device
+//    against no strategy (goal < 3%).
+// 3. The in-process all-reduce on 1–64 MiB between 2 replica threads, against
+//    the bandwidth bound: the bytes the algorithm must move (5 × the buffer
+//    for 2 ranks: reduce-scatter reads both halves, all-gather copies one)
+//    at the aggregate memcpy rate of 2 threads measured in the same run.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "lockstep/lockstep.h"
+
+namespace ls = lockstep;
+namespace ld = lockstep::data;
+namespace dist = lockstep::distribute;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+ls::Model seed_mlp() {
+  ls::set_random_seed(1);
+  auto in = ls::Input({784});
+  auto h = ls::layers::Dense(256, {.activation = "relu"})(in);
+  h = ls::layers::Dense(256, {.activation = "relu"})(h);
+  ls::Model m(in, ls::layers::Dense(10)(h));
+  m.compile({.optimizer = ls::optimizers::Adam(),
+             .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
+             .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
+  return m;
+}
+
+// mode 0: 1 replica on 1 core; 1: no strategy (2 cores); 2: 2 replicas on 2
+// cores; 3: OneDeviceStrategy on the host device (2 cores).
+void BM_SeedMlp(benchmark::State& state) {
+  const int mode = static_cast<int>(state.range(0));
+  const std::int64_t batch = state.range(1);
+  const auto& devices = ls::logical_devices();
+  dist::Strategy strategy;
+  if (mode == 0) strategy = dist::OneDeviceStrategy(*devices[0]);
+  if (mode == 2) strategy = dist::MirroredStrategy();
+  if (mode == 3) strategy = dist::OneDeviceStrategy(ls::host_device());
+  ls::Model model;
+  {
+    auto scope = strategy.scope();
+    model = seed_mlp();
+  }
+  const ls::Tensor x = ls::random::uniform({batch * 16, 784}, {.seed = 1});
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(batch * 16));
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 10);
+  const auto ds = ld::Dataset::from_tensor_slices({x, ls::Tensor::from_vector(labels)})
+                      .batch(batch)
+                      .cache()
+                      .repeat();
+  const std::int64_t steps = batch == 64 ? 200 : 40;
+  model.fit(ds, {.epochs = 1, .verbose = 0, .steps_per_epoch = 10});  // warm up
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    model.fit(ds, {.epochs = 1, .verbose = 0, .steps_per_epoch = steps});
+    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  const double samples = static_cast<double>(steps * batch) * static_cast<double>(state.iterations());
+  state.counters["samples_per_s"] = benchmark::Counter(samples, benchmark::Counter::kIsRate);
+  static const char* names[] = {"1 replica, 1 core", "no strategy, 2 cores",
+                                "2 replicas, 2 cores", "OneDeviceStrategy(host), 2 cores"};
+  state.SetLabel(names[mode]);
+}
+
+void mlp_args(benchmark::internal::Benchmark* b) {
+  for (int batch : {64, 512})
+    for (int mode : {0, 1, 3, 2}) b->Args({mode, batch});
+}
+BENCHMARK(BM_SeedMlp)->Apply(mlp_args)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+
+double g_memcpy2_bytes_per_s = 0;
+
+// The ceiling: two threads, each copying its own buffer (bytes read + written).
+void BM_Ceiling_Memcpy2Threads(benchmark::State& state) {
+  const std::size_t n = static_cast<std::size_t>(state.range(0)) << 20;
+  std::vector<char> a0(n, 1), b0(n), a1(n, 1), b1(n);
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    std::thread t([&] { std::memcpy(b1.data(), a1.data(), n); });
+    std::memcpy(b0.data(), a0.data(), n);
+    t.join();
+    seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  g_memcpy2_bytes_per_s = 4.0 * static_cast<double>(n) * static_cast<double>(state.iterations()) / seconds;
+  state.counters["GB_per_s"] = g_memcpy2_bytes_per_s * 1e-9;
+}
+BENCHMARK(BM_Ceiling_Memcpy2Threads)->Arg(16)->Unit(benchmark::kMillisecond)->MinTime(0.5);
+
+void BM_AllReduce2(benchmark::State& state) {
+  const std::size_t bytes = static_cast<std::size_t>(state.range(0)) << 20;
+  const std::size_t count = bytes / sizeof(float);
+  const auto algo = state.range(1) == 0 ? ls::comm::Algorithm::kReduceScatterAllGather
+                                        : ls::comm::Algorithm::kReductionToOneDevice;
+  auto group = ls::comm::InProcessGroup::create(2, {.algorithm = algo});
+  std::vector<float> a(count, 1.0f), b(count, 2.0f);
+  std::atomic<bool> stop{false};
+  std::atomic<int> go{0}, done{0};
+  // Rank 1 follows rank 0 round by round.
+  std::thread peer([&] {
+    ls::DeviceScope on(*ls::logical_devices().back());
+    int seen = 0;
+    while (true) {
+      while (go.load() == seen && !stop.load()) {
+      }
+      if (stop.load()) return;
+      seen = go.load();
+      group->communicator(1).all_reduce(b.data(), count, ls::comm::ReduceOp::kSum);
+      done.fetch_add(1);
+    }
+  });
+  double seconds = 0;
+  int rounds = 0;
+  {
+    ls::DeviceScope on(*ls::logical_devices().front());
+    for (auto _ : state) {
+      const auto t0 = Clock::now();
+      go.fetch_add(1);
+      group->communicator(0).all_reduce(a.data(), count, ls::comm::ReduceOp::kSum);
+      while (done.load() <= rounds) {
+      }
+      ++rounds;
+      seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+  }
+  stop = true;
+  peer.join();
+  const double per = seconds / static_cast<double>(state.iterations());
+  state.counters["algbw_GB_per_s"] = static_cast<double>(bytes) / per * 1e-9;
+  if (g_memcpy2_bytes_per_s > 0) {
+    // Both algorithms move 5 × the buffer on 2 ranks: reduce-scatter +
+    // all-gather as above; reduction to one device reads 2 and writes 1 on
+    // rank 0, then rank 1 copies (1 read + 1 write).
+    const double moved = 5.0 * static_cast<double>(bytes);
+    state.counters["of_bound"] = (moved / g_memcpy2_bytes_per_s) / per;
+  }
+  state.SetLabel(state.range(1) == 0 ? "reduce-scatter + all-gather" : "reduction to one device");
+}
+BENCHMARK(BM_AllReduce2)
+    ->ArgsProduct({{1, 4, 16, 64}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(0.5)
+    ->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
