@@ -65,10 +65,11 @@ void BM_SeedMlp(benchmark::State& state) {
     model.fit(ds, {.epochs = 1, .verbose = 0, .steps_per_epoch = steps});
     state.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  const double samples = static_cast<double>(steps * batch) * static_cast<double>(state.iterations());
+  const double samples =
+      static_cast<double>(steps * batch) * static_cast<double>(state.iterations());
   state.counters["samples_per_s"] = benchmark::Counter(samples, benchmark::Counter::kIsRate);
-  static const char* names[] = {"1 replica, 1 core", "no strategy, 2 cores",
-                                "2 replicas, 2 cores", "OneDeviceStrategy(host), 2 cores"};
+  static const char* names[] = {"1 replica, 1 core", "no strategy, 2 cores", "2 replicas, 2 cores",
+                                "OneDeviceStrategy(host), 2 cores"};
   state.SetLabel(names[mode]);
 }
 
@@ -76,7 +77,11 @@ void mlp_args(benchmark::internal::Benchmark* b) {
   for (int batch : {64, 512})
     for (int mode : {0, 1, 3, 2}) b->Args({mode, batch});
 }
-BENCHMARK(BM_SeedMlp)->Apply(mlp_args)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_SeedMlp)
+    ->Apply(mlp_args)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1.0);
 
 double g_memcpy2_bytes_per_s = 0;
 
@@ -92,7 +97,8 @@ void BM_Ceiling_Memcpy2Threads(benchmark::State& state) {
     t.join();
     seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   }
-  g_memcpy2_bytes_per_s = 4.0 * static_cast<double>(n) * static_cast<double>(state.iterations()) / seconds;
+  g_memcpy2_bytes_per_s =
+      4.0 * static_cast<double>(n) * static_cast<double>(state.iterations()) / seconds;
   state.counters["GB_per_s"] = g_memcpy2_bytes_per_s * 1e-9;
 }
 BENCHMARK(BM_Ceiling_Memcpy2Threads)->Arg(16)->Unit(benchmark::kMillisecond)->MinTime(0.5);

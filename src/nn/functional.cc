@@ -122,6 +122,14 @@ void SequentialImpl::set_input_shape(const Shape& sample_shape, DType dtype) {
   }
 }
 
+void SequentialImpl::build(const std::vector<Shape>& input_shapes) {
+  if (input_.defined() || layers_.empty()) return;
+  LOCKSTEP_CHECK(input_shapes.size() == 1 && input_shapes[0].rank() >= 1, "Sequential '", name(),
+                 "': expected one batched input to build from");
+  const auto dims = input_shapes[0].dims();
+  set_input_shape(Shape(std::vector<std::int64_t>(dims.begin() + 1, dims.end())));
+}
+
 void SequentialImpl::add(const Layer& layer) {
   LOCKSTEP_CHECK(layer.defined(), "Sequential '", name(), "': cannot add an undefined layer");
   track_impl(layer.impl());

@@ -305,3 +305,33 @@ TEST(MirroredStrategy, CustomLoopWithRunAndReduce) {
 
 }  // namespace
 }  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+TEST(MirroredStrategy, ALazilyBuiltModelGetsMirroredVariablesAtItsFirstBatch) {
+  auto [x, y] = data(96, {20}, 23);
+  distribute::Strategy strategy =
+      distribute::MirroredStrategy({.devices = {&host_device()}, .replicas_per_device = 2});
+  Model model;
+  {
+    auto scope = strategy.scope();
+    set_random_seed(3);
+    model = Sequential({layers::Dense(16, {.activation = "relu"}), layers::Dense(10)});
+    model.compile({.optimizer = optimizers::Adam(),
+                   .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+  }
+  EXPECT_FALSE(model.impl()->built());
+  model.fit(x, y, {.batch_size = 24, .verbose = 0});  // built outside the scope block
+  ASSERT_EQ(model.impl()->weights().size(), 4u);
+  for (const Variable& v : model.impl()->weights()) {
+    EXPECT_TRUE(v.is_mirrored()) << v.name();
+    EXPECT_EQ(std::memcmp(v.replica_value(0).raw_data(), v.replica_value(1).raw_data(),
+                          v.replica_value(0).nbytes()),
+              0)
+        << v.name();
+  }
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -57,6 +57,9 @@ class SequentialImpl : public LayerImpl {
   void set_input_shape(const Shape& sample_shape, DType dtype = DType::kFloat32);
   void add(const Layer& layer);
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
+  // Without an input shape, the first build (call) sets it from the data,
+  // creating every layer's weights at once (Keras's Sequential.build).
+  void build(const std::vector<Shape>& input_shapes) override;
 
   const std::vector<Layer>& layers() const { return layers_; }
   // The symbolic output of each layer (empty until the input shape is known).
