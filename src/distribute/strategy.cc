@@ -35,7 +35,9 @@ class StrategyImpl {
     reset_group();
     errors_.resize(static_cast<std::size_t>(n));
     if (n > 1) {
-      for (int r = 0; r < n; ++r) threads_.emplace_back([this, r] { replica_loop(r); });
+      // Replica 0 runs on the calling thread (no hand-off, no idle waiter);
+      // the others on their own threads.
+      for (int r = 1; r < n; ++r) threads_.emplace_back([this, r] { replica_loop(r); });
     }
   }
 
@@ -54,7 +56,7 @@ class StrategyImpl {
   bool is_default() const { return is_default_; }
 
   void run(const std::function<void(int)>& fn) {
-    if (threads_.empty()) {
+    if (size() == 1) {
       // One replica: on the calling thread (pinned to its device unless this
       // is the default strategy), in a replica context all the same.
       std::optional<DeviceScope> device;
@@ -67,12 +69,20 @@ class StrategyImpl {
     {
       std::lock_guard lk(mu_);
       task_ = &fn;
-      remaining_.store(size(), std::memory_order_release);
+      remaining_.store(size() - 1, std::memory_order_release);
       first_failure_ = -1;
       for (auto& e : errors_) e = nullptr;
       generation_.fetch_add(1, std::memory_order_acq_rel);
     }
     start_cv_.notify_all();
+    {
+      Device& device = *devices_[0];
+      DeviceScope on(device);
+      if (replicas_per_device_ > 1)
+        omp_set_num_threads(std::max(1, device.num_threads() / replicas_per_device_));
+      comm::ReplicaContextScope context(&contexts_[0]);
+      run_one(0);
+    }
     wait_done();
     task_ = nullptr;
     if (first_failure_ >= 0) {
@@ -134,6 +144,18 @@ class StrategyImpl {
     comm::ReplicaContextScope context(&contexts_[static_cast<std::size_t>(r)]);
     std::uint64_t seen = 0;
     while (wait_start(seen)) {
+      run_one(r);
+      if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard lk(mu_);  // so the notification cannot slip past a waiter
+        done_cv_.notify_all();
+      }
+    }
+  }
+
+  // Runs the task for replica r; a failure is recorded and aborts the
+  // group so that no other replica waits for this one.
+  void run_one(int r) {
+    {
       try {
         (*task_)(r);
       } catch (...) {
@@ -152,10 +174,6 @@ class StrategyImpl {
           contexts_[static_cast<std::size_t>(r)].communicator->abort(
               "replica " + std::to_string(r) + " failed: " + what);
         }
-      }
-      if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard lk(mu_);  // so the notification cannot slip past a waiter
-        done_cv_.notify_all();
       }
     }
   }
