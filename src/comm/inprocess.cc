@@ -202,7 +202,7 @@ void RankComm::reduce(T* data, std::size_t count, ReduceOp op) {
   if (group_->options().algorithm == Algorithm::kReductionToOneDevice) {
     if (rank_ == 0) reduce_range(0, count, data);
     group_->wait_all(rank_, "all_reduce (reduction to one device)");
-    if (rank_ != 0) std::memcpy(data, buf(0), count * sizeof(T));
+    if (rank_ != 0 && count > 0) std::memcpy(data, buf(0), count * sizeof(T));
   } else {
     // Reduce-scatter: this rank reduces its chunk into its own buffer (no
     // other rank reads that chunk of this buffer in this phase) ...
@@ -217,7 +217,7 @@ void RankComm::reduce(T* data, std::size_t count, ReduceOp op) {
     for (int r = 0; r < n; ++r) {
       if (r == rank_) continue;
       const auto [rb, re] = chunk(r);
-      std::memcpy(data + rb, buf(r) + rb, (re - rb) * sizeof(T));
+      if (re > rb) std::memcpy(data + rb, buf(r) + rb, (re - rb) * sizeof(T));
     }
   }
   // Nobody may reuse its buffer while another rank still reads it.

@@ -64,9 +64,8 @@ TEST(InProcessAllReduce, BitwiseRankOrderSumOnEveryRankWithBothAlgorithms) {
         for (int r = 0; r < n; ++r) {
           ASSERT_FALSE(errors[static_cast<std::size_t>(r)])
               << message(errors[static_cast<std::size_t>(r)]);
-          EXPECT_EQ(std::memcmp(data[static_cast<std::size_t>(r)].data(), expected.data(),
-                                count * sizeof(float)),
-                    0)
+          EXPECT_TRUE(count == 0 || std::memcmp(data[static_cast<std::size_t>(r)].data(),
+                                                expected.data(), count * sizeof(float)) == 0)
               << "rank " << r << " of " << n << ", count " << count;
         }
       }
