@@ -27,8 +27,9 @@ struct Model::TrainState {
   std::vector<std::vector<Metric>> output_metrics;  // [output][metric]
   std::vector<metrics::Mean> output_loss_trackers;  // with several outputs only
   bool stop = false;
-  // The strategy in scope at compile (Keras: model.distribute_strategy).
-  distribute::Strategy strategy;
+  // Keras's model.distribute_strategy: the strategy in scope when the model
+  // was created (or, if that was none, when it was compiled).
+  distribute::Strategy strategy = distribute::get_strategy();
   // Under a strategy with several replicas: each replica's own metrics, in
   // metrics() order, merged into the primary ones when read.
   std::vector<std::vector<Metric>> replica_metrics;
@@ -234,7 +235,8 @@ void Model::compile(CompileOptions o) {
     (void)resolve_metric(spec, s.losses[0]);  // unknown names fail here
   s.num_outputs = 0;
   resolve_outputs(declared_outputs(*impl_));
-  s.strategy = distribute::get_strategy();
+  if (const distribute::Strategy in_scope = distribute::get_strategy(); !in_scope.is_default())
+    s.strategy = in_scope;
   s.replica_metrics.clear();
   s.compiled = true;
 }
@@ -655,7 +657,17 @@ void Model::Loops::prepare_replicas(Model& m, const char* op) {
                      "strategy.scope()");
     }
   }
-  if (static_cast<int>(s.replica_metrics.size()) == n || n == 1) return;
+  if (n == 1) {
+    for (const Variable& v : m.impl_->weights()) {
+      LOCKSTEP_CHECK(!v.is_mirrored(), op, ": variable '", v.name(), "' is mirrored over ",
+                     v.num_replicas(),
+                     " replicas, but the model was created and compiled "
+                     "outside that strategy's scope; create or compile it inside "
+                     "strategy.scope()");
+    }
+    return;
+  }
+  if (static_cast<int>(s.replica_metrics.size()) == n) return;
   s.replica_metrics.clear();
   for (int r = 0; r < n; ++r) {
     std::vector<Metric> copies;

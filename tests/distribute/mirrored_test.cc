@@ -246,6 +246,35 @@ TEST(MirroredStrategy, BadInputIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("was created outside the scope"), std::string::npos)
         << e.what();
   }
+  // Created inside the scope and compiled outside it: the model keeps the
+  // strategy it was created under (Keras's model.distribute_strategy).
+  Model inside;
+  {
+    auto scope = strategy.scope();
+    inside = mlp();
+  }
+  inside.compile({.optimizer = optimizers::SGD(),
+                  .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+  inside.fit(x, y, {.batch_size = 8, .verbose = 0});
+  EXPECT_EQ(inside.optimizer().iterations(), 6);
+  // Layers built under a scope, wrapped in a model outside any: a clear error.
+  Layer dense = layers::Dense(10);
+  {
+    auto scope = strategy.scope();
+    dense.impl()->ensure_built({Shape{1, 20}});
+  }
+  auto in = Input({20});
+  Model loose(in, dense(in));
+  loose.compile({.optimizer = optimizers::SGD(),
+                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+  try {
+    loose.fit(x, y, {.batch_size = 8, .verbose = 0});
+    ADD_FAILURE() << "expected an error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("created and compiled outside that strategy's scope"),
+              std::string::npos)
+        << e.what();
+  }
   EXPECT_THROW(MirroredStrategy({.devices = {&host_device(), &host_device()}}), ValueError);
 }
 
