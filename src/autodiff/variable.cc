@@ -146,30 +146,27 @@ void Variable::assign(const Tensor& value) {
   ++state_->versions[state_->current_index()];
 }
 
-void Variable::assign_add(const Tensor& delta) {
-  check_update(delta, "assign_add");
+void Variable::update_each_copy(const Tensor& delta, const char* op,
+                                Tensor (*combine)(const Tensor&, const Tensor&)) {
+  check_update(delta, op);
   detail::RecordingPause pause;
   if (!state_->replicas.empty() && current_replica_id() < 0) {
+    // Cross-replica: every copy, each from its own current value.
     for (int r = 0; r < num_replicas(); ++r) {
       ReplicaIdScope on(r);
-      assign(add(state_->current(), delta));
+      assign(combine(state_->current(), delta));
     }
     return;
   }
-  assign(add(state_->current(), delta));
+  assign(combine(state_->current(), delta));
+}
+
+void Variable::assign_add(const Tensor& delta) {
+  update_each_copy(delta, "assign_add", [](const Tensor& a, const Tensor& b) { return add(a, b); });
 }
 
 void Variable::assign_sub(const Tensor& delta) {
-  check_update(delta, "assign_sub");
-  detail::RecordingPause pause;
-  if (!state_->replicas.empty() && current_replica_id() < 0) {
-    for (int r = 0; r < num_replicas(); ++r) {
-      ReplicaIdScope on(r);
-      assign(sub(state_->current(), delta));
-    }
-    return;
-  }
-  assign(sub(state_->current(), delta));
+  update_each_copy(delta, "assign_sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); });
 }
 
 }  // namespace lockstep

@@ -179,27 +179,10 @@ class StrategyImpl {
   }
 
   [[noreturn]] static void rethrow_with_replica(const std::exception_ptr& e, int r) {
-    const std::string prefix = "replica " + std::to_string(r) + ": ";
     try {
       std::rethrow_exception(e);
-    } catch (const IndexError& x) {
-      throw IndexError(prefix + x.what());
-    } catch (const ShapeError& x) {
-      throw ShapeError(prefix + x.what());
-    } catch (const ValueError& x) {
-      throw ValueError(prefix + x.what());
-    } catch (const TimeoutError& x) {
-      throw TimeoutError(prefix + x.what());
-    } catch (const DistributedError& x) {
-      throw DistributedError(prefix + x.what());
-    } catch (const IOError& x) {
-      throw IOError(prefix + x.what());
-    } catch (const InternalError& x) {
-      throw InternalError(prefix + x.what());
-    } catch (const Error& x) {
-      throw Error(prefix + x.what());
-    } catch (const std::exception& x) {
-      throw Error(prefix + x.what());
+    } catch (...) {
+      detail::rethrow_with_prefix("replica " + std::to_string(r) + ": ");
     }
   }
 

@@ -37,30 +37,6 @@ struct Model::TrainState {
 
 namespace {
 
-// Rethrows the exception in flight with `context` in front of its message,
-// keeping its type, so callers can still catch by kind.
-[[noreturn]] void rethrow_with_context(const std::string& context) {
-  try {
-    throw;
-  } catch (const IndexError& e) {
-    throw IndexError(context + e.what());
-  } catch (const ShapeError& e) {
-    throw ShapeError(context + e.what());
-  } catch (const ValueError& e) {
-    throw ValueError(context + e.what());
-  } catch (const TimeoutError& e) {
-    throw TimeoutError(context + e.what());
-  } catch (const DistributedError& e) {
-    throw DistributedError(context + e.what());
-  } catch (const IOError& e) {
-    throw IOError(context + e.what());
-  } catch (const InternalError& e) {
-    throw InternalError(context + e.what());
-  } catch (const Error& e) {
-    throw Error(context + e.what());
-  }
-}
-
 Metric resolve_metric(const MetricSpec& spec, const Loss& loss) {
   if (spec.metric.defined()) return spec.metric;
   const std::string& n = spec.name;
@@ -622,12 +598,18 @@ struct Model::Loops {
   // ---- Where strategy meets model ----
   static bool distributed(const Model& m) { return !m.state().strategy.is_default(); }
   static void prepare_replicas(Model& m, const char* op);
-  static std::vector<std::vector<Tensor>> split(const std::vector<Tensor>& ts,
-                                                const std::vector<std::int64_t>& sizes);
+  // A global batch cut into each replica's share (zero-copy views).
+  struct Shares {
+    std::int64_t global = 0;
+    std::vector<std::int64_t> sizes;
+    std::vector<std::vector<Tensor>> x, y;
+  };
+  static Shares share_out(Model& m, const Batch& b);
   static Logs train_batch(Model& m, const Batch& b);
   static Logs test_batch(Model& m, const Batch& b);
   static std::vector<Tensor> predict_batch(Model& m, const Batch& b);
-  static void sync_non_trainable(Model& m, std::int64_t local, std::int64_t global,
+  static void sync_non_trainable(std::vector<Variable>& vars, std::int64_t local,
+                                 std::int64_t global,
                                  const std::vector<std::uint64_t>& versions_before);
   static void build_before_replicas(Model& m, const std::vector<Tensor>& x);
 };
@@ -680,26 +662,33 @@ void Model::Loops::prepare_replicas(Model& m, const char* op) {
   }
 }
 
-std::vector<std::vector<Tensor>> Model::Loops::split(const std::vector<Tensor>& ts,
-                                                     const std::vector<std::int64_t>& sizes) {
-  std::vector<std::vector<Tensor>> out(sizes.size());
-  std::int64_t begin = 0;
-  for (std::size_t r = 0; r < sizes.size(); ++r) {
-    for (const Tensor& t : ts) out[r].push_back(t.view_rows(begin, begin + sizes[r]));
-    begin += sizes[r];
-  }
-  return out;
+Model::Loops::Shares Model::Loops::share_out(Model& m, const Batch& b) {
+  build_before_replicas(m, b.x);
+  Shares shares;
+  shares.global = b.x.at(0).shape()[0];
+  shares.sizes = m.state().strategy.split_sizes(shares.global);
+  auto cut = [&](const std::vector<Tensor>& ts) {
+    std::vector<std::vector<Tensor>> out(shares.sizes.size());
+    std::int64_t begin = 0;
+    for (std::size_t r = 0; r < shares.sizes.size(); ++r) {
+      for (const Tensor& t : ts) out[r].push_back(t.view_rows(begin, begin + shares.sizes[r]));
+      begin += shares.sizes[r];
+    }
+    return out;
+  };
+  shares.x = cut(b.x);
+  shares.y = cut(b.y);
+  return shares;
 }
 
 // Non-trainable state that a replica updated (BatchNormalization's moving
 // statistics) is averaged across replicas, weighted by their examples, so
 // every copy stays identical (tf.distribute's ON_WRITE / MEAN aggregation).
-void Model::Loops::sync_non_trainable(Model& m, std::int64_t local, std::int64_t global,
+void Model::Loops::sync_non_trainable(std::vector<Variable>& vars, std::int64_t local,
+                                      std::int64_t global,
                                       const std::vector<std::uint64_t>& versions_before) {
   auto* ctx = comm::current_replica_context();
-  if (!ctx || ctx->num_replicas == 1) return;
-  std::vector<Variable> vars = m.impl_->non_trainable_weights();
-  if (vars.empty()) return;
+  if (!ctx || ctx->num_replicas == 1 || vars.empty()) return;
   std::vector<float> changed(vars.size());
   for (std::size_t i = 0; i < vars.size(); ++i)
     changed[i] = vars[i].version() != versions_before[i] ? 1.0f : 0.0f;
@@ -715,38 +704,34 @@ void Model::Loops::sync_non_trainable(Model& m, std::int64_t local, std::int64_t
 Logs Model::Loops::train_batch(Model& m, const Batch& b) {
   if (!distributed(m)) return m.train_step(b.x, b.y);
   TrainState& s = m.state();
-  build_before_replicas(m, b.x);
-  const std::int64_t global = b.x.at(0).shape()[0];
-  const std::vector<std::int64_t> sizes = s.strategy.split_sizes(global);
-  const auto xs = split(b.x, sizes), ys = split(b.y, sizes);
+  const Shares shares = share_out(m, b);
+  // Listed once per batch: the replicas only read this list.
+  std::vector<Variable> non_trainable = m.impl_->non_trainable_weights();
   s.strategy.run_replicas([&](int r) {
+    const auto i = static_cast<std::size_t>(r);
     auto* ctx = comm::current_replica_context();
-    ctx->global_batch_size = global;
-    ctx->local_batch_size = sizes[static_cast<std::size_t>(r)];
+    ctx->global_batch_size = shares.global;
+    ctx->local_batch_size = shares.sizes[i];
     std::vector<std::uint64_t> versions;
-    for (const Variable& v : m.impl_->non_trainable_weights()) versions.push_back(v.version());
+    for (const Variable& v : non_trainable) versions.push_back(v.version());
     if (ctx->local_batch_size > 0) {
-      m.train_step(xs[static_cast<std::size_t>(r)], ys[static_cast<std::size_t>(r)]);
+      m.train_step(shares.x[i], shares.y[i]);
     } else {
       // No examples here: take part in the gradient all-reduce with nothing.
       const std::vector<Variable> vars = m.impl_->trainable_weights();
       s.optimizer.apply_gradients(std::vector<Tensor>(vars.size()), vars);
     }
-    sync_non_trainable(m, ctx->local_batch_size, global, versions);
+    sync_non_trainable(non_trainable, ctx->local_batch_size, shares.global, versions);
   });
   return m.get_metrics_result();
 }
 
 Logs Model::Loops::test_batch(Model& m, const Batch& b) {
   if (!distributed(m)) return m.test_step(b.x, b.y);
-  TrainState& s = m.state();
-  build_before_replicas(m, b.x);
-  const std::int64_t global = b.x.at(0).shape()[0];
-  const std::vector<std::int64_t> sizes = s.strategy.split_sizes(global);
-  const auto xs = split(b.x, sizes), ys = split(b.y, sizes);
-  s.strategy.run_replicas([&](int r) {
-    if (sizes[static_cast<std::size_t>(r)] > 0)
-      m.test_step(xs[static_cast<std::size_t>(r)], ys[static_cast<std::size_t>(r)]);
+  const Shares shares = share_out(m, b);
+  m.state().strategy.run_replicas([&](int r) {
+    const auto i = static_cast<std::size_t>(r);
+    if (shares.sizes[i] > 0) m.test_step(shares.x[i], shares.y[i]);
   });
   return m.get_metrics_result();
 }
@@ -757,15 +742,11 @@ std::vector<Tensor> Model::Loops::predict_batch(Model& m, const Batch& b) {
     return m(prepare_inputs(*m.impl_, x), {.training = false});
   };
   if (!distributed(m)) return forward(b.x);
-  TrainState& s = m.state();
-  build_before_replicas(m, b.x);
-  const std::int64_t global = b.x.at(0).shape()[0];
-  const std::vector<std::int64_t> sizes = s.strategy.split_sizes(global);
-  const auto xs = split(b.x, sizes);
-  std::vector<std::vector<Tensor>> outs(sizes.size());
-  s.strategy.run_replicas([&](int r) {
-    if (sizes[static_cast<std::size_t>(r)] > 0)
-      outs[static_cast<std::size_t>(r)] = forward(xs[static_cast<std::size_t>(r)]);
+  const Shares shares = share_out(m, b);
+  std::vector<std::vector<Tensor>> outs(shares.sizes.size());
+  m.state().strategy.run_replicas([&](int r) {
+    const auto i = static_cast<std::size_t>(r);
+    if (shares.sizes[i] > 0) outs[i] = forward(shares.x[i]);
   });
   // Replica order is example order.
   std::vector<Tensor> merged;
@@ -868,8 +849,8 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
       try {
         batch = train.next(step);
       } catch (const Error&) {
-        rethrow_with_context("fit: epoch " + std::to_string(epoch + 1) + ", reading batch " +
-                             std::to_string(step) + ": ");
+        detail::rethrow_with_prefix("fit: epoch " + std::to_string(epoch + 1) + ", reading batch " +
+                                    std::to_string(step) + ": ");
       }
       if (!batch) break;
       callbacks.each([&](Callback& cb) { cb.on_train_batch_begin(step, {}); });
@@ -884,8 +865,8 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
         }
         logs = train_batch(m, *batch);
       } catch (const Error&) {
-        rethrow_with_context("fit: epoch " + std::to_string(epoch + 1) + ", batch " +
-                             std::to_string(step) + batch->where + ": ");
+        detail::rethrow_with_prefix("fit: epoch " + std::to_string(epoch + 1) + ", batch " +
+                                    std::to_string(step) + batch->where + ": ");
       }
       callbacks.each([&](Callback& cb) { cb.on_train_batch_end(step, logs); });
       if (s.stop) break;
@@ -912,8 +893,8 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
           callbacks.each([&](Callback& cb) { cb.on_test_batch_begin(step, {}); });
           val_logs = test_batch(m, *batch);
         } catch (const Error&) {
-          rethrow_with_context("fit: validation after epoch " + std::to_string(epoch + 1) +
-                               ", batch " + std::to_string(step) + ": ");
+          detail::rethrow_with_prefix("fit: validation after epoch " + std::to_string(epoch + 1) +
+                                      ", batch " + std::to_string(step) + ": ");
         }
         callbacks.each([&](Callback& cb) { cb.on_test_batch_end(step, val_logs); });
       }
@@ -963,8 +944,8 @@ Logs Model::Loops::evaluate(Model& m, BatchSource& source, const EvaluateOptions
       callbacks.each([&](Callback& cb) { cb.on_test_batch_begin(step, {}); });
       logs = test_batch(m, *batch);
     } catch (const Error&) {
-      rethrow_with_context("evaluate: batch " + std::to_string(step) +
-                           (batch ? batch->where : std::string()) + ": ");
+      detail::rethrow_with_prefix("evaluate: batch " + std::to_string(step) +
+                                  (batch ? batch->where : std::string()) + ": ");
     }
     callbacks.each([&](Callback& cb) { cb.on_test_batch_end(step, logs); });
   }
@@ -1012,7 +993,7 @@ std::vector<Tensor> Model::Loops::predict(Model& m, BatchSource& source, const P
       per_output.resize(outs.size());
       for (std::size_t i = 0; i < outs.size(); ++i) per_output[i].push_back(outs[i].copy());
     } catch (const Error&) {
-      rethrow_with_context("predict: batch " + std::to_string(step) + ": ");
+      detail::rethrow_with_prefix("predict: batch " + std::to_string(step) + ": ");
     }
     callbacks.each([&](Callback& cb) { cb.on_predict_batch_end(step, {}); });
   }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "lockstep/lockstep.h"
+#include "support/synthetic.h"
 
 namespace lockstep {
 namespace {
@@ -9,16 +10,7 @@ namespace {
 using data::Dataset;
 using data::Element;
 
-std::pair<Tensor, Tensor> blobs(std::int64_t n, std::uint64_t seed) {
-  Tensor x = random::normal({n, 8}, {.seed = seed});
-  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
-  float* p = x.data<float>();
-  for (std::int64_t i = 0; i < n; ++i) {
-    labels[static_cast<std::size_t>(i)] = i % 2;
-    for (int j = 0; j < 8; ++j) p[i * 8 + j] += (i % 2 ? 1.5f : -1.5f);
-  }
-  return {x, Tensor::from_vector(labels)};
-}
+using testing_support::blobs;
 
 Model small_classifier() {
   set_random_seed(1234);  // identical initial weights in every call

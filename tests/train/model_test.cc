@@ -5,21 +5,12 @@
 #include <filesystem>
 
 #include "lockstep/lockstep.h"
+#include "support/synthetic.h"
 
 namespace lockstep {
 namespace {
 
-// Two well-separated Gaussian blobs in 8 dimensions.
-std::pair<Tensor, Tensor> blobs(std::int64_t n, std::uint64_t seed) {
-  Tensor x = random::normal({n, 8}, {.seed = seed});
-  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
-  float* p = x.data<float>();
-  for (std::int64_t i = 0; i < n; ++i) {
-    labels[static_cast<std::size_t>(i)] = i % 2;
-    for (int j = 0; j < 8; ++j) p[i * 8 + j] += (i % 2 ? 1.5f : -1.5f);
-  }
-  return {x, Tensor::from_vector(labels)};
-}
+using testing_support::blobs;
 
 Model small_classifier() {
   auto in = Input({8});

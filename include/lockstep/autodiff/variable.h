@@ -79,6 +79,10 @@ class Variable {
  private:
   struct State;
   void check_update(const Tensor& t, const char* op) const;
+  // assign(combine(value, delta)) on the calling replica's copy, or on every
+  // copy of a mirrored variable outside replicas.
+  void update_each_copy(const Tensor& delta, const char* op,
+                        Tensor (*combine)(const Tensor&, const Tensor&));
   std::shared_ptr<State> state_;
 };
 

@@ -77,6 +77,11 @@ template <typename E, typename... Args>
   throw E(str_cat(std::forward<Args>(args)...));
 }
 
+// Rethrows the exception in flight (call inside a catch block) with `prefix`
+// in front of its message, keeping its Lockstep type so callers can still
+// catch by kind; other std::exceptions become Error.
+[[noreturn]] void rethrow_with_prefix(const std::string& prefix);
+
 }  // namespace detail
 }  // namespace lockstep
 
