@@ -22,6 +22,8 @@ function(lockstep_add_layer name)
     PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(lockstep_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   lockstep_set_warnings(lockstep_${name})
+  # sqrt/exp never set errno in our kernels, so loops calling them vectorise.
+  target_compile_options(lockstep_${name} PRIVATE -fno-math-errno)
 endfunction()
 
 # lockstep_add_test(NAME SOURCES ... DEPS ... [LABELS ...]): one GoogleTest

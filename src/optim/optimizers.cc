@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/simd.h"
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/comm/replica_context.h"
 #include "lockstep/core/denormals.h"
@@ -173,6 +174,48 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
 namespace optimizers {
 namespace {
 
+// The update rules as plain loops over restrict pointers, one per rule, so
+// each compiles to one vectorised pass (core/simd.h picks the vector width).
+LOCKSTEP_VECTOR_CLONES
+void sgd_kernel(float* __restrict var, const float* __restrict g, std::int64_t n, float lr) {
+  for (std::int64_t i = 0; i < n; ++i) var[i] -= lr * g[i];
+}
+
+LOCKSTEP_VECTOR_CLONES
+void momentum_kernel(float* __restrict var, const float* __restrict g, float* __restrict m,
+                     std::int64_t n, float lr, float mom, bool nesterov) {
+  if (nesterov) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      m[i] = mom * m[i] - lr * g[i];
+      var[i] += mom * m[i] - lr * g[i];
+    }
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) {
+      m[i] = mom * m[i] - lr * g[i];
+      var[i] += m[i];
+    }
+  }
+}
+
+LOCKSTEP_VECTOR_CLONES
+void adam_kernel(float* __restrict var, const float* __restrict g, float* __restrict m,
+                 float* __restrict v, std::int64_t n, float alpha, float c1, float c2, float eps) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    m[i] += (g[i] - m[i]) * c1;
+    v[i] += (g[i] * g[i] - v[i]) * c2;
+    var[i] -= alpha * m[i] / (std::sqrt(v[i]) + eps);
+  }
+}
+
+LOCKSTEP_VECTOR_CLONES
+void adagrad_kernel(float* __restrict var, const float* __restrict g, float* __restrict acc,
+                    std::int64_t n, float lr, float eps) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    acc[i] += g[i] * g[i];
+    var[i] -= lr * g[i] / std::sqrt(acc[i] + eps);
+  }
+}
+
 class SGDImpl : public OptimizerImpl {
  public:
   explicit SGDImpl(SGDOptions o)
@@ -188,13 +231,9 @@ class SGDImpl : public OptimizerImpl {
               std::int64_t) override {
     const float l = static_cast<float>(lr), mom = static_cast<float>(o_.momentum);
     if (o_.momentum <= 0) {
-      for (std::int64_t i = 0; i < n; ++i) var[i] -= l * g[i];
-      return;
-    }
-    float* m = slots[0];
-    for (std::int64_t i = 0; i < n; ++i) {
-      m[i] = mom * m[i] - l * g[i];
-      var[i] += o_.nesterov ? mom * m[i] - l * g[i] : m[i];
+      sgd_kernel(var, g, n, l);
+    } else {
+      momentum_kernel(var, g, slots[0], n, l, mom, o_.nesterov);
     }
   }
 
@@ -220,13 +259,7 @@ class AdamImpl : public OptimizerImpl {
         static_cast<float>(lr * std::sqrt(1.0 - std::pow(b2_, t)) / (1.0 - std::pow(b1_, t)));
     const float c1 = static_cast<float>(1.0 - b1_), c2 = static_cast<float>(1.0 - b2_),
                 eps = static_cast<float>(eps_);
-    float* m = slots[0];
-    float* v = slots[1];
-    for (std::int64_t i = 0; i < n; ++i) {
-      m[i] += (g[i] - m[i]) * c1;
-      v[i] += (g[i] * g[i] - v[i]) * c2;
-      var[i] -= alpha * m[i] / (std::sqrt(v[i]) + eps);
-    }
+    adam_kernel(var, g, slots[0], slots[1], n, alpha, c1, c2, eps);
   }
 
  private:
@@ -287,11 +320,7 @@ class AdagradImpl : public OptimizerImpl {
   void update(float* var, const float* g, std::int64_t n, float** slots, double lr,
               std::int64_t) override {
     const float l = static_cast<float>(lr), eps = static_cast<float>(o_.epsilon);
-    float* acc = slots[0];
-    for (std::int64_t i = 0; i < n; ++i) {
-      acc[i] += g[i] * g[i];
-      var[i] -= l * g[i] / std::sqrt(acc[i] + eps);
-    }
+    adagrad_kernel(var, g, slots[0], n, l, eps);
   }
 
  private:

@@ -162,5 +162,135 @@ TEST(InProcessFailures, MismatchedLengthsAreAnError) {
   }
 }
 
+// Values that make float addition order visible: the rank-order sum is the
+// only right answer, bit for bit.
+std::vector<float> rank_values(int rank, std::size_t count, unsigned seed) {
+  std::mt19937 gen(seed * 131 + static_cast<unsigned>(rank));
+  std::uniform_real_distribution<float> dist(-1e3f, 1e3f);
+  std::vector<float> v(count);
+  for (float& x : v) x = dist(gen) * (rank % 2 ? 1e-4f : 1.0f);
+  return v;
+}
+
+std::vector<float> rank_order_sum(int n, std::size_t count, unsigned seed) {
+  std::vector<float> sum = rank_values(0, count, seed);
+  for (int r = 1; r < n; ++r) {
+    const auto v = rank_values(r, count, seed);
+    for (std::size_t i = 0; i < count; ++i) sum[i] += v[i];
+  }
+  return sum;
+}
+
+TEST(InProcessAsync, OutstandingAllReducesWaitedInReverseOrderAreBitwiseRankOrderSums) {
+  for (auto algorithm : {Algorithm::kReduceScatterAllGather, Algorithm::kReductionToOneDevice}) {
+    const int n = 3, ops = 40;
+    auto group = InProcessGroup::create(n, {.algorithm = algorithm});
+    auto size_of = [](int op) { return static_cast<std::size_t>(1 + (op * 977) % 5000); };
+    std::vector<std::vector<std::vector<float>>> bufs(n);
+    auto errors = run_ranks(n, [&](int r) {
+      auto& mine = bufs[static_cast<std::size_t>(r)];
+      std::vector<WorkHandle> work;
+      for (int op = 0; op < ops; ++op) {
+        mine.push_back(rank_values(r, size_of(op), static_cast<unsigned>(op)));
+        work.push_back(group->communicator(r).all_reduce_async(mine.back().data(), size_of(op),
+                                                               ReduceOp::kSum));
+      }
+      for (int op = ops - 1; op >= 0; --op) work[static_cast<std::size_t>(op)]->wait();
+    });
+    for (int r = 0; r < n; ++r) {
+      ASSERT_FALSE(errors[static_cast<std::size_t>(r)])
+          << message(errors[static_cast<std::size_t>(r)]);
+      for (int op = 0; op < ops; ++op) {
+        const auto expected = rank_order_sum(n, size_of(op), static_cast<unsigned>(op));
+        ASSERT_EQ(
+            0, std::memcmp(expected.data(),
+                           bufs[static_cast<std::size_t>(r)][static_cast<std::size_t>(op)].data(),
+                           expected.size() * sizeof(float)))
+            << "rank " << r << " op " << op;
+      }
+    }
+  }
+}
+
+TEST(InProcessAsync, ManyMoreCollectivesThanSlotsWithBlockingCollectivesInBetween) {
+  // A window of 8 in flight over 300 collectives (the ring has 64 slots), a
+  // barrier now and then while some are still pending, and polling with
+  // test() instead of wait() on odd ones.
+  const int n = 2, ops = 300, window = 8;
+  auto group = InProcessGroup::create(n);
+  std::vector<int> mismatches(n, 0);
+  auto errors = run_ranks(n, [&](int r) {
+    Communicator& comm = group->communicator(r);
+    std::vector<std::vector<float>> bufs(ops);
+    std::vector<WorkHandle> work(ops);
+    auto finish = [&](int op) {
+      if (op % 2) {
+        while (!work[static_cast<std::size_t>(op)]->test()) {
+        }
+      } else {
+        work[static_cast<std::size_t>(op)]->wait();
+      }
+      const auto expected = rank_order_sum(n, 64, static_cast<unsigned>(op));
+      if (std::memcmp(expected.data(), bufs[static_cast<std::size_t>(op)].data(),
+                      64 * sizeof(float)))
+        ++mismatches[static_cast<std::size_t>(r)];
+    };
+    for (int op = 0; op < ops; ++op) {
+      bufs[static_cast<std::size_t>(op)] = rank_values(r, 64, static_cast<unsigned>(op));
+      work[static_cast<std::size_t>(op)] =
+          comm.all_reduce_async(bufs[static_cast<std::size_t>(op)].data(), 64, ReduceOp::kSum);
+      if (op % 50 == 7) comm.barrier();
+      if (op >= window) finish(op - window);
+    }
+    for (int op = ops - window; op < ops; ++op) finish(op);
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_FALSE(errors[static_cast<std::size_t>(r)])
+        << message(errors[static_cast<std::size_t>(r)]);
+    EXPECT_EQ(mismatches[static_cast<std::size_t>(r)], 0) << "rank " << r;
+  }
+}
+
+TEST(InProcessAsync, AHandleDroppedUnwaitedStillCompletesForTheOthers) {
+  auto group = InProcessGroup::create(2);
+  std::vector<float> kept(100, 1.0f);
+  auto errors = run_ranks(2, [&](int r) {
+    std::vector<float> mine(100, 2.0f);
+    auto work = group->communicator(r).all_reduce_async(r == 0 ? kept.data() : mine.data(), 100,
+                                                        ReduceOp::kSum);
+    if (r == 0) work->wait();
+    // rank 1 drops its handle: the destructor sees the collective through.
+  });
+  for (const auto& e : errors) ASSERT_FALSE(e) << message(e);
+  EXPECT_EQ(kept[0], 3.0f);
+  EXPECT_EQ(kept[99], 3.0f);
+}
+
+TEST(InProcessAsync, AMissingRankAndMismatchedLengthsAreErrorsOnEveryRank) {
+  {
+    auto group = InProcessGroup::create(2, {.timeout = std::chrono::milliseconds(200)});
+    std::vector<float> v(10, 1.0f);
+    auto errors = run_ranks(2, [&](int r) {
+      if (r == 1) return;  // never posts
+      group->communicator(r).all_reduce_async(v.data(), v.size(), ReduceOp::kSum)->wait();
+    });
+    ASSERT_TRUE(errors[0]);
+    EXPECT_NE(message(errors[0]).find("rank(s) 1 that never arrived"), std::string::npos)
+        << message(errors[0]);
+  }
+  {
+    auto group = InProcessGroup::create(3);
+    auto errors = run_ranks(3, [&](int r) {
+      std::vector<float> v(r == 2 ? 5 : 4, 1.0f);
+      group->communicator(r).all_reduce_async(v.data(), v.size(), ReduceOp::kSum)->wait();
+    });
+    for (const auto& e : errors) {
+      ASSERT_TRUE(e);
+      EXPECT_NE(message(e).find("rank 2 has 5 elements but rank 0 has 4"), std::string::npos)
+          << message(e);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lockstep::comm

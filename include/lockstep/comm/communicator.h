@@ -12,6 +12,13 @@
 //   auto group = lockstep::comm::InProcessGroup::create(2);
 //   // in replica thread r:
 //   group->communicator(r).all_reduce(grads.data<float>(), grads.numel(), ReduceOp::kSum);
+//
+// Asynchronous collectives return a Work handle: the call only posts the
+// buffer, and the reduction makes progress whenever this rank calls into the
+// communicator again (another post, test(), wait(), any blocking collective).
+// That is how gradient buckets are reduced while backward is still running
+// (optim's GradientReducer). The buffer must not be touched until wait()
+// returns or test() has returned true.
 #pragma once
 
 #include <chrono>
@@ -33,6 +40,18 @@ enum class Algorithm {
   kReductionToOneDevice,    // rank 0 reduces everything, the others copy
 };
 
+// One asynchronous collective in flight on one rank.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // True once this rank's buffer holds the result; never blocks.
+  virtual bool test() = 0;
+  // Blocks until this rank's buffer holds the result (within the group's
+  // deadline); throws what the collective failed with.
+  virtual void wait() = 0;
+};
+using WorkHandle = std::unique_ptr<Work>;
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -44,6 +63,14 @@ class Communicator {
   virtual void all_reduce(double* data, std::size_t count, ReduceOp op) = 0;
   // A float32 or float64 tensor, in place.
   void all_reduce(const Tensor& t, ReduceOp op);
+  // Posts an in-place all-reduce and returns at once. Every rank posts the
+  // same sequence of asynchronous collectives; they may be waited for in any
+  // order. A backend without asynchronous collectives runs the reduction
+  // here and returns a completed handle. The in-process backend keeps up to
+  // 64 unfinished collectives per group; a rank posting more waits until the
+  // oldest is finished everywhere (so wait for old handles before posting
+  // more than that).
+  virtual WorkHandle all_reduce_async(float* data, std::size_t count, ReduceOp op);
   // Root's bytes to every rank.
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   // Every rank's `bytes` into `out` (size() * bytes), in rank order.
