@@ -46,7 +46,9 @@ void BM_SeedMlp(benchmark::State& state) {
   const auto& devices = ls::logical_devices();
   dist::Strategy strategy;
   if (mode == 0) strategy = dist::OneDeviceStrategy(*devices[0]);
-  if (mode == 2) strategy = dist::MirroredStrategy();
+  if (mode == 2)
+    strategy =
+        dist::MirroredStrategy({.bytes_per_pack = static_cast<std::size_t>(state.range(2)) * 1024});
   if (mode == 3) strategy = dist::OneDeviceStrategy(ls::host_device());
   ls::Model model;
   {
@@ -76,8 +78,12 @@ void BM_SeedMlp(benchmark::State& state) {
 }
 
 void mlp_args(benchmark::internal::Benchmark* b) {
-  for (int batch : {64, 512})
-    for (int mode : {0, 1, 3, 2}) b->Args({mode, batch});
+  for (int batch : {64, 512}) {
+    for (int mode : {0, 1, 3}) b->Args({mode, batch, 0});
+    // 2 replicas: one bucket after backward, and buckets of 64 KiB–1 MiB
+    // summed while backward runs.
+    for (int kib : {0, 64, 256, 1024}) b->Args({2, batch, kib});
+  }
 }
 BENCHMARK(BM_SeedMlp)
     ->Apply(mlp_args)

@@ -69,46 +69,79 @@ void GradientTape::record(const char* op, std::span<const Tensor> inputs, const 
 
 std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources,
                                            UnconnectedGradients unconnected) {
+  return gradient(target, sources, unconnected, nullptr);
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources,
+                                           UnconnectedGradients unconnected,
+                                           const GradientReadyFn& on_ready) {
   check_defined(target, "GradientTape.gradient", "target");
   LOCKSTEP_CHECK(!used_,
                  "GradientTape.gradient can only be called once on a non-persistent tape. "
                  "Hint: construct it with {.persistent = true}");
   LOCKSTEP_CHECK(target.dtype() == DType::kFloat32,
                  "GradientTape.gradient: the target must be float32, got dtype ", target.dtype());
+  for (const Tensor& source : sources) check_defined(source, "GradientTape.gradient", "a source");
   detail::RecordingPause pause;  // computing gradients records nothing
 
   std::unordered_map<std::uint64_t, Tensor> grads;
+  auto result_for = [&](const Tensor& source) {
+    auto it = grads.find(source.id());
+    if (it != grads.end()) return it->second;
+    return unconnected == UnconnectedGradients::kZero ? zeros_like(source) : Tensor();
+  };
+  // With a listener: a source's gradient is final once the walk has passed
+  // the first op (in recording order) that consumed it.
+  std::vector<std::vector<std::size_t>> ready_after;  // node index -> sources
+  std::vector<bool> announced(sources.size(), false);
+  if (on_ready) {
+    std::unordered_map<std::uint64_t, std::size_t> first_use;
+    for (std::size_t k = 0; k < nodes_.size(); ++k) {
+      for (std::uint64_t id : nodes_[k].input_ids) first_use.try_emplace(id, k);
+    }
+    ready_after.resize(nodes_.size());
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      auto it = first_use.find(sources[i].id());
+      if (it != first_use.end()) ready_after[it->second].push_back(i);
+    }
+  }
+  auto announce = [&](std::size_t i) {
+    if (announced[i]) return;
+    announced[i] = true;
+    on_ready(i, result_for(sources[i]));
+  };
+
   if (watched_.count(target.id())) grads.emplace(target.id(), ones_like(target));
-  for (auto node = nodes_.rbegin(); node != nodes_.rend() && !grads.empty(); ++node) {
-    auto it = grads.find(node->output_id);
-    if (it == grads.end()) continue;
-    const Tensor grad_output = it->second;
-    detail::Grads input_grads = (*node->backward)(grad_output);
-    LOCKSTEP_CHECK_AS(InternalError, input_grads.size() == node->input_ids.size(), "gradient of '",
-                      node->op, "' returned ", input_grads.size(), " gradients for ",
-                      node->input_ids.size(), " inputs");
-    for (std::size_t i = 0; i < input_grads.size(); ++i) {
-      if (!node->input_watched[i] || !input_grads[i].defined()) continue;
-      LOCKSTEP_CHECK_AS(InternalError, input_grads[i].shape() == node->input_shapes[i],
-                        "gradient of '", node->op, "' for input ", i, " has shape ",
-                        input_grads[i].shape(), ", expected ", node->input_shapes[i]);
-      auto [slot, inserted] = grads.emplace(node->input_ids[i], input_grads[i]);
-      if (!inserted) slot->second = add(slot->second, input_grads[i]);
+  for (std::size_t k = nodes_.size(); k-- > 0;) {
+    const Node& node = nodes_[k];
+    auto it = grads.find(node.output_id);
+    if (it != grads.end()) {
+      const Tensor grad_output = it->second;
+      detail::Grads input_grads = (*node.backward)(grad_output);
+      LOCKSTEP_CHECK_AS(InternalError, input_grads.size() == node.input_ids.size(), "gradient of '",
+                        node.op, "' returned ", input_grads.size(), " gradients for ",
+                        node.input_ids.size(), " inputs");
+      for (std::size_t i = 0; i < input_grads.size(); ++i) {
+        if (!node.input_watched[i] || !input_grads[i].defined()) continue;
+        LOCKSTEP_CHECK_AS(InternalError, input_grads[i].shape() == node.input_shapes[i],
+                          "gradient of '", node.op, "' for input ", i, " has shape ",
+                          input_grads[i].shape(), ", expected ", node.input_shapes[i]);
+        auto [slot, inserted] = grads.emplace(node.input_ids[i], input_grads[i]);
+        if (!inserted) slot->second = add(slot->second, input_grads[i]);
+      }
+    } else if (grads.empty() && !on_ready) {
+      break;  // nothing flows back any more
+    }
+    if (on_ready) {
+      for (std::size_t i : ready_after[k]) announce(i);
     }
   }
 
   std::vector<Tensor> result;
   result.reserve(sources.size());
-  for (const Tensor& source : sources) {
-    check_defined(source, "GradientTape.gradient", "a source");
-    auto it = grads.find(source.id());
-    if (it != grads.end()) {
-      result.push_back(it->second);
-    } else if (unconnected == UnconnectedGradients::kZero) {
-      result.push_back(zeros_like(source));
-    } else {
-      result.emplace_back();
-    }
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    result.push_back(result_for(sources[i]));
+    if (on_ready) announce(i);  // sources no op consumed
   }
   if (!options_.persistent) {
     used_ = true;
@@ -121,6 +154,13 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
 std::vector<Tensor> GradientTape::gradient(const Tensor& target,
                                            const std::vector<Variable>& sources,
                                            UnconnectedGradients unconnected) {
+  return gradient(target, sources, unconnected, nullptr);
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target,
+                                           const std::vector<Variable>& sources,
+                                           UnconnectedGradients unconnected,
+                                           const GradientReadyFn& on_ready) {
   std::vector<Tensor> values;
   values.reserve(sources.size());
   {
@@ -130,7 +170,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target,
       values.push_back(v.value());
     }
   }
-  return gradient(target, values, unconnected);
+  return gradient(target, values, unconnected, on_ready);
 }
 
 Tensor GradientTape::gradient(const Tensor& target, const Tensor& source,

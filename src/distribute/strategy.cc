@@ -93,6 +93,10 @@ class StrategyImpl {
     }
   }
 
+  void set_bytes_per_pack(std::size_t bytes) {
+    for (auto& ctx : contexts_) ctx.bytes_per_pack = bytes;
+  }
+
   Variable create_mirrored(const Tensor& initial, Variable::Options options) const {
     if (size() == 1) {
       DeviceScope on(*devices_[0], {.pin_thread = false});
@@ -287,9 +291,11 @@ MirroredStrategy::MirroredStrategy(MirroredStrategyOptions o) {
       }
     }
   }
-  static_cast<Strategy&>(*this) = Strategy(std::make_shared<StrategyImpl>(
+  auto impl = std::make_shared<StrategyImpl>(
       "MirroredStrategy", std::move(devices), o.replicas_per_device,
-      comm::InProcessGroup::Options{.algorithm = o.cross_device_ops, .timeout = o.timeout}, false));
+      comm::InProcessGroup::Options{.algorithm = o.cross_device_ops, .timeout = o.timeout}, false);
+  impl->set_bytes_per_pack(o.bytes_per_pack);
+  static_cast<Strategy&>(*this) = Strategy(std::move(impl));
 }
 
 OneDeviceStrategy::OneDeviceStrategy(Device& device) {

@@ -63,41 +63,15 @@ OptimizerImpl::VarSlots& OptimizerImpl::slots_for(ReplicaState& rs, int replica,
   return it->second;
 }
 
-void OptimizerImpl::all_reduce_gradients(ReplicaState& rs, std::vector<Tensor>& grads,
-                                         const std::vector<Variable>& vars) {
+GradientReduction OptimizerImpl::start_gradient_reduction(const std::vector<Variable>& vars) {
   auto* ctx = comm::current_replica_context();
-  // One flat buffer: every variable's gradient (zeros when a replica has
-  // none) and then one flag per variable, so the layout is the same on every
-  // replica and a variable no replica has a gradient for stays skipped.
-  std::int64_t total = static_cast<std::int64_t>(vars.size());
-  for (const Variable& v : vars) total += v.shape().numel();
-  if (!rs.arena.defined() || rs.arena.numel() != total) rs.arena = Tensor::empty({total});
-  float* a = rs.arena.data<float>();
-  float* flags = a + (total - static_cast<std::int64_t>(vars.size()));
-  std::int64_t offset = 0;
-  for (std::size_t i = 0; i < vars.size(); ++i) {
-    const std::int64_t n = vars[i].shape().numel();
-    if (grads[i].defined()) {
-      std::memcpy(a + offset, grads[i].data<float>(), static_cast<std::size_t>(n) * sizeof(float));
-      flags[i] = 1.0f;
-    } else {
-      std::memset(a + offset, 0, static_cast<std::size_t>(n) * sizeof(float));
-      flags[i] = 0.0f;
-    }
-    offset += n;
-  }
-  ctx->communicator->all_reduce(a, static_cast<std::size_t>(total), comm::ReduceOp::kSum);
-  offset = 0;
-  for (std::size_t i = 0; i < vars.size(); ++i) {
-    const std::int64_t n = vars[i].shape().numel();
-    grads[i] =
-        flags[i] > 0 ? rs.arena.view_rows(offset, offset + n).view_as(vars[i].shape()) : Tensor();
-    offset += n;
-  }
+  if (!ctx || ctx->num_replicas <= 1) return {};
+  return GradientReduction(&replica_state(ctx->replica_id).buckets, ctx->communicator, vars,
+                           ctx->bytes_per_pack);
 }
 
 void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
-                                    const std::vector<Variable>& vars) {
+                                    const std::vector<Variable>& vars, ApplyOptions options) {
   LOCKSTEP_CHECK(grads_in.size() == vars.size(), name_, ".apply_gradients: got ", grads_in.size(),
                  " gradients for ", vars.size(), " variables");
   NoGradGuard no_grad;
@@ -119,8 +93,10 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
       LOCKSTEP_CHECK(!v.defined() || !v.is_mirrored(), name_, ".apply_gradients: variable '",
                      v.name(), "' is mirrored; update it inside strategy.run (on every replica)");
   }
-  if (auto* ctx = comm::current_replica_context(); ctx && ctx->num_replicas > 1)
-    all_reduce_gradients(rs, grads, vars);
+  if (!options.skip_gradients_aggregation) {
+    GradientReduction reduction = start_gradient_reduction(vars);
+    grads = reduction.finish(std::move(grads));
+  }
   // Clipping, as Keras: value, then per-tensor norm, or the global norm.
   if (clip_.clipvalue > 0) {
     const float v = static_cast<float>(clip_.clipvalue);

@@ -406,14 +406,18 @@ Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor
   const std::vector<Variable> vars = impl_->trainable_weights();
   std::vector<Tensor> y_pred, grads;
   LossParts parts;
+  // On a replica of a strategy, gradient buckets are summed across replicas
+  // while backward goes on (inactive otherwise).
+  GradientReduction reduction = s.optimizer->start_gradient_reduction(vars);
   {
     GradientTape tape;
     y_pred = (*this)(x, {.training = true});
     resolve_outputs(y_pred.size());
     parts = compute_losses(s, *impl_, y, y_pred);
-    grads = tape.gradient(parts.total, vars);
+    grads = tape.gradient(parts.total, vars, UnconnectedGradients::kNone, reduction.listener());
   }
-  s.optimizer.apply_gradients(grads, vars);
+  grads = reduction.finish(std::move(grads));
+  s.optimizer.apply_gradients(grads, vars, {.skip_gradients_aggregation = reduction.active()});
   NoGradGuard no_grad;
   update_trackers(s, parts, y, y_pred, x.at(0).shape()[0]);
   return get_metrics_result();

@@ -177,4 +177,40 @@ TEST(Variable, CopiesItsInitialValue) {
 }
 
 }  // namespace
+TEST(GradientTape, AnnouncesEachGradientOnceAsSoonAsItIsFinalInBackwardOrder) {
+  // A three-layer chain: the last layer's gradient is final first. w1 is
+  // used twice, so it is announced only after both uses are walked.
+  Variable w1(random::uniform({4, 4}, {.seed = 1}), {.name = "w1"});
+  Variable w2(random::uniform({4, 4}, {.seed = 2}), {.name = "w2"});
+  Variable w3(random::uniform({4, 1}, {.seed = 3}), {.name = "w3"});
+  Variable unused(Tensor::ones({2}), {.name = "unused"});
+  const Tensor x = random::uniform({3, 4}, {.seed = 4});
+  std::vector<std::size_t> order;
+  std::vector<Tensor> announced(4);
+  std::vector<Tensor> grads;
+  {
+    GradientTape tape;
+    Tensor h = relu(matmul(x, w1.value()));
+    h = relu(matmul(h, w2.value()));
+    h = add(h, matmul(x, w1.value()));
+    const Tensor loss = sum(matmul(h, w3.value()));
+    grads = tape.gradient(loss, std::vector<Variable>{w1, w2, w3, unused},
+                          UnconnectedGradients::kNone, [&](std::size_t i, const Tensor& g) {
+                            order.push_back(i);
+                            announced[i] = g;
+                          });
+  }
+  ASSERT_EQ(order.size(), 4u);
+  EXPECT_EQ(order[0], 2u);  // w3: consumed last
+  EXPECT_EQ(order[1], 1u);  // w2
+  EXPECT_EQ(order[2], 0u);  // w1: its first use is the first op
+  EXPECT_EQ(order[3], 3u);  // unconnected, at the end
+  for (std::size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(announced[i].defined());
+    EXPECT_EQ(announced[i].to_vector<float>(), grads[i].to_vector<float>()) << i;
+  }
+  EXPECT_FALSE(announced[3].defined());
+  EXPECT_FALSE(grads[3].defined());
+}
+
 }  // namespace lockstep

@@ -83,8 +83,9 @@ void expect_close(const std::vector<std::vector<float>>& a,
   }
 }
 
-Strategy with_replicas(int n) {
-  return MirroredStrategy({.devices = {&host_device()}, .replicas_per_device = n});
+Strategy with_replicas(int n, std::size_t bytes_per_pack = 0) {
+  return MirroredStrategy(
+      {.devices = {&host_device()}, .replicas_per_device = n, .bytes_per_pack = bytes_per_pack});
 }
 
 void check_equivalence(const std::function<Model()>& make, const Shape& example) {
@@ -92,8 +93,13 @@ void check_equivalence(const std::function<Model()>& make, const Shape& example)
   Model single = make();
   single.fit(x, y, {.batch_size = 24, .epochs = 1, .verbose = 0, .shuffle = false});
   const auto want = weights(single);
-  for (int n : {1, 2, 3, 4}) {
-    Strategy strategy = with_replicas(n);
+  // One bucket after backward (automatic), and buckets so small that every
+  // variable's gradient is summed on its own while backward goes on.
+  for (auto [n, bytes_per_pack] :
+       std::vector<std::pair<int, std::size_t>>{{1, 0}, {2, 0}, {3, 0}, {4, 0}, {2, 64}, {3, 64}}) {
+    Strategy strategy = with_replicas(n, bytes_per_pack);
+    const std::string what =
+        std::to_string(n) + " replicas, bytes_per_pack " + std::to_string(bytes_per_pack);
     Model model;
     {
       auto scope = strategy.scope();
@@ -104,7 +110,7 @@ void check_equivalence(const std::function<Model()>& make, const Shape& example)
         x, y,
         {.batch_size = 24, .epochs = 1, .verbose = 0, .callbacks = {check}, .shuffle = false});
     EXPECT_EQ(check->checked, 20);
-    expect_close(want, weights(model), 1e-5, std::to_string(n) + " replicas");
+    expect_close(want, weights(model), 1e-5, what);
     EXPECT_EQ(model.optimizer().iterations(), 20);
   }
 }

@@ -16,6 +16,7 @@
 // Higher-order gradients are not supported: gradient() records nothing.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <unordered_set>
 #include <vector>
@@ -39,6 +40,13 @@ class NoGradGuard {
 
 // What gradient() returns for a source the target does not depend on.
 enum class UnconnectedGradients { kNone, kZero };
+
+// Called by gradient() for source `index` as soon as its gradient is final
+// (no op left to walk contributes to it), while backward goes on: how a
+// strategy starts summing early gradients across replicas during backward
+// (optim's GradientReducer). Called exactly once per source, on the tape's
+// thread, with the value gradient() returns for it.
+using GradientReadyFn = std::function<void(std::size_t index, const Tensor& grad)>;
 
 class GradientTape : private detail::TapeRecorder {
  public:
@@ -64,6 +72,11 @@ class GradientTape : private detail::TapeRecorder {
                                UnconnectedGradients unconnected = UnconnectedGradients::kNone);
   std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable>& sources,
                                UnconnectedGradients unconnected = UnconnectedGradients::kNone);
+  // The same, announcing each source's gradient to `on_ready` when final.
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable>& sources,
+                               UnconnectedGradients unconnected, const GradientReadyFn& on_ready);
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources,
+                               UnconnectedGradients unconnected, const GradientReadyFn& on_ready);
   Tensor gradient(const Tensor& target, const Tensor& source,
                   UnconnectedGradients unconnected = UnconnectedGradients::kNone);
 

@@ -6,12 +6,21 @@
 // ReplicaContext and merge_call.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "lockstep/comm/communicator.h"
 #include "lockstep/core/replica.h"
 
 namespace lockstep::comm {
+
+// Gradient bucket size when a strategy does not set one: 0, automatic. For
+// replica threads that is one bucket after backward: with every core busy
+// computing there is no idle core to sum early buckets on, and measured on
+// the seed MLP (docs/benchmarks.md) 64 KiB–1 MiB buckets overlapped with
+// backward were 6–15% slower than one. Overlap pays where a collective waits
+// on a network (multi-worker).
+inline constexpr std::size_t kDefaultBytesPerPack = 0;
 
 struct ReplicaContextInfo {
   int replica_id = 0;
@@ -21,6 +30,9 @@ struct ReplicaContextInfo {
   // share of it, for scaling losses by the global batch size.
   std::int64_t global_batch_size = 0;
   std::int64_t local_batch_size = 0;
+  // Gradients are all-reduced in buckets of at most this many bytes (0:
+  // automatic), as tf.distribute's CommunicationOptions.bytes_per_pack.
+  std::size_t bytes_per_pack = kDefaultBytesPerPack;
 };
 
 // Null outside replica threads (cross-replica context).

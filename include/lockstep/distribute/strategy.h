@@ -135,6 +135,11 @@ struct MirroredStrategyOptions {
   // above the core count (each replica then gets a share of the threads).
   int replicas_per_device = 1;
   comm::Algorithm cross_device_ops = comm::Algorithm::kReduceScatterAllGather;
+  // Gradients are summed in buckets of at most this many bytes, each as soon
+  // as backward has produced it, as tf.distribute.experimental.
+  // CommunicationOptions(bytes_per_pack=...). 0: automatic (for replica
+  // threads, one bucket after backward: see comm/replica_context.h).
+  std::size_t bytes_per_pack = comm::kDefaultBytesPerPack;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
 };
 

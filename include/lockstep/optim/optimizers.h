@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "lockstep/autodiff/variable.h"
+#include "lockstep/optim/gradient_reduction.h"
 #include "lockstep/optim/schedules.h"
 
 namespace lockstep {
@@ -30,6 +31,12 @@ struct ClipOptions {
   double global_clipnorm = 0.0;  // > 0: scale all gradients so their joint norm is at most this
 };
 
+// How apply_gradients treats its gradients (Keras's keyword arguments).
+struct ApplyOptions {
+  // The gradients are already summed across replicas (GradientReduction).
+  bool skip_gradients_aggregation = false;
+};
+
 class OptimizerImpl {
  public:
   OptimizerImpl(std::string name, LearningRate learning_rate, ClipOptions clip,
@@ -39,12 +46,19 @@ class OptimizerImpl {
   // Applies one update. Gradients may be undefined (no gradient: skipped).
   //
   // On a replica thread of a strategy with several replicas the gradients
-  // are first summed across replicas (one all-reduce of a flat buffer), then
-  // each replica applies the identical update to its own copies, with its
-  // own slot variables — tf.distribute's merge_call, so any train_step or
-  // custom loop is synchronised by calling this. Mirrored variables must be
-  // updated on replica threads (strategy.run), never from outside.
-  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+  // are first summed across replicas (bucketed all-reduces, as
+  // GradientReduction), then each replica applies the identical update to
+  // its own copies, with its own slot variables — tf.distribute's
+  // merge_call, so any train_step or custom loop is synchronised by calling
+  // this. Mirrored variables must be updated on replica threads
+  // (strategy.run), never from outside.
+  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                       ApplyOptions options = {});
+
+  // Starts summing this replica's gradients of `vars` across replicas while
+  // backward runs (see gradient_reduction.h); inactive outside a replica
+  // context with several replicas. One at a time per replica.
+  GradientReduction start_gradient_reduction(const std::vector<Variable>& vars);
 
   // Updates applied so far (the step the schedule sees).
   std::int64_t iterations() const;
@@ -76,12 +90,10 @@ class OptimizerImpl {
   struct ReplicaState {
     std::unordered_map<std::uint64_t, VarSlots> var_slots;
     std::int64_t iterations = 0;
-    Tensor arena;  // gradients packed for the all-reduce, plus one "defined" flag each
+    detail::GradientBuckets buckets;  // this replica's gradient arena, in buckets
   };
   ReplicaState& replica_state(int replica);
   VarSlots& slots_for(ReplicaState& rs, int replica, const Variable& v);
-  void all_reduce_gradients(ReplicaState& rs, std::vector<Tensor>& grads,
-                            const std::vector<Variable>& vars);
 
   std::string name_;
   LearningRate learning_rate_;
@@ -97,8 +109,9 @@ class Optimizer {
  public:
   Optimizer() = default;
   explicit Optimizer(std::shared_ptr<OptimizerImpl> impl) : impl_(std::move(impl)) {}
-  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) const {
-    impl_->apply_gradients(grads, vars);
+  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                       ApplyOptions options = {}) const {
+    impl_->apply_gradients(grads, vars, options);
   }
   std::int64_t iterations() const { return impl_->iterations(); }
   double learning_rate() const { return impl_->learning_rate(); }

@@ -1,0 +1,83 @@
+// GradientReduction: sums a replica's gradients with the other replicas'
+// while backward is still running (the job of PyTorch DDP's reducer, here
+// owned by the optimizer, where the cross-replica sum already lives).
+//
+// Gradients are copied into a flat per-replica arena, laid out in reverse
+// variable order (the order backward produces them) and cut into buckets of
+// at most `bytes_per_pack` bytes (the strategy's CommunicationOptions). A
+// bucket is posted as an asynchronous all-reduce as soon as all of its
+// gradients are in; buckets are posted in one fixed order on every replica
+// whatever order their gradients arrive in, so the collectives match.
+//
+//   auto reduction = optimizer->start_gradient_reduction(vars);
+//   auto grads = tape.gradient(loss, vars, UnconnectedGradients::kNone, reduction.listener());
+//   grads = reduction.finish(std::move(grads));
+//   optimizer.apply_gradients(grads, vars, {.skip_gradients_aggregation = reduction.active()});
+//
+// Outside a replica context with several replicas it is inactive: the
+// listener is empty and finish() returns the gradients it is given.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/comm/communicator.h"
+
+namespace lockstep {
+
+namespace detail {
+// A replica's reusable bucket layout and arena (kept by the optimizer per
+// replica, rebuilt when the variable list or the bucket size changes).
+struct GradientBuckets {
+  struct Bucket {
+    std::int64_t begin = 0, end = 0;  // arena range: gradients, then one flag per variable
+    std::vector<std::size_t> vars;
+    int pending = 0;
+    comm::WorkHandle work;
+  };
+  std::vector<std::uint64_t> var_ids;
+  std::size_t bytes_per_pack = 0;
+  Tensor arena;
+  std::vector<std::int64_t> offset;    // per variable: its gradient's place in the arena
+  std::vector<std::int64_t> flag;      // per variable: its "has a gradient" flag's place
+  std::vector<std::size_t> bucket_of;  // per variable
+  std::vector<char> added;             // per variable, this step
+  std::vector<Bucket> buckets;         // in posting order
+  std::size_t next_post = 0;
+};
+}  // namespace detail
+
+class GradientReduction {
+ public:
+  GradientReduction() = default;  // inactive
+  // `bytes_per_pack` 0 (automatic): one bucket for all gradients.
+  GradientReduction(detail::GradientBuckets* buckets, comm::Communicator* comm,
+                    const std::vector<Variable>& vars, std::size_t bytes_per_pack);
+  GradientReduction(GradientReduction&&) = default;
+  GradientReduction& operator=(GradientReduction&&) = default;
+  // Waits for what was posted, so no collective is left half-seen by the
+  // other replicas (errors are dropped here: finish() reports them).
+  ~GradientReduction();
+
+  bool active() const { return buckets_ != nullptr; }
+  // For GradientTape::gradient; empty when inactive.
+  GradientReadyFn listener();
+  // Variable i's local gradient (undefined: none). Posts every bucket that
+  // is complete and next in order.
+  void add(std::size_t i, const Tensor& grad);
+  // Adds what is missing as "no gradient", waits for every bucket, and
+  // returns the sums: views into the arena (valid until the next reduction
+  // on this replica), undefined where no replica had a gradient.
+  std::vector<Tensor> finish(std::vector<Tensor> local);
+
+ private:
+  void post_ready_buckets();
+
+  detail::GradientBuckets* buckets_ = nullptr;
+  comm::Communicator* comm_ = nullptr;
+  std::vector<Variable> vars_;
+};
+
+}  // namespace lockstep

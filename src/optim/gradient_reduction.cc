@@ -1,0 +1,145 @@
+// GradientReduction: buckets of gradients all-reduced while backward runs.
+#include "lockstep/optim/gradient_reduction.h"
+
+#include <cstring>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep {
+namespace {
+
+// Lays the arena out in reverse variable order (backward's order), cutting
+// a bucket before a gradient that would take it past the cap. Each bucket is
+// one contiguous range: its gradients, then its variables' flags.
+void lay_out(detail::GradientBuckets& b, const std::vector<Variable>& vars,
+             std::size_t bytes_per_pack) {
+  const std::size_t n = vars.size();
+  b.var_ids.clear();
+  for (const Variable& v : vars) b.var_ids.push_back(v.id());
+  b.bytes_per_pack = bytes_per_pack;
+  b.offset.assign(n, 0);
+  b.flag.assign(n, 0);
+  b.bucket_of.assign(n, 0);
+  b.buckets.clear();
+  std::vector<std::vector<std::size_t>> groups;
+  std::size_t bytes = 0;
+  for (std::size_t k = n; k-- > 0;) {
+    const std::size_t var_bytes = static_cast<std::size_t>(vars[k].shape().numel()) * sizeof(float);
+    if (groups.empty() || (bytes_per_pack > 0 && bytes > 0 && bytes + var_bytes > bytes_per_pack)) {
+      groups.emplace_back();
+      bytes = 0;
+    }
+    groups.back().push_back(k);
+    bytes += var_bytes;
+  }
+  std::int64_t at = 0;
+  for (auto& group : groups) {
+    detail::GradientBuckets::Bucket bucket;
+    bucket.begin = at;
+    for (std::size_t k : group) {
+      b.offset[k] = at;
+      at += vars[k].shape().numel();
+    }
+    for (std::size_t k : group) {
+      b.flag[k] = at++;
+      b.bucket_of[k] = b.buckets.size();
+    }
+    bucket.end = at;
+    bucket.vars = std::move(group);
+    b.buckets.push_back(std::move(bucket));
+  }
+  b.arena = Tensor::empty({at});
+}
+
+}  // namespace
+
+GradientReduction::GradientReduction(detail::GradientBuckets* buckets, comm::Communicator* comm,
+                                     const std::vector<Variable>& vars, std::size_t bytes_per_pack)
+    : buckets_(buckets), comm_(comm), vars_(vars) {
+  detail::GradientBuckets& b = *buckets_;
+  bool same =
+      b.arena.defined() && b.bytes_per_pack == bytes_per_pack && b.var_ids.size() == vars.size();
+  for (std::size_t i = 0; same && i < vars.size(); ++i) same = b.var_ids[i] == vars[i].id();
+  if (!same) lay_out(b, vars, bytes_per_pack);
+  b.added.assign(vars.size(), 0);
+  for (auto& bucket : b.buckets) {
+    bucket.pending = static_cast<int>(bucket.vars.size());
+    bucket.work.reset();
+  }
+  b.next_post = 0;
+}
+
+GradientReduction::~GradientReduction() {
+  if (!buckets_) return;
+  for (auto& bucket : buckets_->buckets) {
+    if (!bucket.work) continue;
+    try {
+      bucket.work->wait();
+    } catch (const std::exception&) {
+      // The group is failing; whoever failed reports why.
+    }
+    bucket.work.reset();
+  }
+}
+
+GradientReadyFn GradientReduction::listener() {
+  if (!active()) return nullptr;
+  return [this](std::size_t i, const Tensor& grad) { add(i, grad); };
+}
+
+void GradientReduction::add(std::size_t i, const Tensor& grad) {
+  detail::GradientBuckets& b = *buckets_;
+  LOCKSTEP_CHECK_AS(IndexError, i < vars_.size(), "GradientReduction: variable index ", i,
+                    " out of range for ", vars_.size(), " variables");
+  if (b.added[i]) return;
+  float* arena = b.arena.data<float>();
+  const Variable& v = vars_[i];
+  const auto n = static_cast<std::size_t>(v.shape().numel());
+  if (grad.defined()) {
+    LOCKSTEP_CHECK_AS(ShapeError, grad.shape() == v.shape(), "gradient ", grad.shape(),
+                      " does not match variable '", v.name(), "' of shape ", v.shape());
+    if (n > 0) std::memcpy(arena + b.offset[i], grad.data<float>(), n * sizeof(float));
+    arena[b.flag[i]] = 1.0f;
+  } else {
+    if (n > 0) std::memset(arena + b.offset[i], 0, n * sizeof(float));
+    arena[b.flag[i]] = 0.0f;
+  }
+  b.added[i] = 1;
+  --b.buckets[b.bucket_of[i]].pending;
+  post_ready_buckets();
+}
+
+void GradientReduction::post_ready_buckets() {
+  detail::GradientBuckets& b = *buckets_;
+  float* arena = b.arena.data<float>();
+  while (b.next_post < b.buckets.size() && b.buckets[b.next_post].pending == 0) {
+    auto& bucket = b.buckets[b.next_post++];
+    bucket.work = comm_->all_reduce_async(arena + bucket.begin,
+                                          static_cast<std::size_t>(bucket.end - bucket.begin),
+                                          comm::ReduceOp::kSum);
+  }
+}
+
+std::vector<Tensor> GradientReduction::finish(std::vector<Tensor> local) {
+  if (!active()) return local;
+  detail::GradientBuckets& b = *buckets_;
+  LOCKSTEP_CHECK(local.size() == vars_.size(), "GradientReduction: got ", local.size(),
+                 " gradients for ", vars_.size(), " variables");
+  for (std::size_t i = 0; i < vars_.size(); ++i) {
+    if (!b.added[i]) add(i, local[i]);
+  }
+  for (auto& bucket : b.buckets) {
+    bucket.work->wait();
+    bucket.work.reset();
+  }
+  const float* arena = b.arena.data<float>();
+  std::vector<Tensor> summed(vars_.size());
+  for (std::size_t i = 0; i < vars_.size(); ++i) {
+    if (arena[b.flag[i]] > 0)
+      summed[i] = b.arena.view_rows(b.offset[i], b.offset[i] + vars_[i].shape().numel())
+                      .view_as(vars_[i].shape());
+  }
+  return summed;
+}
+
+}  // namespace lockstep
