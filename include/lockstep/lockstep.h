@@ -32,6 +32,8 @@
 #include "lockstep/tensor/random.h"
 #include "lockstep/tensor/tensor.h"
 #include "lockstep/train/callbacks.h"
+#include "lockstep/train/checkpoint.h"
 #include "lockstep/train/logs.h"
 #include "lockstep/train/model.h"
 #include "lockstep/train/progbar.h"
+#include "lockstep/train/standard_callbacks.h"

@@ -46,6 +46,17 @@ bool parse_dtype(const std::string& s, DType& out) {
   return false;
 }
 
+constexpr const char* kHeaderChecksumKey = "lockstep/header_crc32c";
+
+// Where the 8 hex digits of the header checksum start in the header text
+// (npos: the header has none — a file from another writer).
+std::size_t header_checksum_position(const std::string& text) {
+  const std::string key = std::string("\"") + kHeaderChecksumKey + "\":\"";
+  const std::size_t at = text.find(key);
+  if (at == std::string::npos || at + key.size() + 8 > text.size()) return std::string::npos;
+  return at + key.size();
+}
+
 std::string hex32(std::uint32_t v) {
   char buf[9];
   std::snprintf(buf, sizeof(buf), "%08x", v);
@@ -78,18 +89,25 @@ void write_safetensors(const std::string& path,
     meta["crc32c/" + name] = hex32(crc32c(t.raw_data(), t.nbytes()));
     offset += t.nbytes();
   }
+  meta[kHeaderChecksumKey] = std::string(8, '0');  // placeholder, patched below
   header["__metadata__"] = meta;
   std::string text = header.dump();
   while ((8 + text.size()) % 8 != 0) text += ' ';  // data starts 8-byte aligned
-  std::string contents(8, '\0');
+  std::string prefix(8, '\0');
   const std::uint64_t n = text.size();
   for (int i = 0; i < 8; ++i)
-    contents[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
-  contents += text;
-  contents.reserve(contents.size() + offset);
-  for (const auto& [name, t] : tensors)
-    contents.append(static_cast<const char*>(t.raw_data()), t.nbytes());
-  atomic_write(path, contents);
+    prefix[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  // The header's own checksum covers the length and every header byte
+  // (with its own 8 digits as zeros), so no flipped byte there goes unseen.
+  const std::size_t at = header_checksum_position(text);
+  text.replace(at, 8, hex32(crc32c(text.data(), text.size(), crc32c(prefix.data(), 8))));
+  AtomicFileWriter out(path);
+  out.write(prefix.data(), prefix.size());
+  out.write(text.data(), text.size());
+  for (const auto& [name, t] : tensors) {
+    if (t.nbytes() > 0) out.write(t.raw_data(), t.nbytes());
+  }
+  out.commit();
 }
 
 TensorFile read_safetensors(const std::string& path) {
@@ -108,6 +126,16 @@ TensorFile read_safetensors(const std::string& path) {
                     header_len, " bytes but only ", file_size - 8, " follow");
   std::string text(header_len, '\0');
   in.read(text.data(), static_cast<std::streamsize>(header_len));
+  bool header_checked = false;
+  if (const std::size_t at = header_checksum_position(text); at != std::string::npos) {
+    const std::string stored = text.substr(at, 8);
+    std::string zeroed = text;
+    zeroed.replace(at, 8, std::string(8, '0'));
+    const std::string actual = hex32(crc32c(zeroed.data(), zeroed.size(), crc32c(len_bytes, 8)));
+    LOCKSTEP_CHECK_AS(IOError, stored == actual, path, ": bytes 0 to ", 8 + header_len - 1,
+                      ": the header is corrupt (header crc32c ", actual, ", stored ", stored, ")");
+    header_checked = true;
+  }
   json header;
   try {
     header = json::parse(text);
@@ -132,6 +160,8 @@ TensorFile read_safetensors(const std::string& path) {
                         "' is not a string");
       if (k.rfind("crc32c/", 0) == 0) {
         checksums[k.substr(7)] = v.get<std::string>();
+      } else if (k == kHeaderChecksumKey) {
+        continue;
       } else {
         file.metadata[k] = v.get<std::string>();
       }
@@ -196,6 +226,15 @@ TensorFile read_safetensors(const std::string& path) {
     }
     file.tensors.emplace_back(name, t);
   }
+  if (header_checked) {
+    // Our writer leaves no byte unaccounted for: a file longer than its
+    // tensors was appended to (or the header lies about the sizes).
+    std::uint64_t used = 0;
+    for (const auto& [b, e] : ranges) used += e - b;
+    LOCKSTEP_CHECK_AS(IOError, used == data_size, path, ": byte ", data_start + used,
+                      ": the data section holds ", data_size, " bytes but the tensors use ", used);
+  }
+  file.header_checked = header_checked;
   for (const auto& [name, crc] : checksums) {
     LOCKSTEP_CHECK_AS(IOError, header.contains(name), path,
                       ": the metadata has a checksum for tensor '", name,

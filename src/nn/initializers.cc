@@ -78,6 +78,13 @@ namespace detail {
 std::pair<std::uint64_t, std::uint64_t> next_global_random_key() {
   return {g_seed.load(), g_stream.fetch_add(1)};
 }
+std::pair<std::uint64_t, std::uint64_t> global_random_state() {
+  return {g_seed.load(), g_stream.load()};
+}
+void set_global_random_state(std::uint64_t seed, std::uint64_t next_stream) {
+  g_seed.store(seed);
+  g_stream.store(next_stream);
+}
 }  // namespace detail
 
 namespace initializers {

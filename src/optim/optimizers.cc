@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 
 #include "core/simd.h"
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/comm/replica_context.h"
 #include "lockstep/core/denormals.h"
+#include "lockstep/core/replica.h"
 #include "lockstep/tensor/ops.h"
 
 namespace lockstep {
@@ -50,17 +52,102 @@ OptimizerImpl::VarSlots& OptimizerImpl::slots_for(ReplicaState& rs, int replica,
                                                   const Variable& v) {
   auto [it, inserted] = rs.var_slots.try_emplace(v.id());
   if (inserted) {
+    const std::vector<Tensor>* restored = nullptr;
+    {
+      std::lock_guard lk(replicas_mu_);
+      auto r = restored_.find(v.id());
+      if (r != restored_.end()) restored = &r->second;
+    }
     for (int i = 0; i < num_slots(); ++i) {
       // On a replica thread this makes the replica's own slot, on its device.
+      Tensor initial = restored ? (*restored)[static_cast<std::size_t>(i)].copy()
+                                : Tensor::full(v.shape(), slot_initial_value(i));
       Variable slot = create_variable(
-          Tensor::full(v.shape(), slot_initial_value(i)),
-          {.name = name_ + "/" + v.name() + "_" + slot_name(i), .trainable = false});
+          initial, {.name = name_ + "/" + v.name() + "_" + slot_name(i), .trainable = false});
       it->second.slots.push_back(slot);
       it->second.buffers.push_back(static_cast<float*>(slot.value().raw_data()));
       if (replica == 0) slots_.push_back(slot);
     }
   }
   return it->second;
+}
+
+std::vector<std::pair<std::string, Tensor>> OptimizerImpl::slot_values(
+    const std::vector<Variable>& vars) const {
+  std::lock_guard lk(replicas_mu_);
+  const ReplicaState& rs = replicas_.front();
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (std::size_t k = 0; k < vars.size(); ++k) {
+    const Variable& v = vars[k];
+    const std::string prefix = std::to_string(k) + "/";
+    auto it = rs.var_slots.find(v.id());
+    if (it == rs.var_slots.end()) {
+      // Restored but not created yet: what was restored is the state.
+      auto r = restored_.find(v.id());
+      if (r == restored_.end()) continue;
+      for (int i = 0; i < num_slots(); ++i)
+        out.emplace_back(prefix + slot_name(i), r->second[static_cast<std::size_t>(i)]);
+      continue;
+    }
+    for (int i = 0; i < num_slots(); ++i)
+      out.emplace_back(prefix + slot_name(i),
+                       it->second.slots[static_cast<std::size_t>(i)].replica_value(0));
+  }
+  return out;
+}
+
+void OptimizerImpl::restore_slot_values(const std::vector<Variable>& vars,
+                                        const std::map<std::string, Tensor>& values) {
+  std::unordered_map<std::uint64_t, std::vector<Tensor>> restored;
+  std::size_t used = 0;
+  for (std::size_t k = 0; k < vars.size(); ++k) {
+    const Variable& v = vars[k];
+    std::vector<Tensor> slots;
+    for (int i = 0; i < num_slots(); ++i) {
+      const std::string key = std::to_string(k) + "/" + slot_name(i);
+      auto it = values.find(key);
+      if (it == values.end()) break;
+      LOCKSTEP_CHECK_AS(ShapeError, it->second.shape() == v.shape(), name_, ": slot '",
+                        slot_name(i), "' of variable ", k, " ('", v.name(), "') has shape ",
+                        it->second.shape(), " but the variable has shape ", v.shape());
+      slots.push_back(it->second.to(DType::kFloat32));
+    }
+    if (slots.empty()) continue;
+    LOCKSTEP_CHECK(static_cast<int>(slots.size()) == num_slots(), name_, ": variable ", k, " ('",
+                   v.name(), "') has ", slots.size(), " of its ", num_slots(),
+                   " slots in the checkpoint");
+    used += slots.size();
+    // A mirrored variable has one id per copy, and each replica finds its
+    // slots by its own copy's id.
+    for (int r = 0; r < std::max(1, v.num_replicas()); ++r) {
+      ReplicaIdScope on(v.is_mirrored() ? r : current_replica_id());
+      restored[v.id()] = slots;
+    }
+  }
+  LOCKSTEP_CHECK(used == values.size(), name_, ": the checkpoint holds ", values.size(),
+                 " optimizer slots, of which ", used, " match this optimizer (", num_slots(),
+                 " per variable, ", vars.size(), " variables): another optimizer or model");
+  std::lock_guard lk(replicas_mu_);
+  for (ReplicaState& rs : replicas_) {
+    for (auto& [id, var_slots] : rs.var_slots) {
+      auto r = restored.find(id);
+      if (r == restored.end()) continue;
+      for (std::size_t i = 0; i < var_slots.slots.size(); ++i) {
+        const Tensor& src = r->second[i];
+        std::memcpy(var_slots.buffers[i], src.raw_data(), src.nbytes());
+      }
+    }
+  }
+  for (auto& [id, slots] : restored) restored_[id] = std::move(slots);
+}
+
+std::string OptimizerImpl::config_json() const {
+  std::ostringstream out;
+  out << "{\"name\": \"" << name_ << "\", \"learning_rate\": " << learning_rate()
+      << ", \"weight_decay\": " << weight_decay_ << ", \"clipnorm\": " << clip_.clipnorm
+      << ", \"clipvalue\": " << clip_.clipvalue
+      << ", \"global_clipnorm\": " << clip_.global_clipnorm << "}";
+  return out.str();
 }
 
 GradientReduction OptimizerImpl::start_gradient_reduction(const std::vector<Variable>& vars) {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <functional>
+#include <tuple>
 
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/comm/replica_context.h"
@@ -33,6 +35,10 @@ struct Model::TrainState {
   // Under a strategy with several replicas: each replica's own metrics, in
   // metrics() order, merged into the primary ones when read.
   std::vector<std::vector<Metric>> replica_metrics;
+  // While fit runs: where it is (for checkpoints). Set by a callback in
+  // on_train_begin: where the starting fit continues from.
+  std::function<TrainingSnapshot()> snapshot;
+  std::optional<TrainingSnapshot> resume;
 };
 
 namespace {
@@ -262,8 +268,19 @@ void Model::reset_metrics() const {
   }
 }
 
+const distribute::Strategy& Model::distribute_strategy() const { return state().strategy; }
+
 void Model::stop_training() const { state().stop = true; }
 bool Model::stop_training_requested() const { return state().stop; }
+
+std::optional<TrainingSnapshot> Model::training_snapshot() const {
+  if (!state().snapshot) return std::nullopt;
+  return state().snapshot();
+}
+
+void Model::resume_training_from(TrainingSnapshot snapshot) const {
+  state().resume = std::move(snapshot);
+}
 
 namespace {
 
@@ -450,6 +467,11 @@ class BatchSource {
   virtual std::int64_t steps() const = 0;
   virtual void start_epoch(int epoch) = 0;
   virtual std::optional<Batch> next(std::int64_t step) = 0;
+  // The position after the batches of `epoch` taken so far, and back.
+  virtual data::IteratorState save_state(int epoch) = 0;
+  // Positions the source at `step` batches into `epoch` (instead of
+  // start_epoch), from save_state's result.
+  virtual void restore_state(int epoch, std::int64_t step, const data::IteratorState& state) = 0;
 };
 
 class TensorBatches final : public BatchSource {
@@ -470,6 +492,24 @@ class TensorBatches final : public BatchSource {
   std::int64_t steps() const override { return steps_; }
   void start_epoch(int epoch) override {
     if (shuffle_) order_ = permutation(n_, seed_, stream_ + static_cast<std::uint64_t>(epoch));
+  }
+  data::IteratorState save_state(int epoch) override {
+    data::IteratorState st;
+    st.json = {{"source", "tensors"}, {"examples", n_}, {"batch_size", batch_size_},
+               {"shuffle", shuffle_}, {"seed", seed_},  {"stream", stream_},
+               {"epoch", epoch}};
+    return st;
+  }
+  void restore_state(int epoch, std::int64_t, const data::IteratorState& st) override {
+    const auto& j = st.json;
+    LOCKSTEP_CHECK(
+        j.value("source", "") == "tensors" && j.value("examples", -1) == n_ &&
+            j.value("batch_size", -1) == batch_size_ && j.value("shuffle", !shuffle_) == shuffle_,
+        "fit: the saved input position is for other data (", j.dump(), "); this fit has ", n_,
+        " examples in batches of ", batch_size_, shuffle_ ? ", shuffled" : "");
+    seed_ = j.at("seed").get<std::uint64_t>();
+    stream_ = j.at("stream").get<std::uint64_t>();
+    start_epoch(epoch);
   }
   std::optional<Batch> next(std::int64_t step) override {
     if (step >= steps_) return std::nullopt;
@@ -524,8 +564,10 @@ class DatasetBatches final : public BatchSource {
   void start_epoch(int epoch) override {
     // Without a step count every epoch is a full pass over a new iterator
     // (keyed by the epoch); with one, a single iterator runs on across epochs.
-    if (fixed_steps_ == 0 || !it_)
-      it_ = ds_.make_iterator({.epoch = static_cast<std::uint64_t>(epoch)});
+    if (fixed_steps_ == 0 || !it_) {
+      it_epoch_ = static_cast<std::uint64_t>(epoch);
+      it_ = ds_.make_iterator({.epoch = it_epoch_});
+    }
   }
   std::optional<Batch> next(std::int64_t step) override {
     if (steps_ > 0 && step >= steps_) return std::nullopt;
@@ -538,6 +580,22 @@ class DatasetBatches final : public BatchSource {
   }
   // A fixed step count that the data could not supply.
   bool exhausted() const { return exhausted_; }
+  data::IteratorState save_state(int) override {
+    data::IteratorState st = it_->save();
+    st.json = {{"source", "dataset"}, {"iterator_epoch", it_epoch_}, {"iterator", st.json}};
+    return st;
+  }
+  void restore_state(int epoch, std::int64_t step, const data::IteratorState& st) override {
+    LOCKSTEP_CHECK(st.json.value("source", "") == "dataset", op_,
+                   ": the saved input position is not a dataset's (", st.json.dump(), ")");
+    if (fixed_steps_ == 0 && step == 0) {
+      start_epoch(epoch);  // a whole new pass: nothing to restore
+      return;
+    }
+    it_epoch_ = st.json.at("iterator_epoch").get<std::uint64_t>();
+    it_ = ds_.make_iterator({.epoch = it_epoch_});
+    it_->restore({st.json.at("iterator"), st.tensors});
+  }
 
  private:
   Batch split(const data::Element& e, std::int64_t step) const {
@@ -587,11 +645,30 @@ class DatasetBatches final : public BatchSource {
   bool needs_targets_;
   bool exhausted_ = false;
   std::optional<data::Iterator> it_;
+  std::uint64_t it_epoch_ = 0;  // the key the iterator was made with
 };
 
 }  // namespace
 
 // ---- fit / evaluate / predict ----
+
+namespace {
+
+// Puts saved (merged) metric states back: into the primary metrics and, under
+// a strategy, into replica 0's (the others start empty; the sum is the same).
+void restore_metrics(const Model& m,
+                     const std::vector<std::pair<std::string, std::vector<double>>>& saved) {
+  const std::vector<Metric> all = m.metrics();
+  LOCKSTEP_CHECK(saved.size() == all.size(), "fit: the checkpoint has ", saved.size(),
+                 " metric states but the model tracks ", all.size(), " metrics");
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    LOCKSTEP_CHECK(saved[i].first == all[i].name(), "fit: the checkpoint's metric ", i, " is '",
+                   saved[i].first, "' but the model's is '", all[i].name(), "'");
+    all[i].impl()->set_state(saved[i].second);
+  }
+}
+
+}  // namespace
 
 struct Model::Loops {
   static History fit(Model& m, BatchSource& train, const std::optional<ValidationData>& val,
@@ -842,13 +919,59 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
       o.callbacks, &m, {.epochs = o.epochs, .steps = train.steps(), .verbose = verbose}, true);
 
   s.stop = false;
+  s.resume.reset();
+  // Where training is, for checkpoints taken by callbacks: `done` batches of
+  // `at_epoch` applied (at an epoch's end: 0 of the next).
+  int at_epoch = o.initial_epoch;
+  std::int64_t done = 0;
+  s.snapshot = [&] {
+    TrainingSnapshot snap;
+    snap.epoch = at_epoch;
+    snap.step = done;
+    snap.input = train.save_state(at_epoch);
+    (void)m.get_metrics_result();  // merges the replicas' metrics into the primary ones
+    for (const Metric& metric : m.metrics())
+      snap.metrics.emplace_back(metric.name(), metric.impl()->state());
+    std::tie(snap.random_seed, snap.random_stream) = detail::global_random_state();
+    return snap;
+  };
+  struct ForgetSnapshot {
+    TrainState& s;
+    ~ForgetSnapshot() {
+      s.snapshot = nullptr;
+      s.resume.reset();
+    }
+  } forget{s};
   callbacks.each([](Callback& cb) { cb.on_train_begin({}); });
+  std::optional<TrainingSnapshot> resume = std::move(s.resume);
+  s.resume.reset();
+  int first_epoch = o.initial_epoch;
+  if (resume) {
+    LOCKSTEP_CHECK(resume->epoch >= 0 && resume->step >= 0, "fit: cannot resume at epoch ",
+                   resume->epoch, ", batch ", resume->step);
+    first_epoch = resume->epoch;
+    detail::set_global_random_state(resume->random_seed, resume->random_stream);
+  }
   Logs epoch_logs;
-  for (int epoch = o.initial_epoch; epoch < o.epochs; ++epoch) {
+  for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
+    const bool resuming = resume && epoch == resume->epoch;
+    at_epoch = epoch;
+    done = resuming ? resume->step : 0;
     m.reset_metrics();
+    if (resuming && resume->step > 0) {
+      restore_metrics(m, resume->metrics);
+      if (!s.replica_metrics.empty()) {  // merged on read: replica 0 holds the sum so far
+        for (std::size_t i = 0; i < resume->metrics.size(); ++i)
+          s.replica_metrics[0].at(i).impl()->set_state(resume->metrics[i].second);
+      }
+    }
     callbacks.each([&](Callback& cb) { cb.on_epoch_begin(epoch, {}); });
-    train.start_epoch(epoch);
-    for (std::int64_t step = 0;; ++step) {
+    if (resuming) {
+      train.restore_state(epoch, resume->step, resume->input);
+    } else {
+      train.start_epoch(epoch);
+    }
+    for (std::int64_t step = done;; ++step) {
       std::optional<Batch> batch;
       try {
         batch = train.next(step);
@@ -872,6 +995,7 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
         detail::rethrow_with_prefix("fit: epoch " + std::to_string(epoch + 1) + ", batch " +
                                     std::to_string(step) + batch->where + ": ");
       }
+      done = step + 1;
       callbacks.each([&](Callback& cb) { cb.on_train_batch_end(step, logs); });
       if (s.stop) break;
     }
@@ -905,6 +1029,8 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
       callbacks.each([&](Callback& cb) { cb.on_test_end(val_logs); });
       for (const auto& [k, v] : val_logs) epoch_logs.set("val_" + k, v);
     }
+    at_epoch = epoch + 1;  // a checkpoint taken now starts the next epoch
+    done = 0;
     callbacks.each([&](Callback& cb) { cb.on_epoch_end(epoch, epoch_logs); });
     if (s.stop) break;
   }

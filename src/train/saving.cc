@@ -1,4 +1,6 @@
 // Saving and loading models: JSON config + weights in one safetensors file.
+#include "train/saving.h"
+
 #include <nlohmann/json.hpp>
 
 #include "lockstep/io/safetensors.h"
@@ -51,6 +53,10 @@ LayerConfig config_from_json(const json& j, const std::string& where) {
 json layer_json(const LayerImpl& layer) {
   return {{"class_name", layer.class_name()}, {"config", config_to_json(layer.get_config())}};
 }
+
+}  // namespace
+
+namespace detail {
 
 json model_config(const LayerImpl& net) {
   if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) {
@@ -189,7 +195,12 @@ void assign_weights(const LayerImpl& net, const io::TensorFile& file, const std:
   }
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::assign_weights;
+using detail::model_config;
+using detail::model_from_config;
+using detail::named_weights;
 
 void Model::save(const std::string& path) const {
   LOCKSTEP_CHECK(defined(), "save: the model is undefined");

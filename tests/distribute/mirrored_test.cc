@@ -7,9 +7,14 @@
 
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/lockstep.h"
+#include "support/weights.h"
 
 namespace lockstep {
 namespace {
+
+using testing_support::expect_bitwise;
+using testing_support::expect_close;
+using testing_support::weights;
 
 using distribute::MirroredStrategy;
 using distribute::Strategy;
@@ -64,24 +69,6 @@ struct ReplicasIdentical : Callback {
     ++checked;
   }
 };
-
-std::vector<std::vector<float>> weights(const Model& m) {
-  std::vector<std::vector<float>> out;
-  for (const Variable& v : m.impl()->weights())
-    out.push_back(v.replica_value(0).to_vector<float>());
-  return out;
-}
-
-void expect_close(const std::vector<std::vector<float>>& a,
-                  const std::vector<std::vector<float>>& b, double rel, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    ASSERT_EQ(a[i].size(), b[i].size());
-    for (std::size_t j = 0; j < a[i].size(); ++j)
-      ASSERT_NEAR(a[i][j], b[i][j], rel * std::max(1.0f, std::abs(a[i][j])))
-          << what << ": weight " << i << " element " << j;
-  }
-}
 
 Strategy with_replicas(int n, std::size_t bytes_per_pack = 0) {
   return MirroredStrategy(

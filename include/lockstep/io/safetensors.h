@@ -5,7 +5,9 @@
 //  ..., "__metadata__": {"key": "value", ...}} — then the raw little-endian
 // data. Python's `safetensors` and any other reader of the format open our
 // files. Lockstep adds a CRC32C of every tensor to the metadata
-// ("crc32c/<name>") and verifies it on read.
+// ("crc32c/<name>") and one of the header itself ("lockstep/header_crc32c",
+// computed with its own digits as zeros), and verifies both on read, so
+// every flipped byte and every truncation of a file we wrote is detected.
 //
 // Writes are atomic: a temporary file in the same directory, fsync'd,
 // renamed over the final name, then the directory fsync'd — a crash leaves
@@ -26,7 +28,9 @@ namespace lockstep::io {
 struct TensorFile {
   std::string path;
   std::vector<std::pair<std::string, Tensor>> tensors;  // in file order
-  std::map<std::string, std::string> metadata;          // without the crc32c entries
+  std::map<std::string, std::string> metadata;          // without the checksum entries
+  // The header carried Lockstep's checksum (files from other writers may not).
+  bool header_checked = false;
   const Tensor& at(const std::string& name) const;
 };
 

@@ -85,6 +85,9 @@ Regularizer L1L2(float l1 = 0.0f, float l2 = 0.0f);
 namespace detail {
 // (seed, stream) for the next unseeded random draw.
 std::pair<std::uint64_t, std::uint64_t> next_global_random_key();
+// The whole global state, (seed, next stream), for checkpoints.
+std::pair<std::uint64_t, std::uint64_t> global_random_state();
+void set_global_random_state(std::uint64_t seed, std::uint64_t next_stream);
 }  // namespace detail
 
 }  // namespace lockstep

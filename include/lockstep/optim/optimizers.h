@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -67,8 +68,23 @@ class OptimizerImpl {
   double learning_rate() const { return learning_rate_.at(iterations()); }
   void set_learning_rate(LearningRate lr) { learning_rate_ = std::move(lr); }
   const std::string& name() const { return name_; }
-  // Slot variables in creation order (for checkpoints).
+  // Slot variables in creation order (replica 0's).
   const std::vector<Variable>& variables() const { return slots_; }
+
+  // Checkpoints, topology-free: the slot values of `vars` named
+  // "<index in vars>/<slot name>" (replica 0's: every replica holds the
+  // same), for the variables that have slots yet. By position, as
+  // TensorFlow's object-based checkpoints: layer names differ between
+  // processes (dense_4 vs dense), the model's structure does not.
+  std::vector<std::pair<std::string, Tensor>> slot_values(const std::vector<Variable>& vars) const;
+  // Sets slot values by those names on every replica that has slots now and
+  // on every replica that creates them later (under any replica count).
+  // Slots that match no variable are a ValueError, a shape that differs a
+  // ShapeError; nothing is set then.
+  void restore_slot_values(const std::vector<Variable>& vars,
+                           const std::map<std::string, Tensor>& values);
+  // Keras's optimizer config: name, learning rate (now), options.
+  virtual std::string config_json() const;
 
  protected:
   // Per-variable state: created on first use by create_slots.
@@ -102,6 +118,9 @@ class OptimizerImpl {
   mutable std::mutex replicas_mu_;
   std::deque<ReplicaState> replicas_{1};  // a deque: references stay valid as it grows
   std::vector<Variable> slots_;           // replica 0's
+  // Restored slot values by variable id, for replicas that have not created
+  // their slots yet (they start from these instead of the initial value).
+  std::unordered_map<std::uint64_t, std::vector<Tensor>> restored_;
 };
 
 // A handle to an OptimizerImpl; copies share it.

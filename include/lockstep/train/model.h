@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "lockstep/data/dataset.h"
+#include "lockstep/distribute/strategy.h"
 #include "lockstep/nn/layer.h"
 #include "lockstep/nn/losses.h"
 #include "lockstep/nn/metrics.h"
@@ -103,6 +104,17 @@ struct PredictOptions {
   std::vector<std::shared_ptr<Callback>> callbacks;
 };
 
+// Where fit is, between two batches: everything besides the weights and
+// the optimizer that an exact resume needs. Topology-free (metric states are
+// merged across replicas).
+struct TrainingSnapshot {
+  int epoch = 0;              // the epoch in progress, or the next to start
+  std::int64_t step = 0;      // batches of that epoch already applied
+  data::IteratorState input;  // the training data's position
+  std::vector<std::pair<std::string, std::vector<double>>> metrics;  // metrics() order
+  std::uint64_t random_seed = 0, random_stream = 0;                  // the global random state
+};
+
 class Model : public Layer {
  public:
   Model() = default;
@@ -167,6 +179,9 @@ class Model : public Layer {
   void reset_metrics() const;
   std::vector<Metric> metrics() const;
   const Optimizer& optimizer() const;
+  // Keras's model.distribute_strategy: the strategy the model was created
+  // under (or compiled under, if that was none).
+  const distribute::Strategy& distribute_strategy() const;
 
   // Keras's table of layers, output shapes and parameter counts, then the
   // total / trainable / non-trainable (and optimizer) parameter counts.
@@ -187,6 +202,14 @@ class Model : public Layer {
   // Callbacks call this to end fit after the current batch.
   void stop_training() const;
   bool stop_training_requested() const;
+
+  // Exact resume (BackupAndRestore, Checkpoint): where the running fit is
+  // now — nullopt outside fit — and, called from on_train_begin, where the
+  // fit that is starting must continue from (epoch, batch, input position,
+  // metric and random states; the weights and the optimizer are restored
+  // by the caller).
+  std::optional<TrainingSnapshot> training_snapshot() const;
+  void resume_training_from(TrainingSnapshot snapshot) const;
 
   struct TrainState;  // implementer-facing (opaque outside train/)
 

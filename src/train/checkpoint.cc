@@ -1,0 +1,274 @@
+// Checkpoint and CheckpointManager.
+#include "lockstep/train/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "lockstep/nn/initializers.h"
+#include "train/saving.h"
+
+namespace lockstep {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr const char* kFormat = "lockstep.checkpoint";
+constexpr const char* kModel = "model/";
+constexpr const char* kOptimizer = "optimizer/";
+constexpr const char* kInput = "input/";
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+json position_json(const TrainingSnapshot& p) {
+  json metrics = json::array();
+  for (const auto& [name, state] : p.metrics) metrics.push_back({name, state});
+  return {{"epoch", p.epoch},
+          {"step", p.step},
+          {"metrics", metrics},
+          {"random", {p.random_seed, p.random_stream}},
+          {"input", p.input.json}};
+}
+
+TrainingSnapshot position_from_json(const json& j, const io::TensorFile& file) {
+  TrainingSnapshot p;
+  p.epoch = j.at("epoch").get<int>();
+  p.step = j.at("step").get<std::int64_t>();
+  for (const auto& m : j.at("metrics"))
+    p.metrics.emplace_back(m.at(0).get<std::string>(), m.at(1).get<std::vector<double>>());
+  p.random_seed = j.at("random").at(0).get<std::uint64_t>();
+  p.random_stream = j.at("random").at(1).get<std::uint64_t>();
+  p.input.json = j.at("input");
+  for (const auto& [name, t] : file.tensors) {
+    if (starts_with(name, kInput))
+      p.input.tensors[name.substr(std::char_traits<char>::length(kInput))] = t;
+  }
+  return p;
+}
+
+}  // namespace
+
+Checkpoint::Checkpoint(Model model) : model_(std::move(model)) {
+  LOCKSTEP_CHECK(model_.defined(), "Checkpoint: the model is undefined");
+}
+
+void Checkpoint::save(const std::string& path) const {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  const auto named = detail::named_weights(*model_.impl());
+  for (std::size_t i = 0; i < named.size(); ++i)
+    tensors.emplace_back(kModel + std::to_string(i) + "/" + named[i].first, named[i].second);
+  std::map<std::string, std::string> meta{
+      {"format", kFormat}, {"format_version", std::to_string(kCheckpointFormatVersion)}};
+  try {
+    meta["model_config"] = detail::model_config(*model_.impl()).dump();
+  } catch (const Error&) {
+    // A subclassed model has no config; its weights are still restorable.
+  }
+  if (model_.compiled() && model_.optimizer().defined()) {
+    const Optimizer& opt = model_.optimizer();
+    for (auto& [name, t] : opt->slot_values(model_.impl()->trainable_weights()))
+      tensors.emplace_back(kOptimizer + name, t);
+    meta["optimizer"] = opt->config_json();
+    meta["iterations"] = std::to_string(opt.iterations());
+  }
+  meta["replicas"] = std::to_string(model_.distribute_strategy().num_replicas_in_sync());
+  meta["strategy"] = model_.distribute_strategy().name();
+  if (auto position = model_.training_snapshot()) {
+    meta["training"] = position_json(*position).dump();
+    for (const auto& [name, t] : position->input.tensors) tensors.emplace_back(kInput + name, t);
+  }
+  io::write_safetensors(path, tensors, meta);
+}
+
+CheckpointInfo Checkpoint::read(const std::string& path) {
+  CheckpointInfo info;
+  info.path = path;
+  info.file = io::read_safetensors(path);
+  const auto& meta = info.file.metadata;
+  auto get = [&](const std::string& key) -> const std::string* {
+    auto it = meta.find(key);
+    return it == meta.end() ? nullptr : &it->second;
+  };
+  const std::string* format = get("format");
+  LOCKSTEP_CHECK_AS(IOError, format && *format == kFormat, path,
+                    ": not a Lockstep checkpoint (metadata 'format' is ",
+                    format ? "'" + *format + "'" : std::string("missing"), ", expected '", kFormat,
+                    "')");
+  LOCKSTEP_CHECK_AS(IOError, info.file.header_checked, path,
+                    ": byte 8: the header has no Lockstep checksum (damaged, or not written by "
+                    "Lockstep)");
+  try {
+    info.format_version = std::stoi(*get("format_version"));
+    LOCKSTEP_CHECK_AS(IOError, info.format_version <= kCheckpointFormatVersion, path,
+                      ": checkpoint format version ", info.format_version,
+                      " is newer than this Lockstep reads (", kCheckpointFormatVersion,
+                      "); upgrade Lockstep to restore it");
+    if (const std::string* it = get("iterations")) info.iterations = std::stoll(*it);
+    if (const std::string* r = get("replicas")) info.replicas = std::stoi(*r);
+    if (const std::string* s = get("strategy")) info.strategy = *s;
+    if (const std::string* t = get("training"))
+      info.position = position_from_json(json::parse(*t), info.file);
+  } catch (const IOError&) {
+    throw;
+  } catch (const std::exception& e) {
+    detail::throw_error<IOError>(path, ": bad checkpoint metadata (", e.what(), ")");
+  }
+  return info;
+}
+
+std::optional<TrainingSnapshot> Checkpoint::restore(const std::string& path) const {
+  CheckpointInfo info = read(path);
+  // Everything is checked before anything is assigned. Weights match by
+  // position ("model/<i>/<name>"), as TensorFlow's object-based checkpoints:
+  // automatic layer names differ between processes, the structure does not.
+  std::vector<std::pair<std::string, Tensor>> saved;  // (name, value) by position
+  std::map<std::string, Tensor> slots;
+  for (const auto& [name, t] : info.file.tensors) {
+    if (starts_with(name, kModel)) {
+      const std::string rest = name.substr(std::char_traits<char>::length(kModel));
+      const std::size_t slash = rest.find('/');
+      std::size_t index = 0;
+      try {
+        index = std::stoul(rest.substr(0, slash));
+      } catch (const std::exception&) {
+        detail::throw_error<IOError>(path, ": tensor '", name, "' has no position");
+      }
+      if (saved.size() <= index) saved.resize(index + 1);
+      saved[index] = {slash == std::string::npos ? rest : rest.substr(slash + 1), t};
+    } else if (starts_with(name, kOptimizer)) {
+      slots[name.substr(std::char_traits<char>::length(kOptimizer))] = t;
+    }
+  }
+  const std::vector<Variable> vars = model_.impl()->weights();
+  LOCKSTEP_CHECK(!vars.empty() || saved.empty(), path,
+                 ": the model has no weights yet (build it first: call it once, or give "
+                 "Sequential an input_shape)");
+  for (std::size_t i = 0; i < std::min(vars.size(), saved.size()); ++i) {
+    LOCKSTEP_CHECK_AS(IOError, saved[i].second.defined(), path, ": weight ", i, " is missing");
+    LOCKSTEP_CHECK_AS(
+        ShapeError,
+        saved[i].second.shape() == vars[i].shape() && saved[i].second.dtype() == vars[i].dtype(),
+        path, ": weight ", i, " is '", saved[i].first, "' of shape ", saved[i].second.shape(), " (",
+        saved[i].second.dtype(), ") in the checkpoint but '", vars[i].name(), "' of shape ",
+        vars[i].shape(), " (", vars[i].dtype(), ") in the model (another architecture?)");
+  }
+  LOCKSTEP_CHECK_AS(ValueError, saved.size() == vars.size(), path, ": the checkpoint holds ",
+                    saved.size(), " weights, the model ", vars.size(), " (another architecture?)");
+  auto assign_all = [&](const std::vector<std::pair<std::string, Tensor>>& values) {
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      Variable v = vars[i];
+      v.assign(values[i].second);
+    }
+  };
+  const bool has_optimizer = model_.compiled() && model_.optimizer().defined();
+  LOCKSTEP_CHECK(slots.empty() || has_optimizer, path,
+                 ": the checkpoint holds optimizer state but the model is not compiled");
+  // restore_slot_values checks everything before it sets anything; if it
+  // rejects the optimizer's state, the weights assigned just before are put back.
+  std::vector<std::pair<std::string, Tensor>> before;
+  for (const Variable& v : vars) before.emplace_back(v.name(), v.replica_value(0).copy());
+  assign_all(saved);
+  if (has_optimizer) {
+    const Optimizer& opt = model_.optimizer();
+    try {
+      opt->restore_slot_values(model_.impl()->trainable_weights(), slots);
+    } catch (const Error&) {
+      assign_all(before);
+      detail::rethrow_with_prefix(path + ": ");
+    }
+    opt->set_iterations(info.iterations);
+  }
+  if (info.position)
+    detail::set_global_random_state(info.position->random_seed, info.position->random_stream);
+  return info.position;
+}
+
+CheckpointManager::CheckpointManager(Checkpoint checkpoint, CheckpointManagerOptions options)
+    : checkpoint_(std::move(checkpoint)), options_(std::move(options)) {
+  LOCKSTEP_CHECK(!options_.directory.empty(), "CheckpointManager: the directory is empty");
+  LOCKSTEP_CHECK(options_.max_to_keep >= 0 && options_.keep_every_n >= 0,
+                 "CheckpointManager: max_to_keep and keep_every_n must be >= 0");
+  std::error_code ec;
+  fs::create_directories(options_.directory, ec);
+  LOCKSTEP_CHECK_AS(IOError, !ec, options_.directory,
+                    ": cannot create the directory: ", ec.message());
+}
+
+std::vector<std::pair<std::int64_t, std::string>> CheckpointManager::numbered() const {
+  std::vector<std::pair<std::int64_t, std::string>> out;
+  const std::string head = options_.prefix + "-", tail = ".safetensors";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(options_.directory, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= head.size() + tail.size() || name.rfind(head, 0) != 0 ||
+        name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
+      continue;
+    const std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
+    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit) ||
+        digits.size() > 18)
+      continue;
+    out.emplace_back(std::stoll(digits), entry.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string CheckpointManager::save() {
+  auto existing = numbered();
+  const std::int64_t n = existing.empty() ? 1 : existing.back().first + 1;
+  const std::string path =
+      (fs::path(options_.directory) / (options_.prefix + "-" + std::to_string(n) + ".safetensors"))
+          .string();
+  remove_stale_temporaries(path);
+  checkpoint_.save(path);
+  existing.emplace_back(n, path);
+  if (options_.max_to_keep > 0 && static_cast<int>(existing.size()) > options_.max_to_keep) {
+    const std::size_t drop = existing.size() - static_cast<std::size_t>(options_.max_to_keep);
+    for (std::size_t i = 0; i < drop; ++i) {
+      const auto& [k, p] = existing[i];
+      if (options_.keep_every_n > 0 && k % options_.keep_every_n == 0) continue;
+      std::error_code ec;
+      fs::remove(p, ec);
+    }
+  }
+  return path;
+}
+
+std::optional<std::string> CheckpointManager::latest_checkpoint() const {
+  auto all = numbered();
+  if (all.empty()) return std::nullopt;
+  return all.back().second;
+}
+
+std::vector<std::string> CheckpointManager::checkpoints() const {
+  std::vector<std::string> out;
+  for (auto& [n, p] : numbered()) out.push_back(p);
+  return out;
+}
+
+std::optional<std::pair<std::string, std::optional<TrainingSnapshot>>>
+CheckpointManager::restore_latest(std::ostream& log) {
+  auto all = numbered();
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      auto position = checkpoint_.restore(it->second);
+      return std::pair{it->second, std::move(position)};
+    } catch (const IOError& e) {
+      log << "CheckpointManager: skipping a damaged checkpoint: " << e.what()
+          << (std::next(it) != all.rend() ? "; falling back to the previous one\n" : "\n");
+    }
+  }
+  return std::nullopt;
+}
+
+void CheckpointManager::remove_all() {
+  for (auto& [n, p] : numbered()) {
+    std::error_code ec;
+    fs::remove(p, ec);
+  }
+}
+
+}  // namespace lockstep

@@ -1,0 +1,404 @@
+// Keras's built-in callbacks.
+#include "lockstep/train/standard_callbacks.h"
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+
+#include "lockstep/train/model.h"
+
+namespace lockstep {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Python's str(float): the shortest text that reads back as the same double.
+std::string python_float(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  std::string s(buf, end);
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
+}
+
+bool maximizes(MonitorMode mode, const std::string& monitor) {
+  if (mode != MonitorMode::kAuto) return mode == MonitorMode::kMax;
+  for (const char* key : {"acc", "auc", "precision", "recall"}) {
+    if (monitor.find(key) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The worst value, which any first value improves on.
+double worst(bool maximize) {
+  return maximize ? -std::numeric_limits<double>::infinity()
+                  : std::numeric_limits<double>::infinity();
+}
+
+// The monitored value, or a warning naming what is there (Keras's wording).
+std::optional<double> monitored(const Logs& logs, const std::string& monitor, const char* what) {
+  auto v = logs.get(monitor);
+  if (!v) {
+    std::string names;
+    for (const auto& [k, x] : logs) names += (names.empty() ? "" : ",") + k;
+    std::cerr << what << " conditioned on metric `" << monitor
+              << "` which is not available. Available metrics are: " << names << "\n";
+  }
+  return v;
+}
+
+std::string available(const Logs& logs) {
+  std::string out;
+  for (const auto& [k, v] : logs) out += (out.empty() ? "" : ",") + k;
+  return out;
+}
+
+}  // namespace
+
+SaveFreq::SaveFreq(const char* epoch) {
+  LOCKSTEP_CHECK(epoch && std::string(epoch) == "epoch",
+                 "save_freq: expected \"epoch\" or a number of batches, got \"", epoch ? epoch : "",
+                 "\"");
+}
+
+SaveFreq::SaveFreq(std::int64_t batches) : batches_(batches) {
+  LOCKSTEP_CHECK(batches > 0, "save_freq: expected \"epoch\" or a number of batches > 0, got ",
+                 batches);
+}
+
+// ---- BackupAndRestore ----
+
+BackupAndRestore::BackupAndRestore(Options options) : options_(std::move(options)) {
+  LOCKSTEP_CHECK(!options_.backup_dir.empty(), "BackupAndRestore: backup_dir is empty");
+  LOCKSTEP_CHECK(options_.max_to_keep >= 1, "BackupAndRestore: max_to_keep must be >= 1");
+}
+
+CheckpointManager& BackupAndRestore::manager() {
+  if (!manager_) {
+    manager_ = std::make_unique<CheckpointManager>(
+        Checkpoint(*model()), CheckpointManagerOptions{.directory = options_.backup_dir,
+                                                       .max_to_keep = options_.max_to_keep,
+                                                       .prefix = "backup"});
+  }
+  return *manager_;
+}
+
+void BackupAndRestore::on_train_begin(const Logs&) {
+  std::ostream& log = options_.log ? *options_.log : std::cerr;
+  manager_.reset();  // the model may differ from the last fit's
+  resumed_from_.clear();
+  auto restored = manager().restore_latest(log);
+  if (!restored) return;
+  resumed_from_ = restored->first;
+  if (!restored->second) {
+    log << "BackupAndRestore: " << restored->first
+        << " has no training position; resuming with its weights from the first epoch\n";
+    return;
+  }
+  const TrainingSnapshot& p = *restored->second;
+  log << "BackupAndRestore: resuming from " << restored->first << " at epoch " << p.epoch + 1
+      << ", batch " << p.step << "\n";
+  model()->resume_training_from(p);
+}
+
+void BackupAndRestore::on_train_batch_end(std::int64_t, const Logs&) {
+  if (options_.save_freq.per_epoch()) return;
+  if (model()->optimizer().iterations() % options_.save_freq.batches() == 0) manager().save();
+}
+
+void BackupAndRestore::on_epoch_end(int, const Logs&) {
+  if (options_.save_freq.per_epoch()) manager().save();
+}
+
+void BackupAndRestore::on_train_end(const Logs&) {
+  if (options_.delete_checkpoint) manager().remove_all();
+}
+
+// ---- ModelCheckpoint ----
+
+ModelCheckpoint::ModelCheckpoint(Options options)
+    : options_(std::move(options)),
+      maximize_(maximizes(options_.mode, options_.monitor)),
+      best_(options_.initial_value_threshold.value_or(worst(maximize_))) {
+  LOCKSTEP_CHECK(!options_.filepath.empty(), "ModelCheckpoint: filepath is empty");
+}
+
+std::string ModelCheckpoint::format_path(const std::string& pattern, int epoch, std::int64_t batch,
+                                         const Logs& logs) {
+  std::string out;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c != '{') {
+      out += c;
+      continue;
+    }
+    if (i + 1 < pattern.size() && pattern[i + 1] == '{') {  // "{{" is a literal brace
+      out += '{';
+      ++i;
+      continue;
+    }
+    const std::size_t close = pattern.find('}', i);
+    LOCKSTEP_CHECK(close != std::string::npos, "ModelCheckpoint: unclosed '{' in filepath '",
+                   pattern, "'");
+    const std::string field = pattern.substr(i + 1, close - i - 1);
+    const std::size_t colon = field.find(':');
+    const std::string key = field.substr(0, colon);
+    const std::string spec = colon == std::string::npos ? "" : field.substr(colon + 1);
+    bool integer = false;
+    double value = 0;
+    if (key == "epoch") {
+      value = epoch + 1, integer = true;
+    } else if (key == "batch" && batch >= 0) {
+      value = static_cast<double>(batch + 1), integer = true;
+    } else if (auto v = logs.get(key)) {
+      value = *v;
+    } else {
+      detail::throw_error<ValueError>("ModelCheckpoint: the filepath names {", key,
+                                      "}, which is not a log value; available: epoch",
+                                      batch >= 0 ? ",batch" : "",
+                                      logs.empty() ? "" : "," + available(logs));
+    }
+    // Python's format spec, the common subset: [0][width][.precision][d|f|e|g].
+    char buf[128];
+    const char type = spec.empty() ? (integer ? 'd' : 's') : spec.back();
+    std::string flags = spec;
+    if (!flags.empty() && std::isalpha(static_cast<unsigned char>(flags.back()))) flags.pop_back();
+    for (char f : flags)
+      LOCKSTEP_CHECK(std::isdigit(static_cast<unsigned char>(f)) || f == '.',
+                     "ModelCheckpoint: unsupported format spec '", spec, "' in filepath '", pattern,
+                     "'");
+    if (type == 'd') {
+      std::snprintf(buf, sizeof(buf), ("%" + flags + "lld").c_str(),
+                    static_cast<long long>(std::llround(value)));
+      out += buf;
+    } else if (type == 'f' || type == 'e' || type == 'g') {
+      std::snprintf(buf, sizeof(buf), ("%" + flags + type).c_str(), value);
+      out += buf;
+    } else if (type == 's') {
+      out += integer ? std::to_string(std::llround(value)) : python_float(value);
+    } else {
+      detail::throw_error<ValueError>("ModelCheckpoint: unsupported format spec '", spec,
+                                      "' in filepath '", pattern, "'");
+    }
+    i = close;
+  }
+  return out;
+}
+
+void ModelCheckpoint::save(int epoch, std::int64_t batch, const Logs& logs) {
+  const std::string path = format_path(options_.filepath, epoch, batch, logs);
+  if (options_.save_best_only) {
+    const auto current = logs.get(options_.monitor);
+    if (!current) {
+      std::cerr << "Can save best model only with " << options_.monitor
+                << " available, skipping.\n";
+      return;
+    }
+    const bool improved = maximize_ ? *current > best_ : *current < best_;
+    if (!improved) {
+      if (options_.verbose > 0) {
+        std::printf("\nEpoch %d: %s did not improve from %.5f\n", epoch + 1,
+                    options_.monitor.c_str(), best_);
+      }
+      return;
+    }
+    if (options_.verbose > 0) {
+      std::printf("\nEpoch %d: %s improved from %.5f to %.5f, saving model to %s\n", epoch + 1,
+                  options_.monitor.c_str(), best_, *current, path.c_str());
+    }
+    best_ = *current;
+  } else if (options_.verbose > 0) {
+    std::printf("\nEpoch %d: saving model to %s\n", epoch + 1, path.c_str());
+  }
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty()) fs::create_directories(parent);
+  if (options_.save_weights_only) {
+    model()->save_weights(path);
+  } else {
+    model()->save(path);
+  }
+}
+
+void ModelCheckpoint::on_train_batch_end(std::int64_t batch, const Logs& logs) {
+  if (options_.save_freq.per_epoch()) return;
+  if (model()->optimizer().iterations() % options_.save_freq.batches() == 0)
+    save(epoch_, batch, logs);
+}
+
+void ModelCheckpoint::on_epoch_end(int epoch, const Logs& logs) {
+  if (options_.save_freq.per_epoch()) save(epoch, -1, logs);
+}
+
+// ---- EarlyStopping ----
+
+EarlyStopping::EarlyStopping(Options options)
+    : options_(std::move(options)), maximize_(maximizes(options_.mode, options_.monitor)) {
+  LOCKSTEP_CHECK(options_.patience >= 0 && options_.min_delta >= 0,
+                 "EarlyStopping: patience and min_delta must be >= 0");
+}
+
+void EarlyStopping::on_train_begin(const Logs&) {
+  wait_ = 0;
+  stopped_epoch_ = 0;
+  best_epoch_ = 0;
+  best_ = worst(maximize_);
+  best_weights_.clear();
+}
+
+void EarlyStopping::on_epoch_end(int epoch, const Logs& logs) {
+  const auto current = monitored(logs, options_.monitor, "Early stopping");
+  if (!current) return;
+  if (epoch < options_.start_from_epoch) return;
+  auto weights = [&] {
+    std::vector<Tensor> w;
+    for (const Variable& v : model()->impl()->weights()) w.push_back(v.replica_value(0).copy());
+    return w;
+  };
+  auto improves = [&](double value, double reference) {
+    return maximize_ ? value - options_.min_delta > reference
+                     : value + options_.min_delta < reference;
+  };
+  if (options_.restore_best_weights && best_weights_.empty()) {
+    best_weights_ = weights();
+    best_epoch_ = epoch;
+  }
+  ++wait_;
+  if (improves(*current, best_)) {
+    best_ = *current;
+    best_epoch_ = epoch;
+    if (options_.restore_best_weights) best_weights_ = weights();
+    if (!options_.baseline || improves(*current, *options_.baseline)) wait_ = 0;
+    return;
+  }
+  if (wait_ >= options_.patience && epoch > 0) {
+    stopped_epoch_ = epoch;
+    model()->stop_training();
+  }
+}
+
+void EarlyStopping::on_train_end(const Logs&) {
+  if (stopped_epoch_ > 0 && options_.verbose > 0)
+    std::printf("Epoch %d: early stopping\n", stopped_epoch_ + 1);
+  if (options_.restore_best_weights && !best_weights_.empty()) {
+    if (options_.verbose > 0)
+      std::printf("Restoring model weights from the end of the best epoch: %d.\n", best_epoch_ + 1);
+    const auto vars = model()->impl()->weights();
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      Variable v = vars[i];
+      v.assign(best_weights_[i]);
+    }
+  }
+}
+
+// ---- LearningRateScheduler ----
+
+LearningRateScheduler::LearningRateScheduler(Schedule schedule, int verbose)
+    : schedule_(std::move(schedule)), verbose_(verbose) {
+  LOCKSTEP_CHECK(static_cast<bool>(schedule_), "LearningRateScheduler: the schedule is empty");
+}
+
+void LearningRateScheduler::on_epoch_begin(int epoch, const Logs&) {
+  const Optimizer& opt = model()->optimizer();
+  const double lr = schedule_(epoch, opt.learning_rate());
+  LOCKSTEP_CHECK(std::isfinite(lr), "LearningRateScheduler: the schedule returned ", lr,
+                 " for epoch ", epoch);
+  opt->set_learning_rate(lr);
+  if (verbose_ > 0)
+    std::printf("\nEpoch %d: LearningRateScheduler setting learning rate to %s.\n", epoch + 1,
+                python_float(lr).c_str());
+}
+
+// ---- ReduceLROnPlateau ----
+
+ReduceLROnPlateau::ReduceLROnPlateau(Options options)
+    : options_(std::move(options)), maximize_(maximizes(options_.mode, options_.monitor)) {
+  LOCKSTEP_CHECK(options_.factor < 1.0 && options_.factor >= 0,
+                 "ReduceLROnPlateau does not support a factor >= 1.0, got ", options_.factor);
+}
+
+void ReduceLROnPlateau::on_train_begin(const Logs&) {
+  best_ = worst(maximize_);
+  wait_ = 0;
+  cooldown_counter_ = 0;
+}
+
+void ReduceLROnPlateau::on_epoch_end(int epoch, const Logs& logs) {
+  const auto current = monitored(logs, options_.monitor, "Learning rate reduction is");
+  if (!current) return;
+  if (cooldown_counter_ > 0) {
+    --cooldown_counter_;
+    wait_ = 0;
+  }
+  const bool better =
+      maximize_ ? *current > best_ + options_.min_delta : *current < best_ - options_.min_delta;
+  if (better) {
+    best_ = *current;
+    wait_ = 0;
+  } else if (cooldown_counter_ <= 0 && ++wait_ >= options_.patience) {
+    const Optimizer& opt = model()->optimizer();
+    const double old_lr = opt.learning_rate();
+    if (old_lr > static_cast<float>(options_.min_lr)) {
+      const double new_lr = std::max(old_lr * options_.factor, options_.min_lr);
+      opt->set_learning_rate(new_lr);
+      if (options_.verbose > 0)
+        std::printf("\nEpoch %d: ReduceLROnPlateau reducing learning rate to %s.\n", epoch + 1,
+                    python_float(new_lr).c_str());
+      cooldown_counter_ = options_.cooldown;
+      wait_ = 0;
+    }
+  }
+}
+
+// ---- CSVLogger ----
+
+CSVLogger::CSVLogger(std::string filename, char separator, bool append)
+    : filename_(std::move(filename)), separator_(separator), append_(append) {}
+
+void CSVLogger::on_train_begin(const Logs&) {
+  keys_.clear();
+  std::error_code ec;
+  const bool has_rows = append_ && fs::exists(filename_, ec) && fs::file_size(filename_, ec) > 0;
+  out_.open(filename_, append_ ? std::ios::app : std::ios::trunc);
+  LOCKSTEP_CHECK_AS(IOError, out_.good(), filename_, ": cannot open for writing");
+  if (has_rows) keys_.push_back("");  // a header is there already: write none
+}
+
+void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
+  std::vector<std::pair<std::string, double>> sorted(logs.begin(), logs.end());
+  std::sort(sorted.begin(), sorted.end());
+  const bool header_written = !keys_.empty();
+  if (keys_.empty() || keys_ == std::vector<std::string>{""}) {
+    keys_.clear();
+    for (const auto& [k, v] : sorted) keys_.push_back(k);
+    if (!header_written) {
+      out_ << "epoch";
+      for (const auto& k : keys_) out_ << separator_ << k;
+      out_ << "\r\n";  // Python's csv module (Keras) ends rows with CRLF
+    }
+  }
+  out_ << epoch;
+  for (const auto& k : keys_) {
+    const auto v = logs.get(k);
+    out_ << separator_ << (v ? python_float(*v) : "NA");
+  }
+  out_ << "\r\n";
+  out_.flush();
+  LOCKSTEP_CHECK_AS(IOError, out_.good(), filename_, ": write failed");
+}
+
+void CSVLogger::on_train_end(const Logs&) { out_.close(); }
+
+// ---- TerminateOnNaN ----
+
+void TerminateOnNaN::on_train_batch_end(std::int64_t batch, const Logs& logs) {
+  const auto loss = logs.get("loss");
+  if (loss && !std::isfinite(*loss)) {
+    std::printf("Batch %lld: Invalid loss, terminating training\n", static_cast<long long>(batch));
+    model()->stop_training();
+  }
+}
+
+}  // namespace lockstep
