@@ -1,0 +1,179 @@
+// Keras's built-in callbacks against hand-worked sequences of logs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "lockstep/lockstep.h"
+#include "support/synthetic.h"
+#include "support/weights.h"
+
+namespace lockstep {
+namespace {
+
+namespace fs = std::filesystem;
+
+Model small_model() {
+  set_random_seed(2);
+  auto in = Input({8});
+  Model m(in, layers::Dense(2)(in));
+  m.compile({.optimizer = optimizers::SGD({.learning_rate = 0.1}),
+             .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+             .metrics = {"accuracy"}});
+  return m;
+}
+
+// Feeds a callback the epoch-end logs of a fit that never happened.
+void feed(Callback& cb, Model& m, const std::vector<Logs>& epochs) {
+  cb.set_model(&m);
+  cb.on_train_begin({});
+  for (std::size_t e = 0; e < epochs.size() && !m.stop_training_requested(); ++e) {
+    cb.on_epoch_begin(static_cast<int>(e), {});
+    cb.on_epoch_end(static_cast<int>(e), epochs[e]);
+  }
+  cb.on_train_end({});
+}
+
+TEST(EarlyStopping, StopsAfterPatienceEpochsWithoutImprovementAndRestoresTheBest) {
+  Model m = small_model();
+  EarlyStopping stop(
+      {.monitor = "val_loss", .min_delta = 0.01, .patience = 2, .restore_best_weights = true});
+  stop.set_model(&m);
+  stop.on_train_begin({});
+  const std::vector<double> losses{1.0, 0.8, 0.795, 0.79, 0.5};
+  std::vector<std::vector<std::vector<float>>> at_epoch;
+  int e = 0;
+  for (; e < 5 && !m.stop_training_requested(); ++e) {
+    // Different weights at each epoch end.
+    for (const Variable& v : m.impl()->weights()) {
+      Variable w = v;
+      w.assign(Tensor::full(v.shape(), static_cast<float>(e)));
+    }
+    at_epoch.push_back(testing_support::weights(m));
+    stop.on_epoch_end(e, {{"val_loss", losses[static_cast<std::size_t>(e)]}});
+  }
+  stop.on_train_end({});
+  // 0.795 and 0.79 do not beat 0.8 by 0.01: stop at epoch 3 (0-based).
+  EXPECT_EQ(e, 4);
+  EXPECT_EQ(stop.stopped_epoch(), 3);
+  EXPECT_EQ(stop.best_epoch(), 1);
+  testing_support::expect_bitwise(at_epoch[1], testing_support::weights(m), "best weights");
+}
+
+TEST(EarlyStopping, AccuracyIsMaximisedAndStartFromEpochDelaysCounting) {
+  Model m = small_model();
+  EarlyStopping stop({.monitor = "val_accuracy", .patience = 1, .start_from_epoch = 2});
+  feed(stop, m,
+       {{{"val_accuracy", 0.9}},
+        {{"val_accuracy", 0.1}},
+        {{"val_accuracy", 0.5}},
+        {{"val_accuracy", 0.6}},
+        {{"val_accuracy", 0.55}},
+        {{"val_accuracy", 0.7}}});
+  EXPECT_EQ(stop.stopped_epoch(), 4);  // epochs 0-1 ignored; 0.55 < 0.6 at epoch 4
+}
+
+TEST(ReduceLROnPlateau, MultipliesTheRateAfterPatienceThenCoolsDown) {
+  Model m = small_model();
+  ReduceLROnPlateau plateau(
+      {.monitor = "loss", .factor = 0.5, .patience = 1, .cooldown = 2, .min_lr = 0.02});
+  std::vector<double> rates;
+  plateau.set_model(&m);
+  plateau.on_train_begin({});
+  for (double loss : {1.0, 1.0, 1.0, 1.0, 1.0, 1.0}) {
+    plateau.on_epoch_end(0, {{"loss", loss}});
+    rates.push_back(m.optimizer().learning_rate());
+  }
+  // patience 1: reduce at the 2nd epoch. As in Keras, the cooldown counter
+  // is counted down before the comparison, so cooldown 2 skips one epoch;
+  // then reduce again; the floor is min_lr.
+  ASSERT_EQ(rates.size(), 6u);
+  EXPECT_DOUBLE_EQ(rates[0], 0.1);
+  EXPECT_DOUBLE_EQ(rates[1], 0.05);
+  EXPECT_DOUBLE_EQ(rates[2], 0.05);
+  EXPECT_DOUBLE_EQ(rates[3], 0.025);
+  EXPECT_DOUBLE_EQ(rates[4], 0.025);
+  EXPECT_DOUBLE_EQ(rates[5], 0.02);
+}
+
+TEST(LearningRateScheduler, SetsTheRateEveryEpochDuringFit) {
+  Model m = small_model();
+  auto [x, y] = testing_support::blobs(32, 1);
+  std::vector<double> seen;
+  auto record = std::make_shared<LambdaCallback>(LambdaCallback::Functions{
+      .on_epoch_end = [&](int, const Logs&) { seen.push_back(m.optimizer().learning_rate()); }});
+  m.fit(x, y,
+        {.batch_size = 16,
+         .epochs = 3,
+         .verbose = 0,
+         .callbacks = {std::make_shared<LearningRateScheduler>(
+                           [](int epoch, double lr) { return epoch == 0 ? lr : lr / 10; }),
+                       record}});
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_DOUBLE_EQ(seen[0], 0.1);
+  EXPECT_NEAR(seen[1], 0.01, 1e-12);
+  EXPECT_NEAR(seen[2], 0.001, 1e-12);
+}
+
+TEST(CSVLogger, WritesKerasRowsWithSortedKeysAndAppends) {
+  const fs::path file = fs::temp_directory_path() / ("lockstep_csv_" + std::to_string(::getpid()));
+  {
+    Model m = small_model();
+    CSVLogger logger(file.string());
+    feed(logger, m, {{{"loss", 0.5}, {"accuracy", 0.25}}, {{"loss", 0.125}, {"accuracy", 1.0}}});
+    CSVLogger again(file.string(), ';', /*append=*/true);
+    feed(again, m, {{{"loss", 0.1}, {"accuracy", 0.75}}});
+  }
+  std::ifstream in(file, std::ios::binary);
+  const std::string text{std::istreambuf_iterator<char>(in), {}};
+  fs::remove(file);
+  EXPECT_EQ(text, "epoch,accuracy,loss\r\n0,0.25,0.5\r\n1,1.0,0.125\r\n0;0.75;0.1\r\n");
+}
+
+TEST(TerminateOnNaN, StopsFitAtTheFirstNonFiniteLoss) {
+  Model m = small_model();
+  auto [x, y] = testing_support::blobs(64, 1);
+  float* p = x.data<float>();
+  p[8 * 20] = std::numeric_limits<float>::infinity();  // example 20: batch 2 of 8
+  int batches = 0;
+  auto count = std::make_shared<LambdaCallback>(LambdaCallback::Functions{
+      .on_train_batch_end = [&](std::int64_t, const Logs&) { ++batches; }});
+  testing::internal::CaptureStdout();
+  m.fit(x, y,
+        {.batch_size = 8,
+         .epochs = 2,
+         .verbose = 0,
+         .callbacks = {std::make_shared<TerminateOnNaN>(), count},
+         .shuffle = false});
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(batches, 3);
+  EXPECT_NE(out.find("Batch 2: Invalid loss, terminating training"), std::string::npos) << out;
+}
+
+TEST(ModelCheckpoint, FillsThePathTemplateAndSavesOnlyImprovements) {
+  EXPECT_EQ(ModelCheckpoint::format_path("m-{epoch:02d}-{val_loss:.2f}.safetensors", 4, -1,
+                                         {{"val_loss", 0.34567}}),
+            "m-05-0.35.safetensors");
+  EXPECT_EQ(ModelCheckpoint::format_path("b{batch}-{loss}", 0, 9, {{"loss", 0.5}}), "b10-0.5");
+  EXPECT_THROW(ModelCheckpoint::format_path("{nope}", 0, -1, {{"loss", 1.0}}), ValueError);
+
+  const fs::path dir = fs::temp_directory_path() / ("lockstep_mc_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  Model m = small_model();
+  ModelCheckpoint best({.filepath = (dir / "e{epoch}.safetensors").string(),
+                        .monitor = "val_loss",
+                        .save_best_only = true});
+  feed(best, m, {{{"val_loss", 0.5}}, {{"val_loss", 0.6}}, {{"val_loss", 0.4}}});
+  EXPECT_TRUE(fs::exists(dir / "e1.safetensors"));
+  EXPECT_FALSE(fs::exists(dir / "e2.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "e3.safetensors"));
+  Model loaded = load_model((dir / "e3.safetensors").string());
+  testing_support::expect_bitwise(testing_support::weights(m), testing_support::weights(loaded),
+                                  "saved model");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace lockstep
