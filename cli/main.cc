@@ -3,16 +3,17 @@
 //
 //   lockstep train       the main job: the guide's MLP on Fashion-MNIST under
 //                        MirroredStrategy (train --help for the flags)
+//   lockstep inspect F   lists a checkpoint's tensors and metadata and
+//                        verifies every checksum (exit 1 when damaged)
 //   lockstep devices     lists the logical CPU devices and their cores
 //   lockstep version     prints the version
-//
-// `evaluate`, `predict` and `inspect` arrive with checkpoints (#6).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
 
+#include "inspect.h"
 #include "lockstep/lockstep.h"
 #include "train.h"
 
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   lockstep::cli::TrainArgs train_args;
   CLI::App* train = lockstep::cli::add_train_command(app, train_args);
+  lockstep::cli::InspectArgs inspect_args;
+  CLI::App* inspect = lockstep::cli::add_inspect_command(app, inspect_args);
   CLI::App* devices_cmd = app.add_subcommand(
       "devices", "list the logical CPU devices (LOCKSTEP_CPU_DEVICES changes them)");
   CLI::App* version = app.add_subcommand("version", "print the version");
@@ -47,6 +50,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (train->parsed()) return lockstep::cli::run_train(train_args);
+    if (inspect->parsed()) return lockstep::cli::run_inspect(inspect_args);
     if (devices_cmd->parsed()) return devices();
     if (version->parsed()) {
       std::printf("lockstep 0.1.0\n");

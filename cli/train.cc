@@ -4,6 +4,7 @@
 #include "train.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -82,6 +83,12 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   train->add_option("--seed", a.seed, "weights and shuffling")->capture_default_str();
   train->add_option("--steps-per-epoch", a.steps_per_epoch, "0: the whole training set")
       ->check(CLI::NonNegativeNumber);
+  train->add_option("--checkpoint-dir", a.checkpoint_dir,
+                    "keep backups in DIR/backup and resume from them when the same command runs "
+                    "again; save the trained model as DIR/model.safetensors");
+  train->add_option("--save-freq", a.save_freq, "back up every N batches (0: every epoch)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs("--checkpoint-dir");
   return train;
 }
 
@@ -123,10 +130,23 @@ int run_train(const TrainArgs& a) {
   const ld::Dataset test_ds =
       ld::Dataset::from_tensor_slices({x_test, test.second}).batch(a.batch_size);
 
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  if (!a.checkpoint_dir.empty()) {
+    callbacks.push_back(std::make_shared<BackupAndRestore>(BackupAndRestore::Options{
+        .backup_dir = (std::filesystem::path(a.checkpoint_dir) / "backup").string(),
+        .save_freq = a.save_freq > 0 ? SaveFreq(a.save_freq) : SaveFreq("epoch")}));
+  }
   model.fit(train_ds, {.epochs = a.epochs,
                        .verbose = a.verbose,
+                       .callbacks = callbacks,
                        .validation_data = val_ds,
                        .steps_per_epoch = a.steps_per_epoch});
+  if (!a.checkpoint_dir.empty()) {
+    const std::string path =
+        (std::filesystem::path(a.checkpoint_dir) / "model.safetensors").string();
+    model.save(path);
+    std::printf("saved the model to %s\n", path.c_str());
+  }
   const Logs results = model.evaluate(test_ds, {.verbose = a.verbose});
   std::printf("test loss: %.4f - test accuracy: %.4f\n", results.at("loss"),
               results.at("sparse_categorical_accuracy"));

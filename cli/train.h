@@ -18,6 +18,10 @@ struct TrainArgs {
   int verbose = 1;
   std::uint64_t seed = 1337;
   std::int64_t steps_per_epoch = 0;  // 0: the whole training set
+  // Fault tolerance: backups in <dir>/backup (resumed from automatically),
+  // the trained model saved as <dir>/model.safetensors.
+  std::string checkpoint_dir;
+  std::int64_t save_freq = 0;  // backups every N batches; 0: every epoch
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainArgs& args);

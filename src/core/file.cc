@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -41,6 +44,36 @@ std::string temporary_prefix(const fs::path& target) {
 
 constexpr std::size_t kBufferBytes = 1 << 20;
 
+// Fault injection for the crash tests (docs/checkpoints.md): with
+// LOCKSTEP_CRASH_AT=<stage>:<n>, the n-th AtomicFileWriter of this process
+// kills the process with SIGKILL at <stage> — before_write, mid_write,
+// before_fsync, before_rename or after_rename — exactly as `kill -9` would.
+struct CrashPoint {
+  std::string stage;
+  int writer = 0;
+};
+
+const CrashPoint& crash_point() {
+  static const CrashPoint point = [] {
+    CrashPoint p;
+    const char* env = std::getenv("LOCKSTEP_CRASH_AT");
+    if (!env) return p;
+    const std::string spec = env;
+    const auto colon = spec.find(':');
+    p.stage = spec.substr(0, colon);
+    p.writer = colon == std::string::npos ? 1 : std::atoi(spec.c_str() + colon + 1);
+    return p;
+  }();
+  return point;
+}
+
+std::atomic<int> g_writers{0};
+
+void maybe_crash(int writer, const char* stage) {
+  const CrashPoint& p = crash_point();
+  if (p.writer == writer && p.stage == stage) ::kill(::getpid(), SIGKILL);
+}
+
 }  // namespace
 
 std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc) {
@@ -60,6 +93,8 @@ AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) sys_error("creating temporary file " + tmp_, path_);
   buffer_.reserve(kBufferBytes);
+  index_ = ++g_writers;
+  maybe_crash(index_, "before_write");
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -80,7 +115,12 @@ void AtomicFileWriter::fail(const std::string& what) {
 void AtomicFileWriter::flush() {
   std::size_t done = 0;
   while (done < buffer_.size()) {
-    const ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+    std::size_t chunk = buffer_.size() - done;
+    if (!crash_point().stage.empty() && crash_point().stage == "mid_write") {
+      chunk = std::max<std::size_t>(1, chunk / 2);  // half on disk, then the crash
+      if (done > 0) maybe_crash(index_, "mid_write");
+    }
+    const ssize_t n = ::write(fd_, buffer_.data() + done, chunk);
     if (n < 0) {
       if (errno == EINTR) continue;
       fail("writing " + std::to_string(buffer_.size() - done) + " bytes at byte " +
@@ -107,14 +147,17 @@ void AtomicFileWriter::write(const void* data, std::size_t size) {
 void AtomicFileWriter::commit() {
   LOCKSTEP_CHECK_AS(IOError, !committed_ && fd_ >= 0, path_, ": commit after commit or failure");
   flush();
+  maybe_crash(index_, "before_fsync");
   if (::fsync(fd_) != 0) fail("fsync");
   if (::close(fd_) != 0) {
     fd_ = -1;
     fail("close");
   }
   fd_ = -1;
+  maybe_crash(index_, "before_rename");
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail("rename");
   committed_ = true;
+  maybe_crash(index_, "after_rename");
   const fs::path dir = directory_of(fs::path(path_));
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {

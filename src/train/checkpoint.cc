@@ -55,7 +55,7 @@ Checkpoint::Checkpoint(Model model) : model_(std::move(model)) {
   LOCKSTEP_CHECK(model_.defined(), "Checkpoint: the model is undefined");
 }
 
-void Checkpoint::save(const std::string& path) const {
+void Checkpoint::save(const std::string& path, bool full_input_state) const {
   std::vector<std::pair<std::string, Tensor>> tensors;
   const auto named = detail::named_weights(*model_.impl());
   for (std::size_t i = 0; i < named.size(); ++i)
@@ -76,7 +76,7 @@ void Checkpoint::save(const std::string& path) const {
   }
   meta["replicas"] = std::to_string(model_.distribute_strategy().num_replicas_in_sync());
   meta["strategy"] = model_.distribute_strategy().name();
-  if (auto position = model_.training_snapshot()) {
+  if (auto position = model_.training_snapshot(full_input_state)) {
     meta["training"] = position_json(*position).dump();
     for (const auto& [name, t] : position->input.tensors) tensors.emplace_back(kInput + name, t);
   }
@@ -216,14 +216,14 @@ std::vector<std::pair<std::int64_t, std::string>> CheckpointManager::numbered() 
   return out;
 }
 
-std::string CheckpointManager::save() {
+std::string CheckpointManager::save(bool full_input_state) {
   auto existing = numbered();
   const std::int64_t n = existing.empty() ? 1 : existing.back().first + 1;
   const std::string path =
       (fs::path(options_.directory) / (options_.prefix + "-" + std::to_string(n) + ".safetensors"))
           .string();
   remove_stale_temporaries(path);
-  checkpoint_.save(path);
+  checkpoint_.save(path, full_input_state);
   existing.emplace_back(n, path);
   if (options_.max_to_keep > 0 && static_cast<int>(existing.size()) > options_.max_to_keep) {
     const std::size_t drop = existing.size() - static_cast<std::size_t>(options_.max_to_keep);

@@ -37,7 +37,7 @@ struct Model::TrainState {
   std::vector<std::vector<Metric>> replica_metrics;
   // While fit runs: where it is (for checkpoints). Set by a callback in
   // on_train_begin: where the starting fit continues from.
-  std::function<TrainingSnapshot()> snapshot;
+  std::function<TrainingSnapshot(bool full_input_state)> snapshot;
   std::optional<TrainingSnapshot> resume;
 };
 
@@ -273,9 +273,9 @@ const distribute::Strategy& Model::distribute_strategy() const { return state().
 void Model::stop_training() const { state().stop = true; }
 bool Model::stop_training_requested() const { return state().stop; }
 
-std::optional<TrainingSnapshot> Model::training_snapshot() const {
+std::optional<TrainingSnapshot> Model::training_snapshot(bool full_input_state) const {
   if (!state().snapshot) return std::nullopt;
-  return state().snapshot();
+  return state().snapshot(full_input_state);
 }
 
 void Model::resume_training_from(TrainingSnapshot snapshot) const {
@@ -467,8 +467,11 @@ class BatchSource {
   virtual std::int64_t steps() const = 0;
   virtual void start_epoch(int epoch) = 0;
   virtual std::optional<Batch> next(std::int64_t step) = 0;
-  // The position after the batches of `epoch` taken so far, and back.
-  virtual data::IteratorState save_state(int epoch) = 0;
+  // The position after the batches of `epoch` taken so far, and back. Not
+  // `full`: as little as replaying the input needs (Keras's way: skip the
+  // batches already used); `full`: the input's whole state (shuffle buffers
+  // and all), exact even for non-deterministic pipelines.
+  virtual data::IteratorState save_state(int epoch, bool full) = 0;
   // Positions the source at `step` batches into `epoch` (instead of
   // start_epoch), from save_state's result.
   virtual void restore_state(int epoch, std::int64_t step, const data::IteratorState& state) = 0;
@@ -493,7 +496,7 @@ class TensorBatches final : public BatchSource {
   void start_epoch(int epoch) override {
     if (shuffle_) order_ = permutation(n_, seed_, stream_ + static_cast<std::uint64_t>(epoch));
   }
-  data::IteratorState save_state(int epoch) override {
+  data::IteratorState save_state(int epoch, bool) override {
     data::IteratorState st;
     st.json = {{"source", "tensors"}, {"examples", n_}, {"batch_size", batch_size_},
                {"shuffle", shuffle_}, {"seed", seed_},  {"stream", stream_},
@@ -580,7 +583,12 @@ class DatasetBatches final : public BatchSource {
   }
   // A fixed step count that the data could not supply.
   bool exhausted() const { return exhausted_; }
-  data::IteratorState save_state(int) override {
+  data::IteratorState save_state(int, bool full) override {
+    if (!full) {
+      data::IteratorState st;
+      st.json = {{"source", "dataset"}, {"iterator_epoch", it_epoch_}, {"replay", it_->position()}};
+      return st;
+    }
     data::IteratorState st = it_->save();
     st.json = {{"source", "dataset"}, {"iterator_epoch", it_epoch_}, {"iterator", st.json}};
     return st;
@@ -594,6 +602,16 @@ class DatasetBatches final : public BatchSource {
     }
     it_epoch_ = st.json.at("iterator_epoch").get<std::uint64_t>();
     it_ = ds_.make_iterator({.epoch = it_epoch_});
+    if (st.json.contains("replay")) {
+      // Every random choice is a function of the seeds and the iteration key
+      // (data/dataset.h), so the same elements come again: skip them.
+      const auto skip = st.json.at("replay").get<std::int64_t>();
+      for (std::int64_t i = 0; i < skip; ++i) {
+        LOCKSTEP_CHECK(it_->next().has_value(), op_, ": cannot resume: the dataset ended after ", i,
+                       " of the ", skip, " elements used before the checkpoint");
+      }
+      return;
+    }
     it_->restore({st.json.at("iterator"), st.tensors});
   }
 
@@ -924,11 +942,11 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
   // `at_epoch` applied (at an epoch's end: 0 of the next).
   int at_epoch = o.initial_epoch;
   std::int64_t done = 0;
-  s.snapshot = [&] {
+  s.snapshot = [&](bool full_input_state) {
     TrainingSnapshot snap;
     snap.epoch = at_epoch;
     snap.step = done;
-    snap.input = train.save_state(at_epoch);
+    snap.input = train.save_state(at_epoch, full_input_state);
     (void)m.get_metrics_result();  // merges the replicas' metrics into the primary ones
     for (const Metric& metric : m.metrics())
       snap.metrics.emplace_back(metric.name(), metric.impl()->state());

@@ -106,11 +106,12 @@ void BackupAndRestore::on_train_begin(const Logs&) {
 
 void BackupAndRestore::on_train_batch_end(std::int64_t, const Logs&) {
   if (options_.save_freq.per_epoch()) return;
-  if (model()->optimizer().iterations() % options_.save_freq.batches() == 0) manager().save();
+  if (model()->optimizer().iterations() % options_.save_freq.batches() == 0)
+    manager().save(options_.save_input_state);
 }
 
 void BackupAndRestore::on_epoch_end(int, const Logs&) {
-  if (options_.save_freq.per_epoch()) manager().save();
+  if (options_.save_freq.per_epoch()) manager().save(options_.save_input_state);
 }
 
 void BackupAndRestore::on_train_end(const Logs&) {

@@ -131,7 +131,8 @@ struct CrashAt : Callback {
 
 void check_resume(const std::function<Model()>& make,
                   const std::function<void(Model&, FitOptions)>& fit,
-                  const std::vector<std::int64_t>& crash_points, SaveFreq save_freq) {
+                  const std::vector<std::int64_t>& crash_points, SaveFreq save_freq,
+                  bool save_input_state = false) {
   Model straight = make();
   fit(straight, {.epochs = 3, .verbose = 0});
   const auto want = weights(straight);
@@ -139,8 +140,11 @@ void check_resume(const std::function<Model()>& make,
   for (std::int64_t crash : crash_points) {
     TempDir dir;
     std::ostringstream log;
-    auto backup = std::make_shared<BackupAndRestore>(BackupAndRestore::Options{
-        .backup_dir = dir / "backup", .save_freq = save_freq, .log = &log});
+    auto backup = std::make_shared<BackupAndRestore>(
+        BackupAndRestore::Options{.backup_dir = dir / "backup",
+                                  .save_freq = save_freq,
+                                  .save_input_state = save_input_state,
+                                  .log = &log});
     {
       Model victim = make();
       EXPECT_THROW(
@@ -167,6 +171,8 @@ TEST(BackupAndRestore, ResumesADatasetFitExactlyWhereItStopped) {
   // 8 batches per epoch, 24 in all; backups every 5 batches and at epoch ends.
   check_resume([] { return mlp(); }, fit, {3, 5, 8, 11, 16, 23}, 5);
   check_resume([] { return mlp(); }, fit, {7, 9, 20}, "epoch");
+  // The input's whole state (shuffle buffer and all) instead of a replay.
+  check_resume([] { return mlp(); }, fit, {5, 13}, 4, /*save_input_state=*/true);
 }
 
 TEST(BackupAndRestore, ResumesAShuffledTensorFitExactly) {

@@ -44,6 +44,7 @@ class AtomicFileWriter {
   std::string buffer_;
   std::uint64_t written_ = 0;
   bool committed_ = false;
+  int index_ = 0;  // this process's n-th writer (fault injection, file.cc)
 };
 
 // Writes `contents` to `path` atomically (an AtomicFileWriter in one call).

@@ -51,8 +51,9 @@ class Checkpoint {
   explicit Checkpoint(Model model);
 
   // Writes the checkpoint atomically. Called during fit (from a callback),
-  // it also records where training is.
-  void save(const std::string& path) const;
+  // it also records where training is (see Model::training_snapshot for
+  // `full_input_state`).
+  void save(const std::string& path, bool full_input_state = false) const;
   // Restores weights (every replica's copy), optimizer slots and iterations,
   // after checking that every name and shape matches this model; returns
   // the training position if the file has one. Nothing is changed when the
@@ -82,7 +83,7 @@ class CheckpointManager {
 
   // Saves the next checkpoint, then deletes the ones no longer kept.
   // Returns its path.
-  std::string save();
+  std::string save(bool full_input_state = false);
   // The newest checkpoint's path (by number), if any.
   std::optional<std::string> latest_checkpoint() const;
   // Every checkpoint's path, oldest first.

@@ -208,7 +208,15 @@ class Model : public Layer {
   // fit that is starting must continue from (epoch, batch, input position,
   // metric and random states; the weights and the optimizer are restored
   // by the caller).
-  std::optional<TrainingSnapshot> training_snapshot() const;
+  //
+  // The input's position is, by default, what replaying needs: the
+  // iteration key and how many elements were used (Keras's BackupAndRestore
+  // skips used batches too) — exact because every random choice of a
+  // pipeline is a function of its seeds and the key, as long as the
+  // pipeline is deterministic (no map or interleave with deterministic =
+  // false). `full_input_state` saves the iterator's whole state instead
+  // (shuffle buffers included: large, but exact for any pipeline).
+  std::optional<TrainingSnapshot> training_snapshot(bool full_input_state = false) const;
   void resume_training_from(TrainingSnapshot snapshot) const;
 
   struct TrainState;  // implementer-facing (opaque outside train/)

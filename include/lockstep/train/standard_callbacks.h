@@ -44,7 +44,10 @@ struct BackupAndRestoreOptions {
   std::string backup_dir;
   SaveFreq save_freq = "epoch";
   bool delete_checkpoint = true;
-  int max_to_keep = 2;          // the newest and one to fall back to
+  int max_to_keep = 2;  // the newest and one to fall back to
+  // Save the input pipeline's whole state (shuffle buffers and all) rather
+  // than the position to replay to (see Model::training_snapshot).
+  bool save_input_state = false;
   std::ostream* log = nullptr;  // where resume / fallback messages go (stderr)
 };
 
