@@ -1,6 +1,8 @@
 // Checkpoints: round trips, topology changes, exact resume, damage.
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -327,6 +329,43 @@ TEST(CheckpointManager, KeepsTheNewestAndEveryNthAndNumbersOnAfterARestart) {
   CheckpointManager again(Checkpoint(m), {.directory = dir / "c", .max_to_keep = 0});
   EXPECT_EQ(fs::path(again.save()).filename().string(), "ckpt-6.safetensors");
   EXPECT_EQ(fs::path(*again.latest_checkpoint()).filename().string(), "ckpt-6.safetensors");
+}
+
+TEST(CheckpointManager, ADiskFullIsAClearErrorAndLosesNothing) {
+  // A 200 KiB tmpfs: one checkpoint of this model (~155 KiB with Adam's two
+  // slots) fits, a second does not.
+  TempDir dir;
+  const std::string mount_point = dir / "small_disk";
+  fs::create_directories(mount_point);
+  if (::mount("tmpfs", mount_point.c_str(), "tmpfs", 0, "size=200k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno)
+                 << "; needs root or CAP_SYS_ADMIN): disk-full is not tested on this machine";
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount(path.c_str()); }
+  } unmount{mount_point};
+  set_random_seed(1);
+  auto in = Input({100});
+  Model m(in, layers::Dense(128)(in));
+  m.compile({.optimizer = optimizers::Adam(), .loss = losses::MeanSquaredError()});
+  m.fit(random::uniform({8, 100}, {.seed = 1}), random::uniform({8, 128}, {.seed = 2}),
+        {.batch_size = 8, .verbose = 0});
+  CheckpointManager manager(Checkpoint(m), {.directory = mount_point, .max_to_keep = 2});
+  const std::string first = manager.save();
+  try {
+    manager.save();
+    FAIL() << "expected an IOError: the disk is full";
+  } catch (const IOError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("No space left on device"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("ckpt-2.safetensors"), std::string::npos) << msg;
+  }
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(mount_point))
+    names.push_back(entry.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"ckpt-1.safetensors"}) << "no temporary file left";
+  EXPECT_NO_THROW(Checkpoint::read(first));
 }
 
 }  // namespace
