@@ -28,6 +28,7 @@ bench: build-release
 	@./build/release/bench/model_bench
 	@./build/release/bench/data_bench
 	@./build/release/bench/distribute_bench
+	@./build/release/bench/checkpoint_bench
 
 asan: deps
 	@cmake --preset asan >/dev/null

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "lockstep/lockstep.h"
+#include "seed_mlp.h"
 
 namespace ls = lockstep;
 namespace ld = lockstep::data;
@@ -26,17 +27,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-ls::Model seed_mlp() {
-  ls::set_random_seed(1);
-  auto in = ls::Input({784});
-  auto h = ls::layers::Dense(256, {.activation = "relu"})(in);
-  h = ls::layers::Dense(256, {.activation = "relu"})(h);
-  ls::Model m(in, ls::layers::Dense(10)(h));
-  m.compile({.optimizer = ls::optimizers::Adam(),
-             .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
-             .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
-  return m;
-}
+using ls::bench::seed_mlp;
 
 // mode 0: 1 replica on 1 core; 1: no strategy (2 cores); 2: 2 replicas on 2
 // cores; 3: OneDeviceStrategy on the host device (2 cores).
@@ -55,13 +46,7 @@ void BM_SeedMlp(benchmark::State& state) {
     auto scope = strategy.scope();
     model = seed_mlp();
   }
-  const ls::Tensor x = ls::random::uniform({batch * 16, 784}, {.seed = 1});
-  std::vector<std::int64_t> labels(static_cast<std::size_t>(batch * 16));
-  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 10);
-  const auto ds = ld::Dataset::from_tensor_slices({x, ls::Tensor::from_vector(labels)})
-                      .batch(batch)
-                      .cache()
-                      .repeat();
+  const auto ds = ls::bench::synthetic_batches(batch);
   const std::int64_t steps = batch == 64 ? 200 : 40;
   model.fit(ds, {.epochs = 1, .verbose = 0, .steps_per_epoch = 10});  // warm up
   for (auto _ : state) {

@@ -76,12 +76,40 @@ void maybe_crash(int writer, const char* stage) {
 
 }  // namespace
 
-std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc) {
+namespace {
+
+std::uint32_t crc32c_table(const unsigned char* p, std::size_t size, std::uint32_t crc) {
   static const auto table = make_crc_table();
-  const auto* p = static_cast<const unsigned char*>(data);
-  crc = ~crc;
   for (std::size_t i = 0; i < size; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
+  return crc;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// SSE4.2's crc32 instruction computes exactly CRC32C, 8 bytes at a time
+// (~20× the table): checkpoints are checksummed at memory speed.
+__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(const unsigned char* p,
+                                                             std::size_t size, std::uint32_t crc) {
+  std::uint64_t c = crc;
+  for (; size >= 8; size -= 8, p += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, p, 8);
+    c = __builtin_ia32_crc32di(c, word);
+  }
+  auto c32 = static_cast<std::uint32_t>(c);
+  for (; size > 0; --size, ++p) c32 = __builtin_ia32_crc32qi(c32, *p);
+  return c32;
+}
+#endif
+
+}  // namespace
+
+std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc) {
+  const auto* p = static_cast<const unsigned char*>(data);
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool has_sse42 = __builtin_cpu_supports("sse4.2");
+  if (has_sse42) return ~crc32c_sse42(p, size, ~crc);
+#endif
+  return ~crc32c_table(p, size, ~crc);
 }
 
 AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {

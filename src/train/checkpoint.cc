@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <future>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -55,32 +56,42 @@ Checkpoint::Checkpoint(Model model) : model_(std::move(model)) {
   LOCKSTEP_CHECK(model_.defined(), "Checkpoint: the model is undefined");
 }
 
-void Checkpoint::save(const std::string& path, bool full_input_state) const {
-  std::vector<std::pair<std::string, Tensor>> tensors;
+Checkpoint::Contents Checkpoint::contents(bool full_input_state, bool copy) const {
+  Contents c;
+  auto take = [&](const Tensor& t) { return copy ? t.copy() : t; };
   const auto named = detail::named_weights(*model_.impl());
   for (std::size_t i = 0; i < named.size(); ++i)
-    tensors.emplace_back(kModel + std::to_string(i) + "/" + named[i].first, named[i].second);
-  std::map<std::string, std::string> meta{
-      {"format", kFormat}, {"format_version", std::to_string(kCheckpointFormatVersion)}};
+    c.tensors.emplace_back(kModel + std::to_string(i) + "/" + named[i].first,
+                           take(named[i].second));
+  c.metadata = {{"format", kFormat}, {"format_version", std::to_string(kCheckpointFormatVersion)}};
   try {
-    meta["model_config"] = detail::model_config(*model_.impl()).dump();
+    c.metadata["model_config"] = detail::model_config(*model_.impl()).dump();
   } catch (const Error&) {
     // A subclassed model has no config; its weights are still restorable.
   }
   if (model_.compiled() && model_.optimizer().defined()) {
     const Optimizer& opt = model_.optimizer();
     for (auto& [name, t] : opt->slot_values(model_.impl()->trainable_weights()))
-      tensors.emplace_back(kOptimizer + name, t);
-    meta["optimizer"] = opt->config_json();
-    meta["iterations"] = std::to_string(opt.iterations());
+      c.tensors.emplace_back(kOptimizer + name, take(t));
+    c.metadata["optimizer"] = opt->config_json();
+    c.metadata["iterations"] = std::to_string(opt.iterations());
   }
-  meta["replicas"] = std::to_string(model_.distribute_strategy().num_replicas_in_sync());
-  meta["strategy"] = model_.distribute_strategy().name();
+  c.metadata["replicas"] = std::to_string(model_.distribute_strategy().num_replicas_in_sync());
+  c.metadata["strategy"] = model_.distribute_strategy().name();
   if (auto position = model_.training_snapshot(full_input_state)) {
-    meta["training"] = position_json(*position).dump();
-    for (const auto& [name, t] : position->input.tensors) tensors.emplace_back(kInput + name, t);
+    c.metadata["training"] = position_json(*position).dump();
+    for (const auto& [name, t] : position->input.tensors)
+      c.tensors.emplace_back(kInput + name, take(t));
   }
-  io::write_safetensors(path, tensors, meta);
+  return c;
+}
+
+void Checkpoint::write(const std::string& path, const Contents& contents) {
+  io::write_safetensors(path, contents.tensors, contents.metadata);
+}
+
+void Checkpoint::save(const std::string& path, bool full_input_state) const {
+  write(path, contents(full_input_state, /*copy=*/false));
 }
 
 CheckpointInfo Checkpoint::read(const std::string& path) {
@@ -216,25 +227,66 @@ std::vector<std::pair<std::int64_t, std::string>> CheckpointManager::numbered() 
   return out;
 }
 
-std::string CheckpointManager::save(bool full_input_state) {
+std::string CheckpointManager::next_path() {
   auto existing = numbered();
-  const std::int64_t n = existing.empty() ? 1 : existing.back().first + 1;
-  const std::string path =
-      (fs::path(options_.directory) / (options_.prefix + "-" + std::to_string(n) + ".safetensors"))
-          .string();
+  std::int64_t n =
+      std::max<std::int64_t>(existing.empty() ? 0 : existing.back().first, last_number_);
+  last_number_ = ++n;
+  return (fs::path(options_.directory) /
+          (options_.prefix + "-" + std::to_string(n) + ".safetensors"))
+      .string();
+}
+
+void CheckpointManager::prune() {
+  auto existing = numbered();
+  if (options_.max_to_keep <= 0 || static_cast<int>(existing.size()) <= options_.max_to_keep)
+    return;
+  const std::size_t drop = existing.size() - static_cast<std::size_t>(options_.max_to_keep);
+  for (std::size_t i = 0; i < drop; ++i) {
+    const auto& [k, p] = existing[i];
+    if (options_.keep_every_n > 0 && k % options_.keep_every_n == 0) continue;
+    std::error_code ec;
+    fs::remove(p, ec);
+  }
+}
+
+std::string CheckpointManager::save(bool full_input_state) {
+  wait();
+  const std::string path = next_path();
   remove_stale_temporaries(path);
   checkpoint_.save(path, full_input_state);
-  existing.emplace_back(n, path);
-  if (options_.max_to_keep > 0 && static_cast<int>(existing.size()) > options_.max_to_keep) {
-    const std::size_t drop = existing.size() - static_cast<std::size_t>(options_.max_to_keep);
-    for (std::size_t i = 0; i < drop; ++i) {
-      const auto& [k, p] = existing[i];
-      if (options_.keep_every_n > 0 && k % options_.keep_every_n == 0) continue;
-      std::error_code ec;
-      fs::remove(p, ec);
-    }
-  }
+  prune();
   return path;
+}
+
+std::string CheckpointManager::save_async(bool full_input_state) {
+  wait();
+  const std::string path = next_path();
+  // The copy is what the training thread pays; the write, fsync and pruning
+  // run beside training.
+  auto contents =
+      std::make_shared<Checkpoint::Contents>(checkpoint_.contents(full_input_state, /*copy=*/true));
+  in_flight_ = std::async(std::launch::async, [this, path, contents] {
+    remove_stale_temporaries(path);
+    Checkpoint::write(path, *contents);
+    prune();
+  });
+  return path;
+}
+
+void CheckpointManager::wait() {
+  if (!in_flight_.valid()) return;
+  auto done = std::move(in_flight_);
+  done.get();  // rethrows the write's error
+}
+
+CheckpointManager::~CheckpointManager() {
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    std::cerr << "CheckpointManager: a checkpoint written in the background failed: " << e.what()
+              << "\n";
+  }
 }
 
 std::optional<std::string> CheckpointManager::latest_checkpoint() const {
@@ -251,6 +303,7 @@ std::vector<std::string> CheckpointManager::checkpoints() const {
 
 std::optional<std::pair<std::string, std::optional<TrainingSnapshot>>>
 CheckpointManager::restore_latest(std::ostream& log) {
+  wait();
   auto all = numbered();
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
@@ -265,6 +318,7 @@ CheckpointManager::restore_latest(std::ostream& log) {
 }
 
 void CheckpointManager::remove_all() {
+  wait();
   for (auto& [n, p] : numbered()) {
     std::error_code ec;
     fs::remove(p, ec);

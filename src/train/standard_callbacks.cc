@@ -107,14 +107,15 @@ void BackupAndRestore::on_train_begin(const Logs&) {
 void BackupAndRestore::on_train_batch_end(std::int64_t, const Logs&) {
   if (options_.save_freq.per_epoch()) return;
   if (model()->optimizer().iterations() % options_.save_freq.batches() == 0)
-    manager().save(options_.save_input_state);
+    manager().save_async(options_.save_input_state);
 }
 
 void BackupAndRestore::on_epoch_end(int, const Logs&) {
-  if (options_.save_freq.per_epoch()) manager().save(options_.save_input_state);
+  if (options_.save_freq.per_epoch()) manager().save_async(options_.save_input_state);
 }
 
 void BackupAndRestore::on_train_end(const Logs&) {
+  manager().wait();  // a failed background write is an error of this fit
   if (options_.delete_checkpoint) manager().remove_all();
 }
 

@@ -200,10 +200,12 @@ TEST(BackupAndRestore, FallsBackToThePreviousBackupWhenTheNewestIsDamaged) {
   Model straight = mlp();
   fit(straight, {.epochs = 2, .verbose = 0});
   std::ostringstream log;
-  auto backup = std::make_shared<BackupAndRestore>(
-      BackupAndRestore::Options{.backup_dir = dir / "b", .save_freq = 3, .log = &log});
+  const BackupAndRestore::Options options{.backup_dir = dir / "b", .save_freq = 3, .log = &log};
   {
+    // The crashed process's callback: gone with it (its background write
+    // finishes first, as a process's last write would have reached the disk).
     Model victim = mlp();
+    auto backup = std::make_shared<BackupAndRestore>(options);
     EXPECT_THROW(
         fit(victim,
             {.epochs = 2, .verbose = 0, .callbacks = {backup, std::make_shared<CrashAt>(10)}}),
@@ -218,7 +220,8 @@ TEST(BackupAndRestore, FallsBackToThePreviousBackupWhenTheNewestIsDamaged) {
     f.put('\x7f');
   }
   Model resumed = mlp();
-  fit(resumed, {.epochs = 2, .verbose = 0, .callbacks = {backup}});
+  fit(resumed,
+      {.epochs = 2, .verbose = 0, .callbacks = {std::make_shared<BackupAndRestore>(options)}});
   expect_bitwise(weights(straight), weights(resumed), "resumed from the previous backup");
   EXPECT_NE(log.str().find("backup-3.safetensors"), std::string::npos) << log.str();
   EXPECT_NE(log.str().find("falling back to the previous one"), std::string::npos) << log.str();

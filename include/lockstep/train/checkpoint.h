@@ -22,7 +22,9 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <iosfwd>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,6 +66,15 @@ class Checkpoint {
 
   const Model& model() const { return model_; }
 
+  // What save() writes, gathered (with `copy`, as copies, so it may be
+  // written while training goes on), and the write itself.
+  struct Contents {
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    std::map<std::string, std::string> metadata;
+  };
+  Contents contents(bool full_input_state, bool copy) const;
+  static void write(const std::string& path, const Contents& contents);
+
  private:
   Model model_;
 };
@@ -80,10 +91,21 @@ struct CheckpointManagerOptions {
 class CheckpointManager {
  public:
   CheckpointManager(Checkpoint checkpoint, CheckpointManagerOptions options);
+  // Waits for a background save (its error is printed, not thrown).
+  ~CheckpointManager();
+  CheckpointManager(const CheckpointManager&) = delete;
+  CheckpointManager& operator=(const CheckpointManager&) = delete;
 
   // Saves the next checkpoint, then deletes the ones no longer kept.
   // Returns its path.
   std::string save(bool full_input_state = false);
+  // The same, but only copying the state happens on this thread; the
+  // write, fsync and pruning run in the background, one save at a time
+  // (the next save, wait() or restore waits for it and rethrows its error).
+  // A crash during the background write leaves the previous checkpoints,
+  // as with save().
+  std::string save_async(bool full_input_state = false);
+  void wait();
   // The newest checkpoint's path (by number), if any.
   std::optional<std::string> latest_checkpoint() const;
   // Every checkpoint's path, oldest first.
@@ -100,9 +122,13 @@ class CheckpointManager {
 
  private:
   std::vector<std::pair<std::int64_t, std::string>> numbered() const;
+  std::string next_path();
+  void prune();
 
   Checkpoint checkpoint_;
   CheckpointManagerOptions options_;
+  std::int64_t last_number_ = 0;
+  std::future<void> in_flight_;
 };
 
 }  // namespace lockstep

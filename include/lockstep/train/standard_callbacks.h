@@ -57,7 +57,9 @@ struct BackupAndRestoreOptions {
 // taken: the finished run's weights are bitwise those of an uninterrupted
 // run (same seed and replica count). A damaged newest backup is reported
 // and the previous one is used. On normal completion the backup is deleted
-// (unless delete_checkpoint is false).
+// (unless delete_checkpoint is false). Backups are written in the
+// background (CheckpointManager::save_async): training pays for a copy of
+// the state, not for the write and fsync.
 class BackupAndRestore : public Callback {
  public:
   using Options = BackupAndRestoreOptions;
