@@ -14,6 +14,7 @@ PACKAGES=(
   libgtest-dev googletest libgmock-dev
   libbenchmark-dev
   zlib1g-dev           # gzip'd IDX files
+  python3-venv         # tests only: a venv for the safetensors interop test (pip, PyPI)
   # data for the main job
   dataset-fashion-mnist
 )
