@@ -16,6 +16,7 @@
 #include "lockstep/data/idx.h"
 #include "lockstep/data/readers.h"
 #include "lockstep/distribute/strategy.h"
+#include "lockstep/io/event_file.h"
 #include "lockstep/io/safetensors.h"
 #include "lockstep/nn/config.h"
 #include "lockstep/nn/conv_layers.h"

@@ -393,6 +393,49 @@ void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
 
 void CSVLogger::on_train_end(const Logs&) { out_.close(); }
 
+// ---- TensorBoard ----
+
+TensorBoard::TensorBoard(std::string log_dir, SaveFreq update_freq)
+    : log_dir_(std::move(log_dir)), update_freq_(update_freq) {}
+
+void TensorBoard::on_train_begin(const Logs&) {
+  train_ = std::make_unique<io::EventFileWriter>((fs::path(log_dir_) / "train").string());
+  validation_.reset();
+}
+
+void TensorBoard::on_train_batch_end(std::int64_t, const Logs& logs) {
+  if (update_freq_.per_epoch() || !train_) return;
+  const std::int64_t step = model()->optimizer().iterations();
+  if (step % update_freq_.batches() != 0) return;
+  for (const auto& [k, v] : logs) train_->add_scalar("batch_" + k, v, step);
+  train_->flush();
+}
+
+void TensorBoard::on_epoch_end(int epoch, const Logs& logs) {
+  if (!train_) return;
+  bool any_validation = false;
+  for (const auto& [k, v] : logs) {
+    if (k.rfind("val_", 0) == 0) {
+      if (!validation_) {
+        validation_ =
+            std::make_unique<io::EventFileWriter>((fs::path(log_dir_) / "validation").string());
+      }
+      validation_->add_scalar("epoch_" + k.substr(4), v, epoch);
+      any_validation = true;
+    } else {
+      train_->add_scalar("epoch_" + k, v, epoch);
+    }
+  }
+  train_->add_scalar("epoch_learning_rate", model()->optimizer().learning_rate(), epoch);
+  train_->flush();
+  if (any_validation) validation_->flush();
+}
+
+void TensorBoard::on_train_end(const Logs&) {
+  if (train_) train_->flush();
+  if (validation_) validation_->flush();
+}
+
 // ---- TerminateOnNaN ----
 
 void TerminateOnNaN::on_train_batch_end(std::int64_t batch, const Logs& logs) {

@@ -1,6 +1,8 @@
 // Writes a small Lockstep checkpoint (a trained Dense model with Adam's
-// slots) and, beside it, every tensor as a .npy file named by its position:
-// the Python interop test (python_interop.py) reads both and compares.
+// slots) and, beside it, every tensor as a .npy file named by its position;
+// and a TensorBoard log of that training with the expected scalars listed in
+// scalars.txt. The Python interop test (python_interop.py) reads them with
+// safetensors and TensorBoard's own event reader and compares.
 //
 // usage: interop_writer OUT_DIR
 #include <cstdio>
@@ -20,8 +22,14 @@ int main(int argc, char** argv) {
   auto in = ls::Input({5});
   ls::Model m(in, ls::layers::Dense(3)(ls::layers::Dense(4, {.activation = "relu"})(in)));
   m.compile({.optimizer = ls::optimizers::Adam(), .loss = ls::losses::MeanSquaredError()});
-  m.fit(ls::random::uniform({6, 5}, {.seed = 1}), ls::random::uniform({6, 3}, {.seed = 2}),
-        {.batch_size = 3, .verbose = 0});
+  const ls::History history =
+      m.fit(ls::random::uniform({6, 5}, {.seed = 1}), ls::random::uniform({6, 3}, {.seed = 2}),
+            {.batch_size = 3,
+             .verbose = 0,
+             .callbacks = {std::make_shared<ls::TensorBoard>((out / "logs").string())}});
+  std::FILE* scalars = std::fopen((out / "scalars.txt").c_str(), "w");
+  std::fprintf(scalars, "epoch_loss 0 %.9g\n", static_cast<float>(history["loss"][0]));
+  std::fclose(scalars);
   const std::string path = (out / "checkpoint.safetensors").string();
   ls::Checkpoint(m).save(path);
   const ls::io::TensorFile file = ls::io::read_safetensors(path);

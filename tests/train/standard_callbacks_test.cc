@@ -175,5 +175,64 @@ TEST(ModelCheckpoint, FillsThePathTemplateAndSavesOnlyImprovements) {
   fs::remove_all(dir);
 }
 
+TEST(TensorBoard, WritesEventFilesThatReadBackWithValidFramingAndChecksums) {
+  const fs::path dir = fs::temp_directory_path() / ("lockstep_tb_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  Model m = small_model();
+  auto [x, y] = testing_support::blobs(64, 3);
+  const History h = m.fit(x, y,
+                          {.batch_size = 16,
+                           .epochs = 2,
+                           .verbose = 0,
+                           .callbacks = {std::make_shared<TensorBoard>(dir.string(), 2)},
+                           .validation_data = ValidationData{x, y}});
+  auto only_file = [](const fs::path& d) {
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(d)) files.push_back(e.path());
+    EXPECT_EQ(files.size(), 1u) << d;
+    EXPECT_EQ(files.at(0).filename().string().rfind("events.out.tfevents.", 0), 0u);
+    return files.at(0).string();
+  };
+  std::string version;
+  const auto train = io::read_event_file(only_file(dir / "train"), &version);
+  EXPECT_EQ(version, "brain.Event:2");
+  const auto val = io::read_event_file(only_file(dir / "validation"));
+  auto find = [](const std::vector<io::ScalarEvent>& events, const std::string& tag,
+                 std::int64_t step) -> std::optional<float> {
+    for (const auto& e : events) {
+      if (e.tag == tag && e.step == step) return e.value;
+    }
+    return std::nullopt;
+  };
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    const auto i = static_cast<std::size_t>(epoch);
+    EXPECT_EQ(find(train, "epoch_loss", epoch), static_cast<float>(h["loss"][i]));
+    EXPECT_EQ(find(train, "epoch_accuracy", epoch), static_cast<float>(h["accuracy"][i]));
+    EXPECT_EQ(find(val, "epoch_loss", epoch), static_cast<float>(h["val_loss"][i]));
+    EXPECT_TRUE(find(train, "epoch_learning_rate", epoch).has_value());
+  }
+  // Every 2nd of 8 optimizer steps: 2, 4, 6, 8.
+  for (std::int64_t step : {2, 4, 6, 8}) EXPECT_TRUE(find(train, "batch_loss", step)) << step;
+  EXPECT_FALSE(find(train, "batch_loss", 3));
+
+  // A flipped byte anywhere is caught by the framing checksums.
+  const std::string path = only_file(dir / "train");
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  for (std::size_t i = 0; i < bytes.size(); i += 7) {
+    std::string flipped = bytes;
+    flipped[i] = static_cast<char>(flipped[i] ^ 0x10);
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out << flipped;
+    }
+    EXPECT_THROW(io::read_event_file(path), IOError) << "byte " << i;
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace lockstep

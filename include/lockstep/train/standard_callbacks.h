@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/io/event_file.h"
 #include "lockstep/train/callbacks.h"
 #include "lockstep/train/checkpoint.h"
 
@@ -201,6 +202,24 @@ class CSVLogger : public Callback {
   bool append_;
   std::ofstream out_;
   std::vector<std::string> keys_;
+};
+
+// Writes TensorBoard event files, as Keras 3: log_dir/train gets
+// "epoch_<metric>" (and "epoch_learning_rate") at every epoch's end,
+// log_dir/validation the val_ metrics under the same names; with
+// update_freq = N, "batch_<metric>" every N batches (step: optimizer steps).
+class TensorBoard : public Callback {
+ public:
+  explicit TensorBoard(std::string log_dir = "logs", SaveFreq update_freq = "epoch");
+  void on_train_begin(const Logs&) override;
+  void on_train_batch_end(std::int64_t batch, const Logs& logs) override;
+  void on_epoch_end(int epoch, const Logs& logs) override;
+  void on_train_end(const Logs&) override;
+
+ private:
+  std::string log_dir_;
+  SaveFreq update_freq_;
+  std::unique_ptr<io::EventFileWriter> train_, validation_;
 };
 
 // Stops training at the first batch whose loss is NaN or infinite.
