@@ -1,0 +1,89 @@
+// Cluster resolution for multi-worker training (issue #7): who the workers
+// are and which one this process is, from a TF_CONFIG cluster spec (each
+// worker started on its own, as Kubeflow-style launchers do) or from the
+// environment an MPI launcher (mpirun, srun) gives its processes.
+//
+//   TF_CONFIG='{"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]},
+//               "task": {"type": "worker", "index": 0}}'
+//
+//   auto resolver = lockstep::distribute::ClusterResolver::from_environment();
+//   if (resolver) std::printf("%s %d of %d\n", resolver->task_type().c_str(),
+//                             resolver->task_id(), resolver->num_workers());
+//
+// Parsing is strict, as a cluster that half-parses fails later and far less
+// clearly: unknown keys, a missing task, a task type the cluster does not
+// have, an index out of range, a malformed or duplicated address are each a
+// ValueError naming the key (and both tasks, for a duplicate).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lockstep::distribute {
+
+// host:port of one task.
+struct TaskAddress {
+  std::string host;
+  int port = 0;
+  std::string to_string() const { return host + ":" + std::to_string(port); }
+};
+
+// Job name ("chief", "worker", "ps", "evaluator") -> its tasks' addresses.
+class ClusterSpec {
+ public:
+  ClusterSpec() = default;
+  explicit ClusterSpec(std::map<std::string, std::vector<TaskAddress>> jobs);
+  const std::map<std::string, std::vector<TaskAddress>>& jobs() const { return jobs_; }
+  int num_tasks(const std::string& job) const;
+  const TaskAddress& task_address(const std::string& job, int index) const;
+  bool empty() const { return jobs_.empty(); }
+
+ private:
+  std::map<std::string, std::vector<TaskAddress>> jobs_;
+};
+
+enum class Launcher {
+  kTfConfig,  // TF_CONFIG: addresses known, each worker started on its own
+  kMpi,       // mpirun / srun: ranks known, the collectives are MPI's
+};
+
+class ClusterResolver {
+ public:
+  // Parses a TF_CONFIG document; `source` names it in errors.
+  static ClusterResolver from_tf_config(const std::string& json_text,
+                                        const std::string& source = "TF_CONFIG");
+  // A process started by an MPI launcher: OpenMPI's OMPI_COMM_WORLD_RANK /
+  // _SIZE, PMI_RANK / PMI_SIZE (MPICH, Intel MPI), or SLURM_PROCID /
+  // SLURM_NTASKS (srun). `getenv` is injectable for tests.
+  static std::optional<ClusterResolver> from_mpi_environment(
+      const std::function<const char*(const char*)>& getenv);
+  // TF_CONFIG if set, else an MPI launch, else nullopt (a single worker).
+  static std::optional<ClusterResolver> from_environment();
+
+  const ClusterSpec& cluster_spec() const { return cluster_; }
+  const std::string& task_type() const { return task_type_; }
+  int task_id() const { return task_id_; }
+  const std::string& rpc_layer() const { return rpc_layer_; }
+  Launcher launcher() const { return launcher_; }
+
+  // Chief and workers: the processes that train in sync.
+  int num_workers() const;
+  // This process's rank among them: the chief first, then the workers.
+  // -1 for ps and evaluator tasks.
+  int worker_rank() const;
+  // The task that writes checkpoints and logs: the chief, or worker 0 when
+  // the cluster has no chief (TensorFlow's rule).
+  bool is_chief() const;
+
+ private:
+  ClusterSpec cluster_;
+  std::string task_type_;
+  int task_id_ = 0;
+  std::string rpc_layer_;
+  Launcher launcher_ = Launcher::kTfConfig;
+};
+
+}  // namespace lockstep::distribute
