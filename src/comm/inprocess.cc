@@ -272,9 +272,11 @@ class Group final : public InProcessGroup {
   }
 
   [[noreturn]] void fail_timeout(int rank, const char* what, const std::vector<int>& missing) {
-    const std::string msg = "rank " + std::to_string(rank) + " waited " +
-                            std::to_string(options_.timeout.count()) + " ms in " + what +
-                            " for rank(s) " + rank_list(missing) + " that never arrived";
+    const std::string msg =
+        "rank " + std::to_string(rank) + " waited " + std::to_string(options_.timeout.count()) +
+        " ms in " + what +
+        (missing.empty() ? std::string(" for a rank that never finished it")
+                         : " for rank(s) " + rank_list(missing) + " that never arrived");
     abort(msg);
     throw TimeoutError(msg);
   }
@@ -325,9 +327,9 @@ std::uint64_t RankComm::post(void* data, std::size_t count, ReduceOp op, bool is
     // others can release the one that holds this slot.
     progress(seq);
     group_->wait_for(
-        rank_, "all_reduce_async (a free slot)",
+        rank_, "all_reduce_async (a free slot: the collective posted 64 before this one)",
         [&] { return slot.seq.load(std::memory_order_acquire) == seq; },
-        [&] { return std::vector<int>{}; });
+        [&] { return std::vector<int>{}; });  // some rank has not finished it
   }
   const auto r = static_cast<std::size_t>(rank_);
   slot.buffers[r] = data;

@@ -22,8 +22,6 @@ constexpr const char* kModel = "model/";
 constexpr const char* kOptimizer = "optimizer/";
 constexpr const char* kInput = "input/";
 
-bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
-
 json position_json(const TrainingSnapshot& p) {
   json metrics = json::array();
   for (const auto& [name, state] : p.metrics) metrics.push_back({name, state});
@@ -44,7 +42,7 @@ TrainingSnapshot position_from_json(const json& j, const io::TensorFile& file) {
   p.random_stream = j.at("random").at(1).get<std::uint64_t>();
   p.input.json = j.at("input");
   for (const auto& [name, t] : file.tensors) {
-    if (starts_with(name, kInput))
+    if (name.starts_with(kInput))
       p.input.tensors[name.substr(std::char_traits<char>::length(kInput))] = t;
   }
   return p;
@@ -138,7 +136,7 @@ std::optional<TrainingSnapshot> Checkpoint::restore(const std::string& path) con
   std::vector<std::pair<std::string, Tensor>> saved;  // (name, value) by position
   std::map<std::string, Tensor> slots;
   for (const auto& [name, t] : info.file.tensors) {
-    if (starts_with(name, kModel)) {
+    if (name.starts_with(kModel)) {
       const std::string rest = name.substr(std::char_traits<char>::length(kModel));
       const std::size_t slash = rest.find('/');
       std::size_t index = 0;
@@ -149,7 +147,7 @@ std::optional<TrainingSnapshot> Checkpoint::restore(const std::string& path) con
       }
       if (saved.size() <= index) saved.resize(index + 1);
       saved[index] = {slash == std::string::npos ? rest : rest.substr(slash + 1), t};
-    } else if (starts_with(name, kOptimizer)) {
+    } else if (name.starts_with(kOptimizer)) {
       slots[name.substr(std::char_traits<char>::length(kOptimizer))] = t;
     }
   }

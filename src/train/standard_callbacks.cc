@@ -32,6 +32,12 @@ bool maximizes(MonitorMode mode, const std::string& monitor) {
   return false;
 }
 
+std::string available(const Logs& logs) {
+  std::string out;
+  for (const auto& [k, v] : logs) out += (out.empty() ? "" : ",") + k;
+  return out;
+}
+
 // The worst value, which any first value improves on.
 double worst(bool maximize) {
   return maximize ? -std::numeric_limits<double>::infinity()
@@ -42,18 +48,10 @@ double worst(bool maximize) {
 std::optional<double> monitored(const Logs& logs, const std::string& monitor, const char* what) {
   auto v = logs.get(monitor);
   if (!v) {
-    std::string names;
-    for (const auto& [k, x] : logs) names += (names.empty() ? "" : ",") + k;
     std::cerr << what << " conditioned on metric `" << monitor
-              << "` which is not available. Available metrics are: " << names << "\n";
+              << "` which is not available. Available metrics are: " << available(logs) << "\n";
   }
   return v;
-}
-
-std::string available(const Logs& logs) {
-  std::string out;
-  for (const auto& [k, v] : logs) out += (out.empty() ? "" : ",") + k;
-  return out;
 }
 
 }  // namespace
