@@ -14,6 +14,10 @@ PACKAGES=(
   libgtest-dev googletest libgmock-dev
   libbenchmark-dev
   zlib1g-dev           # gzip'd IDX files
+  libgloo-dev          # collectives over TCP between worker processes (multi-worker)
+  libopenmpi-dev openmpi-bin  # MPI collectives and mpirun (multi-worker)
+  libssl-dev           # HMAC-SHA256 for the rendezvous store's handshake
+  iproute2             # tests only: network namespaces as separate hosts
   python3-venv         # tests only: a venv for the safetensors interop test (pip, PyPI)
   # data for the main job
   dataset-fashion-mnist

@@ -1,0 +1,152 @@
+// The Gloo backend: Gloo's TCP transport and its collectives, its full mesh
+// connected through Lockstep's authenticated rendezvous store.
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <cstring>
+
+#include "lockstep/comm/process_group.h"
+#include "lockstep/core/error.h"
+#include "serial_communicator.h"
+
+namespace lockstep::comm {
+namespace {
+
+// Gloo's Store interface over the rendezvous store.
+class GlooStore final : public gloo::rendezvous::Store {
+ public:
+  GlooStore(StoreClient& store, std::string prefix) : store_(store), prefix_(std::move(prefix)) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set(prefix_ + key, data);
+  }
+  std::vector<char> get(const std::string& key) override { return store_.get(prefix_ + key); }
+  void wait(const std::vector<std::string>& keys) override {
+    wait(keys, std::chrono::milliseconds(std::chrono::seconds(60)));
+  }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    std::vector<std::string> full;
+    for (const auto& k : keys) full.push_back(prefix_ + k);
+    store_.wait(full, timeout);
+  }
+
+ private:
+  StoreClient& store_;
+  std::string prefix_;
+};
+
+template <typename T>
+gloo::AllreduceOptions::Func reduce_function(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax:
+      return [](void* c, const void* a, const void* b, size_t n) { gloo::max<T>(c, a, b, n); };
+    case ReduceOp::kMin:
+      return [](void* c, const void* a, const void* b, size_t n) { gloo::min<T>(c, a, b, n); };
+    case ReduceOp::kSum:
+    case ReduceOp::kMean:
+      break;
+  }
+  return [](void* c, const void* a, const void* b, size_t n) { gloo::sum<T>(c, a, b, n); };
+}
+
+class GlooCommunicator final : public detail::SerialCommunicator {
+ public:
+  GlooCommunicator(StoreClient& store, const std::string& hostname, const std::string& prefix,
+                   ProcessGroupOptions options)
+      : SerialCommunicator(options, "gloo", std::make_shared<detail::SerialExecutor>()) {
+    // Connect on the communication thread, like every other Gloo call.
+    run("connecting the Gloo full mesh", [&] {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = hostname;
+      device_ = gloo::transport::tcp::CreateDevice(attr);
+      auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+      context->setTimeout(options.timeout);
+      GlooStore gloo_store(store, prefix);
+      context->connectFullMesh(gloo_store, device_);
+      context_ = std::move(context);
+    });
+  }
+
+  ~GlooCommunicator() override { drain(); }
+
+ protected:
+  template <typename T>
+  void all_reduce_t(T* data, std::size_t count, ReduceOp op) {
+    if (count == 0 || size() == 1) {
+      return;
+    }
+    gloo::AllreduceOptions opts(context_);
+    opts.setOutput(data, count);
+    opts.setReduceFunction(reduce_function<T>(op));
+    opts.setTag(next_tag());
+    opts.setTimeout(options().timeout);
+    gloo::allreduce(opts);
+    if (op == ReduceOp::kMean) {
+      const T n = static_cast<T>(size());
+      for (std::size_t i = 0; i < count; ++i) data[i] /= n;
+    }
+  }
+  void do_all_reduce_f32(float* data, std::size_t count, ReduceOp op) override {
+    all_reduce_t(data, count, op);
+  }
+  void do_all_reduce_f64(double* data, std::size_t count, ReduceOp op) override {
+    all_reduce_t(data, count, op);
+  }
+  void do_broadcast(void* data, std::size_t bytes, int root) override {
+    if (bytes == 0 || size() == 1) return;
+    gloo::BroadcastOptions opts(context_);
+    opts.setOutput(static_cast<std::uint8_t*>(data), bytes);
+    opts.setRoot(root);
+    opts.setTag(next_tag());
+    opts.setTimeout(options().timeout);
+    gloo::broadcast(opts);
+  }
+  void do_all_gather(const void* data, std::size_t bytes, void* out) override {
+    auto* o = static_cast<std::uint8_t*>(out);
+    std::memcpy(o + static_cast<std::size_t>(rank()) * bytes, data, bytes);
+    if (bytes == 0 || size() == 1) return;
+    gloo::AllgatherOptions opts(context_);
+    // In place: this rank's part of `out` is its input.
+    opts.setOutput(o, bytes * static_cast<std::size_t>(size()));
+    opts.setTag(next_tag());
+    opts.setTimeout(options().timeout);
+    gloo::allgather(opts);
+  }
+  void do_barrier() override {
+    if (size() == 1) return;
+    gloo::BarrierOptions opts(context_);
+    opts.setTag(next_tag());
+    opts.setTimeout(options().timeout);
+    gloo::barrier(opts);
+  }
+
+ private:
+  // Collectives run one at a time; distinct tags keep a late message of one
+  // from being taken for the next.
+  std::uint32_t next_tag() { return tag_++; }
+
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> context_;
+  std::uint32_t tag_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> create_gloo_communicator(StoreClient& store,
+                                                       const std::string& hostname,
+                                                       const std::string& prefix,
+                                                       ProcessGroupOptions options) {
+  LOCKSTEP_CHECK(options.size >= 1 && options.rank >= 0 && options.rank < options.size,
+                 "create_gloo_communicator: rank ", options.rank, " is not in [0, ", options.size,
+                 ")");
+  return std::make_unique<GlooCommunicator>(store, hostname, prefix, std::move(options));
+}
+
+}  // namespace lockstep::comm

@@ -1,0 +1,172 @@
+// The Gloo backend, its ranks on threads of this process (each with its own
+// store client and Gloo device, as separate processes would have); the
+// multi-process behaviour is tested in tests/distribute.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "lockstep/comm/process_group.h"
+#include "lockstep/core/error.h"
+
+namespace lockstep::comm {
+namespace {
+
+using namespace std::chrono_literals;
+
+class GlooTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StoreOptions o;
+    o.host = "127.0.0.1";
+    o.token = "t0ken";
+    o.timeout = 10s;
+    server_ = StoreServer::start(o);
+  }
+
+  // Runs fn(rank, communicator) on `size` threads and rethrows the first failure.
+  void run_ranks(int size, const std::function<void(int, Communicator&)>& fn,
+                 std::chrono::milliseconds timeout = 10s) {
+    std::vector<std::thread> threads;
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
+    for (int r = 0; r < size; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          StoreOptions o;
+          o.host = "127.0.0.1";
+          o.port = server_->port();
+          o.token = "t0ken";
+          o.timeout = 10s;
+          auto store = StoreClient::connect(o);
+          auto comm = create_gloo_communicator(*store, "127.0.0.1", "test/",
+                                               {.rank = r, .size = size, .timeout = timeout});
+          fn(r, *comm);
+        } catch (...) {
+          errors[static_cast<std::size_t>(r)] = std::current_exception();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (auto& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+  }
+
+  std::unique_ptr<StoreServer> server_;
+};
+
+TEST_F(GlooTest, AllReduceBroadcastAllGatherAndBarrierOnThreeRanks) {
+  constexpr int kRanks = 3;
+  std::vector<std::vector<float>> sums(kRanks), means(kRanks), maxes(kRanks);
+  std::vector<std::vector<std::int32_t>> gathered(kRanks);
+  std::vector<std::vector<double>> doubles(kRanks);
+  std::vector<std::string> broadcast(kRanks);
+  run_ranks(kRanks, [&](int r, Communicator& c) {
+    EXPECT_EQ(c.rank(), r);
+    EXPECT_EQ(c.size(), kRanks);
+    const auto i = static_cast<std::size_t>(r);
+    // Big enough for Gloo to cut it into several segments.
+    std::vector<float> v(300001);
+    for (std::size_t k = 0; k < v.size(); ++k)
+      v[k] = 0.1f * static_cast<float>(r + 1) + 1e-3f * static_cast<float>(k % 97);
+    sums[i] = v;
+    c.all_reduce(sums[i].data(), sums[i].size(), ReduceOp::kSum);
+    means[i] = v;
+    c.all_reduce(means[i].data(), means[i].size(), ReduceOp::kMean);
+    maxes[i] = {static_cast<float>(r), static_cast<float>(-r)};
+    c.all_reduce(maxes[i].data(), 2, ReduceOp::kMax);
+    doubles[i] = {1.0 * r, 0.5};
+    c.all_reduce(doubles[i].data(), 2, ReduceOp::kSum);
+    char text[16] = {};
+    if (r == 1) std::strcpy(text, "from rank one");
+    c.broadcast(text, sizeof text, 1);
+    broadcast[i] = text;
+    const std::int32_t mine = 100 + r;
+    gathered[i].resize(kRanks);
+    c.all_gather(&mine, sizeof mine, gathered[i].data());
+    c.barrier();
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    // Every rank holds bitwise the same result.
+    EXPECT_EQ(std::memcmp(sums[i].data(), sums[0].data(), sums[0].size() * 4), 0);
+    EXPECT_EQ(std::memcmp(means[i].data(), means[0].data(), means[0].size() * 4), 0);
+    EXPECT_EQ(maxes[i], (std::vector<float>{2.0f, 0.0f}));
+    EXPECT_EQ(doubles[i], (std::vector<double>{3.0, 1.5}));
+    EXPECT_EQ(broadcast[i], "from rank one");
+    EXPECT_EQ(gathered[i], (std::vector<std::int32_t>{100, 101, 102}));
+  }
+  for (std::size_t k = 0; k < sums[0].size(); k += 9973) {
+    const float e = 1e-3f * static_cast<float>(k % 97);
+    EXPECT_NEAR(sums[0][k], 0.6f + 3 * e, 1e-5f);
+    EXPECT_NEAR(means[0][k], 0.2f + e, 1e-5f);
+  }
+}
+
+TEST_F(GlooTest, AsyncAllReducesCompleteInPostingOrderAndMayBeWaitedInAnyOrder) {
+  constexpr int kRanks = 2;
+  constexpr int kBuckets = 12;
+  std::vector<std::vector<std::vector<float>>> out(kRanks);
+  run_ranks(kRanks, [&](int r, Communicator& c) {
+    auto& bufs = out[static_cast<std::size_t>(r)];
+    bufs.resize(kBuckets);
+    std::vector<WorkHandle> work;
+    for (int b = 0; b < kBuckets; ++b) {
+      bufs[static_cast<std::size_t>(b)].assign(1000 + static_cast<std::size_t>(b),
+                                               static_cast<float>(b + r));
+      work.push_back(c.all_reduce_async(bufs[static_cast<std::size_t>(b)].data(),
+                                        bufs[static_cast<std::size_t>(b)].size(), ReduceOp::kSum));
+    }
+    for (int b = kBuckets - 1; b >= 0; --b) work[static_cast<std::size_t>(b)]->wait();
+  });
+  for (int b = 0; b < kBuckets; ++b) {
+    for (int r = 0; r < kRanks; ++r)
+      EXPECT_EQ(
+          out[static_cast<std::size_t>(r)][static_cast<std::size_t>(b)],
+          std::vector<float>(1000 + static_cast<std::size_t>(b), static_cast<float>(2 * b + 1)));
+  }
+}
+
+TEST_F(GlooTest, APeerThatLeavesBreaksTheCollectiveWithAClearErrorNotAHang) {
+  std::string message;
+  const auto start = std::chrono::steady_clock::now();
+  run_ranks(
+      2,
+      [&](int r, Communicator& c) {
+        std::vector<float> v(1000, 1.0f);
+        c.all_reduce(v.data(), v.size(), ReduceOp::kSum);
+        if (r == 1) return;  // leaves: its communicator (and sockets) go away
+        try {
+          std::this_thread::sleep_for(100ms);
+          c.all_reduce(v.data(), v.size(), ReduceOp::kSum);
+          message = "(no error)";
+        } catch (const DistributedError& e) {
+          message = e.what();
+        }
+        // Broken for good: the next collective fails at once with the same report.
+        EXPECT_THROW(c.barrier(), DistributedError);
+      },
+      3s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 8s);
+  EXPECT_NE(message.find("worker 0: all_reduce of 1000 floats across 2 workers (gloo) failed"),
+            std::string::npos)
+      << message;
+}
+
+TEST_F(GlooTest, AMissingPeerIsATimeoutNotAHang) {
+  StoreOptions o;
+  o.host = "127.0.0.1";
+  o.port = server_->port();
+  o.token = "t0ken";
+  o.timeout = 1s;
+  auto store = StoreClient::connect(o);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(create_gloo_communicator(*store, "127.0.0.1", "alone/",
+                                        {.rank = 0, .size = 2, .timeout = 1s}),
+               DistributedError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+}
+
+}  // namespace
+}  // namespace lockstep::comm
