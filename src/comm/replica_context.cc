@@ -8,7 +8,7 @@ thread_local ReplicaContextInfo* t_context = nullptr;
 ReplicaContextInfo* current_replica_context() { return t_context; }
 
 ReplicaContextScope::ReplicaContextScope(ReplicaContextInfo* info)
-    : previous_(t_context), id_scope_(info ? info->replica_id : -1) {
+    : previous_(t_context), id_scope_(info ? info->local_replica_id : -1) {
   t_context = info;
 }
 

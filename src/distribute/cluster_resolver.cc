@@ -191,3 +191,40 @@ bool ClusterResolver::is_chief() const {
 }
 
 }  // namespace lockstep::distribute
+
+namespace lockstep::distribute {
+
+ClusterResolver ClusterResolver::single_worker() {
+  ClusterResolver r;
+  r.cluster_ = ClusterSpec({{"worker", {TaskAddress{"localhost", 0}}}});
+  r.task_type_ = "worker";
+  r.task_id_ = 0;
+  return r;
+}
+
+const TaskAddress& ClusterResolver::worker_address(int rank) const {
+  const int chiefs = cluster_.num_tasks("chief");
+  LOCKSTEP_CHECK_AS(IndexError, rank >= 0 && rank < num_workers(), "worker_address: rank ", rank,
+                    " of ", num_workers(), " workers");
+  return rank < chiefs ? cluster_.task_address("chief", rank)
+                       : cluster_.task_address("worker", rank - chiefs);
+}
+
+std::string ClusterResolver::describe_worker(int rank) const {
+  std::string s = "worker " + std::to_string(rank);
+  if (rank >= 0 && rank < num_workers() && launcher_ == Launcher::kTfConfig)
+    s += " (" + worker_address(rank).to_string() + ")";
+  return s;
+}
+
+std::string ClusterResolver::canonical_cluster_spec() const {
+  std::string s;
+  for (const auto& [job, tasks] : cluster_.jobs()) {
+    s += job + ":";
+    for (const auto& t : tasks) s += t.to_string() + ",";
+    s += ";";
+  }
+  return s;
+}
+
+}  // namespace lockstep::distribute

@@ -3,17 +3,34 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
+#include "hierarchical_communicator.h"
+#include "lockstep/comm/process_group.h"
+#include "lockstep/comm/store.h"
 #include "lockstep/core/error.h"
 #include "lockstep/tensor/ops.h"
 
 namespace lockstep::distribute {
 
 using Clock = std::chrono::steady_clock;
+
+// What joins a strategy's process to the other workers (one worker: nothing).
+struct CrossWorker {
+  int num_workers = 1;
+  int worker_index = 0;
+  ClusterResolver resolver = ClusterResolver::single_worker();
+  std::shared_ptr<comm::StoreServer> store_server;  // on the chief (Gloo)
+  std::shared_ptr<comm::StoreClient> store_client;  // rendezvous and heartbeats (Gloo)
+  // Declared last, destroyed first: it uses the store.
+  std::shared_ptr<comm::Communicator> comm;
+};
 
 class StrategyImpl {
  public:
@@ -28,10 +45,6 @@ class StrategyImpl {
     }
     const int n = static_cast<int>(devices_.size());
     contexts_.resize(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r) {
-      contexts_[static_cast<std::size_t>(r)].replica_id = r;
-      contexts_[static_cast<std::size_t>(r)].num_replicas = n;
-    }
     reset_group();
     errors_.resize(static_cast<std::size_t>(n));
     if (n > 1) {
@@ -50,7 +63,15 @@ class StrategyImpl {
     for (auto& t : threads_) t.join();
   }
 
+  // Local replicas (threads of this process).
   int size() const { return static_cast<int>(devices_.size()); }
+  int num_replicas_in_sync() const { return size() * workers_.num_workers; }
+  const CrossWorker& workers() const { return workers_; }
+  // Joins this strategy to the other workers (MultiWorkerMirroredStrategy).
+  void attach_workers(CrossWorker workers) {
+    workers_ = std::move(workers);
+    reset_group();
+  }
   const std::vector<Device*>& devices() const { return devices_; }
   const std::string& name() const { return name_; }
   bool is_default() const { return is_default_; }
@@ -97,7 +118,9 @@ class StrategyImpl {
     for (auto& ctx : contexts_) ctx.bytes_per_pack = bytes;
   }
 
-  Variable create_mirrored(const Tensor& initial, Variable::Options options) const {
+  Variable create_mirrored(const Tensor& initial_value, Variable::Options options) const {
+    Tensor initial = initial_value;
+    if (workers_.comm) initial = broadcast_from_chief(initial_value, options.name);
     if (size() == 1) {
       DeviceScope on(*devices_[0], {.pin_thread = false});
       return Variable(initial, std::move(options));
@@ -110,12 +133,52 @@ class StrategyImpl {
     return Variable::mirrored(std::move(copies), std::move(options));
   }
 
+  // Every worker starts from the chief's initial value (as tf.distribute's
+  // MultiWorkerMirroredStrategy); a worker whose variable has another shape
+  // or type is named on every worker.
+  Tensor broadcast_from_chief(const Tensor& initial, const std::string& name) const {
+    comm::Communicator& c = *workers_.comm;
+    const std::int64_t mine[2] = {initial.numel(), static_cast<std::int64_t>(initial.dtype())};
+    std::vector<std::int64_t> all(2 * static_cast<std::size_t>(c.size()));
+    c.all_gather(mine, sizeof mine, all.data());
+    for (int w = 0; w < c.size(); ++w) {
+      const auto i = 2 * static_cast<std::size_t>(w);
+      LOCKSTEP_CHECK_AS(DistributedError, all[i] == all[0] && all[i + 1] == all[1],
+                        "MultiWorkerMirroredStrategy: variable '", name, "' has ", all[i],
+                        " elements of type ", static_cast<DType>(all[i + 1]), " on ",
+                        workers_.resolver.describe_worker(w), " but ", all[0], " of type ",
+                        static_cast<DType>(all[1]),
+                        " on the chief; every worker must build the same model");
+    }
+    Tensor value = initial.copy();
+    c.broadcast(value.raw_data(), value.nbytes(), 0);
+    return value;
+  }
+
  private:
+  // Replica contexts and the communicators joining the replicas: the local
+  // group, the cross-worker communicator, or (several of each) both in a
+  // hierarchy.
   void reset_group() {
-    if (size() > 1) group_ = comm::InProcessGroup::create(size(), comm_options_);
-    for (int r = 0; r < size(); ++r)
-      contexts_[static_cast<std::size_t>(r)].communicator =
-          size() > 1 ? &group_->communicator(r) : nullptr;
+    const int k = size();
+    if (k > 1) group_ = comm::InProcessGroup::create(k, comm_options_);
+    hierarchical_.clear();
+    for (int r = 0; r < k; ++r) {
+      auto& ctx = contexts_[static_cast<std::size_t>(r)];
+      ctx.replica_id = workers_.worker_index * k + r;
+      ctx.local_replica_id = r;
+      ctx.num_replicas = num_replicas_in_sync();
+      if (!workers_.comm) {
+        ctx.communicator = k > 1 ? &group_->communicator(r) : nullptr;
+      } else if (k == 1) {
+        ctx.communicator = workers_.comm.get();
+      } else {
+        hierarchical_.push_back(std::make_unique<HierarchicalCommunicator>(
+            group_->communicator(r), r == 0 ? workers_.comm.get() : nullptr,
+            workers_.worker_index, workers_.num_workers));
+        ctx.communicator = hierarchical_.back().get();
+      }
+    }
   }
 
   // Waits for a new task (polling briefly: steps follow each other closely).
@@ -196,6 +259,8 @@ class StrategyImpl {
   int replicas_per_device_;
   std::vector<Device*> devices_;
   std::shared_ptr<comm::InProcessGroup> group_;
+  CrossWorker workers_;
+  std::vector<std::unique_ptr<HierarchicalCommunicator>> hierarchical_;
   std::vector<comm::ReplicaContextInfo> contexts_;
 
   std::mutex run_mu_;
@@ -225,7 +290,13 @@ std::shared_ptr<StrategyImpl> default_impl() {
 
 Strategy::Strategy() : impl_(default_impl()) {}
 
-int Strategy::num_replicas_in_sync() const { return impl_->size(); }
+int Strategy::num_replicas_in_sync() const { return impl_->num_replicas_in_sync(); }
+int Strategy::num_local_replicas() const { return impl_->size(); }
+int Strategy::num_workers() const { return impl_->workers().num_workers; }
+int Strategy::worker_index() const { return impl_->workers().worker_index; }
+comm::Communicator* Strategy::cross_worker_communicator() const {
+  return impl_->workers().comm.get();
+}
 const std::vector<Device*>& Strategy::replica_devices() const { return impl_->devices(); }
 const std::string& Strategy::name() const { return impl_->name(); }
 bool Strategy::is_default() const { return impl_->is_default(); }
@@ -248,10 +319,20 @@ std::vector<std::int64_t> Strategy::split_sizes(std::int64_t global_batch) const
   return sizes;
 }
 
+Strategy::LocalShare Strategy::local_share(std::int64_t global_batch) const {
+  const std::vector<std::int64_t> all = split_sizes(global_batch);
+  const int k = num_local_replicas();
+  const int first = worker_index() * k;
+  LocalShare share;
+  for (int r = 0; r < first; ++r) share.begin += all[static_cast<std::size_t>(r)];
+  share.sizes.assign(all.begin() + first, all.begin() + first + k);
+  return share;
+}
+
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
                         std::optional<int> axis) const {
-  LOCKSTEP_CHECK(value.size() == num_replicas_in_sync(), "Strategy::reduce: ", value.size(),
-                 " values for ", num_replicas_in_sync(), " replicas");
+  LOCKSTEP_CHECK(value.size() == num_local_replicas(), "Strategy::reduce: ", value.size(),
+                 " values for ", num_local_replicas(), " local replicas");
   Tensor total;
   std::int64_t count = 0;
   for (const Tensor& v : value.values()) {
@@ -266,8 +347,17 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
     }
     total = total.defined() ? add(total, part) : part.copy();
   }
+  if (comm::Communicator* workers = cross_worker_communicator()) {
+    // The other workers' replicas: sum in float32 (as the values are), the
+    // element count in float64.
+    total = total.to(DType::kFloat32).copy();
+    workers->all_reduce(total, comm::ReduceOp::kSum);
+    double c = static_cast<double>(count);
+    workers->all_reduce(&c, 1, comm::ReduceOp::kSum);
+    count = static_cast<std::int64_t>(c);
+  }
   if (op == ReduceOp::kMean) {
-    const double d = axis ? static_cast<double>(count) : value.size();
+    const double d = axis ? static_cast<double>(count) : num_replicas_in_sync();
     total = div(total, Tensor::scalar(static_cast<float>(d)));
   }
   return total;
@@ -296,6 +386,155 @@ MirroredStrategy::MirroredStrategy(MirroredStrategyOptions o) {
       comm::InProcessGroup::Options{.algorithm = o.cross_device_ops, .timeout = o.timeout}, false);
   impl->set_bytes_per_pack(o.bytes_per_pack);
   static_cast<Strategy&>(*this) = Strategy(std::move(impl));
+}
+
+namespace {
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// The rendezvous store's secret: given, or LOCKSTEP_JOB_TOKEN. A cluster on
+// loopback alone may go without (derived from the cluster spec, said once).
+std::string job_token(const MultiWorkerMirroredStrategyOptions& o, const ClusterResolver& r) {
+  if (!o.job_token.empty()) return o.job_token;
+  if (const char* t = std::getenv("LOCKSTEP_JOB_TOKEN"); t && *t) return t;
+  bool loopback = true;
+  for (int w = 0; w < r.num_workers(); ++w) loopback &= is_loopback(r.worker_address(w).host);
+  LOCKSTEP_CHECK(loopback,
+                 "MultiWorkerMirroredStrategy: set LOCKSTEP_JOB_TOKEN to the same secret on "
+                 "every worker (or pass job_token): the chief's rendezvous store admits only "
+                 "processes that know it");
+  static std::once_flag said;
+  std::call_once(said, [] {
+    std::fprintf(stderr,
+                 "MultiWorkerMirroredStrategy: LOCKSTEP_JOB_TOKEN is not set; on this loopback "
+                 "cluster the store's token is derived from the cluster spec\n");
+  });
+  return "lockstep-loopback-job:" + r.canonical_cluster_spec();
+}
+
+std::string format_lost(const std::vector<comm::LostWorker>& lost, const ClusterResolver& r) {
+  std::string s;
+  for (const auto& l : lost)
+    s += (s.empty() ? "" : "; ") + r.describe_worker(l.rank) + " was lost: " + l.reason;
+  return s.empty() ? s : "the chief reports " + s;
+}
+
+// Waits until every worker has joined through the store; names those that
+// did not, and those given another cluster spec.
+void join_through_store(comm::StoreClient& store, const ClusterResolver& r,
+                        std::chrono::milliseconds join_timeout) {
+  const int rank = r.worker_rank();
+  const std::string spec = r.canonical_cluster_spec();
+  store.set("lockstep/joined/" + std::to_string(rank), std::vector<char>(spec.begin(), spec.end()));
+  std::vector<std::string> keys;
+  for (int w = 0; w < r.num_workers(); ++w) keys.push_back("lockstep/joined/" + std::to_string(w));
+  try {
+    store.wait(keys, join_timeout);
+  } catch (const TimeoutError&) {
+    std::string missing;
+    for (int w = 0; w < r.num_workers(); ++w) {
+      try {
+        store.wait({keys[static_cast<std::size_t>(w)]}, std::chrono::milliseconds(1));
+      } catch (const TimeoutError&) {
+        missing += (missing.empty() ? "" : ", ") + r.describe_worker(w);
+      }
+    }
+    throw TimeoutError(lockstep::detail::str_cat(
+        "MultiWorkerMirroredStrategy: ", r.describe_worker(rank), ": ", missing,
+        " did not join within ", join_timeout.count() / 1000.0, " s"));
+  }
+  for (int w = 0; w < r.num_workers(); ++w) {
+    const std::vector<char> theirs = store.get(keys[static_cast<std::size_t>(w)]);
+    LOCKSTEP_CHECK_AS(DistributedError, std::string(theirs.begin(), theirs.end()) == spec,
+                      "MultiWorkerMirroredStrategy: ", r.describe_worker(w),
+                      " was given another cluster spec than ", r.describe_worker(rank), ": \"",
+                      std::string(theirs.begin(), theirs.end()), "\" vs \"", spec, "\"");
+  }
+}
+
+CrossWorker join_workers(const MultiWorkerMirroredStrategyOptions& o, const ClusterResolver& r) {
+  CrossWorker cw;
+  cw.resolver = r;
+  cw.num_workers = r.num_workers();
+  cw.worker_index = r.worker_rank();
+  LOCKSTEP_CHECK(cw.worker_index >= 0, "MultiWorkerMirroredStrategy: this task is a ",
+                 r.task_type(), "; only chief and worker tasks train in sync");
+  if (cw.num_workers == 1) return cw;
+  const bool mpi_launch = r.launcher() == Launcher::kMpi;
+  CommunicationImplementation how = o.communication;
+  if (how == CommunicationImplementation::kAuto)
+    how = mpi_launch ? CommunicationImplementation::kMpi : CommunicationImplementation::kGloo;
+  comm::ProcessGroupOptions po{.rank = cw.worker_index, .size = cw.num_workers, .timeout = o.timeout};
+  if (how == CommunicationImplementation::kMpi) {
+    LOCKSTEP_CHECK(mpi_launch,
+                   "MultiWorkerMirroredStrategy: communication = MPI needs processes started by "
+                   "mpirun or srun; this one was configured by TF_CONFIG (use Gloo)");
+    cw.comm = comm::create_mpi_communicator(po);
+    return cw;
+  }
+  LOCKSTEP_CHECK(!mpi_launch,
+                 "MultiWorkerMirroredStrategy: communication = Gloo needs the workers' "
+                 "addresses from TF_CONFIG; under mpirun use MPI (or Auto)");
+  const TaskAddress chief = r.worker_address(0);
+  comm::StoreOptions so;
+  so.host = chief.host;
+  so.port = chief.port;
+  so.token = job_token(o, r);
+  so.timeout = o.join_timeout;
+  // A lost link is noticed well within the collective deadline.
+  so.heartbeat_timeout = std::clamp(o.timeout / 2, std::chrono::milliseconds(1000),
+                                    std::chrono::milliseconds(10000));
+  so.heartbeat_interval = so.heartbeat_timeout / 8;
+  if (cw.worker_index == 0) cw.store_server = comm::StoreServer::start(so);
+  cw.store_client = comm::StoreClient::connect(so);
+  cw.store_client->start_heartbeat(cw.worker_index);
+  join_through_store(*cw.store_client, r, o.join_timeout);
+  comm::StoreServer* server = cw.store_server.get();
+  comm::StoreClient* client = cw.store_client.get();
+  po.diagnose = [server, client, r]() -> std::string {
+    if (server) return format_lost(server->lost_workers(), r);
+    try {
+      return format_lost(client->lost_workers(), r);
+    } catch (const Error& e) {
+      return "lost contact with the chief, " + r.describe_worker(0) + ": " + e.what();
+    }
+  };
+  cw.comm = comm::create_gloo_communicator(*cw.store_client, r.worker_address(cw.worker_index).host,
+                                           "lockstep/gloo/", po);
+  return cw;
+}
+
+}  // namespace
+
+MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStrategyOptions o) {
+  LOCKSTEP_CHECK(o.local_replicas >= 1,
+                 "MultiWorkerMirroredStrategy: local_replicas must be >= 1, got ", o.local_replicas);
+  const ClusterResolver resolver = o.cluster_resolver ? *o.cluster_resolver
+                                   : ClusterResolver::from_environment().value_or(
+                                         ClusterResolver::single_worker());
+  // Local replicas: the logical devices when there are enough, else replicas
+  // sharing the host's cores; one replica uses every core of the process.
+  std::vector<Device*> devices;
+  int replicas_per_device = 1;
+  const std::vector<Device*> logical = logical_devices();
+  if (o.local_replicas > 1 && static_cast<int>(logical.size()) >= o.local_replicas) {
+    devices.assign(logical.begin(), logical.begin() + o.local_replicas);
+  } else {
+    devices = {&host_device()};
+    replicas_per_device = o.local_replicas;
+  }
+  auto impl = std::make_shared<StrategyImpl>(
+      "MultiWorkerMirroredStrategy", std::move(devices), replicas_per_device,
+      comm::InProcessGroup::Options{.timeout = o.timeout}, false);
+  impl->set_bytes_per_pack(o.bytes_per_pack);
+  impl->attach_workers(join_workers(o, resolver));
+  static_cast<Strategy&>(*this) = Strategy(std::move(impl));
+}
+
+const ClusterResolver& MultiWorkerMirroredStrategy::cluster_resolver() const {
+  return impl()->workers().resolver;
 }
 
 OneDeviceStrategy::OneDeviceStrategy(Device& device) {

@@ -153,7 +153,7 @@ std::string OptimizerImpl::config_json() const {
 GradientReduction OptimizerImpl::start_gradient_reduction(const std::vector<Variable>& vars) {
   auto* ctx = comm::current_replica_context();
   if (!ctx || ctx->num_replicas <= 1) return {};
-  return GradientReduction(&replica_state(ctx->replica_id).buckets, ctx->communicator, vars,
+  return GradientReduction(&replica_state(ctx->local_replica_id).buckets, ctx->communicator, vars,
                            ctx->bytes_per_pack);
 }
 

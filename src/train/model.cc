@@ -15,6 +15,7 @@
 #include "lockstep/nn/initializers.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/random.h"
+#include "saving.h"
 
 namespace lockstep {
 
@@ -244,10 +245,24 @@ Logs Model::get_metrics_result() const {
     if (r >= 0) {
       all = s.replica_metrics.at(static_cast<std::size_t>(r));  // this replica's own, unmerged
     } else {
-      // Sync on read: the primary metrics become the merge of the replicas'.
+      // Sync on read: the primary metrics become the merge of the replicas'
+      // (all workers' under a multi-worker strategy: states add up).
       for (std::size_t i = 0; i < all.size(); ++i) {
         all[i].reset_state();
         for (const auto& replica : s.replica_metrics) all[i].merge(replica.at(i));
+      }
+      if (comm::Communicator* workers = s.strategy.cross_worker_communicator()) {
+        std::vector<double> states;
+        for (const Metric& m : all)
+          states.insert(states.end(), m.impl()->state().begin(), m.impl()->state().end());
+        workers->all_reduce(states.data(), states.size(), comm::ReduceOp::kSum);
+        std::size_t at = 0;
+        for (const Metric& m : all) {
+          const std::size_t n = m.impl()->state().size();
+          m.impl()->set_state(std::vector<double>(states.begin() + static_cast<std::ptrdiff_t>(at),
+                                                  states.begin() + static_cast<std::ptrdiff_t>(at + n)));
+          at += n;
+        }
       }
     }
   }
@@ -696,6 +711,12 @@ struct Model::Loops {
 
   // ---- Where strategy meets model ----
   static bool distributed(const Model& m) { return !m.state().strategy.is_default(); }
+  // Under a multi-worker strategy, whether every worker has a next batch:
+  // an epoch ends for all when one runs out (uneven input never hangs).
+  static bool all_workers_have_batch(Model& m, bool have);
+  // Every worker must train the same model with the same optimizer on
+  // input of the same length; a mismatch is named on every worker.
+  static void check_workers_agree(Model& m, const char* op, std::int64_t steps);
   static void prepare_replicas(Model& m, const char* op);
   // A global batch cut into each replica's share (zero-copy views).
   struct Shares {
@@ -729,7 +750,8 @@ void Model::Loops::build_before_replicas(Model& m, const std::vector<Tensor>& x)
 
 void Model::Loops::prepare_replicas(Model& m, const char* op) {
   TrainState& s = m.state();
-  const int n = s.strategy.num_replicas_in_sync();
+  // Variables have one copy per replica of this process.
+  const int n = s.strategy.num_local_replicas();
   if (n > 1) {
     for (const Variable& v : m.impl_->weights()) {
       LOCKSTEP_CHECK(v.is_mirrored() && v.num_replicas() == n, op, ": variable '", v.name(),
@@ -738,7 +760,7 @@ void Model::Loops::prepare_replicas(Model& m, const char* op) {
                      "strategy.scope()");
     }
   }
-  if (n == 1) {
+  if (n == 1 && s.strategy.num_workers() == 1) {
     for (const Variable& v : m.impl_->weights()) {
       LOCKSTEP_CHECK(!v.is_mirrored(), op, ": variable '", v.name(), "' is mirrored over ",
                      v.num_replicas(),
@@ -761,14 +783,58 @@ void Model::Loops::prepare_replicas(Model& m, const char* op) {
   }
 }
 
+bool Model::Loops::all_workers_have_batch(Model& m, bool have) {
+  comm::Communicator* workers = m.state().strategy.cross_worker_communicator();
+  if (!workers) return have;
+  float out_of_data = have ? 0.0f : 1.0f;
+  workers->all_reduce(&out_of_data, 1, comm::ReduceOp::kMax);
+  return out_of_data == 0.0f;
+}
+
+void Model::Loops::check_workers_agree(Model& m, const char* op, std::int64_t steps) {
+  comm::Communicator* workers = m.state().strategy.cross_worker_communicator();
+  if (!workers) return;
+  // FNV-1a: the same on every host, unlike std::hash in general.
+  auto fnv = [](const std::string& text) {
+    std::uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+    return h;
+  };
+  static constexpr const char* kWhat[] = {"model config", "optimizer config",
+                                          "number of steps per epoch"};
+  std::string model_config = "(subclassed)";
+  try {
+    model_config = detail::model_config(*m.impl_).dump();
+  } catch (const Error&) {
+    // A subclassed model has no config; the variables' broadcast checks shapes.
+  }
+  const std::uint64_t mine[3] = {fnv(model_config), fnv(m.state().optimizer->config_json()),
+                                 fnv(std::to_string(steps))};
+  std::vector<std::uint64_t> all(3 * static_cast<std::size_t>(workers->size()));
+  workers->all_gather(mine, sizeof mine, all.data());
+  for (int k = 0; k < 3; ++k) {
+    std::string differ;
+    for (int w = 1; w < workers->size(); ++w) {
+      if (all[3 * static_cast<std::size_t>(w) + static_cast<std::size_t>(k)] !=
+          all[static_cast<std::size_t>(k)])
+        differ += (differ.empty() ? "worker " : ", worker ") + std::to_string(w);
+    }
+    LOCKSTEP_CHECK_AS(DistributedError, differ.empty(), op, ": ", differ, " has another ",
+                      kWhat[k], " than the chief (worker 0); every worker must run the same program "
+                      "on the same input");
+  }
+}
+
 Model::Loops::Shares Model::Loops::share_out(Model& m, const Batch& b) {
   build_before_replicas(m, b.x);
   Shares shares;
   shares.global = b.x.at(0).shape()[0];
-  shares.sizes = m.state().strategy.split_sizes(shares.global);
+  // This worker's replicas' rows (all of them with a single worker).
+  const distribute::Strategy::LocalShare local = m.state().strategy.local_share(shares.global);
+  shares.sizes = local.sizes;
   auto cut = [&](const std::vector<Tensor>& ts) {
     std::vector<std::vector<Tensor>> out(shares.sizes.size());
-    std::int64_t begin = 0;
+    std::int64_t begin = local.begin;
     for (std::size_t r = 0; r < shares.sizes.size(); ++r) {
       for (const Tensor& t : ts) out[r].push_back(t.view_rows(begin, begin + shares.sizes[r]));
       begin += shares.sizes[r];
@@ -920,6 +986,7 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
                           const FitOptions& o) {
   TrainState& s = m.state();
   prepare_replicas(m, "fit");
+  check_workers_agree(m, "fit", train.steps());
   const LayerImpl& net = *m.impl_;
   std::unique_ptr<BatchSource> val_source;
   if (val) {
@@ -947,7 +1014,10 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
     snap.epoch = at_epoch;
     snap.step = done;
     snap.input = train.save_state(at_epoch, full_input_state);
-    (void)m.get_metrics_result();  // merges the replicas' metrics into the primary ones
+    // Merges the replicas' metrics into the primary ones. Across workers that
+    // is a collective, and the chief alone takes snapshots: there the last
+    // batch's logs have merged them already.
+    if (!s.strategy.cross_worker_communicator()) (void)m.get_metrics_result();
     for (const Metric& metric : m.metrics())
       snap.metrics.emplace_back(metric.name(), metric.impl()->state());
     std::tie(snap.random_seed, snap.random_stream) = detail::global_random_state();
@@ -978,7 +1048,9 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
     m.reset_metrics();
     if (resuming && resume->step > 0) {
       restore_metrics(m, resume->metrics);
-      if (!s.replica_metrics.empty()) {  // merged on read: replica 0 holds the sum so far
+      // Merged on read: replica 0 (of the chief, across workers) holds the
+      // sum so far.
+      if (!s.replica_metrics.empty() && s.strategy.is_chief()) {
         for (std::size_t i = 0; i < resume->metrics.size(); ++i)
           s.replica_metrics[0].at(i).impl()->set_state(resume->metrics[i].second);
       }
@@ -997,7 +1069,7 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
         detail::rethrow_with_prefix("fit: epoch " + std::to_string(epoch + 1) + ", reading batch " +
                                     std::to_string(step) + ": ");
       }
-      if (!batch) break;
+      if (!all_workers_have_batch(m, batch.has_value())) break;
       callbacks.each([&](Callback& cb) { cb.on_train_batch_begin(step, {}); });
       Logs logs;
       try {
@@ -1035,7 +1107,7 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
         std::optional<Batch> batch;
         try {
           batch = val_source->next(step);
-          if (!batch) break;
+          if (!all_workers_have_batch(m, batch.has_value())) break;
           callbacks.each([&](Callback& cb) { cb.on_test_batch_begin(step, {}); });
           val_logs = test_batch(m, *batch);
         } catch (const Error&) {

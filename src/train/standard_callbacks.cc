@@ -3,15 +3,26 @@
 
 #include <charconv>
 #include <cmath>
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <iostream>
 
+#include "lockstep/comm/communicator.h"
+#include "lockstep/distribute/strategy.h"
 #include "lockstep/train/model.h"
 
 namespace lockstep {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Under a multi-worker strategy only the chief writes checkpoints and logs
+// (TensorFlow's rule); the other workers compute the same values and skip
+// the files.
+bool writes_files(const Model* m) { return m->distribute_strategy().is_chief(); }
 
 // Python's str(float): the shortest text that reads back as the same double.
 std::string python_float(double v) {
@@ -88,7 +99,12 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   std::ostream& log = options_.log ? *options_.log : std::cerr;
   manager_.reset();  // the model may differ from the last fit's
   resumed_from_.clear();
-  auto restored = manager().restore_latest(log);
+  std::optional<std::pair<std::string, std::optional<TrainingSnapshot>>> restored;
+  if (comm::Communicator* workers = model()->distribute_strategy().cross_worker_communicator()) {
+    restored = restore_from_chief(*workers, log);
+  } else {
+    restored = manager().restore_latest(log);
+  }
   if (!restored) return;
   resumed_from_ = restored->first;
   if (!restored->second) {
@@ -102,17 +118,59 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   model()->resume_training_from(p);
 }
 
+// The chief restores its latest good backup and sends the file to every
+// worker, which restores the same bytes: all resume at the same step, and
+// the backup directory need not be shared between hosts.
+std::optional<std::pair<std::string, std::optional<TrainingSnapshot>>>
+BackupAndRestore::restore_from_chief(comm::Communicator& workers, std::ostream& log) {
+  std::optional<std::pair<std::string, std::optional<TrainingSnapshot>>> restored;
+  std::vector<char> bytes;
+  std::uint64_t size = 0;
+  if (workers.rank() == 0) {
+    restored = manager().restore_latest(log);
+    if (restored) {
+      std::ifstream in(restored->first, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      LOCKSTEP_CHECK_AS(IOError, in.good() || in.eof(), restored->first, ": cannot read it back");
+      size = bytes.size();
+    }
+  }
+  workers.broadcast(&size, sizeof size, 0);
+  if (size == 0) return restored;
+  bytes.resize(size);
+  workers.broadcast(bytes.data(), bytes.size(), 0);
+  if (workers.rank() == 0) return restored;
+  // Another worker: restore the chief's bytes from a private file.
+  const fs::path tmp = fs::temp_directory_path() /
+                       ("lockstep-restore-" + std::to_string(::getpid()) + ".safetensors");
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    LOCKSTEP_CHECK_AS(IOError, out.good(), tmp.string(), ": cannot write the chief's backup");
+  }
+  try {
+    restored.emplace("the chief's backup", Checkpoint(*model()).restore(tmp.string()));
+  } catch (...) {
+    fs::remove(tmp);
+    throw;
+  }
+  fs::remove(tmp);
+  return restored;
+}
+
 void BackupAndRestore::on_train_batch_end(std::int64_t, const Logs&) {
-  if (options_.save_freq.per_epoch()) return;
+  if (options_.save_freq.per_epoch() || !writes_files(model())) return;
   if (model()->optimizer().iterations() % options_.save_freq.batches() == 0)
     manager().save_async(options_.save_input_state);
 }
 
 void BackupAndRestore::on_epoch_end(int, const Logs&) {
-  if (options_.save_freq.per_epoch()) manager().save_async(options_.save_input_state);
+  if (options_.save_freq.per_epoch() && writes_files(model()))
+    manager().save_async(options_.save_input_state);
 }
 
 void BackupAndRestore::on_train_end(const Logs&) {
+  if (!writes_files(model())) return;
   manager().wait();  // a failed background write is an error of this fit
   if (options_.delete_checkpoint) manager().remove_all();
 }
@@ -213,6 +271,7 @@ void ModelCheckpoint::save(int epoch, std::int64_t batch, const Logs& logs) {
   } else if (options_.verbose > 0) {
     std::printf("\nEpoch %d: saving model to %s\n", epoch + 1, path.c_str());
   }
+  if (!writes_files(model())) return;
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
   if (options_.save_weights_only) {
@@ -359,6 +418,7 @@ CSVLogger::CSVLogger(std::string filename, char separator, bool append)
 
 void CSVLogger::on_train_begin(const Logs&) {
   keys_.clear();
+  if (!writes_files(model())) return;
   std::error_code ec;
   const bool has_rows = append_ && fs::exists(filename_, ec) && fs::file_size(filename_, ec) > 0;
   out_.open(filename_, append_ ? std::ios::app : std::ios::trunc);
@@ -367,6 +427,7 @@ void CSVLogger::on_train_begin(const Logs&) {
 }
 
 void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
+  if (!out_.is_open()) return;  // not the chief
   std::vector<std::pair<std::string, double>> sorted(logs.begin(), logs.end());
   std::sort(sorted.begin(), sorted.end());
   const bool header_written = !keys_.empty();
@@ -397,6 +458,9 @@ TensorBoard::TensorBoard(std::string log_dir, SaveFreq update_freq)
     : log_dir_(std::move(log_dir)), update_freq_(update_freq) {}
 
 void TensorBoard::on_train_begin(const Logs&) {
+  train_.reset();
+  validation_.reset();
+  if (!writes_files(model())) return;
   train_ = std::make_unique<io::EventFileWriter>((fs::path(log_dir_) / "train").string());
   validation_.reset();
 }

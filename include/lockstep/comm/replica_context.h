@@ -23,7 +23,10 @@ namespace lockstep::comm {
 inline constexpr std::size_t kDefaultBytesPerPack = 0;
 
 struct ReplicaContextInfo {
+  // Among all replicas in sync (across workers), and among this process's
+  // (which copy of a mirrored variable is this replica's).
   int replica_id = 0;
+  int local_replica_id = 0;
   int num_replicas = 1;
   Communicator* communicator = nullptr;  // null when num_replicas == 1
   // The global batch of the step in flight (0: unknown) and this replica's
@@ -38,7 +41,7 @@ struct ReplicaContextInfo {
 // Null outside replica threads (cross-replica context).
 ReplicaContextInfo* current_replica_context();
 
-// RAII, thread-local: also sets current_replica_id().
+// RAII, thread-local: also sets current_replica_id() (the local id).
 class ReplicaContextScope {
  public:
   explicit ReplicaContextScope(ReplicaContextInfo* info);

@@ -62,6 +62,8 @@ class ClusterResolver {
       const std::function<const char*(const char*)>& getenv);
   // TF_CONFIG if set, else an MPI launch, else nullopt (a single worker).
   static std::optional<ClusterResolver> from_environment();
+  // One worker, this process ("worker" 0 at localhost, port 0).
+  static ClusterResolver single_worker();
 
   const ClusterSpec& cluster_spec() const { return cluster_; }
   const std::string& task_type() const { return task_type_; }
@@ -77,6 +79,13 @@ class ClusterResolver {
   // The task that writes checkpoints and logs: the chief, or worker 0 when
   // the cluster has no chief (TensorFlow's rule).
   bool is_chief() const;
+  // The address of worker `rank` (chief first, as worker_rank()).
+  const TaskAddress& worker_address(int rank) const;
+  // "worker 2 (10.0.0.3:2222)": how errors name a worker.
+  std::string describe_worker(int rank) const;
+  // The cluster spec in one canonical line, equal on every worker that was
+  // given the same cluster (compared at start-up).
+  std::string canonical_cluster_spec() const;
 
  private:
   ClusterSpec cluster_;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "lockstep/autodiff/variable.h"
+#include "lockstep/distribute/cluster_resolver.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/comm/replica_context.h"
 #include "lockstep/data/dataset.h"
@@ -59,10 +60,25 @@ class Strategy {
   Strategy();
   explicit Strategy(std::shared_ptr<StrategyImpl> impl) : impl_(std::move(impl)) {}
 
+  // Replicas in lockstep across every worker (tf.distribute's meaning).
   int num_replicas_in_sync() const;
-  // The device of each replica, by replica id.
+  // Replicas in this process (num_replicas_in_sync() / num_workers()); they
+  // are replicas worker_index() * num_local_replicas() + 0, 1, ... in sync.
+  int num_local_replicas() const;
+  // Worker processes in sync (1 but for MultiWorkerMirroredStrategy) and
+  // this one's rank among them (the chief is 0).
+  int num_workers() const;
+  int worker_index() const;
+  // The worker that writes checkpoints and logs (always true with one worker).
+  bool is_chief() const { return worker_index() == 0; }
+  // The communicator joining the workers (one rank per process), or null
+  // with a single worker. For library code that must agree across workers
+  // outside replica threads (metrics, checkpoints, end of input).
+  comm::Communicator* cross_worker_communicator() const;
+  // The device of each local replica, by local replica id.
   const std::vector<Device*>& replica_devices() const;
-  // "MirroredStrategy", "OneDeviceStrategy" or "DefaultStrategy".
+  // "MirroredStrategy", "MultiWorkerMirroredStrategy", "OneDeviceStrategy"
+  // or "DefaultStrategy".
   const std::string& name() const;
   bool is_default() const;
 
@@ -80,7 +96,7 @@ class Strategy {
   };
   [[nodiscard]] std::unique_ptr<Scope> scope() const { return std::make_unique<Scope>(*this); }
 
-  // Runs fn(replica_id) on every replica's thread, in its replica context,
+  // Runs fn(local replica id) on every local replica's thread, in its replica context,
   // and returns when all have finished. If one throws, the others are
   // released from their collectives and the first failure is rethrown with
   // "replica <id>: " in front of its message (same exception type).
@@ -120,7 +136,15 @@ class Strategy {
 
   // Splits a global batch along dim 0: replica r gets global / N examples,
   // one more for the first global % N replicas (tf.distribute's split).
+  // One size per replica in sync (all workers').
   std::vector<std::int64_t> split_sizes(std::int64_t global_batch) const;
+  // This worker's part of a global batch: the first row and the size of
+  // each local replica's share (all of it with a single worker).
+  struct LocalShare {
+    std::int64_t begin = 0;
+    std::vector<std::int64_t> sizes;
+  };
+  LocalShare local_share(std::int64_t global_batch) const;
 
   const std::shared_ptr<StrategyImpl>& impl() const { return impl_; }
   friend bool operator==(const Strategy& a, const Strategy& b) { return a.impl_ == b.impl_; }
@@ -146,6 +170,50 @@ struct MirroredStrategyOptions {
 class MirroredStrategy : public Strategy {
  public:
   explicit MirroredStrategy(MirroredStrategyOptions options = {});
+};
+
+// How the workers of a MultiWorkerMirroredStrategy talk
+// (tf.distribute.experimental.CommunicationImplementation).
+enum class CommunicationImplementation {
+  kAuto,  // MPI when started by an MPI launcher, else Gloo
+  kGloo,  // TCP, addresses from TF_CONFIG, rendezvous at the chief
+  kMpi,   // the ranks mpirun / srun started
+};
+
+struct MultiWorkerMirroredStrategyOptions {
+  CommunicationImplementation communication = CommunicationImplementation::kAuto;
+  // Who the workers are; empty: ClusterResolver::from_environment() (no
+  // TF_CONFIG and no MPI launch: a single worker).
+  std::optional<ClusterResolver> cluster_resolver;
+  // Replicas in each worker, each on a logical device (LOCKSTEP_CPU_DEVICES)
+  // when there are that many, else sharing the host's cores. TensorFlow's
+  // CPU workers have one.
+  int local_replicas = 1;
+  std::size_t bytes_per_pack = comm::kDefaultBytesPerPack;
+  // Deadline of every collective across workers (CommunicationOptions'
+  // timeout_seconds): a lost worker is reported by then at the latest.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // How long to wait for every worker to join at start-up.
+  std::chrono::milliseconds join_timeout{std::chrono::seconds(60)};
+  // The job's shared secret for the rendezvous store (Gloo); empty: the
+  // LOCKSTEP_JOB_TOKEN environment variable (`lockstep launch` sets it).
+  std::string job_token;
+};
+
+// Synchronous training across worker processes (and hosts): every worker
+// runs num_local_replicas() replicas; gradients are reduced inside the
+// worker, all-reduced across workers (Gloo or MPI) and broadcast back.
+// Initial variable values are broadcast from the chief. Model::fit gives each
+// worker its replicas' rows of every global batch (auto-shard policy DATA:
+// every worker reads the whole input), agrees on the end of every epoch, and
+// checks at start-up that every worker has the same model, optimizer and
+// input; only the chief writes checkpoints and logs.
+class MultiWorkerMirroredStrategy : public Strategy {
+ public:
+  explicit MultiWorkerMirroredStrategy(MultiWorkerMirroredStrategyOptions options = {});
+  // The cluster this strategy was made for (a single local worker when the
+  // environment named none).
+  const ClusterResolver& cluster_resolver() const;
 };
 
 class OneDeviceStrategy : public Strategy {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/comm/communicator.h"
 #include "lockstep/io/event_file.h"
 #include "lockstep/train/callbacks.h"
 #include "lockstep/train/checkpoint.h"
@@ -75,6 +76,8 @@ class BackupAndRestore : public Callback {
 
  private:
   CheckpointManager& manager();
+  std::optional<std::pair<std::string, std::optional<TrainingSnapshot>>> restore_from_chief(
+      comm::Communicator& workers, std::ostream& log);
   Options options_;
   std::unique_ptr<CheckpointManager> manager_;
   std::string resumed_from_;
@@ -94,8 +97,8 @@ struct ModelCheckpointOptions {
 // Saves the model (or its weights) at the end of every epoch or every N
 // batches, to a path with {epoch} (1-based, as Keras), {batch} and any log
 // value ({val_loss:.2f}, {epoch:02d}) filled in; with save_best_only, only
-// when the monitored value improved. Only the chief would write under a
-// multi-worker strategy (issue #7).
+// when the monitored value improved. Under a multi-worker strategy only the
+// chief writes.
 class ModelCheckpoint : public Callback {
  public:
   using Options = ModelCheckpointOptions;
