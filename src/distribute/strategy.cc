@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 
@@ -174,8 +174,8 @@ class StrategyImpl {
         ctx.communicator = workers_.comm.get();
       } else {
         hierarchical_.push_back(std::make_unique<HierarchicalCommunicator>(
-            group_->communicator(r), r == 0 ? workers_.comm.get() : nullptr,
-            workers_.worker_index, workers_.num_workers));
+            group_->communicator(r), r == 0 ? workers_.comm.get() : nullptr, workers_.worker_index,
+            workers_.num_workers));
         ctx.communicator = hierarchical_.back().get();
       }
     }
@@ -466,7 +466,8 @@ CrossWorker join_workers(const MultiWorkerMirroredStrategyOptions& o, const Clus
   CommunicationImplementation how = o.communication;
   if (how == CommunicationImplementation::kAuto)
     how = mpi_launch ? CommunicationImplementation::kMpi : CommunicationImplementation::kGloo;
-  comm::ProcessGroupOptions po{.rank = cw.worker_index, .size = cw.num_workers, .timeout = o.timeout};
+  comm::ProcessGroupOptions po{
+      .rank = cw.worker_index, .size = cw.num_workers, .timeout = o.timeout};
   if (how == CommunicationImplementation::kMpi) {
     LOCKSTEP_CHECK(mpi_launch,
                    "MultiWorkerMirroredStrategy: communication = MPI needs processes started by "
@@ -484,8 +485,8 @@ CrossWorker join_workers(const MultiWorkerMirroredStrategyOptions& o, const Clus
   so.token = job_token(o, r);
   so.timeout = o.join_timeout;
   // A lost link is noticed well within the collective deadline.
-  so.heartbeat_timeout = std::clamp(o.timeout / 2, std::chrono::milliseconds(1000),
-                                    std::chrono::milliseconds(10000));
+  so.heartbeat_timeout =
+      std::clamp(o.timeout / 2, std::chrono::milliseconds(1000), std::chrono::milliseconds(10000));
   so.heartbeat_interval = so.heartbeat_timeout / 8;
   if (cw.worker_index == 0) cw.store_server = comm::StoreServer::start(so);
   cw.store_client = comm::StoreClient::connect(so);
@@ -493,12 +494,21 @@ CrossWorker join_workers(const MultiWorkerMirroredStrategyOptions& o, const Clus
   join_through_store(*cw.store_client, r, o.join_timeout);
   comm::StoreServer* server = cw.store_server.get();
   comm::StoreClient* client = cw.store_client.get();
-  po.diagnose = [server, client, r]() -> std::string {
-    if (server) return format_lost(server->lost_workers(), r);
-    try {
-      return format_lost(client->lost_workers(), r);
-    } catch (const Error& e) {
-      return "lost contact with the chief, " + r.describe_worker(0) + ": " + e.what();
+  // After a failed collective: ask the chief whom it lost. A dead process's
+  // heartbeat connection closes at once, but the collective may notice
+  // first, so ask again for up to a heartbeat timeout.
+  const auto patience = so.heartbeat_timeout + std::chrono::milliseconds(500);
+  po.diagnose = [server, client, r, patience]() -> std::string {
+    const auto until = Clock::now() + patience;
+    for (;;) {
+      std::vector<comm::LostWorker> lost;
+      try {
+        lost = server ? server->lost_workers() : client->lost_workers();
+      } catch (const Error& e) {
+        return "lost contact with the chief, " + r.describe_worker(0) + ": " + e.what();
+      }
+      if (!lost.empty() || Clock::now() >= until) return format_lost(lost, r);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   };
   cw.comm = comm::create_gloo_communicator(*cw.store_client, r.worker_address(cw.worker_index).host,
@@ -510,10 +520,12 @@ CrossWorker join_workers(const MultiWorkerMirroredStrategyOptions& o, const Clus
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStrategyOptions o) {
   LOCKSTEP_CHECK(o.local_replicas >= 1,
-                 "MultiWorkerMirroredStrategy: local_replicas must be >= 1, got ", o.local_replicas);
-  const ClusterResolver resolver = o.cluster_resolver ? *o.cluster_resolver
-                                   : ClusterResolver::from_environment().value_or(
-                                         ClusterResolver::single_worker());
+                 "MultiWorkerMirroredStrategy: local_replicas must be >= 1, got ",
+                 o.local_replicas);
+  const ClusterResolver resolver =
+      o.cluster_resolver
+          ? *o.cluster_resolver
+          : ClusterResolver::from_environment().value_or(ClusterResolver::single_worker());
   // Local replicas: the logical devices when there are enough, else replicas
   // sharing the host's cores; one replica uses every core of the process.
   std::vector<Device*> devices;

@@ -259,8 +259,9 @@ Logs Model::get_metrics_result() const {
         std::size_t at = 0;
         for (const Metric& m : all) {
           const std::size_t n = m.impl()->state().size();
-          m.impl()->set_state(std::vector<double>(states.begin() + static_cast<std::ptrdiff_t>(at),
-                                                  states.begin() + static_cast<std::ptrdiff_t>(at + n)));
+          m.impl()->set_state(
+              std::vector<double>(states.begin() + static_cast<std::ptrdiff_t>(at),
+                                  states.begin() + static_cast<std::ptrdiff_t>(at + n)));
           at += n;
         }
       }
@@ -819,8 +820,8 @@ void Model::Loops::check_workers_agree(Model& m, const char* op, std::int64_t st
           all[static_cast<std::size_t>(k)])
         differ += (differ.empty() ? "worker " : ", worker ") + std::to_string(w);
     }
-    LOCKSTEP_CHECK_AS(DistributedError, differ.empty(), op, ": ", differ, " has another ",
-                      kWhat[k], " than the chief (worker 0); every worker must run the same program "
+    LOCKSTEP_CHECK_AS(DistributedError, differ.empty(), op, ": ", differ, " has another ", kWhat[k],
+                      " than the chief (worker 0); every worker must run the same program "
                       "on the same input");
   }
 }

@@ -1,14 +1,14 @@
 // Keras's built-in callbacks.
 #include "lockstep/train/standard_callbacks.h"
 
-#include <charconv>
-#include <cmath>
 #include <unistd.h>
 
+#include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <iostream>
+#include <iterator>
 
 #include "lockstep/comm/communicator.h"
 #include "lockstep/distribute/strategy.h"

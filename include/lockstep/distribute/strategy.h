@@ -28,10 +28,10 @@
 #include <vector>
 
 #include "lockstep/autodiff/variable.h"
-#include "lockstep/distribute/cluster_resolver.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/comm/replica_context.h"
 #include "lockstep/data/dataset.h"
+#include "lockstep/distribute/cluster_resolver.h"
 #include "lockstep/tensor/device.h"
 
 namespace lockstep::distribute {

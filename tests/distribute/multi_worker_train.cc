@@ -1,0 +1,175 @@
+// One worker of a multi-worker test job (multi_worker_test.cc starts several
+// as real processes, with TF_CONFIG or under mpirun): trains a small MLP on
+// deterministic synthetic data and writes its final weights and logs.
+//
+//   multi_worker_train --out FILE [--strategy mwms|none] [--epochs N]
+//       [--batch B] [--local-replicas K] [--communication auto|gloo|mpi]
+//       [--timeout-ms T] [--backup DIR] [--hidden H] [--kill-at-step S]
+//
+// Exit codes: 0 done, 1 a Lockstep error (message on stderr), 3 a lost
+// worker (DistributedError), 9 killed itself at --kill-at-step.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "lockstep/lockstep.h"
+
+namespace {
+
+using namespace lockstep;
+
+struct Args {
+  std::string out;
+  std::string strategy = "mwms";
+  int epochs = 2;
+  std::int64_t batch = 32;
+  int local_replicas = 1;
+  std::string communication = "auto";
+  long timeout_ms = 20000;
+  std::string backup;
+  int hidden = 32;
+  long kill_at_step = -1;
+  std::int64_t examples = 512;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--out")
+      a.out = v;
+    else if (k == "--strategy")
+      a.strategy = v;
+    else if (k == "--epochs")
+      a.epochs = std::stoi(v);
+    else if (k == "--batch")
+      a.batch = std::stoll(v);
+    else if (k == "--local-replicas")
+      a.local_replicas = std::stoi(v);
+    else if (k == "--communication")
+      a.communication = v;
+    else if (k == "--timeout-ms")
+      a.timeout_ms = std::stol(v);
+    else if (k == "--backup")
+      a.backup = v;
+    else if (k == "--hidden")
+      a.hidden = std::stoi(v);
+    else if (k == "--kill-at-step")
+      a.kill_at_step = std::stol(v);
+    else if (k == "--examples")
+      a.examples = std::stoll(v);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+Model mlp(int hidden) {
+  set_random_seed(7);
+  auto in = Input({20});
+  auto h = layers::Dense(hidden, {.activation = "relu"})(in);
+  Model m(in, layers::Dense(4)(h));
+  m.compile({.optimizer = optimizers::Adam({.learning_rate = 0.01}),
+             .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+             .metrics = {"accuracy"}});
+  return m;
+}
+
+// Kills this process (SIGKILL, like a crash) after the given training step.
+struct KillAt : Callback {
+  long step;
+  explicit KillAt(long s) : step(s) {}
+  void on_train_batch_end(std::int64_t, const Logs&) override {
+    if (model()->optimizer()->iterations() == step) ::kill(::getpid(), SIGKILL);
+  }
+};
+
+void write_weights(const Model& m, const std::string& path, const History& h) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  for (const Variable& v : m.impl()->weights()) {
+    const std::vector<float> values = v.replica_value(0).to_vector<float>();
+    const std::uint64_t n = values.size();
+    out.write(reinterpret_cast<const char*>(&n), sizeof n);
+    out.write(reinterpret_cast<const char*>(values.data()),
+              static_cast<std::streamsize>(n * sizeof(float)));
+  }
+  // The last epoch's logs, as text after the weights (a zero-count marker).
+  const std::uint64_t end = 0;
+  out.write(reinterpret_cast<const char*>(&end), sizeof end);
+  for (const auto& [k, values] : h.history()) out << k << "=" << values.back() << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  try {
+    Tensor x = random::uniform({a.examples, 20}, {.seed = 11});
+    std::vector<std::int64_t> labels(static_cast<std::size_t>(a.examples));
+    std::vector<float> xs = x.to_vector<float>();
+    for (std::int64_t i = 0; i < a.examples; ++i) {
+      // A learnable rule: the class is which of four feature sums is largest.
+      float best = -1;
+      for (int c = 0; c < 4; ++c) {
+        float s = 0;
+        for (int j = 0; j < 5; ++j) s += xs[static_cast<std::size_t>(i * 20 + c * 5 + j)];
+        if (s > best) {
+          best = s;
+          labels[static_cast<std::size_t>(i)] = c;
+        }
+      }
+    }
+    Tensor y = Tensor::from_vector(labels);
+
+    std::optional<distribute::Strategy> strategy;
+    if (a.strategy == "mwms") {
+      distribute::MultiWorkerMirroredStrategyOptions o;
+      o.local_replicas = a.local_replicas;
+      o.timeout = std::chrono::milliseconds(a.timeout_ms);
+      o.join_timeout = std::chrono::milliseconds(a.timeout_ms);
+      if (a.communication == "gloo")
+        o.communication = distribute::CommunicationImplementation::kGloo;
+      if (a.communication == "mpi") o.communication = distribute::CommunicationImplementation::kMpi;
+      strategy = distribute::MultiWorkerMirroredStrategy(o);
+    }
+    Model model;
+    {
+      std::unique_ptr<distribute::Strategy::Scope> scope;
+      if (strategy) scope = strategy->scope();
+      model = mlp(a.hidden);
+    }
+    std::vector<std::shared_ptr<Callback>> callbacks;
+    if (!a.backup.empty())
+      callbacks.push_back(std::make_shared<BackupAndRestore>(
+          BackupAndRestoreOptions{.backup_dir = a.backup, .save_freq = 3}));
+    if (a.kill_at_step >= 0) callbacks.push_back(std::make_shared<KillAt>(a.kill_at_step));
+    const History h = model.fit(x, y,
+                                {.batch_size = a.batch,
+                                 .epochs = a.epochs,
+                                 .verbose = 2,
+                                 .callbacks = callbacks,
+                                 .shuffle = true});
+    if (!a.out.empty()) {
+      std::string out = a.out;
+      if (const auto at = out.find("{rank}"); at != std::string::npos)
+        out.replace(at, 6, std::to_string(strategy ? strategy->worker_index() : 0));
+      write_weights(model, out, h);
+    }
+    if (strategy)
+      std::printf("worker %d of %d done\n", strategy->worker_index(), strategy->num_workers());
+    return 0;
+  } catch (const DistributedError& e) {
+    std::fprintf(stderr, "multi_worker_train: %s\n", e.what());
+    return 3;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "multi_worker_train: %s\n", e.what());
+    return 1;
+  }
+}
