@@ -1,0 +1,204 @@
+// Starting multi-worker test jobs as real processes (multi_worker_train
+// workers with TF_CONFIG or under mpirun) and reading their results.
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace lockstep::testing_support {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+struct Process {
+  pid_t pid = -1;
+  std::string log;  // stdout and stderr
+};
+
+inline Process spawn(const std::vector<std::string>& args,
+                     const std::map<std::string, std::string>& env, const std::string& log) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    const std::string s = *e;
+    const std::string key = s.substr(0, s.find('='));
+    if (!env.count(key) && key != "TF_CONFIG" && key.rfind("OMPI_COMM_WORLD", 0) != 0)
+      env_strings.push_back(s);
+  }
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, argv;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args_copy = args;
+  for (auto& a : args_copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  Process p;
+  p.log = log;
+  const int rc = posix_spawn(&p.pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  EXPECT_EQ(rc, 0) << "posix_spawn " << args[0];
+  return p;
+}
+
+// Exit code (128 + signal when killed); kills it and fails after `limit`.
+inline int wait_exit(const Process& p, std::chrono::seconds limit = 120s) {
+  const auto deadline = Clock::now() + limit;
+  int status = 0;
+  while (::waitpid(p.pid, &status, WNOHANG) == 0) {
+    if (Clock::now() > deadline) {
+      ::kill(p.pid, SIGKILL);
+      ::waitpid(p.pid, &status, 0);
+      ADD_FAILURE() << "process " << p.pid << " did not exit within " << limit.count() << " s";
+      return -1;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+struct Trained {
+  std::vector<std::vector<float>> weights;
+  std::string logs;
+};
+
+inline Trained read_weights(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  Trained t;
+  for (;;) {
+    std::uint64_t n = 0;
+    if (!in.read(reinterpret_cast<char*>(&n), sizeof n) || n == 0) break;
+    std::vector<float> v(n);
+    in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(float)));
+    t.weights.push_back(std::move(v));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  t.logs = ss.str();
+  return t;
+}
+
+inline void expect_bitwise(const Trained& a, const Trained& b, const std::string& what) {
+  ASSERT_EQ(a.weights.size(), b.weights.size()) << what;
+  for (std::size_t i = 0; i < a.weights.size(); ++i) {
+    ASSERT_EQ(a.weights[i].size(), b.weights[i].size()) << what;
+    EXPECT_EQ(std::memcmp(a.weights[i].data(), b.weights[i].data(), a.weights[i].size() * 4), 0)
+        << what << ": weight " << i;
+  }
+}
+
+inline void expect_close(const Trained& a, const Trained& b, double rel, const std::string& what) {
+  ASSERT_EQ(a.weights.size(), b.weights.size()) << what;
+  ASSERT_FALSE(a.weights.empty()) << what;
+  for (std::size_t i = 0; i < a.weights.size(); ++i) {
+    ASSERT_EQ(a.weights[i].size(), b.weights[i].size()) << what;
+    for (std::size_t j = 0; j < a.weights[i].size(); ++j)
+      ASSERT_NEAR(a.weights[i][j], b.weights[i][j], rel * std::max(1.0f, std::abs(a.weights[i][j])))
+          << what << ": weight " << i << " element " << j;
+  }
+}
+
+class MultiWorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("lockstep_mw_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure() && !std::getenv("LOCKSTEP_KEEP_TEST_FILES")) fs::remove_all(dir_);
+  }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // A TF_CONFIG for worker `index` of `ports.size()` on loopback.
+  static std::string tf_config(const std::vector<int>& ports, int index) {
+    std::string workers;
+    for (int p : ports)
+      workers +=
+          (workers.empty() ? "\"" : ", \"") + std::string("127.0.0.1:") + std::to_string(p) + "\"";
+    return "{\"cluster\": {\"worker\": [" + workers +
+           "]}, \"task\": {\"type\": \"worker\", \"index\": " + std::to_string(index) + "}}";
+  }
+
+  // Starts n workers; extra[i] are worker i's extra arguments.
+  std::vector<Process> start_workers(int n, const std::vector<std::string>& args,
+                                     const std::string& tag,
+                                     std::map<int, std::vector<std::string>> extra = {},
+                                     std::vector<int> ports = {}) {
+    if (ports.empty()) {
+      for (int i = 0; i < n; ++i) ports.push_back(free_port());
+    }
+    ports_ = ports;
+    std::vector<Process> ps;
+    for (int i = 0; i < n; ++i) {
+      std::vector<std::string> a = {MULTI_WORKER_TRAIN_PATH};
+      a.insert(a.end(), args.begin(), args.end());
+      for (const auto& e : extra[i]) a.push_back(e);
+      ps.push_back(spawn(a,
+                         {{"TF_CONFIG", tf_config(ports, i)},
+                          {"LOCKSTEP_JOB_TOKEN", "test-token-" + tag},
+                          {"OMP_NUM_THREADS", "1"}},
+                         path(tag + "-worker" + std::to_string(i) + ".log")));
+    }
+    return ps;
+  }
+
+  Trained reference(const std::vector<std::string>& args, const std::string& tag) {
+    std::vector<std::string> a = {MULTI_WORKER_TRAIN_PATH, "--strategy", "none", "--out",
+                                  path(tag + "-ref.bin")};
+    a.insert(a.end(), args.begin(), args.end());
+    const Process p = spawn(a, {{"OMP_NUM_THREADS", "1"}}, path(tag + "-ref.log"));
+    EXPECT_EQ(wait_exit(p), 0) << slurp(p.log);
+    return read_weights(path(tag + "-ref.bin"));
+  }
+
+  fs::path dir_;
+  std::vector<int> ports_;
+};
+
+}  // namespace lockstep::testing_support
