@@ -3,6 +3,8 @@
 //
 //   lockstep train       the main job: the guide's MLP on Fashion-MNIST under
 //                        MirroredStrategy (train --help for the flags)
+//   lockstep launch      starts N local workers of a multi-worker job
+//                        (launch --workers 2 -- lockstep train --strategy multi-worker)
 //   lockstep inspect F   lists a checkpoint's tensors and metadata and
 //                        verifies every checksum (exit 1 when damaged)
 //   lockstep devices     lists the logical CPU devices and their cores
@@ -14,6 +16,7 @@
 #include <string>
 
 #include "inspect.h"
+#include "launch.h"
 #include "lockstep/lockstep.h"
 #include "train.h"
 
@@ -38,6 +41,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   lockstep::cli::TrainArgs train_args;
   CLI::App* train = lockstep::cli::add_train_command(app, train_args);
+  lockstep::cli::LaunchArgs launch_args;
+  CLI::App* launch = lockstep::cli::add_launch_command(app, launch_args);
   lockstep::cli::InspectArgs inspect_args;
   CLI::App* inspect = lockstep::cli::add_inspect_command(app, inspect_args);
   CLI::App* devices_cmd = app.add_subcommand(
@@ -50,6 +55,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (train->parsed()) return lockstep::cli::run_train(train_args);
+    if (launch->parsed()) return lockstep::cli::run_launch(launch_args);
     if (inspect->parsed()) return lockstep::cli::run_inspect(inspect_args);
     if (devices_cmd->parsed()) return devices();
     if (version->parsed()) {
@@ -57,6 +63,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     return 2;
+  } catch (const lockstep::DistributedError& e) {
+    // A lost worker, a failed or timed-out collective: exit 4, so that a
+    // launcher can tell it from bad input.
+    std::fprintf(stderr, "lockstep: error: %s\n", e.what());
+    return 4;
   } catch (const lockstep::Error& e) {
     std::fprintf(stderr, "lockstep: error: %s\n", e.what());
     return 1;

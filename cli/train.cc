@@ -3,7 +3,9 @@
 // progress lines with validation, then evaluate on the test set.
 #include "train.h"
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -40,7 +42,22 @@ Model build_model(const std::string& which) {
   return model_from_json(text.str(), which);
 }
 
-distribute::Strategy make_strategy(const std::string& name) {
+distribute::Strategy make_strategy(const TrainArgs& a) {
+  const std::string& name = a.strategy;
+  if (name == "multi-worker") {
+    distribute::MultiWorkerMirroredStrategyOptions o;
+    o.local_replicas = a.local_replicas;
+    if (o.local_replicas == 0) {
+      const char* env = std::getenv("LOCKSTEP_LOCAL_REPLICAS");
+      o.local_replicas = env && *env ? std::atoi(env) : 1;
+      LOCKSTEP_CHECK(o.local_replicas >= 1, "LOCKSTEP_LOCAL_REPLICAS: expected a count >= 1, got '",
+                     env, "'");
+    }
+    if (a.communication == "gloo") o.communication = distribute::CommunicationImplementation::kGloo;
+    if (a.communication == "mpi") o.communication = distribute::CommunicationImplementation::kMpi;
+    o.timeout = std::chrono::milliseconds(static_cast<long long>(a.timeout_seconds * 1000));
+    return distribute::MultiWorkerMirroredStrategy(o);
+  }
   if (name == "mirrored") return distribute::MirroredStrategy();
   if (name == "one-device") return distribute::OneDeviceStrategy(*logical_devices().at(0));
   return distribute::Strategy();  // "default"
@@ -65,8 +82,22 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       ->capture_default_str();
   train->add_option("--devices", a.devices,
                     "logical devices: a count (\"2\") or core sets (\"0,1;2-3\")");
-  train->add_option("--strategy", a.strategy, "mirrored, one-device or default")
-      ->check(CLI::IsMember({"mirrored", "one-device", "default"}))
+  train->add_option("--strategy", a.strategy, "mirrored, multi-worker, one-device or default")
+      ->check(CLI::IsMember({"mirrored", "multi-worker", "one-device", "default"}))
+      ->capture_default_str();
+  train
+      ->add_option("--local-replicas", a.local_replicas,
+                   "multi-worker: replicas per worker (default: LOCKSTEP_LOCAL_REPLICAS or 1)")
+      ->check(CLI::NonNegativeNumber);
+  train
+      ->add_option("--communication", a.communication,
+                   "multi-worker: auto (MPI under mpirun, else Gloo), gloo or mpi")
+      ->check(CLI::IsMember({"auto", "gloo", "mpi"}))
+      ->capture_default_str();
+  train
+      ->add_option("--timeout", a.timeout_seconds,
+                   "multi-worker: seconds before a collective is declared failed")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   train->add_option("--data-dir", a.data_dir,
                     "directory with the IDX files (default: /usr/share/datasets/fashion-mnist)");
@@ -96,7 +127,10 @@ int run_train(const TrainArgs& a) {
   if (!a.devices.empty())
     set_logical_cpu_devices(parse_cpu_devices(a.devices, available_physical_cores()));
   set_random_seed(a.seed);
-  const distribute::Strategy strategy = make_strategy(a.strategy);
+  const distribute::Strategy strategy = make_strategy(a);
+  if (strategy.num_workers() > 1)
+    std::printf("Worker %d of %d (%s)\n", strategy.worker_index(), strategy.num_workers(),
+                strategy.is_chief() ? "chief" : "not the chief: writes no files");
   std::printf("Number of devices: %d\n", strategy.num_replicas_in_sync());
   std::fflush(stdout);
 
@@ -141,7 +175,7 @@ int run_train(const TrainArgs& a) {
                        .callbacks = callbacks,
                        .validation_data = val_ds,
                        .steps_per_epoch = a.steps_per_epoch});
-  if (!a.checkpoint_dir.empty()) {
+  if (!a.checkpoint_dir.empty() && strategy.is_chief()) {
     const std::string path =
         (std::filesystem::path(a.checkpoint_dir) / "model.safetensors").string();
     model.save(path);

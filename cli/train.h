@@ -8,9 +8,14 @@
 namespace lockstep::cli {
 
 struct TrainArgs {
-  std::string model = "mlp";  // mlp | cnn | a model JSON file (Model::to_json)
-  std::string devices;        // LOCKSTEP_CPU_DEVICES syntax; empty: the default devices
-  std::string strategy = "mirrored";
+  std::string model = "mlp";          // mlp | cnn | a model JSON file (Model::to_json)
+  std::string devices;                // LOCKSTEP_CPU_DEVICES syntax; empty: the default devices
+  std::string strategy = "mirrored";  // mirrored | multi-worker | one-device | default
+  // multi-worker: replicas per worker (default: LOCKSTEP_LOCAL_REPLICAS, else
+  // 1), how the workers talk, the collective deadline in seconds.
+  int local_replicas = 0;
+  std::string communication = "auto";
+  double timeout_seconds = 300;
   std::string data_dir;  // empty: Debian's dataset-fashion-mnist directory
   int epochs = 2;
   std::int64_t batch_size = 64;  // global

@@ -1,0 +1,255 @@
+// `lockstep launch`: a MultiWorkerMirroredStrategy job on this machine, the
+// way a cluster launcher would start it — N worker processes, each with its
+// own TF_CONFIG (loopback addresses, free ports), one fresh job token
+// (LOCKSTEP_JOB_TOKEN) for the rendezvous store, LOCKSTEP_LOCAL_REPLICAS,
+// and its share of this process's cores. Output is forwarded line by line
+// with a "[worker i] " prefix. When a worker fails, the others are stopped
+// (SIGTERM, SIGKILL 5 s later) and launch exits with the failed worker's
+// code (128 + signal when it was killed).
+#include "launch.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <random>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+void on_signal(int sig) { g_stop_signal = sig; }
+
+int free_port(const std::string& host) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  LOCKSTEP_CHECK(::inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1,
+                 "launch: --host must be an IPv4 address, got '", host, "'");
+  LOCKSTEP_CHECK_AS(IOError, ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0,
+                    "launch: cannot bind ", host, ": ", std::strerror(errno));
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string fresh_token() {
+  std::random_device rd;
+  std::string hex;
+  for (int i = 0; i < 8; ++i) {
+    char b[9];
+    std::snprintf(b, sizeof b, "%08x", rd());
+    hex += b;
+  }
+  return hex;
+}
+
+std::vector<int> my_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cores;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) cores.push_back(c);
+    }
+  }
+  return cores;
+}
+
+struct Worker {
+  pid_t pid = -1;
+  int out = -1;  // read end of its stdout + stderr
+  std::string pending;
+  bool running = true;
+  int exit_code = 0;
+};
+
+void forward(Worker& w, int index, bool flush_all) {
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t nl = w.pending.find('\n', start);
+    if (nl == std::string::npos) break;
+    std::printf("[worker %d] %.*s\n", index, static_cast<int>(nl - start),
+                w.pending.data() + start);
+    start = nl + 1;
+  }
+  w.pending.erase(0, start);
+  if (flush_all && !w.pending.empty()) {
+    std::printf("[worker %d] %s\n", index, w.pending.c_str());
+    w.pending.clear();
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
+  CLI::App* launch = app.add_subcommand(
+      "launch",
+      "start N local workers of a multi-worker job: lockstep launch --workers 2 -- lockstep "
+      "train --strategy multi-worker");
+  launch->add_option("--workers", a.workers, "worker processes")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  launch
+      ->add_option("--local-replicas", a.local_replicas,
+                   "replicas in each worker (LOCKSTEP_LOCAL_REPLICAS)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  launch->add_option("--host", a.host, "the workers' address (IPv4)")->capture_default_str();
+  launch->add_option("--port", a.port, "first port (worker i gets port + i); 0: free ports")
+      ->check(CLI::Range(0, 65535));
+  launch->add_flag("!--no-pin", a.pin, "do not give each worker its own share of the cores");
+  launch->add_option("command", a.command, "the worker command (after --)")->required();
+  return launch;
+}
+
+int run_launch(const LaunchArgs& a) {
+  const int n = a.workers;
+  std::vector<int> ports;
+  for (int i = 0; i < n; ++i) ports.push_back(a.port > 0 ? a.port + i : free_port(a.host));
+  std::string cluster;
+  for (int p : ports)
+    cluster += (cluster.empty() ? "\"" : ", \"") + a.host + ":" + std::to_string(p) + "\"";
+  const std::string token = fresh_token();
+  const std::vector<int> cores = my_cores();
+  const bool pin = a.pin && !cores.empty() && static_cast<int>(cores.size()) >= n;
+
+  // `lockstep` as the command means this very program.
+  std::vector<std::string> command = a.command;
+  if (command[0] == "lockstep") command[0] = "/proc/self/exe";
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::vector<Worker> workers(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    int fds[2];
+    LOCKSTEP_CHECK_AS(IOError, ::pipe2(fds, O_CLOEXEC) == 0,
+                      "launch: pipe: ", std::strerror(errno));
+    const std::string tf_config =
+        "{\"cluster\": {\"worker\": [" + cluster +
+        "]}, \"task\": {\"type\": \"worker\", \"index\": " + std::to_string(i) + "}}";
+    std::vector<int> share;
+    if (pin) {
+      const std::size_t per = cores.size() / static_cast<std::size_t>(n);
+      for (std::size_t k = 0; k < per; ++k)
+        share.push_back(cores[static_cast<std::size_t>(i) * per + k]);
+    }
+    std::fflush(stdout);
+    const pid_t pid = ::fork();
+    LOCKSTEP_CHECK_AS(IOError, pid >= 0, "launch: fork: ", std::strerror(errno));
+    if (pid == 0) {
+      ::dup2(fds[1], 1);
+      ::dup2(fds[1], 2);
+      ::setenv("TF_CONFIG", tf_config.c_str(), 1);
+      ::setenv("LOCKSTEP_JOB_TOKEN", token.c_str(), 1);
+      ::setenv("LOCKSTEP_LOCAL_REPLICAS", std::to_string(a.local_replicas).c_str(), 1);
+      if (!share.empty()) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        for (int c : share) CPU_SET(c, &set);
+        ::sched_setaffinity(0, sizeof set, &set);
+        ::setenv("OMP_NUM_THREADS", std::to_string(share.size()).c_str(), 1);
+      }
+      std::vector<char*> argv;
+      for (auto& s : command) argv.push_back(const_cast<char*>(s.c_str()));
+      argv.push_back(nullptr);
+      ::execvp(argv[0], argv.data());
+      std::fprintf(stderr, "lockstep launch: cannot run %s: %s\n", a.command[0].c_str(),
+                   std::strerror(errno));
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    auto& w = workers[static_cast<std::size_t>(i)];
+    w.pid = pid;
+    w.out = fds[0];
+  }
+
+  int failed = -1;  // the first worker that failed
+  std::optional<Clock::time_point> kill_at;
+  bool forwarded_signal = false;
+  auto stop_others = [&](int sig) {
+    for (auto& w : workers) {
+      if (w.running) ::kill(w.pid, sig);
+    }
+  };
+  for (;;) {
+    std::vector<pollfd> pfds;
+    std::vector<int> owners;
+    for (int i = 0; i < n; ++i) {
+      if (workers[static_cast<std::size_t>(i)].out >= 0) {
+        pfds.push_back({workers[static_cast<std::size_t>(i)].out, POLLIN, 0});
+        owners.push_back(i);
+      }
+    }
+    bool any_running = false;
+    for (const auto& w : workers) any_running |= w.running;
+    if (pfds.empty() && !any_running) break;
+    if (!pfds.empty())
+      ::poll(pfds.data(), pfds.size(), 50);
+    else
+      ::usleep(20000);
+    for (std::size_t k = 0; k < pfds.size(); ++k) {
+      if (!(pfds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      auto& w = workers[static_cast<std::size_t>(owners[k])];
+      char buf[4096];
+      const ssize_t got = ::read(w.out, buf, sizeof buf);
+      if (got > 0) {
+        w.pending.append(buf, static_cast<std::size_t>(got));
+        forward(w, owners[k], false);
+      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+        forward(w, owners[k], true);
+        ::close(w.out);
+        w.out = -1;
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      auto& w = workers[static_cast<std::size_t>(i)];
+      if (!w.running) continue;
+      int status = 0;
+      if (::waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
+      w.running = false;
+      w.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (w.exit_code != 0 && failed < 0) {
+        failed = i;
+        std::fprintf(stderr,
+                     "lockstep launch: worker %d exited with code %d; stopping the other "
+                     "workers\n",
+                     i, w.exit_code);
+        stop_others(SIGTERM);
+        kill_at = Clock::now() + std::chrono::seconds(5);
+      }
+    }
+    if (g_stop_signal && !forwarded_signal) {
+      forwarded_signal = true;
+      stop_others(SIGTERM);
+      kill_at = Clock::now() + std::chrono::seconds(5);
+    }
+    if (kill_at && Clock::now() > *kill_at) {
+      stop_others(SIGKILL);
+      kill_at.reset();
+    }
+  }
+  if (failed >= 0) return workers[static_cast<std::size_t>(failed)].exit_code;
+  if (g_stop_signal) return 128 + g_stop_signal;
+  return 0;
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,23 @@
+// `lockstep launch --workers N [--local-replicas K] -- COMMAND...`: starts N
+// local workers of a MultiWorkerMirroredStrategy job (see launch.cc).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+namespace lockstep::cli {
+
+struct LaunchArgs {
+  int workers = 2;
+  int local_replicas = 1;
+  std::string host = "127.0.0.1";
+  int port = 0;     // first port; 0: free ports chosen by the system
+  bool pin = true;  // give each worker its share of this process's cores
+  std::vector<std::string> command;
+};
+
+CLI::App* add_launch_command(CLI::App& app, LaunchArgs& args);
+int run_launch(const LaunchArgs& args);
+
+}  // namespace lockstep::cli
