@@ -576,11 +576,14 @@ DistributedDataset DistributedDataset::from_function(
   DistributedDataset d;
   d.strategy_ = strategy;
   const int n = strategy.num_replicas_in_sync();
-  for (int r = 0; r < n; ++r) {
-    // One pipeline per replica in this process (tf.distribute gives one per
-    // worker; with a single worker each replica's dataset is its own).
+  const int local = strategy.num_local_replicas();
+  for (int r = 0; r < local; ++r) {
+    // One pipeline per replica (tf.distribute gives one per worker): the
+    // pipelines of all workers' replicas are numbered 0 .. n-1, so that
+    // sharding by input_pipeline_id splits the input across workers too.
+    const int id = strategy.worker_index() * local + r;
     data::Dataset ds = fn(
-        InputContext{.num_input_pipelines = n, .input_pipeline_id = r, .num_replicas_in_sync = n});
+        InputContext{.num_input_pipelines = n, .input_pipeline_id = id, .num_replicas_in_sync = n});
     LOCKSTEP_CHECK(ds.defined(),
                    "distribute_datasets_from_function: the function returned an "
                    "undefined dataset for pipeline ",
@@ -601,11 +604,14 @@ std::optional<PerReplica<data::Element>> DistributedDataset::Iterator::next() {
   const int n = strategy_.num_replicas_in_sync();
   std::vector<data::Element> parts;
   if (its_.size() == 1 && n > 1) {
+    // Every worker reads the global batches and keeps its replicas' rows
+    // (auto-shard policy DATA).
     auto e = its_[0].next();
     if (!e) return std::nullopt;
     const std::int64_t global = (*e)[0].dim(0);
-    std::int64_t begin = 0;
-    for (std::int64_t size : strategy_.split_sizes(global)) {
+    const Strategy::LocalShare share = strategy_.local_share(global);
+    std::int64_t begin = share.begin;
+    for (std::int64_t size : share.sizes) {
       std::vector<Tensor> views;
       for (const auto& t : e->components()) views.push_back(t.view_rows(begin, begin + size));
       parts.emplace_back(std::move(views), e->names());

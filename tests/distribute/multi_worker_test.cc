@@ -29,6 +29,20 @@ TEST_F(MultiWorkerTest, TwoAndThreeGlooWorkersTrainLikeOneProcess) {
   }
 }
 
+TEST_F(MultiWorkerTest, TheGuidesCustomLoopRunsAcrossWorkersLikeOneProcess) {
+  const Trained ref = reference({"--custom-loop", "1"}, "ref");
+  auto ps = start_workers(
+      2, {"--out", path("c-{rank}.bin"), "--custom-loop", "1", "--local-replicas", "2"}, "c");
+  for (auto& p : ps) ASSERT_EQ(wait_exit(p), 0) << slurp(p.log);
+  const Trained w0 = read_weights(path("c-0.bin"));
+  expect_close(w0, ref, 1e-5, "custom loop, 2 workers x 2 replicas vs one process");
+  expect_bitwise(read_weights(path("c-1.bin")), w0, "worker 1 vs worker 0");
+  // strategy.reduce(SUM) of the per-replica losses: the global loss.
+  const double ref_sum = std::stod(ref.logs.substr(ref.logs.find('=') + 1));
+  const double sum = std::stod(w0.logs.substr(w0.logs.find('=') + 1));
+  EXPECT_NEAR(sum, ref_sum, 1e-4 * std::abs(ref_sum));
+}
+
 TEST_F(MultiWorkerTest, LocalReplicasInEveryWorkerReduceHierarchically) {
   const Trained ref = reference({}, "ref");
   auto ps = start_workers(2, {"--out", path("h-{rank}.bin"), "--local-replicas", "2"}, "h");

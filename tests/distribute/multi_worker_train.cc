@@ -35,6 +35,7 @@ struct Args {
   int hidden = 32;
   long kill_at_step = -1;
   std::int64_t examples = 512;
+  bool custom_loop = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -63,6 +64,8 @@ Args parse(int argc, char** argv) {
       a.kill_at_step = std::stol(v);
     else if (k == "--examples")
       a.examples = std::stoll(v);
+    else if (k == "--custom-loop")
+      a.custom_loop = v == "1";
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -91,7 +94,8 @@ struct KillAt : Callback {
   }
 };
 
-void write_weights(const Model& m, const std::string& path, const History& h) {
+void write_weights(const Model& m, const std::string& path,
+                   const std::vector<std::pair<std::string, double>>& logs) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   for (const Variable& v : m.impl()->weights()) {
     const std::vector<float> values = v.replica_value(0).to_vector<float>();
@@ -103,7 +107,7 @@ void write_weights(const Model& m, const std::string& path, const History& h) {
   // The last epoch's logs, as text after the weights (a zero-count marker).
   const std::uint64_t end = 0;
   out.write(reinterpret_cast<const char*>(&end), sizeof end);
-  for (const auto& [k, values] : h.history()) out << k << "=" << values.back() << "\n";
+  for (const auto& [k, v] : logs) out << k << "=" << v << "\n";
 }
 
 }  // namespace
@@ -145,6 +149,46 @@ int main(int argc, char** argv) {
       if (strategy) scope = strategy->scope();
       model = mlp(a.hidden);
     }
+    std::vector<std::pair<std::string, double>> logs;
+    if (a.custom_loop) {
+      // The guide's custom loop: GradientTape in strategy.run, the loss
+      // scaled by the global batch, per-replica losses reduced with SUM.
+      const distribute::Strategy s = strategy ? *strategy : distribute::Strategy();
+      Optimizer opt;
+      {
+        std::unique_ptr<distribute::Strategy::Scope> scope;
+        if (strategy) scope = strategy->scope();
+        opt = optimizers::SGD({.learning_rate = 0.1});
+      }
+      const auto dist = distribute::experimental_distribute_dataset(
+          s, data::Dataset::from_tensor_slices({x, y}).batch(a.batch));
+      double total = 0;
+      for (int epoch = 0; epoch < a.epochs; ++epoch) {
+        for (const auto& batch : dist) {
+          auto per_replica = s.run(
+              [&](const data::Element& e) {
+                GradientTape tape;
+                const Tensor logits = model(e[0], {.training = true});
+                const Tensor per_example =
+                    neg(sum(mul(log_softmax(logits), one_hot(e[1], 4)), {.axes = {1}}));
+                const Tensor loss = distribute::compute_average_loss(per_example, a.batch);
+                const auto vars = model.impl()->trainable_weights();
+                opt.apply_gradients(tape.gradient(loss, vars), vars);
+                return loss;
+              },
+              batch);
+          total += s.reduce(distribute::ReduceOp::kSum, per_replica).item<float>();
+        }
+      }
+      logs.emplace_back("loss_sum", total);
+      if (!a.out.empty()) {
+        std::string out = a.out;
+        if (const auto at = out.find("{rank}"); at != std::string::npos)
+          out.replace(at, 6, std::to_string(strategy ? strategy->worker_index() : 0));
+        write_weights(model, out, logs);
+      }
+      return 0;
+    }
     std::vector<std::shared_ptr<Callback>> callbacks;
     if (!a.backup.empty())
       callbacks.push_back(std::make_shared<BackupAndRestore>(
@@ -160,7 +204,8 @@ int main(int argc, char** argv) {
       std::string out = a.out;
       if (const auto at = out.find("{rank}"); at != std::string::npos)
         out.replace(at, 6, std::to_string(strategy ? strategy->worker_index() : 0));
-      write_weights(model, out, h);
+      for (const auto& [k, values] : h.history()) logs.emplace_back(k, values.back());
+      write_weights(model, out, logs);
     }
     if (strategy)
       std::printf("worker %d of %d done\n", strategy->worker_index(), strategy->num_workers());

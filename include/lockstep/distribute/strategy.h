@@ -102,14 +102,14 @@ class Strategy {
   // "replica <id>: " in front of its message (same exception type).
   void run_replicas(const std::function<void(int replica)>& fn) const;
 
-  // strategy.run(fn): fn() on every replica; its results, per replica.
+  // strategy.run(fn): fn() on every local replica; its results, per local replica.
   template <typename F>
   auto run(F&& fn) const {
     using R = std::invoke_result_t<F&>;
     if constexpr (std::is_void_v<R>) {
       run_replicas([&](int) { fn(); });
     } else {
-      std::vector<R> results(static_cast<std::size_t>(num_replicas_in_sync()));
+      std::vector<R> results(static_cast<std::size_t>(num_local_replicas()));
       run_replicas([&](int r) { results[static_cast<std::size_t>(r)] = fn(); });
       return PerReplica<R>(std::move(results));
     }
@@ -123,7 +123,7 @@ class Strategy {
     if constexpr (std::is_void_v<R>) {
       run_replicas([&](int r) { fn(args[r]); });
     } else {
-      std::vector<R> results(static_cast<std::size_t>(num_replicas_in_sync()));
+      std::vector<R> results(static_cast<std::size_t>(num_local_replicas()));
       run_replicas([&](int r) { results[static_cast<std::size_t>(r)] = fn(args[r]); });
       return PerReplica<R>(std::move(results));
     }
