@@ -122,7 +122,7 @@ int run_allreduce(const std::string& impl) {
     time_sizes(
         impl, rank, [&](float* d, std::size_t n) { c->all_reduce(d, n, comm::ReduceOp::kSum); },
         [&] { c->barrier(); });
-  } else if (impl == "bare-gloo") {
+  } else if (impl == "bare-gloo" || impl == "bare-gloo-bcube") {
     gloo::transport::tcp::attr attr;
     attr.hostname = "127.0.0.1";
     auto dev = gloo::transport::tcp::CreateDevice(attr);
@@ -139,6 +139,7 @@ int run_allreduce(const std::string& impl) {
             gloo::sum<float>(c, a, b, k);
           });
           o.setTag(tag++);
+          if (impl == "bare-gloo-bcube") o.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
           gloo::allreduce(o);
         },
         [&] {
@@ -161,6 +162,8 @@ int run_allreduce(const std::string& impl) {
     std::vector<std::string> keys;
     for (int r = 0; r < size; ++r) keys.push_back("bench/done/" + std::to_string(r));
     client->wait(keys, std::chrono::milliseconds(60000));
+    // Let the last set's reply reach its rank before the store goes away.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return 0;
 }

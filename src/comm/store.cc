@@ -504,7 +504,9 @@ class StoreClientImpl final : public StoreClient {
       if (send_frame(conn_, w.body(), deadline, why) &&
           recv_frame(conn_, reply, o_.max_frame_bytes, deadline, why))
         return reply;
-      if (attempt == 0) conn_ = open(o_.timeout);
+      // The server may have closed an idle connection: reconnect once. The
+      // chief may also be gone (its job ended or it died): then fail soon.
+      if (attempt == 0) conn_ = open(std::min(o_.timeout, std::chrono::milliseconds(5000)));
     }
     throw DistributedError(
         lockstep::detail::str_cat("store at ", address(), ": ", what, " failed: ", why));
