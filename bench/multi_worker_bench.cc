@@ -6,7 +6,7 @@
 //       MPI ranks come from mpirun. Rank 0 prints one line per size:
 //       "allreduce IMPL SIZE_MIB MS_PER_OP ALGO_MB_S".
 //   multi_worker_bench tcp              loopback TCP throughput, one stream
-//   multi_worker_bench mlp MODE BATCH STEPS [LOCAL_REPLICAS]
+//   multi_worker_bench mlp MODE BATCH STEPS [LOCAL_REPLICAS [BYTES_PER_PACK]]
 //       MODE: single (no strategy) | mwms (MultiWorkerMirroredStrategy from
 //       the environment). Rank 0 prints "mlp MODE ... samples/s".
 #include <arpa/inet.h>
@@ -48,12 +48,27 @@ int env_int(const char* name) {
 
 const std::vector<std::size_t> kSizesMiB = {1, 4, 16, 64};
 
-int reps_for(std::size_t mib) { return mib >= 64 ? 8 : mib >= 16 ? 16 : 40; }
+int reps_for(double mib) { return mib >= 64 ? 8 : mib >= 16 ? 16 : 40; }
+
+// Sizes in KiB: 1-64 MiB, or the list in BENCH_SIZES_KIB ("4,64,1024").
+std::vector<std::size_t> sizes_kib() {
+  std::vector<std::size_t> out;
+  if (const char* env = std::getenv("BENCH_SIZES_KIB")) {
+    for (const char* p = env; *p;) {
+      out.push_back(std::strtoull(p, const_cast<char**>(&p), 10));
+      if (*p == ',') ++p;
+    }
+    return out;
+  }
+  for (std::size_t mib : kSizesMiB) out.push_back(mib * 1024);
+  return out;
+}
 
 template <typename AllReduce, typename Barrier>
 void time_sizes(const std::string& impl, int rank, AllReduce all_reduce, Barrier barrier) {
-  for (std::size_t mib : kSizesMiB) {
-    std::vector<float> v(mib * 1024 * 1024 / 4, 1.0f);
+  for (std::size_t kib : sizes_kib()) {
+    const double mib = static_cast<double>(kib) / 1024.0;
+    std::vector<float> v(kib * 1024 / 4, 1.0f);
     for (int i = 0; i < 3; ++i) all_reduce(v.data(), v.size());
     barrier();
     const int reps = reps_for(mib);
@@ -62,8 +77,8 @@ void time_sizes(const std::string& impl, int rank, AllReduce all_reduce, Barrier
     const double s = std::chrono::duration<double>(Clock::now() - t0).count() / reps;
     barrier();
     if (rank == 0)
-      std::printf("allreduce %s %zu %.3f %.0f\n", impl.c_str(), mib, s * 1e3,
-                  static_cast<double>(mib) * 1048576.0 / s / 1e6);
+      std::printf("allreduce %s %g %.3f %.0f\n", impl.c_str(), mib, s * 1e3,
+                  mib * 1048576.0 / s / 1e6);
   }
 }
 
@@ -208,10 +223,12 @@ int run_tcp() {
   return 0;
 }
 
-int run_mlp(const std::string& mode, std::int64_t batch, std::int64_t steps, int local) {
+int run_mlp(const std::string& mode, std::int64_t batch, std::int64_t steps, int local,
+            std::size_t bytes_per_pack) {
   std::optional<distribute::Strategy> strategy;
   if (mode == "mwms")
-    strategy = distribute::MultiWorkerMirroredStrategy({.local_replicas = local});
+    strategy = distribute::MultiWorkerMirroredStrategy(
+        {.local_replicas = local, .bytes_per_pack = bytes_per_pack});
   Model model;
   {
     std::unique_ptr<distribute::Strategy::Scope> scope;
@@ -241,7 +258,8 @@ int main(int argc, char** argv) {
     if (what == "tcp") return run_tcp();
     if (what == "mlp" && argc > 4)
       return run_mlp(argv[2], std::atoll(argv[3]), std::atoll(argv[4]),
-                     argc > 5 ? std::atoi(argv[5]) : 1);
+                     argc > 5 ? std::atoi(argv[5]) : 1,
+                     argc > 6 ? static_cast<std::size_t>(std::atoll(argv[6])) : 0);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "multi_worker_bench: %s\n", e.what());
     return 1;
