@@ -29,6 +29,7 @@ bench: build-release
 	@./build/release/bench/data_bench
 	@./build/release/bench/distribute_bench
 	@./build/release/bench/checkpoint_bench
+	@bench/multi_worker.sh build/release
 
 asan: deps
 	@cmake --preset asan >/dev/null

@@ -132,8 +132,8 @@ int run_allreduce(const std::string& impl) {
   if (rank == 0) server = comm::StoreServer::start(so);
   auto client = comm::StoreClient::connect(so);
   if (impl == "ours-gloo") {
-    auto c = comm::create_gloo_communicator(*client, "127.0.0.1", "ours/",
-                                            {.rank = rank, .size = size});
+    auto c =
+        comm::create_gloo_communicator(*client, "127.0.0.1", "ours/", {.rank = rank, .size = size});
     time_sizes(
         impl, rank, [&](float* d, std::size_t n) { c->all_reduce(d, n, comm::ReduceOp::kSum); },
         [&] { c->barrier(); });
