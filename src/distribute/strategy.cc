@@ -34,12 +34,17 @@ struct CrossWorker {
 
 class StrategyImpl {
  public:
+  // `workers` joins this process to the others (MultiWorkerMirroredStrategy;
+  // one worker: nothing). Given here, before the replica threads start, as
+  // they read their contexts.
   StrategyImpl(std::string name, std::vector<Device*> devices, int replicas_per_device,
-               comm::InProcessGroup::Options comm_options, bool is_default)
+               comm::InProcessGroup::Options comm_options, bool is_default,
+               CrossWorker workers = {})
       : name_(std::move(name)),
         comm_options_(comm_options),
         is_default_(is_default),
-        replicas_per_device_(replicas_per_device) {
+        replicas_per_device_(replicas_per_device),
+        workers_(std::move(workers)) {
     for (Device* d : devices) {
       for (int k = 0; k < replicas_per_device; ++k) devices_.push_back(d);
     }
@@ -67,11 +72,6 @@ class StrategyImpl {
   int size() const { return static_cast<int>(devices_.size()); }
   int num_replicas_in_sync() const { return size() * workers_.num_workers; }
   const CrossWorker& workers() const { return workers_; }
-  // Joins this strategy to the other workers (MultiWorkerMirroredStrategy).
-  void attach_workers(CrossWorker workers) {
-    workers_ = std::move(workers);
-    reset_group();
-  }
   const std::vector<Device*>& devices() const { return devices_; }
   const std::string& name() const { return name_; }
   bool is_default() const { return is_default_; }
@@ -539,9 +539,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   }
   auto impl = std::make_shared<StrategyImpl>(
       "MultiWorkerMirroredStrategy", std::move(devices), replicas_per_device,
-      comm::InProcessGroup::Options{.timeout = o.timeout}, false);
+      comm::InProcessGroup::Options{.timeout = o.timeout}, false, join_workers(o, resolver));
   impl->set_bytes_per_pack(o.bytes_per_pack);
-  impl->attach_workers(join_workers(o, resolver));
   static_cast<Strategy&>(*this) = Strategy(std::move(impl));
 }
 
