@@ -193,6 +193,13 @@ class CacheDataset final : public DatasetImpl {
   const DatasetImpl& input() const { return *input_; }
   const std::string& filename() const { return filename_; }
   bool in_memory() const { return filename_.empty(); }
+  // In memory only: workers on one host would share a cache file.
+  std::shared_ptr<const DatasetImpl> with_sharded_files(std::int64_t n,
+                                                        std::int64_t i) const override {
+    if (!in_memory()) return nullptr;
+    Input sharded = input_->with_sharded_files(n, i);
+    return sharded ? std::make_shared<CacheDataset>(std::move(sharded), filename_) : nullptr;
+  }
 
   // The cached elements (null until a pass completes) and the key of the
   // pass that filled them.

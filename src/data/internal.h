@@ -80,6 +80,14 @@ class DatasetImpl {
   virtual std::int64_t cardinality() const = 0;
   // `key` identifies this iteration (see "Determinism" in dataset.h).
   virtual std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t key) const = 0;
+  // Options attached by with_options (null: none here).
+  virtual const Options* attached_options() const { return nullptr; }
+  // This node over its input(s) with the file list sharded (FILE
+  // auto-sharding); null when that is not possible through this node.
+  virtual std::shared_ptr<const DatasetImpl> with_sharded_files(std::int64_t /*num_shards*/,
+                                                                std::int64_t /*index*/) const {
+    return nullptr;
+  }
 };
 
 // A well-mixed combination of two 64-bit values (splitmix64 finaliser).

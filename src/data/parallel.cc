@@ -299,6 +299,11 @@ class AsyncDataset final : public DatasetImpl {
   }
   const Input& input() const { return input_; }
   const AsyncConfig& config() const { return config_; }
+  std::shared_ptr<const DatasetImpl> with_sharded_files(std::int64_t n,
+                                                        std::int64_t i) const override {
+    Input sharded = input_->with_sharded_files(n, i);
+    return sharded ? std::make_shared<AsyncDataset>(std::move(sharded), config_) : nullptr;
+  }
 
  private:
   Input input_;
@@ -318,6 +323,14 @@ class InterleaveDataset final : public DatasetImpl {
     return n == 0 ? 0 : kUnknownCardinality;
   }
   std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t key) const override;
+  // The usual file pipeline, list_files -> interleave(read each file): its
+  // input is the file list.
+  std::shared_ptr<const DatasetImpl> with_sharded_files(std::int64_t n,
+                                                        std::int64_t i) const override {
+    Input sharded = input_->with_sharded_files(n, i);
+    return sharded ? std::make_shared<InterleaveDataset>(std::move(sharded), fn_, options_)
+                   : nullptr;
+  }
 
   // The dataset for one input element (read ahead when parallel).
   Dataset inner(const Element& e) const {

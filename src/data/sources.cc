@@ -387,11 +387,57 @@ Dataset Dataset::concatenate(const Dataset& other) const {
   return Dataset(std::make_shared<ConcatenateDataset>(impl_, other.impl()));
 }
 
+namespace {
+
+// A file list: passes its generator through, and is where FILE auto-sharding
+// splits the input across workers (shard(n, i) of the list).
+class FileListDataset final : public DatasetImpl {
+ public:
+  FileListDataset(std::shared_ptr<const DatasetImpl> files, std::int64_t count)
+      : files_(std::move(files)), count_(count) {}
+  std::int64_t cardinality() const override { return files_->cardinality(); }
+  std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t key) const override {
+    return files_->make_iterator(key);
+  }
+  std::shared_ptr<const DatasetImpl> with_sharded_files(std::int64_t n,
+                                                        std::int64_t i) const override {
+    if (count_ < n) return nullptr;  // a worker would have no file
+    return Dataset(files_).shard(n, i).impl();
+  }
+
+ private:
+  std::shared_ptr<const DatasetImpl> files_;
+  std::int64_t count_;
+};
+
+// Options attached to a pipeline; its elements pass straight through.
+class OptionsDataset final : public DatasetImpl {
+ public:
+  OptionsDataset(std::shared_ptr<const DatasetImpl> input, Options options)
+      : input_(std::move(input)), options_(options) {}
+  std::int64_t cardinality() const override { return input_->cardinality(); }
+  std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t key) const override {
+    return input_->make_iterator(key);
+  }
+  const Options* attached_options() const override { return &options_; }
+  std::shared_ptr<const DatasetImpl> with_sharded_files(std::int64_t n,
+                                                        std::int64_t i) const override {
+    auto sharded = input_->with_sharded_files(n, i);
+    return sharded ? std::make_shared<OptionsDataset>(std::move(sharded), options_) : nullptr;
+  }
+
+ private:
+  std::shared_ptr<const DatasetImpl> input_;
+  Options options_;
+};
+
+}  // namespace
+
 Dataset Dataset::from_files(std::vector<std::string> paths) {
   // One byte tensor per path, served by a generator over a shared copy.
   auto shared = std::make_shared<const std::vector<std::string>>(std::move(paths));
   const auto n = static_cast<std::int64_t>(shared->size());
-  return from_generator(
+  const Dataset files = from_generator(
       [shared] {
         return Generator([shared, i = std::size_t{0}]() mutable -> std::optional<Element> {
           if (i >= shared->size()) return std::nullopt;
@@ -399,6 +445,23 @@ Dataset Dataset::from_files(std::vector<std::string> paths) {
         });
       },
       n);
+  return Dataset(std::make_shared<FileListDataset>(files.impl(), n));
+}
+
+Dataset Dataset::with_options(Options options) const {
+  checked("with_options");
+  return Dataset(std::make_shared<OptionsDataset>(impl_, options));
+}
+
+Options Dataset::options() const {
+  const Options* o = checked("options").attached_options();
+  return o ? *o : Options{};
+}
+
+Dataset Dataset::with_sharded_files(std::int64_t num_shards, std::int64_t index) const {
+  LOCKSTEP_CHECK(num_shards >= 1 && index >= 0 && index < num_shards,
+                 "Dataset::with_sharded_files: shard ", index, " of ", num_shards);
+  return Dataset(checked("with_sharded_files").with_sharded_files(num_shards, index));
 }
 
 Dataset Dataset::list_files(const std::string& pattern, bool shuffle,

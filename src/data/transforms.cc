@@ -15,9 +15,30 @@ class UnaryDataset : public DatasetImpl {
  public:
   explicit UnaryDataset(Input input) : input_(std::move(input)) {}
   const DatasetImpl& input() const { return *input_; }
+  // The same transformation over the input with its file list sharded.
+  std::shared_ptr<const DatasetImpl> with_sharded_files(std::int64_t n,
+                                                        std::int64_t i) const override {
+    Input sharded = input_->with_sharded_files(n, i);
+    return sharded ? with_input(std::move(sharded)) : nullptr;
+  }
 
  protected:
+  virtual Input with_input(Input input) const = 0;
   Input input_;
+};
+
+// UnaryDataset's copy over another input, for every transformation `Self`.
+template <typename Self>
+class UnaryBase : public UnaryDataset {
+ public:
+  using UnaryDataset::UnaryDataset;
+
+ protected:
+  Input with_input(Input input) const override {
+    auto copy = std::make_shared<Self>(static_cast<const Self&>(*this));
+    copy->input_ = std::move(input);
+    return copy;
+  }
 };
 
 // An iterator whose state is its input's plus a few fields.
@@ -43,9 +64,9 @@ class UnaryIterator : public IteratorImpl {
 
 // ---- map (sequential) ----
 
-class MapDataset final : public UnaryDataset {
+class MapDataset final : public UnaryBase<MapDataset> {
  public:
-  MapDataset(Input input, MapFunction fn) : UnaryDataset(std::move(input)), fn_(std::move(fn)) {}
+  MapDataset(Input input, MapFunction fn) : UnaryBase(std::move(input)), fn_(std::move(fn)) {}
   std::int64_t cardinality() const override { return input().cardinality(); }
   std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t key) const override;
   const MapFunction& fn() const { return fn_; }
@@ -74,9 +95,9 @@ std::unique_ptr<IteratorImpl> MapDataset::make_iterator(std::uint64_t key) const
 
 // ---- filter ----
 
-class FilterDataset final : public UnaryDataset {
+class FilterDataset final : public UnaryBase<FilterDataset> {
  public:
-  FilterDataset(Input input, Predicate p) : UnaryDataset(std::move(input)), p_(std::move(p)) {}
+  FilterDataset(Input input, Predicate p) : UnaryBase(std::move(input)), p_(std::move(p)) {}
   std::int64_t cardinality() const override {
     return input().cardinality() == kInfiniteCardinality ? kInfiniteCardinality
                                                          : kUnknownCardinality;
@@ -170,10 +191,10 @@ Element pad_and_stack(const std::vector<Element>& elements, double padding_value
   return Element(std::move(out), first.names());
 }
 
-class BatchDataset final : public UnaryDataset {
+class BatchDataset final : public UnaryBase<BatchDataset> {
  public:
   BatchDataset(Input input, std::int64_t size, bool drop_remainder, bool padded, double padding)
-      : UnaryDataset(std::move(input)),
+      : UnaryBase(std::move(input)),
         size_(size),
         drop_remainder_(drop_remainder),
         padded_(padded),
@@ -232,9 +253,9 @@ std::unique_ptr<IteratorImpl> BatchDataset::make_iterator(std::uint64_t key) con
 
 // ---- unbatch ----
 
-class UnbatchDataset final : public UnaryDataset {
+class UnbatchDataset final : public UnaryBase<UnbatchDataset> {
  public:
-  using UnaryDataset::UnaryDataset;
+  using UnaryBase::UnaryBase;
   std::int64_t cardinality() const override {
     return input().cardinality() == kInfiniteCardinality ? kInfiniteCardinality
                                                          : kUnknownCardinality;
@@ -297,10 +318,10 @@ std::unique_ptr<IteratorImpl> UnbatchDataset::make_iterator(std::uint64_t key) c
 
 // ---- shuffle ----
 
-class ShuffleDataset final : public UnaryDataset {
+class ShuffleDataset final : public UnaryBase<ShuffleDataset> {
  public:
   ShuffleDataset(Input input, std::int64_t buffer_size, std::uint64_t seed, bool reshuffle)
-      : UnaryDataset(std::move(input)),
+      : UnaryBase(std::move(input)),
         buffer_size_(buffer_size),
         seed_(seed),
         reshuffle_(reshuffle) {}
@@ -389,9 +410,9 @@ std::unique_ptr<IteratorImpl> ShuffleDataset::make_iterator(std::uint64_t key) c
 
 // ---- repeat ----
 
-class RepeatDataset final : public UnaryDataset {
+class RepeatDataset final : public UnaryBase<RepeatDataset> {
  public:
-  RepeatDataset(Input input, std::int64_t count) : UnaryDataset(std::move(input)), count_(count) {}
+  RepeatDataset(Input input, std::int64_t count) : UnaryBase(std::move(input)), count_(count) {}
   std::int64_t cardinality() const override {
     const std::int64_t n = input().cardinality();
     if (n == 0 || count_ == 0) return 0;
@@ -461,10 +482,10 @@ std::unique_ptr<IteratorImpl> RepeatDataset::make_iterator(std::uint64_t key) co
 
 enum class CountOp { kTake, kSkip, kShard, kEnumerate };
 
-class CountDataset final : public UnaryDataset {
+class CountDataset final : public UnaryBase<CountDataset> {
  public:
   CountDataset(Input input, CountOp kind, std::int64_t a, std::int64_t b)
-      : UnaryDataset(std::move(input)), kind_(kind), a_(a), b_(b) {}
+      : UnaryBase(std::move(input)), kind_(kind), a_(a), b_(b) {}
   std::int64_t cardinality() const override {
     const std::int64_t n = input().cardinality();
     switch (kind_) {

@@ -474,6 +474,11 @@ namespace {
 struct Batch {
   std::vector<Tensor> x, y;
   std::string where;  // for error messages: " (examples 64 to 127)"
+  // -1: x and y are the global batch (every worker holds it and keeps its
+  // replicas' rows). Otherwise they are this worker's part only (auto-shard
+  // FILE / OFF) and this is the global batch's size, summed across workers.
+  std::int64_t global_rows = -1;
+  bool worker_part = false;
 };
 
 class BatchSource {
@@ -561,8 +566,10 @@ std::size_t declared_inputs(const LayerImpl& net) {
 class DatasetBatches final : public BatchSource {
  public:
   // `needs_targets`: fit / evaluate; predict takes the inputs only.
+  // `strategy`: under a multi-worker strategy the dataset's auto-shard
+  // policy applies (null: every worker reads all of it, as predict does).
   DatasetBatches(const char* op, data::Dataset ds, const LayerImpl& net, std::int64_t steps,
-                 bool needs_targets)
+                 bool needs_targets, const distribute::Strategy* strategy = nullptr)
       : op_(op),
         ds_(std::move(ds)),
         n_in_(declared_inputs(net)),
@@ -572,12 +579,13 @@ class DatasetBatches final : public BatchSource {
         fixed_steps_(steps),
         needs_targets_(needs_targets) {
     LOCKSTEP_CHECK(ds_.defined(), op_, ": the dataset is undefined");
+    if (strategy && strategy->num_workers() > 1) apply_auto_shard(*strategy);
     const std::int64_t c = ds_.cardinality();
     LOCKSTEP_CHECK(steps > 0 || c != data::kInfiniteCardinality, op_,
                    ": the dataset is infinite (repeat() without a count); give steps_per_epoch "
                    "(or steps) to say how many batches make an epoch");
     LOCKSTEP_CHECK(c != 0, op_, ": the dataset is empty");
-    steps_ = steps > 0 ? steps : (c > 0 ? c : 0);
+    steps_ = steps > 0 ? steps : (c > 0 ? c * parts_ : 0);
   }
   std::int64_t steps() const override { return steps_; }
   void start_epoch(int epoch) override {
@@ -590,21 +598,74 @@ class DatasetBatches final : public BatchSource {
   }
   std::optional<Batch> next(std::int64_t step) override {
     if (steps_ > 0 && step >= steps_) return std::nullopt;
-    auto e = it_->next();
-    if (!e) {
-      exhausted_ = fixed_steps_ > 0;
-      return std::nullopt;
+    if (parts_ == 1) {
+      auto e = it_->next();
+      if (!e) {
+        exhausted_ = fixed_steps_ > 0;
+        return std::nullopt;
+      }
+      return split(*e, step);
     }
-    return split(*e, step);
+    // FILE / OFF: each batch of this worker's pipeline is cut into one part
+    // per worker, taken one per step (tf.distribute's rebatching).
+    if (!current_ || part_ == parts_) {
+      current_ = it_->next();
+      part_ = 0;
+      if (!current_) {
+        exhausted_ = fixed_steps_ > 0;
+        return std::nullopt;
+      }
+    }
+    const std::int64_t rows = current_->size() > 0 ? (*current_)[0].dim(0) : 0;
+    std::int64_t begin = 0;
+    for (int k = 0; k < part_; ++k) begin += rows / parts_ + (k < rows % parts_ ? 1 : 0);
+    const std::int64_t size = rows / parts_ + (part_ < rows % parts_ ? 1 : 0);
+    std::vector<Tensor> views;
+    for (const Tensor& t : current_->components())
+      views.push_back(t.view_rows(begin, begin + size));
+    ++part_;
+    Batch b = split(data::Element(std::move(views), current_->names()), step);
+    b.worker_part = true;
+    return b;
   }
   // A fixed step count that the data could not supply.
   bool exhausted() const { return exhausted_; }
+
+  // The policy of the dataset's options: DATA leaves the dataset whole;
+  // FILE shards its file list; FILE and OFF cut every batch into parts.
+  void apply_auto_shard(const distribute::Strategy& strategy) {
+    const int workers = strategy.num_workers();
+    const data::AutoShardPolicy policy = ds_.options().experimental_distribute.auto_shard_policy;
+    if (policy == data::AutoShardPolicy::kData) return;
+    if (policy == data::AutoShardPolicy::kFile || policy == data::AutoShardPolicy::kAuto) {
+      data::Dataset sharded = ds_.with_sharded_files(workers, strategy.worker_index());
+      if (!sharded.defined()) {
+        LOCKSTEP_CHECK(policy == data::AutoShardPolicy::kAuto, op_,
+                       ": auto-shard policy FILE needs a pipeline that reads a file list "
+                       "(Dataset::from_files / list_files) with at least one file for each of the ",
+                       workers,
+                       " workers, through transformations that can follow it (not zip, "
+                       "concatenate or cache to a file); use DATA or OFF");
+        return;  // AUTO: DATA
+      }
+      ds_ = sharded;
+    }
+    parts_ = workers;
+  }
   data::IteratorState save_state(int, bool full) override {
     if (!full) {
       data::IteratorState st;
       st.json = {{"source", "dataset"}, {"iterator_epoch", it_epoch_}, {"replay", it_->position()}};
+      // Every worker has taken as many elements and parts as the chief
+      // (they step together): the chief's numbers replay each worker's own
+      // pipeline.
+      if (parts_ > 1) st.json["part"] = part_;
       return st;
     }
+    LOCKSTEP_CHECK(parts_ == 1, op_,
+                   ": the full input state cannot be saved under auto-shard FILE or OFF (each "
+                   "worker's pipeline is its own); the default replay position resumes every "
+                   "worker");
     data::IteratorState st = it_->save();
     st.json = {{"source", "dataset"}, {"iterator_epoch", it_epoch_}, {"iterator", st.json}};
     return st;
@@ -621,10 +682,21 @@ class DatasetBatches final : public BatchSource {
     if (st.json.contains("replay")) {
       // Every random choice is a function of the seeds and the iteration key
       // (data/dataset.h), so the same elements come again: skip them.
-      const auto skip = st.json.at("replay").get<std::int64_t>();
+      auto skip = st.json.at("replay").get<std::int64_t>();
+      const int part = st.json.value("part", 0);
+      current_.reset();
+      part_ = 0;
+      const bool mid_element = parts_ > 1 && part > 0 && part < parts_;
+      if (mid_element) --skip;  // the element being cut is read again below
       for (std::int64_t i = 0; i < skip; ++i) {
         LOCKSTEP_CHECK(it_->next().has_value(), op_, ": cannot resume: the dataset ended after ", i,
                        " of the ", skip, " elements used before the checkpoint");
+      }
+      if (mid_element) {
+        current_ = it_->next();
+        LOCKSTEP_CHECK(current_.has_value(), op_,
+                       ": cannot resume: the dataset ended before the element being cut");
+        part_ = part;
       }
       return;
     }
@@ -632,6 +704,11 @@ class DatasetBatches final : public BatchSource {
   }
 
  private:
+  // FILE / OFF: the element being cut into parts, and the next part.
+  int parts_ = 1;
+  int part_ = 0;
+  std::optional<data::Element> current_;
+
   Batch split(const data::Element& e, std::int64_t step) const {
     Batch b;
     b.where = " (dataset element " + std::to_string(it_->position() - 1) + ")";
@@ -714,7 +791,7 @@ struct Model::Loops {
   static bool distributed(const Model& m) { return !m.state().strategy.is_default(); }
   // Under a multi-worker strategy, whether every worker has a next batch:
   // an epoch ends for all when one runs out (uneven input never hangs).
-  static bool all_workers_have_batch(Model& m, bool have);
+  static bool all_workers_have_batch(Model& m, std::optional<Batch>& batch);
   // Every worker must train the same model with the same optimizer on
   // input of the same length; a mismatch is named on every worker.
   static void check_workers_agree(Model& m, const char* op, std::int64_t steps);
@@ -784,12 +861,17 @@ void Model::Loops::prepare_replicas(Model& m, const char* op) {
   }
 }
 
-bool Model::Loops::all_workers_have_batch(Model& m, bool have) {
+bool Model::Loops::all_workers_have_batch(Model& m, std::optional<Batch>& batch) {
   comm::Communicator* workers = m.state().strategy.cross_worker_communicator();
-  if (!workers) return have;
-  float out_of_data = have ? 0.0f : 1.0f;
-  workers->all_reduce(&out_of_data, 1, comm::ReduceOp::kMax);
-  return out_of_data == 0.0f;
+  if (!workers) return batch.has_value();
+  // How many workers are out of data, and the rows of this step's parts.
+  double agree[2] = {batch ? 0.0 : 1.0, batch && batch->worker_part
+                                            ? static_cast<double>(batch->x.at(0).dim(0))
+                                            : 0.0};
+  workers->all_reduce(agree, 2, comm::ReduceOp::kSum);
+  if (agree[0] != 0.0) return false;
+  if (batch->worker_part) batch->global_rows = static_cast<std::int64_t>(agree[1]);
+  return true;
 }
 
 void Model::Loops::check_workers_agree(Model& m, const char* op, std::int64_t steps) {
@@ -829,9 +911,19 @@ void Model::Loops::check_workers_agree(Model& m, const char* op, std::int64_t st
 Model::Loops::Shares Model::Loops::share_out(Model& m, const Batch& b) {
   build_before_replicas(m, b.x);
   Shares shares;
-  shares.global = b.x.at(0).shape()[0];
-  // This worker's replicas' rows (all of them with a single worker).
-  const distribute::Strategy::LocalShare local = m.state().strategy.local_share(shares.global);
+  const distribute::Strategy& strategy = m.state().strategy;
+  distribute::Strategy::LocalShare local;
+  if (b.worker_part) {
+    // Only this worker's part is here: its rows go to the local replicas.
+    shares.global = b.global_rows;
+    const std::int64_t rows = b.x.at(0).shape()[0];
+    const int k = strategy.num_local_replicas();
+    for (int r = 0; r < k; ++r) local.sizes.push_back(rows / k + (r < rows % k ? 1 : 0));
+  } else {
+    // The global batch: this worker's replicas' rows (all with one worker).
+    shares.global = b.x.at(0).shape()[0];
+    local = strategy.local_share(shares.global);
+  }
   shares.sizes = local.sizes;
   auto cut = [&](const std::vector<Tensor>& ts) {
     std::vector<std::vector<Tensor>> out(shares.sizes.size());
@@ -979,7 +1071,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& o) {
   LOCKSTEP_CHECK(o.validation_split == 0.0,
                  "fit: validation_split is not supported with a Dataset (it cannot be split "
                  "without reading it); pass validation_data");
-  DatasetBatches train("fit", dataset, *impl_, o.steps_per_epoch, true);
+  DatasetBatches train("fit", dataset, *impl_, o.steps_per_epoch, true, &state().strategy);
   return Loops::fit(*this, train, o.validation_data, o);
 }
 
@@ -993,7 +1085,7 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
   if (val) {
     if (val->dataset.defined()) {
       val_source = std::make_unique<DatasetBatches>("fit (validation_data)", val->dataset, net,
-                                                    o.validation_steps, true);
+                                                    o.validation_steps, true, &s.strategy);
     } else {
       check_data("fit (validation_data)", val->x, val->y);
       val_source =
@@ -1070,16 +1162,18 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
         detail::rethrow_with_prefix("fit: epoch " + std::to_string(epoch + 1) + ", reading batch " +
                                     std::to_string(step) + ": ");
       }
-      if (!all_workers_have_batch(m, batch.has_value())) break;
+      if (!all_workers_have_batch(m, batch)) break;
       callbacks.each([&](Callback& cb) { cb.on_train_batch_begin(step, {}); });
       Logs logs;
       try {
         if (step == 0) {
           const std::int64_t n = s.strategy.num_replicas_in_sync();
-          LOCKSTEP_CHECK(
-              batch->x.at(0).shape()[0] >= n, "the global batch of ", batch->x.at(0).shape()[0],
-              " examples is smaller than the ", n, " replicas of ", s.strategy.name(),
-              "; batch the dataset with the global batch size (per-replica size × ", n, ")");
+          const std::int64_t global =
+              batch->worker_part ? batch->global_rows : batch->x.at(0).shape()[0];
+          LOCKSTEP_CHECK(global >= n, "the global batch of ", global,
+                         " examples is smaller than the ", n, " replicas of ", s.strategy.name(),
+                         "; batch the dataset with the global batch size (per-replica size × ", n,
+                         ")");
         }
         logs = train_batch(m, *batch);
       } catch (const Error&) {
@@ -1108,7 +1202,7 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
         std::optional<Batch> batch;
         try {
           batch = val_source->next(step);
-          if (!all_workers_have_batch(m, batch.has_value())) break;
+          if (!all_workers_have_batch(m, batch)) break;
           callbacks.each([&](Callback& cb) { cb.on_test_batch_begin(step, {}); });
           val_logs = test_batch(m, *batch);
         } catch (const Error&) {
@@ -1144,7 +1238,7 @@ Logs Model::evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
 
 Logs Model::evaluate(const data::Dataset& dataset, const EvaluateOptions& o) {
   LOCKSTEP_CHECK(state().compiled, "evaluate: you must call compile() before evaluate()");
-  DatasetBatches source("evaluate", dataset, *impl_, o.steps, true);
+  DatasetBatches source("evaluate", dataset, *impl_, o.steps, true, &state().strategy);
   return Loops::evaluate(*this, source, o);
 }
 
@@ -1161,7 +1255,7 @@ Logs Model::Loops::evaluate(Model& m, BatchSource& source, const EvaluateOptions
     std::optional<Batch> batch;
     try {
       batch = source.next(step);
-      if (!batch) break;
+      if (!all_workers_have_batch(m, batch)) break;
       callbacks.each([&](Callback& cb) { cb.on_test_batch_begin(step, {}); });
       logs = test_batch(m, *batch);
     } catch (const Error&) {

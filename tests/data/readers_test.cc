@@ -5,9 +5,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
+#include <sstream>
 
 #include "data_test_util.h"
 #include "lockstep/core/file.h"
@@ -19,6 +22,13 @@ namespace lockstep::data {
 namespace {
 
 namespace fs = std::filesystem;
+
+std::string slurp_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 using testing::expect_error;
 using testing::iota;
 using testing::scalars;
@@ -239,6 +249,58 @@ TEST_F(ReadersTest, StaleTemporariesOfDeadWritersAreRemoved) {
   EXPECT_EQ(remove_stale_temporaries(p), 1);
   EXPECT_FALSE(fs::exists(dir_ / ".cache.bin.tmp999999999.1"));
   EXPECT_TRUE(fs::exists(dir_ / live));
+}
+
+TEST_F(ReadersTest, WithShardedFilesSplitsTheFileListThroughTheUsualPipeline) {
+  // Six files of three numbers each; the pipeline reads each file's numbers.
+  for (int f = 0; f < 6; ++f) write("part-" + std::to_string(f) + ".txt", std::to_string(f * 3));
+  auto pipeline = [&](const Dataset& files) {
+    return files
+        .interleave(
+            [](const Element& e) {
+              const std::int64_t first = std::stoll(slurp_file(e.string(0)));
+              return Dataset::range(first, first + 3);
+            },
+            {.cycle_length = 2})
+        .map([](const Element& e) { return e; })
+        .shuffle(4, {.seed = 3})
+        .batch(2)
+        .prefetch(2);
+  };
+  const Dataset whole = pipeline(Dataset::list_files(path("part-*.txt")));
+  std::vector<std::int64_t> seen;
+  for (int shard = 0; shard < 3; ++shard) {
+    const Dataset part = whole.with_sharded_files(3, shard);
+    ASSERT_TRUE(part.defined()) << shard;
+    for (const Element& batch : part) {
+      for (std::int64_t v : batch[0].to_vector<std::int64_t>()) seen.push_back(v);
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  std::vector<std::int64_t> all(18);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(seen, all);  // disjoint and complete
+  // Options pass through with_sharded_files and are read back.
+  Options o;
+  o.experimental_distribute.auto_shard_policy = AutoShardPolicy::kOff;
+  const Dataset with = whole.with_options(o);
+  EXPECT_EQ(with.options().experimental_distribute.auto_shard_policy, AutoShardPolicy::kOff);
+  EXPECT_EQ(with.with_sharded_files(2, 1).options().experimental_distribute.auto_shard_policy,
+            AutoShardPolicy::kOff);
+  EXPECT_EQ(whole.options().experimental_distribute.auto_shard_policy, AutoShardPolicy::kAuto);
+  EXPECT_EQ(with.cardinality(), whole.cardinality());
+}
+
+TEST_F(ReadersTest, WithShardedFilesIsUndefinedWhereFilesCannotBeSplit) {
+  for (int f = 0; f < 2; ++f) write("f" + std::to_string(f), "x");
+  const Dataset files = Dataset::list_files(path("f*"));
+  EXPECT_TRUE(files.with_sharded_files(2, 0).defined());
+  EXPECT_FALSE(files.with_sharded_files(3, 0).defined()) << "fewer files than shards";
+  EXPECT_FALSE(Dataset::range(10).with_sharded_files(2, 0).defined()) << "no file list";
+  EXPECT_FALSE(Dataset::zip({files, files}).with_sharded_files(2, 0).defined());
+  EXPECT_FALSE(files.cache(path("c.cache")).with_sharded_files(2, 0).defined());
+  EXPECT_TRUE(files.cache().with_sharded_files(2, 1).defined());
+  EXPECT_THROW(files.with_sharded_files(2, 2), ValueError);
 }
 
 }  // namespace

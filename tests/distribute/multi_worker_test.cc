@@ -4,6 +4,9 @@
 // others, which exit in bounded time; a restarted job resumes bitwise; a
 // stranger at the store's port changes nothing. (Killing workers:
 // multi_worker_fault_test.cc.)
+#include <algorithm>
+#include <numeric>
+
 #include "distribute/multi_worker_support.h"
 
 namespace {
@@ -41,6 +44,75 @@ TEST_F(MultiWorkerTest, TheGuidesCustomLoopRunsAcrossWorkersLikeOneProcess) {
   const double ref_sum = std::stod(ref.logs.substr(ref.logs.find('=') + 1));
   const double sum = std::stod(w0.logs.substr(w0.logs.find('=') + 1));
   EXPECT_NEAR(sum, ref_sum, 1e-4 * std::abs(ref_sum));
+}
+
+std::vector<std::int64_t> read_ids(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::int64_t> ids;
+  for (std::int64_t id; in >> id;) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+std::vector<std::int64_t> iota_ids(std::int64_t n) {
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
+  std::iota(ids.begin(), ids.end(), 0);
+  return ids;
+}
+
+TEST_F(MultiWorkerTest, AutoShardFileAndAutoGiveEachWorkerItsOwnFiles) {
+  const Process w =
+      spawn({MULTI_WORKER_TRAIN_PATH, "--write-files", dir_.string()}, {}, path("write.log"));
+  ASSERT_EQ(wait_exit(w), 0) << slurp(w.log);
+  for (const std::string policy : {"file", "auto"}) {
+    auto ps =
+        start_workers(2,
+                      {"--files", dir_.string(), "--policy", policy, "--epochs", "1", "--out",
+                       path(policy + "-{rank}.bin"), "--ids-out", path(policy + "-ids-{rank}.txt")},
+                      policy);
+    for (auto& p : ps) ASSERT_EQ(wait_exit(p), 0) << slurp(p.log);
+    expect_bitwise(read_weights(path(policy + "-1.bin")), read_weights(path(policy + "-0.bin")),
+                   policy + ": worker 1 vs worker 0");
+    // Disjoint halves (four of the eight files each) that make up the input.
+    const auto ids0 = read_ids(path(policy + "-ids-0.txt"));
+    const auto ids1 = read_ids(path(policy + "-ids-1.txt"));
+    EXPECT_EQ(ids0.size(), 256u) << policy;
+    EXPECT_EQ(ids1.size(), 256u) << policy;
+    std::vector<std::int64_t> both = ids0;
+    both.insert(both.end(), ids1.begin(), ids1.end());
+    std::sort(both.begin(), both.end());
+    EXPECT_EQ(both, iota_ids(512)) << policy;
+  }
+  // Three workers: shards of 3, 3 and 2 files. The short one ends the epoch
+  // for all (agreed), nobody hangs, and the workers stay in sync.
+  auto ps = start_workers(
+      3, {"--files", dir_.string(), "--policy", "file", "--out", path("three-{rank}.bin")},
+      "three");
+  for (auto& p : ps) ASSERT_EQ(wait_exit(p), 0) << slurp(p.log);
+  for (int i = 1; i < 3; ++i)
+    expect_bitwise(read_weights(path("three-" + std::to_string(i) + ".bin")),
+                   read_weights(path("three-0.bin")), "3 workers, FILE");
+}
+
+TEST_F(MultiWorkerTest, AutoShardDataAndOffReadEverythingOnEveryWorker) {
+  const Process w =
+      spawn({MULTI_WORKER_TRAIN_PATH, "--write-files", dir_.string()}, {}, path("write.log"));
+  ASSERT_EQ(wait_exit(w), 0) << slurp(w.log);
+  const Trained ref = reference({"--files", dir_.string(), "--epochs", "1"}, "ref");
+  for (const std::string policy : {"data", "off"}) {
+    auto ps =
+        start_workers(2,
+                      {"--files", dir_.string(), "--policy", policy, "--epochs", "1", "--out",
+                       path(policy + "-{rank}.bin"), "--ids-out", path(policy + "-ids-{rank}.txt")},
+                      policy);
+    for (auto& p : ps) ASSERT_EQ(wait_exit(p), 0) << slurp(p.log);
+    const Trained w0 = read_weights(path(policy + "-0.bin"));
+    expect_bitwise(read_weights(path(policy + "-1.bin")), w0, policy + ": worker 1 vs worker 0");
+    EXPECT_EQ(read_ids(path(policy + "-ids-0.txt")), iota_ids(512)) << policy;
+    EXPECT_EQ(read_ids(path(policy + "-ids-1.txt")), iota_ids(512)) << policy;
+    // DATA: the global batches are one process's.
+    if (policy == "data") expect_close(w0, ref, 1e-5, "DATA vs one process");
+  }
 }
 
 TEST_F(MultiWorkerTest, LocalReplicasInEveryWorkerReduceHierarchically) {

@@ -36,6 +36,13 @@ struct Args {
   long kill_at_step = -1;
   std::int64_t examples = 512;
   bool custom_loop = false;
+  // Input from files (written by --write-files DIR): the pipeline
+  // list_files -> interleave -> map -> batch with this auto-shard policy;
+  // the ids of the examples this worker trained on go to --ids-out.
+  std::string files;
+  std::string policy = "auto";
+  std::string ids_out;
+  std::string write_files;
 };
 
 Args parse(int argc, char** argv) {
@@ -66,6 +73,14 @@ Args parse(int argc, char** argv) {
       a.examples = std::stoll(v);
     else if (k == "--custom-loop")
       a.custom_loop = v == "1";
+    else if (k == "--files")
+      a.files = v;
+    else if (k == "--policy")
+      a.policy = v;
+    else if (k == "--ids-out")
+      a.ids_out = v;
+    else if (k == "--write-files")
+      a.write_files = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -93,6 +108,48 @@ struct KillAt : Callback {
     if (model()->optimizer()->iterations() == step) ::kill(::getpid(), SIGKILL);
   }
 };
+
+constexpr int kFiles = 8;
+
+// The examples in kFiles files part-<k>.bin: per example its id (int64),
+// 20 floats and its label (int64).
+void write_files(const std::string& dir, const std::vector<float>& xs,
+                 const std::vector<std::int64_t>& labels) {
+  const auto n = static_cast<std::int64_t>(labels.size());
+  for (int f = 0; f < kFiles; ++f) {
+    std::ofstream out(dir + "/part-" + std::to_string(f) + ".bin", std::ios::binary);
+    for (std::int64_t i = f * n / kFiles; i < (f + 1) * n / kFiles; ++i) {
+      out.write(reinterpret_cast<const char*>(&i), sizeof i);
+      out.write(reinterpret_cast<const char*>(&xs[static_cast<std::size_t>(i * 20)]), 20 * 4);
+      out.write(reinterpret_cast<const char*>(&labels[static_cast<std::size_t>(i)]), 8);
+    }
+  }
+}
+
+// One file's examples as (id, x, y) slices.
+data::Dataset read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<std::int64_t> ids, ys;
+  std::vector<float> xs;
+  std::int64_t id = 0, y = 0;
+  float x[20];
+  while (in.read(reinterpret_cast<char*>(&id), 8) && in.read(reinterpret_cast<char*>(x), 80) &&
+         in.read(reinterpret_cast<char*>(&y), 8)) {
+    ids.push_back(id);
+    xs.insert(xs.end(), x, x + 20);
+    ys.push_back(y);
+  }
+  const auto n = static_cast<std::int64_t>(ids.size());
+  return data::Dataset::from_tensor_slices(
+      {Tensor::from_vector(ids), Tensor::from_vector(xs, {n, 20}), Tensor::from_vector(ys)});
+}
+
+data::AutoShardPolicy policy_named(const std::string& name) {
+  if (name == "file") return data::AutoShardPolicy::kFile;
+  if (name == "data") return data::AutoShardPolicy::kData;
+  if (name == "off") return data::AutoShardPolicy::kOff;
+  return data::AutoShardPolicy::kAuto;
+}
 
 void write_weights(const Model& m, const std::string& path,
                    const std::vector<std::pair<std::string, double>>& logs) {
@@ -131,6 +188,10 @@ int main(int argc, char** argv) {
       }
     }
     Tensor y = Tensor::from_vector(labels);
+    if (!a.write_files.empty()) {
+      write_files(a.write_files, xs, labels);
+      return 0;
+    }
 
     std::optional<distribute::Strategy> strategy;
     if (a.strategy == "mwms") {
@@ -194,12 +255,41 @@ int main(int argc, char** argv) {
       callbacks.push_back(std::make_shared<BackupAndRestore>(
           BackupAndRestoreOptions{.backup_dir = a.backup, .save_freq = 3}));
     if (a.kill_at_step >= 0) callbacks.push_back(std::make_shared<KillAt>(a.kill_at_step));
-    const History h = model.fit(x, y,
-                                {.batch_size = a.batch,
+    std::vector<std::int64_t> ids_seen;
+    const FitOptions fit_options{.batch_size = a.batch,
                                  .epochs = a.epochs,
                                  .verbose = 2,
                                  .callbacks = callbacks,
-                                 .shuffle = true});
+                                 .shuffle = true};
+    History h;
+    if (a.files.empty()) {
+      h = model.fit(x, y, fit_options);
+    } else {
+      // The map runs on the thread that trains: it sees exactly the
+      // examples this worker reads.
+      data::Options options;
+      options.experimental_distribute.auto_shard_policy = policy_named(a.policy);
+      const data::Dataset ds =
+          data::Dataset::list_files(a.files + "/part-*.bin")
+              .interleave([](const data::Element& e) { return read_file(e.string(0)); },
+                          {.cycle_length = 2})
+              .map([&ids_seen](const data::Element& e) {
+                ids_seen.push_back(e[0].item<std::int64_t>());
+                return data::Element({e[1], e[2]});
+              })
+              .batch(a.batch)
+              .with_options(options);
+      FitOptions o = fit_options;
+      o.batch_size = 0;
+      h = model.fit(ds, o);
+    }
+    if (!a.ids_out.empty()) {
+      std::string out = a.ids_out;
+      if (const auto at = out.find("{rank}"); at != std::string::npos)
+        out.replace(at, 6, std::to_string(strategy ? strategy->worker_index() : 0));
+      std::ofstream ids(out);
+      for (std::int64_t id : ids_seen) ids << id << "\n";
+    }
     if (!a.out.empty()) {
       std::string out = a.out;
       if (const auto at = out.find("{rank}"); at != std::string::npos)

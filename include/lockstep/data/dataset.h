@@ -132,6 +132,31 @@ using Predicate = std::function<bool(const Element&)>;
 // Returns the next element, or nullopt at the end.
 using Generator = std::function<std::optional<Element>()>;
 
+// How a MultiWorkerMirroredStrategy splits a dataset across its workers
+// (tf.data's AutoShardPolicy), set with Dataset::with_options.
+enum class AutoShardPolicy {
+  // FILE when the pipeline reads a file list (from_files / list_files) with
+  // at least one file per worker, else DATA.
+  kAuto,
+  // Each worker reads its own files (the file list sharded by worker) and
+  // every batch it makes is cut into one part per worker, taken one per step.
+  kFile,
+  // Every worker reads the whole input and keeps its replicas' rows of each
+  // global batch: the global batches are exactly one process's.
+  kData,
+  // No sharding: every worker reads its own copy of the input, cut into
+  // parts per step as with FILE.
+  kOff,
+};
+
+struct DistributeOptions {
+  AutoShardPolicy auto_shard_policy = AutoShardPolicy::kAuto;
+};
+
+struct Options {
+  DistributeOptions experimental_distribute;
+};
+
 class Dataset {
  public:
   Dataset() = default;
@@ -193,6 +218,16 @@ class Dataset {
 
   // Known size, kInfiniteCardinality or kUnknownCardinality.
   std::int64_t cardinality() const;
+
+  // The same elements, with options attached (tf.data's with_options). Like
+  // the guide, call it last: it is the outermost options that fit reads.
+  Dataset with_options(Options options) const;
+  Options options() const;
+  // This pipeline with its file list (from_files / list_files) replaced by
+  // shard(num_shards, index) of it, for FILE auto-sharding; an undefined
+  // Dataset when there is no file list, fewer files than shards, or a
+  // transformation in the way (zip, concatenate, cache to a file).
+  Dataset with_sharded_files(std::int64_t num_shards, std::int64_t index) const;
 
   Iterator make_iterator(IteratorOptions options = {}) const;
 
