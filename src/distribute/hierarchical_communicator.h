@@ -3,8 +3,17 @@
 // threads, all-reduce across workers on the worker's first replica (the
 // leader), broadcast back inside the worker. Ranks are replicas in sync:
 // worker * local replicas + local replica.
+//
+// all_reduce_async sums among the replica threads at once (they meet there,
+// in the order backward produces buckets), posts the cross-worker stage to
+// the worker's communication thread and returns; the broadcast back inside
+// the worker happens when the handle is waited for. Waiting for one handle
+// first finishes every earlier one, and every blocking collective finishes
+// them all, so the replicas broadcast in one order whatever order they wait in.
 #pragma once
 
+#include <deque>
+#include <memory>
 #include <vector>
 
 #include "lockstep/comm/communicator.h"
@@ -23,13 +32,28 @@ class HierarchicalCommunicator final : public comm::Communicator {
   int size() const override { return num_workers_ * local_.size(); }
 
   void all_reduce(float* data, std::size_t count, comm::ReduceOp op) override {
+    finish_pending();
     all_reduce_t(data, count, op);
   }
   void all_reduce(double* data, std::size_t count, comm::ReduceOp op) override {
+    finish_pending();
     all_reduce_t(data, count, op);
   }
 
+  comm::WorkHandle all_reduce_async(float* data, std::size_t count, comm::ReduceOp op) override {
+    auto p = std::make_shared<Pending>();
+    p->data = data;
+    p->count = count;
+    p->op = op;
+    const comm::ReduceOp partial = op == comm::ReduceOp::kMean ? comm::ReduceOp::kSum : op;
+    local_.all_reduce(data, count, partial);
+    if (cross_) p->cross = cross_->all_reduce_async(data, count, partial);
+    pending_.push_back(p);
+    return std::make_unique<Work>(this, std::move(p));
+  }
+
   void broadcast(void* data, std::size_t bytes, int root) override {
+    finish_pending();
     const int k = local_.size();
     if (root / k == worker_) local_.broadcast(data, bytes, root % k);
     if (cross_) cross_->broadcast(data, bytes, root / k);
@@ -37,6 +61,7 @@ class HierarchicalCommunicator final : public comm::Communicator {
   }
 
   void all_gather(const void* data, std::size_t bytes, void* out) override {
+    finish_pending();
     const std::size_t worker_bytes = bytes * static_cast<std::size_t>(local_.size());
     std::vector<char> mine(worker_bytes);
     local_.all_gather(data, bytes, mine.data());
@@ -45,6 +70,7 @@ class HierarchicalCommunicator final : public comm::Communicator {
   }
 
   void barrier() override {
+    finish_pending();
     local_.barrier();
     if (cross_) cross_->barrier();
     local_.barrier();
@@ -56,6 +82,54 @@ class HierarchicalCommunicator final : public comm::Communicator {
   }
 
  private:
+  // An all-reduce whose cross-worker stage may still be in flight.
+  struct Pending {
+    float* data = nullptr;
+    std::size_t count = 0;
+    comm::ReduceOp op = comm::ReduceOp::kSum;
+    comm::WorkHandle cross;  // the leader's
+    bool done = false;
+  };
+
+  class Work final : public comm::Work {
+   public:
+    Work(HierarchicalCommunicator* owner, std::shared_ptr<Pending> p)
+        : owner_(owner), p_(std::move(p)) {}
+    ~Work() override {
+      try {
+        wait();
+      } catch (...) {
+        // A dropped handle does not throw; the next collective reports it.
+      }
+    }
+    // True once waited for: the broadcast inside the worker is a collective
+    // of the replica threads, made in wait().
+    bool test() override { return p_->done; }
+    void wait() override {
+      while (!p_->done) owner_->finish_front();
+    }
+
+   private:
+    HierarchicalCommunicator* owner_;
+    std::shared_ptr<Pending> p_;
+  };
+
+  void finish_front() {
+    std::shared_ptr<Pending> p = pending_.front();
+    pending_.pop_front();
+    p->done = true;  // even if it throws: it will not be retried
+    if (p->cross) p->cross->wait();
+    local_.broadcast(p->data, p->count * sizeof(float), 0);
+    if (p->op == comm::ReduceOp::kMean) {
+      const auto n = static_cast<float>(size());
+      for (std::size_t i = 0; i < p->count; ++i) p->data[i] /= n;
+    }
+  }
+
+  void finish_pending() {
+    while (!pending_.empty()) finish_front();
+  }
+
   template <typename T>
   void all_reduce_t(T* data, std::size_t count, comm::ReduceOp op) {
     const comm::ReduceOp partial = op == comm::ReduceOp::kMean ? comm::ReduceOp::kSum : op;
@@ -72,6 +146,7 @@ class HierarchicalCommunicator final : public comm::Communicator {
   comm::Communicator* cross_;
   int worker_;
   int num_workers_;
+  std::deque<std::shared_ptr<Pending>> pending_;  // posting order
 };
 
 }  // namespace lockstep::distribute

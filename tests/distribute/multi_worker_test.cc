@@ -117,11 +117,18 @@ TEST_F(MultiWorkerTest, AutoShardDataAndOffReadEverythingOnEveryWorker) {
 
 TEST_F(MultiWorkerTest, LocalReplicasInEveryWorkerReduceHierarchically) {
   const Trained ref = reference({}, "ref");
-  auto ps = start_workers(2, {"--out", path("h-{rank}.bin"), "--local-replicas", "2"}, "h");
-  for (auto& p : ps) ASSERT_EQ(wait_exit(p), 0) << slurp(p.log);
-  const Trained w0 = read_weights(path("h-0.bin"));
-  expect_close(w0, ref, 1e-5, "2 workers x 2 replicas vs one process");
-  expect_bitwise(read_weights(path("h-1.bin")), w0, "worker 1 vs worker 0");
+  // One bucket, and 64-byte buckets (one per variable, several in flight
+  // across workers while backward goes on).
+  for (const std::string bytes : {"0", "64"}) {
+    const std::string tag = "h" + bytes;
+    auto ps = start_workers(
+        2, {"--out", path(tag + "-{rank}.bin"), "--local-replicas", "2", "--bytes-per-pack", bytes},
+        tag);
+    for (auto& p : ps) ASSERT_EQ(wait_exit(p), 0) << slurp(p.log);
+    const Trained w0 = read_weights(path(tag + "-0.bin"));
+    expect_close(w0, ref, 1e-5, "2 workers x 2 replicas vs one process, buckets " + bytes);
+    expect_bitwise(read_weights(path(tag + "-1.bin")), w0, "worker 1 vs worker 0");
+  }
 }
 
 TEST_F(MultiWorkerTest, MpirunWorkersTrainLikeOneProcess) {

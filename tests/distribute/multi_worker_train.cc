@@ -43,6 +43,7 @@ struct Args {
   std::string policy = "auto";
   std::string ids_out;
   std::string write_files;
+  std::size_t bytes_per_pack = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -81,6 +82,8 @@ Args parse(int argc, char** argv) {
       a.ids_out = v;
     else if (k == "--write-files")
       a.write_files = v;
+    else if (k == "--bytes-per-pack")
+      a.bytes_per_pack = std::stoull(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -197,6 +200,7 @@ int main(int argc, char** argv) {
     if (a.strategy == "mwms") {
       distribute::MultiWorkerMirroredStrategyOptions o;
       o.local_replicas = a.local_replicas;
+      o.bytes_per_pack = a.bytes_per_pack;
       o.timeout = std::chrono::milliseconds(a.timeout_ms);
       o.join_timeout = std::chrono::milliseconds(a.timeout_ms);
       if (a.communication == "gloo")
