@@ -178,6 +178,19 @@ TEST_F(MultiWorkerTest, AWorkerWithAnotherModelIsRefusedAtStartUpOnEveryWorker) 
   }
 }
 
+TEST_F(MultiWorkerTest, AWorkerWithAnotherOptimizerIsRefusedWhenFitStarts) {
+  // Same variables (their broadcast passes), another learning rate: the
+  // hash all-gather at the start of fit names worker 1 on both workers.
+  auto ps = start_workers(2, {}, "opt", {{1, {"--learning-rate", "0.02"}}});
+  for (auto& p : ps) {
+    EXPECT_EQ(wait_exit(p), 3);
+    const std::string log = slurp(p.log);
+    EXPECT_NE(log.find("fit: worker 1 has another optimizer config than the chief (worker 0)"),
+              std::string::npos)
+        << log;
+  }
+}
+
 TEST_F(MultiWorkerTest, AStrangerAtTheStorePortChangesNothing) {
   const Trained ref = reference({}, "ref");
   std::atomic<bool> stop{false};

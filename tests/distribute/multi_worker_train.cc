@@ -44,6 +44,7 @@ struct Args {
   std::string ids_out;
   std::string write_files;
   std::size_t bytes_per_pack = 0;
+  double learning_rate = 0.01;
 };
 
 Args parse(int argc, char** argv) {
@@ -84,6 +85,8 @@ Args parse(int argc, char** argv) {
       a.write_files = v;
     else if (k == "--bytes-per-pack")
       a.bytes_per_pack = std::stoull(v);
+    else if (k == "--learning-rate")
+      a.learning_rate = std::stod(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -92,12 +95,12 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-Model mlp(int hidden) {
+Model mlp(int hidden, double learning_rate) {
   set_random_seed(7);
   auto in = Input({20});
   auto h = layers::Dense(hidden, {.activation = "relu"})(in);
   Model m(in, layers::Dense(4)(h));
-  m.compile({.optimizer = optimizers::Adam({.learning_rate = 0.01}),
+  m.compile({.optimizer = optimizers::Adam({.learning_rate = learning_rate}),
              .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
              .metrics = {"accuracy"}});
   return m;
@@ -212,7 +215,7 @@ int main(int argc, char** argv) {
     {
       std::unique_ptr<distribute::Strategy::Scope> scope;
       if (strategy) scope = strategy->scope();
-      model = mlp(a.hidden);
+      model = mlp(a.hidden, a.learning_rate);
     }
     std::vector<std::pair<std::string, double>> logs;
     if (a.custom_loop) {
