@@ -9,7 +9,9 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <signal.h>
 
+#include <csignal>
 #include <cstring>
 
 #include "lockstep/comm/process_group.h"
@@ -139,10 +141,21 @@ class GlooCommunicator final : public detail::SerialCommunicator {
 
 }  // namespace
 
+// Gloo writes to its sockets with writev, which raises SIGPIPE when a peer
+// has died — killing this process instead of failing the collective (found
+// by the kill test: a survivor exited with 141). Ignore SIGPIPE unless the
+// program has its own handler.
+void ignore_sigpipe_unless_handled() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL)
+    ::signal(SIGPIPE, SIG_IGN);
+}
+
 std::unique_ptr<Communicator> create_gloo_communicator(StoreClient& store,
                                                        const std::string& hostname,
                                                        const std::string& prefix,
                                                        ProcessGroupOptions options) {
+  ignore_sigpipe_unless_handled();
   LOCKSTEP_CHECK(options.size >= 1 && options.rank >= 0 && options.rank < options.size,
                  "create_gloo_communicator: rank ", options.rank, " is not in [0, ", options.size,
                  ")");

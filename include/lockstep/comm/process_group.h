@@ -32,6 +32,8 @@ struct ProcessGroupOptions {
 
 // Gloo's TCP transport bound to `hostname` (this worker's address in the
 // cluster spec), its full mesh connected through `store` under `prefix`.
+// Sets SIGPIPE to be ignored (unless the program handles it): Gloo's writes
+// to a dead peer would otherwise kill the process instead of failing.
 std::unique_ptr<Communicator> create_gloo_communicator(StoreClient& store,
                                                        const std::string& hostname,
                                                        const std::string& prefix,
