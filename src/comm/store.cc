@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <iomanip>
+#include <list>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -153,12 +154,13 @@ class StoreServerImpl final : public StoreServer {
     {
       std::lock_guard lk(mu_);
       stop_ = true;
-      for (auto& c : connections_) c->shutdown();
+      for (auto& c : connections_) c->socket.shutdown();
     }
     cv_.notify_all();
     listener_.shutdown();
     accept_thread_.join();
-    for (auto& t : threads_) t.join();
+    // Nothing adds connections now; each thread only marks its own done.
+    for (auto& c : connections_) c->thread.join();
   }
 
   int port() const override { return port_; }
@@ -178,13 +180,31 @@ class StoreServerImpl final : public StoreServer {
       Socket s = detail::accept_from(listener_);
       std::lock_guard lk(mu_);
       if (stop_ || !s.valid()) return;
-      auto conn = std::make_shared<Socket>(std::move(s));
-      connections_.push_back(conn);
-      threads_.emplace_back([this, conn] {
-        serve(*conn);
+      // Finished connections give back their thread and socket, so a
+      // stranger who connects again and again costs nothing lasting; past
+      // kMaxConnections open at once, new ones are closed unread.
+      for (auto it = connections_.begin(); it != connections_.end();) {
+        if ((*it)->done) {
+          (*it)->thread.join();
+          it = connections_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (connections_.size() >= kMaxConnections) {
+        ++rejected_;
+        continue;  // `s` closes here
+      }
+      auto conn = std::make_unique<Connection>();
+      conn->socket = std::move(s);
+      Connection* c = conn.get();
+      c->thread = std::thread([this, c] {
+        serve(c->socket);
         std::lock_guard done(mu_);
-        conn->close();
+        c->socket.close();
+        c->done = true;
       });
+      connections_.push_back(std::move(conn));
     }
   }
 
@@ -340,8 +360,13 @@ class StoreServerImpl final : public StoreServer {
   bool stop_ = false;
   std::map<std::string, std::vector<char>> data_;
   std::map<int, LostWorker> lost_;
-  std::vector<std::shared_ptr<Socket>> connections_;
-  std::vector<std::thread> threads_;
+  struct Connection {
+    Socket socket;
+    std::thread thread;
+    bool done = false;  // under mu_: the thread has finished serving
+  };
+  static constexpr std::size_t kMaxConnections = 1024;
+  std::list<std::unique_ptr<Connection>> connections_;
   std::atomic<std::int64_t> rejected_{0};
 };
 

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "lockstep/core/error.h"
@@ -145,6 +146,42 @@ TEST(StoreTest, AStrangersBytesAreNeverParsed) {
   EXPECT_EQ(good->add("n", 1), 1);
   ::close(silent);
   EXPECT_GE(server->rejected_connections(), 1);
+}
+
+// This process's virtual memory in KiB (VmSize), from /proc. A thread that
+// has finished but was never joined keeps its stack (8 MiB) mapped.
+long vm_size_kib() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  long value = 0;
+  while (in >> key) {
+    if (key == "VmSize:") {
+      in >> value;
+      return value;
+    }
+    std::getline(in, key);
+  }
+  return value;
+}
+
+TEST(StoreTest, AStrangerConnectingAgainAndAgainCostsNothingLasting) {
+  auto server = StoreServer::start(options());
+  const long before = vm_size_kib();
+  for (int i = 0; i < 500; ++i) {
+    const int fd = raw_connect(server->port());
+    std::array<char, 40> hello{};
+    ASSERT_EQ(::recv(fd, hello.data(), hello.size(), MSG_WAITALL), 40);
+    std::array<unsigned char, 32> junk{};
+    ASSERT_EQ(::send(fd, junk.data(), junk.size(), 0), 32);
+    EXPECT_TRUE(closed_by_server(fd));
+    ::close(fd);
+  }
+  EXPECT_EQ(server->rejected_connections(), 500);
+  // Finished connections are reaped as new ones arrive: no thread stack per
+  // stranger stays behind (500 would be 4 GiB).
+  EXPECT_LT(vm_size_kib() - before, 256 * 1024);
+  auto good = StoreClient::connect(client_options(*server));
+  EXPECT_EQ(good->add("n", 1), 1);
 }
 
 TEST(StoreTest, AnAuthenticatedOversizedFrameClosesOnlyThatConnection) {
