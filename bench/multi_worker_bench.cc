@@ -145,28 +145,18 @@ int run_allreduce(const std::string& impl) {
     StoreAdapter store(*client);
     ctx->connectFullMesh(store, dev);
     std::uint32_t tag = 1;
-    time_sizes(
-        impl, rank,
-        [&](float* d, std::size_t n) {
-          gloo::AllreduceOptions o(ctx);
-          o.setOutput(d, n);
-          o.setReduceFunction([](void* c, const void* a, const void* b, size_t k) {
-            gloo::sum<float>(c, a, b, k);
-          });
-          o.setTag(tag++);
-          if (impl == "bare-gloo-bcube") o.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
-          gloo::allreduce(o);
-        },
-        [&] {
-          std::vector<float> one(1);
-          gloo::AllreduceOptions o(ctx);
-          o.setOutput(one.data(), 1);
-          o.setReduceFunction([](void* c, const void* a, const void* b, size_t k) {
-            gloo::sum<float>(c, a, b, k);
-          });
-          o.setTag(tag++);
-          gloo::allreduce(o);
-        });
+    const bool bcube = impl == "bare-gloo-bcube";
+    auto sum = [&](float* d, std::size_t n) {
+      gloo::AllreduceOptions o(ctx);
+      o.setOutput(d, n);
+      o.setReduceFunction(
+          [](void* c, const void* a, const void* b, size_t k) { gloo::sum<float>(c, a, b, k); });
+      o.setTag(tag++);
+      if (bcube) o.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
+      gloo::allreduce(o);
+    };
+    float one = 0;
+    time_sizes(impl, rank, sum, [&] { sum(&one, 1); });
   } else {
     std::fprintf(stderr, "unknown all-reduce implementation %s\n", impl.c_str());
     return 2;

@@ -17,12 +17,15 @@ using namespace std::chrono_literals;
 
 class GlooTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { server_ = StoreServer::start(store_options(0, 10s)); }
+
+  static StoreOptions store_options(int port, std::chrono::milliseconds timeout) {
     StoreOptions o;
     o.host = "127.0.0.1";
+    o.port = port;
     o.token = "t0ken";
-    o.timeout = 10s;
-    server_ = StoreServer::start(o);
+    o.timeout = timeout;
+    return o;
   }
 
   // Runs fn(rank, communicator) on `size` threads and rethrows the first failure.
@@ -33,12 +36,7 @@ class GlooTest : public ::testing::Test {
     for (int r = 0; r < size; ++r) {
       threads.emplace_back([&, r] {
         try {
-          StoreOptions o;
-          o.host = "127.0.0.1";
-          o.port = server_->port();
-          o.token = "t0ken";
-          o.timeout = 10s;
-          auto store = StoreClient::connect(o);
+          auto store = StoreClient::connect(store_options(server_->port(), 10s));
           auto comm = create_gloo_communicator(*store, "127.0.0.1", "test/",
                                                {.rank = r, .size = size, .timeout = timeout});
           fn(r, *comm);
@@ -155,12 +153,7 @@ TEST_F(GlooTest, APeerThatLeavesBreaksTheCollectiveWithAClearErrorNotAHang) {
 }
 
 TEST_F(GlooTest, AMissingPeerIsATimeoutNotAHang) {
-  StoreOptions o;
-  o.host = "127.0.0.1";
-  o.port = server_->port();
-  o.token = "t0ken";
-  o.timeout = 1s;
-  auto store = StoreClient::connect(o);
+  auto store = StoreClient::connect(store_options(server_->port(), 1s));
   const auto start = std::chrono::steady_clock::now();
   EXPECT_THROW(create_gloo_communicator(*store, "127.0.0.1", "alone/",
                                         {.rank = 0, .size = 2, .timeout = 1s}),

@@ -60,17 +60,29 @@ std::vector<std::int64_t> iota_ids(std::int64_t n) {
   return ids;
 }
 
-TEST_F(MultiWorkerTest, AutoShardFileAndAutoGiveEachWorkerItsOwnFiles) {
-  const Process w =
-      spawn({MULTI_WORKER_TRAIN_PATH, "--write-files", dir_.string()}, {}, path("write.log"));
-  ASSERT_EQ(wait_exit(w), 0) << slurp(w.log);
-  for (const std::string policy : {"file", "auto"}) {
+// The auto-shard tests: eight input files, and a 2-worker epoch over them
+// under `policy` writing <policy>-<rank>.bin and <policy>-ids-<rank>.txt.
+class AutoShardTest : public MultiWorkerTest {
+ protected:
+  void write_input_files() {
+    const Process w =
+        spawn({MULTI_WORKER_TRAIN_PATH, "--write-files", dir_.string()}, {}, path("write.log"));
+    ASSERT_EQ(wait_exit(w), 0) << slurp(w.log);
+  }
+  void run_policy_job(const std::string& policy) {
     auto ps =
         start_workers(2,
                       {"--files", dir_.string(), "--policy", policy, "--epochs", "1", "--out",
                        path(policy + "-{rank}.bin"), "--ids-out", path(policy + "-ids-{rank}.txt")},
                       policy);
     for (auto& p : ps) ASSERT_EQ(wait_exit(p), 0) << slurp(p.log);
+  }
+};
+
+TEST_F(AutoShardTest, FileAndAutoGiveEachWorkerItsOwnFiles) {
+  ASSERT_NO_FATAL_FAILURE(write_input_files());
+  for (const std::string policy : {"file", "auto"}) {
+    ASSERT_NO_FATAL_FAILURE(run_policy_job(policy));
     expect_bitwise(read_weights(path(policy + "-1.bin")), read_weights(path(policy + "-0.bin")),
                    policy + ": worker 1 vs worker 0");
     // Disjoint halves (four of the eight files each) that make up the input.
@@ -94,18 +106,11 @@ TEST_F(MultiWorkerTest, AutoShardFileAndAutoGiveEachWorkerItsOwnFiles) {
                    read_weights(path("three-0.bin")), "3 workers, FILE");
 }
 
-TEST_F(MultiWorkerTest, AutoShardDataAndOffReadEverythingOnEveryWorker) {
-  const Process w =
-      spawn({MULTI_WORKER_TRAIN_PATH, "--write-files", dir_.string()}, {}, path("write.log"));
-  ASSERT_EQ(wait_exit(w), 0) << slurp(w.log);
+TEST_F(AutoShardTest, DataAndOffReadEverythingOnEveryWorker) {
+  ASSERT_NO_FATAL_FAILURE(write_input_files());
   const Trained ref = reference({"--files", dir_.string(), "--epochs", "1"}, "ref");
   for (const std::string policy : {"data", "off"}) {
-    auto ps =
-        start_workers(2,
-                      {"--files", dir_.string(), "--policy", policy, "--epochs", "1", "--out",
-                       path(policy + "-{rank}.bin"), "--ids-out", path(policy + "-ids-{rank}.txt")},
-                      policy);
-    for (auto& p : ps) ASSERT_EQ(wait_exit(p), 0) << slurp(p.log);
+    ASSERT_NO_FATAL_FAILURE(run_policy_job(policy));
     const Trained w0 = read_weights(path(policy + "-0.bin"));
     expect_bitwise(read_weights(path(policy + "-1.bin")), w0, policy + ": worker 1 vs worker 0");
     EXPECT_EQ(read_ids(path(policy + "-ids-0.txt")), iota_ids(512)) << policy;

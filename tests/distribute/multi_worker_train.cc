@@ -115,6 +115,13 @@ struct KillAt : Callback {
   }
 };
 
+// `path` with "{rank}" replaced by this worker's index (0 without a strategy).
+std::string with_rank(std::string path, const std::optional<distribute::Strategy>& strategy) {
+  if (const auto at = path.find("{rank}"); at != std::string::npos)
+    path.replace(at, 6, std::to_string(strategy ? strategy->worker_index() : 0));
+  return path;
+}
+
 constexpr int kFiles = 8;
 
 // The examples in kFiles files part-<k>.bin: per example its id (int64),
@@ -250,10 +257,7 @@ int main(int argc, char** argv) {
       }
       logs.emplace_back("loss_sum", total);
       if (!a.out.empty()) {
-        std::string out = a.out;
-        if (const auto at = out.find("{rank}"); at != std::string::npos)
-          out.replace(at, 6, std::to_string(strategy ? strategy->worker_index() : 0));
-        write_weights(model, out, logs);
+        write_weights(model, with_rank(a.out, strategy), logs);
       }
       return 0;
     }
@@ -291,18 +295,12 @@ int main(int argc, char** argv) {
       h = model.fit(ds, o);
     }
     if (!a.ids_out.empty()) {
-      std::string out = a.ids_out;
-      if (const auto at = out.find("{rank}"); at != std::string::npos)
-        out.replace(at, 6, std::to_string(strategy ? strategy->worker_index() : 0));
-      std::ofstream ids(out);
+      std::ofstream ids(with_rank(a.ids_out, strategy));
       for (std::int64_t id : ids_seen) ids << id << "\n";
     }
     if (!a.out.empty()) {
-      std::string out = a.out;
-      if (const auto at = out.find("{rank}"); at != std::string::npos)
-        out.replace(at, 6, std::to_string(strategy ? strategy->worker_index() : 0));
       for (const auto& [k, values] : h.history()) logs.emplace_back(k, values.back());
-      write_weights(model, out, logs);
+      write_weights(model, with_rank(a.out, strategy), logs);
     }
     if (strategy)
       std::printf("worker %d of %d done\n", strategy->worker_index(), strategy->num_workers());
