@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Lockstep against its peers on the same machine, the same workloads, in one
+# run (issue #8). Each round runs every system once per workload, one after
+# the other, so they share the machine's state; the table gives samples/s,
+# test accuracy and peak resident memory, and Lockstep's ratio to each peer.
+#
+#   bench/compare.sh [BUILD_DIR]            (default build/release; builds nothing)
+#
+# Environment:
+#   COMPARE_ROUNDS=N        rounds (default 1); the table shows each run's median
+#   COMPARE_WORKLOADS="..." subset of: mlp64 mlp512 cnn64 allreduce input
+#   TORCH_PYTHON, TF_PYTHON interpreters for the peers (default /usr/bin/python3,
+#                           then /opt/tf-venv/bin/python; bench/peers/install.sh
+#                           makes both)
+#   COMPARE_OUT=FILE        also keep every RESULT line there (JSON lines)
+#
+# A peer that cannot run is named with the reason, and the rest goes on; the
+# script fails only if Lockstep itself fails.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+BUILD=${1:-build/release}
+WORKLOADS_BIN=$BUILD/bench/workloads
+ROUNDS=${COMPARE_ROUNDS:-1}
+SELECTED=${COMPARE_WORKLOADS:-"mlp64 mlp512 cnn64 allreduce input"}
+TORCH_PYTHON=${TORCH_PYTHON:-/usr/bin/python3}
+TF_PYTHON=${TF_PYTHON:-/opt/tf-venv/bin/python}
+OUT=${COMPARE_OUT:-$(mktemp)}
+: >"$OUT"
+
+if [[ ! -x $WORKLOADS_BIN ]]; then
+  echo "compare.sh: $WORKLOADS_BIN not found; build first (make build-release)" >&2
+  exit 1
+fi
+
+declare -A available
+check_peer() {  # name python module
+  local why
+  if ! command -v "$2" >/dev/null 2>&1 && [[ ! -x $2 ]]; then
+    why="no interpreter $2"
+  elif ! why=$("$2" -c "import $3" 2>&1 | tail -1); then
+    :
+  else
+    available[$1]=1
+    return
+  fi
+  echo "peer $1: not run ($why); bench/peers/install.sh installs it"
+}
+check_peer pytorch "$TORCH_PYTHON" torch
+check_peer tensorflow "$TF_PYTHON" tensorflow
+
+run() {  # label command...
+  local line
+  line=$("${@:2}" 2>"$OUT.err" | grep '^RESULT ' | tail -1)
+  if [[ -z $line ]]; then
+    echo "  $1: failed ($(tail -1 "$OUT.err"))" >&2
+    return 1
+  fi
+  echo "${line#RESULT }" | "$TORCH_PYTHON" -c "import json,sys; r=json.load(sys.stdin); r['label']='$1'; print(json.dumps(r))" >>"$OUT"
+}
+
+free_port() { "$TORCH_PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Lockstep's Gloo communicator (MultiWorkerMirroredStrategy's), 2 processes
+# one per core: the same library and transport as PyTorch's DDP gloo.
+lockstep_gloo_allreduce() {
+  local port
+  port=$(free_port)
+  RANK=1 SIZE=2 PORT=$port OMP_NUM_THREADS=1 taskset -c 1 "$BUILD/bench/multi_worker_bench" \
+    allreduce ours-gloo >/dev/null &
+  RANK=0 SIZE=2 PORT=$port OMP_NUM_THREADS=1 taskset -c 0 "$BUILD/bench/multi_worker_bench" \
+    allreduce ours-gloo |
+    awk 'BEGIN { printf "RESULT {\"system\": \"lockstep\", \"workload\": \"allreduce\", \"mode\": \"Gloo communicator, 2 processes\", \"allreduce_MBps\": {" }
+         { printf "%s\"%s\": %s", (NR > 1 ? ", " : ""), $3, $5 }
+         END { print "}}" }'
+  wait
+}
+
+for ((round = 1; round <= ROUNDS; round++)); do
+  for w in $SELECTED; do
+    case $w in
+      mlp64) args=(--workload mlp --batch 64 --epochs 2) ;;
+      mlp512) args=(--workload mlp --batch 512 --epochs 2) ;;
+      cnn64) args=(--workload cnn --batch 64 --epochs 1) ;;
+      allreduce) args=(--workload allreduce --sizes-mib 1,4,16,64) ;;
+      input) args=(--workload input --batch 64) ;;
+      *) echo "compare.sh: unknown workload $w" >&2; exit 2 ;;
+    esac
+    echo "round $round: $w" >&2
+    if [[ $w == allreduce || $w == input ]]; then
+      run "$w lockstep" "$WORKLOADS_BIN" "${args[@]}" || exit 1
+      [[ $w == allreduce ]] && { run "$w lockstep gloo" lockstep_gloo_allreduce || exit 1; }
+      [[ -n ${available[pytorch]:-} ]] && run "$w pytorch" "$TORCH_PYTHON" "$HERE/peers/torch_workloads.py" "${args[@]}"
+      [[ -n ${available[tensorflow]:-} ]] && run "$w tensorflow" "$TF_PYTHON" "$HERE/peers/tf_workloads.py" "${args[@]}"
+      continue
+    fi
+    run "$w lockstep mirrored" "$WORKLOADS_BIN" "${args[@]}" --mode mirrored || exit 1
+    run "$w lockstep single" "$WORKLOADS_BIN" "${args[@]}" --mode single || exit 1
+    if [[ -n ${available[pytorch]:-} ]]; then
+      run "$w pytorch single" "$TORCH_PYTHON" "$HERE/peers/torch_workloads.py" "${args[@]}" --mode single
+      run "$w pytorch ddp" "$TORCH_PYTHON" "$HERE/peers/torch_workloads.py" "${args[@]}" --mode ddp
+    fi
+    if [[ -n ${available[tensorflow]:-} ]]; then
+      run "$w tensorflow mirrored" "$TF_PYTHON" "$HERE/peers/tf_workloads.py" "${args[@]}" --mode mirrored
+    fi
+  done
+done
+rm -f "$OUT.err"
+"$TORCH_PYTHON" "$HERE/peers/table.py" "$OUT"

@@ -1,0 +1,40 @@
+"""Shared by the peer benchmarks: Fashion-MNIST loading and the result line.
+
+Every workload program (Lockstep's bench/workloads and the peers here) prints
+one line `RESULT {json}` that bench/compare.sh reads; everything else they
+print is for people.
+"""
+import gzip
+import json
+import os
+import resource
+import struct
+
+import numpy as np
+
+DATA_DIR = os.environ.get("LOCKSTEP_DATA_DIR", "/usr/share/datasets/fashion-mnist")
+
+
+def _read_idx(name):
+    path = os.path.join(DATA_DIR, name)
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    magic, count = struct.unpack(">II", data[:8])
+    dims = magic & 0xFF
+    shape = struct.unpack(">" + "I" * dims, data[4 : 4 + 4 * dims])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def fashion_mnist():
+    """(x_train, y_train), (x_test, y_test) as uint8 arrays, as Keras returns them."""
+    return ((_read_idx("train-images-idx3-ubyte.gz"), _read_idx("train-labels-idx1-ubyte.gz")),
+            (_read_idx("t10k-images-idx3-ubyte.gz"), _read_idx("t10k-labels-idx1-ubyte.gz")))
+
+
+def peak_rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def report(**fields):
+    fields.setdefault("peak_rss_mib", round(peak_rss_mib(), 1))
+    print("RESULT " + json.dumps(fields), flush=True)

@@ -1,0 +1,48 @@
+"""Prints compare.sh's table from its JSON lines: medians per label, and
+Lockstep's best configuration per workload against every peer run."""
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+runs = defaultdict(list)
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    runs[r["label"]].append(r)
+
+
+def median(label, key):
+    values = [r[key] for r in runs[label] if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+workloads = []
+for label in runs:
+    w = label.split()[0]
+    if w not in workloads:
+        workloads.append(w)
+
+for w in workloads:
+    labels = [lab for lab in runs if lab.split()[0] == w]
+    first = runs[labels[0]][0]
+    print(f"\n## {w}" + (f" (batch {first['batch']})" if "batch" in first else ""))
+    if w == "allreduce":
+        sizes = sorted(first["allreduce_MBps"].keys(), key=float)
+        print("| system | mode | " + " | ".join(f"{s} MiB MB/s" for s in sizes) + " |")
+        print("|---|---|" + "---|" * len(sizes))
+        for lab in labels:
+            cells = [statistics.median(r["allreduce_MBps"][s] for r in runs[lab]) for s in sizes]
+            print(f"| {runs[lab][0]['system']} | {runs[lab][0]['mode']} | "
+                  + " | ".join(f"{c:,.0f}" for c in cells) + " |")
+        continue
+    best = max((lab for lab in labels if "lockstep" in lab),
+               key=lambda lab: median(lab, "samples_per_s"))
+    best_rate = median(best, "samples_per_s")
+    print("| system | mode | samples/s | test accuracy | peak RSS MiB | Lockstep best / this |")
+    print("|---|---|---|---|---|---|")
+    for lab in labels:
+        rate, acc = median(lab, "samples_per_s"), median(lab, "test_accuracy")
+        r0 = runs[lab][0]
+        acc_s = f"{acc:.4f}" if acc is not None else "-"
+        print(f"| {r0['system']} | {r0['mode']} | {rate:,.0f} | {acc_s} | "
+              f"{median(lab, 'peak_rss_mib'):,.0f} | {best_rate / rate:.2f} |")

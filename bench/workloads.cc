@@ -1,0 +1,201 @@
+// Lockstep's side of bench/compare.sh: the workloads of issue #8, written
+// the way a user would write them (the seed guide's code), with the same
+// flags and the same `RESULT {json}` line as the peers in bench/peers/.
+//
+//   workloads --workload mlp --batch 64 --epochs 2 [--mode mirrored|single]
+//   workloads --workload cnn --batch 64 --epochs 1 [--mode mirrored|single]
+//   workloads --workload allreduce [--sizes-mib 1,4,16,64]   (2 replica threads)
+//   workloads --workload input --batch 64
+//
+// `mirrored` is MirroredStrategy on every logical device (one per core, the
+// default); `single` is no strategy (one replica, intra-op threads on every
+// core). samples_per_s counts the training examples of every epoch over the
+// time `fit` took (no validation); test_accuracy is `evaluate` on the 10k
+// test images afterwards.
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "lockstep/lockstep.h"
+
+namespace ls = lockstep;
+namespace dist = lockstep::distribute;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  std::string workload, mode = "mirrored", sizes_mib = "1,4,16,64";
+  std::int64_t batch = 64;
+  int epochs = 2;
+};
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double peak_rss_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+void report(nlohmann::json fields) {
+  fields["system"] = "lockstep";
+  fields["peak_rss_mib"] = peak_rss_mib();
+  std::printf("RESULT %s\n", fields.dump().c_str());
+  std::fflush(stdout);
+}
+
+ls::Model make_model(const std::string& workload) {
+  ls::Model model;
+  if (workload == "mlp") {
+    auto inputs = ls::Input({784});
+    auto x = ls::layers::Dense(256, {.activation = "relu"})(inputs);
+    x = ls::layers::Dense(256, {.activation = "relu"})(x);
+    model = ls::Model(inputs, ls::layers::Dense(10)(x));
+  } else {
+    auto inputs = ls::Input({28, 28, 1});
+    auto x = ls::layers::Conv2D(32, {3, 3}, {.activation = "relu"})(inputs);
+    x = ls::layers::MaxPooling2D()(x);
+    x = ls::layers::Conv2D(64, {3, 3}, {.activation = "relu"})(x);
+    x = ls::layers::MaxPooling2D()(x);
+    x = ls::layers::Flatten()(x);
+    x = ls::layers::Dense(128, {.activation = "relu"})(x);
+    model = ls::Model(inputs, ls::layers::Dense(10)(x));
+  }
+  model.compile({.optimizer = ls::optimizers::Adam(),
+                 .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                 .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
+  return model;
+}
+
+ls::Tensor prepare(const ls::Tensor& images, const std::string& workload) {
+  const ls::Tensor scaled = ls::cast(images, ls::DType::kFloat32) / 255.0f;
+  return workload == "cnn" ? ls::reshape(scaled, {images.dim(0), 28, 28, 1})
+                           : ls::reshape(scaled, {images.dim(0), 784});
+}
+
+void train(const Args& args) {
+  auto [train_set, test_set] = ls::datasets::fashion_mnist::load_data();
+  // The MLP holds out the last 10k training images, as the guide does.
+  const std::int64_t n = args.workload == "mlp" ? 50000 : 60000;
+  const ls::Tensor x = prepare(train_set.first, args.workload).view_rows(0, n);
+  const ls::Tensor y = train_set.second.view_rows(0, n);
+  using ls::data::Dataset;
+  const Dataset train = Dataset::from_tensor_slices({x, y})
+                            .shuffle(n, {.seed = 42})
+                            .batch(args.batch)
+                            .prefetch(ls::data::kAutotune);
+  const Dataset test =
+      Dataset::from_tensor_slices({prepare(test_set.first, args.workload), test_set.second})
+          .batch(512);
+
+  dist::Strategy strategy;
+  if (args.mode == "mirrored") strategy = dist::MirroredStrategy();
+  ls::Model model;
+  {
+    auto scope = strategy.scope();
+    model = make_model(args.workload);
+  }
+  const auto t0 = Clock::now();
+  model.fit(train, {.epochs = args.epochs, .verbose = 2});
+  const double seconds = seconds_since(t0);
+  const ls::Logs results = model.evaluate(test, {.verbose = 0});
+  const double examples = static_cast<double>(n) * args.epochs;
+  report({{"workload", args.workload},
+          {"mode", args.mode == "mirrored"
+                       ? "MirroredStrategy(" + std::to_string(strategy.num_replicas_in_sync()) +
+                             " replicas)"
+                       : "no strategy (" + std::to_string(ls::host_device().num_threads()) +
+                             " threads)"},
+          {"batch", args.batch},
+          {"epochs", args.epochs},
+          {"seconds", seconds},
+          {"examples", examples},
+          {"samples_per_s", examples / seconds},
+          {"test_accuracy", results.at("sparse_categorical_accuracy")}});
+}
+
+// The in-process all-reduce MirroredStrategy uses, between 2 replica threads
+// each on its own core.
+void all_reduce(const Args& args) {
+  nlohmann::json result;
+  std::stringstream sizes(args.sizes_mib);
+  for (std::string item; std::getline(sizes, item, ',');) {
+    const std::size_t mib = std::stoul(item), count = (mib << 20) / sizeof(float);
+    auto group = ls::comm::InProcessGroup::create(2);
+    std::vector<float> a(count, 1.0f), b(count, 2.0f);
+    const int reps = std::max<int>(5, 256 / static_cast<int>(mib));
+    double seconds = 0;
+    auto rank = [&](int r, std::vector<float>& buf) {
+      ls::DeviceScope on(*ls::logical_devices()[static_cast<std::size_t>(r)]);
+      auto& c = group->communicator(r);
+      for (int i = 0; i < 3; ++i) c.all_reduce(buf.data(), count, ls::comm::ReduceOp::kSum);
+      c.barrier();
+      const auto t0 = Clock::now();
+      for (int i = 0; i < reps; ++i) c.all_reduce(buf.data(), count, ls::comm::ReduceOp::kSum);
+      if (r == 0) seconds = seconds_since(t0) / reps;
+    };
+    std::thread peer(rank, 1, std::ref(b));
+    rank(0, a);
+    peer.join();
+    result[item] = static_cast<double>(mib << 20) / seconds * 1e-6;
+  }
+  report({{"workload", "allreduce"}, {"mode", "in-process, 2 replica threads"},
+          {"allreduce_MBps", result}});
+}
+
+// The guide's input pipeline alone: from_tensor_slices → shuffle → batch →
+// prefetch over the 60k pre-scaled images, one epoch.
+void input_pipeline(const Args& args) {
+  auto [train_set, test_set] = ls::datasets::fashion_mnist::load_data();
+  const ls::Tensor x = prepare(train_set.first, "mlp");
+  const auto ds = ls::data::Dataset::from_tensor_slices({x, train_set.second})
+                      .shuffle(60000, {.seed = 42})
+                      .batch(args.batch)
+                      .prefetch(ls::data::kAutotune);
+  const auto t0 = Clock::now();
+  std::int64_t examples = 0;
+  for (const auto& element : ds) examples += element[0].dim(0);
+  const double seconds = seconds_since(t0);
+  report({{"workload", "input"},
+          {"mode", "Dataset"},
+          {"batch", args.batch},
+          {"seconds", seconds},
+          {"examples", examples},
+          {"samples_per_s", static_cast<double>(examples) / seconds}});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Lockstep's side of bench/compare.sh"};
+  Args args;
+  app.add_option("--workload", args.workload)
+      ->required()
+      ->check(CLI::IsMember({"mlp", "cnn", "allreduce", "input"}));
+  app.add_option("--batch", args.batch);
+  app.add_option("--epochs", args.epochs);
+  app.add_option("--mode", args.mode)->check(CLI::IsMember({"mirrored", "single"}));
+  app.add_option("--sizes-mib", args.sizes_mib);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (args.workload == "allreduce") {
+      all_reduce(args);
+    } else if (args.workload == "input") {
+      input_pipeline(args);
+    } else {
+      train(args);
+    }
+  } catch (const ls::Error& e) {
+    std::fprintf(stderr, "workloads: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
