@@ -108,18 +108,18 @@ void train(const Args& args) {
   const double seconds = seconds_since(t0);
   const ls::Logs results = model.evaluate(test, {.verbose = 0});
   const double examples = static_cast<double>(n) * args.epochs;
-  report({{"workload", args.workload},
-          {"mode", args.mode == "mirrored"
-                       ? "MirroredStrategy(" + std::to_string(strategy.num_replicas_in_sync()) +
-                             " replicas)"
-                       : "no strategy (" + std::to_string(ls::host_device().num_threads()) +
-                             " threads)"},
-          {"batch", args.batch},
-          {"epochs", args.epochs},
-          {"seconds", seconds},
-          {"examples", examples},
-          {"samples_per_s", examples / seconds},
-          {"test_accuracy", results.at("sparse_categorical_accuracy")}});
+  report(
+      {{"workload", args.workload},
+       {"mode",
+        args.mode == "mirrored"
+            ? "MirroredStrategy(" + std::to_string(strategy.num_replicas_in_sync()) + " replicas)"
+            : "no strategy (" + std::to_string(ls::host_device().num_threads()) + " threads)"},
+       {"batch", args.batch},
+       {"epochs", args.epochs},
+       {"seconds", seconds},
+       {"examples", examples},
+       {"samples_per_s", examples / seconds},
+       {"test_accuracy", results.at("sparse_categorical_accuracy")}});
 }
 
 // The in-process all-reduce MirroredStrategy uses, between 2 replica threads
@@ -147,7 +147,8 @@ void all_reduce(const Args& args) {
     peer.join();
     result[item] = static_cast<double>(mib << 20) / seconds * 1e-6;
   }
-  report({{"workload", "allreduce"}, {"mode", "in-process, 2 replica threads"},
+  report({{"workload", "allreduce"},
+          {"mode", "in-process, 2 replica threads"},
           {"allreduce_MBps", result}});
 }
 

@@ -117,7 +117,11 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     auto it = grads.find(node.output_id);
     if (it != grads.end()) {
       const Tensor grad_output = it->second;
-      detail::Grads input_grads = (*node.backward)(grad_output);
+      detail::Grads input_grads;
+      {
+        detail::NeedsInputGradScope needs(node.input_watched);
+        input_grads = (*node.backward)(grad_output);
+      }
       LOCKSTEP_CHECK_AS(InternalError, input_grads.size() == node.input_ids.size(), "gradient of '",
                         node.op, "' returned ", input_grads.size(), " gradients for ",
                         node.input_ids.size(), " inputs");

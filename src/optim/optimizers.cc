@@ -14,8 +14,16 @@
 #include "lockstep/core/denormals.h"
 #include "lockstep/core/replica.h"
 #include "lockstep/tensor/ops.h"
+#include "tensor/ops/loops.h"
 
 namespace lockstep {
+
+namespace {
+// Work per element of an update, in the units of detail::parallel_for (a
+// few loads, stores and a square root): splits updates above ~4k elements.
+constexpr std::int64_t kUpdateCostPerElement = 8;
+constexpr std::size_t kMaxSlots = 4;  // the most any rule keeps (RMSprop: 3)
+}  // namespace
 
 OptimizerImpl::OptimizerImpl(std::string name, LearningRate learning_rate, ClipOptions clip,
                              double weight_decay)
@@ -219,18 +227,45 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
   }
   const double lr = learning_rate_.at(rs.iterations);
   const std::int64_t step = rs.iterations + 1;  // 1-based, for bias correction
+  // Every rule is elementwise, so the variables are laid end to end and the
+  // whole update is one parallel region over the calling thread's intra-op
+  // threads, each thread taking one contiguous range (which may span
+  // variables). Each element's arithmetic is the same however it is split,
+  // so results do not depend on the thread count. Under a strategy each
+  // replica thread has one intra-op thread and runs it alone.
+  struct Item {
+    float* var;
+    const float* g;
+    const std::vector<float*>* slots;
+    std::int64_t begin, n;  // begin: position in the concatenation
+  };
+  LOCKSTEP_CHECK(num_slots() <= static_cast<int>(kMaxSlots), name_, ": ", num_slots(),
+                 " slots per variable; an update rule may keep at most ", kMaxSlots);
+  std::vector<Item> items;
+  std::int64_t total = 0;
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined()) continue;
     const Tensor& value = vars[i].value();
-    float* var = static_cast<float*>(value.raw_data());
-    const float* g = grads[i].data<float>();
     const std::int64_t n = value.numel();
-    if (weight_decay_ > 0) {  // decoupled: var -= var · wd · lr
-      const float f = static_cast<float>(1.0 - weight_decay_ * lr);
-      for (std::int64_t j = 0; j < n; ++j) var[j] *= f;
-    }
-    update(var, g, n, slots_for(rs, replica, vars[i]).buffers.data(), lr, step);
+    items.push_back({static_cast<float*>(value.raw_data()), grads[i].data<float>(),
+                     &slots_for(rs, replica, vars[i]).buffers, total, n});
+    total += n;
   }
+  const float decay = static_cast<float>(1.0 - weight_decay_ * lr);
+  detail::parallel_for(total, kUpdateCostPerElement, [&](std::int64_t begin, std::int64_t end) {
+    float* slot_ptrs[kMaxSlots];
+    for (const Item& item : items) {
+      const std::int64_t lo = std::max(begin, item.begin), hi = std::min(end, item.begin + item.n);
+      if (lo >= hi) continue;
+      const std::int64_t off = lo - item.begin, n = hi - lo;
+      float* var = item.var + off;
+      if (weight_decay_ > 0) {  // decoupled: var -= var · wd · lr
+        for (std::int64_t j = 0; j < n; ++j) var[j] *= decay;
+      }
+      for (std::size_t k = 0; k < item.slots->size(); ++k) slot_ptrs[k] = (*item.slots)[k] + off;
+      update(var, item.g + off, n, slot_ptrs, lr, step);
+    }
+  });
   ++rs.iterations;
 }
 

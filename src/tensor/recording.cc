@@ -12,6 +12,7 @@ struct RecordingState {
 };
 
 thread_local RecordingState t_state;
+thread_local const std::vector<bool>* t_needs_input_grad = nullptr;
 
 bool active() { return !t_state.recorders.empty() && t_state.paused == 0; }
 
@@ -51,6 +52,17 @@ void record(const char* op, std::initializer_list<Tensor> inputs, const Tensor& 
             BackwardFn backward) {
   record(op, std::span<const Tensor>(inputs.begin(), inputs.size()), output, std::move(backward));
 }
+
+bool needs_input_grad(std::size_t i) {
+  const std::vector<bool>* needed = t_needs_input_grad;
+  return needed == nullptr || i >= needed->size() || (*needed)[i];
+}
+
+NeedsInputGradScope::NeedsInputGradScope(const std::vector<bool>& needed)
+    : previous_(t_needs_input_grad) {
+  t_needs_input_grad = &needed;
+}
+NeedsInputGradScope::~NeedsInputGradScope() { t_needs_input_grad = previous_; }
 
 RecordingPause::RecordingPause() { ++t_state.paused; }
 RecordingPause::~RecordingPause() { --t_state.paused; }

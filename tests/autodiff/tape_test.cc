@@ -26,6 +26,47 @@ TEST(Tape, UnwatchedTensorsAreNotRecorded) {
   EXPECT_FALSE(tape.gradient(sum(y), x).defined());  // None, as TensorFlow
 }
 
+TEST(Tape, BackwardRulesAreToldWhichInputsGetGradients) {
+  const Tensor a = vec({1.0f, 2.0f}), b = vec({3.0f, 4.0f});
+  std::vector<bool> told;
+  GradientTape tape;
+  tape.watch(b);  // a is not watched: nobody wants its gradient
+  const Tensor out = mul(a, b).copy();
+  detail::record("probe", {a, b}, out, [&](const Tensor& g) {
+    told = {detail::needs_input_grad(0), detail::needs_input_grad(1)};
+    return detail::Grads{Tensor(), g};
+  });
+  tape.gradient(sum(out), b);
+  EXPECT_EQ(told, (std::vector<bool>{false, true}));
+  EXPECT_TRUE(detail::needs_input_grad(0));  // outside a backward call
+}
+
+// The first Dense layer of every model multiplies the input by its kernel:
+// the input's gradient (a GEMM as large as the forward one) is not computed.
+TEST(Tape, MatmulComputesOnlyTheGradientsTheTapeNeeds) {
+  random::Generator gen(3);
+  const Tensor x = gen.normal({8, 5});
+  Variable w(gen.normal({5, 3}));
+  CachingAllocator& alloc = current_device().allocator();
+  auto allocations_in_gradient = [&](bool watch_x) {
+    GradientTape tape;
+    if (watch_x) tape.watch(x);
+    const Tensor loss = sum(matmul(x, w));
+    const auto before = alloc.stats().allocations;
+    const auto grads = tape.gradient(loss, {w.value(), x});
+    EXPECT_TRUE(grads[0].defined());
+    EXPECT_EQ(grads[1].defined(), watch_x);
+    return alloc.stats().allocations - before;
+  };
+  EXPECT_EQ(allocations_in_gradient(true) - allocations_in_gradient(false), 1u);  // dx
+
+  // And the kernel's gradient is still exact: d/dw sum(x·w) = xᵀ·1.
+  GradientTape tape;
+  const Tensor dw = tape.gradient(sum(matmul(x, w)), std::vector<Variable>{w})[0];
+  const Tensor expected = matmul(x, Tensor::full({8, 3}, 1.0f), {.transpose_a = true});
+  EXPECT_EQ(dw.to_vector<float>(), expected.to_vector<float>());
+}
+
 TEST(Tape, UnconnectedSourcesGiveNoneOrZeros) {
   const Tensor x = vec({1.0f}), z = vec({5.0f, 6.0f});
   GradientTape tape({.persistent = true});

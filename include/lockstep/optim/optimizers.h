@@ -91,7 +91,10 @@ class OptimizerImpl {
   virtual int num_slots() const = 0;
   virtual const char* slot_name(int i) const = 0;
   virtual float slot_initial_value(int) const { return 0.0f; }
-  // One variable's update; `slots` are this variable's slot buffers.
+  // An elementwise update of n elements of a variable; `slots` point at the
+  // same elements of its slot buffers. Called concurrently from the intra-op
+  // threads on disjoint ranges (a range may be any part of a variable), so it
+  // must not change the optimizer's own state. At most 4 slots.
   virtual void update(float* var, const float* grad, std::int64_t n, float** slots, double lr,
                       std::int64_t step) = 0;
 

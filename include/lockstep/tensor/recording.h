@@ -47,6 +47,26 @@ void record(const char* op, std::initializer_list<Tensor> inputs, const Tensor& 
 void record(const char* op, std::span<const Tensor> inputs, const Tensor& output,
             BackwardFn backward);
 
+// While a tape runs an op's backward function: whether the op's input `i`
+// (in the order the op recorded its inputs) gets a gradient from this walk.
+// A rule may skip the work for an input that does not and return an
+// undefined Tensor in its place — for a Dense layer over the model's input
+// that is a whole GEMM (g·Wᵀ) per step. True outside a backward call.
+bool needs_input_grad(std::size_t i);
+
+// RAII, used by a tape around one backward call: `needed[i]` says whether
+// input i gets a gradient. `needed` must outlive the scope. Nestable.
+class NeedsInputGradScope {
+ public:
+  explicit NeedsInputGradScope(const std::vector<bool>& needed);
+  ~NeedsInputGradScope();
+  NeedsInputGradScope(const NeedsInputGradScope&) = delete;
+  NeedsInputGradScope& operator=(const NeedsInputGradScope&) = delete;
+
+ private:
+  const std::vector<bool>* previous_;
+};
+
 // RAII: pauses all recording on this thread (gradient computation itself runs
 // under it). Nestable. Not copyable or movable.
 class RecordingPause {

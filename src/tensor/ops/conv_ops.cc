@@ -142,18 +142,28 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const C
   const bool record =
       with_bias ? detail::should_record({x, kernel, bias}) : detail::should_record({x, kernel});
   if (record) {
+    // Only what the tape needs: no input gradient for the first layer, no
+    // weight gradients for a frozen one (detail::needs_input_grad).
     auto backward = [s, x, kernel, with_bias](const Tensor& g) {
-      Tensor dx = Tensor::empty(x.shape()), dw = Tensor::empty(kernel.shape());
-      Tensor db = with_bias ? Tensor::empty({s.oc}) : Tensor();
-      if (g.numel() > 0) {
-        backend::onednn::conv2d_backward_data(s, g.data<float>(), kernel.data<float>(),
-                                              dx.data<float>());
-        backend::onednn::conv2d_backward_weights(s, x.data<float>(), g.data<float>(),
-                                                 dw.data<float>(),
-                                                 with_bias ? db.data<float>() : nullptr);
+      const bool want_x = detail::needs_input_grad(0);
+      const bool want_w = detail::needs_input_grad(1) || (with_bias && detail::needs_input_grad(2));
+      Tensor dx, dw, db;
+      if (g.numel() == 0) {
+        if (want_x) dx = zeros_like(x);
+        if (want_w) dw = zeros_like(kernel), db = with_bias ? Tensor::zeros({s.oc}) : Tensor();
       } else {
-        dx = zeros_like(x), dw = zeros_like(kernel);
-        if (with_bias) db = Tensor::zeros({s.oc});
+        if (want_x) {
+          dx = Tensor::empty(x.shape());
+          backend::onednn::conv2d_backward_data(s, g.data<float>(), kernel.data<float>(),
+                                                dx.data<float>());
+        }
+        if (want_w) {
+          dw = Tensor::empty(kernel.shape());
+          db = with_bias ? Tensor::empty({s.oc}) : Tensor();
+          backend::onednn::conv2d_backward_weights(s, x.data<float>(), g.data<float>(),
+                                                   dw.data<float>(),
+                                                   with_bias ? db.data<float>() : nullptr);
+        }
       }
       Grads grads{dx, dw};
       if (with_bias) grads.push_back(db);

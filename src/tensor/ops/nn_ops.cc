@@ -59,24 +59,27 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const Tensor* bias, const M
 }
 
 // The gradients of a·b (see the derivation in the comment of each case).
+// The gradients of a matmul's two operands; each only if the tape needs it
+// (detail::needs_input_grad), so the first layer skips its input's GEMM.
 Grads matmul_grads(const Tensor& g, const Tensor& a, const Tensor& b, const MatmulOptions& o) {
   Tensor da, db;
   const bool ta = o.transpose_a, tb = o.transpose_b;
+  const bool want_a = detail::needs_input_grad(0), want_b = detail::needs_input_grad(1);
   if (!ta && !tb) {  // C = A·B: dA = g·Bᵀ, dB = Aᵀ·g
-    da = matmul(g, b, {.transpose_b = true});
-    db = matmul(a, g, {.transpose_a = true});
+    if (want_a) da = matmul(g, b, {.transpose_b = true});
+    if (want_b) db = matmul(a, g, {.transpose_a = true});
   } else if (!ta && tb) {  // C = A·Bᵀ: dA = g·B, dB = gᵀ·A
-    da = matmul(g, b);
-    db = matmul(g, a, {.transpose_a = true});
+    if (want_a) da = matmul(g, b);
+    if (want_b) db = matmul(g, a, {.transpose_a = true});
   } else if (ta && !tb) {  // C = Aᵀ·B: dA = B·gᵀ, dB = A·g
-    da = matmul(b, g, {.transpose_b = true});
-    db = matmul(a, g);
+    if (want_a) da = matmul(b, g, {.transpose_b = true});
+    if (want_b) db = matmul(a, g);
   } else {  // C = Aᵀ·Bᵀ: dA = Bᵀ·gᵀ, dB = gᵀ·Aᵀ
-    da = matmul(b, g, {.transpose_a = true, .transpose_b = true});
-    db = matmul(g, a, {.transpose_a = true, .transpose_b = true});
+    if (want_a) da = matmul(b, g, {.transpose_a = true, .transpose_b = true});
+    if (want_b) db = matmul(g, a, {.transpose_a = true, .transpose_b = true});
   }
   // b shared across a batch: its gradient is the sum over the batch.
-  if (db.rank() == 3 && b.rank() == 2) db = sum(db, {.axes = {0}});
+  if (db.defined() && db.rank() == 3 && b.rank() == 2) db = sum(db, {.axes = {0}});
   return {da, db};
 }
 
@@ -111,7 +114,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Matmul
   if (detail::should_record({a, b, bias})) {
     detail::record("matmul", {a, b, bias}, out, [a, b, options, n = bias.shape()](const Tensor& g) {
       Grads grads = matmul_grads(g, a, b, options);
-      grads.push_back(sum_to(g, n));
+      grads.push_back(detail::needs_input_grad(2) ? sum_to(g, n) : Tensor());
       return grads;
     });
   }
