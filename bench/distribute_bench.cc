@@ -38,8 +38,8 @@ void BM_SeedMlp(benchmark::State& state) {
   dist::Strategy strategy;
   if (mode == 0) strategy = dist::OneDeviceStrategy(*devices[0]);
   if (mode == 2)
-    strategy =
-        dist::MirroredStrategy({.bytes_per_pack = static_cast<std::size_t>(state.range(2)) * 1024});
+    strategy = dist::MirroredStrategy(
+        {.devices = devices, .bytes_per_pack = static_cast<std::size_t>(state.range(2)) * 1024});
   if (mode == 3) strategy = dist::OneDeviceStrategy(ls::host_device());
   ls::Model model;
   {

@@ -202,6 +202,12 @@ const std::vector<Device*>& logical_devices() {
   return r.devices;
 }
 
+bool logical_devices_configured() {
+  DeviceRegistry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.has_request || env::cpu_devices().has_value();
+}
+
 void set_logical_cpu_devices(const std::vector<std::vector<int>>& core_sets) {
   DeviceRegistry& r = registry();
   std::lock_guard lock(r.mutex);

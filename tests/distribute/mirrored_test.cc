@@ -70,6 +70,23 @@ struct ReplicasIdentical : Callback {
   }
 };
 
+// TensorFlow's MirroredStrategy() on a machine without GPUs runs one replica
+// on the CPU; ours does the same unless the program configured logical
+// devices (set_logical_cpu_devices / LOCKSTEP_CPU_DEVICES: ctest sets none
+// for this binary, cli_train_mirrored sets "2" for the configured case).
+TEST(MirroredStrategy, DefaultIsOneReplicaOnAllCoresUnlessDevicesAreConfigured) {
+  ASSERT_FALSE(logical_devices_configured()) << "this test expects no LOCKSTEP_CPU_DEVICES";
+  MirroredStrategy strategy;
+  ASSERT_EQ(strategy.num_replicas_in_sync(), 1);
+  ASSERT_EQ(strategy.replica_devices().size(), 1u);
+  EXPECT_EQ(strategy.replica_devices()[0], &host_device());
+  EXPECT_EQ(strategy.replica_devices()[0]->num_threads(),
+            static_cast<int>(available_physical_cores().size()));
+  // Asking for every logical device gives one replica per core.
+  MirroredStrategy per_core({.devices = logical_devices()});
+  EXPECT_EQ(per_core.num_replicas_in_sync(), static_cast<int>(logical_devices().size()));
+}
+
 Strategy with_replicas(int n, std::size_t bytes_per_pack = 0) {
   return MirroredStrategy(
       {.devices = {&host_device()}, .replicas_per_device = n, .bytes_per_pack = bytes_per_pack});
@@ -112,7 +129,7 @@ TEST(MirroredStrategy, OnTheLogicalDevicesAndWithReductionToOneDevice) {
   single.fit(x, y, {.batch_size = 24, .verbose = 0, .shuffle = false});
   for (auto algo :
        {comm::Algorithm::kReduceScatterAllGather, comm::Algorithm::kReductionToOneDevice}) {
-    MirroredStrategy strategy({.cross_device_ops = algo});
+    MirroredStrategy strategy({.devices = logical_devices(), .cross_device_ops = algo});
     EXPECT_EQ(strategy.num_replicas_in_sync(), static_cast<int>(logical_devices().size()));
     Model model;
     {

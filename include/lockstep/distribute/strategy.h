@@ -154,7 +154,12 @@ class Strategy {
 };
 
 struct MirroredStrategyOptions {
-  std::vector<Device*> devices;  // empty: every logical device
+  // Empty: every logical device if the program configured them
+  // (set_logical_cpu_devices, LOCKSTEP_CPU_DEVICES), else one replica on the
+  // host device with every core — TensorFlow's default without GPUs, and the
+  // faster layout on CPUs (docs/distribute.md). One replica per core:
+  // {.devices = logical_devices()}.
+  std::vector<Device*> devices;
   // Several replicas on each device's cores: for testing replica counts
   // above the core count (each replica then gets a share of the threads).
   int replicas_per_device = 1;

@@ -48,6 +48,11 @@ const std::vector<Device*>& logical_devices();
 // not exist, overlap, or when the list is already in use.
 void set_logical_cpu_devices(const std::vector<std::vector<int>>& core_sets);
 
+// True when the program chose the device list: set_logical_cpu_devices() was
+// called or LOCKSTEP_CPU_DEVICES is set (as tf.config.
+// set_logical_device_configuration). MirroredStrategy's default follows it.
+bool logical_devices_configured();
+
 // Parses the LOCKSTEP_CPU_DEVICES syntax ("2", or "0,1;2-3") against the
 // cores this process may run on. Exposed for tests and the CLI.
 std::vector<std::vector<int>> parse_cpu_devices(const std::string& spec,
