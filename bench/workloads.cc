@@ -82,6 +82,14 @@ ls::Tensor prepare(const ls::Tensor& images, const std::string& workload) {
                            : ls::reshape(scaled, {images.dim(0), 784});
 }
 
+std::string mode_name(const std::string& mode, const dist::Strategy& strategy) {
+  if (mode == "single")
+    return "no strategy (" + std::to_string(ls::host_device().num_threads()) + " threads)";
+  return std::string(mode == "per-core" ? "MirroredStrategy per core: " : "MirroredStrategy(): ") +
+         std::to_string(strategy.num_replicas_in_sync()) + " replica(s) x " +
+         std::to_string(strategy.replica_devices()[0]->num_threads()) + " thread(s)";
+}
+
 void train(const Args& args) {
   auto [train_set, test_set] = ls::datasets::fashion_mnist::load_data();
   // The MLP holds out the last 10k training images, as the guide does.
@@ -111,18 +119,14 @@ void train(const Args& args) {
   const double seconds = seconds_since(t0);
   const ls::Logs results = model.evaluate(test, {.verbose = 0});
   const double examples = static_cast<double>(n) * args.epochs;
-  report(
-      {{"workload", args.workload},
-       {"mode",
-        args.mode == "mirrored"
-            ? "MirroredStrategy(" + std::to_string(strategy.num_replicas_in_sync()) + " replicas)"
-            : "no strategy (" + std::to_string(ls::host_device().num_threads()) + " threads)"},
-       {"batch", args.batch},
-       {"epochs", args.epochs},
-       {"seconds", seconds},
-       {"examples", examples},
-       {"samples_per_s", examples / seconds},
-       {"test_accuracy", results.at("sparse_categorical_accuracy")}});
+  report({{"workload", args.workload},
+          {"mode", mode_name(args.mode, strategy)},
+          {"batch", args.batch},
+          {"epochs", args.epochs},
+          {"seconds", seconds},
+          {"examples", examples},
+          {"samples_per_s", examples / seconds},
+          {"test_accuracy", results.at("sparse_categorical_accuracy")}});
 }
 
 // The in-process all-reduce MirroredStrategy uses, between 2 replica threads

@@ -67,6 +67,21 @@ TEST(Tape, MatmulComputesOnlyTheGradientsTheTapeNeeds) {
   EXPECT_EQ(dw.to_vector<float>(), expected.to_vector<float>());
 }
 
+// `temporary * 4.0f` may write into a temporary nobody holds, but not into
+// one a tape watches: the recorded op needs its own output.
+TEST(Tape, ScalarArithmeticOnAWatchedTemporaryIsRecordedNotInPlace) {
+  const Tensor x = vec({1.0f, 2.0f, 3.0f});
+  GradientTape tape;
+  Tensor watched = x.copy();
+  tape.watch(watched);
+  const void* buffer = watched.raw_data();
+  Tensor temporary = watched;  // the tape knows it by id, not by reference
+  watched = Tensor();
+  Tensor product = std::move(temporary) * 4.0f;
+  EXPECT_NE(product.raw_data(), buffer);
+  EXPECT_EQ(tape.num_recorded_ops(), 1u);
+}
+
 TEST(Tape, UnconnectedSourcesGiveNoneOrZeros) {
   const Tensor x = vec({1.0f}), z = vec({5.0f, 6.0f});
   GradientTape tape({.persistent = true});

@@ -64,6 +64,36 @@ TEST(Kernels, BinaryBroadcastLargeTakesParallelPathCorrectly) {
   }
 }
 
+// `cast(images, f32) / 255.0f`: the temporary's buffer takes the result
+// (one allocation instead of two), with the same values as the
+// out-of-place op; tensors someone else holds are never written.
+TEST(Kernels, ScalarArithmeticOnATemporaryReusesItsBufferAndOnlyThen) {
+  random::Generator gen(5);
+  const Tensor x = gen.uniform({100003});  // odd, above the parallel threshold
+  CachingAllocator& alloc = current_device().allocator();
+  const std::vector<std::pair<Tensor (*)(Tensor&&, float), Tensor (*)(const Tensor&, float)>> ops =
+      {{operator+, operator+ },
+        {operator-, operator- }, {operator*, operator* }, {operator/, operator/ } };
+  for (const auto& [in_place, out_of_place] : ops) {
+    const Tensor expected = out_of_place(x, 3.0f);
+    Tensor temporary = x.copy();
+    const void* buffer = temporary.raw_data();
+    const auto before = alloc.stats().allocations;
+    const Tensor got = in_place(std::move(temporary), 3.0f);
+    EXPECT_EQ(alloc.stats().allocations, before);  // no new buffer
+    EXPECT_EQ(got.raw_data(), buffer);
+    EXPECT_EQ(got.to_vector<float>(), expected.to_vector<float>());  // bitwise
+  }
+  // A temporary that shares its buffer (a view is alive) is not written.
+  Tensor shared = x.copy();
+  const Tensor view = shared.view_rows(0, 10);
+  const std::vector<float> view_before = view.to_vector<float>();
+  const Tensor r = std::move(shared) / 2.0f;
+  EXPECT_EQ(view.to_vector<float>(), view_before);
+  EXPECT_NE(r.raw_data(), view.raw_data());
+  // (A temporary a tape records is not written either: tests/autodiff.)
+}
+
 TEST(Kernels, UnaryOneDnnPathMatchesLoopPath) {
   std::mt19937 rng(4);
   const Ref x = random_ref({5000}, rng, 0.1, 4.0);  // >= 2048: oneDNN eltwise

@@ -53,6 +53,14 @@ Tensor operator-(const Tensor& a, float b);
 Tensor operator*(const Tensor& a, float b);
 Tensor operator/(const Tensor& a, float b);
 Tensor operator*(float a, const Tensor& b);
+// On a float32 temporary that nothing else refers to and no tape records,
+// the arithmetic with a scalar writes into the temporary's own buffer:
+// `cast(images, DType::kFloat32) / 255.0f` holds one copy of the data at its
+// peak, not two. Same values as the forms above.
+Tensor operator+(Tensor&& a, float b);
+Tensor operator-(Tensor&& a, float b);
+Tensor operator*(Tensor&& a, float b);
+Tensor operator/(Tensor&& a, float b);
 
 // ---- comparisons and selection (bool results; not differentiable) ---------
 Tensor equal(const Tensor& a, const Tensor& b);

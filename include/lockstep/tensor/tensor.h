@@ -92,6 +92,9 @@ class Tensor {
     return static_cast<const T*>(raw_data());
   }
   void* raw_data() const;
+  // True when no other tensor, view or variable refers to this tensor's
+  // buffer: an op given it as a temporary may write its result there.
+  bool sole_owner() const { return storage_ != nullptr && storage_.use_count() == 1; }
 
   // Rows [begin, end) along dimension 0, sharing this tensor's buffer. Not
   // recorded on gradient tapes: use lockstep::slice for a differentiable slice.

@@ -398,4 +398,35 @@ Tensor operator*(const Tensor& a, float b) { return mul(a, Tensor::scalar(b)); }
 Tensor operator/(const Tensor& a, float b) { return div(a, Tensor::scalar(b)); }
 Tensor operator*(float a, const Tensor& b) { return mul(Tensor::scalar(a), b); }
 
+namespace {
+// `a` op= b when `a` is a float32 temporary no one else holds and no tape
+// records (a rule might keep it); else the out-of-place op. The loop is the
+// out-of-place one's (x op scalar), so the values are bitwise the same.
+template <typename F>
+Tensor scalar_op_in_place(Tensor&& a, float b, Tensor (*out_of_place)(const Tensor&, float), F f) {
+  if (!a.defined() || a.dtype() != DType::kFloat32 || !a.sole_owner() ||
+      detail::should_record({a})) {
+    return out_of_place(a, b);
+  }
+  float* p = a.data<float>();
+  detail::parallel_for(a.numel(), 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) p[i] = f(p[i], b);
+  });
+  return std::move(a);
+}
+}  // namespace
+
+Tensor operator+(Tensor&& a, float b) {
+  return scalar_op_in_place(std::move(a), b, operator+, [](float x, float y) { return x + y; });
+}
+Tensor operator-(Tensor&& a, float b) {
+  return scalar_op_in_place(std::move(a), b, operator-, [](float x, float y) { return x - y; });
+}
+Tensor operator*(Tensor&& a, float b) {
+  return scalar_op_in_place(std::move(a), b, operator*, [](float x, float y) { return x * y; });
+}
+Tensor operator/(Tensor&& a, float b) {
+  return scalar_op_in_place(std::move(a), b, operator/, [](float x, float y) { return x / y; });
+}
+
 }  // namespace lockstep
