@@ -32,7 +32,10 @@ def fashion_mnist():
 
 
 def peak_rss_mib():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    """Peak resident memory of this process or of the largest child it waited
+    for (the worker processes of a multi-process run)."""
+    return max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+               resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024.0
 
 
 def report(**fields):

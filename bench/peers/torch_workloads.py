@@ -19,13 +19,14 @@ import socket
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-
 # torch owns the threads (OpenMP, set below); a multi-threaded BLAS under it
 # oversubscribes the cores: measured 6,000 samples/s with OpenBLAS's own
 # threads against 16,000-18,000 without, so they are off unless asked for.
+# (Before any import: numpy loads the BLAS too.)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
