@@ -24,6 +24,7 @@ ROUNDS=${COMPARE_ROUNDS:-1}
 SELECTED=${COMPARE_WORKLOADS:-"mlp64 mlp512 cnn64 allreduce input"}
 TORCH_PYTHON=${TORCH_PYTHON:-/usr/bin/python3}
 TF_PYTHON=${TF_PYTHON:-/opt/tf-venv/bin/python}
+PY=/usr/bin/python3  # for the table and JSON helpers (needs no peer installed)
 OUT=${COMPARE_OUT:-$(mktemp)}
 : >"$OUT"
 
@@ -55,10 +56,10 @@ run() {  # label command...
     echo "  $1: failed ($(tail -1 "$OUT.err"))" >&2
     return 1
   fi
-  echo "${line#RESULT }" | "$TORCH_PYTHON" -c "import json,sys; r=json.load(sys.stdin); r['label']='$1'; print(json.dumps(r))" >>"$OUT"
+  echo "${line#RESULT }" | "$PY" -c "import json,sys; r=json.load(sys.stdin); r['label']='$1'; print(json.dumps(r))" >>"$OUT"
 }
 
-free_port() { "$TORCH_PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # Lockstep's Gloo communicator (MultiWorkerMirroredStrategy's), 2 processes
 # one per core: the same library and transport as PyTorch's DDP gloo.
@@ -105,4 +106,4 @@ for ((round = 1; round <= ROUNDS; round++)); do
   done
 done
 rm -f "$OUT.err"
-"$TORCH_PYTHON" "$HERE/peers/table.py" "$OUT"
+"$PY" "$HERE/peers/table.py" "$OUT"
