@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lockstep/lockstep.h"
+#include "seed_mlp.h"
 #include "tensor/backend/onednn/onednn.h"
 
 namespace ls = lockstep;
@@ -169,27 +170,16 @@ void run_training(benchmark::State& state, ls::Model model, const ls::Shape& exa
 }
 
 void BM_Train_SeedMlp(benchmark::State& state) {
-  auto inputs = ls::Input({784});
-  auto x = ls::layers::Dense(256, {.activation = "relu"})(inputs);
-  x = ls::layers::Dense(256, {.activation = "relu"})(x);
-  ls::Model model(inputs, ls::layers::Dense(10)(x));
-  run_training(state, model, ls::Shape{784}, 2.0 * (784 * 256 + 256 * 256 + 256 * 10),
-               2.0 * 784 * 256);
+  run_training(state, ls::bench::seed_mlp_layers(), ls::Shape{784},
+               2.0 * (784 * 256 + 256 * 256 + 256 * 10), 2.0 * 784 * 256);
 }
 BENCHMARK(BM_Train_SeedMlp)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond)->MinTime(2.0);
 
 void BM_Train_SmallCnn(benchmark::State& state) {
-  auto inputs = ls::Input({28, 28, 1});
-  auto x = ls::layers::Conv2D(32, {3, 3}, {.activation = "relu"})(inputs);
-  x = ls::layers::MaxPooling2D()(x);
-  x = ls::layers::Conv2D(64, {3, 3}, {.activation = "relu"})(x);
-  x = ls::layers::MaxPooling2D()(x);
-  x = ls::layers::Flatten()(x);
-  x = ls::layers::Dense(128, {.activation = "relu"})(x);
-  ls::Model model(inputs, ls::layers::Dense(10)(x));
   const double conv1 = 2.0 * 26 * 26 * 32 * 9 * 1, conv2 = 2.0 * 11 * 11 * 64 * 9 * 32;
   const double dense = 2.0 * (1600 * 128 + 128 * 10);
-  run_training(state, model, ls::Shape{28, 28, 1}, conv1 + conv2 + dense, conv1);
+  run_training(state, ls::bench::small_cnn_layers(), ls::Shape{28, 28, 1}, conv1 + conv2 + dense,
+               conv1);
 }
 BENCHMARK(BM_Train_SmallCnn)->Arg(32)->Arg(64)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 

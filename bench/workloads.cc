@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "lockstep/lockstep.h"
+#include "seed_mlp.h"
 
 namespace ls = lockstep;
 namespace dist = lockstep::distribute;
@@ -54,22 +55,8 @@ void report(nlohmann::json fields) {
 }
 
 ls::Model make_model(const std::string& workload) {
-  ls::Model model;
-  if (workload == "mlp") {
-    auto inputs = ls::Input({784});
-    auto x = ls::layers::Dense(256, {.activation = "relu"})(inputs);
-    x = ls::layers::Dense(256, {.activation = "relu"})(x);
-    model = ls::Model(inputs, ls::layers::Dense(10)(x));
-  } else {
-    auto inputs = ls::Input({28, 28, 1});
-    auto x = ls::layers::Conv2D(32, {3, 3}, {.activation = "relu"})(inputs);
-    x = ls::layers::MaxPooling2D()(x);
-    x = ls::layers::Conv2D(64, {3, 3}, {.activation = "relu"})(x);
-    x = ls::layers::MaxPooling2D()(x);
-    x = ls::layers::Flatten()(x);
-    x = ls::layers::Dense(128, {.activation = "relu"})(x);
-    model = ls::Model(inputs, ls::layers::Dense(10)(x));
-  }
+  ls::Model model =
+      workload == "mlp" ? ls::bench::seed_mlp_layers() : ls::bench::small_cnn_layers();
   model.compile({.optimizer = ls::optimizers::Adam(),
                  .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
                  .metrics = {ls::metrics::SparseCategoricalAccuracy()}});

@@ -4,6 +4,7 @@ Every workload program (Lockstep's bench/workloads and the peers here) prints
 one line `RESULT {json}` that bench/compare.sh reads; everything else they
 print is for people.
 """
+import argparse
 import gzip
 import json
 import os
@@ -41,3 +42,15 @@ def peak_rss_mib():
 def report(**fields):
     fields.setdefault("peak_rss_mib", round(peak_rss_mib(), 1))
     print("RESULT " + json.dumps(fields), flush=True)
+
+
+def parse_args(modes):
+    """The workload flags every peer takes (bench/workloads.cc's too);
+    `modes`: this peer's --mode choices, the first the default."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--workload", choices=["mlp", "cnn", "allreduce", "input"], required=True)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--mode", choices=modes, default=modes[0])
+    p.add_argument("--sizes-mib", default="1,4,16,64")
+    return p.parse_args()

@@ -10,7 +10,6 @@ tf.config.set_logical_device_configuration, MirroredStrategy over them, the
 model built and compiled in its scope, `fit` on a tf.data pipeline batched
 with the global batch size. Prints `RESULT {json}` (see common.py).
 """
-import argparse
 import os
 import sys
 import time
@@ -52,13 +51,7 @@ def logical_cpus():
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--workload", choices=["mlp", "cnn", "allreduce", "input"], required=True)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--mode", choices=["mirrored", "single"], default="mirrored")
-    p.add_argument("--sizes-mib", default="1,4,16,64")
-    args = p.parse_args()
+    args = common.parse_args(["mirrored", "single"])
     peer = f"tensorflow {tf.__version__} / keras {keras.__version__}"
     keras.utils.set_random_seed(42)
     devices = logical_cpus() if args.mode == "mirrored" or args.workload == "allreduce" else None

@@ -13,7 +13,6 @@ every core as intra-op threads; `ddp` is DistributedDataParallel over gloo,
 one process per core, each pinned, each with its half of every global batch.
 Prints `RESULT {json}` (see common.py).
 """
-import argparse
 import os
 import socket
 import sys
@@ -150,13 +149,7 @@ def ddp_worker(rank, args, port, queue):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--workload", choices=["mlp", "cnn", "allreduce", "input"], required=True)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--mode", choices=["single", "ddp"], default="single")
-    p.add_argument("--sizes-mib", default="1,4,16,64")
-    args = p.parse_args()
+    args = common.parse_args(["single", "ddp"])
     cores = len(os.sched_getaffinity(0))
     peer = f"pytorch {torch.__version__} (BLAS: {blas_library()})"
 
