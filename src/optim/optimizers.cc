@@ -242,6 +242,7 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
   LOCKSTEP_CHECK(num_slots() <= static_cast<int>(kMaxSlots), name_, ": ", num_slots(),
                  " slots per variable; an update rule may keep at most ", kMaxSlots);
   std::vector<Item> items;
+  items.reserve(grads.size());
   std::int64_t total = 0;
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined()) continue;

@@ -58,9 +58,9 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const Tensor* bias, const M
   return out;
 }
 
-// The gradients of a·b (see the derivation in the comment of each case).
-// The gradients of a matmul's two operands; each only if the tape needs it
-// (detail::needs_input_grad), so the first layer skips its input's GEMM.
+// The gradients of a·b (the derivation is in each case's comment), each only
+// if the tape needs it (detail::needs_input_grad): the first layer skips the
+// GEMM for the model input's gradient.
 Grads matmul_grads(const Tensor& g, const Tensor& a, const Tensor& b, const MatmulOptions& o) {
   Tensor da, db;
   const bool ta = o.transpose_a, tb = o.transpose_b;
