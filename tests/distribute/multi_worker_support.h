@@ -86,16 +86,26 @@ inline std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+// A loopback port nothing listens on, for a worker to bind later. Taken at
+// random below the kernel's ephemeral range (32768+): a port the kernel hands
+// out (bind to 0) can be given again, in the moment before the worker binds
+// it, to an outgoing connection of a test running alongside (Gloo opens
+// many), and that worker then fails to start.
 inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  static std::mt19937 rng(static_cast<unsigned>(::getpid()) ^
+                          static_cast<unsigned>(std::random_device{}()));
+  std::uniform_int_distribution<int> pick(20000, 32000);
+  for (;;) {
+    const int port = pick(rng);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    const bool bindable = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (bindable) return port;
+  }
 }
 
 struct Trained {
