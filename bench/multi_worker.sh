@@ -30,6 +30,7 @@ echo "# all-reduce, 2 ranks (impl size_MiB ms/op MB/s)"
 for round in 1 2; do
   gloo_pair bare-gloo
   gloo_pair ours-gloo
+  gloo_pair bare-gloo-hd
   "${MPIRUN[@]}" "$BENCH" allreduce bare-mpi
   "${MPIRUN[@]}" "$BENCH" allreduce ours-mpi
 done

@@ -102,6 +102,67 @@ TEST_F(GlooTest, AllReduceBroadcastAllGatherAndBarrierOnThreeRanks) {
   }
 }
 
+// Small and medium all-reduces take Gloo's halving-doubling algorithm (with
+// cached instances and staging buffers), large ones and shapes past the
+// cache gloo::allreduce: every
+// size, type and op, on a power-of-two and a non-power-of-two rank count,
+// repeated (cache hits) and interleaved (other cached instances in between),
+// gives the exact result, bitwise the same on every rank.
+TEST_F(GlooTest, AllReduceIsExactForEverySizeAlgorithmAndOp) {
+  const std::vector<std::size_t> counts = {1,     2,      3,       5,      127, 1000,
+                                           65537, 300001, 2097152, 2097153};  // 8 MiB: 2^21 floats
+  for (int ranks : {2, 3}) {
+    server_ = StoreServer::start(store_options(0, 10s));  // a fresh rendezvous per job
+    std::vector<std::vector<std::vector<float>>> results(static_cast<std::size_t>(ranks));
+    run_ranks(ranks, [&](int r, Communicator& c) {
+      auto& out = results[static_cast<std::size_t>(r)];
+      for (int round = 0; round < 2; ++round) {
+        for (std::size_t n : counts) {
+          // Small integers: every order of summation gives the same float.
+          std::vector<float> v(n);
+          for (std::size_t k = 0; k < n; ++k) v[k] = static_cast<float>((k % 13) + 10 * r);
+          std::vector<float> sum = v, mx = v;
+          c.all_reduce(sum.data(), n, ReduceOp::kSum);
+          c.all_reduce(mx.data(), n, ReduceOp::kMax);
+          std::vector<double> d(n);
+          for (std::size_t k = 0; k < n; ++k) d[k] = -static_cast<double>(k % 7) - r;
+          c.all_reduce(d.data(), n, ReduceOp::kMin);
+          for (std::size_t k = 0; k < n; ++k) {
+            const float base = static_cast<float>(k % 13);
+            ASSERT_EQ(sum[k], ranks * base + 10.0f * static_cast<float>(ranks * (ranks - 1) / 2))
+                << n << " floats, element " << k;
+            ASSERT_EQ(mx[k], base + 10.0f * static_cast<float>(ranks - 1));
+            ASSERT_EQ(d[k], -static_cast<double>(k % 7) - (ranks - 1));
+          }
+          if (round == 1) out.push_back(std::move(sum));
+        }
+      }
+      // More shapes than the halving-doubling cache keeps (64): the rest
+      // take gloo::allreduce, as exact.
+      for (std::size_t n = 1; n <= 80; ++n) {
+        std::vector<float> v(n, static_cast<float>(r + 1));
+        c.all_reduce(v.data(), n, ReduceOp::kSum);
+        ASSERT_EQ(v, std::vector<float>(n, static_cast<float>(ranks * (ranks + 1) / 2))) << n;
+      }
+      // A non-integer mean, compared across ranks below.
+      std::vector<float> mean(1001);
+      for (std::size_t k = 0; k < mean.size(); ++k)
+        mean[k] = 0.1f * static_cast<float>(r + 1) + 1e-3f * static_cast<float>(k);
+      c.all_reduce(mean.data(), mean.size(), ReduceOp::kMean);
+      out.push_back(std::move(mean));
+    });
+    for (int r = 1; r < ranks; ++r) {
+      const auto& a = results[0];
+      const auto& b = results[static_cast<std::size_t>(r)];
+      ASSERT_EQ(a.size(), b.size());
+      for (std::size_t i = 0; i < a.size(); ++i)
+        EXPECT_EQ(std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)), 0)
+            << ranks << " ranks, result " << i << " differs on rank " << r;
+    }
+    EXPECT_NEAR(results[0].back()[0], 0.1f * static_cast<float>(ranks + 1) / 2, 1e-6f);
+  }
+}
+
 TEST_F(GlooTest, AsyncAllReducesCompleteInPostingOrderAndMayBeWaitedInAnyOrder) {
   constexpr int kRanks = 2;
   constexpr int kBuckets = 12;
