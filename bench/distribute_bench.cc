@@ -30,7 +30,8 @@ namespace {
 using ls::bench::seed_mlp;
 
 // mode 0: 1 replica on 1 core; 1: no strategy (2 cores); 2: 2 replicas on 2
-// cores; 3: OneDeviceStrategy on the host device (2 cores).
+// cores; 3: OneDeviceStrategy on the host device (2 cores); 4: 2 replicas on
+// 2 cores, each running the whole optimizer update (unsharded).
 void BM_SeedMlp(benchmark::State& state) {
   const int mode = static_cast<int>(state.range(0));
   const std::int64_t batch = state.range(1);
@@ -41,6 +42,8 @@ void BM_SeedMlp(benchmark::State& state) {
     strategy = dist::MirroredStrategy(
         {.devices = devices, .bytes_per_pack = static_cast<std::size_t>(state.range(2)) * 1024});
   if (mode == 3) strategy = dist::OneDeviceStrategy(ls::host_device());
+  if (mode == 4)
+    strategy = dist::MirroredStrategy({.devices = devices, .shard_optimizer_update = false});
   ls::Model model;
   {
     auto scope = strategy.scope();
@@ -58,7 +61,8 @@ void BM_SeedMlp(benchmark::State& state) {
       static_cast<double>(steps * batch) * static_cast<double>(state.iterations());
   state.counters["samples_per_s"] = benchmark::Counter(samples, benchmark::Counter::kIsRate);
   static const char* names[] = {"1 replica, 1 core", "no strategy, 2 cores", "2 replicas, 2 cores",
-                                "OneDeviceStrategy(host), 2 cores"};
+                                "OneDeviceStrategy(host), 2 cores",
+                                "2 replicas, 2 cores, unsharded update"};
   state.SetLabel(names[mode]);
 }
 
@@ -68,6 +72,7 @@ void mlp_args(benchmark::internal::Benchmark* b) {
     // 2 replicas: one bucket after backward, and buckets of 64 KiB–1 MiB
     // summed while backward runs.
     for (int kib : {0, 64, 256, 1024}) b->Args({2, batch, kib});
+    b->Args({4, batch, 0});
   }
 }
 BENCHMARK(BM_SeedMlp)
@@ -75,6 +80,34 @@ BENCHMARK(BM_SeedMlp)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0);
+
+// The optimizer update alone on 2 replicas (one per core): Adam over the
+// seed MLP's 269k parameters, the gradients already summed. Sharded, each
+// replica updates half and copies it into the other's weights, with one
+// set of slots; unsharded, each runs the whole update on its own copy with
+// its own slots. Arg: 1 sharded, 0 unsharded.
+void BM_AdamUpdate2Replicas(benchmark::State& state) {
+  const bool sharded = state.range(0) == 1;
+  dist::Strategy strategy =
+      dist::MirroredStrategy({.devices = ls::logical_devices(), .shard_optimizer_update = sharded});
+  ls::Model model;
+  {
+    auto scope = strategy.scope();
+    model = seed_mlp();
+  }
+  const std::vector<ls::Variable> vars = model.trainable_weights();
+  std::vector<ls::Tensor> grads;
+  for (const ls::Variable& v : vars)
+    grads.push_back(ls::random::uniform(v.shape(), {.seed = 3}) * 1e-3f);
+  ls::Optimizer opt = ls::optimizers::Adam();
+  auto step = [&] {
+    strategy.run([&] { opt.apply_gradients(grads, vars, {.skip_gradients_aggregation = true}); });
+  };
+  for (int i = 0; i < 10; ++i) step();  // slots made, caches warm
+  for (auto _ : state) step();
+  state.SetLabel(sharded ? "sharded" : "unsharded");
+}
+BENCHMARK(BM_AdamUpdate2Replicas)->Arg(1)->Arg(0)->Unit(benchmark::kMicrosecond)->MinTime(0.5);
 
 // The ceiling at a given size: two threads, each copying its own buffer of
 // that size, as the two ranks of an all-reduce do (bytes read + written / s).

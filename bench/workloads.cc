@@ -4,6 +4,8 @@
 //
 //   workloads --workload mlp --batch 64 --epochs 2 [--mode mirrored|per-core|single]
 //   workloads --workload cnn --batch 64 --epochs 1 [--mode mirrored|per-core|single]
+//   (--mode per-core-unsharded: per-core with every replica running the whole
+//   optimizer update, the layout before the sharded update)
 //   workloads --workload allreduce [--sizes-mib 1,4,16,64]   (2 replica threads)
 //   workloads --workload input --batch 64
 //
@@ -72,7 +74,9 @@ ls::Tensor prepare(const ls::Tensor& images, const std::string& workload) {
 std::string mode_name(const std::string& mode, const dist::Strategy& strategy) {
   if (mode == "single")
     return "no strategy (" + std::to_string(ls::host_device().num_threads()) + " threads)";
-  return std::string(mode == "per-core" ? "MirroredStrategy per core: " : "MirroredStrategy(): ") +
+  return std::string(mode == "per-core"             ? "MirroredStrategy per core: "
+                     : mode == "per-core-unsharded" ? "MirroredStrategy per core, unsharded: "
+                                                    : "MirroredStrategy(): ") +
          std::to_string(strategy.num_replicas_in_sync()) + " replica(s) x " +
          std::to_string(strategy.replica_devices()[0]->num_threads()) + " thread(s)";
 }
@@ -96,6 +100,9 @@ void train(const Args& args) {
   if (args.mode == "mirrored") strategy = dist::MirroredStrategy();
   if (args.mode == "per-core")
     strategy = dist::MirroredStrategy({.devices = ls::logical_devices()});
+  if (args.mode == "per-core-unsharded")  // every replica runs the whole update
+    strategy =
+        dist::MirroredStrategy({.devices = ls::logical_devices(), .shard_optimizer_update = false});
   ls::Model model;
   {
     auto scope = strategy.scope();
@@ -177,7 +184,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"mlp", "cnn", "allreduce", "input"}));
   app.add_option("--batch", args.batch);
   app.add_option("--epochs", args.epochs);
-  app.add_option("--mode", args.mode)->check(CLI::IsMember({"mirrored", "per-core", "single"}));
+  app.add_option("--mode", args.mode)
+      ->check(CLI::IsMember({"mirrored", "per-core", "per-core-unsharded", "single"}));
   app.add_option("--sizes-mib", args.sizes_mib);
   CLI11_PARSE(app, argc, argv);
   try {

@@ -114,6 +114,9 @@ class StrategyImpl {
     }
   }
 
+  void set_shard_optimizer_update(bool shard) {
+    for (auto& ctx : contexts_) ctx.shard_optimizer_update = shard;
+  }
   void set_bytes_per_pack(std::size_t bytes) {
     for (auto& ctx : contexts_) ctx.bytes_per_pack = bytes;
   }
@@ -168,6 +171,8 @@ class StrategyImpl {
       ctx.replica_id = workers_.worker_index * k + r;
       ctx.local_replica_id = r;
       ctx.num_replicas = num_replicas_in_sync();
+      ctx.num_local_replicas = k;
+      ctx.local_communicator = k > 1 ? &group_->communicator(r) : nullptr;
       if (!workers_.comm) {
         ctx.communicator = k > 1 ? &group_->communicator(r) : nullptr;
       } else if (k == 1) {
@@ -395,6 +400,7 @@ MirroredStrategy::MirroredStrategy(MirroredStrategyOptions o) {
       "MirroredStrategy", std::move(devices), o.replicas_per_device,
       comm::InProcessGroup::Options{.algorithm = o.cross_device_ops, .timeout = o.timeout}, false);
   impl->set_bytes_per_pack(o.bytes_per_pack);
+  impl->set_shard_optimizer_update(o.shard_optimizer_update);
   static_cast<Strategy&>(*this) = Strategy(std::move(impl));
 }
 
@@ -551,6 +557,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
       "MultiWorkerMirroredStrategy", std::move(devices), replicas_per_device,
       comm::InProcessGroup::Options{.timeout = o.timeout}, false, join_workers(o, resolver));
   impl->set_bytes_per_pack(o.bytes_per_pack);
+  impl->set_shard_optimizer_update(o.shard_optimizer_update);
   static_cast<Strategy&>(*this) = Strategy(std::move(impl));
 }
 

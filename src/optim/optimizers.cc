@@ -80,6 +80,18 @@ OptimizerImpl::VarSlots& OptimizerImpl::slots_for(ReplicaState& rs, int replica,
   return it->second;
 }
 
+OptimizerImpl::VarSlots& OptimizerImpl::shared_slots_for(ReplicaState& rs, const Variable& v) {
+  auto it = rs.var_slots.find(v.id());
+  if (it != rs.var_slots.end()) return it->second;
+  VarSlots shared;
+  {
+    std::lock_guard lk(shared_slots_mu_);
+    ReplicaIdScope as_replica_0(0);  // the key every replica agrees on
+    shared = slots_for(shared_slots_, 0, v);
+  }
+  return rs.var_slots.emplace(v.id(), std::move(shared)).first->second;
+}
+
 std::vector<std::pair<std::string, Tensor>> OptimizerImpl::slot_values(
     const std::vector<Variable>& vars) const {
   std::lock_guard lk(replicas_mu_);
@@ -233,40 +245,92 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
   // variables). Each element's arithmetic is the same however it is split,
   // so results do not depend on the thread count. Under a strategy each
   // replica thread has one intra-op thread and runs it alone.
+  //
+  // Sharded (the gradients are summed across replicas — here, or before
+  // with skip_gradients_aggregation — so every replica holds the same sums
+  // and the same weights): replica i of N takes elements
+  // [total·i/N, total·(i+1)/N) of the concatenation, updates them in its
+  // own copy with the one set of slots and copies them into the others'.
+  // The first barrier: every replica's backward is done reading its copy;
+  // the second: every copy is whole before any replica reads it.
+  auto* ctx = comm::current_replica_context();
+  bool sharded =
+      ctx && ctx->shard_optimizer_update && ctx->num_local_replicas > 1 && ctx->local_communicator;
+  for (std::size_t i = 0; sharded && i < grads.size(); ++i) {
+    sharded = !grads[i].defined() ||
+              (vars[i].is_mirrored() && vars[i].num_replicas() == ctx->num_local_replicas);
+  }
   struct Item {
     float* var;
     const float* g;
     const std::vector<float*>* slots;
     std::int64_t begin, n;  // begin: position in the concatenation
+    std::size_t copies;     // sharded: the other replicas' copies, in other_copies
   };
   LOCKSTEP_CHECK(num_slots() <= static_cast<int>(kMaxSlots), name_, ": ", num_slots(),
                  " slots per variable; an update rule may keep at most ", kMaxSlots);
   std::vector<Item> items;
   items.reserve(grads.size());
+  std::vector<float*> other_copies;
   std::int64_t total = 0;
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined()) continue;
     const Tensor& value = vars[i].value();
     const std::int64_t n = value.numel();
-    items.push_back({static_cast<float*>(value.raw_data()), grads[i].data<float>(),
-                     &slots_for(rs, replica, vars[i]).buffers, total, n});
+    VarSlots& slots = sharded ? shared_slots_for(rs, vars[i]) : slots_for(rs, replica, vars[i]);
+    items.push_back({static_cast<float*>(value.raw_data()), grads[i].data<float>(), &slots.buffers,
+                     total, n, other_copies.size()});
+    if (sharded) {
+      for (int q = 0; q < ctx->num_local_replicas; ++q) {
+        if (q != ctx->local_replica_id)
+          other_copies.push_back(static_cast<float*>(vars[i].replica_value(q).raw_data()));
+      }
+    }
     total += n;
   }
-  const float decay = static_cast<float>(1.0 - weight_decay_ * lr);
-  detail::parallel_for(total, kUpdateCostPerElement, [&](std::int64_t begin, std::int64_t end) {
-    float* slot_ptrs[kMaxSlots];
-    for (const Item& item : items) {
-      const std::int64_t lo = std::max(begin, item.begin), hi = std::min(end, item.begin + item.n);
-      if (lo >= hi) continue;
-      const std::int64_t off = lo - item.begin, n = hi - lo;
-      float* var = item.var + off;
-      if (weight_decay_ > 0) {  // decoupled: var -= var · wd · lr
-        for (std::int64_t j = 0; j < n; ++j) var[j] *= decay;
+  std::int64_t first = 0, last = total;
+  if (sharded) {
+    // Replica i's share starts near total·i/N, moved down to a multiple of
+    // 16 elements (64 bytes) of its variable: no two replicas write one
+    // cache line.
+    const std::int64_t n = ctx->num_local_replicas, me = ctx->local_replica_id;
+    auto share_start = [&](std::int64_t i) {
+      const std::int64_t at = total * i / n;
+      for (const Item& item : items) {
+        if (at < item.begin + item.n) return item.begin + (at - item.begin) / 16 * 16;
       }
-      for (std::size_t k = 0; k < item.slots->size(); ++k) slot_ptrs[k] = (*item.slots)[k] + off;
-      update(var, item.g + off, n, slot_ptrs, lr, step);
-    }
-  });
+      return total;
+    };
+    first = share_start(me);
+    last = share_start(me + 1);
+    ctx->local_communicator->barrier();
+  }
+  const std::size_t num_others =
+      sharded ? static_cast<std::size_t>(ctx->num_local_replicas - 1) : 0;
+  const float decay = static_cast<float>(1.0 - weight_decay_ * lr);
+  detail::parallel_for(last - first, kUpdateCostPerElement,
+                       [&](std::int64_t begin, std::int64_t end) {
+                         begin += first;
+                         end += first;
+                         float* slot_ptrs[kMaxSlots];
+                         for (const Item& item : items) {
+                           const std::int64_t lo = std::max(begin, item.begin),
+                                              hi = std::min(end, item.begin + item.n);
+                           if (lo >= hi) continue;
+                           const std::int64_t off = lo - item.begin, n = hi - lo;
+                           float* var = item.var + off;
+                           if (weight_decay_ > 0) {  // decoupled: var -= var · wd · lr
+                             for (std::int64_t j = 0; j < n; ++j) var[j] *= decay;
+                           }
+                           for (std::size_t k = 0; k < item.slots->size(); ++k)
+                             slot_ptrs[k] = (*item.slots)[k] + off;
+                           update(var, item.g + off, n, slot_ptrs, lr, step);
+                           for (std::size_t k = 0; k < num_others; ++k)
+                             std::memcpy(other_copies[item.copies + k] + off, var,
+                                         static_cast<std::size_t>(n) * sizeof(float));
+                         }
+                       });
+  if (sharded) ctx->local_communicator->barrier();
   ++rs.iterations;
 }
 

@@ -123,6 +123,72 @@ TEST(MirroredStrategy, MlpOnNReplicasTrainsLikeOneDevice) { check_equivalence(ml
 
 TEST(MirroredStrategy, CnnOnNReplicasTrainsLikeOneDevice) { check_equivalence(cnn, {8, 8, 1}); }
 
+// The sharded optimizer update (the default: each replica updates its share
+// of the elements in every copy, with one set of slots) against every
+// replica updating all of its own copy: bitwise the same weights and slots
+// for each update rule, with decoupled weight decay and global-norm
+// clipping, on 2 and 3 replicas — and the slots are held once, not per
+// replica.
+TEST(MirroredStrategy, ShardedOptimizerUpdateIsBitwiseTheUnshardedOneWithOneSetOfSlots) {
+  auto [x, y] = data(10 * 24, {20}, 5);
+  const std::vector<std::pair<std::string, std::function<Optimizer()>>> rules = {
+      {"AdamW",
+       [] { return optimizers::AdamW({.weight_decay = 0.05, .clip = {.global_clipnorm = 0.5}}); }},
+      {"SGD",
+       [] { return optimizers::SGD({.learning_rate = 0.05, .momentum = 0.9, .nesterov = true}); }},
+      {"RMSprop",
+       [] {
+         return optimizers::RMSprop(
+             {.momentum = 0.5, .centered = true, .clip = {.clipvalue = 0.1}});
+       }},
+  };
+  for (const auto& [rule, make_optimizer] : rules) {
+    for (int n : {2, 3}) {
+      const std::string what = rule + " on " + std::to_string(n) + " replicas";
+      std::vector<std::vector<float>> trained[2];
+      std::vector<std::pair<std::string, Tensor>> slots[2];
+      std::size_t in_use[2];
+      for (int shard = 0; shard < 2; ++shard) {
+        const auto before = host_device().allocator().stats().bytes_in_use;
+        Strategy strategy = MirroredStrategy({.devices = {&host_device()},
+                                              .replicas_per_device = n,
+                                              .shard_optimizer_update = shard == 1});
+        Model model;
+        {
+          auto scope = strategy.scope();
+          set_random_seed(7);
+          auto in = Input({20});
+          auto h = layers::Dense(32, {.activation = "relu"})(in);
+          model = Model(in, layers::Dense(10)(h));
+          model.compile({.optimizer = make_optimizer(),
+                         .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+        }
+        auto check = std::make_shared<ReplicasIdentical>();
+        model.fit(x, y, {.batch_size = 24, .verbose = 0, .callbacks = {check}, .shuffle = false});
+        EXPECT_EQ(check->checked, 10) << what;
+        trained[shard] = weights(model);
+        slots[shard] = model.optimizer()->slot_values(model.trainable_weights());
+        in_use[shard] = host_device().allocator().stats().bytes_in_use - before;
+      }
+      expect_bitwise(trained[0], trained[1], what);
+      ASSERT_EQ(slots[0].size(), slots[1].size()) << what;
+      ASSERT_FALSE(slots[0].empty()) << what;
+      std::size_t slot_bytes = 0;
+      for (std::size_t i = 0; i < slots[0].size(); ++i) {
+        const Tensor& a = slots[0][i].second;
+        const Tensor& b = slots[1][i].second;
+        EXPECT_EQ(slots[0][i].first, slots[1][i].first);
+        ASSERT_EQ(a.nbytes(), b.nbytes());
+        EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0)
+            << what << ", slot " << slots[0][i].first;
+        slot_bytes += CachingAllocator::round_size(a.nbytes());
+      }
+      // Unsharded, each of the n replicas keeps its own slots.
+      EXPECT_GE(in_use[0], in_use[1] + static_cast<std::size_t>(n - 1) * slot_bytes) << what;
+    }
+  }
+}
+
 TEST(MirroredStrategy, OnTheLogicalDevicesAndWithReductionToOneDevice) {
   auto [x, y] = data(240, {20}, 5);
   Model single = mlp();

@@ -36,6 +36,14 @@ struct ReplicaContextInfo {
   // Gradients are all-reduced in buckets of at most this many bytes (0:
   // automatic), as tf.distribute's CommunicationOptions.bytes_per_pack.
   std::size_t bytes_per_pack = kDefaultBytesPerPack;
+  // This process's replicas (a multi-worker strategy's local ones) and the
+  // communicator joining only them (null when there is one).
+  int num_local_replicas = 1;
+  Communicator* local_communicator = nullptr;
+  // The optimizer update is split between this process's replicas: each
+  // updates its share of the variables in every replica's copy, and keeps
+  // the optimizer's slots once (optimizers.h).
+  bool shard_optimizer_update = true;
 };
 
 // Null outside replica threads (cross-replica context).

@@ -170,6 +170,12 @@ struct MirroredStrategyOptions {
   // threads, one bucket after backward: see comm/replica_context.h).
   std::size_t bytes_per_pack = comm::kDefaultBytesPerPack;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // Each replica applies the optimizer to its share of the variables and
+  // writes the result into every replica's copy; the optimizer's slots are
+  // kept once instead of once per replica (as PyTorch's
+  // ZeroRedundancyOptimizer, within the process). Bitwise the same weights
+  // as every replica updating everything (false).
+  bool shard_optimizer_update = true;
 };
 
 class MirroredStrategy : public Strategy {
@@ -195,6 +201,9 @@ struct MultiWorkerMirroredStrategyOptions {
   // CPU workers have one.
   int local_replicas = 1;
   std::size_t bytes_per_pack = comm::kDefaultBytesPerPack;
+  // As MirroredStrategyOptions::shard_optimizer_update, among each worker's
+  // local replicas.
+  bool shard_optimizer_update = true;
   // Deadline of every collective across workers (CommunicationOptions'
   // timeout_seconds): a lost worker is reported by then at the latest.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};

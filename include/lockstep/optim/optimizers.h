@@ -48,10 +48,14 @@ class OptimizerImpl {
   //
   // On a replica thread of a strategy with several replicas the gradients
   // are first summed across replicas (bucketed all-reduces, as
-  // GradientReduction), then each replica applies the identical update to
-  // its own copies, with its own slot variables — tf.distribute's
-  // merge_call, so any train_step or custom loop is synchronised by calling
-  // this. Mirrored variables must be updated on replica threads
+  // GradientReduction), then every copy gets the identical update —
+  // tf.distribute's merge_call, so any train_step or custom loop is
+  // synchronised by calling this. By default the update is sharded between
+  // the process's replicas (ReplicaContextInfo::shard_optimizer_update):
+  // each computes 1/N of the elements, with the one set of slots, and
+  // writes them into every replica's copy, between two barriers of the
+  // local replicas; otherwise each replica updates its own copies with its
+  // own slots. Mirrored variables must be updated on replica threads
   // (strategy.run), never from outside.
   void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
                        ApplyOptions options = {});
@@ -113,6 +117,10 @@ class OptimizerImpl {
   };
   ReplicaState& replica_state(int replica);
   VarSlots& slots_for(ReplicaState& rs, int replica, const Variable& v);
+  // Under a sharded update (comm/replica_context.h): the one set of slots of
+  // mirrored variable `v`, found in this replica's own map after the first
+  // step (made once, under a lock, in shared_slots_).
+  VarSlots& shared_slots_for(ReplicaState& rs, const Variable& v);
 
   std::string name_;
   LearningRate learning_rate_;
@@ -120,7 +128,9 @@ class OptimizerImpl {
   double weight_decay_;
   mutable std::mutex replicas_mu_;
   std::deque<ReplicaState> replicas_{1};  // a deque: references stay valid as it grows
-  std::vector<Variable> slots_;           // replica 0's
+  std::mutex shared_slots_mu_;
+  ReplicaState shared_slots_;    // sharded updates: by the variables' replica-0 ids
+  std::vector<Variable> slots_;  // replica 0's
   // Restored slot values by variable id, for replicas that have not created
   // their slots yet (they start from these instead of the initial value).
   std::unordered_map<std::uint64_t, std::vector<Tensor>> restored_;
