@@ -8,6 +8,9 @@
 #
 # Environment:
 #   COMPARE_ROUNDS=N        rounds (default 1); the table shows each run's median
+#   COMPARE_SEEDS="1 2 3"   the seed of each round's training runs (round r takes
+#                           the r-th, cycling; default 42): with several, the
+#                           table gives test accuracy as mean ± sd over them
 #   COMPARE_WORKLOADS="..." subset of: mlp64 mlp512 cnn64 allreduce input
 #   TORCH_PYTHON, TF_PYTHON interpreters for the peers (default /usr/bin/python3,
 #                           then /opt/tf-venv/bin/python; bench/peers/install.sh
@@ -21,6 +24,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 BUILD=${1:-build/release}
 WORKLOADS_BIN=$BUILD/bench/workloads
 ROUNDS=${COMPARE_ROUNDS:-1}
+read -r -a SEEDS <<<"${COMPARE_SEEDS:-42}"
 SELECTED=${COMPARE_WORKLOADS:-"mlp64 mlp512 cnn64 allreduce input"}
 TORCH_PYTHON=${TORCH_PYTHON:-/usr/bin/python3}
 TF_PYTHON=${TF_PYTHON:-/opt/tf-venv/bin/python}
@@ -77,11 +81,12 @@ lockstep_gloo_allreduce() {
 }
 
 for ((round = 1; round <= ROUNDS; round++)); do
+  seed=${SEEDS[$(((round - 1) % ${#SEEDS[@]}))]}
   for w in $SELECTED; do
     case $w in
-      mlp64) args=(--workload mlp --batch 64 --epochs 2) ;;
-      mlp512) args=(--workload mlp --batch 512 --epochs 2) ;;
-      cnn64) args=(--workload cnn --batch 64 --epochs 1) ;;
+      mlp64) args=(--workload mlp --batch 64 --epochs 2 --seed "$seed") ;;
+      mlp512) args=(--workload mlp --batch 512 --epochs 2 --seed "$seed") ;;
+      cnn64) args=(--workload cnn --batch 64 --epochs 1 --seed "$seed") ;;
       allreduce) args=(--workload allreduce --sizes-mib 1,4,16,64) ;;
       input) args=(--workload input --batch 64) ;;
       *) echo "compare.sh: unknown workload $w" >&2; exit 2 ;;

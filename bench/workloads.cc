@@ -37,6 +37,7 @@ struct Args {
   std::string workload, mode = "mirrored", sizes_mib = "1,4,16,64";
   std::int64_t batch = 64;
   int epochs = 2;
+  std::uint64_t seed = 42;  // initialisation and shuffling
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -89,7 +90,7 @@ void train(const Args& args) {
   const ls::Tensor y = train_set.second.view_rows(0, n);
   using ls::data::Dataset;
   const Dataset train = Dataset::from_tensor_slices({x, y})
-                            .shuffle(n, {.seed = 42})
+                            .shuffle(n, {.seed = args.seed})
                             .batch(args.batch)
                             .prefetch(ls::data::kAutotune);
   const Dataset test =
@@ -106,6 +107,7 @@ void train(const Args& args) {
   ls::Model model;
   {
     auto scope = strategy.scope();
+    ls::set_random_seed(args.seed);
     model = make_model(args.workload);
   }
   const auto t0 = Clock::now();
@@ -187,6 +189,7 @@ int main(int argc, char** argv) {
   app.add_option("--mode", args.mode)
       ->check(CLI::IsMember({"mirrored", "per-core", "per-core-unsharded", "single"}));
   app.add_option("--sizes-mib", args.sizes_mib);
+  app.add_option("--seed", args.seed, "initialisation and shuffling");
   CLI11_PARSE(app, argc, argv);
   try {
     if (args.workload == "allreduce") {

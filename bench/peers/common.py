@@ -53,4 +53,5 @@ def parse_args(modes):
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--mode", choices=modes, default=modes[0])
     p.add_argument("--sizes-mib", default="1,4,16,64")
+    p.add_argument("--seed", type=int, default=42, help="initialisation and shuffling")
     return p.parse_args()

@@ -16,6 +16,10 @@ def median(label, key):
     return statistics.median(values) if values else None
 
 
+def accuracies(label):
+    return [r["test_accuracy"] for r in runs[label] if r.get("test_accuracy") is not None]
+
+
 workloads = []
 for label in runs:
     w = label.split()[0]
@@ -38,11 +42,19 @@ for w in workloads:
     best = max((lab for lab in labels if "lockstep" in lab),
                key=lambda lab: median(lab, "samples_per_s"))
     best_rate = median(best, "samples_per_s")
-    print("| system | mode | samples/s | test accuracy | peak RSS MiB | Lockstep best / this |")
-    print("|---|---|---|---|---|---|")
+    best_acc = accuracies(best)
+    print("| system | mode | samples/s | test accuracy | Lockstep's accuracy - this (pp) "
+          "| peak RSS MiB | Lockstep best / this |")
+    print("|---|---|---|---|---|---|---|")
     for lab in labels:
-        rate, acc = median(lab, "samples_per_s"), median(lab, "test_accuracy")
+        rate, acc = median(lab, "samples_per_s"), accuracies(lab)
         r0 = runs[lab][0]
-        acc_s = f"{acc:.4f}" if acc is not None else "-"
-        print(f"| {r0['system']} | {r0['mode']} | {rate:,.0f} | {acc_s} | "
+        if not acc:
+            acc_s = delta = "-"
+        elif len(acc) == 1:
+            acc_s, delta = f"{acc[0]:.4f}", f"{100 * (statistics.mean(best_acc) - acc[0]):+.2f}"
+        else:
+            acc_s = f"{statistics.mean(acc):.4f} ± {statistics.stdev(acc):.4f} ({len(acc)} runs)"
+            delta = f"{100 * (statistics.mean(best_acc) - statistics.mean(acc)):+.2f}"
+        print(f"| {r0['system']} | {r0['mode']} | {rate:,.0f} | {acc_s} | {delta} | "
               f"{median(lab, 'peak_rss_mib'):,.0f} | {best_rate / rate:.2f} |")

@@ -53,7 +53,7 @@ def logical_cpus():
 def main():
     args = common.parse_args(["mirrored", "single"])
     peer = f"tensorflow {tf.__version__} / keras {keras.__version__}"
-    keras.utils.set_random_seed(42)
+    keras.utils.set_random_seed(args.seed)
     devices = logical_cpus() if args.mode == "mirrored" or args.workload == "allreduce" else None
     strategy = tf.distribute.MirroredStrategy(devices) if devices else None
     mode = f"MirroredStrategy({len(devices)} logical CPUs)" if devices else "no strategy"

@@ -69,14 +69,14 @@ def evaluate(model, x, y):
 
 def train(args, rank=0, world=1):
     """Trains; returns (seconds, steps, test accuracy or None off rank 0)."""
-    torch.manual_seed(42)
+    torch.manual_seed(args.seed)
     x, y, x_test, y_test = load(args.workload)
     model = make_model(args.workload)
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
     loss_fn = nn.CrossEntropyLoss()
-    gen = torch.Generator().manual_seed(7)
+    gen = torch.Generator().manual_seed(args.seed + 1)
     n, batch = len(x), args.batch
     local = batch // world
     if world > 1:
