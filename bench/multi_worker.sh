@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Multi-worker figures (issue #7) in one run, every process on this machine:
-#   - all-reduce, 2 ranks, 1-64 MiB: our Gloo and MPI communicators against
-#     bare Gloo (gloo::allreduce on the calling thread) and bare MPI_Allreduce,
-#     and one loopback TCP stream;
+#   - all-reduce, 2 ranks, 1-64 MiB (BENCH_SIZES_KIB to choose): our Gloo and
+#     MPI communicators against bare Gloo (gloo::allreduce, and Gloo's
+#     halving-doubling, on the calling thread) and bare MPI_Allreduce, and
+#     one loopback TCP stream;
 #   - seed-MLP samples/s (global batch 64 and 512): 1 worker x 1 replica,
 #     1 worker x 2 replicas, 2 workers x 1 replica over Gloo and over MPI;
 #   - time for the survivor to fail after its peer is killed (kill -9).

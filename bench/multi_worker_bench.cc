@@ -167,8 +167,8 @@ int run_allreduce(const std::string& impl) {
     time_sizes(impl, rank, sum, [&] { sum(&one, 1); });
   } else if (impl == "bare-gloo-hd") {
     // Gloo's halving-doubling algorithm bound to the caller's buffer (made
-    // once per buffer, in the untimed warm-up): what ours-gloo runs below
-    // 8 MiB, without our staging copies and communication thread.
+    // once per buffer, in the untimed warm-up): what ours-gloo runs up to
+    // 2 MiB, without our staging copies and communication thread.
     auto ctx = connect_bare_gloo(rank, size, *client);
     std::map<std::pair<float*, std::size_t>, std::unique_ptr<gloo::Algorithm>> made;
     auto sum = [&](float* d, std::size_t n) {

@@ -1,14 +1,15 @@
 // The Gloo backend: Gloo's TCP transport and its collectives, its full mesh
 // connected through Lockstep's authenticated rendezvous store.
 //
-// All-reduce below kMaxHalvingDoublingBytes runs Gloo's halving-doubling
+// All-reduce up to kMaxHalvingDoublingBytes runs Gloo's halving-doubling
 // algorithm (gloo::AllreduceHalvingDoubling) instead of gloo::allreduce:
-// measured on this project's 2-core VM (docs/benchmarks.md, "Gloo"), the
-// tag-based gloo::allreduce takes 4 ms for 8 bytes and 15-57 ms for
-// 16-256 KiB between two processes (its per-message notifications each wake
-// the peer's event loop and then the caller), halving-doubling 0.3-1 ms —
-// 3-96x faster below 4 MiB, the same above. PyTorch's gloo backend has the
-// tag-based cost (2.5 ms for 1 KiB here).
+// measured on this project's 2-core VM (docs/benchmarks.md, "Gloo's
+// all-reduce algorithms"), the tag-based gloo::allreduce takes 4 ms for 8
+// bytes and 15-57 ms for 16-256 KiB between two processes (its per-message
+// notifications each wake the peer's event loop and then the caller),
+// halving-doubling 0.2-1 ms — 3-96x faster up to 1 MiB, about the same from
+// 4 MiB. PyTorch's gloo backend has the tag-based cost (2.5 ms for 1 KiB
+// here).
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
@@ -226,9 +227,11 @@ class GlooCommunicator final : public detail::SerialCommunicator {
   // from being taken for the next.
   std::uint32_t next_tag() { return tag_++; }
 
-  // Above this, both algorithms take the same time (64 MiB: 92 vs 94 ms) and
-  // gloo::allreduce works in place, without a staging copy.
-  static constexpr std::size_t kMaxHalvingDoublingBytes = std::size_t{8} << 20;
+  // Above this the two algorithms take about the same time (4 MiB: 5-11 ms
+  // for both; 64 MiB: 92 vs 94 ms) and gloo::allreduce works in place,
+  // without halving-doubling's two staging copies (which cost more than the
+  // algorithm gains from 3 MiB up).
+  static constexpr std::size_t kMaxHalvingDoublingBytes = std::size_t{2} << 20;
 
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
