@@ -119,8 +119,10 @@ class HalvingDoublingCache {
     std::unique_ptr<gloo::Algorithm> algorithm;
   };
 
+  // T is float or double, told apart by size.
   template <typename T>
   Entry* find_or_make(std::size_t count, ReduceOp op) {
+    if (op == ReduceOp::kMean) op = ReduceOp::kSum;  // the caller divides
     for (Entry& e : entries_) {
       if (e.type_size == sizeof(T) && e.count == count && e.op == op) return &e;
     }

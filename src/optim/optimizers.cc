@@ -242,17 +242,18 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
   // Every rule is elementwise, so the variables are laid end to end and the
   // whole update is one parallel region over the calling thread's intra-op
   // threads, each thread taking one contiguous range (which may span
-  // variables). Each element's arithmetic is the same however it is split,
+  // variables). Each element's arithmetic is the same however it is split
+  // (this file is compiled without FP contraction, see src/CMakeLists.txt),
   // so results do not depend on the thread count. Under a strategy each
   // replica thread has one intra-op thread and runs it alone.
   //
   // Sharded (the gradients are summed across replicas — here, or before
   // with skip_gradients_aggregation — so every replica holds the same sums
-  // and the same weights): replica i of N takes elements
-  // [total·i/N, total·(i+1)/N) of the concatenation, updates them in its
-  // own copy with the one set of slots and copies them into the others'.
-  // The first barrier: every replica's backward is done reading its copy;
-  // the second: every copy is whole before any replica reads it.
+  // and the same weights): replica i of N takes about the i-th N-th of the
+  // concatenation, updates it in its own copy with the one set of slots
+  // and copies it into the others'. The first barrier: every replica's
+  // backward is done reading its copy; the second: every copy is whole
+  // before any replica reads it.
   auto* ctx = comm::current_replica_context();
   bool sharded =
       ctx && ctx->shard_optimizer_update && ctx->num_local_replicas > 1 && ctx->local_communicator;
@@ -308,28 +309,27 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
   const std::size_t num_others =
       sharded ? static_cast<std::size_t>(ctx->num_local_replicas - 1) : 0;
   const float decay = static_cast<float>(1.0 - weight_decay_ * lr);
+  // Updates elements [begin, end) of the concatenation (in this replica's
+  // copy, then, sharded, in the others').
+  auto update_range = [&](std::int64_t begin, std::int64_t end) {
+    float* slot_ptrs[kMaxSlots];
+    for (const Item& item : items) {
+      const std::int64_t lo = std::max(begin, item.begin), hi = std::min(end, item.begin + item.n);
+      if (lo >= hi) continue;
+      const std::int64_t off = lo - item.begin, n = hi - lo;
+      float* var = item.var + off;
+      if (weight_decay_ > 0) {  // decoupled: var -= var · wd · lr
+        for (std::int64_t j = 0; j < n; ++j) var[j] *= decay;
+      }
+      for (std::size_t k = 0; k < item.slots->size(); ++k) slot_ptrs[k] = (*item.slots)[k] + off;
+      update(var, item.g + off, n, slot_ptrs, lr, step);
+      for (std::size_t k = 0; k < num_others; ++k)
+        std::memcpy(other_copies[item.copies + k] + off, var,
+                    static_cast<std::size_t>(n) * sizeof(float));
+    }
+  };
   detail::parallel_for(last - first, kUpdateCostPerElement,
-                       [&](std::int64_t begin, std::int64_t end) {
-                         begin += first;
-                         end += first;
-                         float* slot_ptrs[kMaxSlots];
-                         for (const Item& item : items) {
-                           const std::int64_t lo = std::max(begin, item.begin),
-                                              hi = std::min(end, item.begin + item.n);
-                           if (lo >= hi) continue;
-                           const std::int64_t off = lo - item.begin, n = hi - lo;
-                           float* var = item.var + off;
-                           if (weight_decay_ > 0) {  // decoupled: var -= var · wd · lr
-                             for (std::int64_t j = 0; j < n; ++j) var[j] *= decay;
-                           }
-                           for (std::size_t k = 0; k < item.slots->size(); ++k)
-                             slot_ptrs[k] = (*item.slots)[k] + off;
-                           update(var, item.g + off, n, slot_ptrs, lr, step);
-                           for (std::size_t k = 0; k < num_others; ++k)
-                             std::memcpy(other_copies[item.copies + k] + off, var,
-                                         static_cast<std::size_t>(n) * sizeof(float));
-                         }
-                       });
+                       [&](std::int64_t b, std::int64_t e) { update_range(first + b, first + e); });
   if (sharded) ctx->local_communicator->barrier();
   ++rs.iterations;
 }
