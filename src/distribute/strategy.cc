@@ -174,7 +174,7 @@ class StrategyImpl {
       ctx.num_local_replicas = k;
       ctx.local_communicator = k > 1 ? &group_->communicator(r) : nullptr;
       if (!workers_.comm) {
-        ctx.communicator = k > 1 ? &group_->communicator(r) : nullptr;
+        ctx.communicator = ctx.local_communicator;
       } else if (k == 1) {
         ctx.communicator = workers_.comm.get();
       } else {
