@@ -9,6 +9,7 @@ PACKAGES=(
   g++ cmake ninja-build ccache make pkg-config
   # libraries
   libdnnl-dev          # oneDNN: matmul, convolution, softmax, eltwise kernels
+  ocl-icd-opencl-dev   # only recommended by libdnnl-dev, but its dnnl-config.cmake requires OpenCL
   nlohmann-json3-dev   # model config and checkpoint headers
   libcli11-dev         # the lockstep command line
   libgtest-dev googletest libgmock-dev
