@@ -1,9 +1,10 @@
 # The two commands the README promises: `make run` and `make test`.
 # Both install what is missing (apt), build, and run. Builds use the CMake
 # presets in CMakePresets.json; build trees live under build/<preset>.
-.PHONY: run test bench asan tsan deps build-release build-dev clean
+.PHONY: run test bench asan tsan deps build-release build-dev install clean
 
 JOBS ?= 2
+PREFIX ?= /usr/local
 
 deps:
 	@bash scripts/install-deps.sh
@@ -30,6 +31,11 @@ bench: build-release
 	@./build/release/bench/distribute_bench
 	@./build/release/bench/checkpoint_bench
 	@bench/multi_worker.sh build/release
+
+# Headers, libraries, the lockstep command, a CMake package and lockstep.pc
+# under $(PREFIX) (README: "Use Lockstep in your program").
+install: build-release
+	@cmake --install build/release --prefix $(PREFIX)
 
 asan: deps
 	@cmake --preset asan >/dev/null

@@ -3,12 +3,13 @@
 
 # Warnings are errors on our own code only (never on third-party headers).
 function(lockstep_set_warnings target)
-  # Options structs are filled with designated initializers that omit fields on
-  # purpose; GCC 12 would flag each omitted leading field. GCC 12 also reports
-  # -Wrestrict on std::string concatenation at -O3 (GCC bug 105651), a false
-  # positive inside libstdc++.
+  # -Wmissing-field-initializers stays on: options structs are filled partly
+  # with designated initializers, so every field of a public struct has a
+  # default member initializer (tests/install/option_fields.py checks).
+  # GCC 12 reports -Wrestrict on std::string concatenation at -O3 (GCC bug
+  # 105651), a false positive inside libstdc++.
   target_compile_options(${target} PRIVATE -Wall -Wextra -Werror -Wno-unknown-pragmas
-                                           -Wno-missing-field-initializers -Wno-restrict)
+                                           -Wno-restrict)
 endfunction()
 
 # lockstep_add_layer(NAME SOURCES ... DEPS ...): builds lockstep_NAME with the
@@ -17,9 +18,12 @@ function(lockstep_add_layer name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(lockstep_${name} ${ARG_SOURCES})
   add_library(lockstep::${name} ALIAS lockstep_${name})
+  # Installed as lockstep::${name} too (cmake/lockstepConfig.cmake.in).
+  set_target_properties(lockstep_${name} PROPERTIES EXPORT_NAME ${name})
   target_include_directories(lockstep_${name} PUBLIC
-    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>
     PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  set_property(GLOBAL APPEND PROPERTY LOCKSTEP_LAYERS lockstep_${name})
   target_link_libraries(lockstep_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   lockstep_set_warnings(lockstep_${name})
   # sqrt/exp never set errno in our kernels, so loops calling them vectorise.

@@ -107,12 +107,12 @@ class GradientTape : private detail::TapeRecorder {
 
  private:
   struct Node {
-    const char* op;
-    std::vector<std::uint64_t> input_ids;
-    std::vector<bool> input_watched;
-    std::vector<Shape> input_shapes;
-    std::uint64_t output_id;
-    std::shared_ptr<const detail::BackwardFn> backward;
+    const char* op{};
+    std::vector<std::uint64_t> input_ids{};
+    std::vector<bool> input_watched{};
+    std::vector<Shape> input_shapes{};
+    std::uint64_t output_id{};
+    std::shared_ptr<const detail::BackwardFn> backward{};
   };
 
   bool wants(std::span<const Tensor> inputs) const override;

@@ -31,7 +31,7 @@ namespace lockstep {
 class Variable {
  public:
   struct Options {
-    std::string name;
+    std::string name{};
     bool trainable = true;
   };
 

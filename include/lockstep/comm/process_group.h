@@ -27,7 +27,7 @@ struct ProcessGroupOptions {
   int size = 1;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   // Called after a collective failed; says who was lost ("" if unknown).
-  std::function<std::string()> diagnose;
+  std::function<std::string()> diagnose{};
 };
 
 // Gloo's TCP transport bound to `hostname` (this worker's address in the

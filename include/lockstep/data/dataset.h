@@ -63,7 +63,7 @@ std::size_t autotune_memory_budget();
 // (the checkpoint writer stores both).
 struct IteratorState {
   nlohmann::json json = nlohmann::json::object();
-  std::map<std::string, Tensor> tensors;
+  std::map<std::string, Tensor> tensors{};
 };
 
 class IteratorImpl;
@@ -103,7 +103,7 @@ class Iterator {
 };
 
 struct ShuffleOptions {
-  std::optional<std::uint64_t> seed;     // none: drawn once per Dataset
+  std::optional<std::uint64_t> seed{};     // none: drawn once per Dataset
   bool reshuffle_each_iteration = true;  // a new order every epoch / repeat pass
 };
 
@@ -154,7 +154,7 @@ struct DistributeOptions {
 };
 
 struct Options {
-  DistributeOptions experimental_distribute;
+  DistributeOptions experimental_distribute{};
 };
 
 class Dataset {

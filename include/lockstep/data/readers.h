@@ -19,15 +19,15 @@ namespace lockstep::data {
 // column is required and a missing field is an error.
 struct CsvColumn {
   DType dtype = DType::kFloat32;
-  std::optional<double> default_value;
+  std::optional<double> default_value{};
 };
 
 struct CsvOptions {
-  std::vector<CsvColumn> columns;  // one per selected column, in order
+  std::vector<CsvColumn> columns{};  // one per selected column, in order
   bool header = false;             // skip each file's first line
   char field_delim = ',';
-  std::vector<int> select_cols;  // empty: all columns (then columns.size() of them)
-  std::string na_value;          // a field equal to this is missing (as is an empty one)
+  std::vector<int> select_cols{};  // empty: all columns (then columns.size() of them)
+  std::string na_value{};          // a field equal to this is missing (as is an empty one)
 };
 
 // Elements: one scalar tensor per selected column. Fields may be quoted

@@ -26,7 +26,7 @@ namespace lockstep::distribute {
 
 // host:port of one task.
 struct TaskAddress {
-  std::string host;
+  std::string host{};
   int port = 0;
   std::string to_string() const { return host + ":" + std::to_string(port); }
 };

@@ -142,7 +142,7 @@ class Strategy {
   // each local replica's share (all of it with a single worker).
   struct LocalShare {
     std::int64_t begin = 0;
-    std::vector<std::int64_t> sizes;
+    std::vector<std::int64_t> sizes{};
   };
   LocalShare local_share(std::int64_t global_batch) const;
 
@@ -159,7 +159,7 @@ struct MirroredStrategyOptions {
   // host device with every core — TensorFlow's default without GPUs, and the
   // faster layout on CPUs (docs/distribute.md). One replica per core:
   // {.devices = logical_devices()}.
-  std::vector<Device*> devices;
+  std::vector<Device*> devices{};
   // Several replicas on each device's cores: for testing replica counts
   // above the core count (each replica then gets a share of the threads).
   int replicas_per_device = 1;
@@ -195,7 +195,7 @@ struct MultiWorkerMirroredStrategyOptions {
   CommunicationImplementation communication = CommunicationImplementation::kAuto;
   // Who the workers are; empty: ClusterResolver::from_environment() (no
   // TF_CONFIG and no MPI launch: a single worker).
-  std::optional<ClusterResolver> cluster_resolver;
+  std::optional<ClusterResolver> cluster_resolver{};
   // Replicas in each worker, each on a logical device (LOCKSTEP_CPU_DEVICES)
   // when there are that many, else sharing the host's cores. TensorFlow's
   // CPU workers have one.
@@ -211,7 +211,7 @@ struct MultiWorkerMirroredStrategyOptions {
   std::chrono::milliseconds join_timeout{std::chrono::seconds(60)};
   // The job's shared secret for the rendezvous store (Gloo); empty: the
   // LOCKSTEP_JOB_TOKEN environment variable (`lockstep launch` sets it).
-  std::string job_token;
+  std::string job_token{};
 };
 
 // Synchronous training across worker processes (and hosts): every worker

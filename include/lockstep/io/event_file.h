@@ -39,7 +39,7 @@ class EventFileWriter {
 struct ScalarEvent {
   double wall_time = 0;
   std::int64_t step = 0;
-  std::string tag;
+  std::string tag{};
   float value = 0;
 };
 

@@ -26,9 +26,9 @@
 namespace lockstep::io {
 
 struct TensorFile {
-  std::string path;
-  std::vector<std::pair<std::string, Tensor>> tensors;  // in file order
-  std::map<std::string, std::string> metadata;          // without the checksum entries
+  std::string path{};
+  std::vector<std::pair<std::string, Tensor>> tensors{};  // in file order
+  std::map<std::string, std::string> metadata{};          // without the checksum entries
   // The header carried Lockstep's checksum (files from other writers may not).
   bool header_checked = false;
   const Tensor& at(const std::string& name) const;

@@ -24,13 +24,13 @@ struct Conv2DOptions {
   std::string padding = "valid";
   Size2 dilation_rate{1, 1};
   std::int64_t groups = 1;
-  std::string activation;
+  std::string activation{};
   bool use_bias = true;
   Initializer kernel_initializer = initializers::GlorotUniform();
   Initializer bias_initializer = initializers::Zeros();
-  Regularizer kernel_regularizer;
-  Regularizer bias_regularizer;
-  std::string name;
+  Regularizer kernel_regularizer{};
+  Regularizer bias_regularizer{};
+  std::string name{};
 };
 
 class Conv2DImpl : public SingleInputLayerImpl {
@@ -61,13 +61,13 @@ struct DepthwiseConv2DOptions {
   std::string padding = "valid";
   std::int64_t depth_multiplier = 1;
   Size2 dilation_rate{1, 1};
-  std::string activation;
+  std::string activation{};
   bool use_bias = true;
   Initializer depthwise_initializer = initializers::GlorotUniform();
   Initializer bias_initializer = initializers::Zeros();
-  Regularizer depthwise_regularizer;
-  Regularizer bias_regularizer;
-  std::string name;
+  Regularizer depthwise_regularizer{};
+  Regularizer bias_regularizer{};
+  std::string name{};
 };
 // One filter per input channel (times depth_multiplier); kernel
 // [kh, kw, in_channels, depth_multiplier] as Keras.
@@ -95,7 +95,7 @@ class DepthwiseConv2D : public Layer {
 struct Pooling2DOptions {
   Size2 strides{0, 0};  // 0: the pool size
   std::string padding = "valid";
-  std::string name;
+  std::string name{};
 };
 class Pooling2DImpl : public SingleInputLayerImpl {
  public:
@@ -119,7 +119,7 @@ class AveragePooling2D : public Layer {
 
 struct GlobalPoolingOptions {
   bool keepdims = false;
-  std::string name;
+  std::string name{};
 };
 class GlobalAveragePooling2DImpl : public SingleInputLayerImpl {
  public:
@@ -159,7 +159,7 @@ struct BatchNormalizationOptions {
   Initializer gamma_initializer = initializers::Ones();
   Initializer moving_mean_initializer = initializers::Zeros();
   Initializer moving_variance_initializer = initializers::Ones();
-  std::string name;
+  std::string name{};
 };
 // Normalises the last axis. In training (and trainable) it uses the batch's
 // statistics and updates the moving averages; in inference — or when frozen,

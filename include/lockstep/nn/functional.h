@@ -13,9 +13,9 @@ namespace lockstep {
 
 // The layer call that produced a KerasTensor.
 struct KerasTensor::Node {
-  std::shared_ptr<LayerImpl> layer;  // null for an Input
-  std::vector<KerasTensor> inputs;
-  std::string input_name;  // for an Input
+  std::shared_ptr<LayerImpl> layer{};  // null for an Input
+  std::vector<KerasTensor> inputs{};
+  std::string input_name{};  // for an Input
 };
 
 // Runs the graph between `inputs` and `outputs`, layers in topological order.
@@ -32,10 +32,10 @@ class FunctionalImpl : public LayerImpl {
 
   // One layer call of the graph, in execution order.
   struct Step {
-    const KerasTensor::Node* node;
-    std::vector<int> input_slots;  // where its inputs are
-    int output_slot;               // where its output goes
-    KerasTensor output;
+    const KerasTensor::Node* node{};
+    std::vector<int> input_slots{};  // where its inputs are
+    int output_slot{};               // where its output goes
+    KerasTensor output{};
   };
   const std::vector<Step>& steps() const { return steps_; }
 

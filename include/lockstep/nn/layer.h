@@ -90,11 +90,11 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
 
  protected:
   struct WeightOptions {
-    std::string name;
-    Shape shape;
+    std::string name{};
+    Shape shape{};
     Initializer initializer = initializers::GlorotUniform();
     bool trainable = true;
-    Regularizer regularizer;  // empty: none
+    Regularizer regularizer{};  // empty: none
   };
   Variable add_weight(const WeightOptions& options);
   // Registers a sublayer so that its weights and losses count as this layer's.
@@ -107,8 +107,8 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
 
  private:
   struct OwnWeight {
-    Variable variable;
-    Regularizer regularizer;
+    Variable variable{};
+    Regularizer regularizer{};
   };
   void collect(std::vector<const LayerImpl*>& out) const;
 

@@ -26,13 +26,13 @@ namespace layers {
 
 // ---- Dense ------------------------------------------------------------------
 struct DenseOptions {
-  std::string activation;  // "" = linear
+  std::string activation{};  // "" = linear
   bool use_bias = true;
   Initializer kernel_initializer = initializers::GlorotUniform();
   Initializer bias_initializer = initializers::Zeros();
-  Regularizer kernel_regularizer;
-  Regularizer bias_regularizer;
-  std::string name;
+  Regularizer kernel_regularizer{};
+  Regularizer bias_regularizer{};
+  std::string name{};
 };
 
 class DenseImpl : public SingleInputLayerImpl {
@@ -77,7 +77,7 @@ class Activation : public Layer {
 struct ReLUOptions {
   float max_value = -1.0f;      // < 0: unbounded
   float negative_slope = 0.0f;  // leaky slope below the threshold
-  std::string name;
+  std::string name{};
 };
 class ReLUImpl : public SingleInputLayerImpl {
  public:
@@ -109,8 +109,8 @@ class Softmax : public Layer {
 
 // ---- Dropout -------------------------------------------------------------------
 struct DropoutOptions {
-  std::optional<std::uint64_t> seed;
-  std::string name;
+  std::optional<std::uint64_t> seed{};
+  std::string name{};
 };
 // Inverted dropout: in training, zeroes a fraction `rate` of the inputs and
 // scales the rest by 1 / (1 - rate); identity in inference.
@@ -185,8 +185,8 @@ class Concatenate : public Layer {
 // ---- Embedding ---------------------------------------------------------------------
 struct EmbeddingOptions {
   Initializer embeddings_initializer = initializers::RandomUniform();
-  Regularizer embeddings_regularizer;
-  std::string name;
+  Regularizer embeddings_regularizer{};
+  std::string name{};
 };
 // Maps integer ids in [0, input_dim) to vectors of size output_dim.
 class EmbeddingImpl : public SingleInputLayerImpl {

@@ -67,11 +67,11 @@ class Metric {
 namespace metrics {
 
 struct MetricOptions {
-  std::string name;  // default: the Keras name
+  std::string name{};  // default: the Keras name
 };
 struct ThresholdOptions {
   float threshold = 0.5f;
-  std::string name;
+  std::string name{};
 };
 
 // Weighted mean of the values passed (as y_true) — Keras's Mean.
@@ -111,7 +111,7 @@ class BinaryAccuracy : public Metric {
 };
 struct TopKOptions {
   int k = 5;
-  std::string name;
+  std::string name{};
 };
 // The true class (argmax of one-hot y_true) is among the k largest predictions
 // (ties at the boundary count as inside, as tf.math.in_top_k).
@@ -129,7 +129,7 @@ class Recall : public Metric {
 };
 struct AUCOptions {
   int num_thresholds = 200;
-  std::string name;
+  std::string name{};
 };
 // Area under the ROC curve from confusion counts at evenly spaced thresholds,
 // trapezoidal (Keras's default "interpolation" summation for ROC).

@@ -33,18 +33,18 @@ namespace detail {
 struct GradientBuckets {
   struct Bucket {
     std::int64_t begin = 0, end = 0;  // arena range: gradients, then one flag per variable
-    std::vector<std::size_t> vars;
+    std::vector<std::size_t> vars{};
     int pending = 0;
-    comm::WorkHandle work;
+    comm::WorkHandle work{};
   };
-  std::vector<std::uint64_t> var_ids;
+  std::vector<std::uint64_t> var_ids{};
   std::size_t bytes_per_pack = 0;
-  Tensor arena;
-  std::vector<std::int64_t> offset;    // per variable: its gradient's place in the arena
-  std::vector<std::int64_t> flag;      // per variable: its "has a gradient" flag's place
-  std::vector<std::size_t> bucket_of;  // per variable
-  std::vector<char> added;             // per variable, this step
-  std::vector<Bucket> buckets;         // in posting order
+  Tensor arena{};
+  std::vector<std::int64_t> offset{};    // per variable: its gradient's place in the arena
+  std::vector<std::int64_t> flag{};      // per variable: its "has a gradient" flag's place
+  std::vector<std::size_t> bucket_of{};  // per variable
+  std::vector<char> added{};             // per variable, this step
+  std::vector<Bucket> buckets{};         // in posting order
   std::size_t next_post = 0;
 };
 }  // namespace detail

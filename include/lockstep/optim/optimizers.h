@@ -106,14 +106,14 @@ class OptimizerImpl {
   // A variable's slot variables and raw pointers to their buffers (stable:
   // variables update in place), found by variable id in one hash lookup.
   struct VarSlots {
-    std::vector<Variable> slots;
-    std::vector<float*> buffers;
+    std::vector<Variable> slots{};
+    std::vector<float*> buffers{};
   };
   // What each replica keeps for itself (index 0 outside strategies).
   struct ReplicaState {
-    std::unordered_map<std::uint64_t, VarSlots> var_slots;
+    std::unordered_map<std::uint64_t, VarSlots> var_slots{};
     std::int64_t iterations = 0;
-    detail::GradientBuckets buckets;  // this replica's gradient arena, in buckets
+    detail::GradientBuckets buckets{};  // this replica's gradient arena, in buckets
   };
   ReplicaState& replica_state(int replica);
   VarSlots& slots_for(ReplicaState& rs, int replica, const Variable& v);
@@ -161,7 +161,7 @@ struct SGDOptions {
   double momentum = 0.0;
   bool nesterov = false;
   double weight_decay = 0.0;
-  ClipOptions clip;
+  ClipOptions clip{};
 };
 class SGD : public Optimizer {
  public:
@@ -174,7 +174,7 @@ struct AdamOptions {
   double beta_2 = 0.999;
   double epsilon = 1e-7;
   double weight_decay = 0.0;
-  ClipOptions clip;
+  ClipOptions clip{};
 };
 class Adam : public Optimizer {
  public:
@@ -188,7 +188,7 @@ struct AdamWOptions {
   double beta_1 = 0.9;
   double beta_2 = 0.999;
   double epsilon = 1e-7;
-  ClipOptions clip;
+  ClipOptions clip{};
 };
 class AdamW : public Optimizer {
  public:
@@ -202,7 +202,7 @@ struct RMSpropOptions {
   double epsilon = 1e-7;
   bool centered = false;
   double weight_decay = 0.0;
-  ClipOptions clip;
+  ClipOptions clip{};
 };
 class RMSprop : public Optimizer {
  public:
@@ -214,7 +214,7 @@ struct AdagradOptions {
   double initial_accumulator_value = 0.1;
   double epsilon = 1e-7;
   double weight_decay = 0.0;
-  ClipOptions clip;
+  ClipOptions clip{};
 };
 class Adagrad : public Optimizer {
  public:

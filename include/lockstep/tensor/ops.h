@@ -74,7 +74,7 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y);
 
 // ---- reductions -------------------------------------------------------------
 struct ReduceOptions {
-  std::vector<int> axes;  // empty: all axes
+  std::vector<int> axes{};  // empty: all axes
   bool keepdims = false;
 };
 Tensor sum(const Tensor& x, const ReduceOptions& options = {});
@@ -124,7 +124,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2DOptions& options = {});
 // Batch normalisation over the last axis with batch statistics; also returns
 // the batch mean and (biased) variance for the moving averages.
 struct BatchNormResult {
-  Tensor y, mean, variance;
+  Tensor y, mean, variance{};
 };
 BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                     float epsilon);

@@ -38,13 +38,13 @@ inline constexpr int kCheckpointFormatVersion = 1;
 
 // What a checkpoint file says about itself, validated (read()).
 struct CheckpointInfo {
-  std::string path;
+  std::string path{};
   int format_version = 0;
   std::int64_t iterations = 0;
   int replicas = 1;
-  std::string strategy;
-  std::optional<TrainingSnapshot> position;  // saved during fit
-  io::TensorFile file;
+  std::string strategy{};
+  std::optional<TrainingSnapshot> position{};  // saved during fit
+  io::TensorFile file{};
 };
 
 class Checkpoint {
@@ -69,8 +69,8 @@ class Checkpoint {
   // What save() writes, gathered (with `copy`, as copies, so it may be
   // written while training goes on), and the write itself.
   struct Contents {
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    std::map<std::string, std::string> metadata;
+    std::vector<std::pair<std::string, Tensor>> tensors{};
+    std::map<std::string, std::string> metadata{};
   };
   Contents contents(bool full_input_state, bool copy) const;
   static void write(const std::string& path, const Contents& contents);
@@ -80,7 +80,7 @@ class Checkpoint {
 };
 
 struct CheckpointManagerOptions {
-  std::string directory;
+  std::string directory{};
   int max_to_keep = 5;   // the newest this many are kept (0: all)
   int keep_every_n = 0;  // > 0: checkpoint numbers divisible by n are kept as well
   std::string prefix = "ckpt";
@@ -112,7 +112,7 @@ class CheckpointManager {
   std::vector<std::string> checkpoints() const;
   // Restores the newest checkpoint that loads; one that is damaged is
   // reported on `log` and the next older one is tried. Returns the path and
-  // its training position; nullopt when there is none (or none loads).
+  // its training position{}; nullopt when there is none (or none loads).
   std::optional<std::pair<std::string, std::optional<TrainingSnapshot>>> restore_latest(
       std::ostream& log);
   // Deletes every checkpoint of this manager.

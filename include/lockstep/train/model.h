@@ -40,17 +40,17 @@ struct MetricSpec {
   MetricSpec(const char* n) : name(n) {}             // NOLINT
   MetricSpec(std::string n) : name(std::move(n)) {}  // NOLINT
   Metric metric;
-  std::string name;
+  std::string name{};
 };
 
 struct CompileOptions {
-  Optimizer optimizer;               // undefined: RMSprop, Keras's default
-  Loss loss;                         // one loss (applied to every output of a multi-output model)
-  std::vector<Loss> losses;          // or one per output
-  std::vector<double> loss_weights;  // per output (default 1)
+  Optimizer optimizer{};               // undefined: RMSprop, Keras's default
+  Loss loss{};                         // one loss (applied to every output of a multi-output model)
+  std::vector<Loss> losses{};          // or one per output
+  std::vector<double> loss_weights{};  // per output (default 1)
   // For a multi-output model each metric is applied to every output and
   // named "<output layer>_<metric>", as Keras.
-  std::vector<MetricSpec> metrics;
+  std::vector<MetricSpec> metrics{};
   bool run_eagerly = false;  // accepted for parity; Lockstep always runs eagerly
 };
 
@@ -72,8 +72,8 @@ struct FitOptions {
   // 0 silent, 1 live bar (on a terminal; elsewhere the verbose = 2 line),
   // 2 one line per epoch.
   int verbose = 1;
-  std::vector<std::shared_ptr<Callback>> callbacks;
-  std::optional<ValidationData> validation_data;
+  std::vector<std::shared_ptr<Callback>> callbacks{};
+  std::optional<ValidationData> validation_data{};
   double validation_split = 0.0;  // fraction taken from the end of x / y
   int validation_freq = 1;        // validate every N epochs
   // 0: the whole data. With a Dataset: that many batches per epoch from one
@@ -88,7 +88,7 @@ struct EvaluateOptions {
   std::int64_t batch_size = 32;  // tensors only: a Dataset is already batched
   std::int64_t steps = 0;        // 0: until the data ends
   int verbose = 1;
-  std::vector<std::shared_ptr<Callback>> callbacks;
+  std::vector<std::shared_ptr<Callback>> callbacks{};
 };
 
 struct SummaryOptions {
@@ -101,7 +101,7 @@ struct PredictOptions {
   std::int64_t batch_size = 32;  // tensors only
   std::int64_t steps = 0;        // 0: until the data ends
   int verbose = 0;
-  std::vector<std::shared_ptr<Callback>> callbacks;
+  std::vector<std::shared_ptr<Callback>> callbacks{};
 };
 
 // Where fit is, between two batches: everything besides the weights and
@@ -110,8 +110,8 @@ struct PredictOptions {
 struct TrainingSnapshot {
   int epoch = 0;              // the epoch in progress, or the next to start
   std::int64_t step = 0;      // batches of that epoch already applied
-  data::IteratorState input;  // the training data's position
-  std::vector<std::pair<std::string, std::vector<double>>> metrics;  // metrics() order
+  data::IteratorState input{};  // the training data's position
+  std::vector<std::pair<std::string, std::vector<double>>> metrics{};  // metrics() order
   std::uint64_t random_seed = 0, random_stream = 0;                  // the global random state
 };
 
@@ -195,7 +195,7 @@ class Model : public Layer {
   // The architecture alone, as the JSON config save() stores (Keras's
   // model.to_json()); model_from_json rebuilds it with fresh weights.
   std::string to_json() const;
-  // Weights alone, by name; load_weights checks every name and shape.
+  // Weights alone, by name{}; load_weights checks every name and shape.
   void save_weights(const std::string& path) const;
   void load_weights(const std::string& path) const;
 
@@ -244,13 +244,17 @@ Model make_model(Args&&... args) {
   return Model(std::make_shared<Impl>(std::forward<Args>(args)...));
 }
 
+struct SequentialOptions {
+  std::optional<Shape> input_shape{};  // shape of one example; builds layers as they are added
+  std::string name{};
+};
+
 // A linear stack of layers (keras.Sequential).
 class Sequential : public Model {
  public:
-  struct Options {
-    std::optional<Shape> input_shape;  // shape of one example; builds layers as they are added
-    std::string name;
-  };
+  // Outside the class, so that its default member initializers can serve
+  // the constructor's default argument.
+  using Options = SequentialOptions;
   explicit Sequential(std::vector<Layer> layers = {}, Options options = {});
   void add(const Layer& layer) const;
 };

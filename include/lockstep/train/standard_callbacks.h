@@ -43,7 +43,7 @@ class SaveFreq {
 enum class MonitorMode { kAuto, kMin, kMax };
 
 struct BackupAndRestoreOptions {
-  std::string backup_dir;
+  std::string backup_dir{};
   SaveFreq save_freq = "epoch";
   bool delete_checkpoint = true;
   int max_to_keep = 2;  // the newest and one to fall back to
@@ -84,14 +84,14 @@ class BackupAndRestore : public Callback {
 };
 
 struct ModelCheckpointOptions {
-  std::string filepath;
+  std::string filepath{};
   std::string monitor = "val_loss";
   int verbose = 0;
   bool save_best_only = false;
   bool save_weights_only = false;
   MonitorMode mode = MonitorMode::kAuto;
   SaveFreq save_freq = "epoch";
-  std::optional<double> initial_value_threshold;
+  std::optional<double> initial_value_threshold{};
 };
 
 // Saves the model (or its weights) at the end of every epoch or every N
@@ -125,7 +125,7 @@ struct EarlyStoppingOptions {
   int patience = 0;
   int verbose = 0;
   MonitorMode mode = MonitorMode::kAuto;
-  std::optional<double> baseline;
+  std::optional<double> baseline{};
   bool restore_best_weights = false;
   int start_from_epoch = 0;
 };
@@ -235,9 +235,9 @@ class TerminateOnNaN : public Callback {
 class LambdaCallback : public Callback {
  public:
   struct Functions {
-    std::function<void(int, const Logs&)> on_epoch_begin, on_epoch_end;
-    std::function<void(std::int64_t, const Logs&)> on_train_batch_begin, on_train_batch_end;
-    std::function<void(const Logs&)> on_train_begin, on_train_end;
+    std::function<void(int, const Logs&)> on_epoch_begin{}, on_epoch_end{};
+    std::function<void(std::int64_t, const Logs&)> on_train_batch_begin{}, on_train_batch_end{};
+    std::function<void(const Logs&)> on_train_begin{}, on_train_end{};
   };
   explicit LambdaCallback(Functions f) : f_(std::move(f)) {}
   void on_epoch_begin(int e, const Logs& l) override {
