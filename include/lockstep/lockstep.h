@@ -27,6 +27,7 @@
 #include "lockstep/nn/layers.h"
 #include "lockstep/nn/losses.h"
 #include "lockstep/nn/metrics.h"
+#include "lockstep/nn/utils.h"
 #include "lockstep/optim/optimizers.h"
 #include "lockstep/optim/schedules.h"
 #include "lockstep/tensor/device.h"

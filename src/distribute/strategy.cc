@@ -317,6 +317,12 @@ Strategy::Scope::~Scope() { t_strategies.pop_back(); }
 
 void Strategy::run_replicas(const std::function<void(int)>& fn) const { impl_->run(fn); }
 
+void Strategy::check_per_replica_size(int size) const {
+  LOCKSTEP_CHECK(size == num_local_replicas(), "Strategy::run: a PerReplica argument holds ", size,
+                 " values for ", num_local_replicas(),
+                 " local replicas (make it with this strategy's distributed dataset or run)");
+}
+
 std::vector<std::int64_t> Strategy::split_sizes(std::int64_t global_batch) const {
   const std::int64_t n = num_replicas_in_sync();
   std::vector<std::int64_t> sizes(static_cast<std::size_t>(n), global_batch / n);

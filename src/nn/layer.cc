@@ -265,6 +265,7 @@ KerasTensor Layer::operator()(const std::vector<KerasTensor>& inputs) const {
 KerasTensor Input(const Shape& sample_shape, DType dtype, std::string name) {
   auto node = std::make_shared<KerasTensor::Node>();
   node->input_name = name.empty() ? unique_name("input_layer") : std::move(name);
+  node->input_layer = std::make_shared<InputLayerImpl>(node->input_name);
   return KerasTensor(node, 0, sample_shape, dtype);
 }
 

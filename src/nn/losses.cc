@@ -227,18 +227,34 @@ Huber::Huber(HuberOptions o)
     : Loss(std::make_shared<Elementwise>(Elementwise::Kind::kHuber, o.reduction, o.delta)) {}
 
 Loss get(const std::string& name) {
-  if (name == "sparse_categorical_crossentropy") return SparseCategoricalCrossentropy();
-  if (name == "categorical_crossentropy") return CategoricalCrossentropy();
-  if (name == "binary_crossentropy") return BinaryCrossentropy();
-  if (name == "mean_squared_error" || name == "mse") return MeanSquaredError();
-  if (name == "mean_absolute_error" || name == "mae") return MeanAbsoluteError();
-  if (name == "huber" || name == "huber_loss") return Huber();
-  detail::throw_error<ValueError>(
-      "unknown loss '", name,
-      "'; valid names: sparse_categorical_crossentropy, "
-      "categorical_crossentropy, binary_crossentropy, mean_squared_error "
-      "(mse), mean_absolute_error (mae), huber");
+  // {identifiers, factory}: the function name and its aliases, then the class name.
+  struct Known {
+    std::vector<std::string> names;
+    Loss (*make)();
+  };
+  static const std::vector<Known> known = {
+      {{"sparse_categorical_crossentropy", "SparseCategoricalCrossentropy"},
+       [] { return Loss(SparseCategoricalCrossentropy()); }},
+      {{"categorical_crossentropy", "CategoricalCrossentropy"},
+       [] { return Loss(CategoricalCrossentropy()); }},
+      {{"binary_crossentropy", "BinaryCrossentropy"}, [] { return Loss(BinaryCrossentropy()); }},
+      {{"mean_squared_error", "mse", "MeanSquaredError"}, [] { return Loss(MeanSquaredError()); }},
+      {{"mean_absolute_error", "mae", "MeanAbsoluteError"},
+       [] { return Loss(MeanAbsoluteError()); }},
+      {{"huber", "huber_loss", "Huber"}, [] { return Loss(Huber()); }},
+  };
+  std::string all;
+  for (const Known& k : known) {
+    for (const std::string& n : k.names) {
+      if (n == name) return k.make();
+      all += (all.empty() ? "" : ", ") + n;
+    }
+  }
+  detail::throw_error<ValueError>("unknown loss '", name, "'; known losses: ", all);
 }
 
 }  // namespace losses
+
+Loss::Loss(const char* name) : Loss(losses::get(name)) {}
+Loss::Loss(const std::string& name) : Loss(losses::get(name)) {}
 }  // namespace lockstep

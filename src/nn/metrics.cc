@@ -37,8 +37,9 @@ void check_pair(const std::string& name, const Tensor& y_true, const Tensor& y_p
 class PerExample : public MetricImpl {
  public:
   using Fn = std::function<std::vector<double>(const Tensor& y_true, const Tensor& y_pred)>;
-  PerExample(std::string name, Fn fn, bool sum_only = false)
-      : MetricImpl(std::move(name)), fn_(std::move(fn)), sum_only_(sum_only) {
+  enum class Result { kMean, kSum, kRootMean };
+  PerExample(std::string name, Fn fn, Result result = Result::kMean)
+      : MetricImpl(std::move(name)), fn_(std::move(fn)), result_(result) {
     state_.assign(2, 0.0);
   }
   void update_state(const Tensor& y_true, const Tensor& y_pred,
@@ -52,16 +53,17 @@ class PerExample : public MetricImpl {
     }
   }
   double result() const override {
-    if (sum_only_) return state_[0];
-    return state_[1] == 0.0 ? 0.0 : state_[0] / state_[1];
+    if (result_ == Result::kSum) return state_[0];
+    const double mean = state_[1] == 0.0 ? 0.0 : state_[0] / state_[1];
+    return result_ == Result::kRootMean ? std::sqrt(mean) : mean;
   }
   std::shared_ptr<MetricImpl> clone() const override {
-    return std::make_shared<PerExample>(name(), fn_, sum_only_);
+    return std::make_shared<PerExample>(name(), fn_, result_);
   }
 
  private:
   Fn fn_;
-  bool sum_only_;
+  Result result_;
 };
 
 // [batch, classes] predictions as rows.
@@ -211,7 +213,7 @@ Mean::Mean(MetricOptions o)
 Sum::Sum(MetricOptions o)
     : Metric(std::make_shared<PerExample>(
           or_default(o.name, "sum"), [](const Tensor& v, const Tensor&) { return host(v); },
-          true)) {}
+          PerExample::Result::kSum)) {}
 
 Accuracy::Accuracy(MetricOptions o) {
   const std::string name = or_default(o.name, "accuracy");
@@ -281,11 +283,239 @@ AUC::AUC(AUCOptions o) {
   impl_ = std::make_shared<Confusion>(or_default(o.name, "auc"), Confusion::Kind::kAuc, thresholds);
 }
 
-MeanSquaredError::MeanSquaredError(MetricOptions o) {
-  const std::string name = or_default(o.name, "mean_squared_error");
-  impl_ = std::make_shared<PerExample>(name, [name](const Tensor& t, const Tensor& p) {
-    return per_example_mean(t, p, name, [](double a, double b) { return (a - b) * (a - b); });
+SparseTopKCategoricalAccuracy::SparseTopKCategoricalAccuracy(TopKOptions o) {
+  const std::string name = or_default(o.name, "sparse_top_k_categorical_accuracy");
+  const int k = o.k;
+  LOCKSTEP_CHECK(k >= 1, "SparseTopKCategoricalAccuracy: k must be >= 1, got ", k);
+  impl_ = std::make_shared<PerExample>(name, [name, k](const Tensor& t, const Tensor& p) {
+    check_pair(name, t, p);
+    const Rows pr = rows_of(p, name);
+    const std::vector<double> labels = host(t);
+    LOCKSTEP_CHECK_AS(ShapeError, static_cast<std::int64_t>(labels.size()) == pr.batch,
+                      "metric '", name, "': expected one label per example, got y_true ",
+                      t.shape(), " for y_pred ", p.shape());
+    std::vector<double> out(static_cast<std::size_t>(pr.batch));
+    for (std::int64_t i = 0; i < pr.batch; ++i) {
+      const double label = labels[static_cast<std::size_t>(i)];
+      LOCKSTEP_CHECK_AS(IndexError, label >= 0 && label < static_cast<double>(pr.classes),
+                        "metric '", name, "': label ", label, " at position ", i,
+                        " is out of range for ", pr.classes, " classes");
+      const double target = pr.row(i)[static_cast<std::int64_t>(label)];
+      std::int64_t greater = 0;
+      for (std::int64_t c = 0; c < pr.classes; ++c) greater += pr.row(i)[c] > target;
+      out[static_cast<std::size_t>(i)] = greater < k ? 1.0 : 0.0;
+    }
+    return out;
   });
+}
+
+namespace {
+
+constexpr double kEpsilon = 1e-7;  // Keras's backend epsilon
+
+// A metric that is the mean over the last axis of f(y_true, y_pred), per
+// example (Keras's MeanMetricWrapper of an elementwise function).
+std::shared_ptr<MetricImpl> elementwise_mean(
+    const std::string& name, double (*f)(double, double),
+    PerExample::Result result = PerExample::Result::kMean) {
+  return std::make_shared<PerExample>(
+      name, [name, f](const Tensor& t, const Tensor& p) { return per_example_mean(t, p, name, f); },
+      result);
+}
+
+// A metric that is the mean of a loss's per-example values.
+std::shared_ptr<MetricImpl> loss_mean(const std::string& name, const Loss& loss) {
+  return std::make_shared<PerExample>(
+      name, [loss](const Tensor& t, const Tensor& p) { return host(loss.per_example(t, p)); });
+}
+
+// Per-example sums over the last axis of g(t_row, p_row): row functions.
+std::shared_ptr<MetricImpl> row_metric(
+    const std::string& name,
+    double (*g)(const double* t, const double* p, std::int64_t n)) {
+  return std::make_shared<PerExample>(name, [name, g](const Tensor& t, const Tensor& p) {
+    check_pair(name, t, p);
+    LOCKSTEP_CHECK_AS(ShapeError, t.shape() == p.shape(), "metric '", name, "': y_true ",
+                      t.shape(), " and y_pred ", p.shape(), " must have the same shape");
+    const Rows pr = rows_of(p, name), tr = rows_of(t, name);
+    std::vector<double> out(static_cast<std::size_t>(pr.batch));
+    for (std::int64_t i = 0; i < pr.batch; ++i)
+      out[static_cast<std::size_t>(i)] = g(tr.row(i), pr.row(i), pr.classes);
+    return out;
+  });
+}
+
+}  // namespace
+
+MeanSquaredError::MeanSquaredError(MetricOptions o)
+    : Metric(elementwise_mean(or_default(o.name, "mean_squared_error"),
+                              [](double a, double b) { return (a - b) * (a - b); })) {}
+
+MeanAbsoluteError::MeanAbsoluteError(MetricOptions o)
+    : Metric(elementwise_mean(or_default(o.name, "mean_absolute_error"),
+                              [](double a, double b) { return std::fabs(a - b); })) {}
+
+MeanAbsolutePercentageError::MeanAbsolutePercentageError(MetricOptions o)
+    : Metric(elementwise_mean(or_default(o.name, "mean_absolute_percentage_error"),
+                              [](double a, double b) {
+                                return 100.0 * std::fabs((a - b) / std::max(std::fabs(a), kEpsilon));
+                              })) {}
+
+MeanSquaredLogarithmicError::MeanSquaredLogarithmicError(MetricOptions o)
+    : Metric(elementwise_mean(or_default(o.name, "mean_squared_logarithmic_error"),
+                              [](double a, double b) {
+                                const double d = std::log(std::max(b, kEpsilon) + 1.0) -
+                                                 std::log(std::max(a, kEpsilon) + 1.0);
+                                return d * d;
+                              })) {}
+
+RootMeanSquaredError::RootMeanSquaredError(MetricOptions o)
+    : Metric(elementwise_mean(or_default(o.name, "root_mean_squared_error"),
+                              [](double a, double b) { return (a - b) * (a - b); },
+                              PerExample::Result::kRootMean)) {}
+
+LogCoshError::LogCoshError(MetricOptions o)
+    : Metric(elementwise_mean(or_default(o.name, "logcosh"), [](double a, double b) {
+        // log(cosh(x)) = x + log1p(exp(-2x)) - log 2, stable for large |x|.
+        const double x = std::fabs(b - a);
+        return x + std::log1p(std::exp(-2.0 * x)) - std::log(2.0);
+      })) {}
+
+KLDivergence::KLDivergence(MetricOptions o)
+    : Metric(row_metric(or_default(o.name, "kl_divergence"),
+                        [](const double* t, const double* p, std::int64_t n) {
+                          double s = 0;
+                          for (std::int64_t j = 0; j < n; ++j) {
+                            const double a = std::clamp(t[j], kEpsilon, 1.0);
+                            const double b = std::clamp(p[j], kEpsilon, 1.0);
+                            s += a * std::log(a / b);
+                          }
+                          return s;
+                        })) {}
+
+Poisson::Poisson(MetricOptions o)
+    : Metric(elementwise_mean(or_default(o.name, "poisson"), [](double a, double b) {
+        return b - a * std::log(b + kEpsilon);
+      })) {}
+
+namespace {
+// Keras's hinge labels: 0/1 become -1/1; -1/1 stay.
+double hinge_label(double t) { return t == 0.0 ? -1.0 : t; }
+}  // namespace
+
+Hinge::Hinge(MetricOptions o)
+    : Metric(elementwise_mean(or_default(o.name, "hinge"), [](double a, double b) {
+        return std::max(1.0 - hinge_label(a) * b, 0.0);
+      })) {}
+
+SquaredHinge::SquaredHinge(MetricOptions o)
+    : Metric(elementwise_mean(or_default(o.name, "squared_hinge"), [](double a, double b) {
+        const double h = std::max(1.0 - hinge_label(a) * b, 0.0);
+        return h * h;
+      })) {}
+
+CosineSimilarity::CosineSimilarity(MetricOptions o)
+    : Metric(row_metric(or_default(o.name, "cosine_similarity"),
+                        [](const double* t, const double* p, std::int64_t n) {
+                          double tt = 0, pp = 0, tp = 0;
+                          for (std::int64_t j = 0; j < n; ++j) {
+                            tt += t[j] * t[j];
+                            pp += p[j] * p[j];
+                            tp += t[j] * p[j];
+                          }
+                          // Keras's l2_normalize: x / sqrt(max(sum x², 1e-12)).
+                          return tp / std::sqrt(std::max(tt, 1e-12) * std::max(pp, 1e-12));
+                        })) {}
+
+BinaryCrossentropy::BinaryCrossentropy(CrossentropyMetricOptions o)
+    : Metric(loss_mean(or_default(o.name, "binary_crossentropy"),
+                       losses::BinaryCrossentropy({.from_logits = o.from_logits,
+                                                   .label_smoothing = o.label_smoothing}))) {}
+
+CategoricalCrossentropy::CategoricalCrossentropy(CrossentropyMetricOptions o)
+    : Metric(loss_mean(or_default(o.name, "categorical_crossentropy"),
+                       losses::CategoricalCrossentropy({.from_logits = o.from_logits,
+                                                        .label_smoothing = o.label_smoothing}))) {}
+
+SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(CrossentropyMetricOptions o)
+    : Metric(loss_mean(or_default(o.name, "sparse_categorical_crossentropy"),
+                       losses::SparseCategoricalCrossentropy({.from_logits = o.from_logits}))) {}
+
+Metric get(const std::string& name, const Loss& loss) {
+  const std::string loss_name = loss.defined() ? loss.name() : "";
+  if (name == "accuracy" || name == "acc") {
+    // Keras picks the accuracy that matches the loss, keeping the name given.
+    if (loss_name == "sparse_categorical_crossentropy")
+      return SparseCategoricalAccuracy({.name = name});
+    if (loss_name == "categorical_crossentropy") return CategoricalAccuracy({.name = name});
+    if (loss_name == "binary_crossentropy") return BinaryAccuracy({.name = name});
+    return Accuracy({.name = name});
+  }
+  if (name == "crossentropy" || name == "ce") {
+    if (loss_name == "sparse_categorical_crossentropy")
+      return SparseCategoricalCrossentropy({.name = name});
+    if (loss_name == "binary_crossentropy") return BinaryCrossentropy({.name = name});
+    return CategoricalCrossentropy({.name = name});
+  }
+  // {function names, class name, factory(name)}: a function name names the
+  // metric as given, the class name leaves the default.
+  struct Known {
+    std::vector<std::string> names;
+    const char* class_name;
+    Metric (*make)(const std::string& name);
+  };
+  static const std::vector<Known> known = {
+      {{"sparse_categorical_accuracy"}, "SparseCategoricalAccuracy",
+       [](const std::string& n) -> Metric { return SparseCategoricalAccuracy({.name = n}); }},
+      {{"categorical_accuracy"}, "CategoricalAccuracy",
+       [](const std::string& n) -> Metric { return CategoricalAccuracy({.name = n}); }},
+      {{"binary_accuracy"}, "BinaryAccuracy",
+       [](const std::string& n) -> Metric { return BinaryAccuracy({.name = n}); }},
+      {{"top_k_categorical_accuracy"}, "TopKCategoricalAccuracy",
+       [](const std::string& n) -> Metric { return TopKCategoricalAccuracy({.name = n}); }},
+      {{"sparse_top_k_categorical_accuracy"}, "SparseTopKCategoricalAccuracy",
+       [](const std::string& n) -> Metric { return SparseTopKCategoricalAccuracy({.name = n}); }},
+      {{"mean_squared_error", "mse"}, "MeanSquaredError",
+       [](const std::string& n) -> Metric { return MeanSquaredError({.name = n}); }},
+      {{"mean_absolute_error", "mae"}, "MeanAbsoluteError",
+       [](const std::string& n) -> Metric { return MeanAbsoluteError({.name = n}); }},
+      {{"mean_absolute_percentage_error", "mape"}, "MeanAbsolutePercentageError",
+       [](const std::string& n) -> Metric { return MeanAbsolutePercentageError({.name = n}); }},
+      {{"mean_squared_logarithmic_error", "msle"}, "MeanSquaredLogarithmicError",
+       [](const std::string& n) -> Metric { return MeanSquaredLogarithmicError({.name = n}); }},
+      {{"root_mean_squared_error"}, "RootMeanSquaredError",
+       [](const std::string& n) -> Metric { return RootMeanSquaredError({.name = n}); }},
+      {{"logcosh", "log_cosh"}, "LogCoshError",
+       [](const std::string& n) -> Metric { return LogCoshError({.name = n}); }},
+      {{"kl_divergence", "kld", "kullback_leibler_divergence"}, "KLDivergence",
+       [](const std::string& n) -> Metric { return KLDivergence({.name = n}); }},
+      {{"poisson"}, "Poisson", [](const std::string& n) -> Metric { return Poisson({.name = n}); }},
+      {{"hinge"}, "Hinge", [](const std::string& n) -> Metric { return Hinge({.name = n}); }},
+      {{"squared_hinge"}, "SquaredHinge",
+       [](const std::string& n) -> Metric { return SquaredHinge({.name = n}); }},
+      {{"cosine_similarity"}, "CosineSimilarity",
+       [](const std::string& n) -> Metric { return CosineSimilarity({.name = n}); }},
+      {{"binary_crossentropy"}, "BinaryCrossentropy",
+       [](const std::string& n) -> Metric { return BinaryCrossentropy({.name = n}); }},
+      {{"categorical_crossentropy"}, "CategoricalCrossentropy",
+       [](const std::string& n) -> Metric { return CategoricalCrossentropy({.name = n}); }},
+      {{"sparse_categorical_crossentropy"}, "SparseCategoricalCrossentropy",
+       [](const std::string& n) -> Metric { return SparseCategoricalCrossentropy({.name = n}); }},
+      {{"precision"}, "Precision",
+       [](const std::string& n) -> Metric { return Precision({.name = n}); }},
+      {{"recall"}, "Recall", [](const std::string& n) -> Metric { return Recall({.name = n}); }},
+      {{"auc"}, "AUC", [](const std::string& n) -> Metric { return AUC({.name = n}); }},
+  };
+  std::string all = "accuracy, acc, crossentropy, ce";
+  for (const Known& k : known) {
+    for (const std::string& n : k.names) {
+      if (n == name) return k.make(name);
+      all += ", " + n;
+    }
+    if (name == k.class_name) return k.make("");
+    all += ", " + std::string(k.class_name);
+  }
+  detail::throw_error<ValueError>("unknown metric '", name, "'; known metrics: ", all);
 }
 
 }  // namespace metrics

@@ -503,14 +503,28 @@ RMSprop::RMSprop(RMSpropOptions o) : Optimizer(std::make_shared<RMSpropImpl>(o))
 Adagrad::Adagrad(AdagradOptions o) : Optimizer(std::make_shared<AdagradImpl>(o)) {}
 
 Optimizer get(const std::string& name) {
-  if (name == "sgd") return SGD();
-  if (name == "adam") return Adam();
-  if (name == "adamw") return AdamW();
-  if (name == "rmsprop") return RMSprop();
-  if (name == "adagrad") return Adagrad();
-  detail::throw_error<ValueError>("unknown optimizer '", name,
-                                  "'; valid names: sgd, adam, adamw, rmsprop, adagrad");
+  struct Known {
+    const char* name;
+    const char* class_name;
+    Optimizer (*make)();
+  };
+  static constexpr Known known[] = {
+      {"sgd", "SGD", [] { return Optimizer(SGD()); }},
+      {"adam", "Adam", [] { return Optimizer(Adam()); }},
+      {"adamw", "AdamW", [] { return Optimizer(AdamW()); }},
+      {"rmsprop", "RMSprop", [] { return Optimizer(RMSprop()); }},
+      {"adagrad", "Adagrad", [] { return Optimizer(Adagrad()); }},
+  };
+  std::string all;
+  for (const Known& k : known) {
+    if (name == k.name || name == k.class_name) return k.make();
+    all += (all.empty() ? "" : ", ") + std::string(k.name) + " (" + k.class_name + ")";
+  }
+  detail::throw_error<ValueError>("unknown optimizer '", name, "'; known optimizers: ", all);
 }
 
 }  // namespace optimizers
+
+Optimizer::Optimizer(const char* name) : Optimizer(optimizers::get(name)) {}
+Optimizer::Optimizer(const std::string& name) : Optimizer(optimizers::get(name)) {}
 }  // namespace lockstep

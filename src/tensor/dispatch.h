@@ -56,7 +56,7 @@ void visit_numeric(DType dtype, const char* op, F&& f) {
   throw_error<ValueError>(op, ": expected a float32, int32 or int64 tensor, got dtype ", dtype);
 }
 
-// int32 or int64: the dtypes indices and labels come in.
+// int32, int64 or uint8: the dtypes indices and labels come in.
 template <typename F>
 void visit_index(DType dtype, const char* op, F&& f) {
   switch (dtype) {
@@ -66,10 +66,13 @@ void visit_index(DType dtype, const char* op, F&& f) {
     case DType::kInt64:
       f.template operator()<std::int64_t>();
       return;
+    case DType::kUInt8:  // labels as datasets ship them (Fashion-MNIST)
+      f.template operator()<std::uint8_t>();
+      return;
     default:
       break;
   }
-  throw_error<ValueError>(op, ": expected int32 or int64 indices, got dtype ", dtype);
+  throw_error<ValueError>(op, ": expected int32, int64 or uint8 indices, got dtype ", dtype);
 }
 
 inline void check_float32(DType dtype, const char* op, const char* what) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "lockstep/tensor/ops.h"
 #include "tensor/ops/loops.h"
 
 namespace lockstep::random {
@@ -107,6 +108,31 @@ Tensor truncated_normal(const Shape& shape, const NormalOptions& o) {
     }
     return o.mean + o.stddev * std::fmax(-2.0f, std::fmin(2.0f, z));
   });
+}
+
+std::vector<std::int64_t> permutation_indices(std::int64_t n, std::uint64_t seed,
+                                              std::uint64_t stream) {
+  LOCKSTEP_CHECK(n >= 0, "random::permutation: n must be >= 0, got ", n);
+  std::vector<std::int64_t> p(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) p[static_cast<std::size_t>(i)] = i;
+  for (std::int64_t i = n - 1; i > 0; --i) {
+    const auto w = philox4x32(seed, stream, static_cast<std::uint64_t>(i));
+    const std::uint64_t r = (static_cast<std::uint64_t>(w[0]) << 32) | w[1];
+    std::swap(p[static_cast<std::size_t>(i)],
+              p[static_cast<std::size_t>(r % static_cast<std::uint64_t>(i + 1))]);
+  }
+  return p;
+}
+
+Tensor permutation(std::int64_t n, std::uint64_t seed, std::uint64_t stream) {
+  return Tensor::from_vector(permutation_indices(n, seed, stream));
+}
+
+Tensor shuffle(const Tensor& x, std::uint64_t seed, std::uint64_t stream) {
+  check_defined(x, "random::shuffle", "x");
+  LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 1, "random::shuffle: expected a tensor with rows, got ",
+                    "a scalar");
+  return gather(x, permutation(x.dim(0), seed, stream), 0);
 }
 
 Tensor Generator::uniform(const Shape& shape, float minval, float maxval) {

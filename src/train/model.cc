@@ -45,30 +45,7 @@ struct Model::TrainState {
 namespace {
 
 Metric resolve_metric(const MetricSpec& spec, const Loss& loss) {
-  if (spec.metric.defined()) return spec.metric;
-  const std::string& n = spec.name;
-  const std::string loss_name = loss.defined() ? loss.name() : "";
-  if (n == "accuracy" || n == "acc") {
-    // Keras picks the accuracy that matches the loss, keeping the name given.
-    if (loss_name == "sparse_categorical_crossentropy")
-      return metrics::SparseCategoricalAccuracy({.name = n});
-    if (loss_name == "categorical_crossentropy") return metrics::CategoricalAccuracy({.name = n});
-    if (loss_name == "binary_crossentropy") return metrics::BinaryAccuracy({.name = n});
-    return metrics::Accuracy({.name = n});
-  }
-  if (n == "sparse_categorical_accuracy") return metrics::SparseCategoricalAccuracy();
-  if (n == "categorical_accuracy") return metrics::CategoricalAccuracy();
-  if (n == "binary_accuracy") return metrics::BinaryAccuracy();
-  if (n == "top_k_categorical_accuracy") return metrics::TopKCategoricalAccuracy();
-  if (n == "mse" || n == "mean_squared_error") return metrics::MeanSquaredError({.name = n});
-  if (n == "precision") return metrics::Precision();
-  if (n == "recall") return metrics::Recall();
-  if (n == "auc") return metrics::AUC();
-  detail::throw_error<ValueError>(
-      "unknown metric '", n,
-      "'; valid names: accuracy, acc, sparse_categorical_accuracy, "
-      "categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, "
-      "mse, mean_squared_error, precision, recall, auc");
+  return spec.metric.defined() ? spec.metric : metrics::get(spec.name, loss);
 }
 
 // Rows `idx` of t (a copy), or rows [begin, end) as a view when idx is empty.
@@ -77,20 +54,6 @@ Tensor take_rows(const Tensor& t, const std::vector<std::int64_t>& order, std::i
   if (order.empty()) return t.view_rows(begin, end);
   std::vector<std::int64_t> idx(order.begin() + begin, order.begin() + end);
   return gather(t, Tensor::from_vector(idx), 0);
-}
-
-// A permutation of [0, n) that depends only on (seed, epoch): Fisher-Yates
-// with Philox draws.
-std::vector<std::int64_t> permutation(std::int64_t n, std::uint64_t seed, std::uint64_t epoch) {
-  std::vector<std::int64_t> p(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) p[static_cast<std::size_t>(i)] = i;
-  for (std::int64_t i = n - 1; i > 0; --i) {
-    const auto w = random::philox4x32(seed, epoch, static_cast<std::uint64_t>(i));
-    const std::uint64_t r = (static_cast<std::uint64_t>(w[0]) << 32) | w[1];
-    std::swap(p[static_cast<std::size_t>(i)],
-              p[static_cast<std::size_t>(r % static_cast<std::uint64_t>(i + 1))]);
-  }
-  return p;
 }
 
 int effective_verbose(int verbose) {
@@ -142,6 +105,9 @@ Model::Model(std::vector<KerasTensor> inputs, std::vector<KerasTensor> outputs, 
     : Layer(
           std::make_shared<FunctionalImpl>(std::move(inputs), std::move(outputs), std::move(name))),
       state_(std::make_shared<TrainState>()) {}
+
+Model::Model(std::vector<KerasTensor> inputs, const KerasTensor& output, std::string name)
+    : Model(std::move(inputs), std::vector<KerasTensor>{output}, std::move(name)) {}
 
 Model::Model(std::shared_ptr<LayerImpl> network)
     : Layer(std::move(network)), state_(std::make_shared<TrainState>()) {
@@ -202,6 +168,62 @@ void Model::resolve_outputs(std::size_t n) const {
   }
   s.num_outputs = n;
 }
+
+std::vector<Layer> Model::layers() const {
+  LOCKSTEP_CHECK(impl_ != nullptr, "Model::layers: this model is undefined (default-constructed)");
+  if (auto* seq = dynamic_cast<const SequentialImpl*>(impl_.get())) return seq->layers();
+  std::vector<Layer> out;
+  if (auto* f = dynamic_cast<const FunctionalImpl*>(impl_.get())) {
+    for (const KerasTensor& in : f->inputs()) out.emplace_back(in.node()->input_layer);
+  }
+  for (const auto& sub : impl_->sublayers()) out.emplace_back(sub);
+  return out;
+}
+
+Layer Model::get_layer(const std::string& name) const {
+  std::string names;
+  for (const Layer& l : layers()) {
+    if (l.name() == name) return l;
+    names += (names.empty() ? "" : ", ") + l.name();
+  }
+  detail::throw_error<ValueError>("Model '", impl_->name(), "': no layer named '", name,
+                                  "'; its layers: ", names);
+}
+
+std::vector<KerasTensor> Model::inputs() const {
+  LOCKSTEP_CHECK(impl_ != nullptr, "Model::inputs: this model is undefined (default-constructed)");
+  if (auto* f = dynamic_cast<const FunctionalImpl*>(impl_.get())) return f->inputs();
+  if (auto* seq = dynamic_cast<const SequentialImpl*>(impl_.get()); seq && seq->input().defined())
+    return {seq->input()};
+  detail::throw_error<ValueError>(
+      "Model '", impl_->name(),
+      "' has no symbolic inputs: only functional models and Sequential models with a known input "
+      "shape have them");
+}
+
+std::vector<KerasTensor> Model::outputs() const {
+  LOCKSTEP_CHECK(impl_ != nullptr, "Model::outputs: this model is undefined (default-constructed)");
+  if (auto* f = dynamic_cast<const FunctionalImpl*>(impl_.get())) return f->outputs();
+  if (auto* seq = dynamic_cast<const SequentialImpl*>(impl_.get());
+      seq && !seq->layer_outputs().empty())
+    return {seq->layer_outputs().back()};
+  detail::throw_error<ValueError>(
+      "Model '", impl_->name(),
+      "' has no symbolic outputs: only functional models and Sequential models with a known input "
+      "shape and at least one layer have them");
+}
+
+namespace {
+KerasTensor the_one(const std::vector<KerasTensor>& all, const std::string& model,
+                    const char* what) {
+  LOCKSTEP_CHECK(all.size() == 1, "Model '", model, "' has ", all.size(), " ", what,
+                 "s; use ", what, "s() for a model with several");
+  return all[0];
+}
+}  // namespace
+
+KerasTensor Model::input() const { return the_one(inputs(), impl_->name(), "input"); }
+KerasTensor Model::output() const { return the_one(outputs(), impl_->name(), "output"); }
 
 void Model::compile(CompileOptions o) {
   TrainState& s = state();
@@ -515,7 +537,7 @@ class TensorBatches final : public BatchSource {
   }
   std::int64_t steps() const override { return steps_; }
   void start_epoch(int epoch) override {
-    if (shuffle_) order_ = permutation(n_, seed_, stream_ + static_cast<std::uint64_t>(epoch));
+    if (shuffle_) order_ = random::permutation_indices(n_, seed_, stream_ + static_cast<std::uint64_t>(epoch));
   }
   data::IteratorState save_state(int epoch, bool) override {
     data::IteratorState st;

@@ -408,6 +408,29 @@ TEST(MirroredStrategy, CustomLoopWithRunAndReduce) {
     EXPECT_EQ(sums[r].to_vector<float>(), (std::vector<float>{3.0f, 3.0f}));
 }
 
+// strategy.run(step, args=(x, y, scale)): PerReplica arguments give each
+// replica its own value, others are shared, results come back per replica.
+TEST(MirroredStrategy, RunTakesSeveralArgumentsPerReplicaOrShared) {
+  Strategy strategy = with_replicas(3);
+  const distribute::PerReplica<Tensor> xs({Tensor::from_vector<float>({1, 2}), Tensor::from_vector<float>({3}),
+                               Tensor::from_vector<float>({4, 5, 6})});
+  const distribute::PerReplica<std::int64_t> ids({10, 20, 30});
+  const float scale = 2.0f;
+  auto results = strategy.run(
+      [](const Tensor& x, std::int64_t id, float s) {
+        const int r = distribute::get_replica_context().replica_id_in_sync_group;
+        return static_cast<double>(sum(x).item<float>()) * s + static_cast<double>(id) + r * 1000;
+      },
+      xs, ids, scale);
+  ASSERT_EQ(results.size(), 3);
+  EXPECT_EQ(results[0], 3 * 2 + 10 + 0);
+  EXPECT_EQ(results[1], 3 * 2 + 20 + 1000);
+  EXPECT_EQ(results[2], 15 * 2 + 30 + 2000);
+  // A PerReplica of another size is named, not indexed out of range.
+  const distribute::PerReplica<int> two({1, 2});
+  EXPECT_THROW(strategy.run([](int) {}, two), ValueError);
+}
+
 }  // namespace
 }  // namespace lockstep
 

@@ -134,5 +134,133 @@ TEST(Metrics, MeanWeightsResetAndMerge) {
   EXPECT_THROW(mean.merge(other_kind), ValueError);
 }
 
+// What compile(loss="...") and compile(metrics=[...]) resolve: Keras's
+// identifiers, Keras's defaults, the name given, and a clear error.
+TEST(Losses, KerasIdentifiersGiveTheDefaultLosses) {
+  const Tensor y = f({0, 1, 1, 0}, {2, 2}), p = f({0.3f, 0.7f, 0.6f, 0.4f}, {2, 2});
+  const Tensor sparse = Tensor::from_vector<std::uint8_t>({1, 0});
+  auto value = [](const Loss& l, const Tensor& t, const Tensor& q) {
+    return l(t, q).item<float>();
+  };
+  EXPECT_EQ(value("mse", y, p), value(losses::MeanSquaredError(), y, p));
+  EXPECT_EQ(value("MeanSquaredError", y, p), value(losses::MeanSquaredError(), y, p));
+  EXPECT_EQ(value("mae", y, p), value(losses::MeanAbsoluteError(), y, p));
+  EXPECT_EQ(value("mean_absolute_error", y, p), value(losses::MeanAbsoluteError(), y, p));
+  EXPECT_EQ(value("binary_crossentropy", y, p), value(losses::BinaryCrossentropy(), y, p));
+  EXPECT_EQ(value("categorical_crossentropy", y, p),
+            value(losses::CategoricalCrossentropy(), y, p));
+  EXPECT_EQ(value("sparse_categorical_crossentropy", sparse, p),
+            value(losses::SparseCategoricalCrossentropy(), sparse, p));
+  EXPECT_NE(value("mse", y, p), value("mae", y, p));
+  try {
+    Loss l("cross_entropy");
+    FAIL() << "an unknown loss name was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown loss 'cross_entropy'; known losses: "
+                                         "sparse_categorical_crossentropy"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("mse"), std::string::npos);
+  }
+}
+
+TEST(Metrics, KerasIdentifiersResolveByNameAndLoss) {
+  // "accuracy" follows the loss and keeps the name given.
+  const Tensor probs = f({0.1f, 0.9f, 0.8f, 0.2f, 0.3f, 0.7f}, {3, 2});
+  Metric acc = metrics::get("accuracy", losses::SparseCategoricalCrossentropy());
+  EXPECT_EQ(acc.name(), "accuracy");
+  acc.update_state(Tensor::from_vector<std::uint8_t>({1, 1, 1}), probs);  // uint8 labels
+  EXPECT_NEAR(acc.result(), 2.0 / 3, 1e-12);
+  Metric cat = metrics::get("acc", losses::CategoricalCrossentropy());
+  cat.update_state(f({0, 1, 0, 1, 0, 1}, {3, 2}), probs);
+  EXPECT_NEAR(cat.result(), 2.0 / 3, 1e-12);
+  Metric bin = metrics::get("accuracy", "binary_crossentropy");
+  bin.update_state(f({1, 0}, {2, 1}), f({0.7f, 0.6f}, {2, 1}));
+  EXPECT_NEAR(bin.result(), 0.5, 1e-12);
+  // A function name names the metric as given; the class name gives the default.
+  EXPECT_EQ(metrics::get("mae").name(), "mae");
+  EXPECT_EQ(metrics::get("mean_absolute_error").name(), "mean_absolute_error");
+  EXPECT_EQ(metrics::get("MeanAbsoluteError").name(), "mean_absolute_error");
+  EXPECT_EQ(metrics::get("SparseCategoricalAccuracy").name(), "sparse_categorical_accuracy");
+  EXPECT_EQ(metrics::get("ce", "sparse_categorical_crossentropy").name(), "ce");
+  try {
+    metrics::get("accuracy_score");
+    FAIL() << "an unknown metric name was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown metric 'accuracy_score'; known metrics: "
+                                         "accuracy, acc"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("mae"), std::string::npos);
+  }
+}
+
+TEST(Metrics, RegressionAndProbabilisticMetricsByHand) {
+  // Two examples of two values each: y_true, y_pred.
+  const Tensor t = f({1, 2, 0, 4}, {2, 2}), p = f({1.5f, 1, 0.5f, 4}, {2, 2});
+  auto result = [&](const std::string& name) {
+    Metric m = metrics::get(name);
+    m.update_state(t, p);
+    return m.result();
+  };
+  EXPECT_NEAR(result("mae"), (0.5 + 1 + 0.5 + 0) / 4, 1e-7);
+  EXPECT_NEAR(result("mse"), (0.25 + 1 + 0.25 + 0) / 4, 1e-7);
+  EXPECT_NEAR(result("root_mean_squared_error"), std::sqrt((0.25 + 1 + 0.25 + 0) / 4), 1e-7);
+  EXPECT_NEAR(result("mape"), 100 * (0.5 / 1 + 1 / 2.0 + 0.5 / 1e-7 + 0) / 4, 1e-2);
+  const double msle = (std::pow(std::log(2.5) - std::log(2), 2) +
+                       std::pow(std::log(2) - std::log(3), 2) + std::pow(std::log(1.5), 2)) /
+                      4;
+  EXPECT_NEAR(result("msle"), msle, 1e-7);
+  EXPECT_NEAR(result("logcosh"),
+              (2 * std::log(std::cosh(0.5)) + std::log(std::cosh(1.0))) / 4, 1e-7);
+  EXPECT_NEAR(result("poisson"),
+              ((1.5 - std::log(1.5 + 1e-7)) + (1 - 2 * std::log(1 + 1e-7)) + 0.5 +
+               (4 - 4 * std::log(4 + 1e-7))) / 4,
+              1e-6);
+  // Hinge with 0/1 labels mapped to -1/1: max(1 - t p, 0).
+  Metric hinge = metrics::get("hinge");
+  hinge.update_state(f({1, 0}, {2, 1}), f({0.25f, 0.5f}, {2, 1}));
+  EXPECT_NEAR(hinge.result(), (0.75 + 1.5) / 2, 1e-7);
+  Metric sq = metrics::get("squared_hinge");
+  sq.update_state(f({1, 0}, {2, 1}), f({0.25f, 0.5f}, {2, 1}));
+  EXPECT_NEAR(sq.result(), (0.75 * 0.75 + 1.5 * 1.5) / 2, 1e-7);
+  Metric cos = metrics::get("cosine_similarity");
+  cos.update_state(f({1, 0, 1, 1}, {2, 2}), f({1, 1, 2, 2}, {2, 2}));
+  EXPECT_NEAR(cos.result(), (1 / std::sqrt(2.0) + 1) / 2, 1e-7);
+  Metric kl = metrics::get("kl_divergence");
+  kl.update_state(f({0.5f, 0.5f}, {1, 2}), f({0.25f, 0.75f}, {1, 2}));
+  EXPECT_NEAR(kl.result(), 0.5 * std::log(2.0) + 0.5 * std::log(0.5 / 0.75), 1e-7);
+  // Cross-entropy metrics are the losses' means.
+  const Tensor logits = f({2, 1, 0, 0, 0, 3}, {2, 3});
+  const Tensor labels = Tensor::from_vector<std::uint8_t>({0, 2});
+  metrics::SparseCategoricalCrossentropy sce({.from_logits = true});
+  sce.update_state(labels, logits);
+  EXPECT_NEAR(sce.result(),
+              losses::SparseCategoricalCrossentropy({.from_logits = true})(labels, logits)
+                  .item<float>(),
+              1e-6);
+  metrics::SparseTopKCategoricalAccuracy top1({.k = 1});
+  top1.update_state(Tensor::from_vector<std::uint8_t>({0, 1}), logits);
+  EXPECT_NEAR(top1.result(), 0.5, 1e-12);
+}
+
+TEST(Utils, ToCategoricalAcceptsEveryLabelTypeAndNamesABadLabel) {
+  const Tensor expected = f({0, 1, 0, 1, 0, 0, 0, 0, 1}, {3, 3});
+  for (const Tensor& labels :
+       {Tensor::from_vector<std::uint8_t>({1, 0, 2}), Tensor::from_vector<std::int32_t>({1, 0, 2}),
+        Tensor::from_vector<std::int64_t>({1, 0, 2}, {3, 1}), f({1, 0, 2}, {3})}) {
+    const Tensor y = utils::to_categorical(labels, 3);
+    EXPECT_EQ(y.shape(), Shape({3, 3})) << labels.dtype();
+    EXPECT_EQ(y.to_vector<float>(), expected.to_vector<float>()) << labels.dtype();
+  }
+  // num_classes inferred from the largest label.
+  EXPECT_EQ(utils::to_categorical(Tensor::from_vector<std::uint8_t>({4})).shape(), Shape({1, 5}));
+  // uint8 indices in one_hot itself.
+  EXPECT_EQ(one_hot(Tensor::from_vector<std::uint8_t>({2}), 3).to_vector<float>(),
+            (std::vector<float>{0, 0, 1}));
+  EXPECT_THROW(utils::to_categorical(Tensor::from_vector<std::uint8_t>({3}), 3), IndexError);
+  EXPECT_THROW(utils::to_categorical(f({0.5f}, {1}), 3), ValueError);
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -106,6 +106,42 @@ TEST(Optimizers, BadInputIsNamed) {
   EXPECT_EQ(a.value().to_vector<float>(), (std::vector<float>{0, 0}));
 }
 
+// compile(optimizer="adam"): each Keras identifier is the optimizer with
+// Keras's defaults — three steps give bitwise the object's values.
+TEST(Optimizers, KerasIdentifiersGiveTheDefaultOptimizers) {
+  const std::vector<std::pair<std::vector<std::string>, Optimizer>> cases = {
+      {{"sgd", "SGD"}, optimizers::SGD()},
+      {{"adam", "Adam"}, optimizers::Adam()},
+      {{"adamw", "AdamW"}, optimizers::AdamW()},
+      {{"rmsprop", "RMSprop"}, optimizers::RMSprop()},
+      {{"adagrad", "Adagrad"}, optimizers::Adagrad()}};
+  for (const auto& [names, reference] : cases) {
+    Variable expected = var({1.0f, -2.0f, 0.5f});
+    for (int i = 0; i < 3; ++i) reference.apply_gradients({vec({0.3f, -0.1f, 2.0f})}, {expected});
+    for (const std::string& name : names) {
+      const Optimizer by_name(name);
+      EXPECT_EQ(by_name->name(), reference->name()) << name;
+      EXPECT_EQ(by_name.learning_rate(), reference.learning_rate()) << name;
+      Variable x = var({1.0f, -2.0f, 0.5f});
+      for (int i = 0; i < 3; ++i) by_name.apply_gradients({vec({0.3f, -0.1f, 2.0f})}, {x});
+      EXPECT_EQ(x.value().to_vector<float>(), expected.value().to_vector<float>()) << name;
+    }
+  }
+  // The defaults are Keras's.
+  EXPECT_EQ(Optimizer("sgd").learning_rate(), 0.01);
+  EXPECT_EQ(Optimizer("adam").learning_rate(), 0.001);
+  try {
+    Optimizer o("adamax");
+    FAIL() << "an unknown optimizer name was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown optimizer 'adamax'; known optimizers: sgd (SGD), "
+                                         "adam (Adam), adamw (AdamW), rmsprop (RMSprop), adagrad "
+                                         "(Adagrad)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Schedules, KerasFormulas) {
   auto exp_decay = schedules::ExponentialDecay(0.1, 10, 0.5);
   EXPECT_NEAR(exp_decay(20), 0.025, 1e-12);

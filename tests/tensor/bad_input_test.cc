@@ -53,7 +53,7 @@ TEST(BadInput, WrongDtypeNamesBoth) {
   expect_error<ValueError>([&] { add(f, i); }, {"add", "float32", "int32", "Hint"});
   expect_error<ValueError>([&] { lockstep::exp(i); }, {"exp", "float32", "int32"});
   expect_error<ValueError>([&] { matmul(i, i); }, {"matmul", "float32", "int32"});
-  expect_error<ValueError>([&] { gather(f, f); }, {"gather", "int32 or int64", "float32"});
+  expect_error<ValueError>([&] { gather(f, f); }, {"gather", "int32, int64 or uint8", "float32"});
   expect_error<ValueError>([&] { where(f, f, f); }, {"where", "bool", "float32"});
   expect_error<ValueError>([&] { div(i, i); }, {"div", "float32"});
 }

@@ -2,6 +2,7 @@
 // regeneration of any element from (seed, stream, index).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "lockstep/lockstep.h"
@@ -72,6 +73,30 @@ TEST(Random, GeneratorStateIsSeedAndStream) {
   EXPECT_EQ(g.next_stream(), 2u);
   Generator resumed(g.seed(), 1);  // restored from a checkpoint after one draw
   EXPECT_EQ(resumed.normal({10}).to_vector<float>(), second.to_vector<float>());
+}
+
+// The guide's random validation hold-out: a permutation that a seed fixes.
+TEST(Random, PermutationIsEveryIndexOnceAndTheSeedFixesIt) {
+  const std::vector<std::int64_t> p = permutation(1000, 7).to_vector<std::int64_t>();
+  std::vector<std::int64_t> sorted = p;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::int64_t i = 0; i < 1000; ++i) ASSERT_EQ(sorted[static_cast<std::size_t>(i)], i);
+  EXPECT_EQ(permutation(1000, 7).to_vector<std::int64_t>(), p);
+  EXPECT_NE(permutation(1000, 8).to_vector<std::int64_t>(), p);
+  EXPECT_NE(permutation(1000, 7, 1).to_vector<std::int64_t>(), p);
+  std::int64_t fixed_points = 0;
+  for (std::int64_t i = 0; i < 1000; ++i) fixed_points += p[static_cast<std::size_t>(i)] == i;
+  EXPECT_LT(fixed_points, 10);  // a shuffled order (expected 1), not the identity
+  EXPECT_EQ(permutation(0, 1).numel(), 0);
+  // shuffle gathers the rows in the same order.
+  const Tensor x = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5, 6, 7}, {4, 2});
+  const std::vector<std::int64_t> order = permutation(4, 3).to_vector<std::int64_t>();
+  const std::vector<float> rows = shuffle(x, 3).to_vector<float>();
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(rows[2 * i], static_cast<float>(2 * order[i]));
+    EXPECT_EQ(rows[2 * i + 1], static_cast<float>(2 * order[i] + 1));
+  }
+  EXPECT_THROW(shuffle(Tensor::scalar(1.0f), 1), ShapeError);
 }
 
 }  // namespace

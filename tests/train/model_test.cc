@@ -268,5 +268,95 @@ TEST(Fit, MultiInputMultiOutputWithLossWeights) {
                ValueError);
 }
 
+// The guide's compile(optimizer="adam", loss="sparse_categorical_crossentropy",
+// metrics=["accuracy"]) with uint8 labels, as Fashion-MNIST ships them:
+// the same training as the objects with Keras's defaults, bitwise.
+TEST(Compile, KerasStringIdentifiersTrainLikeTheObjects) {
+  auto [x, labels] = blobs(256, 21);
+  const Tensor y = cast(labels, DType::kUInt8);
+  auto build = [] {
+    clear_session();
+    set_random_seed(5);
+    auto in = Input({8});
+    auto h = layers::Dense(16, {.activation = "relu"})(in);
+    return Model(in, layers::Dense(2, {.activation = "softmax"})(h));
+  };
+  Model by_object = build();
+  by_object.compile({.optimizer = optimizers::Adam(),
+                     .loss = losses::SparseCategoricalCrossentropy(),
+                     .metrics = {metrics::SparseCategoricalAccuracy({.name = "accuracy"}),
+                                 metrics::SparseCategoricalCrossentropy()}});
+  Model by_name = build();
+  by_name.compile({.optimizer = "adam",
+                   .loss = "sparse_categorical_crossentropy",
+                   .metrics = {"accuracy", "sparse_categorical_crossentropy"}});
+  const History a =
+      by_object.fit(x, y, {.batch_size = 32, .epochs = 2, .verbose = 0, .shuffle = false});
+  const History b =
+      by_name.fit(x, y, {.batch_size = 32, .epochs = 2, .verbose = 0, .shuffle = false});
+  EXPECT_EQ(a["loss"], b["loss"]);
+  EXPECT_EQ(a["accuracy"], b["accuracy"]);
+  EXPECT_EQ(a["sparse_categorical_crossentropy"], b["sparse_categorical_crossentropy"]);
+  for (std::size_t e = 0; e < 2; ++e)  // the loss, as a metric (summed in another order)
+    EXPECT_NEAR(b["sparse_categorical_crossentropy"][e], b["loss"][e], 1e-5);
+  EXPECT_LT(b["loss"].back(), b["loss"].front());
+  for (std::size_t i = 0; i < by_name.weights().size(); ++i) {
+    EXPECT_EQ(by_name.weights()[i].value().to_vector<float>(),
+              by_object.weights()[i].value().to_vector<float>());
+  }
+  // Loss objects and names mix, one per output; an unknown name lists the known ones.
+  Model other = build();
+  EXPECT_THROW(other.compile({.optimizer = "adamx", .loss = "mse"}), ValueError);
+  EXPECT_THROW(other.compile({.loss = "mse", .metrics = {"f1"}}), ValueError);
+  other.compile({.optimizer = "sgd", .losses = {"mse"}, .metrics = {"mae"}});
+  EXPECT_EQ(other.optimizer().learning_rate(), 0.01);
+}
+
+// What a fine-tuning port reads off a model: its layers by position and
+// name, its symbolic inputs and outputs (for a new head), and its counts.
+TEST(Model, LayersInputsOutputsAndCountsAsKerasNamesThem) {
+  clear_session();
+  auto in = Input({8});
+  auto h = layers::Dense(16, {.activation = "relu", .name = "hidden"})(in);
+  auto out = layers::Dense(4, {.name = "features"})(h);
+  Model base(in, out, "base");
+  const std::vector<Layer> ls = base.layers();
+  ASSERT_EQ(ls.size(), 3u);
+  EXPECT_EQ(ls[0]->class_name(), "InputLayer");  // Keras lists the InputLayer first
+  EXPECT_EQ(ls[0].name(), "input_layer");
+  EXPECT_EQ(ls[1].name(), "hidden");
+  EXPECT_EQ(ls[2].name(), "features");
+  EXPECT_EQ(base.get_layer("hidden").impl(), ls[1].impl());
+  try {
+    base.get_layer("dense");
+    FAIL() << "a missing layer was returned";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("no layer named 'dense'; its layers: input_layer, hidden, "
+                                         "features"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(base.count_params(), 8 * 16 + 16 + 16 * 4 + 4);
+  EXPECT_EQ(base.inputs().size(), 1u);
+  EXPECT_EQ(base.input().node(), in.node());
+  EXPECT_EQ(base.output().node(), out.node());
+
+  // A new head on the base's graph: Model(base.inputs, head(base.output)).
+  auto head = layers::Dense(1, {.name = "head"})(layers::ReLU()(base.output()));
+  Model tuned(base.inputs(), head);
+  base.get_layer("hidden").set_trainable(false);
+  EXPECT_EQ(tuned.layers().size(), 5u);  // input, hidden, features, re_lu, head
+  EXPECT_EQ(tuned.trainable_variables().size(), 4u);      // features and head
+  EXPECT_EQ(tuned.non_trainable_variables().size(), 2u);  // hidden's kernel and bias
+  EXPECT_EQ(tuned.count_params(), base.count_params() + 4 + 1);
+  const Tensor x = random::normal({3, 8}, {.seed = 1});
+  // The new model runs the base's layers on the way: its features feed the head.
+  EXPECT_EQ(tuned(x).shape(), Shape({3, 1}));
+  // A Sequential lists its stack (no InputLayer, as Keras).
+  Sequential seq({layers::Dense(2), layers::Dense(1)}, {.input_shape = Shape{3}});
+  EXPECT_EQ(seq.layers().size(), 2u);
+  EXPECT_EQ(seq.output().sample_shape(), Shape({1}));
+}
+
 }  // namespace
 }  // namespace lockstep

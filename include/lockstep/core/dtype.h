@@ -1,7 +1,8 @@
 // Element types of tensors.
 //
 // float32 is the training type; int32/int64 carry labels and indices, uint8
-// raw image bytes, bool the results of comparisons. bfloat16 is reserved: it
+// raw image bytes (and labels as datasets ship them), bool the results of
+// comparisons. bfloat16 is reserved: it
 // has a name and a size but no op accepts it yet.
 #pragma once
 

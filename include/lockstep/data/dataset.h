@@ -49,6 +49,8 @@ namespace lockstep::data {
 
 // num_parallel_calls / buffer_size: let the pipeline choose (tf.data.AUTOTUNE).
 inline constexpr std::int64_t kAutotune = -1;
+// tf.data's own spelling, for ports written line by line.
+inline constexpr std::int64_t AUTOTUNE = kAutotune;  // NOLINT(readability-identifier-naming)
 // cardinality() results.
 inline constexpr std::int64_t kInfiniteCardinality = -1;
 inline constexpr std::int64_t kUnknownCardinality = -2;

@@ -115,16 +115,20 @@ class Strategy {
     }
   }
 
-  // strategy.run(fn, args): fn(args[r]) on replica r (a distributed
-  // dataset's element, say).
-  template <typename F, typename A>
-  auto run(F&& fn, const PerReplica<A>& args) const {
-    using R = std::invoke_result_t<F&, const A&>;
+  // strategy.run(fn, args=(a, b, ...)): fn(a_r, b_r, ...) on local replica
+  // r, where a PerReplica argument gives replica r its own value (a
+  // distributed dataset's element, say) and any other argument is passed to
+  // every replica as it is.
+  template <typename F, typename... A>
+    requires(sizeof...(A) > 0)
+  auto run(F&& fn, const A&... args) const {
+    (check_replica_arg(args), ...);
+    using R = std::invoke_result_t<F&, decltype(replica_arg(args, 0))...>;
     if constexpr (std::is_void_v<R>) {
-      run_replicas([&](int r) { fn(args[r]); });
+      run_replicas([&](int r) { fn(replica_arg(args, r)...); });
     } else {
       std::vector<R> results(static_cast<std::size_t>(num_local_replicas()));
-      run_replicas([&](int r) { results[static_cast<std::size_t>(r)] = fn(args[r]); });
+      run_replicas([&](int r) { results[static_cast<std::size_t>(r)] = fn(replica_arg(args, r)...); });
       return PerReplica<R>(std::move(results));
     }
   }
@@ -150,6 +154,24 @@ class Strategy {
   friend bool operator==(const Strategy& a, const Strategy& b) { return a.impl_ == b.impl_; }
 
  private:
+  // run()'s arguments: a PerReplica gives each replica its value, anything
+  // else is shared.
+  template <typename T>
+  static const T& replica_arg(const PerReplica<T>& arg, int r) {
+    return arg[r];
+  }
+  template <typename T>
+  static const T& replica_arg(const T& arg, int) {
+    return arg;
+  }
+  template <typename T>
+  void check_replica_arg(const PerReplica<T>& arg) const {
+    check_per_replica_size(arg.size());
+  }
+  template <typename T>
+  void check_replica_arg(const T&) const {}
+  void check_per_replica_size(int size) const;
+
   std::shared_ptr<StrategyImpl> impl_;
 };
 

@@ -15,7 +15,17 @@ namespace lockstep {
 struct KerasTensor::Node {
   std::shared_ptr<LayerImpl> layer{};  // null for an Input
   std::vector<KerasTensor> inputs{};
-  std::string input_name{};  // for an Input
+  std::string input_name{};                   // for an Input
+  std::shared_ptr<LayerImpl> input_layer{};  // for an Input: its InputLayer (model.layers)
+};
+
+// What Keras lists for an Input among a functional model's layers
+// (model.layers[0] is the InputLayer). It has no weights and passes its
+// input through; the graph runs Inputs without it.
+class InputLayerImpl : public SingleInputLayerImpl {
+ public:
+  explicit InputLayerImpl(std::string name) : SingleInputLayerImpl("InputLayer", std::move(name)) {}
+  Tensor call(const Tensor& input, const CallContext&) override { return input; }
 };
 
 // Runs the graph between `inputs` and `outputs`, layers in topological order.

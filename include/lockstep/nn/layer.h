@@ -177,6 +177,10 @@ class Layer {
   std::vector<Variable> weights() const { return impl_->weights(); }
   std::vector<Variable> trainable_weights() const { return impl_->trainable_weights(); }
   std::vector<Variable> non_trainable_weights() const { return impl_->non_trainable_weights(); }
+  // Keras 3's spellings of the same lists.
+  std::vector<Variable> trainable_variables() const { return trainable_weights(); }
+  std::vector<Variable> non_trainable_variables() const { return non_trainable_weights(); }
+  std::int64_t count_params() const { return impl_->count_params(); }
   bool trainable() const { return impl_->trainable(); }
   void set_trainable(bool trainable) const { impl_->set_trainable(trainable); }
 

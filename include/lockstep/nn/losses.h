@@ -38,6 +38,10 @@ class Loss {
  public:
   Loss() = default;
   explicit Loss(std::shared_ptr<const LossImpl> impl) : impl_(std::move(impl)) {}
+  // A Keras identifier with Keras's defaults, as compile(loss="mse"):
+  // losses::get(name).
+  Loss(const char* name);         // NOLINT(google-explicit-constructor): as Keras's strings
+  Loss(const std::string& name);  // NOLINT(google-explicit-constructor)
   // The reduced loss; `sample_weight` (shape [batch]) scales each example.
   Tensor operator()(const Tensor& y_true, const Tensor& y_pred,
                     const Tensor& sample_weight = {}) const;
@@ -97,7 +101,10 @@ class Huber : public Loss {
   explicit Huber(HuberOptions options = {});
 };
 
-// By Keras name ("sparse_categorical_crossentropy", "mse", ...).
+// By Keras identifier, with Keras's defaults: the function name
+// ("sparse_categorical_crossentropy", "mse", "mae", ...) or the class name
+// ("SparseCategoricalCrossentropy"). An unknown name is a ValueError that
+// lists the known ones.
 Loss get(const std::string& name);
 
 }  // namespace losses

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/nn/losses.h"
 #include "lockstep/tensor/tensor.h"
 
 namespace lockstep {
@@ -137,10 +138,95 @@ class AUC : public Metric {
  public:
   explicit AUC(AUCOptions options = {});
 };
+// The true class (an integer label) is among the k largest predictions.
+class SparseTopKCategoricalAccuracy : public Metric {
+ public:
+  explicit SparseTopKCategoricalAccuracy(TopKOptions options = {});
+};
+
+// Means over the last axis, per example, then over the examples (Keras's
+// MeanMetricWrapper of the function of the same name).
 class MeanSquaredError : public Metric {
  public:
   explicit MeanSquaredError(MetricOptions options = {});
 };
+class MeanAbsoluteError : public Metric {
+ public:
+  explicit MeanAbsoluteError(MetricOptions options = {});
+};
+// 100 · |y_true − y_pred| / max(|y_true|, 1e-7).
+class MeanAbsolutePercentageError : public Metric {
+ public:
+  explicit MeanAbsolutePercentageError(MetricOptions options = {});
+};
+// (log(max(y_pred, 1e-7) + 1) − log(max(y_true, 1e-7) + 1))².
+class MeanSquaredLogarithmicError : public Metric {
+ public:
+  explicit MeanSquaredLogarithmicError(MetricOptions options = {});
+};
+// sqrt of the mean squared error over all values seen.
+class RootMeanSquaredError : public Metric {
+ public:
+  explicit RootMeanSquaredError(MetricOptions options = {});
+};
+// log(cosh(y_pred − y_true)).
+class LogCoshError : public Metric {
+ public:
+  explicit LogCoshError(MetricOptions options = {});
+};
+// Σ y_true · log(y_true / y_pred), both clipped to [1e-7, 1].
+class KLDivergence : public Metric {
+ public:
+  explicit KLDivergence(MetricOptions options = {});
+};
+// y_pred − y_true · log(y_pred + 1e-7).
+class Poisson : public Metric {
+ public:
+  explicit Poisson(MetricOptions options = {});
+};
+// max(1 − t · y_pred, 0) with labels t in {−1, 1} (0/1 labels are mapped).
+class Hinge : public Metric {
+ public:
+  explicit Hinge(MetricOptions options = {});
+};
+class SquaredHinge : public Metric {
+ public:
+  explicit SquaredHinge(MetricOptions options = {});
+};
+// Σ over the last axis of the L2-normalised y_true · y_pred.
+class CosineSimilarity : public Metric {
+ public:
+  explicit CosineSimilarity(MetricOptions options = {});
+};
+
+// The mean of a cross-entropy loss over the examples seen.
+struct CrossentropyMetricOptions {
+  bool from_logits = false;
+  float label_smoothing = 0.0f;  // BinaryCrossentropy and CategoricalCrossentropy
+  std::string name{};
+};
+class BinaryCrossentropy : public Metric {
+ public:
+  explicit BinaryCrossentropy(CrossentropyMetricOptions options = {});
+};
+class CategoricalCrossentropy : public Metric {
+ public:
+  explicit CategoricalCrossentropy(CrossentropyMetricOptions options = {});
+};
+class SparseCategoricalCrossentropy : public Metric {
+ public:
+  explicit SparseCategoricalCrossentropy(CrossentropyMetricOptions options = {});
+};
+
+// By Keras identifier, as compile(metrics=[...]) resolves strings: a
+// function name ("mae", "mean_absolute_error", "sparse_categorical_accuracy",
+// ...) names the metric by the string given; a class name
+// ("MeanAbsoluteError") gives the class's default name. "accuracy" / "acc"
+// and "crossentropy" / "ce" pick the variant that matches `loss` (sparse
+// categorical, categorical or binary; plain Accuracy, or categorical
+// cross-entropy, for any other loss). An unknown name is a ValueError that
+// lists the known ones.
+Metric get(const std::string& name, const Loss& loss = {});
 
 }  // namespace metrics
 }  // namespace lockstep

@@ -141,6 +141,10 @@ class Optimizer {
  public:
   Optimizer() = default;
   explicit Optimizer(std::shared_ptr<OptimizerImpl> impl) : impl_(std::move(impl)) {}
+  // A Keras identifier with Keras's defaults, as compile(optimizer="adam"):
+  // optimizers::get(name).
+  Optimizer(const char* name);         // NOLINT(google-explicit-constructor): as Keras's strings
+  Optimizer(const std::string& name);  // NOLINT(google-explicit-constructor)
   void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
                        ApplyOptions options = {}) const {
     impl_->apply_gradients(grads, vars, options);
@@ -221,7 +225,9 @@ class Adagrad : public Optimizer {
   explicit Adagrad(AdagradOptions options = {});
 };
 
-// By Keras name ("sgd", "adam", "adamw", "rmsprop", "adagrad") with defaults.
+// By Keras identifier, with Keras's defaults: "sgd", "adam", "adamw",
+// "rmsprop", "adagrad", or the class name ("Adam"). An unknown name is a
+// ValueError that lists the known ones.
 Optimizer get(const std::string& name);
 
 }  // namespace optimizers

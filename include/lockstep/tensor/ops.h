@@ -157,7 +157,7 @@ Tensor stop_gradient(const Tensor& x);
 
 // ---- indexing -----------------------------------------------------------------
 // tf.gather: params.shape[:axis] + indices.shape + params.shape[axis+1:].
-// Indices must be int32/int64 in [0, params.dim(axis)).
+// Indices must be int32, int64 or uint8 in [0, params.dim(axis)).
 Tensor gather(const Tensor& params, const Tensor& indices, int axis = 0);
 // numpy.take_along_axis: picks x[..., indices[...], ...] along `axis`;
 // indices has x's rank. The labels op of sparse cross-entropy.

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "lockstep/tensor/tensor.h"
 
@@ -45,6 +46,17 @@ Tensor uniform(const Shape& shape, const UniformOptions& options = {});
 Tensor normal(const Shape& shape, const NormalOptions& options = {});
 // Normal values redrawn until within two standard deviations of the mean.
 Tensor truncated_normal(const Shape& shape, const NormalOptions& options = {});
+
+// A random order of 0 .. n-1 (int64 [n]): numpy's permutation(n), and what
+// the guide's random validation hold-out takes. Fisher-Yates with Philox
+// draws, so the order depends only on (seed, stream).
+Tensor permutation(std::int64_t n, std::uint64_t seed, std::uint64_t stream = 0);
+// The same order as a vector (for host-side loops).
+std::vector<std::int64_t> permutation_indices(std::int64_t n, std::uint64_t seed,
+                                              std::uint64_t stream = 0);
+// x with its rows (dim 0) in the order permutation(x.dim(0), seed, stream)
+// gives: keras.random.shuffle(x, seed=seed) and tf.random.shuffle.
+Tensor shuffle(const Tensor& x, std::uint64_t seed, std::uint64_t stream = 0);
 
 // A stateful source: each call uses the next stream of its seed.
 // Value type; not thread-safe.

@@ -120,8 +120,25 @@ class Model : public Layer {
   Model() = default;
   Model(const KerasTensor& inputs, const KerasTensor& outputs, std::string name = "");
   Model(std::vector<KerasTensor> inputs, std::vector<KerasTensor> outputs, std::string name = "");
+  // A new head on another model's graph: Model(base.inputs(), head(base.output())).
+  Model(std::vector<KerasTensor> inputs, const KerasTensor& output, std::string name = "");
   // A subclassed model: `network` computes, the Model trains it.
   explicit Model(std::shared_ptr<LayerImpl> network);
+
+  // Keras's model.layers: a Sequential's stack; a functional model's
+  // InputLayers, then each layer once in the order the graph runs them (a
+  // nested model is one entry); a subclassed model's tracked layers.
+  std::vector<Layer> layers() const;
+  // The layer of that name among layers() (model.get_layer); a ValueError
+  // that lists the names when there is none.
+  Layer get_layer(const std::string& name) const;
+  // The symbolic inputs and outputs of a functional model (or of a
+  // Sequential whose input shape is known): model.inputs / model.outputs,
+  // and model.input / model.output for a model with exactly one.
+  std::vector<KerasTensor> inputs() const;
+  std::vector<KerasTensor> outputs() const;
+  KerasTensor input() const;
+  KerasTensor output() const;
 
   void compile(CompileOptions options);
   bool compiled() const;
