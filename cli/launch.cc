@@ -98,6 +98,33 @@ void forward(Worker& w, int index, bool flush_all) {
   std::fflush(stdout);
 }
 
+// The workers train one model together only under MultiWorkerMirroredStrategy:
+// `lockstep train` without --strategy gets --strategy multi-worker; with
+// another strategy each worker would train its own copy, so that is refused.
+// Other programs choose their strategy themselves.
+std::vector<std::string> with_multi_worker_strategy(std::vector<std::string> command) {
+  const std::string program = command[0].substr(command[0].find_last_of('/') + 1);
+  if (program != "lockstep" || command.size() < 2 || command[1] != "train") return command;
+  for (std::size_t i = 2; i < command.size(); ++i) {
+    std::string value;
+    if (command[i] == "--strategy" && i + 1 < command.size()) {
+      value = command[i + 1];
+    } else if (command[i].rfind("--strategy=", 0) == 0) {
+      value = command[i].substr(std::strlen("--strategy="));
+    } else {
+      continue;
+    }
+    LOCKSTEP_CHECK(value == "multi-worker", "launch: the workers' command has --strategy ", value,
+                   "; launched workers train one model together only with --strategy "
+                   "multi-worker (with ",
+                   value, " each worker would train its own copy)");
+    return command;
+  }
+  command.insert(command.begin() + 2, {"--strategy", "multi-worker"});
+  std::printf("lockstep launch: the workers run lockstep train with --strategy multi-worker\n");
+  return command;
+}
+
 }  // namespace
 
 CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
@@ -122,6 +149,7 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
 }
 
 int run_launch(const LaunchArgs& a) {
+  std::vector<std::string> command = with_multi_worker_strategy(a.command);
   const int n = a.workers;
   std::vector<int> ports;
   for (int i = 0; i < n; ++i) ports.push_back(a.port > 0 ? a.port + i : free_port(a.host));
@@ -133,7 +161,6 @@ int run_launch(const LaunchArgs& a) {
   const bool pin = a.pin && !cores.empty() && static_cast<int>(cores.size()) >= n;
 
   // `lockstep` as the command means this very program.
-  std::vector<std::string> command = a.command;
   if (command[0] == "lockstep") command[0] = "/proc/self/exe";
 
   std::signal(SIGINT, on_signal);

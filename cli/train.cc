@@ -12,6 +12,8 @@
 #include <sstream>
 
 #include "lockstep/lockstep.h"
+#include "run_settings.h"
+#include "validators.h"
 
 namespace lockstep::cli {
 namespace {
@@ -74,6 +76,30 @@ Tensor prepare(const Tensor& images, const Shape& sample_shape) {
   return reshape(cast(images, DType::kFloat32) / 255.0f, dims);
 }
 
+// The settings an exact resume depends on (run_settings.h).
+RunSettings run_settings(const TrainArgs& a, const std::pair<Tensor, Tensor>& train) {
+  RunSettings s{.model = a.model,
+                .batch_size = a.batch_size,
+                .seed = a.seed,
+                .steps_per_epoch = a.steps_per_epoch,
+                .dataset = ""};
+  if (a.model != "mlp" && a.model != "cnn") {
+    std::ifstream in(a.model);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string json = text.str();
+    char crc[16];
+    std::snprintf(crc, sizeof crc, "%08x", crc32c(json.data(), json.size()));
+    s.model += std::string(" (crc32c ") + crc + ")";
+  }
+  std::uint32_t crc = crc32c(train.first.raw_data(), train.first.nbytes());
+  crc = crc32c(train.second.raw_data(), train.second.nbytes(), crc);
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "%08x", crc);
+  s.dataset = std::to_string(train.first.dim(0)) + " examples, crc32c " + hex;
+  return s;
+}
+
 }  // namespace
 
 CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
@@ -89,7 +115,7 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   train
       ->add_option("--local-replicas", a.local_replicas,
                    "multi-worker: replicas per worker (default: LOCKSTEP_LOCAL_REPLICAS or 1)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(1));
   train
       ->add_option("--communication", a.communication,
                    "multi-worker: auto (MPI under mpirun, else Gloo), gloo or mpi")
@@ -98,28 +124,31 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   train
       ->add_option("--timeout", a.timeout_seconds,
                    "multi-worker: seconds before a collective is declared failed")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   train->add_option("--data-dir", a.data_dir,
                     "directory with the IDX files (default: /usr/share/datasets/fashion-mnist)");
-  train->add_option("--epochs", a.epochs)->check(CLI::PositiveNumber)->capture_default_str();
+  train->add_option("--epochs", a.epochs)->check(at_least(1))->capture_default_str();
   train->add_option("--batch-size", a.batch_size, "global batch size")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
-  train->add_option("--learning-rate", a.learning_rate)
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  train->add_option("--learning-rate", a.learning_rate)->check(positive())->capture_default_str();
   train->add_option("--verbose", a.verbose, "0 silent, 1 progress bar (line on a pipe), 2 line")
       ->check(CLI::Range(0, 2))
       ->capture_default_str();
   train->add_option("--seed", a.seed, "weights and shuffling")->capture_default_str();
   train->add_option("--steps-per-epoch", a.steps_per_epoch, "0: the whole training set")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   train->add_option("--checkpoint-dir", a.checkpoint_dir,
                     "keep backups in DIR/backup and resume from them when the same command runs "
                     "again; save the trained model as DIR/model.safetensors");
   train->add_option("--save-freq", a.save_freq, "back up every N batches (0: every epoch)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
+      ->needs("--checkpoint-dir");
+  train
+      ->add_flag("--allow-changed-batch-size", a.allow_changed_batch_size,
+                 "resume a --checkpoint-dir run with another --batch-size (not an exact "
+                 "continuation; other changed settings are always refused)")
       ->needs("--checkpoint-dir");
   return train;
 }
@@ -166,6 +195,10 @@ int run_train(const TrainArgs& a) {
       ld::Dataset::from_tensor_slices({x_test, test.second}).batch(a.batch_size);
 
   std::vector<std::shared_ptr<Callback>> callbacks;
+  if (!a.checkpoint_dir.empty() && strategy.is_chief()) {
+    check_and_record_run_settings(a.checkpoint_dir, run_settings(a, train),
+                                  {.allow_changed_batch_size = a.allow_changed_batch_size});
+  }
   if (!a.checkpoint_dir.empty()) {
     callbacks.push_back(std::make_shared<BackupAndRestore>(BackupAndRestore::Options{
         .backup_dir = (std::filesystem::path(a.checkpoint_dir) / "backup").string(),

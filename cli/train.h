@@ -27,6 +27,8 @@ struct TrainArgs {
   // the trained model saved as <dir>/model.safetensors.
   std::string checkpoint_dir;
   std::int64_t save_freq = 0;  // backups every N batches; 0: every epoch
+  // Resume with another --batch-size (cli/run_settings.h refuses it otherwise).
+  bool allow_changed_batch_size = false;
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainArgs& args);
