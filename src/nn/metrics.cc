@@ -291,9 +291,9 @@ SparseTopKCategoricalAccuracy::SparseTopKCategoricalAccuracy(TopKOptions o) {
     check_pair(name, t, p);
     const Rows pr = rows_of(p, name);
     const std::vector<double> labels = host(t);
-    LOCKSTEP_CHECK_AS(ShapeError, static_cast<std::int64_t>(labels.size()) == pr.batch,
-                      "metric '", name, "': expected one label per example, got y_true ",
-                      t.shape(), " for y_pred ", p.shape());
+    LOCKSTEP_CHECK_AS(ShapeError, static_cast<std::int64_t>(labels.size()) == pr.batch, "metric '",
+                      name, "': expected one label per example, got y_true ", t.shape(),
+                      " for y_pred ", p.shape());
     std::vector<double> out(static_cast<std::size_t>(pr.batch));
     for (std::int64_t i = 0; i < pr.batch; ++i) {
       const double label = labels[static_cast<std::size_t>(i)];
@@ -330,13 +330,13 @@ std::shared_ptr<MetricImpl> loss_mean(const std::string& name, const Loss& loss)
 }
 
 // Per-example sums over the last axis of g(t_row, p_row): row functions.
-std::shared_ptr<MetricImpl> row_metric(
-    const std::string& name,
-    double (*g)(const double* t, const double* p, std::int64_t n)) {
+std::shared_ptr<MetricImpl> row_metric(const std::string& name,
+                                       double (*g)(const double* t, const double* p,
+                                                   std::int64_t n)) {
   return std::make_shared<PerExample>(name, [name, g](const Tensor& t, const Tensor& p) {
     check_pair(name, t, p);
-    LOCKSTEP_CHECK_AS(ShapeError, t.shape() == p.shape(), "metric '", name, "': y_true ",
-                      t.shape(), " and y_pred ", p.shape(), " must have the same shape");
+    LOCKSTEP_CHECK_AS(ShapeError, t.shape() == p.shape(), "metric '", name, "': y_true ", t.shape(),
+                      " and y_pred ", p.shape(), " must have the same shape");
     const Rows pr = rows_of(p, name), tr = rows_of(t, name);
     std::vector<double> out(static_cast<std::size_t>(pr.batch));
     for (std::int64_t i = 0; i < pr.batch; ++i)
@@ -356,23 +356,23 @@ MeanAbsoluteError::MeanAbsoluteError(MetricOptions o)
                               [](double a, double b) { return std::fabs(a - b); })) {}
 
 MeanAbsolutePercentageError::MeanAbsolutePercentageError(MetricOptions o)
-    : Metric(elementwise_mean(or_default(o.name, "mean_absolute_percentage_error"),
-                              [](double a, double b) {
-                                return 100.0 * std::fabs((a - b) / std::max(std::fabs(a), kEpsilon));
-                              })) {}
+    : Metric(elementwise_mean(
+          or_default(o.name, "mean_absolute_percentage_error"), [](double a, double b) {
+            return 100.0 * std::fabs((a - b) / std::max(std::fabs(a), kEpsilon));
+          })) {}
 
 MeanSquaredLogarithmicError::MeanSquaredLogarithmicError(MetricOptions o)
-    : Metric(elementwise_mean(or_default(o.name, "mean_squared_logarithmic_error"),
-                              [](double a, double b) {
-                                const double d = std::log(std::max(b, kEpsilon) + 1.0) -
-                                                 std::log(std::max(a, kEpsilon) + 1.0);
-                                return d * d;
-                              })) {}
+    : Metric(elementwise_mean(
+          or_default(o.name, "mean_squared_logarithmic_error"), [](double a, double b) {
+            const double d =
+                std::log(std::max(b, kEpsilon) + 1.0) - std::log(std::max(a, kEpsilon) + 1.0);
+            return d * d;
+          })) {}
 
 RootMeanSquaredError::RootMeanSquaredError(MetricOptions o)
-    : Metric(elementwise_mean(or_default(o.name, "root_mean_squared_error"),
-                              [](double a, double b) { return (a - b) * (a - b); },
-                              PerExample::Result::kRootMean)) {}
+    : Metric(elementwise_mean(
+          or_default(o.name, "root_mean_squared_error"),
+          [](double a, double b) { return (a - b) * (a - b); }, PerExample::Result::kRootMean)) {}
 
 LogCoshError::LogCoshError(MetricOptions o)
     : Metric(elementwise_mean(or_default(o.name, "logcosh"), [](double a, double b) {
@@ -394,9 +394,8 @@ KLDivergence::KLDivergence(MetricOptions o)
                         })) {}
 
 Poisson::Poisson(MetricOptions o)
-    : Metric(elementwise_mean(or_default(o.name, "poisson"), [](double a, double b) {
-        return b - a * std::log(b + kEpsilon);
-      })) {}
+    : Metric(elementwise_mean(or_default(o.name, "poisson"),
+                              [](double a, double b) { return b - a * std::log(b + kEpsilon); })) {}
 
 namespace {
 // Keras's hinge labels: 0/1 become -1/1; -1/1 stay.
@@ -465,43 +464,61 @@ Metric get(const std::string& name, const Loss& loss) {
     Metric (*make)(const std::string& name);
   };
   static const std::vector<Known> known = {
-      {{"sparse_categorical_accuracy"}, "SparseCategoricalAccuracy",
+      {{"sparse_categorical_accuracy"},
+       "SparseCategoricalAccuracy",
        [](const std::string& n) -> Metric { return SparseCategoricalAccuracy({.name = n}); }},
-      {{"categorical_accuracy"}, "CategoricalAccuracy",
+      {{"categorical_accuracy"},
+       "CategoricalAccuracy",
        [](const std::string& n) -> Metric { return CategoricalAccuracy({.name = n}); }},
-      {{"binary_accuracy"}, "BinaryAccuracy",
+      {{"binary_accuracy"},
+       "BinaryAccuracy",
        [](const std::string& n) -> Metric { return BinaryAccuracy({.name = n}); }},
-      {{"top_k_categorical_accuracy"}, "TopKCategoricalAccuracy",
+      {{"top_k_categorical_accuracy"},
+       "TopKCategoricalAccuracy",
        [](const std::string& n) -> Metric { return TopKCategoricalAccuracy({.name = n}); }},
-      {{"sparse_top_k_categorical_accuracy"}, "SparseTopKCategoricalAccuracy",
+      {{"sparse_top_k_categorical_accuracy"},
+       "SparseTopKCategoricalAccuracy",
        [](const std::string& n) -> Metric { return SparseTopKCategoricalAccuracy({.name = n}); }},
-      {{"mean_squared_error", "mse"}, "MeanSquaredError",
+      {{"mean_squared_error", "mse"},
+       "MeanSquaredError",
        [](const std::string& n) -> Metric { return MeanSquaredError({.name = n}); }},
-      {{"mean_absolute_error", "mae"}, "MeanAbsoluteError",
+      {{"mean_absolute_error", "mae"},
+       "MeanAbsoluteError",
        [](const std::string& n) -> Metric { return MeanAbsoluteError({.name = n}); }},
-      {{"mean_absolute_percentage_error", "mape"}, "MeanAbsolutePercentageError",
+      {{"mean_absolute_percentage_error", "mape"},
+       "MeanAbsolutePercentageError",
        [](const std::string& n) -> Metric { return MeanAbsolutePercentageError({.name = n}); }},
-      {{"mean_squared_logarithmic_error", "msle"}, "MeanSquaredLogarithmicError",
+      {{"mean_squared_logarithmic_error", "msle"},
+       "MeanSquaredLogarithmicError",
        [](const std::string& n) -> Metric { return MeanSquaredLogarithmicError({.name = n}); }},
-      {{"root_mean_squared_error"}, "RootMeanSquaredError",
+      {{"root_mean_squared_error"},
+       "RootMeanSquaredError",
        [](const std::string& n) -> Metric { return RootMeanSquaredError({.name = n}); }},
-      {{"logcosh", "log_cosh"}, "LogCoshError",
+      {{"logcosh", "log_cosh"},
+       "LogCoshError",
        [](const std::string& n) -> Metric { return LogCoshError({.name = n}); }},
-      {{"kl_divergence", "kld", "kullback_leibler_divergence"}, "KLDivergence",
+      {{"kl_divergence", "kld", "kullback_leibler_divergence"},
+       "KLDivergence",
        [](const std::string& n) -> Metric { return KLDivergence({.name = n}); }},
       {{"poisson"}, "Poisson", [](const std::string& n) -> Metric { return Poisson({.name = n}); }},
       {{"hinge"}, "Hinge", [](const std::string& n) -> Metric { return Hinge({.name = n}); }},
-      {{"squared_hinge"}, "SquaredHinge",
+      {{"squared_hinge"},
+       "SquaredHinge",
        [](const std::string& n) -> Metric { return SquaredHinge({.name = n}); }},
-      {{"cosine_similarity"}, "CosineSimilarity",
+      {{"cosine_similarity"},
+       "CosineSimilarity",
        [](const std::string& n) -> Metric { return CosineSimilarity({.name = n}); }},
-      {{"binary_crossentropy"}, "BinaryCrossentropy",
+      {{"binary_crossentropy"},
+       "BinaryCrossentropy",
        [](const std::string& n) -> Metric { return BinaryCrossentropy({.name = n}); }},
-      {{"categorical_crossentropy"}, "CategoricalCrossentropy",
+      {{"categorical_crossentropy"},
+       "CategoricalCrossentropy",
        [](const std::string& n) -> Metric { return CategoricalCrossentropy({.name = n}); }},
-      {{"sparse_categorical_crossentropy"}, "SparseCategoricalCrossentropy",
+      {{"sparse_categorical_crossentropy"},
+       "SparseCategoricalCrossentropy",
        [](const std::string& n) -> Metric { return SparseCategoricalCrossentropy({.name = n}); }},
-      {{"precision"}, "Precision",
+      {{"precision"},
+       "Precision",
        [](const std::string& n) -> Metric { return Precision({.name = n}); }},
       {{"recall"}, "Recall", [](const std::string& n) -> Metric { return Recall({.name = n}); }},
       {{"auc"}, "AUC", [](const std::string& n) -> Metric { return AUC({.name = n}); }},
