@@ -216,8 +216,8 @@ std::vector<KerasTensor> Model::outputs() const {
 namespace {
 KerasTensor the_one(const std::vector<KerasTensor>& all, const std::string& model,
                     const char* what) {
-  LOCKSTEP_CHECK(all.size() == 1, "Model '", model, "' has ", all.size(), " ", what,
-                 "s; use ", what, "s() for a model with several");
+  LOCKSTEP_CHECK(all.size() == 1, "Model '", model, "' has ", all.size(), " ", what, "s; use ",
+                 what, "s() for a model with several");
   return all[0];
 }
 }  // namespace
@@ -537,7 +537,8 @@ class TensorBatches final : public BatchSource {
   }
   std::int64_t steps() const override { return steps_; }
   void start_epoch(int epoch) override {
-    if (shuffle_) order_ = random::permutation_indices(n_, seed_, stream_ + static_cast<std::uint64_t>(epoch));
+    if (shuffle_)
+      order_ = random::permutation_indices(n_, seed_, stream_ + static_cast<std::uint64_t>(epoch));
   }
   data::IteratorState save_state(int epoch, bool) override {
     data::IteratorState st;

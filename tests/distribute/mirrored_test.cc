@@ -412,8 +412,9 @@ TEST(MirroredStrategy, CustomLoopWithRunAndReduce) {
 // replica its own value, others are shared, results come back per replica.
 TEST(MirroredStrategy, RunTakesSeveralArgumentsPerReplicaOrShared) {
   Strategy strategy = with_replicas(3);
-  const distribute::PerReplica<Tensor> xs({Tensor::from_vector<float>({1, 2}), Tensor::from_vector<float>({3}),
-                               Tensor::from_vector<float>({4, 5, 6})});
+  const distribute::PerReplica<Tensor> xs({Tensor::from_vector<float>({1, 2}),
+                                           Tensor::from_vector<float>({3}),
+                                           Tensor::from_vector<float>({4, 5, 6})});
   const distribute::PerReplica<std::int64_t> ids({10, 20, 30});
   const float scale = 2.0f;
   auto results = strategy.run(

@@ -211,11 +211,12 @@ TEST(Metrics, RegressionAndProbabilisticMetricsByHand) {
                        std::pow(std::log(2) - std::log(3), 2) + std::pow(std::log(1.5), 2)) /
                       4;
   EXPECT_NEAR(result("msle"), msle, 1e-7);
-  EXPECT_NEAR(result("logcosh"),
-              (2 * std::log(std::cosh(0.5)) + std::log(std::cosh(1.0))) / 4, 1e-7);
+  EXPECT_NEAR(result("logcosh"), (2 * std::log(std::cosh(0.5)) + std::log(std::cosh(1.0))) / 4,
+              1e-7);
   EXPECT_NEAR(result("poisson"),
               ((1.5 - std::log(1.5 + 1e-7)) + (1 - 2 * std::log(1 + 1e-7)) + 0.5 +
-               (4 - 4 * std::log(4 + 1e-7))) / 4,
+               (4 - 4 * std::log(4 + 1e-7))) /
+                  4,
               1e-6);
   // Hinge with 0/1 labels mapped to -1/1: max(1 - t p, 0).
   Metric hinge = metrics::get("hinge");
@@ -235,10 +236,10 @@ TEST(Metrics, RegressionAndProbabilisticMetricsByHand) {
   const Tensor labels = Tensor::from_vector<std::uint8_t>({0, 2});
   metrics::SparseCategoricalCrossentropy sce({.from_logits = true});
   sce.update_state(labels, logits);
-  EXPECT_NEAR(sce.result(),
-              losses::SparseCategoricalCrossentropy({.from_logits = true})(labels, logits)
-                  .item<float>(),
-              1e-6);
+  EXPECT_NEAR(
+      sce.result(),
+      losses::SparseCategoricalCrossentropy({.from_logits = true})(labels, logits).item<float>(),
+      1e-6);
   metrics::SparseTopKCategoricalAccuracy top1({.k = 1});
   top1.update_state(Tensor::from_vector<std::uint8_t>({0, 1}), logits);
   EXPECT_NEAR(top1.result(), 0.5, 1e-12);

@@ -345,7 +345,7 @@ TEST(Model, LayersInputsOutputsAndCountsAsKerasNamesThem) {
   auto head = layers::Dense(1, {.name = "head"})(layers::ReLU()(base.output()));
   Model tuned(base.inputs(), head);
   base.get_layer("hidden").set_trainable(false);
-  EXPECT_EQ(tuned.layers().size(), 5u);  // input, hidden, features, re_lu, head
+  EXPECT_EQ(tuned.layers().size(), 5u);                   // input, hidden, features, re_lu, head
   EXPECT_EQ(tuned.trainable_variables().size(), 4u);      // features and head
   EXPECT_EQ(tuned.non_trainable_variables().size(), 2u);  // hidden's kernel and bias
   EXPECT_EQ(tuned.count_params(), base.count_params() + 4 + 1);

@@ -31,7 +31,7 @@ namespace lockstep::comm {
 struct StoreOptions {
   std::string host = "127.0.0.1";  // the chief's address from the cluster spec
   int port = 0;                    // 0 (server only): any free port
-  std::string token{};               // the job's shared secret (never sent)
+  std::string token{};             // the job's shared secret (never sent)
   // Deadline for connecting (the chief may start after the workers), for
   // every read, and for get()/wait() of keys that are not there yet.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};

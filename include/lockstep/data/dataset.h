@@ -105,7 +105,7 @@ class Iterator {
 };
 
 struct ShuffleOptions {
-  std::optional<std::uint64_t> seed{};     // none: drawn once per Dataset
+  std::optional<std::uint64_t> seed{};   // none: drawn once per Dataset
   bool reshuffle_each_iteration = true;  // a new order every epoch / repeat pass
 };
 

@@ -24,7 +24,7 @@ struct CsvColumn {
 
 struct CsvOptions {
   std::vector<CsvColumn> columns{};  // one per selected column, in order
-  bool header = false;             // skip each file's first line
+  bool header = false;               // skip each file's first line
   char field_delim = ',';
   std::vector<int> select_cols{};  // empty: all columns (then columns.size() of them)
   std::string na_value{};          // a field equal to this is missing (as is an empty one)

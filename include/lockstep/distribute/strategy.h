@@ -120,15 +120,15 @@ class Strategy {
   // distributed dataset's element, say) and any other argument is passed to
   // every replica as it is.
   template <typename F, typename... A>
-    requires(sizeof...(A) > 0)
-  auto run(F&& fn, const A&... args) const {
+  requires(sizeof...(A) > 0) auto run(F&& fn, const A&... args) const {
     (check_replica_arg(args), ...);
     using R = std::invoke_result_t<F&, decltype(replica_arg(args, 0))...>;
     if constexpr (std::is_void_v<R>) {
       run_replicas([&](int r) { fn(replica_arg(args, r)...); });
     } else {
       std::vector<R> results(static_cast<std::size_t>(num_local_replicas()));
-      run_replicas([&](int r) { results[static_cast<std::size_t>(r)] = fn(replica_arg(args, r)...); });
+      run_replicas(
+          [&](int r) { results[static_cast<std::size_t>(r)] = fn(replica_arg(args, r)...); });
       return PerReplica<R>(std::move(results));
     }
   }

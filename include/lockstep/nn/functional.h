@@ -15,7 +15,7 @@ namespace lockstep {
 struct KerasTensor::Node {
   std::shared_ptr<LayerImpl> layer{};  // null for an Input
   std::vector<KerasTensor> inputs{};
-  std::string input_name{};                   // for an Input
+  std::string input_name{};                  // for an Input
   std::shared_ptr<LayerImpl> input_layer{};  // for an Input: its InputLayer (model.layers)
 };
 

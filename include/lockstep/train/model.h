@@ -108,11 +108,11 @@ struct PredictOptions {
 // the optimizer that an exact resume needs. Topology-free (metric states are
 // merged across replicas).
 struct TrainingSnapshot {
-  int epoch = 0;              // the epoch in progress, or the next to start
-  std::int64_t step = 0;      // batches of that epoch already applied
+  int epoch = 0;                // the epoch in progress, or the next to start
+  std::int64_t step = 0;        // batches of that epoch already applied
   data::IteratorState input{};  // the training data's position
   std::vector<std::pair<std::string, std::vector<double>>> metrics{};  // metrics() order
-  std::uint64_t random_seed = 0, random_stream = 0;                  // the global random state
+  std::uint64_t random_seed = 0, random_stream = 0;                    // the global random state
 };
 
 class Model : public Layer {

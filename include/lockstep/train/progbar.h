@@ -33,7 +33,7 @@ class Progbar {
     std::string unit_name = "step";
     bool dynamic_display = true;  // redraw in place; false: one line per update
     std::ostream* out = nullptr;  // default std::cout
-    Clock clock{};                  // default steady_clock
+    Clock clock{};                // default steady_clock
   };
 
   // `target` <= 0: unknown.
