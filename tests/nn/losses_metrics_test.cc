@@ -263,5 +263,34 @@ TEST(Utils, ToCategoricalAcceptsEveryLabelTypeAndNamesABadLabel) {
   EXPECT_THROW(utils::to_categorical(f({0.5f}, {1}), 3), ValueError);
 }
 
+// A saturated cross-entropy is a tiny positive number; log-softmax's
+// rounding made it print as -1.43e-06. Nothing may be negative.
+TEST(Losses, CrossEntropyOfSaturatedLogitsIsNeverNegative) {
+  int examples = 0;
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    Tensor logits = random::normal({256, 10}, {.seed = seed});
+    std::vector<std::int64_t> labels(256);
+    float* p = logits.data<float>();
+    for (std::int64_t i = 0; i < 256; ++i) {
+      labels[static_cast<std::size_t>(i)] = i % 10;
+      p[i * 10 + i % 10] += 15.0f + static_cast<float>(seed);  // the true class far ahead
+    }
+    const Tensor sparse = Tensor::from_vector(labels);
+    const Tensor onehot = one_hot(sparse, 10);
+    for (const Tensor& per :
+         {losses::SparseCategoricalCrossentropy({.from_logits = true}).per_example(sparse, logits),
+          losses::CategoricalCrossentropy({.from_logits = true}).per_example(onehot, logits)}) {
+      for (float v : per.to_vector<float>()) {
+        ASSERT_GE(v, 0.0f) << "seed " << seed;
+        ++examples;
+      }
+    }
+    EXPECT_GE(
+        losses::SparseCategoricalCrossentropy({.from_logits = true})(sparse, logits).item<float>(),
+        0.0f);
+  }
+  EXPECT_EQ(examples, 2 * 20 * 256);
+}
+
 }  // namespace
 }  // namespace lockstep
