@@ -100,7 +100,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
       continue
     fi
     run "$w lockstep mirrored" "$WORKLOADS_BIN" "${args[@]}" --mode mirrored || exit 1
-    run "$w lockstep per-core" "$WORKLOADS_BIN" "${args[@]}" --mode per-core || exit 1
+    run "$w lockstep one-replica" "$WORKLOADS_BIN" "${args[@]}" --mode one-replica || exit 1
     if [[ -n ${available[pytorch]:-} ]]; then
       run "$w pytorch single" "$TORCH_PYTHON" "$HERE/peers/torch_workloads.py" "${args[@]}" --mode single
       run "$w pytorch ddp" "$TORCH_PYTHON" "$HERE/peers/torch_workloads.py" "${args[@]}" --mode ddp

@@ -2,17 +2,17 @@
 // the way a user would write them (the seed guide's code), with the same
 // flags and the same `RESULT {json}` line as the peers in bench/peers/.
 //
-//   workloads --workload mlp --batch 64 --epochs 2 [--mode mirrored|per-core|single]
-//   workloads --workload cnn --batch 64 --epochs 1 [--mode mirrored|per-core|single]
-//   (--mode per-core-unsharded: per-core with every replica running the whole
+//   workloads --workload mlp --batch 64 --epochs 2 [--mode mirrored|one-replica|single]
+//   workloads --workload cnn --batch 64 --epochs 1 [--mode mirrored|one-replica|single]
+//   (--mode per-core-unsharded: mirrored with every replica running the whole
 //   optimizer update, the layout before the sharded update)
 //   workloads --workload allreduce [--sizes-mib 1,4,16,64]   (2 replica threads)
 //   workloads --workload input --batch 64
 //
 // `mirrored` is the guide's `MirroredStrategy()` with its default devices
-// (on a CPU-only machine: one replica, every core its intra-op thread);
-// `per-core` is MirroredStrategy over one logical device per core (one
-// replica per core, all-reduce every step); `single` is no strategy. samples_per_s counts the
+// (one replica per core, all-reduce every step); `one-replica` is
+// MirroredStrategy on the host device (one replica, every core its intra-op
+// thread); `single` is no strategy. samples_per_s counts the
 // training examples of every epoch over the time `fit` took (no validation); test_accuracy is
 // `evaluate` on the 10k test images afterwards.
 #include <sys/resource.h>
@@ -75,8 +75,8 @@ ls::Tensor prepare(const ls::Tensor& images, const std::string& workload) {
 std::string mode_name(const std::string& mode, const dist::Strategy& strategy) {
   if (mode == "single")
     return "no strategy (" + std::to_string(ls::host_device().num_threads()) + " threads)";
-  return std::string(mode == "per-core"             ? "MirroredStrategy per core: "
-                     : mode == "per-core-unsharded" ? "MirroredStrategy per core, unsharded: "
+  return std::string(mode == "one-replica"          ? "MirroredStrategy(host device): "
+                     : mode == "per-core-unsharded" ? "MirroredStrategy(), unsharded: "
                                                     : "MirroredStrategy(): ") +
          std::to_string(strategy.num_replicas_in_sync()) + " replica(s) x " +
          std::to_string(strategy.replica_devices()[0]->num_threads()) + " thread(s)";
@@ -99,11 +99,10 @@ void train(const Args& args) {
 
   dist::Strategy strategy;
   if (args.mode == "mirrored") strategy = dist::MirroredStrategy();
-  if (args.mode == "per-core")
-    strategy = dist::MirroredStrategy({.devices = ls::logical_devices()});
+  if (args.mode == "one-replica")
+    strategy = dist::MirroredStrategy({.devices = {&ls::host_device()}});
   if (args.mode == "per-core-unsharded")  // every replica runs the whole update
-    strategy =
-        dist::MirroredStrategy({.devices = ls::logical_devices(), .shard_optimizer_update = false});
+    strategy = dist::MirroredStrategy({.shard_optimizer_update = false});
   ls::Model model;
   {
     auto scope = strategy.scope();
@@ -187,7 +186,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch", args.batch);
   app.add_option("--epochs", args.epochs);
   app.add_option("--mode", args.mode)
-      ->check(CLI::IsMember({"mirrored", "per-core", "per-core-unsharded", "single"}));
+      ->check(CLI::IsMember({"mirrored", "one-replica", "per-core-unsharded", "single"}));
   app.add_option("--sizes-mib", args.sizes_mib);
   app.add_option("--seed", args.seed, "initialisation and shuffling");
   CLI11_PARSE(app, argc, argv);

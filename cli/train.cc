@@ -1,6 +1,5 @@
 // `lockstep train`: the guide's first example — the seed MLP on
-// Fashion-MNIST under MirroredStrategy() (on a CPU-only machine: one replica
-// on every core, as TensorFlow; LOCKSTEP_CPU_DEVICES=2 for one replica per core), Keras
+// Fashion-MNIST under MirroredStrategy() (one replica per core), Keras
 // progress lines with validation, then evaluate on the test set.
 #include "train.h"
 

@@ -1,7 +1,6 @@
 // The guide's first example, ported line by line: the seed MLP
 // (784-256-256-10) on Fashion-MNIST with compile / fit / evaluate under
-// MirroredStrategy() (on a CPU-only machine: one replica
-// on every core, as TensorFlow; LOCKSTEP_CPU_DEVICES=2 for one replica per core).
+// MirroredStrategy() (one replica per core).
 //
 //   mnist_mlp [epochs = 2] [steps_per_epoch = 0 (all)]
 #include <cstdio>

@@ -375,20 +375,13 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
 }
 
 MirroredStrategy::MirroredStrategy(MirroredStrategyOptions o) {
-  std::vector<Device*> devices = o.devices;
-  if (devices.empty()) {
-    // TensorFlow's choice on a machine without accelerators: one replica on
-    // the host, every core its intra-op thread — unless the program set up
-    // logical devices, which are then mirrored over. Measured here it is
-    // also the faster layout for every workload of docs/benchmarks.md
-    // (one replica per core duplicates the optimizer update on every core
-    // and meets at an all-reduce every step).
-    devices =
-        logical_devices_configured() ? logical_devices() : std::vector<Device*>{&host_device()};
-  }
+  // Every logical device, one per physical core unless the program chose
+  // them (DESIGN.md; the guide prints "Number of devices: 2" here).
+  std::vector<Device*> devices = o.devices.empty() ? logical_devices() : o.devices;
   LOCKSTEP_CHECK(!devices.empty(), "MirroredStrategy: no devices");
   LOCKSTEP_CHECK(o.replicas_per_device >= 1,
                  "MirroredStrategy: replicas_per_device must be >= 1, got ", o.replicas_per_device);
+  int shared_core = -1;
   for (std::size_t i = 0; i < devices.size(); ++i) {
     LOCKSTEP_CHECK(devices[i] != nullptr, "MirroredStrategy: device ", i, " is null");
     for (std::size_t j = 0; j < i; ++j) {
@@ -396,11 +389,17 @@ MirroredStrategy::MirroredStrategy(MirroredStrategyOptions o) {
                      " is listed twice (use replicas_per_device to run several replicas on one "
                      "device)");
       for (int c : devices[i]->cores()) {
-        for (int d : devices[j]->cores())
-          LOCKSTEP_CHECK(c != d, "MirroredStrategy: devices ", devices[j]->name(), " and ",
-                         devices[i]->name(), " share core ", c);
+        for (int d : devices[j]->cores()) shared_core = c == d ? c : shared_core;
       }
     }
+  }
+  if (shared_core >= 0) {
+    // More logical devices than cores (LOCKSTEP_CPU_DEVICES=3 on 2 cores), as
+    // TensorFlow allows: their replicas take turns on the shared cores.
+    std::fprintf(stderr,
+                 "MirroredStrategy: %zu devices share %zu cores (core %d is in several); their "
+                 "replicas take turns on them\n",
+                 devices.size(), available_physical_cores().size(), shared_core);
   }
   auto impl = std::make_shared<StrategyImpl>(
       "MirroredStrategy", std::move(devices), o.replicas_per_device,

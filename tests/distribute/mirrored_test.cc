@@ -70,21 +70,47 @@ struct ReplicasIdentical : Callback {
   }
 };
 
-// TensorFlow's MirroredStrategy() on a machine without GPUs runs one replica
-// on the CPU; ours does the same unless the program configured logical
-// devices (set_logical_cpu_devices / LOCKSTEP_CPU_DEVICES: ctest sets none
-// for this binary, cli_train_mirrored sets "2" for the configured case).
-TEST(MirroredStrategy, DefaultIsOneReplicaOnAllCoresUnlessDevicesAreConfigured) {
+// MirroredStrategy() mirrors over every logical device, one per physical
+// core (DESIGN.md; the guide's "Number of devices: 2" on a 2-core machine);
+// ctest sets no LOCKSTEP_CPU_DEVICES for this binary.
+TEST(MirroredStrategy, DefaultMirrorsOverEveryLogicalDeviceOnePerCore) {
   ASSERT_FALSE(logical_devices_configured()) << "this test expects no LOCKSTEP_CPU_DEVICES";
   MirroredStrategy strategy;
-  ASSERT_EQ(strategy.num_replicas_in_sync(), 1);
-  ASSERT_EQ(strategy.replica_devices().size(), 1u);
-  EXPECT_EQ(strategy.replica_devices()[0], &host_device());
-  EXPECT_EQ(strategy.replica_devices()[0]->num_threads(),
-            static_cast<int>(available_physical_cores().size()));
-  // Asking for every logical device gives one replica per core.
-  MirroredStrategy per_core({.devices = logical_devices()});
-  EXPECT_EQ(per_core.num_replicas_in_sync(), static_cast<int>(logical_devices().size()));
+  const std::size_t cores = available_physical_cores().size();
+  ASSERT_EQ(strategy.num_replicas_in_sync(), static_cast<int>(cores));
+  ASSERT_EQ(strategy.replica_devices(), logical_devices());
+  for (std::size_t r = 0; r < cores; ++r) {
+    EXPECT_EQ(strategy.replica_devices()[r]->cores().size(), 1u);
+    EXPECT_EQ(strategy.replica_devices()[r]->num_threads(), 1);
+  }
+  // One replica with every core is the host device.
+  MirroredStrategy one({.devices = {&host_device()}});
+  EXPECT_EQ(one.num_replicas_in_sync(), 1);
+  EXPECT_EQ(one.replica_devices()[0]->num_threads(), static_cast<int>(cores));
+}
+
+// More logical devices than cores (LOCKSTEP_CPU_DEVICES=3 on 2 cores) are
+// allowed everywhere, as TensorFlow's: their replicas share the cores.
+TEST(MirroredStrategy, DevicesThatShareCoresTrainTogether) {
+  const std::vector<std::vector<int>> sets = parse_cpu_devices(
+      std::to_string(available_physical_cores().size() + 1), available_physical_cores());
+  // Devices outlive every tensor made on them, as the registry's do.
+  static std::vector<std::unique_ptr<Device>> owned;
+  std::vector<Device*> devices;
+  for (std::size_t d = 0; d < sets.size(); ++d) {
+    owned.push_back(std::make_unique<Device>(static_cast<int>(d), sets[d], 1));
+    devices.push_back(owned.back().get());
+  }
+  MirroredStrategy strategy({.devices = devices});
+  EXPECT_EQ(strategy.num_replicas_in_sync(), static_cast<int>(sets.size()));
+  auto [x, y] = data(60, {20}, 5);
+  Model model;
+  {
+    auto scope = strategy.scope();
+    model = mlp();
+  }
+  const History h = model.fit(x, y, {.batch_size = 12, .epochs = 1, .verbose = 0});
+  EXPECT_EQ(h["loss"].size(), 1u);
 }
 
 Strategy with_replicas(int n, std::size_t bytes_per_pack = 0) {

@@ -176,11 +176,11 @@ class Strategy {
 };
 
 struct MirroredStrategyOptions {
-  // Empty: every logical device if the program configured them
-  // (set_logical_cpu_devices, LOCKSTEP_CPU_DEVICES), else one replica on the
-  // host device with every core — TensorFlow's default without GPUs, and the
-  // faster layout on CPUs (docs/distribute.md). One replica per core:
-  // {.devices = logical_devices()}.
+  // Empty: every logical device — one per physical core unless the program
+  // chose them (set_logical_cpu_devices, LOCKSTEP_CPU_DEVICES). One replica
+  // on every core: {.devices = {&host_device()}} (docs/distribute.md
+  // compares the two layouts). Devices may share cores (more devices than
+  // cores): their replicas then take turns, and the strategy says so.
   std::vector<Device*> devices{};
   // Several replicas on each device's cores: for testing replica counts
   // above the core count (each replica then gets a share of the threads).
