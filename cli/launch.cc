@@ -143,7 +143,8 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
   launch->add_option("--host", a.host, "the workers' address (IPv4)")->capture_default_str();
   launch->add_option("--port", a.port, "first port (worker i gets port + i); 0: free ports")
       ->check(CLI::Range(0, 65535));
-  launch->add_flag("!--no-pin", a.pin, "do not give each worker its own share of the cores");
+  launch->add_flag("!--no-pin", a.pin,
+                   "let every worker use every core (sets LOCKSTEP_PIN_WORKERS=0 in the workers)");
   launch->add_option("command", a.command, "the worker command (after --)")->required();
   return launch;
 }
@@ -188,6 +189,9 @@ int run_launch(const LaunchArgs& a) {
       ::setenv("TF_CONFIG", tf_config.c_str(), 1);
       ::setenv("LOCKSTEP_JOB_TOKEN", token.c_str(), 1);
       ::setenv("LOCKSTEP_LOCAL_REPLICAS", std::to_string(a.local_replicas).c_str(), 1);
+      // --no-pin: the workers keep every core, and do not split them
+      // themselves either (distribute/host_cores.cc).
+      if (!a.pin) ::setenv("LOCKSTEP_PIN_WORKERS", "0", 1);
       if (!share.empty()) {
         cpu_set_t set;
         CPU_ZERO(&set);

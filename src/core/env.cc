@@ -16,4 +16,6 @@ std::optional<std::string> get(const char* name) {
 
 std::optional<std::string> cpu_devices() { return get("LOCKSTEP_CPU_DEVICES"); }
 
+bool pin_workers() { return get("LOCKSTEP_PIN_WORKERS").value_or("1") != "0"; }
+
 }  // namespace lockstep::env

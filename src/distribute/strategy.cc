@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "hierarchical_communicator.h"
+#include "host_cores.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/comm/store.h"
 #include "lockstep/core/error.h"
@@ -547,6 +548,10 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
       o.cluster_resolver
           ? *o.cluster_resolver
           : ClusterResolver::from_environment().value_or(ClusterResolver::single_worker());
+  CrossWorker workers = join_workers(o, resolver);
+  // Workers started by hand on one host split its cores (as launch does),
+  // before the devices are chosen from them.
+  if (workers.comm) split_host_cores(*workers.comm, resolver);
   // Local replicas: the logical devices when there are enough, else replicas
   // sharing the host's cores; one replica uses every core of the process.
   std::vector<Device*> devices;
@@ -560,7 +565,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   }
   auto impl = std::make_shared<StrategyImpl>(
       "MultiWorkerMirroredStrategy", std::move(devices), replicas_per_device,
-      comm::InProcessGroup::Options{.timeout = o.timeout}, false, join_workers(o, resolver));
+      comm::InProcessGroup::Options{.timeout = o.timeout}, false, std::move(workers));
   impl->set_bytes_per_pack(o.bytes_per_pack);
   impl->set_shard_optimizer_update(o.shard_optimizer_update);
   static_cast<Strategy&>(*this) = Strategy(std::move(impl));

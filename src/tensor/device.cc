@@ -6,6 +6,9 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -78,8 +81,9 @@ struct DeviceRegistry {
   bool frozen = false;
   std::vector<std::vector<int>> requested;  // from set_logical_cpu_devices
   bool has_request = false;
-  std::vector<std::unique_ptr<Device>> owned;
+  std::vector<std::unique_ptr<Device>> owned;  // every device ever made: tensors refer to them
   std::vector<Device*> devices;
+  Device* host = nullptr;
 };
 
 DeviceRegistry& registry() {
@@ -173,6 +177,15 @@ void validate_core_sets(const std::vector<std::vector<int>>& sets) {
   }
 }
 
+void make_devices_locked(DeviceRegistry& r, const std::vector<std::vector<int>>& sets) {
+  r.devices.clear();
+  for (std::size_t d = 0; d < sets.size(); ++d) {
+    const int threads = static_cast<int>(sets[d].size());
+    r.owned.push_back(std::make_unique<Device>(static_cast<int>(d), sets[d], threads));
+    r.devices.push_back(r.owned.back().get());
+  }
+}
+
 void freeze_locked(DeviceRegistry& r) {
   if (r.frozen) return;
   std::vector<std::vector<int>> sets;
@@ -185,11 +198,7 @@ void freeze_locked(DeviceRegistry& r) {
   } else {
     for (int core : available_physical_cores()) sets.push_back({core});
   }
-  for (std::size_t d = 0; d < sets.size(); ++d) {
-    const int threads = static_cast<int>(sets[d].size());
-    r.owned.push_back(std::make_unique<Device>(static_cast<int>(d), sets[d], threads));
-    r.devices.push_back(r.owned.back().get());
-  }
+  make_devices_locked(r, sets);
   r.frozen = true;
 }
 
@@ -220,11 +229,43 @@ void set_logical_cpu_devices(const std::vector<std::vector<int>>& core_sets) {
 }
 
 Device& host_device() {
-  static Device* host = [] {
-    const std::vector<int> cores = allowed_cpus();
-    return new Device(-1, cores, static_cast<int>(available_physical_cores().size()));
-  }();
-  return *host;
+  DeviceRegistry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (r.host == nullptr) {
+    r.owned.push_back(std::make_unique<Device>(
+        -1, allowed_cpus(), static_cast<int>(available_physical_cores().size())));
+    r.host = r.owned.back().get();
+  }
+  return *r.host;
+}
+
+Device& confine_process_to_cores(const std::vector<int>& cores) {
+  LOCKSTEP_CHECK(!cores.empty(), "confine_process_to_cores: no cores");
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cores) CPU_SET(c, &set);
+  // Every thread of the process (sched_setaffinity(0) would set only this
+  // one): communication threads and thread pools made earlier included.
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    const pid_t tid = static_cast<pid_t>(std::stol(task.path().filename().string()));
+    sched_setaffinity(tid, sizeof(set), &set);  // a thread that just ended: nothing to do
+  }
+  LOCKSTEP_CHECK_AS(IOError, sched_setaffinity(0, sizeof(set), &set) == 0,
+                    "confine_process_to_cores: cannot run on cores ", join(cores), ": ",
+                    std::strerror(errno));
+  DeviceRegistry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.owned.push_back(std::make_unique<Device>(-1, cores, static_cast<int>(cores.size())));
+  r.host = r.owned.back().get();
+  if (!r.has_request && !env::cpu_devices()) {
+    std::vector<std::vector<int>> sets;
+    for (int c : cores) sets.push_back({c});
+    make_devices_locked(r, sets);
+    r.frozen = true;
+  }
+  omp_set_num_threads(static_cast<int>(cores.size()));
+  return *r.host;
 }
 
 Device& current_device() { return t_current_device ? *t_current_device : host_device(); }

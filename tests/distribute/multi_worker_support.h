@@ -179,7 +179,8 @@ class MultiWorkerTest : public ::testing::Test {
   std::vector<Process> start_workers(int n, const std::vector<std::string>& args,
                                      const std::string& tag,
                                      std::map<int, std::vector<std::string>> extra = {},
-                                     std::vector<int> ports = {}) {
+                                     std::vector<int> ports = {},
+                                     const std::map<std::string, std::string>& env = {}) {
     if (ports.empty()) {
       for (int i = 0; i < n; ++i) ports.push_back(free_port());
     }
@@ -189,11 +190,11 @@ class MultiWorkerTest : public ::testing::Test {
       std::vector<std::string> a = {MULTI_WORKER_TRAIN_PATH};
       a.insert(a.end(), args.begin(), args.end());
       for (const auto& e : extra[i]) a.push_back(e);
-      ps.push_back(spawn(a,
-                         {{"TF_CONFIG", tf_config(ports, i)},
-                          {"LOCKSTEP_JOB_TOKEN", "test-token-" + tag},
-                          {"OMP_NUM_THREADS", "1"}},
-                         path(tag + "-worker" + std::to_string(i) + ".log")));
+      std::map<std::string, std::string> worker_env = env;
+      worker_env.insert({{"TF_CONFIG", tf_config(ports, i)},
+                         {"LOCKSTEP_JOB_TOKEN", "test-token-" + tag},
+                         {"OMP_NUM_THREADS", "1"}});
+      ps.push_back(spawn(a, worker_env, path(tag + "-worker" + std::to_string(i) + ".log")));
     }
     return ps;
   }

@@ -6,8 +6,10 @@
 // multi_worker_fault_test.cc.)
 #include <algorithm>
 #include <numeric>
+#include <set>
 
 #include "distribute/multi_worker_support.h"
+#include "lockstep/tensor/device.h"
 
 namespace {
 
@@ -224,6 +226,63 @@ TEST_F(MultiWorkerTest, AStrangerAtTheStorePortChangesNothing) {
   stranger.join();
   EXPECT_GT(connected.load(), 0);
   expect_close(read_weights(path("s-0.bin")), ref, 1e-5, "with a stranger knocking");
+}
+
+// Workers started by hand on one host (each its own TF_CONFIG, nothing
+// pinned) split its cores as `lockstep launch` does: every thread of each
+// worker runs on cores no other worker has, and each says so in one line.
+// LOCKSTEP_PIN_WORKERS=0 or LOCKSTEP_CPU_DEVICES leave them on every core.
+TEST_F(MultiWorkerTest, WorkersStartedByHandOnOneHostSplitItsCores) {
+  auto cores_of = [](const std::string& log) {
+    const auto at = log.find("cores of every thread: ");
+    EXPECT_NE(at, std::string::npos) << log;
+    if (at == std::string::npos) return std::string();
+    const auto begin = at + std::strlen("cores of every thread: ");
+    return log.substr(begin, log.find('\n', begin) - begin);
+  };
+  auto expand = [](const std::string& list) {  // "0-2,5" -> {0, 1, 2, 5}
+    std::set<int> cores;
+    std::stringstream ss(list);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      const auto dash = item.find('-');
+      const int lo = std::stoi(item.substr(0, dash));
+      const int hi = dash == std::string::npos ? lo : std::stoi(item.substr(dash + 1));
+      for (int c = lo; c <= hi; ++c) cores.insert(c);
+    }
+    return cores;
+  };
+  const std::vector<std::string> args = {"--epochs", "1", "--print-cores", "1"};
+  const std::size_t host_cores = lockstep::available_physical_cores().size();
+  auto ps = start_workers(2, args, "split");
+  for (auto& p : ps) ASSERT_EQ(wait_exit(p), 0) << slurp(p.log);
+  const std::string log0 = slurp(ps[0].log), log1 = slurp(ps[1].log);
+  const std::string list0 = cores_of(log0), list1 = cores_of(log1);
+  ASSERT_NE(list0, "mixed") << log0;
+  ASSERT_NE(list1, "mixed") << log1;
+  const std::set<int> c0 = expand(list0), c1 = expand(list1);
+  EXPECT_FALSE(c0.empty());
+  if (host_cores >= 2) {
+    for (int c : c0) EXPECT_EQ(c1.count(c), 0u) << "core " << c << " is in both workers";
+    EXPECT_EQ(c0.size() + c1.size(), host_cores);
+  }
+  EXPECT_NE(log0.find("worker 0 (127.0.0.1:" + std::to_string(ports_[0]) +
+                      ") shares this host with 1 other worker; it runs on core"),
+            std::string::npos)
+      << log0;
+  EXPECT_NE(log1.find("shares this host with 1 other worker"), std::string::npos) << log1;
+
+  // The explicit choices win: both workers keep every core, and say nothing.
+  for (const auto& [var, value] : std::vector<std::pair<std::string, std::string>>{
+           {"LOCKSTEP_PIN_WORKERS", "0"}, {"LOCKSTEP_CPU_DEVICES", "1"}}) {
+    auto kept = start_workers(2, args, "kept-" + var, {}, {}, {{var, value}});
+    for (auto& p : kept) ASSERT_EQ(wait_exit(p), 0) << slurp(p.log);
+    for (auto& p : kept) {
+      const std::string log = slurp(p.log);
+      EXPECT_EQ(expand(cores_of(log)).size(), host_cores) << var << "=" << value << ": " << log;
+      EXPECT_EQ(log.find("shares this host"), std::string::npos) << log;
+    }
+  }
 }
 
 }  // namespace

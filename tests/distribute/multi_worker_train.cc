@@ -5,6 +5,7 @@
 //   multi_worker_train --out FILE [--strategy mwms|none] [--epochs N]
 //       [--batch B] [--local-replicas K] [--communication auto|gloo|mpi]
 //       [--timeout-ms T] [--backup DIR] [--hidden H] [--kill-at-step S]
+//       [--print-cores 1]   (after the strategy: "cores of every thread: <list>")
 //
 // Exit codes: 0 done, 1 a Lockstep error (message on stderr), 3 a lost
 // worker (DistributedError), 9 killed itself at --kill-at-step.
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -45,6 +47,7 @@ struct Args {
   std::string write_files;
   std::size_t bytes_per_pack = 0;
   double learning_rate = 0.01;
+  bool print_cores = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -87,6 +90,8 @@ Args parse(int argc, char** argv) {
       a.bytes_per_pack = std::stoull(v);
     else if (k == "--learning-rate")
       a.learning_rate = std::stod(v);
+    else if (k == "--print-cores")
+      a.print_cores = v == "1";
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -120,6 +125,23 @@ std::string with_rank(std::string path, const std::optional<distribute::Strategy
   if (const auto at = path.find("{rank}"); at != std::string::npos)
     path.replace(at, 6, std::to_string(strategy ? strategy->worker_index() : 0));
   return path;
+}
+
+// The CPUs every thread of this process may run on ("mixed" when threads
+// differ): what the kernel will schedule, whatever the library believes.
+void print_cores() {
+  std::string common;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream status(task.path() / "status");
+    std::string line, list;
+    while (std::getline(status, line)) {
+      if (line.rfind("Cpus_allowed_list:", 0) == 0) list = line.substr(line.find_last_of('\t') + 1);
+    }
+    if (common.empty()) common = list;
+    if (list != common) common = "mixed";
+  }
+  std::printf("cores of every thread: %s\n", common.c_str());
+  std::fflush(stdout);
 }
 
 constexpr int kFiles = 8;
@@ -218,6 +240,7 @@ int main(int argc, char** argv) {
       if (a.communication == "mpi") o.communication = distribute::CommunicationImplementation::kMpi;
       strategy = distribute::MultiWorkerMirroredStrategy(o);
     }
+    if (a.print_cores) print_cores();
     Model model;
     {
       std::unique_ptr<distribute::Strategy::Scope> scope;

@@ -14,4 +14,9 @@ namespace lockstep::env {
 // core lists separated by ';'). Unset: one device per physical core.
 std::optional<std::string> cpu_devices();
 
+// LOCKSTEP_PIN_WORKERS: "0" stops the workers of a multi-worker job that
+// share a host from splitting its cores among themselves (`lockstep launch
+// --no-pin` sets it). Unset or anything else: they split them.
+bool pin_workers();
+
 }  // namespace lockstep::env

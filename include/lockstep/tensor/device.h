@@ -61,8 +61,17 @@ std::vector<std::vector<int>> parse_cpu_devices(const std::string& spec,
 // Logical CPU ids this process may run on, one per physical core.
 std::vector<int> available_physical_cores();
 
-// The device for work outside any replica: all cores, all threads.
+// The device for work outside any replica: all the process's cores, one
+// intra-op thread per physical core.
 Device& host_device();
+
+// Confines this process to `cores` (CPUs it may run on): every thread's
+// affinity, host_device() (a device on these cores from now on; earlier
+// references keep the old one) and, unless the program chose them, the
+// logical devices (one per core of the set). For workers that share a host:
+// MultiWorkerMirroredStrategy splits its cores among them, as `lockstep
+// launch` does. Returns the new host device.
+Device& confine_process_to_cores(const std::vector<int>& cores);
 
 // The device of the calling thread: the innermost DeviceScope, else host.
 Device& current_device();
