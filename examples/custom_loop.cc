@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   auto train_step = [&](const ld::Element& inputs) {
     const ls::Tensor& images = inputs[0];
     const ls::Tensor& labels = inputs[1];
-    const auto vars = model.impl()->trainable_weights();
+    const auto vars = model.trainable_variables();
     ls::Tensor loss, predictions;
     std::vector<ls::Tensor> gradients;
     {

@@ -9,6 +9,7 @@
 // use BackupAndRestore instead (docs/checkpoints.md).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "lockstep/lockstep.h"
@@ -31,17 +32,28 @@ ls::Model get_compiled_model() {
   return model;
 }
 
+// The epoch in a checkpoint's name "ckpt-<epoch>.<suffix>" (-1: not one).
+long epoch_of(const fs::path& path) {
+  const std::string name = path.filename().string();
+  if (name.rfind("ckpt-", 0) != 0) return -1;
+  char* end = nullptr;
+  const long epoch = std::strtol(name.c_str() + 5, &end, 10);
+  return end != name.c_str() + 5 && *end == '.' ? epoch : -1;
+}
+
 // Either restore the latest model, or create a fresh one if there is no
-// checkpoint available.
+// checkpoint available. The guide picks the newest file by its time; two
+// saves within the file system's time resolution would tie, so the latest is
+// the one with the highest epoch in its name.
 ls::Model make_or_restore_model(const fs::path& checkpoint_dir) {
   std::vector<fs::path> checkpoints;
-  for (const auto& entry : fs::directory_iterator(checkpoint_dir))
-    checkpoints.push_back(entry.path());
+  for (const auto& entry : fs::directory_iterator(checkpoint_dir)) {
+    if (epoch_of(entry.path()) >= 0) checkpoints.push_back(entry.path());
+  }
   if (!checkpoints.empty()) {
     const fs::path latest = *std::max_element(
-        checkpoints.begin(), checkpoints.end(), [](const fs::path& a, const fs::path& b) {
-          return fs::last_write_time(a) < fs::last_write_time(b);
-        });
+        checkpoints.begin(), checkpoints.end(),
+        [](const fs::path& a, const fs::path& b) { return epoch_of(a) < epoch_of(b); });
     std::printf("Restoring from %s\n", latest.c_str());
     // Keras's load_model also restores the compile settings; Lockstep's
     // model files hold the architecture and weights, so compile again.
@@ -96,7 +108,10 @@ int main(int argc, char** argv) {
 
   // Running the first time creates the model.
   run_training(checkpoint_dir, steps);
-  // Calling the same function again resumes from where we left off.
+  // Calling the same function again resumes from where we left off: two
+  // epochs this time, saved as ckpt-1 and ckpt-2.
+  run_training(checkpoint_dir, steps, 2);
+  // A third run restores ckpt-2, the highest epoch, whatever the file times.
   run_training(checkpoint_dir, steps);
   return 0;
 }

@@ -1,15 +1,14 @@
 // A custom training loop with GradientTape: a two-layer MLP learns a
 // nonlinear function of synthetic data, printing its falling loss.
 //
-// This is the pattern of the TensorFlow guide's custom-loop example, minus
-// the strategy (MirroredStrategy arrives with issue #5):
+// This is the pattern of the TensorFlow guide's custom-loop example on raw
+// variables, without a strategy (examples/custom_loop.cc has the guide's
+// loop under MirroredStrategy):
 //
 //   with tf.GradientTape() as tape:
 //     loss = loss_fn(y, model(x))
 //   grads = tape.gradient(loss, model.trainable_variables)
 //   optimizer.apply_gradients(zip(grads, model.trainable_variables))
-//
-// Until the optimizers land (#3), the update is plain SGD with momentum.
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -21,7 +20,6 @@ namespace ls = lockstep;
 int main() {
   constexpr std::int64_t kExamples = 4096, kFeatures = 8, kHidden = 64, kBatch = 128;
   constexpr int kEpochs = 30;
-  constexpr float kLearningRate = 0.05f, kMomentum = 0.9f;
 
   std::printf("Lockstep %s — GradientTape regression example\n", "0.1.0");
   std::printf("Number of devices: %zu\n", ls::logical_devices().size());
@@ -51,9 +49,7 @@ int main() {
                   {.name = "dense_1/kernel"});
   ls::Variable b2(ls::Tensor::zeros({1}), {.name = "dense_1/bias"});
   const std::vector<ls::Variable> params{w1, b1, w2, b2};
-  std::vector<ls::Variable> velocity;
-  for (const auto& p : params)
-    velocity.emplace_back(ls::zeros_like(p.value()), ls::Variable::Options{.trainable = false});
+  ls::optimizers::SGD optimizer({.learning_rate = 0.05, .momentum = 0.9});
 
   ls::Timer timer;
   float first_loss = 0.0f, loss_value = 0.0f;
@@ -71,13 +67,7 @@ int main() {
         grads = tape.gradient(loss, params);
         loss_value = loss.item<float>();
       }
-      ls::NoGradGuard no_grad;
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        ls::Variable v = velocity[i];
-        ls::Variable p = params[i];
-        v.assign(v.value() * kMomentum + grads[i]);
-        p.assign_sub(v.value() * kLearningRate);
-      }
+      optimizer.apply_gradients(grads, params);
       epoch_loss += loss_value;
     }
     const double mean_loss = epoch_loss / (kExamples / kBatch);

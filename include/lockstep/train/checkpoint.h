@@ -112,7 +112,7 @@ class CheckpointManager {
   std::vector<std::string> checkpoints() const;
   // Restores the newest checkpoint that loads; one that is damaged is
   // reported on `log` and the next older one is tried. Returns the path and
-  // its training position{}; nullopt when there is none (or none loads).
+  // its training position; nullopt when there is none (or none loads).
   std::optional<std::pair<std::string, std::optional<TrainingSnapshot>>> restore_latest(
       std::ostream& log);
   // Deletes every checkpoint of this manager.

@@ -209,10 +209,12 @@ class Model : public Layer {
   // Sequential models only: a subclassed model has no config (use
   // save_weights). The compile configuration is not saved.
   void save(const std::string& path) const;
-  // The architecture alone, as the JSON config save() stores (Keras's
-  // model.to_json()); model_from_json rebuilds it with fresh weights.
+  // The architecture alone, as the JSON config save() stores: Lockstep's
+  // own layout (the inputs, the layers with their arguments, the calls that
+  // connect them), not Keras's model.to_json() format. model_from_json rebuilds it with fresh
+  // weights.
   std::string to_json() const;
-  // Weights alone, by name{}; load_weights checks every name and shape.
+  // Weights alone, by name; load_weights checks every name and shape.
   void save_weights(const std::string& path) const;
   void load_weights(const std::string& path) const;
 
