@@ -6,8 +6,8 @@
 // (a replica failed): every rank blocked in, or later entering, a collective
 // gets a DistributedError naming the rank that aborted and why.
 //
-// Backends: in-process (replica threads; this file), MPI and Gloo later
-// (issue #7) behind the same interface.
+// Backends: in-process (replica threads; this file), and behind the same
+// interface Gloo and MPI for worker processes (process_group.h).
 //
 //   auto group = lockstep::comm::InProcessGroup::create(2);
 //   // in replica thread r:
