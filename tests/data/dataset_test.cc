@@ -264,6 +264,11 @@ TEST(DatasetParallel, ParallelMapAndPrefetchDeliverTheSequentialSequence) {
               expected);
   }
   EXPECT_EQ(scalars(Dataset::range(300).prefetch(kAutotune)), iota(300));
+  // tf.data's spelling, as a port writes it: the same constant.
+  static_assert(AUTOTUNE == kAutotune);
+  EXPECT_EQ(
+      scalars(Dataset::range(300).map(slow, {.num_parallel_calls = AUTOTUNE}).prefetch(AUTOTUNE)),
+      expected);
   EXPECT_EQ(scalars(Dataset::range(300).prefetch(1).prefetch(1)), iota(300));
   // Not deterministic: the same elements, in any order.
   auto any =
