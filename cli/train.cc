@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "lockstep/core/env.h"
 #include "lockstep/lockstep.h"
 #include "run_settings.h"
 #include "validators.h"
@@ -50,10 +51,15 @@ distribute::Strategy make_strategy(const TrainArgs& a) {
     distribute::MultiWorkerMirroredStrategyOptions o;
     o.local_replicas = a.local_replicas;
     if (o.local_replicas == 0) {
-      const char* env = std::getenv("LOCKSTEP_LOCAL_REPLICAS");
-      o.local_replicas = env && *env ? std::atoi(env) : 1;
-      LOCKSTEP_CHECK(o.local_replicas >= 1, "LOCKSTEP_LOCAL_REPLICAS: expected a count >= 1, got '",
-                     env, "'");
+      const std::string given = env::local_replicas().value_or("1");
+      std::size_t used = 0;
+      try {
+        o.local_replicas = std::stoi(given, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      LOCKSTEP_CHECK(used == given.size() && o.local_replicas >= 1,
+                     "LOCKSTEP_LOCAL_REPLICAS: expected a count >= 1, got '", given, "'");
     }
     if (a.communication == "gloo") o.communication = distribute::CommunicationImplementation::kGloo;
     if (a.communication == "mpi") o.communication = distribute::CommunicationImplementation::kMpi;
@@ -75,6 +81,12 @@ Tensor prepare(const Tensor& images, const Shape& sample_shape) {
   return reshape(cast(images, DType::kFloat32) / 255.0f, dims);
 }
 
+std::string hex(std::uint32_t value) {
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", value);
+  return text;
+}
+
 // The settings an exact resume depends on (run_settings.h).
 RunSettings run_settings(const TrainArgs& a, const std::pair<Tensor, Tensor>& train) {
   RunSettings s{.model = a.model,
@@ -82,20 +94,15 @@ RunSettings run_settings(const TrainArgs& a, const std::pair<Tensor, Tensor>& tr
                 .seed = a.seed,
                 .steps_per_epoch = a.steps_per_epoch,
                 .dataset = ""};
-  if (a.model != "mlp" && a.model != "cnn") {
-    std::ifstream in(a.model);
+  if (a.model != "mlp" && a.model != "cnn") {  // a JSON file: its contents count
     std::stringstream text;
-    text << in.rdbuf();
+    text << std::ifstream(a.model).rdbuf();
     const std::string json = text.str();
-    char crc[16];
-    std::snprintf(crc, sizeof crc, "%08x", crc32c(json.data(), json.size()));
-    s.model += std::string(" (crc32c ") + crc + ")";
+    s.model += " (crc32c " + hex(crc32c(json.data(), json.size())) + ")";
   }
-  std::uint32_t crc = crc32c(train.first.raw_data(), train.first.nbytes());
-  crc = crc32c(train.second.raw_data(), train.second.nbytes(), crc);
-  char hex[16];
-  std::snprintf(hex, sizeof hex, "%08x", crc);
-  s.dataset = std::to_string(train.first.dim(0)) + " examples, crc32c " + hex;
+  const std::uint32_t images = crc32c(train.first.raw_data(), train.first.nbytes());
+  s.dataset = std::to_string(train.first.dim(0)) + " examples, crc32c " +
+              hex(crc32c(train.second.raw_data(), train.second.nbytes(), images));
   return s;
 }
 

@@ -16,6 +16,18 @@ std::optional<std::string> get(const char* name) {
 
 std::optional<std::string> cpu_devices() { return get("LOCKSTEP_CPU_DEVICES"); }
 
+std::optional<std::string> tf_config() { return get("TF_CONFIG"); }
+
+const char* launcher_variable(const char* name) {
+  return std::getenv(name);  // NOLINT(concurrency-mt-unsafe): read-only use
+}
+
+std::optional<std::string> job_token() { return get("LOCKSTEP_JOB_TOKEN"); }
+
+std::optional<std::string> local_replicas() { return get("LOCKSTEP_LOCAL_REPLICAS"); }
+
+std::optional<std::string> crash_at() { return get("LOCKSTEP_CRASH_AT"); }
+
 bool pin_workers() { return get("LOCKSTEP_PIN_WORKERS").value_or("1") != "0"; }
 
 }  // namespace lockstep::env

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <random>
 
+#include "lockstep/core/env.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep {
@@ -56,9 +57,9 @@ struct CrashPoint {
 const CrashPoint& crash_point() {
   static const CrashPoint point = [] {
     CrashPoint p;
-    const char* env = std::getenv("LOCKSTEP_CRASH_AT");
-    if (!env) return p;
-    const std::string spec = env;
+    const auto crash_at = env::crash_at();
+    if (!crash_at) return p;
+    const std::string spec = *crash_at;
     const auto colon = spec.find(':');
     p.stage = spec.substr(0, colon);
     p.writer = colon == std::string::npos ? 1 : std::atoi(spec.c_str() + colon + 1);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "lockstep/core/env.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::distribute {
@@ -170,9 +171,8 @@ std::optional<ClusterResolver> ClusterResolver::from_mpi_environment(
 }
 
 std::optional<ClusterResolver> ClusterResolver::from_environment() {
-  if (const char* tf_config = std::getenv("TF_CONFIG"); tf_config && *tf_config)
-    return from_tf_config(tf_config);
-  return from_mpi_environment([](const char* name) { return std::getenv(name); });
+  if (const auto tf_config = env::tf_config()) return from_tf_config(*tf_config);
+  return from_mpi_environment(env::launcher_variable);
 }
 
 int ClusterResolver::num_workers() const {

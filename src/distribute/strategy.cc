@@ -15,6 +15,7 @@
 #include "host_cores.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/comm/store.h"
+#include "lockstep/core/env.h"
 #include "lockstep/core/error.h"
 #include "lockstep/tensor/ops.h"
 
@@ -420,7 +421,7 @@ bool is_loopback(const std::string& host) {
 // loopback alone may go without (derived from the cluster spec, said once).
 std::string job_token(const MultiWorkerMirroredStrategyOptions& o, const ClusterResolver& r) {
   if (!o.job_token.empty()) return o.job_token;
-  if (const char* t = std::getenv("LOCKSTEP_JOB_TOKEN"); t && *t) return t;
+  if (const auto token = env::job_token()) return *token;
   bool loopback = true;
   for (int w = 0; w < r.num_workers(); ++w) loopback &= is_loopback(r.worker_address(w).host);
   LOCKSTEP_CHECK(loopback,

@@ -6,6 +6,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -83,7 +84,8 @@ struct DeviceRegistry {
   bool has_request = false;
   std::vector<std::unique_ptr<Device>> owned;  // every device ever made: tensors refer to them
   std::vector<Device*> devices;
-  Device* host = nullptr;
+  // Read without the lock on every op's allocation (current_device()).
+  std::atomic<Device*> host{nullptr};
 };
 
 DeviceRegistry& registry() {
@@ -230,13 +232,14 @@ void set_logical_cpu_devices(const std::vector<std::vector<int>>& core_sets) {
 
 Device& host_device() {
   DeviceRegistry& r = registry();
+  if (Device* host = r.host.load(std::memory_order_acquire)) return *host;
   std::lock_guard lock(r.mutex);
-  if (r.host == nullptr) {
+  if (r.host.load(std::memory_order_relaxed) == nullptr) {
     r.owned.push_back(std::make_unique<Device>(
         -1, allowed_cpus(), static_cast<int>(available_physical_cores().size())));
-    r.host = r.owned.back().get();
+    r.host.store(r.owned.back().get(), std::memory_order_release);
   }
-  return *r.host;
+  return *r.host.load(std::memory_order_relaxed);
 }
 
 Device& confine_process_to_cores(const std::vector<int>& cores) {
@@ -257,7 +260,7 @@ Device& confine_process_to_cores(const std::vector<int>& cores) {
   DeviceRegistry& r = registry();
   std::lock_guard lock(r.mutex);
   r.owned.push_back(std::make_unique<Device>(-1, cores, static_cast<int>(cores.size())));
-  r.host = r.owned.back().get();
+  r.host.store(r.owned.back().get(), std::memory_order_release);
   if (!r.has_request && !env::cpu_devices()) {
     std::vector<std::vector<int>> sets;
     for (int c : cores) sets.push_back({c});
@@ -265,7 +268,7 @@ Device& confine_process_to_cores(const std::vector<int>& cores) {
     r.frozen = true;
   }
   omp_set_num_threads(static_cast<int>(cores.size()));
-  return *r.host;
+  return *r.host.load(std::memory_order_relaxed);
 }
 
 Device& current_device() { return t_current_device ? *t_current_device : host_device(); }

@@ -14,6 +14,26 @@ namespace lockstep::env {
 // core lists separated by ';'). Unset: one device per physical core.
 std::optional<std::string> cpu_devices();
 
+// TF_CONFIG: the multi-worker cluster spec (distribute/cluster_resolver.cc).
+std::optional<std::string> tf_config();
+
+// An MPI launcher's variables (OMPI_COMM_WORLD_RANK, PMI_SIZE, SLURM_PROCID,
+// ...), by name: the cluster of processes mpirun or srun started. Null when
+// unset.
+const char* launcher_variable(const char* name);
+
+// LOCKSTEP_JOB_TOKEN: the multi-worker job's shared secret for the chief's
+// rendezvous store (`lockstep launch` makes one).
+std::optional<std::string> job_token();
+
+// LOCKSTEP_LOCAL_REPLICAS: `lockstep train --strategy multi-worker`'s replicas
+// per worker when --local-replicas is not given (`lockstep launch` sets it).
+std::optional<std::string> local_replicas();
+
+// LOCKSTEP_CRASH_AT=<stage>:<n>: fault injection for the checkpoint tests
+// (core/file.cc, docs/checkpoints.md).
+std::optional<std::string> crash_at();
+
 // LOCKSTEP_PIN_WORKERS: "0" stops the workers of a multi-worker job that
 // share a host from splitting its cores among themselves (`lockstep launch
 // --no-pin` sets it). Unset or anything else: they split them.
