@@ -1,8 +1,8 @@
 // run.json in a --checkpoint-dir: the settings of the run whose backups the
 // directory holds. A resume that changes the model, the batch size, the
-// training data, the seed or the steps per epoch would not continue that run
-// (BackupAndRestore replays the input by position): it is refused with both
-// values named.
+// learning rate, the epochs, the training data, the seed or the steps per
+// epoch would not continue that run (BackupAndRestore replays the input by
+// position): it is refused with both values named.
 #include "run_settings.h"
 
 #include <filesystem>
@@ -30,6 +30,8 @@ bool holds_a_backup(const fs::path& backup_dir) {
 nlohmann::json to_json(const RunSettings& s) {
   return {{"model", s.model},
           {"batch_size", s.batch_size},
+          {"learning_rate", s.learning_rate},
+          {"epochs", s.epochs},
           {"seed", s.seed},
           {"steps_per_epoch", s.steps_per_epoch},
           {"dataset", s.dataset}};
@@ -56,6 +58,7 @@ void check_and_record_run_settings(const std::string& checkpoint_dir, const RunS
       const char* flag;
     };
     for (const Flag f : {Flag{"model", "--model"}, Flag{"batch_size", "--batch-size"},
+                         Flag{"learning_rate", "--learning-rate"}, Flag{"epochs", "--epochs"},
                          Flag{"dataset", "--data-dir"}, Flag{"seed", "--seed"},
                          Flag{"steps_per_epoch", "--steps-per-epoch"}}) {
       if (!saved.contains(f.key) || saved[f.key] == given[f.key]) continue;

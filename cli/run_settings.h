@@ -13,6 +13,8 @@ namespace lockstep::cli {
 struct RunSettings {
   std::string model;  // --model, and for a JSON file the CRC32C of its text
   std::int64_t batch_size = 0;
+  double learning_rate = 0;
+  int epochs = 0;
   std::uint64_t seed = 0;
   std::int64_t steps_per_epoch = 0;
   std::string dataset;  // "<examples> examples, crc32c <hex>" of the training data

@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
+#include "lockstep/core/dir_lock.h"
 #include "lockstep/core/env.h"
 #include "lockstep/lockstep.h"
 #include "run_settings.h"
@@ -91,6 +93,8 @@ std::string hex(std::uint32_t value) {
 RunSettings run_settings(const TrainArgs& a, const std::pair<Tensor, Tensor>& train) {
   RunSettings s{.model = a.model,
                 .batch_size = a.batch_size,
+                .learning_rate = a.learning_rate,
+                .epochs = a.epochs,
                 .seed = a.seed,
                 .steps_per_epoch = a.steps_per_epoch,
                 .dataset = ""};
@@ -169,6 +173,13 @@ int run_train(const TrainArgs& a) {
                 strategy.is_chief() ? "chief" : "not the chief: writes no files");
   std::printf("Number of devices: %d\n", strategy.num_replicas_in_sync());
   std::fflush(stdout);
+  // One run at a time in a checkpoint directory (the chief's: it alone writes).
+  const std::filesystem::path dir = a.checkpoint_dir;
+  std::optional<DirectoryLock> lock;
+  if (!a.checkpoint_dir.empty() && strategy.is_chief()) {
+    lock.emplace(a.checkpoint_dir, "--checkpoint-dir");
+    remove_stale_temporaries((dir / "model.safetensors").string());
+  }
 
   Model model;
   {
@@ -206,9 +217,12 @@ int run_train(const TrainArgs& a) {
                                   {.allow_changed_batch_size = a.allow_changed_batch_size});
   }
   if (!a.checkpoint_dir.empty()) {
+    // The backups stay until the model is saved and evaluated: a crash before
+    // then resumes from the last one instead of training again.
     callbacks.push_back(std::make_shared<BackupAndRestore>(BackupAndRestore::Options{
-        .backup_dir = (std::filesystem::path(a.checkpoint_dir) / "backup").string(),
-        .save_freq = a.save_freq > 0 ? SaveFreq(a.save_freq) : SaveFreq("epoch")}));
+        .backup_dir = (dir / "backup").string(),
+        .save_freq = a.save_freq > 0 ? SaveFreq(a.save_freq) : SaveFreq("epoch"),
+        .delete_checkpoint = false}));
   }
   model.fit(train_ds, {.epochs = a.epochs,
                        .verbose = a.verbose,
@@ -216,14 +230,15 @@ int run_train(const TrainArgs& a) {
                        .validation_data = val_ds,
                        .steps_per_epoch = a.steps_per_epoch});
   if (!a.checkpoint_dir.empty() && strategy.is_chief()) {
-    const std::string path =
-        (std::filesystem::path(a.checkpoint_dir) / "model.safetensors").string();
+    const std::string path = (dir / "model.safetensors").string();
     model.save(path);
     std::printf("saved the model to %s\n", path.c_str());
   }
   const Logs results = model.evaluate(test_ds, {.verbose = a.verbose});
   std::printf("test loss: %.4f - test accuracy: %.4f\n", results.at("loss"),
               results.at("sparse_categorical_accuracy"));
+  // The run is complete: the next one in this directory starts afresh.
+  if (lock) std::filesystem::remove_all(dir / "backup");
   return 0;
 }
 

@@ -6,6 +6,7 @@
 
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/autodiff/variable.h"
+#include "lockstep/core/dir_lock.h"
 #include "lockstep/core/dtype.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/file.h"

@@ -1,22 +1,15 @@
 #!/usr/bin/env bash
-# `lockstep train --checkpoint-dir` refuses to resume a run whose backup was
-# written with another model, batch size, training data, seed or steps per
-# epoch, naming the saved and the given value; --allow-changed-batch-size
-# lets the batch size change; the same command resumes.
+# Issues #16 and #23 (item 10): `lockstep train --checkpoint-dir` refuses to
+# resume a run whose backup was written with another model, batch size,
+# learning rate, epochs, training data, seed or steps per epoch, naming the
+# saved and the given value; --allow-changed-batch-size lets the batch size
+# change; the same command resumes.
 #
-# usage: resume_settings_test.sh LOCKSTEP_BINARY WORK_DIR
-set -uo pipefail
-bin=$1
-work=$2
-rm -rf "$work"
-mkdir -p "$work"
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-args=(train --epochs 1 --save-freq 5 --verbose 0)
+# usage: changed_settings.sh LOCKSTEP_BINARY WORK_DIR
+source "$(dirname "$0")/lib.sh"
+args=(train --save-freq 5 --verbose 0)
 ck=$work/ck
-steps=(--steps-per-epoch 30)
+steps=(--epochs 1 --steps-per-epoch 30)
 
 # A run killed (SIGKILL) right after its second backup: writer 1 is run.json.
 LOCKSTEP_CRASH_AT=after_rename:3 "$bin" "${args[@]}" "${steps[@]}" --checkpoint-dir "$ck" \
@@ -37,9 +30,10 @@ rm "$other/train-labels-idx1-ubyte.gz"
 refused() {  # refused EXPECTED_MESSAGE FLAGS...
   local expected=$1
   shift
-  local own_steps=("${steps[@]}")
-  [[ " $* " == *" --steps-per-epoch "* ]] && own_steps=()
-  "$bin" "${args[@]}" "${own_steps[@]}" --checkpoint-dir "$ck" "$@" >"$work/refused.log" 2>&1
+  local defaults=()  # the first run's --epochs and --steps-per-epoch, unless changed here
+  [[ " $* " == *" --epochs "* ]] || defaults+=(--epochs 1)
+  [[ " $* " == *" --steps-per-epoch "* ]] || defaults+=(--steps-per-epoch 30)
+  "$bin" "${args[@]}" "${defaults[@]}" --checkpoint-dir "$ck" "$@" >"$work/refused.log" 2>&1
   local rc=$?
   [ $rc -eq 1 ] || fail "resuming with $* exited with $rc, not 1: $(cat "$work/refused.log")"
   grep -qF -- "$expected" "$work/refused.log" ||
@@ -49,6 +43,8 @@ refused() {  # refused EXPECTED_MESSAGE FLAGS...
 refused 'a run with --batch-size 64, but this run has --batch-size 32' --batch-size 32
 refused 'a run with --model "mlp", but this run has --model "cnn"' --model cnn
 refused 'a run with --seed 1337, but this run has --seed 7' --seed 7
+refused 'a run with --learning-rate 0.001, but this run has --learning-rate 0.01' --learning-rate 0.01
+refused 'a run with --epochs 1, but this run has --epochs 3' --epochs 3
 refused 'a run with --steps-per-epoch 30, but this run has --steps-per-epoch 25' --steps-per-epoch 25
 refused 'a run with --data-dir "60000 examples, crc32c ' --data-dir "$other"
 ls "$ck"/backup/backup-*.safetensors >/dev/null 2>&1 || fail "a refused resume lost the backup"
