@@ -10,10 +10,12 @@
 //   lockstep devices     lists the logical CPU devices and their cores
 //   lockstep version     prints the version
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "inspect.h"
 #include "launch.h"
@@ -34,6 +36,34 @@ int devices() {
   return 0;
 }
 
+// Levenshtein distance, for suggesting a command.
+std::size_t distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string nearest(const std::string& word, const std::vector<std::string>& names) {
+  return *std::min_element(names.begin(), names.end(), [&](const auto& x, const auto& y) {
+    return distance(word, x) < distance(word, y);
+  });
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,6 +78,17 @@ int main(int argc, char** argv) {
   CLI::App* devices_cmd = app.add_subcommand(
       "devices", "list the logical CPU devices (LOCKSTEP_CPU_DEVICES changes them)");
   CLI::App* version = app.add_subcommand("version", "print the version");
+  // A misspelt command gets the nearest one (CLI11 would say only that a
+  // subcommand is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      std::fprintf(stderr, "lockstep: unknown command '%s'; did you mean '%s'? (commands: %s)\n",
+                   argv[1], nearest(argv[1], names).c_str(), join(names).c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -70,6 +111,11 @@ int main(int argc, char** argv) {
     return 4;
   } catch (const lockstep::Error& e) {
     std::fprintf(stderr, "lockstep: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "lockstep: error: out of memory (more than the machine or ulimit -v "
+                 "allows)\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lockstep: internal error: %s\n", e.what());

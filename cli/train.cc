@@ -10,6 +10,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <system_error>
 
 #include "lockstep/core/dir_lock.h"
 #include "lockstep/core/env.h"
@@ -39,6 +40,8 @@ Model build_model(const std::string& which) {
     x = layers::Dense(128, {.activation = "relu"})(x);
     return Model(inputs, layers::Dense(10)(x));
   }
+  LOCKSTEP_CHECK_AS(IOError, !std::filesystem::is_directory(which), "--model: '", which,
+                    "' is a directory; expected mlp, cnn or a model JSON file");
   std::ifstream in(which);
   LOCKSTEP_CHECK_AS(IOError, static_cast<bool>(in), "--model: '", which,
                     "' is neither mlp, cnn nor a readable model JSON file");
@@ -146,7 +149,9 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   train->add_option("--verbose", a.verbose, "0 silent, 1 progress bar (line on a pipe), 2 line")
       ->check(CLI::Range(0, 2))
       ->capture_default_str();
-  train->add_option("--seed", a.seed, "weights and shuffling")->capture_default_str();
+  train->add_option("--seed", a.seed, "weights and shuffling")
+      ->check(unsigned_64())
+      ->capture_default_str();
   train->add_option("--steps-per-epoch", a.steps_per_epoch, "0: the whole training set")
       ->check(at_least(0));
   train->add_option("--checkpoint-dir", a.checkpoint_dir,
@@ -163,10 +168,22 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   return train;
 }
 
-int run_train(const TrainArgs& a) {
-  if (!a.devices.empty())
-    set_logical_cpu_devices(parse_cpu_devices(a.devices, available_physical_cores()));
+namespace {
+
+// The job, step by step; `phase` says which step runs (for run_train's
+// out-of-memory message).
+int train_in_phases(const TrainArgs& a, std::string& phase) {
+  phase = "choosing the devices";
+  if (!a.devices.empty()) {
+    const auto sets = parse_cpu_devices(a.devices, available_physical_cores(), "--devices");
+    try {
+      set_logical_cpu_devices(sets);
+    } catch (const ValueError& e) {
+      detail::throw_error<ValueError>("--devices ", a.devices, ": ", e.what());
+    }
+  }
   set_random_seed(a.seed);
+  phase = "starting the strategy";
   const distribute::Strategy strategy = make_strategy(a);
   if (strategy.num_workers() > 1)
     std::printf("Worker %d of %d (%s)\n", strategy.worker_index(), strategy.num_workers(),
@@ -181,6 +198,7 @@ int run_train(const TrainArgs& a) {
     remove_stale_temporaries((dir / "model.safetensors").string());
   }
 
+  phase = "building the model";
   Model model;
   {
     auto scope = strategy.scope();
@@ -195,10 +213,16 @@ int run_train(const TrainArgs& a) {
   const Shape sample = inputs[0].sample_shape();
 
   // The guide's get_dataset: the last 10,000 training images for validation.
+  phase = "loading and preparing the data";
   auto [train, test] = a.data_dir.empty() ? datasets::fashion_mnist::load_data()
                                           : datasets::fashion_mnist::load_data(a.data_dir);
   const Tensor x = prepare(train.first, sample), x_test = prepare(test.first, sample);
   const std::int64_t n = x.dim(0), n_val = std::min<std::int64_t>(10000, n / 6);
+  LOCKSTEP_CHECK(n_val >= 1 && x_test.dim(0) >= 1, "train: the data",
+                 a.data_dir.empty() ? "" : " in " + a.data_dir, " has ", n, " training and ",
+                 x_test.dim(0),
+                 " test examples; lockstep train needs at least 6 training examples (it holds "
+                 "out a sixth, at most 10,000, for validation) and 1 test example");
   const ld::Dataset train_ds =
       ld::Dataset::from_tensor_slices(
           {x.view_rows(0, n - n_val), train.second.view_rows(0, n - n_val)})
@@ -224,6 +248,7 @@ int run_train(const TrainArgs& a) {
         .save_freq = a.save_freq > 0 ? SaveFreq(a.save_freq) : SaveFreq("epoch"),
         .delete_checkpoint = false}));
   }
+  phase = "training";
   model.fit(train_ds, {.epochs = a.epochs,
                        .verbose = a.verbose,
                        .callbacks = callbacks,
@@ -234,12 +259,35 @@ int run_train(const TrainArgs& a) {
     model.save(path);
     std::printf("saved the model to %s\n", path.c_str());
   }
+  phase = "evaluating";
   const Logs results = model.evaluate(test_ds, {.verbose = a.verbose});
   std::printf("test loss: %.4f - test accuracy: %.4f\n", results.at("loss"),
               results.at("sparse_categorical_accuracy"));
   // The run is complete: the next one in this directory starts afresh.
   if (lock) std::filesystem::remove_all(dir / "backup");
   return 0;
+}
+
+}  // namespace
+
+int run_train(const TrainArgs& a) {
+  std::string phase;
+  try {
+    return train_in_phases(a, phase);
+  } catch (const std::bad_alloc&) {
+    // Tensor buffers say their size themselves (tensor/allocator.cc); this
+    // is every other allocation.
+    const bool batches = phase == "training" || phase == "evaluating";
+    detail::throw_error<Error>("out of memory while ", phase,
+                               ": this run needs more memory than the machine (or ulimit -v) "
+                               "allows",
+                               batches ? "; try a smaller --batch-size" : "");
+  } catch (const std::system_error& e) {
+    if (e.code() != std::errc::resource_unavailable_try_again) throw;
+    detail::throw_error<Error>("cannot start a thread while ", phase, " (", e.what(),
+                               "): too many processes or threads for ulimit -u, or too little "
+                               "memory for their stacks (ulimit -v)");
+  }
 }
 
 }  // namespace lockstep::cli

@@ -28,6 +28,22 @@ inline CLI::Validator at_least(long long min) {
       "INT " + bound);
 }
 
+// An integer in [0, 2^64 - 1] (CLI11 would wrap "-1" and "2^64" silently).
+inline CLI::Validator unsigned_64() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const bool digits =
+            !value.empty() && value.find_first_not_of("0123456789") == std::string::npos;
+        if (digits) std::strtoull(value.c_str(), &end, 10);
+        if (!digits || errno == ERANGE)
+          return "expected an integer from 0 to 18446744073709551615, got " + value;
+        return "";
+      },
+      "UINT64");
+}
+
 // A real number > 0.
 inline CLI::Validator positive() {
   return CLI::Validator(

@@ -223,7 +223,9 @@ class BatchIterator final : public UnaryIterator {
   std::optional<Element> next() override {
     if (done_) return std::nullopt;
     std::vector<Element> items;
-    items.reserve(static_cast<std::size_t>(ds_.size()));
+    // Not the batch size itself: a batch larger than the data (batch(2^31))
+    // holds what there is, as Keras's.
+    items.reserve(static_cast<std::size_t>(std::min<std::int64_t>(ds_.size(), 4096)));
     while (static_cast<std::int64_t>(items.size()) < ds_.size()) {
       auto e = input_->next();
       if (!e) {

@@ -50,7 +50,8 @@ std::string join(const std::vector<int>& values) {
 }
 
 // Parses "0,1,4-6" into core ids.
-std::vector<int> parse_core_list(const std::string& text, const std::string& spec) {
+std::vector<int> parse_core_list(const std::string& text, const std::string& spec,
+                                 const std::string& source) {
   std::vector<int> cores;
   std::stringstream ss(text);
   std::string item;
@@ -68,8 +69,7 @@ std::vector<int> parse_core_list(const std::string& text, const std::string& spe
         for (int c = lo; c <= hi; ++c) cores.push_back(c);
       }
     } catch (const std::exception&) {
-      detail::throw_error<ValueError>("LOCKSTEP_CPU_DEVICES: cannot parse core list '", text,
-                                      "' in '", spec,
+      detail::throw_error<ValueError>(source, ": cannot parse core list '", text, "' in '", spec,
                                       "'; expected a device count like \"2\" or core lists "
                                       "like \"0,1;2-3\"");
     }
@@ -118,8 +118,9 @@ std::vector<int> available_physical_cores() {
 }
 
 std::vector<std::vector<int>> parse_cpu_devices(const std::string& spec,
-                                                const std::vector<int>& available_cores) {
-  LOCKSTEP_CHECK(!available_cores.empty(), "LOCKSTEP_CPU_DEVICES: no cores available");
+                                                const std::vector<int>& available_cores,
+                                                const std::string& source) {
+  LOCKSTEP_CHECK(!available_cores.empty(), source, ": no cores available");
   std::vector<std::vector<int>> sets;
   if (spec.find_first_of(",;-") == std::string::npos) {
     // A device count: split the cores into that many contiguous groups. More
@@ -133,8 +134,8 @@ std::vector<std::vector<int>> parse_cpu_devices(const std::string& spec,
     } catch (const std::exception&) {
       count = 0;
     }
-    LOCKSTEP_CHECK(count >= 1,
-                   "LOCKSTEP_CPU_DEVICES: expected a device count >= 1 or core lists "
+    LOCKSTEP_CHECK(count >= 1, source,
+                   ": expected a device count >= 1 or core lists "
                    "like \"0,1;2-3\", got '",
                    spec, "'");
     const int n = static_cast<int>(available_cores.size());
@@ -154,9 +155,9 @@ std::vector<std::vector<int>> parse_cpu_devices(const std::string& spec,
   std::string group;
   while (std::getline(ss, group, ';')) {
     if (group.empty()) continue;
-    sets.push_back(parse_core_list(group, spec));
+    sets.push_back(parse_core_list(group, spec, source));
   }
-  LOCKSTEP_CHECK(!sets.empty(), "LOCKSTEP_CPU_DEVICES: no devices in '", spec, "'");
+  LOCKSTEP_CHECK(!sets.empty(), source, ": no devices in '", spec, "'");
   return sets;
 }
 

@@ -55,8 +55,10 @@ bool logical_devices_configured();
 
 // Parses the LOCKSTEP_CPU_DEVICES syntax ("2", or "0,1;2-3") against the
 // cores this process may run on. Exposed for tests and the CLI.
+// `source` names the setting in errors (the CLI's "--devices").
 std::vector<std::vector<int>> parse_cpu_devices(const std::string& spec,
-                                                const std::vector<int>& available_cores);
+                                                const std::vector<int>& available_cores,
+                                                const std::string& source = "LOCKSTEP_CPU_DEVICES");
 
 // Logical CPU ids this process may run on, one per physical core.
 std::vector<int> available_physical_cores();

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Issue #23, items 12 and 13: bad input to `lockstep` gets a clear error
+# that names the flag, the file or the count, and a non-zero exit — never
+# "internal error" (exit 3), never a silently wrapped or ignored value.
+#
+# usage: cli_messages.sh LOCKSTEP_BINARY WORK_DIR
+source "$(dirname "$0")/lib.sh"
+
+# expect EXIT_CODE MESSAGE COMMAND...: the command exits with that code and
+# prints the message (grep -F) and no "internal error".
+expect() {
+  local code=$1 message=$2
+  shift 2
+  "$@" >"$work/out.log" 2>&1
+  local rc=$?
+  [ $rc -eq "$code" ] || fail "$* exited with $rc, not $code: $(cat "$work/out.log")"
+  grep -qF -- "$message" "$work/out.log" || fail "$*: expected '$message' in: $(cat "$work/out.log")"
+  grep -q "internal error" "$work/out.log" && fail "$*: internal error: $(cat "$work/out.log")"
+  echo "ok: $*"
+}
+
+expect 2 "--epochs: expected an integer >= 1, got 0" "$bin" train --epochs 0
+expect 2 "--learning-rate: expected a number > 0, got nan" "$bin" train --learning-rate nan
+expect 2 "--learning-rate: expected a number > 0, got inf" "$bin" train --learning-rate inf
+expect 2 "--seed: expected an integer from 0 to 18446744073709551615, got -1" "$bin" train --seed -1
+expect 2 "--seed: expected an integer from 0 to 18446744073709551615, got 18446744073709551616" \
+  "$bin" train --seed 18446744073709551616
+expect 2 "unknown command 'trian'; did you mean 'train'?" "$bin" trian
+mkdir -p "$work/a-directory"
+expect 1 "--model: '$work/a-directory' is a directory" "$bin" train --model "$work/a-directory"
+expect 1 "--devices: expected a device count >= 1 or core lists" "$bin" train --devices garbage
+
+# Data sets too small for the guide's split name their counts.
+python3 - "$work" <<'PY'
+import gzip, struct, sys
+work = sys.argv[1]
+def idx(path, magic, dims, fill):
+    n = 1
+    for d in dims: n *= d
+    with gzip.open(path, "wb") as f:
+        f.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in dims))
+        f.write(bytes([fill]) * n)
+for n in (0, 5):
+    d = f"{work}/data{n}"
+    import os; os.makedirs(d, exist_ok=True)
+    idx(f"{d}/train-images-idx3-ubyte.gz", 0x803, [n, 28, 28], 7)
+    idx(f"{d}/train-labels-idx1-ubyte.gz", 0x801, [n], 3)
+    idx(f"{d}/t10k-images-idx3-ubyte.gz", 0x803, [3, 28, 28], 7)
+    idx(f"{d}/t10k-labels-idx1-ubyte.gz", 0x801, [3], 3)
+PY
+for n in 0 5; do
+  expect 1 "the data in $work/data$n has $n training and 3 test examples; lockstep train needs at least 6" \
+    "$bin" train --data-dir "$work/data$n" --verbose 0
+done
+
+# A batch larger than the data is one batch of all of it (it was bad_alloc).
+expect 0 "test accuracy" "$bin" train --batch-size 2147483647 --epochs 1 --verbose 0
+
+# Too little memory, at two sizes that fail in different places: a clear
+# error naming the step, exit 1.
+for kib in 60000 100000 150000; do
+  ( ulimit -v $kib; "$bin" train --epochs 1 --steps-per-epoch 3 --verbose 0 ) >"$work/oom.log" 2>&1
+  rc=$?
+  grep -q "internal error" "$work/oom.log" && fail "ulimit -v $kib: $(cat "$work/oom.log")"
+  [ $rc -eq 0 ] || [ $rc -eq 1 ] || fail "ulimit -v $kib: exit $rc: $(cat "$work/oom.log")"
+  [ $rc -eq 0 ] || grep -qE "out of memory|cannot start a thread" "$work/oom.log" ||
+    fail "ulimit -v $kib: no clear message: $(cat "$work/oom.log")"
+  echo "ok: ulimit -v $kib: exit $rc: $(tail -1 "$work/oom.log")"
+done
+echo PASS
