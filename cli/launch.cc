@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,8 +34,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 volatile std::sig_atomic_t g_stop_signal = 0;
+volatile std::sig_atomic_t g_second_signal = 0;
 
-void on_signal(int sig) { g_stop_signal = sig; }
+void on_signal(int sig) {
+  if (g_stop_signal == 0) {
+    g_stop_signal = sig;
+  } else {
+    g_second_signal = 1;
+  }
+}
 
 int free_port(const std::string& host) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -184,6 +192,15 @@ int run_launch(const LaunchArgs& a) {
     const pid_t pid = ::fork();
     LOCKSTEP_CHECK_AS(IOError, pid >= 0, "launch: fork: ", std::strerror(errno));
     if (pid == 0) {
+      // Its own process group, so that a terminal's Ctrl-C reaches launch
+      // alone, which stops the workers with one SIGTERM each (a worker that
+      // got SIGINT too would take the second signal as "exit at once");
+      // and a SIGTERM if launch itself dies.
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
       ::dup2(fds[1], 1);
       ::dup2(fds[1], 2);
       ::setenv("TF_CONFIG", tf_config.c_str(), 1);
@@ -213,8 +230,8 @@ int run_launch(const LaunchArgs& a) {
     w.out = fds[0];
   }
 
-  int failed = -1;  // the first worker that failed
-  std::optional<Clock::time_point> kill_at;
+  int failed = -1;                                       // the first worker that failed
+  Clock::time_point kill_at = Clock::time_point::max();  // max: no SIGKILL due
   bool forwarded_signal = false;
   auto stop_others = [&](int sig) {
     for (auto& w : workers) {
@@ -258,7 +275,8 @@ int run_launch(const LaunchArgs& a) {
       if (::waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
       w.running = false;
       w.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      if (w.exit_code != 0 && failed < 0) {
+      // Workers stopped because the user interrupted launch are not failures.
+      if (w.exit_code != 0 && failed < 0 && !forwarded_signal) {
         failed = i;
         std::fprintf(stderr,
                      "lockstep launch: worker %d exited with code %d; stopping the other "
@@ -270,16 +288,28 @@ int run_launch(const LaunchArgs& a) {
     }
     if (g_stop_signal && !forwarded_signal) {
       forwarded_signal = true;
+      std::fprintf(stderr,
+                   "lockstep launch: interrupted (%s); stopping the workers (SIGTERM: each "
+                   "backs up and stops; a second interrupt kills them)\n",
+                   g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
       stop_others(SIGTERM);
-      kill_at = Clock::now() + std::chrono::seconds(5);
+      // Backing up takes a moment (a worker agrees on a step, then writes).
+      kill_at = Clock::now() + std::chrono::seconds(30);
     }
-    if (kill_at && Clock::now() > *kill_at) {
+    if (g_second_signal) {
+      g_second_signal = 0;
       stop_others(SIGKILL);
-      kill_at.reset();
+    }
+    if (Clock::now() > kill_at) {
+      stop_others(SIGKILL);
+      kill_at = Clock::time_point::max();
     }
   }
   if (failed >= 0) return workers[static_cast<std::size_t>(failed)].exit_code;
-  if (g_stop_signal) return 128 + g_stop_signal;
+  if (g_stop_signal) {
+    std::fprintf(stderr, "lockstep launch: stopped by the user's interrupt\n");
+    return 128 + g_stop_signal;
+  }
   return 0;
 }
 

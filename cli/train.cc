@@ -4,6 +4,7 @@
 #include "train.h"
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "lockstep/core/env.h"
 #include "lockstep/lockstep.h"
 #include "run_settings.h"
+#include "stop_signals.h"
 #include "validators.h"
 
 namespace lockstep::cli {
@@ -173,6 +175,7 @@ namespace {
 // The job, step by step; `phase` says which step runs (for run_train's
 // out-of-memory message).
 int train_in_phases(const TrainArgs& a, std::string& phase) {
+  take_stop_signals();  // before the strategy's and the pipeline's threads start
   phase = "choosing the devices";
   if (!a.devices.empty()) {
     const auto sets = parse_cpu_devices(a.devices, available_physical_cores(), "--devices");
@@ -236,6 +239,7 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
       ld::Dataset::from_tensor_slices({x_test, test.second}).batch(a.batch_size);
 
   std::vector<std::shared_ptr<Callback>> callbacks;
+  std::shared_ptr<BackupAndRestore> backup;
   if (!a.checkpoint_dir.empty() && strategy.is_chief()) {
     check_and_record_run_settings(a.checkpoint_dir, run_settings(a, train),
                                   {.allow_changed_batch_size = a.allow_changed_batch_size});
@@ -243,17 +247,31 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
   if (!a.checkpoint_dir.empty()) {
     // The backups stay until the model is saved and evaluated: a crash before
     // then resumes from the last one instead of training again.
-    callbacks.push_back(std::make_shared<BackupAndRestore>(BackupAndRestore::Options{
+    backup = std::make_shared<BackupAndRestore>(BackupAndRestore::Options{
         .backup_dir = (dir / "backup").string(),
         .save_freq = a.save_freq > 0 ? SaveFreq(a.save_freq) : SaveFreq("epoch"),
-        .delete_checkpoint = false}));
+        .delete_checkpoint = false});
+    callbacks.push_back(backup);
   }
+  callbacks.push_back(stop_on_signal(backup));
   phase = "training";
+  catch_stop_signals();
   model.fit(train_ds, {.epochs = a.epochs,
                        .verbose = a.verbose,
                        .callbacks = callbacks,
                        .validation_data = val_ds,
                        .steps_per_epoch = a.steps_per_epoch});
+  restore_default_signals();  // from here on a signal ends the run at once, as before
+  if (const int sig = stop_signal()) {
+    const auto at = model.optimizer().iterations();
+    std::fprintf(
+        stderr, "lockstep: stopped by %s after step %lld%s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+        static_cast<long long>(at),
+        backup && strategy.is_chief()
+            ? "; a backup of that step is in --checkpoint-dir: the same command resumes"
+            : (a.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing was kept)" : ""));
+    return 128 + sig;
+  }
   if (!a.checkpoint_dir.empty() && strategy.is_chief()) {
     const std::string path = (dir / "model.safetensors").string();
     model.save(path);

@@ -101,6 +101,11 @@ SerialCommunicator::SerialCommunicator(ProcessGroupOptions options, std::string 
 
 SerialCommunicator::~SerialCommunicator() = default;
 
+bool SerialCommunicator::broken() {
+  std::lock_guard lk(mu_);
+  return !broken_.empty() || executor_->stuck();
+}
+
 void SerialCommunicator::check_not_broken() {
   std::lock_guard lk(mu_);
   if (!broken_.empty()) throw DistributedError(broken_);

@@ -83,6 +83,8 @@ class SerialCommunicator : public Communicator {
   // Waits until every task posted so far has run (unless the thread is
   // stuck); derived destructors call it before their library state goes.
   void drain();
+  // A collective failed or the group was aborted.
+  bool broken();
 
  private:
   [[noreturn]] void fail(const Task& task, const std::string& message, bool timeout);

@@ -169,6 +169,12 @@ void BackupAndRestore::on_epoch_end(int, const Logs&) {
     manager().save_async(options_.save_input_state);
 }
 
+void BackupAndRestore::backup_now() {
+  if (!writes_files(model())) return;
+  manager().save_async(options_.save_input_state);
+  manager().wait();
+}
+
 void BackupAndRestore::on_train_end(const Logs&) {
   if (!writes_files(model())) return;
   manager().wait();  // a failed background write is an error of this fit

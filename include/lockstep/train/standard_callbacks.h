@@ -73,6 +73,11 @@ class BackupAndRestore : public Callback {
 
   // The backup fit resumed from in the last on_train_begin (empty: none).
   const std::string& resumed_from() const { return resumed_from_; }
+  // Writes a backup of where fit is now and waits until it is on disk (the
+  // chief's; nothing on other workers). For a program that stops early —
+  // on SIGTERM, say — so that the rerun redoes nothing. Call it between
+  // batches (from a callback).
+  void backup_now();
 
  private:
   CheckpointManager& manager();
