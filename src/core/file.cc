@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -199,6 +200,20 @@ void atomic_write(const std::string& path, const std::string& contents) {
   AtomicFileWriter out(path);
   out.write(contents.data(), contents.size());
   out.commit();
+}
+
+std::uint64_t regular_file_size(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    detail::throw_error<IOError>(path, ": cannot open: ", std::strerror(errno));
+  const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                     : S_ISCHR(st.st_mode)  ? "a character device"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : nullptr;
+  if (kind) detail::throw_error<IOError>(path, ": is ", kind, ", not a regular file");
+  return static_cast<std::uint64_t>(st.st_size);
 }
 
 int remove_stale_temporaries(const std::string& path) {

@@ -61,11 +61,9 @@ void write_record(AtomicFileWriter& out, const Element& e, std::string& scratch)
 class CacheFileReader {
  public:
   explicit CacheFileReader(std::string path) : path_(std::move(path)) {
+    size_ = regular_file_size(path_);
     in_.open(path_, std::ios::binary);
     if (!in_) detail::throw_error<IOError>(path_, ": cannot open the cache file");
-    in_.seekg(0, std::ios::end);
-    size_ = static_cast<std::uint64_t>(in_.tellg());
-    in_.seekg(0);
     char magic[8] = {};
     if (size_ < sizeof(kFileMagic) + kFooterBytes || !in_.read(magic, 8) ||
         std::memcmp(magic, kFileMagic, 8) != 0)

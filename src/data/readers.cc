@@ -106,6 +106,7 @@ class CsvIterator final : public IteratorImpl {
 
   void open_current(std::uint64_t offset, std::uint64_t line) {
     in_.clear();
+    (void)regular_file_size(path());  // a FIFO or directory is named, never opened
     in_.open(path(), std::ios::binary);
     if (!in_) detail::throw_error<IOError>(path(), ": cannot open: ", std::strerror(errno));
     in_.seekg(static_cast<std::streamoff>(offset));
@@ -238,11 +239,9 @@ Dataset csv_dataset(std::vector<std::string> filenames, CsvOptions options) {
 }
 
 Tensor read_npy(const std::string& path) {
+  const std::uint64_t size = regular_file_size(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) detail::throw_error<IOError>(path, ": cannot open: ", std::strerror(errno));
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<std::uint64_t>(in.tellg());
-  in.seekg(0);
   unsigned char pre[10] = {};
   if (size < 10 || !in.read(reinterpret_cast<char*>(pre), 10) ||
       std::memcmp(pre, "\x93NUMPY", 6) != 0)
@@ -306,8 +305,16 @@ Tensor read_npy(const std::string& path) {
     npy_error(path, hdr_at,
               "unsupported dtype '" + descr +
                   "' (supported: <f4 <f8 <i4 <i8 |u1 |i1 |b1, little-endian)");
+  // Multiplied out without overflow (a shape like (2^40, 2^40) would wrap);
+  // the claim is then held against the file's size below.
+  std::uint64_t values = 1;
+  for (std::int64_t d : dims) {
+    if (d != 0 && values > (std::uint64_t{1} << 62) / kind->item / static_cast<std::uint64_t>(d))
+      npy_error(path, data_start, "the header's shape " + shape_text + " claims over 2^62 bytes");
+    values *= static_cast<std::uint64_t>(d);
+  }
   const Shape shape(dims);
-  const std::uint64_t promised = static_cast<std::uint64_t>(shape.numel()) * kind->item;
+  const std::uint64_t promised = values * kind->item;
   if (size - data_start != promised)
     npy_error(path, data_start,
               "the header promises " + descr + " " + shape.to_string() + " = " +

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "lockstep/core/file.h"
+
 namespace lockstep::io {
 namespace {
 
@@ -111,11 +113,9 @@ void write_safetensors(const std::string& path,
 }
 
 TensorFile read_safetensors(const std::string& path) {
+  const std::uint64_t file_size = regular_file_size(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) detail::throw_error<IOError>(path, ": cannot open: ", std::strerror(errno));
-  in.seekg(0, std::ios::end);
-  const auto file_size = static_cast<std::uint64_t>(in.tellg());
-  in.seekg(0);
   LOCKSTEP_CHECK_AS(IOError, file_size >= 8, path, ": byte 0: file of ", file_size,
                     " bytes is too short for a safetensors header length (8 bytes)");
   unsigned char len_bytes[8];

@@ -304,13 +304,19 @@ CheckpointManager::restore_latest(std::ostream& log) {
   wait();
   auto all = numbered();
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const char* then = std::next(it) != all.rend() ? "; falling back to the previous one\n" : "\n";
     try {
       auto position = checkpoint_.restore(it->second);
       return std::pair{it->second, std::move(position)};
     } catch (const IOError& e) {
-      log << "CheckpointManager: skipping a damaged checkpoint: " << e.what()
-          << (std::next(it) != all.rend() ? "; falling back to the previous one\n" : "\n");
+      log << "CheckpointManager: skipping a damaged checkpoint: " << e.what() << then;
+    } catch (const ValueError& e) {  // ShapeError too: a file of another model
+      log << "CheckpointManager: skipping a checkpoint of another model: " << e.what() << then;
     }
+  }
+  if (!all.empty()) {
+    log << "CheckpointManager: none of the " << all.size() << " checkpoints in "
+        << options_.directory << " could be restored; starting from the beginning\n";
   }
   return std::nullopt;
 }

@@ -239,6 +239,56 @@ void write_bytes(const std::string& path, const std::vector<char>& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+// Issue #23, item 8: a newest backup of another model is skipped like a
+// damaged one, with the reason; when no backup loads, the start from the
+// beginning is said.
+TEST(BackupAndRestore, ABackupOfAnotherModelIsSkippedAndStartingOverIsSaid) {
+  TempDir dir;
+  auto fit = [](Model& m, FitOptions o) { m.fit(training_data(), o); };
+  Model straight = mlp();
+  fit(straight, {.epochs = 2, .verbose = 0});
+  std::ostringstream log;
+  const BackupAndRestore::Options options{.backup_dir = dir / "b", .save_freq = 3, .log = &log};
+  {
+    Model victim = mlp();
+    auto backup = std::make_shared<BackupAndRestore>(options);
+    EXPECT_THROW(
+        fit(victim,
+            {.epochs = 2, .verbose = 0, .callbacks = {backup, std::make_shared<CrashAt>(10)}}),
+        std::runtime_error);
+  }
+  // The newest backup (backup-3) replaced by one of a wider model.
+  {
+    set_random_seed(9);
+    auto in = Input({8});
+    Model other(in, layers::Dense(2)(layers::Dense(32, {.activation = "relu"})(in)));
+    other.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
+    CheckpointManager manager(Checkpoint(other), {.directory = dir / "other", .prefix = "backup"});
+    other.fit(training_data(), {.epochs = 1, .verbose = 0, .steps_per_epoch = 1});
+    const std::string path = manager.save();
+    fs::copy_file(path, dir / "b/backup-3.safetensors", fs::copy_options::overwrite_existing);
+  }
+  Model resumed = mlp();
+  fit(resumed,
+      {.epochs = 2, .verbose = 0, .callbacks = {std::make_shared<BackupAndRestore>(options)}});
+  expect_bitwise(weights(straight), weights(resumed), "resumed from the previous backup");
+  EXPECT_NE(log.str().find("skipping a checkpoint of another model"), std::string::npos)
+      << log.str();
+  EXPECT_NE(log.str().find("backup-2.safetensors at epoch 1, batch 6"), std::string::npos)
+      << log.str();
+
+  // Every backup damaged: training starts over, and says so.
+  write_bytes(dir / "b/backup-4.safetensors", {'x'});
+  write_bytes(dir / "b/backup-5.safetensors", {'y', 'z'});
+  log.str("");
+  Model again = mlp();
+  fit(again,
+      {.epochs = 2, .verbose = 0, .callbacks = {std::make_shared<BackupAndRestore>(options)}});
+  expect_bitwise(weights(straight), weights(again), "started over");
+  EXPECT_NE(log.str().find("could be restored; starting from the beginning"), std::string::npos)
+      << log.str();
+}
+
 TEST(Checkpoint, EverySingleByteFlipAndEveryTruncationIsDetected) {
   TempDir dir;
   set_random_seed(1);

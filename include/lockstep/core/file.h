@@ -50,6 +50,13 @@ class AtomicFileWriter {
 // Writes `contents` to `path` atomically (an AtomicFileWriter in one call).
 void atomic_write(const std::string& path, const std::string& contents);
 
+// The size of `path`, which must be a regular file (following symlinks).
+// A directory, a FIFO, a device or a socket is an IOError naming what it is
+// — before any reader opens it: open() blocks forever on a FIFO, and a
+// directory's "size" made a reader allocate terabytes. Readers bound every
+// length a header claims by this size.
+std::uint64_t regular_file_size(const std::string& path);
+
 // Deletes the temporary files AtomicFileWriter left for `path` whose writing
 // process no longer exists (killed before commit). Returns how many.
 int remove_stale_temporaries(const std::string& path);

@@ -110,9 +110,10 @@ class CheckpointManager {
   std::optional<std::string> latest_checkpoint() const;
   // Every checkpoint's path, oldest first.
   std::vector<std::string> checkpoints() const;
-  // Restores the newest checkpoint that loads; one that is damaged is
-  // reported on `log` and the next older one is tried. Returns the path and
-  // its training position; nullopt when there is none (or none loads).
+  // Restores the newest checkpoint that loads; one that is damaged or holds
+  // another model is reported on `log` and the next older one is tried.
+  // Returns the path and its training position; nullopt when there is none
+  // (or none loads, which is said on `log` too).
   std::optional<std::pair<std::string, std::optional<TrainingSnapshot>>> restore_latest(
       std::ostream& log);
   // Deletes every checkpoint of this manager.
