@@ -163,10 +163,20 @@ TensorFile read_safetensors(const std::string& path) {
       } else if (k == kHeaderChecksumKey) {
         continue;
       } else {
+        // Lockstep's own keys are known: another one is a damaged name.
+        LOCKSTEP_CHECK_AS(IOError, k.rfind("lockstep/", 0) != 0, path, ": bytes 8 to ",
+                          8 + header_len - 1, ": unknown metadata key '", k,
+                          "' (the header is corrupt)");
         file.metadata[k] = v.get<std::string>();
       }
     }
   }
+  // Lockstep writes its checksums together: per-tensor checksums without the
+  // header's mean the header checksum's key was damaged (and with it the
+  // check of every header byte).
+  LOCKSTEP_CHECK_AS(IOError, header_checked || checksums.empty(), path, ": bytes 8 to ",
+                    8 + header_len - 1, ": the header has tensor checksums but no ",
+                    kHeaderChecksumKey, " (the header is corrupt)");
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;

@@ -97,6 +97,30 @@ TEST(Safetensors, EverySingleByteFlipIsDetected) {
   EXPECT_EQ(detected, total);
 }
 
+// Issue #23, item 9: a flipped byte in the *name* of the header checksum's
+// key switched the header check off, and inspect passed the file. Every
+// flip of every byte of that key's name is an error now.
+TEST(Safetensors, EveryFlipInTheHeaderChecksumKeyIsDetected) {
+  TempDir dir;
+  const auto path = (dir.path / "t.safetensors").string();
+  write_safetensors(path, {{"w", random::normal({4, 3}, {.seed = 2})}}, {{"format", "test"}});
+  const std::string good = slurp(path);
+  const std::string key = "lockstep/header_crc32c";
+  const std::size_t at = good.find(key);
+  ASSERT_NE(at, std::string::npos);
+  int flips = 0;
+  for (std::size_t i = at; i < at + key.size(); ++i) {
+    for (const char mask : {'\x01', '\x20'}) {
+      std::string bad = good;
+      bad[i] = static_cast<char>(bad[i] ^ mask);
+      spit(path, bad);
+      ++flips;
+      EXPECT_THROW(read_safetensors(path), IOError) << "byte " << i << " ^ " << int{mask};
+    }
+  }
+  EXPECT_EQ(flips, 2 * static_cast<int>(key.size()));
+}
+
 TEST(Safetensors, EveryTruncationIsDetectedWithFileAndOffset) {
   TempDir dir;
   const auto path = (dir.path / "t.safetensors").string();
