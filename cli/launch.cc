@@ -158,6 +158,10 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
 }
 
 int run_launch(const LaunchArgs& a) {
+  LOCKSTEP_CHECK(a.host != "0.0.0.0",
+                 "launch: --host 0.0.0.0 is the wildcard address (every "
+                 "interface), not one the workers can dial; give this machine's address, e.g. "
+                 "127.0.0.1");
   std::vector<std::string> command = with_multi_worker_strategy(a.command);
   const int n = a.workers;
   std::vector<int> ports;

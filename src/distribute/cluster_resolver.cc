@@ -1,6 +1,8 @@
 // TF_CONFIG and MPI launch environments -> ClusterResolver.
 #include "lockstep/distribute/cluster_resolver.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -29,6 +31,13 @@ TaskAddress parse_address(const std::string& text, const std::string& where) {
                  ": expected an address \"host:port\", got \"", text, "\"");
   TaskAddress a;
   a.host = text.substr(0, colon);
+  // A wildcard is where a server listens, not an address a peer can dial:
+  // the store would listen on every interface and Gloo fail later, obscurely.
+  for (const char* wildcard : {"0.0.0.0", "[::]", "::", "*", "[0:0:0:0:0:0:0:0]"}) {
+    LOCKSTEP_CHECK(a.host != wildcard, where, ": \"", text, "\" is a wildcard address (", a.host,
+                   " means every interface); give each task an address its peers can reach, "
+                   "e.g. its host name or IP address");
+  }
   if (a.host.front() == '[') {
     LOCKSTEP_CHECK(a.host.size() > 2 && a.host.back() == ']', where, ": bad IPv6 address \"", text,
                    "\"");
@@ -119,10 +128,16 @@ ClusterResolver ClusterResolver::from_tf_config(const std::string& text,
                  "\" is not a job of the cluster");
   LOCKSTEP_CHECK(!task.contains("index") || task["index"].is_number_integer(), source,
                  ": task.index must be an integer, got ", task.value("index", json()).dump());
-  r.task_id_ = task.value("index", 0);
-  LOCKSTEP_CHECK(r.task_id_ >= 0 && r.task_id_ < r.cluster_.num_tasks(r.task_type_), source,
-                 ": task.index ", r.task_id_, " is out of range: the cluster has ",
+  // Range-checked as read (as a 64-bit number: 4294967296 once became 0).
+  const json index = task.value("index", json(0));
+  const std::int64_t id = index.is_number_unsigned()
+                              ? static_cast<std::int64_t>(
+                                    std::min<std::uint64_t>(index.get<std::uint64_t>(), INT64_MAX))
+                              : index.get<std::int64_t>();
+  LOCKSTEP_CHECK(id >= 0 && id < r.cluster_.num_tasks(r.task_type_), source, ": task.index ",
+                 index.dump(), " is out of range: the cluster has ",
                  r.cluster_.num_tasks(r.task_type_), " ", r.task_type_, " task(s)");
+  r.task_id_ = static_cast<int>(id);
   if (j.contains("rpc_layer")) {
     LOCKSTEP_CHECK(j["rpc_layer"].is_string(), source, ": rpc_layer must be a string");
     r.rpc_layer_ = j["rpc_layer"].get<std::string>();

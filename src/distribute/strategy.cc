@@ -453,6 +453,23 @@ void join_through_store(comm::StoreClient& store, const ClusterResolver& r,
   store.set("lockstep/joined/" + std::to_string(rank), std::vector<char>(spec.begin(), spec.end()));
   std::vector<std::string> keys;
   for (int w = 0; w < r.num_workers(); ++w) keys.push_back("lockstep/joined/" + std::to_string(w));
+  // The chief's spec first: a worker given another cluster list (one with a
+  // worker more, say) hears it at once instead of waiting for a worker that
+  // will never come; the chief names the difference from its side below.
+  if (rank != 0) {
+    try {
+      store.wait({keys[0]}, join_timeout);
+    } catch (const TimeoutError&) {
+      throw TimeoutError(lockstep::detail::str_cat(
+          "MultiWorkerMirroredStrategy: ", r.describe_worker(rank), ": the chief, ",
+          r.describe_worker(0), ", did not join within ", join_timeout.count() / 1000.0, " s"));
+    }
+    const std::vector<char> chiefs = store.get(keys[0]);
+    LOCKSTEP_CHECK_AS(DistributedError, std::string(chiefs.begin(), chiefs.end()) == spec,
+                      "MultiWorkerMirroredStrategy: ", r.describe_worker(rank),
+                      " was given another cluster spec than the chief: \"", spec, "\" here, \"",
+                      std::string(chiefs.begin(), chiefs.end()), "\" on the chief");
+  }
   try {
     store.wait(keys, join_timeout);
   } catch (const TimeoutError&) {

@@ -60,6 +60,16 @@ TEST(ClusterResolver, EveryBadTfConfigNamesItsProblem) {
        "task.index must be an integer"},
       {R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "id": 0}})",
        "task: unknown key \"id\""},
+      // Issue #23, item 11: range-checked as read (it wrapped to 0).
+      {R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 4294967296}})",
+       "task.index 4294967296 is out of range: the cluster has 1 worker task(s)"},
+      {R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": -1}})",
+       "task.index -1 is out of range"},
+      // Issue #23, item 2: a wildcard is not an address a peer can dial.
+      {R"({"cluster": {"worker": ["0.0.0.0:2222"]}, "task": {"type": "worker"}})",
+       "cluster.worker[0]: \"0.0.0.0:2222\" is a wildcard address"},
+      {R"({"cluster": {"worker": ["a:1", "[::]:2222"]}, "task": {"type": "worker"}})",
+       "cluster.worker[1]: \"[::]:2222\" is a wildcard address"},
   };
   for (const auto& [text, expected] : cases) {
     try {

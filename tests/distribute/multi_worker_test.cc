@@ -174,6 +174,29 @@ TEST_F(MultiWorkerTest, AWorkerThatNeverJoinsIsNamedWithinTheJoinTimeout) {
       << log;
 }
 
+// Issue #23, item 11: a worker given a longer cluster list than the chief's
+// hears at once that the lists differ (it waited for a worker that would
+// never come until the join timeout), and the chief names it too.
+TEST_F(MultiWorkerTest, AWorkerWithAnotherClusterListIsToldAtOnceOnBothSides) {
+  const std::vector<int> ports = {free_port(), free_port(), free_port()};
+  const std::vector<int> two(ports.begin(), ports.begin() + 2);
+  const auto start = Clock::now();
+  std::vector<Process> ps;
+  for (int i = 0; i < 2; ++i) {
+    ps.push_back(spawn({MULTI_WORKER_TRAIN_PATH, "--timeout-ms", "30000"},
+                       {{"TF_CONFIG", tf_config(i == 0 ? two : ports, i)},
+                        {"LOCKSTEP_JOB_TOKEN", "test-token-lists"}},
+                       path("lists-worker" + std::to_string(i) + ".log")));
+  }
+  for (auto& p : ps) EXPECT_NE(wait_exit(p), 0) << slurp(p.log);
+  EXPECT_LT(Clock::now() - start, 15s) << "the mismatch waited for the join timeout";
+  const std::string worker1 = slurp(ps[1].log), chief = slurp(ps[0].log);
+  EXPECT_NE(worker1.find("was given another cluster spec than the chief"), std::string::npos)
+      << worker1;
+  EXPECT_NE(worker1.find(std::to_string(ports[2])), std::string::npos) << worker1;
+  EXPECT_NE(chief.find("was given another cluster spec than worker 0"), std::string::npos) << chief;
+}
+
 TEST_F(MultiWorkerTest, AWorkerWithAnotherModelIsRefusedAtStartUpOnEveryWorker) {
   auto ps = start_workers(2, {}, "mismatch", {{1, {"--hidden", "16"}}});
   for (auto& p : ps) {
