@@ -5,11 +5,13 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 #include "lockstep/core/error.h"
 
@@ -77,15 +79,47 @@ int local_port(const Socket& s) {
   return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
 }
 
-Socket accept_from(const Socket& listener) {
+std::string peer_address(const Socket& s) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (::getpeername(s.fd(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    return "an unknown address";
+  char host[INET6_ADDRSTRLEN] = {};
+  int port = 0;
+  if (a.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+    ::inet_ntop(AF_INET, &v4->sin_addr, host, sizeof host);
+    port = ntohs(v4->sin_port);
+    return std::string(host) + ":" + std::to_string(port);
+  }
+  const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+  ::inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof host);
+  port = ntohs(v6->sin6_port);
+  return "[" + std::string(host) + "]:" + std::to_string(port);
+}
+
+void raise_open_file_limit() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+      limit.rlim_cur = limit.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &limit);
+    }
+  });
+}
+
+Socket accept_from(const Socket& listener, int& error) {
   for (;;) {
     const int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC);
     if (fd >= 0) {
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      error = 0;
       return Socket(fd);
     }
     if (errno == EINTR || errno == ECONNABORTED) continue;
+    error = errno == EINVAL || errno == EBADF ? 0 : errno;  // EINVAL: shut down
     return Socket();
   }
 }

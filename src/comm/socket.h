@@ -33,8 +33,15 @@ class Socket {
 // host says so). IOError naming the address on failure.
 Socket listen_on(const std::string& host, int port);
 int local_port(const Socket& s);
+// "ip:port" of the other end ("an unknown address" when it cannot be read).
+std::string peer_address(const Socket& s);
+// Raises this process's soft limit on open files to its hard limit, as
+// servers do (once; errors are ignored: the old limit stays).
+void raise_open_file_limit();
 // Accepts one connection; an invalid Socket when the listener was shut down.
-Socket accept_from(const Socket& listener);
+// A connection, or an invalid socket with `error` set to accept()'s errno
+// (0 when the listener was shut down).
+Socket accept_from(const Socket& listener, int& error);
 // Connects once; an invalid Socket (and `error` set) when refused.
 Socket connect_to(const std::string& host, int port, std::string& error);
 

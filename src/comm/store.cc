@@ -6,10 +6,13 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <iomanip>
 #include <list>
@@ -145,6 +148,13 @@ class StoreServerImpl final : public StoreServer {
  public:
   explicit StoreServerImpl(const StoreOptions& o) : o_(o) {
     LOCKSTEP_CHECK(!o.token.empty(), "StoreServer: the job token is empty");
+    detail::raise_open_file_limit();
+    // Handshakes in progress at once: a worker's takes milliseconds, and a
+    // quarter of the file descriptors at most, so that strangers never leave
+    // the process (its Gloo mesh, its files) without any.
+    rlimit files{};
+    if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY)
+      max_unauthenticated_ = std::clamp<std::size_t>(files.rlim_cur / 4, 4, 64);
     listener_ = detail::listen_on(o.host, o.port);
     port_ = detail::local_port(listener_);
     accept_thread_ = std::thread([this] { accept_loop(); });
@@ -175,37 +185,93 @@ class StoreServerImpl final : public StoreServer {
   std::int64_t rejected_connections() const override { return rejected_.load(); }
 
  private:
+  struct Connection;
+  // The store must keep accepting whatever a stranger does: one accept()
+  // error used to end this loop for good, so 300 idle connections under
+  // `ulimit -n 256` kept every worker out. Now a failed accept (out of file
+  // descriptors: EMFILE, ENFILE; or of memory) closes the oldest connection
+  // still in its handshake, backs off and goes on, and the cause is said
+  // once. Connections that have not authenticated are capped at
+  // max_unauthenticated_ (the oldest goes first) and have a handshake
+  // deadline (authenticate()), so workers always find room.
   void accept_loop() {
+    bool said = false;
     for (;;) {
-      Socket s = detail::accept_from(listener_);
-      std::lock_guard lk(mu_);
-      if (stop_ || !s.valid()) return;
-      // Finished connections give back their thread and socket, so a
-      // stranger who connects again and again costs nothing lasting; past
-      // kMaxConnections open at once, new ones are closed unread.
-      for (auto it = connections_.begin(); it != connections_.end();) {
-        if ((*it)->done) {
-          (*it)->thread.join();
-          it = connections_.erase(it);
-        } else {
-          ++it;
+      int error = 0;
+      Socket s = detail::accept_from(listener_, error);
+      std::unique_lock lk(mu_);
+      if (stop_) return;
+      reap_locked();
+      if (!s.valid()) {
+        if (error == 0) return;  // the listener was shut down
+        if (!said) {
+          said = true;
+          std::fprintf(stderr,
+                       "StoreServer: cannot accept a connection (%s) with %zu open; closing "
+                       "connections that have not authenticated and going on\n",
+                       std::strerror(error), connections_.size());
         }
+        evict_oldest_unauthenticated_locked();
+        lk.unlock();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
       }
       if (connections_.size() >= kMaxConnections) {
         ++rejected_;
         continue;  // `s` closes here
       }
+      std::size_t unauthenticated = 0;
+      for (const auto& c : connections_) unauthenticated += !c->authenticated;
+      if (unauthenticated >= max_unauthenticated_) evict_oldest_unauthenticated_locked();
       auto conn = std::make_unique<Connection>();
       conn->socket = std::move(s);
       Connection* c = conn.get();
       c->thread = std::thread([this, c] {
-        serve(c->socket);
+        serve(*c);
         std::lock_guard done(mu_);
         c->socket.close();
         c->done = true;
       });
       connections_.push_back(std::move(conn));
     }
+  }
+
+  // Finished connections give back their thread and socket, so a stranger
+  // who connects again and again costs nothing lasting.
+  void reap_locked() {
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if ((*it)->done) {
+        (*it)->thread.join();
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // Ends the handshake of the oldest connection that has not authenticated
+  // (its thread sees the socket shut and finishes; reap_locked frees it).
+  void evict_oldest_unauthenticated_locked() {
+    for (auto& c : connections_) {
+      if (!c->authenticated && !c->done && !c->evicted) {
+        c->evicted = true;
+        c->socket.shutdown();
+        ++rejected_;
+        return;
+      }
+    }
+  }
+
+  // Says at once, on the chief, that a peer failed the handshake — a worker
+  // with the wrong token would otherwise be reported only as "did not join"
+  // at the end of the join timeout. The peer learns nothing but the closed
+  // connection. At most kAuthFailuresSaid lines, then a count.
+  void say_auth_failure(const Socket& s, const char* how) {
+    const std::int64_t n = ++auth_failures_;
+    if (n > kAuthFailuresSaid) return;
+    std::fprintf(stderr, "StoreServer: a connection from %s failed authentication (%s); closed%s\n",
+                 detail::peer_address(s).c_str(), how,
+                 n == kAuthFailuresSaid ? " (further failures are counted, not said)" : "");
   }
 
   bool authenticate(const Socket& s) {
@@ -225,14 +291,20 @@ class StoreServerImpl final : public StoreServer {
     const auto expected = hmac_sha256(o_.token, nonce.data(), nonce.size());
     if (CRYPTO_memcmp(expected.data(), mac.data(), kMacBytes) != 0) {
       ++rejected_;
+      say_auth_failure(s, "a wrong job token: LOCKSTEP_JOB_TOKEN must be the same on every worker");
       return false;
     }
     const char accepted = 1;
     return detail::write_all(s, &accepted, 1, deadline, why);
   }
 
-  void serve(const Socket& s) {
+  void serve(Connection& c) {
+    const Socket& s = c.socket;
     if (!authenticate(s)) return;
+    {
+      std::lock_guard lk(mu_);
+      c.authenticated = true;
+    }
     std::vector<char> body;
     std::string why;
     for (;;) {
@@ -363,9 +435,14 @@ class StoreServerImpl final : public StoreServer {
   struct Connection {
     Socket socket;
     std::thread thread;
-    bool done = false;  // under mu_: the thread has finished serving
+    bool done = false;           // under mu_: the thread has finished serving
+    bool authenticated = false;  // under mu_: past the handshake
+    bool evicted = false;        // under mu_: shut down to make room
   };
   static constexpr std::size_t kMaxConnections = 1024;
+  std::size_t max_unauthenticated_ = 64;
+  static constexpr std::int64_t kAuthFailuresSaid = 8;
+  std::atomic<std::int64_t> auth_failures_{0};
   std::list<std::unique_ptr<Connection>> connections_;
   std::atomic<std::int64_t> rejected_{0};
 };

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Issue #23, items 1 and 3: the chief's rendezvous store survives a stranger
+# who exhausts its file descriptors (300 idle connections under ulimit -n
+# 48): it says why it could not accept, closes connections that never
+# authenticated, and the real worker joins and trains. A worker with the
+# wrong job token is named on the chief at once, by address.
+#
+# usage: store_under_attack.sh WORKER_BINARY WORK_DIR   (tests/distribute/multi_worker_train)
+source "$(dirname "$0")/lib.sh"
+
+port() { python3 -c 'import random; print(random.randint(20000, 32000))'; }
+tf_config() {  # tf_config PORT0 PORT1 INDEX
+  echo "{\"cluster\": {\"worker\": [\"127.0.0.1:$1\", \"127.0.0.1:$2\"]}, \"task\": {\"type\": \"worker\", \"index\": $3}}"
+}
+listening() {  # listening PORT: until something accepts on it (20 s)
+  python3 - "$1" <<'PY'
+import socket, sys, time
+for _ in range(400):
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1).close(); sys.exit(0)
+    except OSError:
+        time.sleep(0.05)
+sys.exit(1)
+PY
+}
+
+# 1. File descriptors exhausted by a stranger.
+p0=$(port); p1=$((p0 + 1))
+( ulimit -n 48
+  TF_CONFIG=$(tf_config $p0 $p1 0) LOCKSTEP_JOB_TOKEN=secret exec "$bin" --epochs 1 --timeout-ms 40000
+) >"$work/chief.log" 2>&1 &
+chief=$!
+listening $p0 || fail "the chief's store did not start: $(cat "$work/chief.log")"
+python3 - $p0 >"$work/stranger.log" 2>&1 <<'PY' &
+import socket, sys, time
+held = []
+for _ in range(300):
+    try:
+        held.append(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2))
+    except OSError as e:
+        print("connect:", e)
+print("holding", len(held), "connections", flush=True)
+time.sleep(30)
+PY
+stranger=$!
+wait_for "$work/stranger.log" "holding" 30 || fail "the stranger did not connect"
+TF_CONFIG=$(tf_config $p0 $p1 1) LOCKSTEP_JOB_TOKEN=secret "$bin" --epochs 1 --timeout-ms 40000 \
+  >"$work/worker1.log" 2>&1
+rc1=$?
+wait $chief
+rc0=$?
+kill $stranger 2>/dev/null
+[ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] ||
+  fail "the job failed under the attack ($rc0, $rc1): $(cat "$work/chief.log" "$work/worker1.log")"
+grep -q "StoreServer: cannot accept a connection (Too many open files)" "$work/chief.log" ||
+  fail "the chief did not say why it could not accept: $(cat "$work/chief.log")"
+echo "ok: 300 idle connections under ulimit -n 48; the worker joined and the job finished"
+
+# 2. A worker with the wrong token: named on the chief within seconds.
+p0=$(port); p1=$((p0 + 1))
+TF_CONFIG=$(tf_config $p0 $p1 0) LOCKSTEP_JOB_TOKEN=secret "$bin" --epochs 1 --timeout-ms 8000 \
+  >"$work/chief2.log" 2>&1 &
+chief=$!
+listening $p0 || fail "the chief's store did not start"
+TF_CONFIG=$(tf_config $p0 $p1 1) LOCKSTEP_JOB_TOKEN=wrong "$bin" --epochs 1 --timeout-ms 8000 \
+  >"$work/wrong.log" 2>&1 &
+wrong=$!
+wait_for "$work/chief2.log" "a connection from 127\.0\.0\.1:[0-9]+ failed authentication \(a wrong job token" 4 ||
+  fail "the chief did not name the failed handshake at once: $(cat "$work/chief2.log")"
+wait $chief $wrong
+echo "ok: the wrong token was named on the chief at once"
+echo PASS
