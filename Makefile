@@ -1,10 +1,11 @@
 # The two commands the README promises: `make run` and `make test`.
 # Both install what is missing (apt), build, and run. Builds use the CMake
 # presets in CMakePresets.json; build trees live under build/<preset>.
-.PHONY: run test bench asan tsan deps build-release build-dev install clean
+.PHONY: run test bench asan tsan fuzz deps build-release build-dev install clean
 
 JOBS ?= 2
 PREFIX ?= /usr/local
+FUZZ_SECONDS ?= 60
 
 deps:
 	@bash scripts/install-deps.sh
@@ -41,6 +42,13 @@ asan: deps
 	@cmake --preset asan >/dev/null
 	@cmake --build --preset asan -j $(JOBS)
 	@ASAN_OPTIONS=detect_leaks=1 ctest --preset asan
+
+# Every parser of untrusted input under libFuzzer (clang, ASan + UBSan), each
+# for FUZZ_SECONDS from the seeds in fuzz/corpus/ (docs/reliability.md).
+fuzz: deps
+	@cmake --preset fuzz >/dev/null
+	@cmake --build --preset fuzz -j $(JOBS)
+	@fuzz/run.sh build/fuzz $(FUZZ_SECONDS)
 
 tsan: deps
 	@cmake --preset tsan >/dev/null

@@ -9,7 +9,7 @@ function(lockstep_set_warnings target)
   # GCC 12 reports -Wrestrict on std::string concatenation at -O3 (GCC bug
   # 105651), a false positive inside libstdc++.
   target_compile_options(${target} PRIVATE -Wall -Wextra -Werror -Wno-unknown-pragmas
-                                           -Wno-restrict)
+                                           $<$<CXX_COMPILER_ID:GNU>:-Wno-restrict>)
 endfunction()
 
 # lockstep_add_layer(NAME SOURCES ... DEPS ...): builds lockstep_NAME with the

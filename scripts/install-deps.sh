@@ -19,6 +19,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin  # MPI collectives and mpirun (multi-worker)
   libssl-dev           # HMAC-SHA256 for the rendezvous store's handshake
   iproute2             # tests only: network namespaces as separate hosts
+  clang libclang-rt-14-dev libomp-dev  # make fuzz: libFuzzer, its sanitizers, clang's OpenMP
   python3-venv         # tests only: a venv for the safetensors interop test (pip, PyPI)
   # data for the main job
   dataset-fashion-mnist

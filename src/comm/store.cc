@@ -336,7 +336,17 @@ class StoreServerImpl final : public StoreServer {
         if (!r.ok()) return false;
         {
           std::lock_guard lk(mu_);
-          data_[key] = std::vector<char>(value.begin(), value.end());
+          // A bound on what peers may store in all (a job's rendezvous
+          // needs kilobytes): past it a set is refused like a bad frame.
+          auto [slot, fresh] = data_.try_emplace(key);
+          const std::size_t after = stored_bytes_ - (fresh ? 0 : key.size() + slot->second.size()) +
+                                    key.size() + value.size();
+          if (after > o_.max_total_bytes) {
+            if (fresh) data_.erase(slot);
+            return false;
+          }
+          stored_bytes_ = after;
+          slot->second = std::vector<char>(value.begin(), value.end());
         }
         cv_.notify_all();
         w.pod<char>(0);
@@ -346,9 +356,10 @@ class StoreServerImpl final : public StoreServer {
         const std::string key = r.str();
         const auto timeout_ms = r.pod<std::uint32_t>();
         if (!r.ok()) return false;
+        const auto wait = std::min<std::chrono::milliseconds>(  // as kWait
+            std::chrono::milliseconds(timeout_ms), o_.timeout);
         std::unique_lock lk(mu_);
-        const bool found = cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms),
-                                        [&] { return stop_ || data_.count(key) > 0; });
+        const bool found = cv_.wait_for(lk, wait, [&] { return stop_ || data_.count(key) > 0; });
         if (!found || stop_) {
           w.pod<char>(1);
         } else {
@@ -362,8 +373,12 @@ class StoreServerImpl final : public StoreServer {
         for (std::uint32_t i = 0; i < count && r.ok(); ++i) keys.push_back(r.str());
         const auto timeout_ms = r.pod<std::uint32_t>();
         if (!r.ok()) return false;
+        // At most the store's own deadline: a peer's 2^32 ms would hold a
+        // connection thread for 49 days.
+        const auto wait =
+            std::min<std::chrono::milliseconds>(std::chrono::milliseconds(timeout_ms), o_.timeout);
         std::unique_lock lk(mu_);
-        const bool found = cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms), [&] {
+        const bool found = cv_.wait_for(lk, wait, [&] {
           if (stop_) return true;
           for (const auto& k : keys) {
             if (!data_.count(k)) return false;
@@ -380,9 +395,22 @@ class StoreServerImpl final : public StoreServer {
         std::int64_t value = 0;
         {
           std::lock_guard lk(mu_);
-          auto& slot = data_[key];
+          auto [it, fresh] = data_.try_emplace(key);
+          auto& slot = it->second;
+          const std::size_t after =
+              stored_bytes_ - (fresh ? 0 : key.size() + slot.size()) + key.size() + sizeof value;
+          if (after > o_.max_total_bytes) {  // as kSet
+            if (fresh) data_.erase(it);
+            return false;
+          }
+          stored_bytes_ = after;
           if (slot.size() == sizeof value) std::memcpy(&value, slot.data(), sizeof value);
-          value += delta;
+          // A sum past int64 is refused like a bad frame (found by fuzzing:
+          // it was signed overflow).
+          if (__builtin_add_overflow(value, delta, &value)) {
+            if (fresh) data_.erase(it);
+            return false;
+          }
           slot.resize(sizeof value);
           std::memcpy(slot.data(), &value, sizeof value);
         }
@@ -412,7 +440,9 @@ class StoreServerImpl final : public StoreServer {
         const std::string reason = why == "timed out"
                                        ? "no heartbeat for " + seconds(o_.heartbeat_timeout)
                                        : "its connection to the chief closed (" + why + ")";
-        lost_.emplace(rank, LostWorker{rank, reason});
+        // Bounded: a peer inventing ranks must not grow the list (and every
+        // answer to a lost-workers request) without end (found by fuzzing).
+        if (lost_.size() < kMaxLost) lost_.emplace(rank, LostWorker{rank, reason});
         return;
       }
       if (beat == kBye) return;
@@ -431,6 +461,7 @@ class StoreServerImpl final : public StoreServer {
   std::condition_variable cv_;
   bool stop_ = false;
   std::map<std::string, std::vector<char>> data_;
+  std::size_t stored_bytes_ = 0;  // keys and values in data_
   std::map<int, LostWorker> lost_;
   struct Connection {
     Socket socket;
@@ -442,6 +473,7 @@ class StoreServerImpl final : public StoreServer {
   static constexpr std::size_t kMaxConnections = 1024;
   std::size_t max_unauthenticated_ = 64;
   static constexpr std::int64_t kAuthFailuresSaid = 8;
+  static constexpr std::size_t kMaxLost = 4096;
   std::atomic<std::int64_t> auth_failures_{0};
   std::list<std::unique_ptr<Connection>> connections_;
   std::atomic<std::int64_t> rejected_{0};

@@ -180,8 +180,8 @@ TensorFile read_safetensors(const std::string& path) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
-    auto bad = [&](const std::string& what) {
-      detail::throw_error<IOError>(path, ": tensor '", name, "': ", what);
+    auto bad = [&, tensor = name](const std::string& what) {
+      detail::throw_error<IOError>(path, ": tensor '", tensor, "': ", what);
     };
     if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
         !entry.contains("data_offsets")) {

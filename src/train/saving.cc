@@ -18,7 +18,7 @@ constexpr const char* kFormat = "lockstep.model";
 json config_to_json(const LayerConfig& c) {
   json out = json::object();
   for (const auto& [k, v] : c.entries()) {
-    std::visit([&](const auto& value) { out[k] = value; }, v);
+    std::visit([&, key = k](const auto& value) { out[key] = value; }, v);
   }
   return out;
 }

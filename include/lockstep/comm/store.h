@@ -36,6 +36,8 @@ struct StoreOptions {
   // every read, and for get()/wait() of keys that are not there yet.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   std::size_t max_frame_bytes = std::size_t{16} << 20;
+  // Server: keys and values held in all; a set past it is refused.
+  std::size_t max_total_bytes = std::size_t{256} << 20;
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(5)};
 };
