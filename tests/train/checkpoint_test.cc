@@ -194,6 +194,18 @@ TEST(BackupAndRestore, ResumesUnderMirroredStrategyWithARepeatedDatasetAndStepsP
   check_resume([] { return mlp_under(replicas(2)); }, fit, {4, 6, 12}, 2);
 }
 
+// Two epochs of mlp() backed up every 3 steps, crashed after step 10: the
+// crashed process's callback is gone with it (its background write finishes
+// first, as a process's last write would have reached the disk).
+void crash_at_step_10(const BackupAndRestore::Options& options) {
+  Model victim = mlp();
+  auto backup = std::make_shared<BackupAndRestore>(options);
+  EXPECT_THROW(
+      victim.fit(training_data(),
+                 {.epochs = 2, .verbose = 0, .callbacks = {backup, std::make_shared<CrashAt>(10)}}),
+      std::runtime_error);
+}
+
 TEST(BackupAndRestore, FallsBackToThePreviousBackupWhenTheNewestIsDamaged) {
   TempDir dir;
   auto fit = [](Model& m, FitOptions o) { m.fit(training_data(), o); };
@@ -201,16 +213,7 @@ TEST(BackupAndRestore, FallsBackToThePreviousBackupWhenTheNewestIsDamaged) {
   fit(straight, {.epochs = 2, .verbose = 0});
   std::ostringstream log;
   const BackupAndRestore::Options options{.backup_dir = dir / "b", .save_freq = 3, .log = &log};
-  {
-    // The crashed process's callback: gone with it (its background write
-    // finishes first, as a process's last write would have reached the disk).
-    Model victim = mlp();
-    auto backup = std::make_shared<BackupAndRestore>(options);
-    EXPECT_THROW(
-        fit(victim,
-            {.epochs = 2, .verbose = 0, .callbacks = {backup, std::make_shared<CrashAt>(10)}}),
-        std::runtime_error);
-  }
+  crash_at_step_10(options);
   // backup-3 (step 9) is the newest; damage one byte of its data.
   const std::string newest = dir / "b/backup-3.safetensors";
   ASSERT_TRUE(fs::exists(newest));
@@ -249,14 +252,7 @@ TEST(BackupAndRestore, ABackupOfAnotherModelIsSkippedAndStartingOverIsSaid) {
   fit(straight, {.epochs = 2, .verbose = 0});
   std::ostringstream log;
   const BackupAndRestore::Options options{.backup_dir = dir / "b", .save_freq = 3, .log = &log};
-  {
-    Model victim = mlp();
-    auto backup = std::make_shared<BackupAndRestore>(options);
-    EXPECT_THROW(
-        fit(victim,
-            {.epochs = 2, .verbose = 0, .callbacks = {backup, std::make_shared<CrashAt>(10)}}),
-        std::runtime_error);
-  }
+  crash_at_step_10(options);
   // The newest backup (backup-3) replaced by one of a wider model.
   {
     set_random_seed(9);
