@@ -30,8 +30,8 @@ for target in safetensors idx npy csv tf_config store_frames; do
     -print_final_stats=1 -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=30 -max_len=1024 \
     -artifact_prefix="$findings/$target-" >"$log" 2>&1
   rc=$?
-  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
-  speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
   ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
   printf "%-12s %10s %10s %8s %8s\n" "$target" "${runs:-?}" "${speed:-?}" "${cov:-?}" "${ft:-?}"

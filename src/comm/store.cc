@@ -228,6 +228,10 @@ class StoreServerImpl final : public StoreServer {
       Connection* c = conn.get();
       c->thread = std::thread([this, c] {
         serve(*c);
+        // OpenSSL's per-thread state (the nonce's RAND_bytes), freed now
+        // rather than at process exit: a store serves thousands of short
+        // connections, each on its own thread.
+        OPENSSL_thread_stop();
         std::lock_guard done(mu_);
         c->socket.close();
         c->done = true;

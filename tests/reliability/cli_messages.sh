@@ -53,6 +53,15 @@ for n in 0 5; do
     "$bin" train --data-dir "$work/data$n" --verbose 0
 done
 
+# More logical devices than cores: allowed (as TensorFlow's), said, and a
+# global batch smaller than the replicas is named (not "shared cores").
+LOCKSTEP_CPU_DEVICES=99 "$bin" train --epochs 1 --steps-per-epoch 2 --verbose 0 >"$work/99.log" 2>&1
+[ $? -eq 1 ] || fail "99 devices: $(cat "$work/99.log")"
+grep -qE "MirroredStrategy: 99 devices share [0-9]+ cores" "$work/99.log" || fail "99 devices: $(cat "$work/99.log")"
+grep -q "the global batch of 64 examples is smaller than the 99 replicas" "$work/99.log" ||
+  fail "99 devices: $(cat "$work/99.log")"
+echo "ok: LOCKSTEP_CPU_DEVICES=99"
+
 # A batch larger than the data is one batch of all of it (it was bad_alloc).
 expect 0 "test accuracy" "$bin" train --batch-size 2147483647 --epochs 1 --verbose 0
 
