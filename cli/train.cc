@@ -210,7 +210,7 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
                    .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
                    .metrics = {metrics::SparseCategoricalAccuracy()}});
   }
-  const auto& inputs = static_cast<const FunctionalImpl*>(model.impl().get())->inputs();
+  const std::vector<KerasTensor> inputs = model.inputs();
   LOCKSTEP_CHECK(inputs.size() == 1, "train: the model must have one input, it has ",
                  inputs.size());
   const Shape sample = inputs[0].sample_shape();
