@@ -59,12 +59,13 @@ class StopOnSignal : public Callback {
   explicit StopOnSignal(std::shared_ptr<BackupAndRestore> backup) : backup_(std::move(backup)) {}
 
   void on_train_batch_end(std::int64_t, const Logs&) override {
-    double stop = g_signal.load() != 0 ? 1.0 : 0.0;
-    if (comm::Communicator* workers = model()->distribute_strategy().cross_worker_communicator()) {
+    std::vector<double> stop{g_signal.load() != 0 ? 1.0 : 0.0};
+    const distribute::Strategy& strategy = model()->distribute_strategy();
+    if (strategy.num_workers() > 1) {
       if (model()->optimizer().iterations() % kAgreeEvery != 0) return;
-      workers->all_reduce(&stop, 1, comm::ReduceOp::kMax);
+      strategy.sum_across_workers(stop);  // how many workers were told to stop
     }
-    if (stop == 0.0) return;
+    if (stop[0] == 0.0) return;
     if (backup_) backup_->backup_now();
     model()->stop_training();
   }

@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
       gradients = tape.gradient(loss, vars);
     }
     optimizer.apply_gradients(gradients, vars);
-    const int r = dist::get_replica_context().replica_id_in_sync_group;
+    const int r = dist::get_replica_context().replica_id_in_sync_group();
     accuracies[static_cast<std::size_t>(r)].update_state(labels, predictions);
     return loss;
   };

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "lockstep/autodiff/gradient_tape.h"
-#include "lockstep/core/replica.h"
+#include "lockstep/autodiff/mirrored_copy.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/recording.h"
 
@@ -19,14 +19,14 @@ struct Variable::State {
   std::vector<std::uint64_t> versions;  // assignments so far, per copy
 
   std::size_t current_index() const {
-    const int r = current_replica_id();
+    const int r = current_mirrored_copy();
     return replicas.empty() || r < 0 ? 0 : static_cast<std::size_t>(r);
   }
 
   // The copy the calling thread works on.
   Tensor& current() {
     if (replicas.empty()) return value;
-    const int r = current_replica_id();
+    const int r = current_mirrored_copy();
     if (r < 0) return replicas[0];
     LOCKSTEP_CHECK(r < static_cast<int>(replicas.size()), "variable '", name, "' is mirrored on ",
                    replicas.size(), " replicas, but replica ", r,
@@ -137,7 +137,7 @@ void Variable::assign(const Tensor& value) {
     if (value.raw_data() != dst.raw_data())
       std::memmove(dst.raw_data(), value.raw_data(), value.nbytes());
   };
-  if (!state_->replicas.empty() && current_replica_id() < 0) {
+  if (!state_->replicas.empty() && current_mirrored_copy() < 0) {
     for (Tensor& copy : state_->replicas) write(copy);  // cross-replica: every copy
     for (auto& v : state_->versions) ++v;
     return;
@@ -150,10 +150,10 @@ void Variable::update_each_copy(const Tensor& delta, const char* op,
                                 Tensor (*combine)(const Tensor&, const Tensor&)) {
   check_update(delta, op);
   detail::RecordingPause pause;
-  if (!state_->replicas.empty() && current_replica_id() < 0) {
+  if (!state_->replicas.empty() && current_mirrored_copy() < 0) {
     // Cross-replica: every copy, each from its own current value.
     for (int r = 0; r < num_replicas(); ++r) {
-      ReplicaIdScope on(r);
+      MirroredCopyScope on(r);
       assign(combine(state_->current(), delta));
     }
     return;

@@ -17,6 +17,7 @@
 #include "lockstep/comm/store.h"
 #include "lockstep/core/env.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/hash.h"
 #include "lockstep/tensor/ops.h"
 
 namespace lockstep::distribute {
@@ -78,14 +79,14 @@ class StrategyImpl {
   const std::string& name() const { return name_; }
   bool is_default() const { return is_default_; }
 
-  void run(const std::function<void(int)>& fn) {
+  void run(const std::function<void(ReplicaContext&)>& fn) {
     if (size() == 1) {
       // One replica: on the calling thread (pinned to its device unless this
       // is the default strategy), in a replica context all the same.
       std::optional<DeviceScope> device;
       if (!is_default_) device.emplace(*devices_[0], DeviceScope::Options{.pin_thread = false});
-      comm::ReplicaContextScope context(&contexts_[0]);
-      fn(0);
+      ReplicaContextScope context(&contexts_[0]);
+      fn(contexts_[0]);
       return;
     }
     std::unique_lock run_lock(run_mu_);  // one run at a time
@@ -103,7 +104,7 @@ class StrategyImpl {
       DeviceScope on(device);
       if (replicas_per_device_ > 1)
         omp_set_num_threads(std::max(1, device.num_threads() / replicas_per_device_));
-      comm::ReplicaContextScope context(&contexts_[0]);
+      ReplicaContextScope context(&contexts_[0]);
       run_one(0);
     }
     wait_done();
@@ -116,11 +117,22 @@ class StrategyImpl {
     }
   }
 
+  // Set before the first run.
   void set_shard_optimizer_update(bool shard) {
-    for (auto& ctx : contexts_) ctx.shard_optimizer_update = shard;
+    shard_optimizer_update_ = shard;
+    for (auto& ctx : contexts_) {
+      ReplicaContext::Placement p = ctx.placement();
+      p.shard_optimizer_update = shard;
+      ctx = ReplicaContext(p);
+    }
   }
   void set_bytes_per_pack(std::size_t bytes) {
-    for (auto& ctx : contexts_) ctx.bytes_per_pack = bytes;
+    bytes_per_pack_ = bytes;
+    for (auto& ctx : contexts_) {
+      ReplicaContext::Placement p = ctx.placement();
+      p.bytes_per_pack = bytes;
+      ctx = ReplicaContext(p);
+    }
   }
 
   Variable create_mirrored(const Tensor& initial_value, Variable::Options options) const {
@@ -169,22 +181,28 @@ class StrategyImpl {
     if (k > 1) group_ = comm::InProcessGroup::create(k, comm_options_);
     hierarchical_.clear();
     for (int r = 0; r < k; ++r) {
-      auto& ctx = contexts_[static_cast<std::size_t>(r)];
-      ctx.replica_id = workers_.worker_index * k + r;
-      ctx.local_replica_id = r;
-      ctx.num_replicas = num_replicas_in_sync();
-      ctx.num_local_replicas = k;
-      ctx.local_communicator = k > 1 ? &group_->communicator(r) : nullptr;
+      ReplicaContext::Placement p;
+      p.replica_id = workers_.worker_index * k + r;
+      p.local_replica_id = r;
+      p.num_replicas = num_replicas_in_sync();
+      p.num_local_replicas = k;
+      p.worker_index = workers_.worker_index;
+      p.num_workers = workers_.num_workers;
+      p.local_communicator = k > 1 ? &group_->communicator(r) : nullptr;
       if (!workers_.comm) {
-        ctx.communicator = ctx.local_communicator;
+        p.communicator = p.local_communicator;
       } else if (k == 1) {
-        ctx.communicator = workers_.comm.get();
+        p.communicator = workers_.comm.get();
       } else {
         hierarchical_.push_back(std::make_unique<HierarchicalCommunicator>(
             group_->communicator(r), r == 0 ? workers_.comm.get() : nullptr, workers_.worker_index,
             workers_.num_workers));
-        ctx.communicator = hierarchical_.back().get();
+        p.communicator = hierarchical_.back().get();
       }
+      p.bytes_per_pack = bytes_per_pack_;
+      p.shard_optimizer_update = shard_optimizer_update_;
+      // In place: replica threads hold a pointer to their context.
+      contexts_[static_cast<std::size_t>(r)] = ReplicaContext(p);
     }
   }
 
@@ -215,7 +233,7 @@ class StrategyImpl {
     DeviceScope on(device);
     if (replicas_per_device_ > 1)
       omp_set_num_threads(std::max(1, device.num_threads() / replicas_per_device_));
-    comm::ReplicaContextScope context(&contexts_[static_cast<std::size_t>(r)]);
+    ReplicaContextScope context(&contexts_[static_cast<std::size_t>(r)]);
     std::uint64_t seen = 0;
     while (wait_start(seen)) {
       run_one(r);
@@ -231,7 +249,7 @@ class StrategyImpl {
   void run_one(int r) {
     {
       try {
-        (*task_)(r);
+        (*task_)(contexts_[static_cast<std::size_t>(r)]);
       } catch (...) {
         std::lock_guard lk(mu_);
         errors_[static_cast<std::size_t>(r)] = std::current_exception();
@@ -245,7 +263,7 @@ class StrategyImpl {
           } catch (...) {
           }
           // Release every replica blocked in (or about to enter) a collective.
-          contexts_[static_cast<std::size_t>(r)].communicator->abort(
+          contexts_[static_cast<std::size_t>(r)].placement().communicator->abort(
               "replica " + std::to_string(r) + " failed: " + what);
         }
       }
@@ -268,7 +286,9 @@ class StrategyImpl {
   std::shared_ptr<comm::InProcessGroup> group_;
   CrossWorker workers_;
   std::vector<std::unique_ptr<HierarchicalCommunicator>> hierarchical_;
-  std::vector<comm::ReplicaContextInfo> contexts_;
+  std::size_t bytes_per_pack_ = kDefaultBytesPerPack;
+  bool shard_optimizer_update_ = true;
+  std::vector<ReplicaContext> contexts_;
 
   std::mutex run_mu_;
   std::mutex mu_;
@@ -276,7 +296,7 @@ class StrategyImpl {
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<int> remaining_{0};
   bool stop_ = false;
-  const std::function<void(int)>* task_ = nullptr;
+  const std::function<void(ReplicaContext&)>* task_ = nullptr;
   std::vector<std::exception_ptr> errors_;
   int first_failure_ = -1;
   std::vector<std::thread> threads_;
@@ -317,7 +337,9 @@ Strategy::Scope::Scope(const Strategy& strategy)
 
 Strategy::Scope::~Scope() { t_strategies.pop_back(); }
 
-void Strategy::run_replicas(const std::function<void(int)>& fn) const { impl_->run(fn); }
+void Strategy::run_replicas(const std::function<void(ReplicaContext&)>& fn) const {
+  impl_->run(fn);
+}
 
 void Strategy::check_per_replica_size(int size) const {
   LOCKSTEP_CHECK(size == num_local_replicas(), "Strategy::run: a PerReplica argument holds ", size,
@@ -325,11 +347,16 @@ void Strategy::check_per_replica_size(int size) const {
                  " local replicas (make it with this strategy's distributed dataset or run)");
 }
 
-std::vector<std::int64_t> Strategy::split_sizes(std::int64_t global_batch) const {
-  const std::int64_t n = num_replicas_in_sync();
-  std::vector<std::int64_t> sizes(static_cast<std::size_t>(n), global_batch / n);
-  for (std::int64_t r = 0; r < global_batch % n; ++r) ++sizes[static_cast<std::size_t>(r)];
+std::vector<std::int64_t> even_split(std::int64_t rows, int parts) {
+  LOCKSTEP_CHECK(parts >= 1 && rows >= 0, "even_split: cannot cut ", rows, " rows into ", parts,
+                 " parts");
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(parts), rows / parts);
+  for (std::int64_t r = 0; r < rows % parts; ++r) ++sizes[static_cast<std::size_t>(r)];
   return sizes;
+}
+
+std::vector<std::int64_t> Strategy::split_sizes(std::int64_t global_batch) const {
+  return even_split(global_batch, num_replicas_in_sync());
 }
 
 Strategy::LocalShare Strategy::local_share(std::int64_t global_batch) const {
@@ -342,10 +369,73 @@ Strategy::LocalShare Strategy::local_share(std::int64_t global_batch) const {
   return share;
 }
 
+Strategy::LocalBatches Strategy::split_batch(const std::vector<Tensor>& batch, bool worker_part,
+                                             std::int64_t global_rows) const {
+  LOCKSTEP_CHECK(!batch.empty() && batch[0].defined() && batch[0].rank() >= 1,
+                 "split_batch: a batch needs at least one tensor with a batch dimension");
+  const std::int64_t rows = batch[0].dim(0);
+  LocalBatches out;
+  LocalShare local;
+  if (worker_part) {
+    out.global_rows = global_rows;
+    local.sizes = even_split(rows, num_local_replicas());
+  } else {
+    out.global_rows = rows;
+    local = local_share(rows);
+  }
+  out.sizes = local.sizes;
+  out.parts.resize(out.sizes.size());
+  std::int64_t begin = local.begin;
+  for (std::size_t r = 0; r < out.sizes.size(); ++r) {
+    for (const Tensor& t : batch) out.parts[r].push_back(t.view_rows(begin, begin + out.sizes[r]));
+    begin += out.sizes[r];
+  }
+  return out;
+}
+
+Strategy::StepAgreement Strategy::agree_on_step(bool have_batch, std::int64_t rows) const {
+  comm::Communicator* workers = cross_worker_communicator();
+  if (!workers) return {have_batch, rows};
+  // How many workers are out of data, and the rows of this step's parts.
+  double agree[2] = {have_batch ? 0.0 : 1.0, static_cast<double>(rows)};
+  workers->all_reduce(agree, 2, ReduceOp::kSum);
+  return {agree[0] == 0.0, static_cast<std::int64_t>(agree[1])};
+}
+
+void Strategy::check_workers_agree(
+    const std::string& op, const std::vector<std::pair<std::string, std::string>>& facts) const {
+  comm::Communicator* workers = cross_worker_communicator();
+  if (!workers) return;
+  const std::size_t n = facts.size();
+  std::vector<std::uint64_t> mine;
+  for (const auto& [what, text] : facts) mine.push_back(fnv1a64(text));
+  std::vector<std::uint64_t> all(n * static_cast<std::size_t>(workers->size()));
+  workers->all_gather(mine.data(), n * sizeof(std::uint64_t), all.data());
+  for (std::size_t k = 0; k < n; ++k) {
+    std::string differ;
+    for (int w = 1; w < workers->size(); ++w) {
+      if (all[n * static_cast<std::size_t>(w) + k] != all[k])
+        differ += (differ.empty() ? "worker " : ", worker ") + std::to_string(w);
+    }
+    LOCKSTEP_CHECK_AS(DistributedError, differ.empty(), op, ": ", differ, " has another ",
+                      facts[k].first,
+                      " than the chief (worker 0); every worker must run the same program on the "
+                      "same input");
+  }
+}
+
+void Strategy::sum_across_workers(std::vector<double>& values) const {
+  if (comm::Communicator* workers = cross_worker_communicator())
+    workers->all_reduce(values.data(), values.size(), ReduceOp::kSum);
+}
+
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
                         std::optional<int> axis) const {
   LOCKSTEP_CHECK(value.size() == num_local_replicas(), "Strategy::reduce: ", value.size(),
                  " values for ", num_local_replicas(), " local replicas");
+  LOCKSTEP_CHECK(op == ReduceOp::kSum || op == ReduceOp::kMean,
+                 "Strategy::reduce: expected ReduceOp::kSum or kMean (tf.distribute.ReduceOp), "
+                 "got kMax or kMin");
   Tensor total;
   std::int64_t count = 0;
   for (const Tensor& v : value.values()) {
@@ -364,9 +454,9 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
     // The other workers' replicas: sum in float32 (as the values are), the
     // element count in float64.
     total = total.to(DType::kFloat32).copy();
-    workers->all_reduce(total, comm::ReduceOp::kSum);
+    all_reduce_tensor(*workers, total, ReduceOp::kSum);
     double c = static_cast<double>(count);
-    workers->all_reduce(&c, 1, comm::ReduceOp::kSum);
+    workers->all_reduce(&c, 1, ReduceOp::kSum);
     count = static_cast<std::int64_t>(c);
   }
   if (op == ReduceOp::kMean) {
@@ -450,12 +540,14 @@ void join_through_store(comm::StoreClient& store, const ClusterResolver& r,
                         std::chrono::milliseconds join_timeout) {
   const int rank = r.worker_rank();
   const std::string spec = r.canonical_cluster_spec();
-  store.set("lockstep/joined/" + std::to_string(rank), std::vector<char>(spec.begin(), spec.end()));
   std::vector<std::string> keys;
   for (int w = 0; w < r.num_workers(); ++w) keys.push_back("lockstep/joined/" + std::to_string(w));
-  // The chief's spec first: a worker given another cluster list (one with a
-  // worker more, say) hears it at once instead of waiting for a worker that
-  // will never come; the chief names the difference from its side below.
+  // A worker reads the chief's spec first: one given another cluster list
+  // (one with a worker more, say) hears it at once instead of waiting for a
+  // worker that will never come. It reads it before it announces itself:
+  // once it has, the chief may see the difference and exit, taking the
+  // store with it. The chief names the difference from its side below.
+  std::optional<std::string> chiefs_spec;
   if (rank != 0) {
     try {
       store.wait({keys[0]}, join_timeout);
@@ -465,11 +557,22 @@ void join_through_store(comm::StoreClient& store, const ClusterResolver& r,
           r.describe_worker(0), ", did not join within ", join_timeout.count() / 1000.0, " s"));
     }
     const std::vector<char> chiefs = store.get(keys[0]);
-    LOCKSTEP_CHECK_AS(DistributedError, std::string(chiefs.begin(), chiefs.end()) == spec,
-                      "MultiWorkerMirroredStrategy: ", r.describe_worker(rank),
-                      " was given another cluster spec than the chief: \"", spec, "\" here, \"",
-                      std::string(chiefs.begin(), chiefs.end()), "\" on the chief");
+    chiefs_spec.emplace(chiefs.begin(), chiefs.end());
   }
+  const std::vector<char> mine(spec.begin(), spec.end());
+  if (chiefs_spec && *chiefs_spec != spec) {
+    // Announced all the same, so that the chief names the difference too;
+    // it may exit before it answers.
+    try {
+      store.set(keys[static_cast<std::size_t>(rank)], mine);
+    } catch (const Error&) {
+    }
+    throw DistributedError(lockstep::detail::str_cat(
+        "MultiWorkerMirroredStrategy: ", r.describe_worker(rank),
+        " was given another cluster spec than the chief: \"", spec, "\" here, \"", *chiefs_spec,
+        "\" on the chief"));
+  }
+  store.set(keys[static_cast<std::size_t>(rank)], mine);
   try {
     store.wait(keys, join_timeout);
   } catch (const TimeoutError&) {
@@ -652,15 +755,8 @@ std::optional<PerReplica<data::Element>> DistributedDataset::Iterator::next() {
     // (auto-shard policy DATA).
     auto e = its_[0].next();
     if (!e) return std::nullopt;
-    const std::int64_t global = (*e)[0].dim(0);
-    const Strategy::LocalShare share = strategy_.local_share(global);
-    std::int64_t begin = share.begin;
-    for (std::int64_t size : share.sizes) {
-      std::vector<Tensor> views;
-      for (const auto& t : e->components()) views.push_back(t.view_rows(begin, begin + size));
-      parts.emplace_back(std::move(views), e->names());
-      begin += size;
-    }
+    Strategy::LocalBatches local = strategy_.split_batch(e->components());
+    for (auto& views : local.parts) parts.emplace_back(std::move(views), e->names());
   } else {
     for (auto& it : its_) {
       auto e = it.next();
@@ -673,37 +769,21 @@ std::optional<PerReplica<data::Element>> DistributedDataset::Iterator::next() {
 
 Strategy get_strategy() { return t_strategies.empty() ? Strategy() : t_strategies.back(); }
 
-Tensor ReplicaContext::all_reduce(ReduceOp op, const Tensor& value) const {
-  auto* ctx = comm::current_replica_context();
-  if (!ctx || ctx->num_replicas == 1) return value;
-  Tensor out = value.to(DType::kFloat32).copy();
-  ctx->communicator->all_reduce(
-      out, op == ReduceOp::kSum ? comm::ReduceOp::kSum : comm::ReduceOp::kMean);
-  return out;
-}
-
-ReplicaContext get_replica_context() {
-  auto* ctx = comm::current_replica_context();
-  if (!ctx) return {};
-  return {ctx->replica_id, ctx->num_replicas};
-}
-
 Tensor compute_average_loss(const Tensor& per_example_loss, std::int64_t global_batch_size) {
   check_defined(per_example_loss, "compute_average_loss", "per_example_loss");
-  auto* ctx = comm::current_replica_context();
+  const ReplicaContext& ctx = get_replica_context();
   std::int64_t b = global_batch_size;
-  if (b == 0 && ctx && ctx->global_batch_size > 0) b = ctx->global_batch_size;
+  if (b == 0 && ctx.global_batch_size() > 0) b = ctx.global_batch_size();
   if (b == 0) {
     const std::int64_t local = per_example_loss.rank() > 0 ? per_example_loss.dim(0) : 1;
-    b = local * (ctx ? ctx->num_replicas : 1);
+    b = local * ctx.num_replicas_in_sync();
   }
   LOCKSTEP_CHECK(b > 0, "compute_average_loss: global_batch_size must be > 0");
   return div(sum(per_example_loss), Tensor::scalar(static_cast<float>(b)));
 }
 
 Tensor scale_regularization_loss(const Tensor& loss) {
-  auto* ctx = comm::current_replica_context();
-  const int n = ctx ? ctx->num_replicas : 1;
+  const int n = get_replica_context().num_replicas_in_sync();
   return n == 1 ? loss : div(loss, Tensor::scalar(static_cast<float>(n)));
 }
 

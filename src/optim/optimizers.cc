@@ -10,9 +10,8 @@
 
 #include "core/simd.h"
 #include "lockstep/autodiff/gradient_tape.h"
-#include "lockstep/comm/replica_context.h"
+#include "lockstep/autodiff/mirrored_copy.h"
 #include "lockstep/core/denormals.h"
-#include "lockstep/core/replica.h"
 #include "lockstep/tensor/ops.h"
 #include "tensor/ops/loops.h"
 
@@ -86,7 +85,7 @@ OptimizerImpl::VarSlots& OptimizerImpl::shared_slots_for(ReplicaState& rs, const
   VarSlots shared;
   {
     std::lock_guard lk(shared_slots_mu_);
-    ReplicaIdScope as_replica_0(0);  // the key every replica agrees on
+    MirroredCopyScope as_replica_0(0);  // the key every replica agrees on
     shared = slots_for(shared_slots_, 0, v);
   }
   return rs.var_slots.emplace(v.id(), std::move(shared)).first->second;
@@ -140,7 +139,7 @@ void OptimizerImpl::restore_slot_values(const std::vector<Variable>& vars,
     // A mirrored variable has one id per copy, and each replica finds its
     // slots by its own copy's id.
     for (int r = 0; r < std::max(1, v.num_replicas()); ++r) {
-      ReplicaIdScope on(v.is_mirrored() ? r : current_replica_id());
+      MirroredCopyScope on(v.is_mirrored() ? r : current_mirrored_copy());
       restored[v.id()] = slots;
     }
   }
@@ -170,13 +169,6 @@ std::string OptimizerImpl::config_json() const {
   return out.str();
 }
 
-GradientReduction OptimizerImpl::start_gradient_reduction(const std::vector<Variable>& vars) {
-  auto* ctx = comm::current_replica_context();
-  if (!ctx || ctx->num_replicas <= 1) return {};
-  return GradientReduction(&replica_state(ctx->local_replica_id).buckets, ctx->communicator, vars,
-                           ctx->bytes_per_pack);
-}
-
 void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
                                     const std::vector<Variable>& vars, ApplyOptions options) {
   LOCKSTEP_CHECK(grads_in.size() == vars.size(), name_, ".apply_gradients: got ", grads_in.size(),
@@ -193,17 +185,20 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
     LOCKSTEP_CHECK(vars[i].dtype() == DType::kFloat32, name_, ": variable '", vars[i].name(),
                    "' has dtype ", vars[i].dtype(), "; only float32 variables can be trained");
   }
-  const int replica = std::max(0, current_replica_id());
+  GradientAggregator* aggregator = current_gradient_aggregator();
+  const int replica = std::max(0, current_mirrored_copy());
+  // Every local replica's state is made when the first of them gets here,
+  // from replica 0's step count before anyone updates (a replica made later
+  // would copy a count another replica has already advanced).
+  if (aggregator) replica_state(aggregator->num_local_replicas() - 1);
   ReplicaState& rs = replica_state(replica);
-  if (current_replica_id() < 0) {
+  if (current_mirrored_copy() < 0) {
     for (const Variable& v : vars)
       LOCKSTEP_CHECK(!v.defined() || !v.is_mirrored(), name_, ".apply_gradients: variable '",
                      v.name(), "' is mirrored; update it inside strategy.run (on every replica)");
   }
-  if (!options.skip_gradients_aggregation) {
-    GradientReduction reduction = start_gradient_reduction(vars);
-    grads = reduction.finish(std::move(grads));
-  }
+  if (aggregator && !options.skip_gradients_aggregation)
+    grads = aggregator->sum_gradients(std::move(grads), vars);
   // Clipping, as Keras: value, then per-tensor norm, or the global norm.
   if (clip_.clipvalue > 0) {
     const float v = static_cast<float>(clip_.clipvalue);
@@ -244,93 +239,65 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
   // threads, each thread taking one contiguous range (which may span
   // variables). Each element's arithmetic is the same however it is split
   // (this file is compiled without FP contraction, see src/CMakeLists.txt),
-  // so results do not depend on the thread count. Under a strategy each
-  // replica thread has one intra-op thread and runs it alone.
-  //
-  // Sharded (the gradients are summed across replicas — here, or before
-  // with skip_gradients_aggregation — so every replica holds the same sums
-  // and the same weights): replica i of N takes about the i-th N-th of the
-  // concatenation, updates it in its own copy with the one set of slots
-  // and copies it into the others'. The first barrier: every replica's
-  // backward is done reading its copy; the second: every copy is whole
-  // before any replica reads it.
-  auto* ctx = comm::current_replica_context();
-  bool sharded =
-      ctx && ctx->shard_optimizer_update && ctx->num_local_replicas > 1 && ctx->local_communicator;
-  for (std::size_t i = 0; sharded && i < grads.size(); ++i) {
-    sharded = !grads[i].defined() ||
-              (vars[i].is_mirrored() && vars[i].num_replicas() == ctx->num_local_replicas);
+  // so results do not depend on the thread count, nor on where a replica's
+  // share of a shared update starts. Under a strategy each replica thread
+  // has one intra-op thread and runs it alone.
+  std::vector<Variable> updated;
+  std::vector<Tensor> updated_grads;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    updated.push_back(vars[i]);
+    updated_grads.push_back(grads[i]);
   }
+  const bool shared = aggregator && aggregator->shares_update(updated);
   struct Item {
     float* var;
     const float* g;
     const std::vector<float*>* slots;
-    std::int64_t begin, n;  // begin: position in the concatenation
-    std::size_t copies;     // sharded: the other replicas' copies, in other_copies
   };
   LOCKSTEP_CHECK(num_slots() <= static_cast<int>(kMaxSlots), name_, ": ", num_slots(),
                  " slots per variable; an update rule may keep at most ", kMaxSlots);
   std::vector<Item> items;
-  items.reserve(grads.size());
-  std::vector<float*> other_copies;
+  std::vector<UpdateSpan> spans;
+  items.reserve(updated.size());
+  spans.reserve(updated.size());
   std::int64_t total = 0;
-  for (std::size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined()) continue;
-    const Tensor& value = vars[i].value();
-    const std::int64_t n = value.numel();
-    VarSlots& slots = sharded ? shared_slots_for(rs, vars[i]) : slots_for(rs, replica, vars[i]);
-    items.push_back({static_cast<float*>(value.raw_data()), grads[i].data<float>(), &slots.buffers,
-                     total, n, other_copies.size()});
-    if (sharded) {
-      for (int q = 0; q < ctx->num_local_replicas; ++q) {
-        if (q != ctx->local_replica_id)
-          other_copies.push_back(static_cast<float*>(vars[i].replica_value(q).raw_data()));
-      }
-    }
-    total += n;
+  for (std::size_t i = 0; i < updated.size(); ++i) {
+    const Tensor& value = updated[i].value();
+    VarSlots& slots = shared ? shared_slots_for(rs, updated[i]) : slots_for(rs, replica, updated[i]);
+    items.push_back({static_cast<float*>(value.raw_data()), updated_grads[i].data<float>(),
+                     &slots.buffers});
+    spans.push_back({total, value.numel()});
+    total += value.numel();
   }
-  std::int64_t first = 0, last = total;
-  if (sharded) {
-    // Replica i's share starts near total·i/N, moved down to a multiple of
-    // 16 elements (64 bytes) of its variable: no two replicas write one
-    // cache line.
-    const std::int64_t n = ctx->num_local_replicas, me = ctx->local_replica_id;
-    auto share_start = [&](std::int64_t i) {
-      const std::int64_t at = total * i / n;
-      for (const Item& item : items) {
-        if (at < item.begin + item.n) return item.begin + (at - item.begin) / 16 * 16;
-      }
-      return total;
-    };
-    first = share_start(me);
-    last = share_start(me + 1);
-    ctx->local_communicator->barrier();
-  }
-  const std::size_t num_others =
-      sharded ? static_cast<std::size_t>(ctx->num_local_replicas - 1) : 0;
   const float decay = static_cast<float>(1.0 - weight_decay_ * lr);
-  // Updates elements [begin, end) of the concatenation (in this replica's
-  // copy, then, sharded, in the others').
+  // Updates elements [begin, end) of the concatenation in this replica's copy.
   auto update_range = [&](std::int64_t begin, std::int64_t end) {
     float* slot_ptrs[kMaxSlots];
-    for (const Item& item : items) {
-      const std::int64_t lo = std::max(begin, item.begin), hi = std::min(end, item.begin + item.n);
+    for (std::size_t k = 0; k < items.size(); ++k) {
+      const Item& item = items[k];
+      const UpdateSpan& span = spans[k];
+      const std::int64_t lo = std::max(begin, span.begin);
+      const std::int64_t hi = std::min(end, span.begin + span.size);
       if (lo >= hi) continue;
-      const std::int64_t off = lo - item.begin, n = hi - lo;
+      const std::int64_t off = lo - span.begin, n = hi - lo;
       float* var = item.var + off;
       if (weight_decay_ > 0) {  // decoupled: var -= var · wd · lr
         for (std::int64_t j = 0; j < n; ++j) var[j] *= decay;
       }
-      for (std::size_t k = 0; k < item.slots->size(); ++k) slot_ptrs[k] = (*item.slots)[k] + off;
+      for (std::size_t s = 0; s < item.slots->size(); ++s) slot_ptrs[s] = (*item.slots)[s] + off;
       update(var, item.g + off, n, slot_ptrs, lr, step);
-      for (std::size_t k = 0; k < num_others; ++k)
-        std::memcpy(other_copies[item.copies + k] + off, var,
-                    static_cast<std::size_t>(n) * sizeof(float));
     }
   };
-  detail::parallel_for(last - first, kUpdateCostPerElement,
-                       [&](std::int64_t b, std::int64_t e) { update_range(first + b, first + e); });
-  if (sharded) ctx->local_communicator->barrier();
+  auto parallel_update = [&](std::int64_t begin, std::int64_t end) {
+    detail::parallel_for(end - begin, kUpdateCostPerElement,
+                         [&](std::int64_t b, std::int64_t e) { update_range(begin + b, begin + e); });
+  };
+  if (aggregator) {
+    aggregator->run_update(updated, spans, total, parallel_update);
+  } else {
+    parallel_update(0, total);
+  }
   ++rs.iterations;
 }
 

@@ -9,7 +9,7 @@
 #include <tuple>
 
 #include "lockstep/autodiff/gradient_tape.h"
-#include "lockstep/comm/replica_context.h"
+#include "lockstep/core/hash.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/nn/functional.h"
 #include "lockstep/nn/initializers.h"
@@ -263,9 +263,10 @@ Logs Model::get_metrics_result() const {
   const TrainState& s = state();
   std::vector<Metric> all = metrics();
   if (!s.replica_metrics.empty()) {
-    const int r = current_replica_id();
-    if (r >= 0) {
-      all = s.replica_metrics.at(static_cast<std::size_t>(r));  // this replica's own, unmerged
+    // Inside train_step / test_step on a replica: that replica's own,
+    // unmerged (as Keras's per-replica logs).
+    if (const distribute::ReplicaContext* ctx = distribute::current_replica_context()) {
+      all = s.replica_metrics.at(static_cast<std::size_t>(ctx->local_replica_id()));
     } else {
       // Sync on read: the primary metrics become the merge of the replicas'
       // (all workers' under a multi-worker strategy: states add up).
@@ -273,11 +274,11 @@ Logs Model::get_metrics_result() const {
         all[i].reset_state();
         for (const auto& replica : s.replica_metrics) all[i].merge(replica.at(i));
       }
-      if (comm::Communicator* workers = s.strategy.cross_worker_communicator()) {
+      if (s.strategy.num_workers() > 1) {
         std::vector<double> states;
         for (const Metric& m : all)
           states.insert(states.end(), m.impl()->state().begin(), m.impl()->state().end());
-        workers->all_reduce(states.data(), states.size(), comm::ReduceOp::kSum);
+        s.strategy.sum_across_workers(states);
         std::size_t at = 0;
         for (const Metric& m : all) {
           const std::size_t n = m.impl()->state().size();
@@ -332,12 +333,13 @@ struct LossParts {
 // batch: (mean over this replica's n examples) × n / global batch, plus the
 // regularisation / replicas — so the all-reduced sum of gradients is the
 // gradient of the global mean loss ("add across replicas, never average").
+// `ctx`: the replica running the step (null outside replicas).
 LossParts compute_losses(const Model::TrainState& s, const LayerImpl& net,
-                         const std::vector<Tensor>& y, const std::vector<Tensor>& y_pred) {
+                         const distribute::ReplicaContext* ctx, const std::vector<Tensor>& y,
+                         const std::vector<Tensor>& y_pred) {
   LOCKSTEP_CHECK(y.size() == y_pred.size(), "the model has ", y_pred.size(), " outputs but ",
                  y.size(), " targets were given; pass one target per output");
-  const comm::ReplicaContextInfo* ctx = comm::current_replica_context();
-  const bool scaled = ctx && ctx->num_replicas > 1 && ctx->global_batch_size > 0;
+  const bool scaled = ctx && ctx->num_replicas_in_sync() > 1 && ctx->global_batch_size() > 0;
   LossParts parts;
   for (std::size_t i = 0; i < y.size(); ++i) {
     const Loss& loss = s.losses.size() == 1 ? s.losses[0] : s.losses.at(i);
@@ -351,12 +353,12 @@ LossParts compute_losses(const Model::TrainState& s, const LayerImpl& net,
   for (const Tensor& penalty : net.regularization_losses())
     penalties = penalties.defined() ? add(penalties, penalty) : penalty;
   if (scaled) {
-    const double share =
-        static_cast<double>(ctx->local_batch_size) / static_cast<double>(ctx->global_batch_size);
+    const double share = static_cast<double>(ctx->local_batch_size()) /
+                         static_cast<double>(ctx->global_batch_size());
     parts.total = mul(parts.reported, Tensor::scalar(static_cast<float>(share)));
     if (penalties.defined())
-      parts.total =
-          add(parts.total, div(penalties, Tensor::scalar(static_cast<float>(ctx->num_replicas))));
+      parts.total = add(parts.total, div(penalties, Tensor::scalar(static_cast<float>(
+                                                         ctx->num_replicas_in_sync()))));
   } else {
     parts.total = parts.reported;
     if (penalties.defined()) parts.total = add(parts.total, penalties);
@@ -384,16 +386,17 @@ std::vector<Tensor> prepare_inputs(const LayerImpl& network, const std::vector<T
   return out;
 }
 
-// Updates the metrics of the calling replica (the primary ones outside
-// replicas): weights by the true example count, so merged replicas give the
+// Updates the metrics of replica `ctx` (the primary ones outside replicas):
+// weights by the true example count, so merged replicas give the
 // single-device numbers.
-void update_trackers(Model::TrainState& s, const LossParts& parts, const std::vector<Tensor>& y,
+void update_trackers(Model::TrainState& s, const distribute::ReplicaContext* ctx,
+                     const LossParts& parts, const std::vector<Tensor>& y,
                      const std::vector<Tensor>& y_pred, std::int64_t batch) {
   const Tensor weight = Tensor::full({1}, static_cast<double>(batch));
-  const int r = current_replica_id();
-  if (r >= 0 && !s.replica_metrics.empty()) {
+  if (ctx && !s.replica_metrics.empty()) {
     // Flat, in metrics() order: loss, per-output losses, per-output metrics.
-    const std::vector<Metric>& mine = s.replica_metrics.at(static_cast<std::size_t>(r));
+    const std::vector<Metric>& mine =
+        s.replica_metrics.at(static_cast<std::size_t>(ctx->local_replica_id()));
     std::size_t k = 0;
     mine.at(k++).update_state(parts.reported, Tensor(), weight);
     for (std::size_t i = 0; i < s.output_loss_trackers.size(); ++i)
@@ -451,7 +454,7 @@ std::vector<Tensor> view_all(const std::vector<Tensor>& ts, std::int64_t begin, 
 }  // namespace
 
 Tensor Model::compute_loss(const std::vector<Tensor>& y, const std::vector<Tensor>& y_pred) const {
-  return compute_losses(state(), *impl_, y, y_pred).total;
+  return compute_losses(state(), *impl_, distribute::current_replica_context(), y, y_pred).total;
 }
 
 Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor>& y) {
@@ -461,20 +464,23 @@ Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor
   const std::vector<Variable> vars = impl_->trainable_weights();
   std::vector<Tensor> y_pred, grads;
   LossParts parts;
-  // On a replica of a strategy, gradient buckets are summed across replicas
-  // while backward goes on (inactive otherwise).
-  GradientReduction reduction = s.optimizer->start_gradient_reduction(vars);
+  // On a replica of a strategy (train_step is Keras's override point, user
+  // code: it asks for its context as user code does), gradient buckets are
+  // summed across replicas while backward goes on (inactive otherwise).
+  distribute::ReplicaContext* ctx = distribute::current_replica_context();
+  distribute::GradientReduction reduction =
+      ctx ? ctx->start_gradient_reduction(vars) : distribute::GradientReduction();
   {
     GradientTape tape;
     y_pred = (*this)(x, {.training = true});
     resolve_outputs(y_pred.size());
-    parts = compute_losses(s, *impl_, y, y_pred);
+    parts = compute_losses(s, *impl_, ctx, y, y_pred);
     grads = tape.gradient(parts.total, vars, UnconnectedGradients::kNone, reduction.listener());
   }
   grads = reduction.finish(std::move(grads));
   s.optimizer.apply_gradients(grads, vars, {.skip_gradients_aggregation = reduction.active()});
   NoGradGuard no_grad;
-  update_trackers(s, parts, y, y_pred, x.at(0).shape()[0]);
+  update_trackers(s, ctx, parts, y, y_pred, x.at(0).shape()[0]);
   return get_metrics_result();
 }
 
@@ -485,7 +491,9 @@ Logs Model::test_step(const std::vector<Tensor>& x_in, const std::vector<Tensor>
   const std::vector<Tensor> x = prepare_inputs(*impl_, x_in);
   const std::vector<Tensor> y_pred = (*this)(x, {.training = false});
   resolve_outputs(y_pred.size());
-  update_trackers(s, compute_losses(s, *impl_, y, y_pred), y, y_pred, x.at(0).shape()[0]);
+  const distribute::ReplicaContext* ctx = distribute::current_replica_context();
+  update_trackers(s, ctx, compute_losses(s, *impl_, ctx, y, y_pred), y, y_pred,
+                  x.at(0).shape()[0]);
   return get_metrics_result();
 }
 
@@ -640,9 +648,10 @@ class DatasetBatches final : public BatchSource {
       }
     }
     const std::int64_t rows = current_->size() > 0 ? (*current_)[0].dim(0) : 0;
+    const std::vector<std::int64_t> sizes = distribute::even_split(rows, parts_);
     std::int64_t begin = 0;
-    for (int k = 0; k < part_; ++k) begin += rows / parts_ + (k < rows % parts_ ? 1 : 0);
-    const std::int64_t size = rows / parts_ + (part_ < rows % parts_ ? 1 : 0);
+    for (int k = 0; k < part_; ++k) begin += sizes[static_cast<std::size_t>(k)];
+    const std::int64_t size = sizes[static_cast<std::size_t>(part_)];
     std::vector<Tensor> views;
     for (const Tensor& t : current_->components())
       views.push_back(t.view_rows(begin, begin + size));
@@ -829,9 +838,6 @@ struct Model::Loops {
   static Logs train_batch(Model& m, const Batch& b);
   static Logs test_batch(Model& m, const Batch& b);
   static std::vector<Tensor> predict_batch(Model& m, const Batch& b);
-  static void sync_non_trainable(std::vector<Variable>& vars, std::int64_t local,
-                                 std::int64_t global,
-                                 const std::vector<std::uint64_t>& versions_before);
   static void build_before_replicas(Model& m, const std::vector<Tensor>& x);
 };
 
@@ -885,101 +891,45 @@ void Model::Loops::prepare_replicas(Model& m, const char* op) {
 }
 
 bool Model::Loops::all_workers_have_batch(Model& m, std::optional<Batch>& batch) {
-  comm::Communicator* workers = m.state().strategy.cross_worker_communicator();
-  if (!workers) return batch.has_value();
-  // How many workers are out of data, and the rows of this step's parts.
-  double agree[2] = {batch ? 0.0 : 1.0, batch && batch->worker_part
-                                            ? static_cast<double>(batch->x.at(0).dim(0))
-                                            : 0.0};
-  workers->all_reduce(agree, 2, comm::ReduceOp::kSum);
-  if (agree[0] != 0.0) return false;
-  if (batch->worker_part) batch->global_rows = static_cast<std::int64_t>(agree[1]);
+  const distribute::Strategy& strategy = m.state().strategy;
+  if (strategy.num_workers() == 1) return batch.has_value();
+  const auto agreed = strategy.agree_on_step(
+      batch.has_value(), batch && batch->worker_part ? batch->x.at(0).dim(0) : 0);
+  if (!agreed.all_have_batch) return false;
+  if (batch->worker_part) batch->global_rows = agreed.total_rows;
   return true;
 }
 
 void Model::Loops::check_workers_agree(Model& m, const char* op, std::int64_t steps) {
-  comm::Communicator* workers = m.state().strategy.cross_worker_communicator();
-  if (!workers) return;
-  // FNV-1a: the same on every host, unlike std::hash in general.
-  auto fnv = [](const std::string& text) {
-    std::uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-    return h;
-  };
-  static constexpr const char* kWhat[] = {"model config", "optimizer config",
-                                          "number of steps per epoch"};
+  const distribute::Strategy& strategy = m.state().strategy;
+  if (strategy.num_workers() == 1) return;
   std::string model_config = "(subclassed)";
   try {
     model_config = detail::model_config(*m.impl_).dump();
   } catch (const Error&) {
     // A subclassed model has no config; the variables' broadcast checks shapes.
   }
-  const std::uint64_t mine[3] = {fnv(model_config), fnv(m.state().optimizer->config_json()),
-                                 fnv(std::to_string(steps))};
-  std::vector<std::uint64_t> all(3 * static_cast<std::size_t>(workers->size()));
-  workers->all_gather(mine, sizeof mine, all.data());
-  for (int k = 0; k < 3; ++k) {
-    std::string differ;
-    for (int w = 1; w < workers->size(); ++w) {
-      if (all[3 * static_cast<std::size_t>(w) + static_cast<std::size_t>(k)] !=
-          all[static_cast<std::size_t>(k)])
-        differ += (differ.empty() ? "worker " : ", worker ") + std::to_string(w);
-    }
-    LOCKSTEP_CHECK_AS(DistributedError, differ.empty(), op, ": ", differ, " has another ", kWhat[k],
-                      " than the chief (worker 0); every worker must run the same program "
-                      "on the same input");
-  }
+  strategy.check_workers_agree(op, {{"model config", model_config},
+                                    {"optimizer config", m.state().optimizer->config_json()},
+                                    {"number of steps per epoch", std::to_string(steps)}});
 }
 
 Model::Loops::Shares Model::Loops::share_out(Model& m, const Batch& b) {
   build_before_replicas(m, b.x);
+  // x and y cut together, by the strategy's one batch splitter.
+  std::vector<Tensor> all = b.x;
+  all.insert(all.end(), b.y.begin(), b.y.end());
+  distribute::Strategy::LocalBatches local =
+      m.state().strategy.split_batch(all, b.worker_part, b.global_rows);
   Shares shares;
-  const distribute::Strategy& strategy = m.state().strategy;
-  distribute::Strategy::LocalShare local;
-  if (b.worker_part) {
-    // Only this worker's part is here: its rows go to the local replicas.
-    shares.global = b.global_rows;
-    const std::int64_t rows = b.x.at(0).shape()[0];
-    const int k = strategy.num_local_replicas();
-    for (int r = 0; r < k; ++r) local.sizes.push_back(rows / k + (r < rows % k ? 1 : 0));
-  } else {
-    // The global batch: this worker's replicas' rows (all with one worker).
-    shares.global = b.x.at(0).shape()[0];
-    local = strategy.local_share(shares.global);
-  }
+  shares.global = local.global_rows;
   shares.sizes = local.sizes;
-  auto cut = [&](const std::vector<Tensor>& ts) {
-    std::vector<std::vector<Tensor>> out(shares.sizes.size());
-    std::int64_t begin = local.begin;
-    for (std::size_t r = 0; r < shares.sizes.size(); ++r) {
-      for (const Tensor& t : ts) out[r].push_back(t.view_rows(begin, begin + shares.sizes[r]));
-      begin += shares.sizes[r];
-    }
-    return out;
-  };
-  shares.x = cut(b.x);
-  shares.y = cut(b.y);
-  return shares;
-}
-
-// Non-trainable state that a replica updated (BatchNormalization's moving
-// statistics) is averaged across replicas, weighted by their examples, so
-// every copy stays identical (tf.distribute's ON_WRITE / MEAN aggregation).
-void Model::Loops::sync_non_trainable(std::vector<Variable>& vars, std::int64_t local,
-                                      std::int64_t global,
-                                      const std::vector<std::uint64_t>& versions_before) {
-  auto* ctx = comm::current_replica_context();
-  if (!ctx || ctx->num_replicas == 1 || vars.empty()) return;
-  std::vector<float> changed(vars.size());
-  for (std::size_t i = 0; i < vars.size(); ++i)
-    changed[i] = vars[i].version() != versions_before[i] ? 1.0f : 0.0f;
-  ctx->communicator->all_reduce(changed.data(), changed.size(), comm::ReduceOp::kMax);
-  for (std::size_t i = 0; i < vars.size(); ++i) {
-    if (changed[i] == 0.0f || vars[i].dtype() != DType::kFloat32) continue;
-    Tensor weighted = mul(vars[i].value(), Tensor::scalar(static_cast<float>(local))).copy();
-    ctx->communicator->all_reduce(weighted, comm::ReduceOp::kSum);
-    vars[i].assign(div(weighted, Tensor::scalar(static_cast<float>(global))));
+  for (auto& part : local.parts) {
+    const auto nx = static_cast<std::ptrdiff_t>(b.x.size());
+    shares.x.emplace_back(part.begin(), part.begin() + nx);
+    shares.y.emplace_back(part.begin() + nx, part.end());
   }
+  return shares;
 }
 
 Logs Model::Loops::train_batch(Model& m, const Batch& b) {
@@ -988,21 +938,19 @@ Logs Model::Loops::train_batch(Model& m, const Batch& b) {
   const Shares shares = share_out(m, b);
   // Listed once per batch: the replicas only read this list.
   std::vector<Variable> non_trainable = m.impl_->non_trainable_weights();
-  s.strategy.run_replicas([&](int r) {
-    const auto i = static_cast<std::size_t>(r);
-    auto* ctx = comm::current_replica_context();
-    ctx->global_batch_size = shares.global;
-    ctx->local_batch_size = shares.sizes[i];
+  s.strategy.run_replicas([&](distribute::ReplicaContext& ctx) {
+    const auto i = static_cast<std::size_t>(ctx.local_replica_id());
+    ctx.set_batch(shares.global, shares.sizes[i]);
     std::vector<std::uint64_t> versions;
     for (const Variable& v : non_trainable) versions.push_back(v.version());
-    if (ctx->local_batch_size > 0) {
+    if (shares.sizes[i] > 0) {
       m.train_step(shares.x[i], shares.y[i]);
     } else {
       // No examples here: take part in the gradient all-reduce with nothing.
       const std::vector<Variable> vars = m.impl_->trainable_weights();
       s.optimizer.apply_gradients(std::vector<Tensor>(vars.size()), vars);
     }
-    sync_non_trainable(non_trainable, ctx->local_batch_size, shares.global, versions);
+    ctx.sync_non_trainable(non_trainable, versions);
   });
   return m.get_metrics_result();
 }
@@ -1010,8 +958,8 @@ Logs Model::Loops::train_batch(Model& m, const Batch& b) {
 Logs Model::Loops::test_batch(Model& m, const Batch& b) {
   if (!distributed(m)) return m.test_step(b.x, b.y);
   const Shares shares = share_out(m, b);
-  m.state().strategy.run_replicas([&](int r) {
-    const auto i = static_cast<std::size_t>(r);
+  m.state().strategy.run_replicas([&](distribute::ReplicaContext& ctx) {
+    const auto i = static_cast<std::size_t>(ctx.local_replica_id());
     if (shares.sizes[i] > 0) m.test_step(shares.x[i], shares.y[i]);
   });
   return m.get_metrics_result();
@@ -1025,8 +973,8 @@ std::vector<Tensor> Model::Loops::predict_batch(Model& m, const Batch& b) {
   if (!distributed(m)) return forward(b.x);
   const Shares shares = share_out(m, b);
   std::vector<std::vector<Tensor>> outs(shares.sizes.size());
-  m.state().strategy.run_replicas([&](int r) {
-    const auto i = static_cast<std::size_t>(r);
+  m.state().strategy.run_replicas([&](distribute::ReplicaContext& ctx) {
+    const auto i = static_cast<std::size_t>(ctx.local_replica_id());
     if (shares.sizes[i] > 0) outs[i] = forward(shares.x[i]);
   });
   // Replica order is example order.
@@ -1133,7 +1081,7 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
     // Merges the replicas' metrics into the primary ones. Across workers that
     // is a collective, and the chief alone takes snapshots: there the last
     // batch's logs have merged them already.
-    if (!s.strategy.cross_worker_communicator()) (void)m.get_metrics_result();
+    if (s.strategy.num_workers() == 1) (void)m.get_metrics_result();
     for (const Metric& metric : m.metrics())
       snap.metrics.emplace_back(metric.name(), metric.impl()->state());
     std::tie(snap.random_seed, snap.random_stream) = detail::global_random_state();

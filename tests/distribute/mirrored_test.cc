@@ -279,7 +279,8 @@ class Bomb : public SingleInputLayerImpl {
  public:
   Bomb() : SingleInputLayerImpl("Bomb") {}
   Tensor call(const Tensor& x, const CallContext&) override {
-    if (current_replica_id() == 1 && ++calls_ >= 3) throw ValueError("sensor glitch in replica");
+    if (distribute::get_replica_context().replica_id_in_sync_group() == 1 && ++calls_ >= 3)
+      throw ValueError("sensor glitch in replica");
     return x;
   }
 
@@ -313,7 +314,9 @@ TEST(MirroredStrategy, AReplicaThatThrowsStopsFitPromptlyWithItsId) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
   // The strategy is usable again afterwards.
   std::vector<int> seen(3, 0);
-  strategy.run_replicas([&](int r) { seen[static_cast<std::size_t>(r)] = 1; });
+  strategy.run_replicas([&](distribute::ReplicaContext& ctx) {
+    seen[static_cast<std::size_t>(ctx.local_replica_id())] = 1;
+  });
   EXPECT_EQ(seen, (std::vector<int>{1, 1, 1}));
 }
 
@@ -414,7 +417,7 @@ TEST(MirroredStrategy, CustomLoopWithRunAndReduce) {
   for (int b = 0; b < 4; ++b) {
     const auto sizes = strategy.split_sizes(24);
     auto per_replica = strategy.run([&] {
-      const int r = distribute::get_replica_context().replica_id_in_sync_group;
+      const int r = distribute::get_replica_context().replica_id_in_sync_group();
       std::int64_t begin = b * 24;
       for (int k = 0; k < r; ++k) begin += sizes[static_cast<std::size_t>(k)];
       const std::int64_t end = begin + sizes[static_cast<std::size_t>(r)];
@@ -426,7 +429,7 @@ TEST(MirroredStrategy, CustomLoopWithRunAndReduce) {
   expect_close(weights(single), weights(model), 1e-5, "custom loop");
   // Replica context all_reduce: bitwise the same on every replica.
   auto sums = strategy.run([] {
-    const int r = distribute::get_replica_context().replica_id_in_sync_group;
+    const int r = distribute::get_replica_context().replica_id_in_sync_group();
     return distribute::get_replica_context().all_reduce(
         distribute::ReduceOp::kSum, Tensor::from_vector<float>({float(r), 1.0f}));
   });
@@ -445,7 +448,7 @@ TEST(MirroredStrategy, RunTakesSeveralArgumentsPerReplicaOrShared) {
   const float scale = 2.0f;
   auto results = strategy.run(
       [](const Tensor& x, std::int64_t id, float s) {
-        const int r = distribute::get_replica_context().replica_id_in_sync_group;
+        const int r = distribute::get_replica_context().replica_id_in_sync_group();
         return static_cast<double>(sum(x).item<float>()) * s + static_cast<double>(id) + r * 1000;
       },
       xs, ids, scale);

@@ -10,9 +10,10 @@
 // thread reads is a data race (a strategy gives each replica its own copy).
 //
 // Mirrored variables (made by a strategy's scope) hold one copy per replica.
-// On a replica thread (current_replica_id() = r) value(), id() and the
-// assign family use copy r; elsewhere reads see copy 0 and assign writes
-// every copy, as tf.distribute's MirroredVariable in cross-replica context.
+// On a replica thread (current_mirrored_copy() = r, autodiff/mirrored_copy.h)
+// value(), id() and the assign family use copy r; elsewhere reads see copy 0
+// and assign writes every copy, as tf.distribute's MirroredVariable in
+// cross-replica context.
 //
 //   lockstep::Variable w(lockstep::random::normal({784, 10}), {.name = "dense/kernel"});
 //   auto y = lockstep::matmul(x, w);       // a Variable converts to its value

@@ -13,8 +13,9 @@
 // MirroredStrategy runs one replica per device on its own thread, pinned to
 // the device's cores. Variables created in scope() have one copy per replica
 // (identically initialised). Model::fit splits each global batch into
-// per-replica views, every replica runs the same train_step, the optimizer
-// all-reduces the gradients, and every replica applies the same update.
+// per-replica views, every replica runs the same train_step with its
+// ReplicaContext (replica_context.h), which sums the gradients across
+// replicas, and every replica applies the same update.
 // OneDeviceStrategy and the default strategy (no scope) are the same code with
 // one replica.
 #pragma once
@@ -29,14 +30,12 @@
 
 #include "lockstep/autodiff/variable.h"
 #include "lockstep/comm/communicator.h"
-#include "lockstep/comm/replica_context.h"
 #include "lockstep/data/dataset.h"
 #include "lockstep/distribute/cluster_resolver.h"
+#include "lockstep/distribute/replica_context.h"
 #include "lockstep/tensor/device.h"
 
 namespace lockstep::distribute {
-
-enum class ReduceOp { kSum, kMean };
 
 // One value per replica, indexed by replica id (tf.distribute's PerReplica).
 template <typename T>
@@ -96,21 +95,24 @@ class Strategy {
   };
   [[nodiscard]] std::unique_ptr<Scope> scope() const { return std::make_unique<Scope>(*this); }
 
-  // Runs fn(local replica id) on every local replica's thread, in its replica context,
-  // and returns when all have finished. If one throws, the others are
-  // released from their collectives and the first failure is rethrown with
-  // "replica <id>: " in front of its message (same exception type).
-  void run_replicas(const std::function<void(int replica)>& fn) const;
+  // Runs fn(context) on every local replica's thread with that replica's
+  // context (also its get_replica_context()), and returns when all have
+  // finished. If one throws, the others are released from their collectives
+  // and the first failure is rethrown with "replica <id>: " in front of its
+  // message (same exception type).
+  void run_replicas(const std::function<void(ReplicaContext&)>& fn) const;
 
   // strategy.run(fn): fn() on every local replica; its results, per local replica.
   template <typename F>
   auto run(F&& fn) const {
     using R = std::invoke_result_t<F&>;
     if constexpr (std::is_void_v<R>) {
-      run_replicas([&](int) { fn(); });
+      run_replicas([&](ReplicaContext&) { fn(); });
     } else {
       std::vector<R> results(static_cast<std::size_t>(num_local_replicas()));
-      run_replicas([&](int r) { results[static_cast<std::size_t>(r)] = fn(); });
+      run_replicas([&](ReplicaContext& ctx) {
+        results[static_cast<std::size_t>(ctx.local_replica_id())] = fn();
+      });
       return PerReplica<R>(std::move(results));
     }
   }
@@ -124,23 +126,27 @@ class Strategy {
     (check_replica_arg(args), ...);
     using R = std::invoke_result_t<F&, decltype(replica_arg(args, 0))...>;
     if constexpr (std::is_void_v<R>) {
-      run_replicas([&](int r) { fn(replica_arg(args, r)...); });
+      run_replicas([&](ReplicaContext& ctx) { fn(replica_arg(args, ctx.local_replica_id())...); });
     } else {
       std::vector<R> results(static_cast<std::size_t>(num_local_replicas()));
-      run_replicas(
-          [&](int r) { results[static_cast<std::size_t>(r)] = fn(replica_arg(args, r)...); });
+      run_replicas([&](ReplicaContext& ctx) {
+        const int r = ctx.local_replica_id();
+        results[static_cast<std::size_t>(r)] = fn(replica_arg(args, r)...);
+      });
       return PerReplica<R>(std::move(results));
     }
   }
 
   // Sum or mean across replicas (in replica order); with `axis`, also over
   // that axis of every value (the mean is then over all the elements).
+  // kMax and kMin are a ValueError (tf.distribute's ReduceOp has SUM and
+  // MEAN).
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& value,
                 std::optional<int> axis = std::nullopt) const;
 
   // Splits a global batch along dim 0: replica r gets global / N examples,
-  // one more for the first global % N replicas (tf.distribute's split).
-  // One size per replica in sync (all workers').
+  // one more for the first global % N replicas (tf.distribute's split;
+  // even_split). One size per replica in sync (all workers').
   std::vector<std::int64_t> split_sizes(std::int64_t global_batch) const;
   // This worker's part of a global batch: the first row and the size of
   // each local replica's share (all of it with a single worker).
@@ -149,6 +155,36 @@ class Strategy {
     std::vector<std::int64_t> sizes{};
   };
   LocalShare local_share(std::int64_t global_batch) const;
+  // A batch cut into zero-copy views, one list per local replica: `batch` is
+  // the global batch that every worker holds (this worker keeps its
+  // replicas' rows), or, with `worker_part`, this worker's own part of a
+  // global batch of `global_rows` (all of its rows go to its replicas). The
+  // one batch splitter of fit, custom loops and DistributedDataset.
+  struct LocalBatches {
+    std::int64_t global_rows = 0;
+    std::vector<std::int64_t> sizes{};
+    std::vector<std::vector<Tensor>> parts{};
+  };
+  LocalBatches split_batch(const std::vector<Tensor>& batch, bool worker_part = false,
+                           std::int64_t global_rows = 0) const;
+
+  // ---- Agreement across workers (one worker: nothing to agree on) ----
+  // Whether every worker has a next batch (an epoch ends for all when one
+  // runs out, so uneven input never hangs), and the sum of `rows` over the
+  // workers (the global batch when each holds only its part).
+  struct StepAgreement {
+    bool all_have_batch = true;
+    std::int64_t total_rows = 0;
+  };
+  StepAgreement agree_on_step(bool have_batch, std::int64_t rows) const;
+  // Every worker must state the same facts (the model's config, the
+  // optimizer's, the steps per epoch, ...: pairs of what and its text); a
+  // mismatch is a DistributedError naming the workers that differ from the
+  // chief and what, on every worker. Compared by a 64-bit hash.
+  void check_workers_agree(const std::string& op,
+                           const std::vector<std::pair<std::string, std::string>>& facts) const;
+  // Element-wise sum over the workers, in place (metric states, votes).
+  void sum_across_workers(std::vector<double>& values) const;
 
   const std::shared_ptr<StrategyImpl>& impl() const { return impl_; }
   friend bool operator==(const Strategy& a, const Strategy& b) { return a.impl_ == b.impl_; }
@@ -189,8 +225,8 @@ struct MirroredStrategyOptions {
   // Gradients are summed in buckets of at most this many bytes, each as soon
   // as backward has produced it, as tf.distribute.experimental.
   // CommunicationOptions(bytes_per_pack=...). 0: automatic (for replica
-  // threads, one bucket after backward: see comm/replica_context.h).
-  std::size_t bytes_per_pack = comm::kDefaultBytesPerPack;
+  // threads, one bucket after backward: see replica_context.h).
+  std::size_t bytes_per_pack = kDefaultBytesPerPack;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   // Each replica applies the optimizer to its share of the variables and
   // writes the result into every replica's copy; the optimizer's slots are
@@ -222,7 +258,7 @@ struct MultiWorkerMirroredStrategyOptions {
   // when there are that many, else sharing the host's cores. TensorFlow's
   // CPU workers have one.
   int local_replicas = 1;
-  std::size_t bytes_per_pack = comm::kDefaultBytesPerPack;
+  std::size_t bytes_per_pack = kDefaultBytesPerPack;
   // As MirroredStrategyOptions::shard_optimizer_update, among each worker's
   // local replicas.
   bool shard_optimizer_update = true;
@@ -267,6 +303,11 @@ struct InputContext {
   // global / replicas; the global batch must divide evenly.
   std::int64_t get_per_replica_batch_size(std::int64_t global_batch_size) const;
 };
+
+// Sizes of `rows` cut into `parts` nearly equal parts: rows / parts each, one
+// more for the first rows % parts (tf.distribute's split). Every batch split
+// of replicas and workers uses it.
+std::vector<std::int64_t> even_split(std::int64_t rows, int parts);
 
 // Iterates per-replica elements: for (const PerReplica<data::Element>& batch : dist).
 class DistributedDataset {
@@ -328,17 +369,6 @@ inline DistributedDataset distribute_datasets_from_function(
 
 // The strategy whose scope is open on this thread, else the default one.
 Strategy get_strategy();
-
-// ---- Inside a replica (tf.distribute.get_replica_context()) ----
-
-struct ReplicaContext {
-  int replica_id_in_sync_group = 0;
-  int num_replicas_in_sync = 1;
-  // Sum or mean of `value` (float32) over the replicas; every replica gets
-  // bitwise the same result. Identity outside replicas.
-  Tensor all_reduce(ReduceOp op, const Tensor& value) const;
-};
-ReplicaContext get_replica_context();
 
 // sum(per_example_loss) / global_batch_size. global_batch_size 0: the global
 // batch of the step in flight (inside fit), else this replica's examples ×

@@ -7,7 +7,10 @@
 // Slot variables (momentum, velocity, ...) are created on the first
 // apply_gradients through create_variable, so a strategy in scope mirrors
 // them. Each update is one fused loop per variable over raw buffers, under
-// NoGradGuard. Not thread-safe: each replica applies to its own copy.
+// NoGradGuard. The replica threads of a strategy call one optimizer at the
+// same time, each for its own copies (its own per-replica state, or its
+// share of the one set of slots, optim/aggregation.h); other concurrent
+// calls are a data race.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +23,7 @@
 #include <vector>
 
 #include "lockstep/autodiff/variable.h"
-#include "lockstep/optim/gradient_reduction.h"
+#include "lockstep/optim/aggregation.h"
 #include "lockstep/optim/schedules.h"
 
 namespace lockstep {
@@ -34,7 +37,8 @@ struct ClipOptions {
 
 // How apply_gradients treats its gradients (Keras's keyword arguments).
 struct ApplyOptions {
-  // The gradients are already summed across replicas (GradientReduction).
+  // The gradients are already summed across replicas (the strategy summed
+  // them while backward ran: distribute::ReplicaContext).
   bool skip_gradients_aggregation = false;
 };
 
@@ -47,23 +51,17 @@ class OptimizerImpl {
   // Applies one update. Gradients may be undefined (no gradient: skipped).
   //
   // On a replica thread of a strategy with several replicas the gradients
-  // are first summed across replicas (bucketed all-reduces, as
-  // GradientReduction), then every copy gets the identical update —
-  // tf.distribute's merge_call, so any train_step or custom loop is
-  // synchronised by calling this. By default the update is sharded between
-  // the process's replicas (ReplicaContextInfo::shard_optimizer_update):
-  // each computes 1/N of the elements, with the one set of slots, and
-  // writes them into every replica's copy, between two barriers of the
-  // local replicas; otherwise each replica updates its own copies with its
-  // own slots. Mirrored variables must be updated on replica threads
+  // are first summed across replicas by the strategy's GradientAggregator
+  // (optim/aggregation.h), then every copy gets the identical update, so any
+  // train_step or custom loop is synchronised by calling this. The strategy
+  // may share the update between the process's replicas (its
+  // shard_optimizer_update option): each then computes its part of the
+  // elements with the one set of slots, and the strategy writes it into
+  // every replica's copy; otherwise each replica updates its own copies with
+  // its own slots. Mirrored variables must be updated on replica threads
   // (strategy.run), never from outside.
   void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
                        ApplyOptions options = {});
-
-  // Starts summing this replica's gradients of `vars` across replicas while
-  // backward runs (see gradient_reduction.h); inactive outside a replica
-  // context with several replicas. One at a time per replica.
-  GradientReduction start_gradient_reduction(const std::vector<Variable>& vars);
 
   // Updates applied so far (the step the schedule sees).
   std::int64_t iterations() const;
@@ -113,11 +111,10 @@ class OptimizerImpl {
   struct ReplicaState {
     std::unordered_map<std::uint64_t, VarSlots> var_slots{};
     std::int64_t iterations = 0;
-    detail::GradientBuckets buckets{};  // this replica's gradient arena, in buckets
   };
   ReplicaState& replica_state(int replica);
   VarSlots& slots_for(ReplicaState& rs, int replica, const Variable& v);
-  // Under a sharded update (comm/replica_context.h): the one set of slots of
+  // Under a shared update (optim/aggregation.h): the one set of slots of
   // mirrored variable `v`, found in this replica's own map after the first
   // step (made once, under a lock, in shared_slots_).
   VarSlots& shared_slots_for(ReplicaState& rs, const Variable& v);

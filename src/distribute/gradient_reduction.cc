@@ -1,17 +1,17 @@
 // GradientReduction: buckets of gradients all-reduced while backward runs.
-#include "lockstep/optim/gradient_reduction.h"
+#include "lockstep/distribute/gradient_reduction.h"
 
 #include <cstring>
 
 #include "lockstep/core/error.h"
 
-namespace lockstep {
+namespace lockstep::distribute {
 namespace {
 
 // Lays the arena out in reverse variable order (backward's order), cutting
 // a bucket before a gradient that would take it past the cap. Each bucket is
 // one contiguous range: its gradients, then its variables' flags.
-void lay_out(detail::GradientBuckets& b, const std::vector<Variable>& vars,
+void lay_out(GradientBuckets& b, const std::vector<Variable>& vars,
              std::size_t bytes_per_pack) {
   const std::size_t n = vars.size();
   b.var_ids.clear();
@@ -34,7 +34,7 @@ void lay_out(detail::GradientBuckets& b, const std::vector<Variable>& vars,
   }
   std::int64_t at = 0;
   for (auto& group : groups) {
-    detail::GradientBuckets::Bucket bucket;
+    GradientBuckets::Bucket bucket;
     bucket.begin = at;
     for (std::size_t k : group) {
       b.offset[k] = at;
@@ -53,10 +53,10 @@ void lay_out(detail::GradientBuckets& b, const std::vector<Variable>& vars,
 
 }  // namespace
 
-GradientReduction::GradientReduction(detail::GradientBuckets* buckets, comm::Communicator* comm,
+GradientReduction::GradientReduction(GradientBuckets* buckets, comm::Communicator* comm,
                                      const std::vector<Variable>& vars, std::size_t bytes_per_pack)
     : buckets_(buckets), comm_(comm), vars_(vars) {
-  detail::GradientBuckets& b = *buckets_;
+  GradientBuckets& b = *buckets_;
   bool same =
       b.arena.defined() && b.bytes_per_pack == bytes_per_pack && b.var_ids.size() == vars.size();
   for (std::size_t i = 0; same && i < vars.size(); ++i) same = b.var_ids[i] == vars[i].id();
@@ -88,7 +88,7 @@ GradientReadyFn GradientReduction::listener() {
 }
 
 void GradientReduction::add(std::size_t i, const Tensor& grad) {
-  detail::GradientBuckets& b = *buckets_;
+  GradientBuckets& b = *buckets_;
   LOCKSTEP_CHECK_AS(IndexError, i < vars_.size(), "GradientReduction: variable index ", i,
                     " out of range for ", vars_.size(), " variables");
   if (b.added[i]) return;
@@ -110,7 +110,7 @@ void GradientReduction::add(std::size_t i, const Tensor& grad) {
 }
 
 void GradientReduction::post_ready_buckets() {
-  detail::GradientBuckets& b = *buckets_;
+  GradientBuckets& b = *buckets_;
   float* arena = b.arena.data<float>();
   while (b.next_post < b.buckets.size() && b.buckets[b.next_post].pending == 0) {
     auto& bucket = b.buckets[b.next_post++];
@@ -122,7 +122,7 @@ void GradientReduction::post_ready_buckets() {
 
 std::vector<Tensor> GradientReduction::finish(std::vector<Tensor> local) {
   if (!active()) return local;
-  detail::GradientBuckets& b = *buckets_;
+  GradientBuckets& b = *buckets_;
   LOCKSTEP_CHECK(local.size() == vars_.size(), "GradientReduction: got ", local.size(),
                  " gradients for ", vars_.size(), " variables");
   for (std::size_t i = 0; i < vars_.size(); ++i) {
@@ -142,4 +142,4 @@ std::vector<Tensor> GradientReduction::finish(std::vector<Tensor> local) {
   return summed;
 }
 
-}  // namespace lockstep
+}  // namespace lockstep::distribute

@@ -1,6 +1,7 @@
 // GradientReduction: sums a replica's gradients with the other replicas'
-// while backward is still running (the job of PyTorch DDP's reducer, here
-// owned by the optimizer, where the cross-replica sum already lives).
+// while backward is still running (the job of PyTorch DDP's reducer). A
+// replica's ReplicaContext starts it and keeps its arena
+// (distribute/replica_context.h).
 //
 // Gradients are copied into a flat per-replica arena, laid out in reverse
 // variable order (the order backward produces them) and cut into buckets of
@@ -9,12 +10,12 @@
 // gradients are in; buckets are posted in one fixed order on every replica
 // whatever order their gradients arrive in, so the collectives match.
 //
-//   auto reduction = optimizer->start_gradient_reduction(vars);
+//   auto reduction = replica_context.start_gradient_reduction(vars);
 //   auto grads = tape.gradient(loss, vars, UnconnectedGradients::kNone, reduction.listener());
 //   grads = reduction.finish(std::move(grads));
 //   optimizer.apply_gradients(grads, vars, {.skip_gradients_aggregation = reduction.active()});
 //
-// Outside a replica context with several replicas it is inactive: the
+// A default-constructed one (a single replica in sync) is inactive: the
 // listener is empty and finish() returns the gradients it is given.
 #pragma once
 
@@ -25,11 +26,10 @@
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/comm/communicator.h"
 
-namespace lockstep {
+namespace lockstep::distribute {
 
-namespace detail {
-// A replica's reusable bucket layout and arena (kept by the optimizer per
-// replica, rebuilt when the variable list or the bucket size changes).
+// A replica's reusable bucket layout and arena (kept by its ReplicaContext,
+// rebuilt when the variable list or the bucket size changes).
 struct GradientBuckets {
   struct Bucket {
     std::int64_t begin = 0, end = 0;  // arena range: gradients, then one flag per variable
@@ -47,13 +47,12 @@ struct GradientBuckets {
   std::vector<Bucket> buckets{};         // in posting order
   std::size_t next_post = 0;
 };
-}  // namespace detail
 
 class GradientReduction {
  public:
   GradientReduction() = default;  // inactive
   // `bytes_per_pack` 0 (automatic): one bucket for all gradients.
-  GradientReduction(detail::GradientBuckets* buckets, comm::Communicator* comm,
+  GradientReduction(GradientBuckets* buckets, comm::Communicator* comm,
                     const std::vector<Variable>& vars, std::size_t bytes_per_pack);
   GradientReduction(GradientReduction&&) = default;
   GradientReduction& operator=(GradientReduction&&) = default;
@@ -75,9 +74,9 @@ class GradientReduction {
  private:
   void post_ready_buckets();
 
-  detail::GradientBuckets* buckets_ = nullptr;
+  GradientBuckets* buckets_ = nullptr;
   comm::Communicator* comm_ = nullptr;
   std::vector<Variable> vars_;
 };
 
-}  // namespace lockstep
+}  // namespace lockstep::distribute

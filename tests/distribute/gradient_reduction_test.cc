@@ -30,11 +30,11 @@ TEST(GradientReduction, PostsEachBucketWhenItAndAllBucketsBeforeItAreComplete) {
   std::vector<Variable> vars{Variable(Tensor::zeros({16}), {.name = "v0"}),
                              Variable(Tensor::zeros({8}), {.name = "v1"}),
                              Variable(Tensor::zeros({4}), {.name = "v2"})};
-  detail::GradientBuckets buckets;
+  distribute::GradientBuckets buckets;
   RecordingCommunicator comm;
   std::vector<Tensor> summed;
   {
-    GradientReduction reduction(&buckets, &comm, vars, 16);
+    distribute::GradientReduction reduction(&buckets, &comm, vars, 16);
     ASSERT_TRUE(reduction.active());
     reduction.add(0, Tensor::full({16}, 1.0f));  // last in posting order: waits
     EXPECT_TRUE(comm.posted.empty());
@@ -53,7 +53,7 @@ TEST(GradientReduction, PostsEachBucketWhenItAndAllBucketsBeforeItAreComplete) {
   // layout is rebuilt for the new size and reused after that.
   comm.posted.clear();
   for (int step = 0; step < 2; ++step) {
-    GradientReduction reduction(&buckets, &comm, vars, 0);
+    distribute::GradientReduction reduction(&buckets, &comm, vars, 0);
     summed = reduction.finish({Tensor::ones({16}), Tensor::ones({8}), Tensor::ones({4})});
     EXPECT_EQ(summed[1].to_vector<float>(), std::vector<float>(8, 2.0f));
   }
@@ -62,9 +62,9 @@ TEST(GradientReduction, PostsEachBucketWhenItAndAllBucketsBeforeItAreComplete) {
 
 TEST(GradientReduction, AGradientOfTheWrongShapeIsAnErrorNamingTheVariable) {
   std::vector<Variable> vars{Variable(Tensor::zeros({2, 3}), {.name = "kernel"})};
-  detail::GradientBuckets buckets;
+  distribute::GradientBuckets buckets;
   RecordingCommunicator comm;
-  GradientReduction reduction(&buckets, &comm, vars, 0);
+  distribute::GradientReduction reduction(&buckets, &comm, vars, 0);
   try {
     reduction.add(0, Tensor::zeros({3, 2}));
     FAIL() << "expected a ShapeError";
@@ -75,7 +75,8 @@ TEST(GradientReduction, AGradientOfTheWrongShapeIsAnErrorNamingTheVariable) {
 
 TEST(GradientReduction, InactiveOutsideReplicasPassesGradientsThrough) {
   Variable v(Tensor::zeros({3}));
-  auto reduction = optimizers::SGD()->start_gradient_reduction({v});
+  distribute::ReplicaContext cross_replica;  // replica 0 of 1
+  auto reduction = cross_replica.start_gradient_reduction({v});
   EXPECT_FALSE(reduction.active());
   EXPECT_FALSE(reduction.listener());
   const auto out = reduction.finish({Tensor::ones({3})});
