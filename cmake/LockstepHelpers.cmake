@@ -20,9 +20,16 @@ function(lockstep_add_layer name)
   add_library(lockstep::${name} ALIAS lockstep_${name})
   # Installed as lockstep::${name} too (cmake/lockstepConfig.cmake.in).
   set_target_properties(lockstep_${name} PROPERTIES EXPORT_NAME ${name})
+  # Each layer sees its own private headers only ("tensor/ops/loops.h" from
+  # tensor's sources, never from optim's): its private include root is a
+  # folder of the build tree holding one link, ${name} -> src/${name}
+  # (scripts/check_layers.py checks the includes of public headers).
+  set(private_root ${PROJECT_BINARY_DIR}/private_include/${name})
+  file(MAKE_DIRECTORY ${private_root})
+  file(CREATE_LINK ${PROJECT_SOURCE_DIR}/src/${name} ${private_root}/${name} SYMBOLIC)
   target_include_directories(lockstep_${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>
-    PRIVATE ${PROJECT_SOURCE_DIR}/src)
+    PRIVATE ${private_root})
   set_property(GLOBAL APPEND PROPERTY LOCKSTEP_LAYERS lockstep_${name})
   target_link_libraries(lockstep_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   lockstep_set_warnings(lockstep_${name})

@@ -8,17 +8,16 @@
 #include <cstring>
 #include <sstream>
 
-#include "core/simd.h"
+#include "lockstep/core/simd.h"
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/autodiff/mirrored_copy.h"
-#include "lockstep/core/denormals.h"
 #include "lockstep/tensor/ops.h"
-#include "tensor/ops/loops.h"
+#include "lockstep/tensor/parallel.h"
 
 namespace lockstep {
 
 namespace {
-// Work per element of an update, in the units of detail::parallel_for (a
+// Work per element of an update, in the units of parallel_for (a
 // few loads, stores and a square root): splits updates above ~4k elements.
 constexpr std::int64_t kUpdateCostPerElement = 8;
 constexpr std::size_t kMaxSlots = 4;  // the most any rule keeps (RMSprop: 3)
@@ -174,7 +173,6 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
   LOCKSTEP_CHECK(grads_in.size() == vars.size(), name_, ".apply_gradients: got ", grads_in.size(),
                  " gradients for ", vars.size(), " variables");
   NoGradGuard no_grad;
-  detail::FlushDenormalsScope flush;  // decaying moments turn denormal (core/denormals.h)
   std::vector<Tensor> grads = grads_in;
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined()) continue;
@@ -290,7 +288,7 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
     }
   };
   auto parallel_update = [&](std::int64_t begin, std::int64_t end) {
-    detail::parallel_for(end - begin, kUpdateCostPerElement,
+    parallel_for(end - begin, kUpdateCostPerElement,
                          [&](std::int64_t b, std::int64_t e) { update_range(begin + b, begin + e); });
   };
   if (aggregator) {
@@ -305,7 +303,8 @@ namespace optimizers {
 namespace {
 
 // The update rules as plain loops over restrict pointers, one per rule, so
-// each compiles to one vectorised pass (core/simd.h picks the vector width).
+// each compiles to one vectorised pass (lockstep/core/simd.h picks the
+// vector width).
 LOCKSTEP_VECTOR_CLONES
 void sgd_kernel(float* __restrict var, const float* __restrict g, std::int64_t n, float lr) {
   for (std::int64_t i = 0; i < n; ++i) var[i] -= lr * g[i];

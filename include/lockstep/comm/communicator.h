@@ -6,8 +6,10 @@
 // (a replica failed): every rank blocked in, or later entering, a collective
 // gets a DistributedError naming the rank that aborted and why.
 //
-// Backends: in-process (replica threads; this file), and behind the same
-// interface Gloo and MPI for worker processes (process_group.h).
+// Communicators move bytes; they know no tensors (distribute's
+// all_reduce_tensor is the Tensor face). Backends: in-process (replica
+// threads; this file) and, for worker processes, Gloo and MPI
+// (process_group.h).
 //
 //   auto group = lockstep::comm::InProcessGroup::create(2);
 //   // in replica thread r:
@@ -17,7 +19,7 @@
 // buffer, and the reduction makes progress whenever this rank calls into the
 // communicator again (another post, test(), wait(), any blocking collective).
 // That is how gradient buckets are reduced while backward is still running
-// (optim's GradientReducer). The buffer must not be touched until wait()
+// (distribute's GradientReduction). The buffer must not be touched until wait()
 // returns or test() has returned true.
 #pragma once
 
@@ -27,7 +29,7 @@
 #include <memory>
 #include <string>
 
-#include "lockstep/tensor/tensor.h"
+#include "lockstep/core/error.h"  // the errors collectives throw
 
 namespace lockstep::comm {
 
@@ -61,8 +63,6 @@ class Communicator {
   // In place, on every rank's buffer of the same length.
   virtual void all_reduce(float* data, std::size_t count, ReduceOp op) = 0;
   virtual void all_reduce(double* data, std::size_t count, ReduceOp op) = 0;
-  // A float32 or float64 tensor, in place.
-  void all_reduce(const Tensor& t, ReduceOp op);
   // Posts an in-place all-reduce and returns at once. Every rank posts the
   // same sequence of asynchronous collectives; they may be waited for in any
   // order. A backend without asynchronous collectives runs the reduction

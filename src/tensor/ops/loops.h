@@ -10,7 +10,7 @@
 #include <array>
 #include <cstdint>
 
-#include "lockstep/core/denormals.h"
+#include "tensor/denormals.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/shape.h"
 
@@ -30,7 +30,7 @@ inline constexpr std::int64_t kParallelThreshold = 1 << 15;
 template <typename F>
 void parallel_for(std::int64_t n, std::int64_t cost_per_item, F&& f) {
   if (n <= 0) return;
-  FlushDenormalsScope flush;  // see core/denormals.h
+  FlushDenormalsScope flush;  // see tensor/denormals.h
 #if defined(__SANITIZE_THREAD__)
   const int threads = 1;
 #else

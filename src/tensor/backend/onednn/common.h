@@ -7,7 +7,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 
-#include "lockstep/core/denormals.h"
+#include "tensor/denormals.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::backend::onednn::detail_onednn {
@@ -54,7 +54,7 @@ inline void* mut(const void* p) { return const_cast<void*>(p); }  // oneDNN take
 
 // oneDNN's kernels run on the calling thread's OpenMP team: make sure every
 // thread of a team of this size flushes denormals (once per team size; the
-// threads keep the mode, see core/denormals.h).
+// threads keep the mode, see tensor/denormals.h).
 inline void flush_denormals_in_team() {
   thread_local int flushed_team_size = 0;
   const int team = omp_get_max_threads();

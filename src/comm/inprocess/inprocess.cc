@@ -11,7 +11,7 @@
 #include <sstream>
 #include <vector>
 
-#include "core/simd.h"
+#include "lockstep/core/simd.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/core/error.h"
 
@@ -31,15 +31,6 @@ class CompletedWork final : public Work {
 WorkHandle Communicator::all_reduce_async(float* data, std::size_t count, ReduceOp op) {
   all_reduce(data, count, op);
   return std::make_unique<CompletedWork>();
-}
-
-void Communicator::all_reduce(const Tensor& t, ReduceOp op) {
-  check_defined(t, "all_reduce", "tensor");
-  if (t.dtype() == DType::kFloat32) {
-    all_reduce(static_cast<float*>(t.raw_data()), static_cast<std::size_t>(t.numel()), op);
-  } else {
-    detail::throw_error<ValueError>("all_reduce: expected a float32 tensor, got ", t.dtype());
-  }
 }
 
 namespace {

@@ -1,4 +1,5 @@
-// Internal: hot elementwise loops compiled once per vector width.
+// Hot elementwise loops compiled once per vector width (a build attribute
+// that several layers use: tensor kernels, comm's reductions, optimizers).
 //
 // The product is built for a portable baseline (x86-64-v2: SSE4.2), so a loop
 // the compiler vectorises gets 4 float lanes. A function marked

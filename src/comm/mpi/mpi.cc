@@ -6,7 +6,7 @@
 
 #include "lockstep/comm/process_group.h"
 #include "lockstep/core/error.h"
-#include "serial_communicator.h"
+#include "comm/serial_communicator.h"
 
 namespace lockstep::comm {
 namespace {
