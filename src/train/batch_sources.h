@@ -1,0 +1,325 @@
+// Where the batches of fit / evaluate / predict come from: tensors sliced in
+// memory (shuffled per epoch or not), or a Dataset (with the auto-shard
+// policy of a multi-worker strategy); each can save and restore its position
+// for checkpoints. Internal to train/ (fit_loops.cc).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/data/dataset.h"
+#include "lockstep/distribute/strategy.h"
+#include "lockstep/tensor/ops.h"
+#include "lockstep/tensor/random.h"
+#include "model_internal.h"
+
+namespace lockstep::detail {
+
+// Rows `idx` of t (a copy), or rows [begin, end) as a view when idx is empty.
+Tensor take_rows(const Tensor& t, const std::vector<std::int64_t>& order, std::int64_t begin,
+                 std::int64_t end) {
+  if (order.empty()) return t.view_rows(begin, end);
+  std::vector<std::int64_t> idx(order.begin() + begin, order.begin() + end);
+  return gather(t, Tensor::from_vector(idx), 0);
+}
+
+std::vector<Tensor> rows_of(const std::vector<Tensor>& ts, const std::vector<std::int64_t>& order,
+                            std::int64_t begin, std::int64_t end) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : ts) out.push_back(take_rows(t, order, begin, end));
+  return out;
+}
+
+struct Batch {
+  std::vector<Tensor> x, y;
+  std::string where;  // for error messages: " (examples 64 to 127)"
+  // -1: x and y are the global batch (every worker holds it and keeps its
+  // replicas' rows). Otherwise they are this worker's part only (auto-shard
+  // FILE / OFF) and this is the global batch's size, summed across workers.
+  std::int64_t global_rows = -1;
+  bool worker_part = false;
+};
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Batches per epoch; 0 when unknown until the data ends.
+  virtual std::int64_t steps() const = 0;
+  virtual void start_epoch(int epoch) = 0;
+  virtual std::optional<Batch> next(std::int64_t step) = 0;
+  // The position after the batches of `epoch` taken so far, and back. Not
+  // `full`: as little as replaying the input needs (Keras's way: skip the
+  // batches already used); `full`: the input's whole state (shuffle buffers
+  // and all), exact even for non-deterministic pipelines.
+  virtual data::IteratorState save_state(int epoch, bool full) = 0;
+  // Positions the source at `step` batches into `epoch` (instead of
+  // start_epoch), from save_state's result.
+  virtual void restore_state(int epoch, std::int64_t step, const data::IteratorState& state) = 0;
+};
+
+class TensorBatches final : public BatchSource {
+ public:
+  TensorBatches(std::vector<Tensor> x, std::vector<Tensor> y, std::int64_t batch_size,
+                std::int64_t steps, bool shuffle)
+      : x_(std::move(x)),
+        y_(std::move(y)),
+        n_(x_.at(0).shape()[0]),
+        batch_size_(batch_size),
+        steps_(steps > 0 ? steps : (n_ + batch_size - 1) / batch_size),
+        shuffle_(shuffle) {
+    if (shuffle_) {
+      seed_ = detail::next_global_random_key().first ^ 0x5eed5eed5eedULL;
+      stream_ = detail::next_global_random_key().second << 20;
+    }
+  }
+  std::int64_t steps() const override { return steps_; }
+  void start_epoch(int epoch) override {
+    if (shuffle_)
+      order_ = random::permutation_indices(n_, seed_, stream_ + static_cast<std::uint64_t>(epoch));
+  }
+  data::IteratorState save_state(int epoch, bool) override {
+    data::IteratorState st;
+    st.json = {{"source", "tensors"}, {"examples", n_}, {"batch_size", batch_size_},
+               {"shuffle", shuffle_}, {"seed", seed_},  {"stream", stream_},
+               {"epoch", epoch}};
+    return st;
+  }
+  void restore_state(int epoch, std::int64_t, const data::IteratorState& st) override {
+    const auto& j = st.json;
+    LOCKSTEP_CHECK(
+        j.value("source", "") == "tensors" && j.value("examples", -1) == n_ &&
+            j.value("batch_size", -1) == batch_size_ && j.value("shuffle", !shuffle_) == shuffle_,
+        "fit: the saved input position is for other data (", j.dump(), "); this fit has ", n_,
+        " examples in batches of ", batch_size_, shuffle_ ? ", shuffled" : "");
+    seed_ = j.at("seed").get<std::uint64_t>();
+    stream_ = j.at("stream").get<std::uint64_t>();
+    start_epoch(epoch);
+  }
+  std::optional<Batch> next(std::int64_t step) override {
+    if (step >= steps_) return std::nullopt;
+    const std::int64_t begin = step * batch_size_, end = std::min(n_, begin + batch_size_);
+    return Batch{rows_of(x_, order_, begin, end), rows_of(y_, order_, begin, end),
+                 " (examples " + std::to_string(begin) + " to " + std::to_string(end - 1) + ")"};
+  }
+
+ private:
+  std::vector<Tensor> x_, y_;
+  std::int64_t n_, batch_size_, steps_;
+  bool shuffle_;
+  std::uint64_t seed_ = 0, stream_ = 0;
+  std::vector<std::int64_t> order_;
+};
+
+std::vector<std::string> input_names(const LayerImpl& net) {
+  std::vector<std::string> names;
+  if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) {
+    for (const KerasTensor& in : f->inputs()) names.push_back(in.node()->input_name);
+  }
+  return names;
+}
+
+std::size_t declared_inputs(const LayerImpl& net) {
+  if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) return f->inputs().size();
+  return 1;
+}
+
+class DatasetBatches final : public BatchSource {
+ public:
+  // `needs_targets`: fit / evaluate; predict takes the inputs only.
+  // `strategy`: under a multi-worker strategy the dataset's auto-shard
+  // policy applies (null: every worker reads all of it, as predict does).
+  DatasetBatches(const char* op, data::Dataset ds, const LayerImpl& net, std::int64_t steps,
+                 bool needs_targets, const distribute::Strategy* strategy = nullptr)
+      : op_(op),
+        ds_(std::move(ds)),
+        n_in_(declared_inputs(net)),
+        n_out_(declared_outputs(net)),
+        in_names_(input_names(net)),
+        out_names_(output_names(net, declared_outputs(net))),
+        fixed_steps_(steps),
+        needs_targets_(needs_targets) {
+    LOCKSTEP_CHECK(ds_.defined(), op_, ": the dataset is undefined");
+    if (strategy && strategy->num_workers() > 1) apply_auto_shard(*strategy);
+    const std::int64_t c = ds_.cardinality();
+    LOCKSTEP_CHECK(steps > 0 || c != data::kInfiniteCardinality, op_,
+                   ": the dataset is infinite (repeat() without a count); give steps_per_epoch "
+                   "(or steps) to say how many batches make an epoch");
+    LOCKSTEP_CHECK(c != 0, op_, ": the dataset is empty");
+    steps_ = steps > 0 ? steps : (c > 0 ? c * parts_ : 0);
+  }
+  std::int64_t steps() const override { return steps_; }
+  void start_epoch(int epoch) override {
+    // Without a step count every epoch is a full pass over a new iterator
+    // (keyed by the epoch); with one, a single iterator runs on across epochs.
+    if (fixed_steps_ == 0 || !it_) {
+      it_epoch_ = static_cast<std::uint64_t>(epoch);
+      it_ = ds_.make_iterator({.epoch = it_epoch_});
+    }
+  }
+  std::optional<Batch> next(std::int64_t step) override {
+    if (steps_ > 0 && step >= steps_) return std::nullopt;
+    if (parts_ == 1) {
+      auto e = it_->next();
+      if (!e) {
+        exhausted_ = fixed_steps_ > 0;
+        return std::nullopt;
+      }
+      return split(*e, step);
+    }
+    // FILE / OFF: each batch of this worker's pipeline is cut into one part
+    // per worker, taken one per step (tf.distribute's rebatching).
+    if (!current_ || part_ == parts_) {
+      current_ = it_->next();
+      part_ = 0;
+      if (!current_) {
+        exhausted_ = fixed_steps_ > 0;
+        return std::nullopt;
+      }
+    }
+    const std::int64_t rows = current_->size() > 0 ? (*current_)[0].dim(0) : 0;
+    const std::vector<std::int64_t> sizes = distribute::even_split(rows, parts_);
+    std::int64_t begin = 0;
+    for (int k = 0; k < part_; ++k) begin += sizes[static_cast<std::size_t>(k)];
+    const std::int64_t size = sizes[static_cast<std::size_t>(part_)];
+    std::vector<Tensor> views;
+    for (const Tensor& t : current_->components())
+      views.push_back(t.view_rows(begin, begin + size));
+    ++part_;
+    Batch b = split(data::Element(std::move(views), current_->names()), step);
+    b.worker_part = true;
+    return b;
+  }
+  // A fixed step count that the data could not supply.
+  bool exhausted() const { return exhausted_; }
+
+  // The policy of the dataset's options: DATA leaves the dataset whole;
+  // FILE shards its file list; FILE and OFF cut every batch into parts.
+  void apply_auto_shard(const distribute::Strategy& strategy) {
+    const int workers = strategy.num_workers();
+    const data::AutoShardPolicy policy = ds_.options().experimental_distribute.auto_shard_policy;
+    if (policy == data::AutoShardPolicy::kData) return;
+    if (policy == data::AutoShardPolicy::kFile || policy == data::AutoShardPolicy::kAuto) {
+      data::Dataset sharded = ds_.with_sharded_files(workers, strategy.worker_index());
+      if (!sharded.defined()) {
+        LOCKSTEP_CHECK(policy == data::AutoShardPolicy::kAuto, op_,
+                       ": auto-shard policy FILE needs a pipeline that reads a file list "
+                       "(Dataset::from_files / list_files) with at least one file for each of the ",
+                       workers,
+                       " workers, through transformations that can follow it (not zip, "
+                       "concatenate or cache to a file); use DATA or OFF");
+        return;  // AUTO: DATA
+      }
+      ds_ = sharded;
+    }
+    parts_ = workers;
+  }
+  data::IteratorState save_state(int, bool full) override {
+    if (!full) {
+      data::IteratorState st;
+      st.json = {{"source", "dataset"}, {"iterator_epoch", it_epoch_}, {"replay", it_->position()}};
+      // Every worker has taken as many elements and parts as the chief
+      // (they step together): the chief's numbers replay each worker's own
+      // pipeline.
+      if (parts_ > 1) st.json["part"] = part_;
+      return st;
+    }
+    LOCKSTEP_CHECK(parts_ == 1, op_,
+                   ": the full input state cannot be saved under auto-shard FILE or OFF (each "
+                   "worker's pipeline is its own); the default replay position resumes every "
+                   "worker");
+    data::IteratorState st = it_->save();
+    st.json = {{"source", "dataset"}, {"iterator_epoch", it_epoch_}, {"iterator", st.json}};
+    return st;
+  }
+  void restore_state(int epoch, std::int64_t step, const data::IteratorState& st) override {
+    LOCKSTEP_CHECK(st.json.value("source", "") == "dataset", op_,
+                   ": the saved input position is not a dataset's (", st.json.dump(), ")");
+    if (fixed_steps_ == 0 && step == 0) {
+      start_epoch(epoch);  // a whole new pass: nothing to restore
+      return;
+    }
+    it_epoch_ = st.json.at("iterator_epoch").get<std::uint64_t>();
+    it_ = ds_.make_iterator({.epoch = it_epoch_});
+    if (st.json.contains("replay")) {
+      // Every random choice is a function of the seeds and the iteration key
+      // (data/dataset.h), so the same elements come again: skip them.
+      auto skip = st.json.at("replay").get<std::int64_t>();
+      const int part = st.json.value("part", 0);
+      current_.reset();
+      part_ = 0;
+      const bool mid_element = parts_ > 1 && part > 0 && part < parts_;
+      if (mid_element) --skip;  // the element being cut is read again below
+      for (std::int64_t i = 0; i < skip; ++i) {
+        LOCKSTEP_CHECK(it_->next().has_value(), op_, ": cannot resume: the dataset ended after ", i,
+                       " of the ", skip, " elements used before the checkpoint");
+      }
+      if (mid_element) {
+        current_ = it_->next();
+        LOCKSTEP_CHECK(current_.has_value(), op_,
+                       ": cannot resume: the dataset ended before the element being cut");
+        part_ = part;
+      }
+      return;
+    }
+    it_->restore({st.json.at("iterator"), st.tensors});
+  }
+
+ private:
+  // FILE / OFF: the element being cut into parts, and the next part.
+  int parts_ = 1;
+  int part_ = 0;
+  std::optional<data::Element> current_;
+
+  Batch split(const data::Element& e, std::int64_t step) const {
+    Batch b;
+    b.where = " (dataset element " + std::to_string(it_->position() - 1) + ")";
+    (void)step;
+    auto named = [&](const std::vector<std::string>& names, std::vector<Tensor>& out) {
+      if (e.names().empty() || names.empty()) return false;
+      for (const auto& n : names) {
+        if (std::find(e.names().begin(), e.names().end(), n) == e.names().end()) return false;
+      }
+      for (const auto& n : names) out.push_back(e[n]);
+      return true;
+    };
+    if (named(in_names_, b.x)) {
+      if (needs_targets_) {
+        if (!named(out_names_, b.y)) {
+          // The components that are not inputs, in order.
+          for (std::size_t i = 0; i < e.size(); ++i) {
+            if (std::find(in_names_.begin(), in_names_.end(), e.names()[i]) == in_names_.end())
+              b.y.push_back(e[i]);
+          }
+        }
+        LOCKSTEP_CHECK(b.y.size() == n_out_, op_, ": the dataset's elements name the inputs but ",
+                       "hold ", b.y.size(), " other components for the model's ", n_out_,
+                       " outputs");
+      }
+      return b;
+    }
+    const std::size_t want = n_in_ + (needs_targets_ ? n_out_ : 0);
+    LOCKSTEP_CHECK(e.size() == want || (!needs_targets_ && e.size() == n_in_ + n_out_), op_,
+                   ": the model has ", n_in_, " input(s) and ", n_out_,
+                   " output(s), so dataset elements must hold ", want,
+                   needs_targets_ ? " components (inputs, then targets)" : " input components",
+                   "; got ", e.size());
+    b.x.assign(e.components().begin(), e.components().begin() + static_cast<std::ptrdiff_t>(n_in_));
+    if (needs_targets_)
+      b.y.assign(e.components().begin() + static_cast<std::ptrdiff_t>(n_in_), e.components().end());
+    return b;
+  }
+
+  const char* op_;
+  data::Dataset ds_;
+  std::size_t n_in_, n_out_;
+  std::vector<std::string> in_names_, out_names_;
+  std::int64_t fixed_steps_, steps_ = 0;
+  bool needs_targets_;
+  bool exhausted_ = false;
+  std::optional<data::Iterator> it_;
+  std::uint64_t it_epoch_ = 0;  // the key the iterator was made with
+};
+
+}  // namespace lockstep::detail

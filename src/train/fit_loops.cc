@@ -1,0 +1,560 @@
+// fit / evaluate / predict: the loops over a batch source, with their
+// callbacks, checkpoint snapshots and resume, and where strategy meets model
+// (each batch split between the replicas, run by the strategy, merged).
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <iostream>
+#include <tuple>
+
+#include "batch_sources.h"
+#include "lockstep/train/model.h"
+#include "lockstep/train/progbar.h"
+#include "model_internal.h"
+#include "saving.h"
+
+namespace lockstep {
+
+using detail::Batch;
+using detail::BatchSource;
+using detail::DatasetBatches;
+using detail::TensorBatches;
+using detail::check_data;
+using detail::prepare_inputs;
+using detail::view_all;
+
+namespace {
+
+int effective_verbose(int verbose) {
+  // The live bar needs a terminal; elsewhere print the one-line form.
+  if (verbose == 1 && !stdout_is_terminal()) return 2;
+  return verbose;
+}
+
+struct CallbackList {
+  std::vector<std::shared_ptr<Callback>> all;
+  std::shared_ptr<History> history;
+  template <typename F>
+  void each(F&& f) {
+    for (auto& cb : all) f(*cb);
+  }
+};
+
+CallbackList make_callbacks(const std::vector<std::shared_ptr<Callback>>& user, Model* model,
+                            const CallbackParams& params, bool add_history) {
+  CallbackList list;
+  for (const auto& cb : user) {
+    LOCKSTEP_CHECK(cb != nullptr, "callbacks: a callback is null");
+    list.all.push_back(cb);
+    if (auto h = std::dynamic_pointer_cast<History>(cb)) list.history = h;
+  }
+  // As Keras: History, then the progress logger, after the user's callbacks.
+  if (add_history && !list.history) {
+    list.history = std::make_shared<History>();
+    list.all.push_back(list.history);
+  }
+  const bool has_progbar = std::any_of(list.all.begin(), list.all.end(), [](const auto& cb) {
+    return std::dynamic_pointer_cast<ProgbarLogger>(cb) != nullptr;
+  });
+  if (params.verbose != 0 && !has_progbar) list.all.push_back(std::make_shared<ProgbarLogger>());
+  for (auto& cb : list.all) {
+    cb->set_model(model);
+    cb->set_params(params);
+  }
+  return list;
+}
+
+}  // namespace
+
+namespace {
+
+// Puts saved (merged) metric states back: into the primary metrics and, under
+// a strategy, into replica 0's (the others start empty; the sum is the same).
+void restore_metrics(const Model& m,
+                     const std::vector<std::pair<std::string, std::vector<double>>>& saved) {
+  const std::vector<Metric> all = m.metrics();
+  LOCKSTEP_CHECK(saved.size() == all.size(), "fit: the checkpoint has ", saved.size(),
+                 " metric states but the model tracks ", all.size(), " metrics");
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    LOCKSTEP_CHECK(saved[i].first == all[i].name(), "fit: the checkpoint's metric ", i, " is '",
+                   saved[i].first, "' but the model's is '", all[i].name(), "'");
+    all[i].impl()->set_state(saved[i].second);
+  }
+}
+
+}  // namespace
+
+struct Model::Loops {
+  static History fit(Model& m, BatchSource& train, const std::optional<ValidationData>& val,
+                     const FitOptions& o);
+  static Logs evaluate(Model& m, BatchSource& source, const EvaluateOptions& o);
+  static std::vector<Tensor> predict(Model& m, BatchSource& source, const PredictOptions& o);
+  // One pass over `source` with test_step (evaluate, and fit's validation);
+  // errors are prefixed with `op` and the batch.
+  static Logs test_pass(Model& m, BatchSource& source, CallbackList& callbacks,
+                        const std::string& op);
+
+  // ---- Where strategy meets model ----
+  static bool distributed(const Model& m) { return !m.state().strategy.is_default(); }
+  // Under a multi-worker strategy, whether every worker has a next batch:
+  // an epoch ends for all when one runs out (uneven input never hangs).
+  static bool all_workers_have_batch(Model& m, std::optional<Batch>& batch);
+  // Every worker must train the same model with the same optimizer on
+  // input of the same length; a mismatch is named on every worker.
+  static void check_workers_agree(Model& m, const char* op, std::int64_t steps);
+  static void prepare_replicas(Model& m, const char* op);
+  // A global batch cut into each replica's share (zero-copy views).
+  struct Shares {
+    std::int64_t global = 0;
+    std::vector<std::int64_t> sizes;
+    std::vector<std::vector<Tensor>> x, y;
+  };
+  static Shares share_out(Model& m, const Batch& b);
+  static Logs train_batch(Model& m, const Batch& b);
+  static Logs test_batch(Model& m, const Batch& b);
+  static std::vector<Tensor> predict_batch(Model& m, const Batch& b);
+  static void build_before_replicas(Model& m, const std::vector<Tensor>& x);
+};
+
+// A model is built (its variables created) on the calling thread, inside the
+// strategy's scope, before replicas run it: building on replica threads would
+// race, and create variables outside the scope.
+void Model::Loops::build_before_replicas(Model& m, const std::vector<Tensor>& x) {
+  if (m.impl_->built()) return;
+  std::vector<Shape> shapes;
+  for (const Tensor& t : prepare_inputs(*m.impl_, x)) shapes.push_back(t.shape());
+  {
+    distribute::Strategy::Scope scope(m.state().strategy);
+    m.impl_->ensure_built(shapes);
+  }
+  prepare_replicas(m, "fit");
+}
+
+void Model::Loops::prepare_replicas(Model& m, const char* op) {
+  TrainState& s = m.state();
+  // Variables have one copy per replica of this process.
+  const int n = s.strategy.num_local_replicas();
+  if (n > 1) {
+    for (const Variable& v : m.impl_->weights()) {
+      LOCKSTEP_CHECK(v.is_mirrored() && v.num_replicas() == n, op, ": variable '", v.name(),
+                     "' was created outside the scope of the ", s.strategy.name(), " (", n,
+                     " replicas) that compiled this model; build and compile the model inside "
+                     "strategy.scope()");
+    }
+  }
+  if (n == 1 && s.strategy.num_workers() == 1) {
+    for (const Variable& v : m.impl_->weights()) {
+      LOCKSTEP_CHECK(!v.is_mirrored(), op, ": variable '", v.name(), "' is mirrored over ",
+                     v.num_replicas(),
+                     " replicas, but the model was created and compiled "
+                     "outside that strategy's scope; create or compile it inside "
+                     "strategy.scope()");
+    }
+    return;
+  }
+  if (static_cast<int>(s.replica_metrics.size()) == n) return;
+  s.replica_metrics.clear();
+  for (int r = 0; r < n; ++r) {
+    std::vector<Metric> copies;
+    for (const Metric& metric : m.metrics()) {
+      auto impl = metric.impl()->clone();
+      impl->set_name(metric.name());
+      copies.emplace_back(impl);
+    }
+    s.replica_metrics.push_back(std::move(copies));
+  }
+}
+
+bool Model::Loops::all_workers_have_batch(Model& m, std::optional<Batch>& batch) {
+  const distribute::Strategy& strategy = m.state().strategy;
+  if (strategy.num_workers() == 1) return batch.has_value();
+  const auto agreed = strategy.agree_on_step(
+      batch.has_value(), batch && batch->worker_part ? batch->x.at(0).dim(0) : 0);
+  if (!agreed.all_have_batch) return false;
+  if (batch->worker_part) batch->global_rows = agreed.total_rows;
+  return true;
+}
+
+void Model::Loops::check_workers_agree(Model& m, const char* op, std::int64_t steps) {
+  const distribute::Strategy& strategy = m.state().strategy;
+  if (strategy.num_workers() == 1) return;
+  std::string model_config = "(subclassed)";
+  try {
+    model_config = detail::model_config(*m.impl_).dump();
+  } catch (const Error&) {
+    // A subclassed model has no config; the variables' broadcast checks shapes.
+  }
+  strategy.check_workers_agree(op, {{"model config", model_config},
+                                    {"optimizer config", m.state().optimizer->config_json()},
+                                    {"number of steps per epoch", std::to_string(steps)}});
+}
+
+Model::Loops::Shares Model::Loops::share_out(Model& m, const Batch& b) {
+  build_before_replicas(m, b.x);
+  // x and y cut together, by the strategy's one batch splitter.
+  std::vector<Tensor> all = b.x;
+  all.insert(all.end(), b.y.begin(), b.y.end());
+  distribute::Strategy::LocalBatches local =
+      m.state().strategy.split_batch(all, b.worker_part, b.global_rows);
+  Shares shares;
+  shares.global = local.global_rows;
+  shares.sizes = local.sizes;
+  for (auto& part : local.parts) {
+    const auto nx = static_cast<std::ptrdiff_t>(b.x.size());
+    shares.x.emplace_back(part.begin(), part.begin() + nx);
+    shares.y.emplace_back(part.begin() + nx, part.end());
+  }
+  return shares;
+}
+
+Logs Model::Loops::train_batch(Model& m, const Batch& b) {
+  if (!distributed(m)) return m.train_step(b.x, b.y);
+  TrainState& s = m.state();
+  const Shares shares = share_out(m, b);
+  // Listed once per batch: the replicas only read this list.
+  std::vector<Variable> non_trainable = m.impl_->non_trainable_weights();
+  s.strategy.run_replicas([&](distribute::ReplicaContext& ctx) {
+    const auto i = static_cast<std::size_t>(ctx.local_replica_id());
+    ctx.set_batch(shares.global, shares.sizes[i]);
+    std::vector<std::uint64_t> versions;
+    for (const Variable& v : non_trainable) versions.push_back(v.version());
+    if (shares.sizes[i] > 0) {
+      m.train_step(shares.x[i], shares.y[i]);
+    } else {
+      // No examples here: take part in the gradient all-reduce with nothing.
+      const std::vector<Variable> vars = m.impl_->trainable_weights();
+      s.optimizer.apply_gradients(std::vector<Tensor>(vars.size()), vars);
+    }
+    ctx.sync_non_trainable(non_trainable, versions);
+  });
+  return m.get_metrics_result();
+}
+
+Logs Model::Loops::test_batch(Model& m, const Batch& b) {
+  if (!distributed(m)) return m.test_step(b.x, b.y);
+  const Shares shares = share_out(m, b);
+  m.state().strategy.run_replicas([&](distribute::ReplicaContext& ctx) {
+    const auto i = static_cast<std::size_t>(ctx.local_replica_id());
+    if (shares.sizes[i] > 0) m.test_step(shares.x[i], shares.y[i]);
+  });
+  return m.get_metrics_result();
+}
+
+std::vector<Tensor> Model::Loops::predict_batch(Model& m, const Batch& b) {
+  auto forward = [&](const std::vector<Tensor>& x) {
+    NoGradGuard no_grad;
+    return m(prepare_inputs(*m.impl_, x), {.training = false});
+  };
+  if (!distributed(m)) return forward(b.x);
+  const Shares shares = share_out(m, b);
+  std::vector<std::vector<Tensor>> outs(shares.sizes.size());
+  m.state().strategy.run_replicas([&](distribute::ReplicaContext& ctx) {
+    const auto i = static_cast<std::size_t>(ctx.local_replica_id());
+    if (shares.sizes[i] > 0) outs[i] = forward(shares.x[i]);
+  });
+  // Replica order is example order.
+  std::vector<Tensor> merged;
+  for (std::size_t k = 0; k < outs[0].size(); ++k) {
+    std::vector<Tensor> parts;
+    for (const auto& o : outs) {
+      if (!o.empty()) parts.push_back(o[k]);
+    }
+    merged.push_back(parts.size() == 1 ? parts[0] : concat(parts, 0));
+  }
+  return merged;
+}
+
+History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& o) {
+  return fit(std::vector<Tensor>{x}, std::vector<Tensor>{y}, o);
+}
+
+namespace {
+
+void check_fit_options(const FitOptions& o) {
+  LOCKSTEP_CHECK(o.epochs >= 1 && o.initial_epoch >= 0 && o.initial_epoch < o.epochs,
+                 "fit: expected 0 <= initial_epoch < epochs, got initial_epoch ", o.initial_epoch,
+                 " and epochs ", o.epochs);
+  LOCKSTEP_CHECK(o.validation_freq >= 1, "fit: validation_freq must be >= 1, got ",
+                 o.validation_freq);
+  LOCKSTEP_CHECK(o.steps_per_epoch >= 0 && o.validation_steps >= 0,
+                 "fit: steps_per_epoch and validation_steps must be >= 0");
+}
+
+}  // namespace
+
+History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& y_all,
+                   const FitOptions& o) {
+  LOCKSTEP_CHECK(state().compiled, "fit: you must call compile() before fit()");
+  const std::int64_t total = check_data("fit", x_all, y_all);
+  LOCKSTEP_CHECK(o.batch_size > 0, "fit: batch_size must be > 0, got ", o.batch_size);
+  check_fit_options(o);
+  LOCKSTEP_CHECK(o.validation_split >= 0.0 && o.validation_split < 1.0,
+                 "fit: validation_split must be in [0, 1), got ", o.validation_split);
+
+  std::vector<Tensor> x = x_all, y = y_all;
+  std::optional<ValidationData> val = o.validation_data;
+  if (o.validation_split > 0.0 && !val) {
+    const auto split_at = static_cast<std::int64_t>(
+        std::floor(static_cast<double>(total) * (1.0 - o.validation_split)));
+    LOCKSTEP_CHECK(split_at > 0 && split_at < total, "fit: validation_split ", o.validation_split,
+                   " of ", total, " examples leaves an empty training or validation set");
+    x = view_all(x_all, 0, split_at);
+    y = view_all(y_all, 0, split_at);
+    val = ValidationData{view_all(x_all, split_at, total), view_all(y_all, split_at, total)};
+  }
+  const std::int64_t n = x[0].shape()[0];
+  const std::int64_t full_steps = (n + o.batch_size - 1) / o.batch_size;
+  LOCKSTEP_CHECK(o.steps_per_epoch <= full_steps, "fit: steps_per_epoch ", o.steps_per_epoch,
+                 " exceeds the ", full_steps, " batches of ", o.batch_size, " that ", n,
+                 " examples make");
+  TensorBatches train(x, y, o.batch_size, o.steps_per_epoch, o.shuffle);
+  return Loops::fit(*this, train, val, o);
+}
+
+History Model::fit(const data::Dataset& dataset, const FitOptions& o) {
+  LOCKSTEP_CHECK(state().compiled, "fit: you must call compile() before fit()");
+  check_fit_options(o);
+  LOCKSTEP_CHECK(o.validation_split == 0.0,
+                 "fit: validation_split is not supported with a Dataset (it cannot be split "
+                 "without reading it); pass validation_data");
+  DatasetBatches train("fit", dataset, *impl_, o.steps_per_epoch, true, &state().strategy);
+  return Loops::fit(*this, train, o.validation_data, o);
+}
+
+History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<ValidationData>& val,
+                          const FitOptions& o) {
+  TrainState& s = m.state();
+  prepare_replicas(m, "fit");
+  check_workers_agree(m, "fit", train.steps());
+  const LayerImpl& net = *m.impl_;
+  std::unique_ptr<BatchSource> val_source;
+  if (val) {
+    if (val->dataset.defined()) {
+      val_source = std::make_unique<DatasetBatches>("fit (validation_data)", val->dataset, net,
+                                                    o.validation_steps, true, &s.strategy);
+    } else {
+      check_data("fit (validation_data)", val->x, val->y);
+      val_source =
+          std::make_unique<TensorBatches>(val->x, val->y, o.batch_size, o.validation_steps, false);
+    }
+  }
+  const int verbose = effective_verbose(o.verbose);
+  CallbackList callbacks = make_callbacks(
+      o.callbacks, &m, {.epochs = o.epochs, .steps = train.steps(), .verbose = verbose}, true);
+
+  s.stop = false;
+  s.resume.reset();
+  // Where training is, for checkpoints taken by callbacks: `done` batches of
+  // `at_epoch` applied (at an epoch's end: 0 of the next).
+  int at_epoch = o.initial_epoch;
+  std::int64_t done = 0;
+  s.snapshot = [&](bool full_input_state) {
+    TrainingSnapshot snap;
+    snap.epoch = at_epoch;
+    snap.step = done;
+    snap.input = train.save_state(at_epoch, full_input_state);
+    // Merges the replicas' metrics into the primary ones. Across workers that
+    // is a collective, and the chief alone takes snapshots: there the last
+    // batch's logs have merged them already.
+    if (s.strategy.num_workers() == 1) (void)m.get_metrics_result();
+    for (const Metric& metric : m.metrics())
+      snap.metrics.emplace_back(metric.name(), metric.impl()->state());
+    std::tie(snap.random_seed, snap.random_stream) = detail::global_random_state();
+    return snap;
+  };
+  struct ForgetSnapshot {
+    TrainState& s;
+    ~ForgetSnapshot() {
+      s.snapshot = nullptr;
+      s.resume.reset();
+    }
+  } forget{s};
+  callbacks.each([](Callback& cb) { cb.on_train_begin({}); });
+  std::optional<TrainingSnapshot> resume = std::move(s.resume);
+  s.resume.reset();
+  int first_epoch = o.initial_epoch;
+  if (resume) {
+    LOCKSTEP_CHECK(resume->epoch >= 0 && resume->step >= 0, "fit: cannot resume at epoch ",
+                   resume->epoch, ", batch ", resume->step);
+    first_epoch = resume->epoch;
+    detail::set_global_random_state(resume->random_seed, resume->random_stream);
+  }
+  Logs epoch_logs;
+  for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
+    const bool resuming = resume && epoch == resume->epoch;
+    at_epoch = epoch;
+    done = resuming ? resume->step : 0;
+    m.reset_metrics();
+    if (resuming && resume->step > 0) {
+      restore_metrics(m, resume->metrics);
+      // Merged on read: replica 0 (of the chief, across workers) holds the
+      // sum so far.
+      if (!s.replica_metrics.empty() && s.strategy.is_chief()) {
+        for (std::size_t i = 0; i < resume->metrics.size(); ++i)
+          s.replica_metrics[0].at(i).impl()->set_state(resume->metrics[i].second);
+      }
+    }
+    callbacks.each([&](Callback& cb) { cb.on_epoch_begin(epoch, {}); });
+    if (resuming) {
+      train.restore_state(epoch, resume->step, resume->input);
+    } else {
+      train.start_epoch(epoch);
+    }
+    for (std::int64_t step = done;; ++step) {
+      std::optional<Batch> batch;
+      try {
+        batch = train.next(step);
+      } catch (const Error&) {
+        detail::rethrow_with_prefix("fit: epoch " + std::to_string(epoch + 1) + ", reading batch " +
+                                    std::to_string(step) + ": ");
+      }
+      if (!all_workers_have_batch(m, batch)) break;
+      callbacks.each([&](Callback& cb) { cb.on_train_batch_begin(step, {}); });
+      Logs logs;
+      try {
+        if (step == 0) {
+          const std::int64_t n = s.strategy.num_replicas_in_sync();
+          const std::int64_t global =
+              batch->worker_part ? batch->global_rows : batch->x.at(0).shape()[0];
+          LOCKSTEP_CHECK(global >= n, "the global batch of ", global,
+                         " examples is smaller than the ", n, " replicas of ", s.strategy.name(),
+                         "; batch the dataset with the global batch size (per-replica size × ", n,
+                         ")");
+        }
+        logs = train_batch(m, *batch);
+      } catch (const Error&) {
+        detail::rethrow_with_prefix("fit: epoch " + std::to_string(epoch + 1) + ", batch " +
+                                    std::to_string(step) + batch->where + ": ");
+      }
+      done = step + 1;
+      callbacks.each([&](Callback& cb) { cb.on_train_batch_end(step, logs); });
+      if (s.stop) break;
+    }
+    if (auto* d = dynamic_cast<DatasetBatches*>(&train); d && d->exhausted()) {
+      // Keras's behaviour: warn, finish this epoch, stop.
+      std::cerr << "fit: the dataset ran out of data after " << (epoch - o.initial_epoch + 1)
+                << " epoch(s) with steps_per_epoch = " << o.steps_per_epoch
+                << "; interrupting training (repeat() the dataset to train longer)\n";
+      s.stop = true;
+    }
+    epoch_logs = m.get_metrics_result();
+    if (val_source && (epoch + 1) % o.validation_freq == 0) {
+      // Validation is the evaluate pass, through the same callbacks,
+      // silently (as Keras).
+      const Logs val_logs = test_pass(m, *val_source, callbacks,
+                                      "fit: validation after epoch " + std::to_string(epoch + 1) +
+                                          ", ");
+      for (const auto& [k, v] : val_logs) epoch_logs.set("val_" + k, v);
+    }
+    at_epoch = epoch + 1;  // a checkpoint taken now starts the next epoch
+    done = 0;
+    callbacks.each([&](Callback& cb) { cb.on_epoch_end(epoch, epoch_logs); });
+    if (s.stop) break;
+  }
+  callbacks.each([&](Callback& cb) { cb.on_train_end(epoch_logs); });
+  return *callbacks.history;
+}
+
+Logs Model::evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& o) {
+  return evaluate(std::vector<Tensor>{x}, std::vector<Tensor>{y}, o);
+}
+
+Logs Model::evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                     const EvaluateOptions& o) {
+  LOCKSTEP_CHECK(state().compiled, "evaluate: you must call compile() before evaluate()");
+  check_data("evaluate", x, y);
+  LOCKSTEP_CHECK(o.batch_size > 0, "evaluate: batch_size must be > 0, got ", o.batch_size);
+  TensorBatches source(x, y, o.batch_size, o.steps, false);
+  return Loops::evaluate(*this, source, o);
+}
+
+Logs Model::evaluate(const data::Dataset& dataset, const EvaluateOptions& o) {
+  LOCKSTEP_CHECK(state().compiled, "evaluate: you must call compile() before evaluate()");
+  DatasetBatches source("evaluate", dataset, *impl_, o.steps, true, &state().strategy);
+  return Loops::evaluate(*this, source, o);
+}
+
+Logs Model::Loops::evaluate(Model& m, BatchSource& source, const EvaluateOptions& o) {
+  prepare_replicas(m, "evaluate");
+  CallbackList callbacks = make_callbacks(
+      o.callbacks, &m,
+      {.epochs = 1, .steps = source.steps(), .verbose = effective_verbose(o.verbose)}, false);
+  return test_pass(m, source, callbacks, "evaluate: ");
+}
+
+Logs Model::Loops::test_pass(Model& m, BatchSource& source, CallbackList& callbacks,
+                             const std::string& op) {
+  m.reset_metrics();
+  source.start_epoch(0);
+  callbacks.each([](Callback& cb) { cb.on_test_begin({}); });
+  Logs logs;
+  for (std::int64_t step = 0;; ++step) {
+    std::optional<Batch> batch;
+    try {
+      batch = source.next(step);
+      if (!all_workers_have_batch(m, batch)) break;
+      callbacks.each([&](Callback& cb) { cb.on_test_batch_begin(step, {}); });
+      logs = test_batch(m, *batch);
+    } catch (const Error&) {
+      detail::rethrow_with_prefix(op + "batch " + std::to_string(step) +
+                                  (batch ? batch->where : std::string()) + ": ");
+    }
+    callbacks.each([&](Callback& cb) { cb.on_test_batch_end(step, logs); });
+  }
+  callbacks.each([&](Callback& cb) { cb.on_test_end(logs); });
+  return logs;
+}
+
+Tensor Model::predict(const Tensor& x, const PredictOptions& o) {
+  return predict(std::vector<Tensor>{x}, o).at(0);
+}
+
+std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, const PredictOptions& o) {
+  LOCKSTEP_CHECK(!x.empty() && x[0].defined() && x[0].rank() >= 1 && x[0].shape()[0] > 0,
+                 "predict: x is undefined or empty");
+  LOCKSTEP_CHECK(o.batch_size > 0, "predict: batch_size must be > 0, got ", o.batch_size);
+  TensorBatches source(x, {}, o.batch_size, o.steps, false);
+  return Loops::predict(*this, source, o);
+}
+
+Tensor Model::predict(const data::Dataset& dataset, const PredictOptions& o) {
+  return predict_outputs(dataset, o).at(0);
+}
+
+std::vector<Tensor> Model::predict_outputs(const data::Dataset& dataset, const PredictOptions& o) {
+  DatasetBatches source("predict", dataset, *impl_, o.steps, false);
+  return Loops::predict(*this, source, o);
+}
+
+std::vector<Tensor> Model::Loops::predict(Model& m, BatchSource& source, const PredictOptions& o) {
+  if (m.state_) prepare_replicas(m, "predict");
+  CallbackList callbacks = make_callbacks(
+      o.callbacks, &m,
+      {.epochs = 1, .steps = source.steps(), .verbose = effective_verbose(o.verbose)}, false);
+  source.start_epoch(0);
+  callbacks.each([](Callback& cb) { cb.on_predict_begin({}); });
+  std::vector<std::vector<Tensor>> per_output;
+  for (std::int64_t step = 0;; ++step) {
+    std::optional<Batch> batch;
+    try {
+      batch = source.next(step);
+      if (!batch) break;
+      callbacks.each([&](Callback& cb) { cb.on_predict_batch_begin(step, {}); });
+      NoGradGuard no_grad;
+      const std::vector<Tensor> outs = predict_batch(m, *batch);
+      per_output.resize(outs.size());
+      for (std::size_t i = 0; i < outs.size(); ++i) per_output[i].push_back(outs[i].copy());
+    } catch (const Error&) {
+      detail::rethrow_with_prefix("predict: batch " + std::to_string(step) + ": ");
+    }
+    callbacks.each([&](Callback& cb) { cb.on_predict_batch_end(step, {}); });
+  }
+  callbacks.each([](Callback& cb) { cb.on_predict_end({}); });
+  LOCKSTEP_CHECK(!per_output.empty(), "predict: the data yielded no batches");
+  std::vector<Tensor> result;
+  for (const auto& parts : per_output)
+    result.push_back(parts.size() == 1 ? parts[0] : concat(parts, 0));
+  return result;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,59 @@
+// What the three files of Model share (model.cc: the Model API and its
+// train/test steps; batch_sources.h: where batches come from;
+// fit_loops.cc: fit / evaluate / predict): its training state and how its
+// inputs are checked and prepared.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/distribute/strategy.h"
+#include "lockstep/nn/functional.h"
+#include "lockstep/nn/losses.h"
+#include "lockstep/nn/metrics.h"
+#include "lockstep/optim/optimizers.h"
+#include "lockstep/train/model.h"
+
+namespace lockstep {
+
+struct Model::TrainState {
+  bool compiled = false;
+  Optimizer optimizer;
+  std::vector<Loss> losses;  // one shared by every output, or one per output
+  std::vector<double> loss_weights;
+  std::vector<MetricSpec> metric_specs;
+  metrics::Mean loss_tracker{{.name = "loss"}};
+  std::size_t num_outputs = 0;  // resolved at compile (graphs) or the first step
+  std::vector<std::vector<Metric>> output_metrics;  // [output][metric]
+  std::vector<metrics::Mean> output_loss_trackers;  // with several outputs only
+  bool stop = false;
+  // Keras's model.distribute_strategy: the strategy in scope when the model
+  // was created (or, if that was none, when it was compiled).
+  distribute::Strategy strategy = distribute::get_strategy();
+  // Under a strategy with several replicas: each replica's own metrics, in
+  // metrics() order, merged into the primary ones when read.
+  std::vector<std::vector<Metric>> replica_metrics;
+  // While fit runs: where it is (for checkpoints). Set by a callback in
+  // on_train_begin: where the starting fit continues from.
+  std::function<TrainingSnapshot(bool full_input_state)> snapshot;
+  std::optional<TrainingSnapshot> resume;
+};
+
+namespace detail {
+
+// Names of a model's outputs (the producing layers), for per-output logs.
+std::vector<std::string> output_names(const LayerImpl& net, std::size_t n);
+std::size_t declared_outputs(const LayerImpl& net);
+// Models declared with float inputs accept other dtypes (uint8 images) and
+// cast them, as Keras does when it converts inputs.
+std::vector<Tensor> prepare_inputs(const LayerImpl& network, const std::vector<Tensor>& xs);
+// The number of examples of x and y, which must agree; errors name `op`.
+std::int64_t check_data(const char* op, const std::vector<Tensor>& x, const std::vector<Tensor>& y);
+// Rows [begin, end) of every tensor, as views.
+std::vector<Tensor> view_all(const std::vector<Tensor>& ts, std::int64_t begin, std::int64_t end);
+
+}  // namespace detail
+}  // namespace lockstep
