@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "internal.h"
+#include "lockstep/core/spin_wait.h"
 
 namespace lockstep::data {
 namespace {
@@ -272,7 +273,6 @@ class AsyncIterator final : public IteratorImpl {
   }
 
   static constexpr std::int64_t kMaxAutotuneCapacity = 64;
-  static constexpr std::chrono::microseconds kSpinBeforeSleep{50};
 
   AsyncConfig config_;
   std::unique_ptr<IteratorImpl> input_;

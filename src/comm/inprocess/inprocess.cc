@@ -14,6 +14,7 @@
 #include "lockstep/core/simd.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/spin_wait.h"
 
 namespace lockstep::comm {
 
@@ -234,7 +235,7 @@ class Group final : public InProcessGroup {
   template <typename Ready, typename Missing>
   void wait_for(int rank, const char* what, Ready&& ready, Missing&& missing) {
     if (ready()) return;
-    const auto spin_until = Clock::now() + std::chrono::microseconds(50);
+    const auto spin_until = Clock::now() + kSpinBeforeSleep;
     while (Clock::now() < spin_until) {
       if (ready()) return;
       throw_if_aborted(rank);

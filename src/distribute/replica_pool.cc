@@ -1,0 +1,222 @@
+// The replica threads of a strategy: one per local replica but the first
+// (which runs on the caller's thread), each pinned to its device and running
+// in its ReplicaContext; a run hands every replica the same task and waits
+// for all; a failure releases the others from their collectives. Also the
+// creation of mirrored variables (the chief's values on every worker).
+#include <omp.h>
+
+#include <algorithm>
+
+#include "lockstep/core/error.h"
+#include "lockstep/core/spin_wait.h"
+#include "strategy_impl.h"
+
+namespace lockstep::distribute {
+
+using Clock = std::chrono::steady_clock;
+
+StrategyImpl::StrategyImpl(std::string name, std::vector<Device*> devices,
+                           int replicas_per_device, comm::InProcessGroup::Options comm_options,
+                           bool is_default, ReplicaOptions replica_options, CrossWorker workers)
+    : name_(std::move(name)),
+      comm_options_(comm_options),
+      is_default_(is_default),
+      replicas_per_device_(replicas_per_device),
+      replica_options_(replica_options),
+      workers_(std::move(workers)) {
+  for (Device* d : devices) {
+    for (int k = 0; k < replicas_per_device; ++k) devices_.push_back(d);
+  }
+  const int n = static_cast<int>(devices_.size());
+  contexts_.resize(static_cast<std::size_t>(n));
+  reset_group();
+  errors_.resize(static_cast<std::size_t>(n));
+  if (n > 1) {
+    // Replica 0 runs on the calling thread (no hand-off, no idle waiter);
+    // the others on their own threads.
+    for (int r = 1; r < n; ++r) threads_.emplace_back([this, r] { replica_loop(r); });
+  }
+}
+
+StrategyImpl::~StrategyImpl() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  start_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void StrategyImpl::run(const std::function<void(ReplicaContext&)>& fn) {
+  if (size() == 1) {
+    // One replica: on the calling thread (pinned to its device unless this
+    // is the default strategy), in a replica context all the same.
+    std::optional<DeviceScope> device;
+    if (!is_default_) device.emplace(*devices_[0], DeviceScope::Options{.pin_thread = false});
+    ReplicaContextScope context(&contexts_[0]);
+    fn(contexts_[0]);
+    return;
+  }
+  std::unique_lock run_lock(run_mu_);  // one run at a time
+  {
+    std::lock_guard lk(mu_);
+    task_ = &fn;
+    remaining_.store(size() - 1, std::memory_order_release);
+    first_failure_ = -1;
+    for (auto& e : errors_) e = nullptr;
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  start_cv_.notify_all();
+  {
+    Device& device = *devices_[0];
+    DeviceScope on(device);
+    if (replicas_per_device_ > 1)
+      omp_set_num_threads(std::max(1, device.num_threads() / replicas_per_device_));
+    ReplicaContextScope context(&contexts_[0]);
+    run_one(0);
+  }
+  wait_done();
+  task_ = nullptr;
+  if (first_failure_ >= 0) {
+    const int r = first_failure_;
+    const std::exception_ptr error = errors_[static_cast<std::size_t>(r)];
+    reset_group();  // the aborted group cannot be used again
+    rethrow_with_replica(error, r);
+  }
+}
+
+Variable StrategyImpl::create_mirrored(const Tensor& initial_value,
+                                       Variable::Options options) const {
+  Tensor initial = initial_value;
+  if (workers_.comm) initial = broadcast_from_chief(initial_value, options.name);
+  if (size() == 1) {
+    DeviceScope on(*devices_[0], {.pin_thread = false});
+    return Variable(initial, std::move(options));
+  }
+  std::vector<Tensor> copies;
+  for (Device* d : devices_) {
+    DeviceScope on(*d, {.pin_thread = false});
+    copies.push_back(initial.copy());
+  }
+  return Variable::mirrored(std::move(copies), std::move(options));
+}
+
+Tensor StrategyImpl::broadcast_from_chief(const Tensor& initial, const std::string& name) const {
+  comm::Communicator& c = *workers_.comm;
+  const std::int64_t mine[2] = {initial.numel(), static_cast<std::int64_t>(initial.dtype())};
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(c.size()));
+  c.all_gather(mine, sizeof mine, all.data());
+  for (int w = 0; w < c.size(); ++w) {
+    const auto i = 2 * static_cast<std::size_t>(w);
+    LOCKSTEP_CHECK_AS(DistributedError, all[i] == all[0] && all[i + 1] == all[1],
+                      "MultiWorkerMirroredStrategy: variable '", name, "' has ", all[i],
+                      " elements of type ", static_cast<DType>(all[i + 1]), " on ",
+                      workers_.resolver.describe_worker(w), " but ", all[0], " of type ",
+                      static_cast<DType>(all[1]),
+                      " on the chief; every worker must build the same model");
+  }
+  Tensor value = initial.copy();
+  c.broadcast(value.raw_data(), value.nbytes(), 0);
+  return value;
+}
+
+void StrategyImpl::reset_group() {
+  const int k = size();
+  if (k > 1) group_ = comm::InProcessGroup::create(k, comm_options_);
+  hierarchical_.clear();
+  for (int r = 0; r < k; ++r) {
+    ReplicaContext::Placement p;
+    p.replica_id = workers_.worker_index * k + r;
+    p.local_replica_id = r;
+    p.num_replicas = num_replicas_in_sync();
+    p.num_local_replicas = k;
+    p.worker_index = workers_.worker_index;
+    p.num_workers = workers_.num_workers;
+    p.local_communicator = k > 1 ? &group_->communicator(r) : nullptr;
+    if (!workers_.comm) {
+      p.communicator = p.local_communicator;
+    } else if (k == 1) {
+      p.communicator = workers_.comm.get();
+    } else {
+      hierarchical_.push_back(std::make_unique<HierarchicalCommunicator>(
+          group_->communicator(r), r == 0 ? workers_.comm.get() : nullptr, workers_.worker_index,
+          workers_.num_workers));
+      p.communicator = hierarchical_.back().get();
+    }
+    p.bytes_per_pack = replica_options_.bytes_per_pack;
+    p.shard_optimizer_update = replica_options_.shard_optimizer_update;
+    // In place: replica threads hold a pointer to their context.
+    contexts_[static_cast<std::size_t>(r)] = ReplicaContext(p);
+  }
+}
+
+bool StrategyImpl::wait_start(std::uint64_t& seen) {
+  const auto spin_until = Clock::now() + kSpinBeforeSleep;
+  while (Clock::now() < spin_until) {
+    if (generation_.load(std::memory_order_acquire) != seen) break;
+  }
+  std::unique_lock lk(mu_);
+  start_cv_.wait(lk, [&] { return stop_ || generation_.load() != seen; });
+  if (stop_) return false;
+  seen = generation_.load();
+  return true;
+}
+
+void StrategyImpl::wait_done() {
+  const auto spin_until = Clock::now() + kSpinBeforeSleep;
+  while (Clock::now() < spin_until) {
+    if (remaining_.load(std::memory_order_acquire) == 0) return;
+  }
+  std::unique_lock lk(mu_);
+  done_cv_.wait(lk, [&] { return remaining_.load(std::memory_order_acquire) == 0; });
+}
+
+void StrategyImpl::replica_loop(int r) {
+  Device& device = *devices_[static_cast<std::size_t>(r)];
+  DeviceScope on(device);
+  if (replicas_per_device_ > 1)
+    omp_set_num_threads(std::max(1, device.num_threads() / replicas_per_device_));
+  ReplicaContextScope context(&contexts_[static_cast<std::size_t>(r)]);
+  std::uint64_t seen = 0;
+  while (wait_start(seen)) {
+    run_one(r);
+    if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard lk(mu_);  // so the notification cannot slip past a waiter
+      done_cv_.notify_all();
+    }
+  }
+}
+
+void StrategyImpl::run_one(int r) {
+  {
+    try {
+      (*task_)(contexts_[static_cast<std::size_t>(r)]);
+    } catch (...) {
+      std::lock_guard lk(mu_);
+      errors_[static_cast<std::size_t>(r)] = std::current_exception();
+      if (first_failure_ < 0) {
+        first_failure_ = r;
+        std::string what = "unknown error";
+        try {
+          std::rethrow_exception(errors_[static_cast<std::size_t>(r)]);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        // Release every replica blocked in (or about to enter) a collective.
+        contexts_[static_cast<std::size_t>(r)].placement().communicator->abort(
+            "replica " + std::to_string(r) + " failed: " + what);
+      }
+    }
+  }
+}
+
+void StrategyImpl::rethrow_with_replica(const std::exception_ptr& e, int r) {
+  try {
+    std::rethrow_exception(e);
+  } catch (...) {
+    detail::rethrow_with_prefix("replica " + std::to_string(r) + ": ");
+  }
+}
+
+}  // namespace lockstep::distribute
