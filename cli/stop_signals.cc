@@ -26,6 +26,8 @@
 #include <atomic>
 #include <thread>
 
+#include "lockstep/distribute/strategy_extended.h"
+
 namespace lockstep::cli {
 namespace {
 
@@ -63,7 +65,7 @@ class StopOnSignal : public Callback {
     const distribute::Strategy& strategy = model()->distribute_strategy();
     if (strategy.num_workers() > 1) {
       if (model()->optimizer().iterations() % kAgreeEvery != 0) return;
-      strategy.sum_across_workers(stop);  // how many workers were told to stop
+      strategy.extended().sum_across_workers(stop);  // how many workers were told to stop
     }
     if (stop[0] == 0.0) return;
     if (backup_) backup_->backup_now();

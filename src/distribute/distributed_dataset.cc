@@ -3,6 +3,7 @@
 // the strategy's one batch splitter) or its own pipeline's batch.
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/strategy.h"
+#include "lockstep/distribute/strategy_extended.h"
 
 namespace lockstep::distribute {
 
@@ -59,7 +60,7 @@ std::optional<PerReplica<data::Element>> DistributedDataset::Iterator::next() {
     // (auto-shard policy DATA).
     auto e = its_[0].next();
     if (!e) return std::nullopt;
-    Strategy::LocalBatches local = strategy_.split_batch(e->components());
+    StrategyExtended::LocalBatches local = strategy_.extended().split_batch(e->components());
     for (auto& views : local.parts) parts.emplace_back(std::move(views), e->names());
   } else {
     for (auto& it : its_) {

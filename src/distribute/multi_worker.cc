@@ -212,7 +212,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
 }
 
 const ClusterResolver& MultiWorkerMirroredStrategy::cluster_resolver() const {
-  return impl()->workers().resolver;
+  return impl_->workers().resolver;
 }
 
 }  // namespace lockstep::distribute

@@ -10,6 +10,7 @@
 #include "lockstep/core/error.h"
 #include "lockstep/core/hash.h"
 #include "lockstep/tensor/ops.h"
+#include "lockstep/distribute/strategy_extended.h"
 #include "strategy_impl.h"
 
 namespace lockstep::distribute {
@@ -36,15 +37,17 @@ int Strategy::num_replicas_in_sync() const { return impl_->num_replicas_in_sync(
 int Strategy::num_local_replicas() const { return impl_->size(); }
 int Strategy::num_workers() const { return impl_->workers().num_workers; }
 int Strategy::worker_index() const { return impl_->workers().worker_index; }
-comm::Communicator* Strategy::cross_worker_communicator() const {
-  return impl_->workers().comm.get();
+StrategyExtended Strategy::extended() const { return StrategyExtended(*this); }
+
+comm::Communicator* StrategyExtended::cross_worker_communicator() const {
+  return strategy_.impl_->workers().comm.get();
 }
 const std::vector<Device*>& Strategy::replica_devices() const { return impl_->devices(); }
 const std::string& Strategy::name() const { return impl_->name(); }
 bool Strategy::is_default() const { return impl_->is_default(); }
 
 Strategy::Scope::Scope(const Strategy& strategy)
-    : creator_([impl = strategy.impl()](const Tensor& initial, Variable::Options options) {
+    : creator_([impl = strategy.impl_](const Tensor& initial, Variable::Options options) {
         return impl->create_mirrored(initial, std::move(options));
       }) {
   t_strategies.push_back(strategy);
@@ -70,22 +73,23 @@ std::vector<std::int64_t> even_split(std::int64_t rows, int parts) {
   return sizes;
 }
 
-std::vector<std::int64_t> Strategy::split_sizes(std::int64_t global_batch) const {
-  return even_split(global_batch, num_replicas_in_sync());
+std::vector<std::int64_t> StrategyExtended::split_sizes(std::int64_t global_batch) const {
+  return even_split(global_batch, strategy_.num_replicas_in_sync());
 }
 
-Strategy::LocalShare Strategy::local_share(std::int64_t global_batch) const {
+StrategyExtended::LocalShare StrategyExtended::local_share(std::int64_t global_batch) const {
   const std::vector<std::int64_t> all = split_sizes(global_batch);
-  const int k = num_local_replicas();
-  const int first = worker_index() * k;
+  const int k = strategy_.num_local_replicas();
+  const int first = strategy_.worker_index() * k;
   LocalShare share;
   for (int r = 0; r < first; ++r) share.begin += all[static_cast<std::size_t>(r)];
   share.sizes.assign(all.begin() + first, all.begin() + first + k);
   return share;
 }
 
-Strategy::LocalBatches Strategy::split_batch(const std::vector<Tensor>& batch, bool worker_part,
-                                             std::int64_t global_rows) const {
+StrategyExtended::LocalBatches StrategyExtended::split_batch(const std::vector<Tensor>& batch,
+                                                             bool worker_part,
+                                                             std::int64_t global_rows) const {
   LOCKSTEP_CHECK(!batch.empty() && batch[0].defined() && batch[0].rank() >= 1,
                  "split_batch: a batch needs at least one tensor with a batch dimension");
   const std::int64_t rows = batch[0].dim(0);
@@ -93,7 +97,7 @@ Strategy::LocalBatches Strategy::split_batch(const std::vector<Tensor>& batch, b
   LocalShare local;
   if (worker_part) {
     out.global_rows = global_rows;
-    local.sizes = even_split(rows, num_local_replicas());
+    local.sizes = even_split(rows, strategy_.num_local_replicas());
   } else {
     out.global_rows = rows;
     local = local_share(rows);
@@ -108,7 +112,7 @@ Strategy::LocalBatches Strategy::split_batch(const std::vector<Tensor>& batch, b
   return out;
 }
 
-Strategy::StepAgreement Strategy::agree_on_step(bool have_batch, std::int64_t rows) const {
+StrategyExtended::StepAgreement StrategyExtended::agree_on_step(bool have_batch, std::int64_t rows) const {
   comm::Communicator* workers = cross_worker_communicator();
   if (!workers) return {have_batch, rows};
   // How many workers are out of data, and the rows of this step's parts.
@@ -117,7 +121,7 @@ Strategy::StepAgreement Strategy::agree_on_step(bool have_batch, std::int64_t ro
   return {agree[0] == 0.0, static_cast<std::int64_t>(agree[1])};
 }
 
-void Strategy::check_workers_agree(
+void StrategyExtended::check_workers_agree(
     const std::string& op, const std::vector<std::pair<std::string, std::string>>& facts) const {
   comm::Communicator* workers = cross_worker_communicator();
   if (!workers) return;
@@ -139,7 +143,7 @@ void Strategy::check_workers_agree(
   }
 }
 
-void Strategy::sum_across_workers(std::vector<double>& values) const {
+void StrategyExtended::sum_across_workers(std::vector<double>& values) const {
   if (comm::Communicator* workers = cross_worker_communicator())
     workers->all_reduce(values.data(), values.size(), ReduceOp::kSum);
 }
@@ -165,7 +169,7 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
     }
     total = total.defined() ? add(total, part) : part.copy();
   }
-  if (comm::Communicator* workers = cross_worker_communicator()) {
+  if (comm::Communicator* workers = extended().cross_worker_communicator()) {
     // The other workers' replicas: sum in float32 (as the values are), the
     // element count in float64.
     total = total.to(DType::kFloat32).copy();

@@ -168,7 +168,7 @@ void Model::Loops::prepare_replicas(Model& m, const char* op) {
 bool Model::Loops::all_workers_have_batch(Model& m, std::optional<Batch>& batch) {
   const distribute::Strategy& strategy = m.state().strategy;
   if (strategy.num_workers() == 1) return batch.has_value();
-  const auto agreed = strategy.agree_on_step(
+  const auto agreed = strategy.extended().agree_on_step(
       batch.has_value(), batch && batch->worker_part ? batch->x.at(0).dim(0) : 0);
   if (!agreed.all_have_batch) return false;
   if (batch->worker_part) batch->global_rows = agreed.total_rows;
@@ -184,7 +184,7 @@ void Model::Loops::check_workers_agree(Model& m, const char* op, std::int64_t st
   } catch (const Error&) {
     // A subclassed model has no config; the variables' broadcast checks shapes.
   }
-  strategy.check_workers_agree(op, {{"model config", model_config},
+  strategy.extended().check_workers_agree(op, {{"model config", model_config},
                                     {"optimizer config", m.state().optimizer->config_json()},
                                     {"number of steps per epoch", std::to_string(steps)}});
 }
@@ -194,8 +194,8 @@ Model::Loops::Shares Model::Loops::share_out(Model& m, const Batch& b) {
   // x and y cut together, by the strategy's one batch splitter.
   std::vector<Tensor> all = b.x;
   all.insert(all.end(), b.y.begin(), b.y.end());
-  distribute::Strategy::LocalBatches local =
-      m.state().strategy.split_batch(all, b.worker_part, b.global_rows);
+  distribute::StrategyExtended::LocalBatches local =
+      m.state().strategy.extended().split_batch(all, b.worker_part, b.global_rows);
   Shares shares;
   shares.global = local.global_rows;
   shares.sizes = local.sizes;
@@ -213,7 +213,7 @@ Logs Model::Loops::train_batch(Model& m, const Batch& b) {
   const Shares shares = share_out(m, b);
   // Listed once per batch: the replicas only read this list.
   std::vector<Variable> non_trainable = m.impl_->non_trainable_weights();
-  s.strategy.run_replicas([&](distribute::ReplicaContext& ctx) {
+  s.strategy.extended().run_replicas([&](distribute::ReplicaContext& ctx) {
     const auto i = static_cast<std::size_t>(ctx.local_replica_id());
     ctx.set_batch(shares.global, shares.sizes[i]);
     std::vector<std::uint64_t> versions;
@@ -233,7 +233,7 @@ Logs Model::Loops::train_batch(Model& m, const Batch& b) {
 Logs Model::Loops::test_batch(Model& m, const Batch& b) {
   if (!distributed(m)) return m.test_step(b.x, b.y);
   const Shares shares = share_out(m, b);
-  m.state().strategy.run_replicas([&](distribute::ReplicaContext& ctx) {
+  m.state().strategy.extended().run_replicas([&](distribute::ReplicaContext& ctx) {
     const auto i = static_cast<std::size_t>(ctx.local_replica_id());
     if (shares.sizes[i] > 0) m.test_step(shares.x[i], shares.y[i]);
   });
@@ -248,7 +248,7 @@ std::vector<Tensor> Model::Loops::predict_batch(Model& m, const Batch& b) {
   if (!distributed(m)) return forward(b.x);
   const Shares shares = share_out(m, b);
   std::vector<std::vector<Tensor>> outs(shares.sizes.size());
-  m.state().strategy.run_replicas([&](distribute::ReplicaContext& ctx) {
+  m.state().strategy.extended().run_replicas([&](distribute::ReplicaContext& ctx) {
     const auto i = static_cast<std::size_t>(ctx.local_replica_id());
     if (shares.sizes[i] > 0) outs[i] = forward(shares.x[i]);
   });

@@ -12,6 +12,7 @@
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/core/hash.h"
 #include "lockstep/distribute/strategy.h"
+#include "lockstep/distribute/strategy_extended.h"
 #include "lockstep/nn/functional.h"
 #include "lockstep/nn/initializers.h"
 #include "lockstep/tensor/ops.h"
@@ -195,7 +196,7 @@ Logs Model::get_metrics_result() const {
         std::vector<double> states;
         for (const Metric& m : all)
           states.insert(states.end(), m.impl()->state().begin(), m.impl()->state().end());
-        s.strategy.sum_across_workers(states);
+        s.strategy.extended().sum_across_workers(states);
         std::size_t at = 0;
         for (const Metric& m : all) {
           const std::size_t n = m.impl()->state().size();

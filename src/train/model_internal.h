@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "lockstep/distribute/strategy.h"
+#include "lockstep/distribute/strategy_extended.h"
 #include "lockstep/nn/functional.h"
 #include "lockstep/nn/losses.h"
 #include "lockstep/nn/metrics.h"

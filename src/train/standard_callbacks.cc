@@ -12,6 +12,7 @@
 
 #include "lockstep/comm/communicator.h"
 #include "lockstep/distribute/strategy.h"
+#include "lockstep/distribute/strategy_extended.h"
 #include "lockstep/train/model.h"
 
 namespace lockstep {
@@ -100,7 +101,7 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   manager_.reset();  // the model may differ from the last fit's
   resumed_from_.clear();
   std::optional<std::pair<std::string, std::optional<TrainingSnapshot>>> restored;
-  if (comm::Communicator* workers = model()->distribute_strategy().cross_worker_communicator()) {
+  if (comm::Communicator* workers = model()->distribute_strategy().extended().cross_worker_communicator()) {
     restored = restore_from_chief(*workers, log);
   } else {
     restored = manager().restore_latest(log);

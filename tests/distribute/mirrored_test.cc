@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "lockstep/distribute/strategy.h"
+#include "lockstep/distribute/strategy_extended.h"
 #include "lockstep/lockstep.h"
 #include "support/weights.h"
 
@@ -314,7 +315,7 @@ TEST(MirroredStrategy, AReplicaThatThrowsStopsFitPromptlyWithItsId) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
   // The strategy is usable again afterwards.
   std::vector<int> seen(3, 0);
-  strategy.run_replicas([&](distribute::ReplicaContext& ctx) {
+  strategy.extended().run_replicas([&](distribute::ReplicaContext& ctx) {
     seen[static_cast<std::size_t>(ctx.local_replica_id())] = 1;
   });
   EXPECT_EQ(seen, (std::vector<int>{1, 1, 1}));
@@ -415,7 +416,7 @@ TEST(MirroredStrategy, CustomLoopWithRunAndReduce) {
   }
   double total = 0;
   for (int b = 0; b < 4; ++b) {
-    const auto sizes = strategy.split_sizes(24);
+    const auto sizes = strategy.extended().split_sizes(24);
     auto per_replica = strategy.run([&] {
       const int r = distribute::get_replica_context().replica_id_in_sync_group();
       std::int64_t begin = b * 24;

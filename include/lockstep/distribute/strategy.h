@@ -52,6 +52,7 @@ class PerReplica {
 };
 
 class StrategyImpl;
+class StrategyExtended;
 
 class Strategy {
  public:
@@ -70,10 +71,6 @@ class Strategy {
   int worker_index() const;
   // The worker that writes checkpoints and logs (always true with one worker).
   bool is_chief() const { return worker_index() == 0; }
-  // The communicator joining the workers (one rank per process), or null
-  // with a single worker. For library code that must agree across workers
-  // outside replica threads (metrics, checkpoints, end of input).
-  comm::Communicator* cross_worker_communicator() const;
   // The device of each local replica, by local replica id.
   const std::vector<Device*>& replica_devices() const;
   // "MirroredStrategy", "MultiWorkerMirroredStrategy", "OneDeviceStrategy"
@@ -94,13 +91,6 @@ class Strategy {
     VariableCreatorScope creator_;
   };
   [[nodiscard]] std::unique_ptr<Scope> scope() const { return std::make_unique<Scope>(*this); }
-
-  // Runs fn(context) on every local replica's thread with that replica's
-  // context (also its get_replica_context()), and returns when all have
-  // finished. If one throws, the others are released from their collectives
-  // and the first failure is rethrown with "replica <id>: " in front of its
-  // message (same exception type).
-  void run_replicas(const std::function<void(ReplicaContext&)>& fn) const;
 
   // strategy.run(fn): fn() on every local replica; its results, per local replica.
   template <typename F>
@@ -144,52 +134,19 @@ class Strategy {
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& value,
                 std::optional<int> axis = std::nullopt) const;
 
-  // Splits a global batch along dim 0: replica r gets global / N examples,
-  // one more for the first global % N replicas (tf.distribute's split;
-  // even_split). One size per replica in sync (all workers').
-  std::vector<std::int64_t> split_sizes(std::int64_t global_batch) const;
-  // This worker's part of a global batch: the first row and the size of
-  // each local replica's share (all of it with a single worker).
-  struct LocalShare {
-    std::int64_t begin = 0;
-    std::vector<std::int64_t> sizes{};
-  };
-  LocalShare local_share(std::int64_t global_batch) const;
-  // A batch cut into zero-copy views, one list per local replica: `batch` is
-  // the global batch that every worker holds (this worker keeps its
-  // replicas' rows), or, with `worker_part`, this worker's own part of a
-  // global batch of `global_rows` (all of its rows go to its replicas). The
-  // one batch splitter of fit, custom loops and DistributedDataset.
-  struct LocalBatches {
-    std::int64_t global_rows = 0;
-    std::vector<std::int64_t> sizes{};
-    std::vector<std::vector<Tensor>> parts{};
-  };
-  LocalBatches split_batch(const std::vector<Tensor>& batch, bool worker_part = false,
-                           std::int64_t global_rows = 0) const;
+  // For implementers of training loops and strategies: running replicas
+  // with their contexts, splitting batches, agreeing across workers
+  // (strategy_extended.h; tf.distribute's Strategy.extended).
+  StrategyExtended extended() const;
 
-  // ---- Agreement across workers (one worker: nothing to agree on) ----
-  // Whether every worker has a next batch (an epoch ends for all when one
-  // runs out, so uneven input never hangs), and the sum of `rows` over the
-  // workers (the global batch when each holds only its part).
-  struct StepAgreement {
-    bool all_have_batch = true;
-    std::int64_t total_rows = 0;
-  };
-  StepAgreement agree_on_step(bool have_batch, std::int64_t rows) const;
-  // Every worker must state the same facts (the model's config, the
-  // optimizer's, the steps per epoch, ...: pairs of what and its text); a
-  // mismatch is a DistributedError naming the workers that differ from the
-  // chief and what, on every worker. Compared by a 64-bit hash.
-  void check_workers_agree(const std::string& op,
-                           const std::vector<std::pair<std::string, std::string>>& facts) const;
-  // Element-wise sum over the workers, in place (metric states, votes).
-  void sum_across_workers(std::vector<double>& values) const;
-
-  const std::shared_ptr<StrategyImpl>& impl() const { return impl_; }
   friend bool operator==(const Strategy& a, const Strategy& b) { return a.impl_ == b.impl_; }
 
  private:
+  friend class StrategyExtended;
+  friend class MultiWorkerMirroredStrategy;
+  // Runs fn(context) on every local replica (StrategyExtended::run_replicas).
+  void run_replicas(const std::function<void(ReplicaContext&)>& fn) const;
+
   // run()'s arguments: a PerReplica gives each replica its value, anything
   // else is shared.
   template <typename T>

@@ -1,0 +1,88 @@
+// StrategyExtended: a strategy's face for the code that implements training
+// loops and strategies (fit, custom-loop helpers, callbacks that act across
+// workers), as tf.distribute's Strategy.extended. User code needs only
+// strategy.h: scope, run, reduce, num_replicas_in_sync.
+//
+//   auto ext = strategy.extended();
+//   auto local = ext.split_batch(batch);          // one list of views per local replica
+//   ext.run_replicas([&](ReplicaContext& ctx) {   // each replica with its context
+//     train_step(ctx, local.parts[ctx.local_replica_id()]);
+//   });
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lockstep/comm/communicator.h"
+#include "lockstep/distribute/strategy.h"
+
+namespace lockstep::distribute {
+
+class StrategyExtended {
+ public:
+  explicit StrategyExtended(Strategy strategy) : strategy_(std::move(strategy)) {}
+
+  // Runs fn(context) on every local replica's thread with that replica's
+  // context (also its get_replica_context()), and returns when all have
+  // finished. If one throws, the others are released from their
+  // collectives and the first failure is rethrown with "replica <id>: " in
+  // front of its message (same exception type).
+  void run_replicas(const std::function<void(ReplicaContext&)>& fn) const {
+    strategy_.run_replicas(fn);
+  }
+
+  // ---- Splitting batches (every split goes through even_split) ----
+  // Splits a global batch along dim 0: replica r gets global / N examples,
+  // one more for the first global % N replicas (tf.distribute's split). One
+  // size per replica in sync (all workers').
+  std::vector<std::int64_t> split_sizes(std::int64_t global_batch) const;
+  // This worker's part of a global batch: the first row and the size of
+  // each local replica's share (all of it with a single worker).
+  struct LocalShare {
+    std::int64_t begin = 0;
+    std::vector<std::int64_t> sizes{};
+  };
+  LocalShare local_share(std::int64_t global_batch) const;
+  // A batch cut into zero-copy views, one list per local replica: `batch` is
+  // the global batch that every worker holds (this worker keeps its
+  // replicas' rows), or, with `worker_part`, this worker's own part of a
+  // global batch of `global_rows` (all of its rows go to its replicas). The
+  // one batch splitter of fit, custom loops and DistributedDataset.
+  struct LocalBatches {
+    std::int64_t global_rows = 0;
+    std::vector<std::int64_t> sizes{};
+    std::vector<std::vector<Tensor>> parts{};
+  };
+  LocalBatches split_batch(const std::vector<Tensor>& batch, bool worker_part = false,
+                           std::int64_t global_rows = 0) const;
+
+  // ---- Agreement across workers (one worker: nothing to agree on) ----
+  // Whether every worker has a next batch (an epoch ends for all when one
+  // runs out, so uneven input never hangs), and the sum of `rows` over the
+  // workers (the global batch when each holds only its part).
+  struct StepAgreement {
+    bool all_have_batch = true;
+    std::int64_t total_rows = 0;
+  };
+  StepAgreement agree_on_step(bool have_batch, std::int64_t rows) const;
+  // Every worker must state the same facts (the model's config, the
+  // optimizer's, the steps per epoch, ...: pairs of what and its text); a
+  // mismatch is a DistributedError naming the workers that differ from the
+  // chief and what, on every worker. Compared by a 64-bit hash.
+  void check_workers_agree(const std::string& op,
+                           const std::vector<std::pair<std::string, std::string>>& facts) const;
+  // Element-wise sum over the workers, in place (metric states, votes).
+  void sum_across_workers(std::vector<double>& values) const;
+  // The communicator joining the workers (one rank per process), or null
+  // with a single worker: for what the operations above do not cover
+  // (sending the chief's checkpoint to every worker).
+  comm::Communicator* cross_worker_communicator() const;
+
+ private:
+  Strategy strategy_;
+};
+
+}  // namespace lockstep::distribute
