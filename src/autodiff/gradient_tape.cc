@@ -9,7 +9,9 @@
 namespace lockstep {
 namespace {
 
-// Tapes alive on this thread (for automatic watching of variables).
+// Tapes alive on this thread (for automatic watching of variables). Per
+// thread: a tape records the ops of the thread that made it, so replica
+// threads each record their own step.
 thread_local std::vector<GradientTape*> t_tapes;
 
 }  // namespace

@@ -173,6 +173,9 @@ void Variable::assign_sub(const Tensor& delta) {
 
 namespace lockstep {
 namespace {
+// The creator scopes open on this thread, innermost last (a strategy's
+// scope makes variables mirrored). Per thread, as tf.distribute's scopes:
+// another thread may build another model under another strategy meanwhile.
 thread_local std::vector<VariableCreator> t_creators;
 }
 

@@ -93,6 +93,8 @@ DeviceRegistry& registry() {
   return *r;
 }
 
+// The device of the calling thread (DeviceScope): per thread, because each
+// replica thread allocates on its own device.
 thread_local Device* t_current_device = nullptr;
 
 }  // namespace

@@ -11,6 +11,7 @@ struct RecordingState {
   int paused = 0;
 };
 
+// Per thread, as the tapes it serves (autodiff/gradient_tape.cc).
 thread_local RecordingState t_state;
 thread_local const std::vector<bool>* t_needs_input_grad = nullptr;
 

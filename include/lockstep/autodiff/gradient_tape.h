@@ -44,7 +44,7 @@ enum class UnconnectedGradients { kNone, kZero };
 // Called by gradient() for source `index` as soon as its gradient is final
 // (no op left to walk contributes to it), while backward goes on: how a
 // strategy starts summing early gradients across replicas during backward
-// (optim's GradientReducer). Called exactly once per source, on the tape's
+// (distribute's GradientReduction). Called exactly once per source, on the tape's
 // thread, with the value gradient() returns for it.
 using GradientReadyFn = std::function<void(std::size_t index, const Tensor& grad)>;
 

@@ -20,6 +20,8 @@ inline dnnl::engine& engine() {
   return e;
 }
 
+// One stream per thread: a oneDNN CPU stream runs primitives on its
+// thread's OpenMP team, and replica threads run theirs at the same time.
 inline dnnl::stream& stream() {
   thread_local dnnl::stream s(engine());
   return s;

@@ -124,7 +124,7 @@ void conv2d_forward(const ConvShape& s, const float* x, const float* w, const fl
     memory src, dst, bias;
     WeightsBuffer weights;
   };
-  thread_local std::unordered_map<Key, Entry, TupleHash> cache;
+  thread_local std::unordered_map<Key, Entry, TupleHash> cache;  // per thread: see onednn.cc
   KernelScope scope;
   guarded("conv2d", [&] {
     const Key key = conv_key(s, bias ? 1 : 0);
@@ -160,7 +160,7 @@ void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, f
     memory diff_dst, diff_src;
     WeightsBuffer weights;
   };
-  thread_local std::unordered_map<Key, Entry, TupleHash> cache;
+  thread_local std::unordered_map<Key, Entry, TupleHash> cache;  // per thread: see onednn.cc
   KernelScope scope;
   guarded("conv2d backward (data)", [&] {
     const Key key = conv_key(s, 2);
@@ -195,7 +195,7 @@ void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy
     memory src, diff_dst, diff_bias;
     WeightsBuffer weights;
   };
-  thread_local std::unordered_map<Key, Entry, TupleHash> cache;
+  thread_local std::unordered_map<Key, Entry, TupleHash> cache;  // per thread: see onednn.cc
   KernelScope scope;
   guarded("conv2d backward (weights)", [&] {
     const Key key = conv_key(s, dbias ? 4 : 3);
@@ -281,7 +281,7 @@ void pool_forward(const PoolShape& s, const float* x, float* y, void* workspace)
     dnnl::pooling_forward prim;
     memory src, dst, ws;
   };
-  thread_local std::unordered_map<Key, Entry, TupleHash> cache;
+  thread_local std::unordered_map<Key, Entry, TupleHash> cache;  // per thread: see onednn.cc
   KernelScope scope;
   const bool training = workspace != nullptr || !s.max;
   guarded("pooling", [&] {
@@ -312,7 +312,7 @@ void pool_backward(const PoolShape& s, const float* dy, const void* workspace, f
     dnnl::pooling_backward prim;
     memory diff_dst, diff_src, ws;
   };
-  thread_local std::unordered_map<Key, Entry, TupleHash> cache;
+  thread_local std::unordered_map<Key, Entry, TupleHash> cache;  // per thread: see onednn.cc
   KernelScope scope;
   guarded("pooling backward", [&] {
     const Key key = pool_key(s, 2);
@@ -375,7 +375,7 @@ void batchnorm_forward(const BatchNormShape& s, const float* x, const float* gam
     dnnl::batch_normalization_forward prim;
     memory src, dst, scale, shift, mean, var;
   };
-  thread_local std::unordered_map<BnKey, Entry, TupleHash> cache;
+  thread_local std::unordered_map<BnKey, Entry, TupleHash> cache;  // per thread: see onednn.cc
   KernelScope scope;
   guarded("batch_normalization", [&] {
     const BnKey key{s.rows, s.channels, s.epsilon, training};
@@ -415,7 +415,7 @@ void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy
     dnnl::batch_normalization_backward prim;
     memory src, diff_dst, diff_src, scale, shift, mean, var, diff_scale, diff_shift;
   };
-  thread_local std::unordered_map<BnKey, Entry, TupleHash> cache;
+  thread_local std::unordered_map<BnKey, Entry, TupleHash> cache;  // per thread: see onednn.cc
   KernelScope scope;
   guarded("batch_normalization backward", [&] {
     const BnKey key{s.rows, s.channels, s.epsilon, 2};

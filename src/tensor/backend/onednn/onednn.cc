@@ -46,6 +46,9 @@ void matmul(const MatmulShape& s, const float* a, const float* b, const float* b
                       static_cast<int>(status), " for M=", s.m, " K=", s.k, " N=", s.n);
     return;
   }
+  // Primitive caches are per thread (here and in conv.cc): each replica
+  // thread runs its own kernels with its own memory objects bound to them,
+  // and a shared cache would put a lock on every op.
   thread_local std::unordered_map<Key, Entry, TupleHash> cache;
   const Key key{s.batch, s.m, s.k, s.n, s.transpose_a, s.transpose_b, s.b_shared, bias != nullptr};
   guarded("matmul", [&] {
@@ -114,7 +117,7 @@ void run_unary(UnaryEntry& e, const float* x, float* y) {
 void softmax(const float* x, float* y, std::int64_t outer, std::int64_t axis, std::int64_t inner,
              bool log) {
   using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool>;
-  thread_local std::unordered_map<Key, UnaryEntry, TupleHash> cache;
+  thread_local std::unordered_map<Key, UnaryEntry, TupleHash> cache;  // per thread, as above
   const Key key{outer, axis, inner, log};
   guarded(log ? "log_softmax" : "softmax", [&] {
     auto it = cache.find(key);
@@ -136,7 +139,7 @@ void softmax(const float* x, float* y, std::int64_t outer, std::int64_t axis, st
 
 void eltwise(Eltwise kind, const float* x, float* y, std::int64_t n) {
   using Key = std::tuple<int, std::int64_t>;
-  thread_local std::unordered_map<Key, UnaryEntry, TupleHash> cache;
+  thread_local std::unordered_map<Key, UnaryEntry, TupleHash> cache;  // per thread, as above
   const Key key{static_cast<int>(kind), n};
   guarded("eltwise", [&] {
     auto it = cache.find(key);
