@@ -279,20 +279,23 @@ Element Iterator::get_next() {
 IteratorState Iterator::save() {
   LOCKSTEP_CHECK(impl_ != nullptr, "Iterator: not made from a Dataset");
   IteratorState state;
-  state.json["position"] = position_;
-  StateWriter root(state, state.json["pipeline"], "");
-  root.json() = nlohmann::json::object();
+  nlohmann::json tree = {{"position", position_}, {"pipeline", nlohmann::json::object()}};
+  StateWriter root(state, tree["pipeline"], "");
   impl_->save(root);
+  state.json = tree.dump();
   return state;
 }
 
 void Iterator::restore(const IteratorState& state) {
   LOCKSTEP_CHECK(impl_ != nullptr, "Iterator: not made from a Dataset");
-  const auto p = state.json.find("pipeline");
-  LOCKSTEP_CHECK(p != state.json.end() && p->is_object() && state.json.contains("position"),
+  const nlohmann::json tree = nlohmann::json::parse(state.json, nullptr, /*allow_exceptions=*/false);
+  LOCKSTEP_CHECK(!tree.is_discarded(), "Iterator::restore: not an iterator state (its JSON does not "
+                 "parse: '", state.json.substr(0, 80), "')");
+  const auto p = tree.find("pipeline");
+  LOCKSTEP_CHECK(p != tree.end() && p->is_object() && tree.contains("position"),
                  "Iterator::restore: not an iterator state (no 'pipeline' / 'position')");
   impl_->restore(StateReader(state, *p, ""));
-  position_ = state.json.at("position").get<std::int64_t>();
+  position_ = tree.at("position").get<std::int64_t>();
 }
 
 // ---- Dataset ----

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "lockstep/data/dataset.h"
 
 namespace lockstep::data {

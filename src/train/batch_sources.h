@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "lockstep/data/dataset.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/tensor/ops.h"
@@ -16,6 +18,16 @@
 #include "model_internal.h"
 
 namespace lockstep::detail {
+
+// A saved input position's JSON tree; a ValueError naming `op` when it does
+// not parse (a damaged or foreign checkpoint).
+inline nlohmann::json parse_position(const data::IteratorState& st, const std::string& op) {
+  nlohmann::json j = nlohmann::json::parse(st.json, nullptr, /*allow_exceptions=*/false);
+  LOCKSTEP_CHECK(!j.is_discarded() && j.is_object(), op,
+                 ": the saved input position is not a JSON object ('", st.json.substr(0, 80),
+                 "')");
+  return j;
+}
 
 // Rows `idx` of t (a copy), or rows [begin, end) as a view when idx is empty.
 Tensor take_rows(const Tensor& t, const std::vector<std::int64_t>& order, std::int64_t begin,
@@ -80,14 +92,13 @@ class TensorBatches final : public BatchSource {
       order_ = random::permutation_indices(n_, seed_, stream_ + static_cast<std::uint64_t>(epoch));
   }
   data::IteratorState save_state(int epoch, bool) override {
-    data::IteratorState st;
-    st.json = {{"source", "tensors"}, {"examples", n_}, {"batch_size", batch_size_},
-               {"shuffle", shuffle_}, {"seed", seed_},  {"stream", stream_},
-               {"epoch", epoch}};
-    return st;
+    const nlohmann::json j = {{"source", "tensors"}, {"examples", n_}, {"batch_size", batch_size_},
+                              {"shuffle", shuffle_}, {"seed", seed_},  {"stream", stream_},
+                              {"epoch", epoch}};
+    return {.json = j.dump()};
   }
   void restore_state(int epoch, std::int64_t, const data::IteratorState& st) override {
-    const auto& j = st.json;
+    const nlohmann::json j = parse_position(st, "fit");
     LOCKSTEP_CHECK(
         j.value("source", "") == "tensors" && j.value("examples", -1) == n_ &&
             j.value("batch_size", -1) == batch_size_ && j.value("shuffle", !shuffle_) == shuffle_,
@@ -217,36 +228,40 @@ class DatasetBatches final : public BatchSource {
   }
   data::IteratorState save_state(int, bool full) override {
     if (!full) {
-      data::IteratorState st;
-      st.json = {{"source", "dataset"}, {"iterator_epoch", it_epoch_}, {"replay", it_->position()}};
+      nlohmann::json j = {
+          {"source", "dataset"}, {"iterator_epoch", it_epoch_}, {"replay", it_->position()}};
       // Every worker has taken as many elements and parts as the chief
       // (they step together): the chief's numbers replay each worker's own
       // pipeline.
-      if (parts_ > 1) st.json["part"] = part_;
-      return st;
+      if (parts_ > 1) j["part"] = part_;
+      return {.json = j.dump()};
     }
     LOCKSTEP_CHECK(parts_ == 1, op_,
                    ": the full input state cannot be saved under auto-shard FILE or OFF (each "
                    "worker's pipeline is its own); the default replay position resumes every "
                    "worker");
     data::IteratorState st = it_->save();
-    st.json = {{"source", "dataset"}, {"iterator_epoch", it_epoch_}, {"iterator", st.json}};
+    const nlohmann::json j = {{"source", "dataset"},
+                              {"iterator_epoch", it_epoch_},
+                              {"iterator", nlohmann::json::parse(st.json)}};
+    st.json = j.dump();
     return st;
   }
   void restore_state(int epoch, std::int64_t step, const data::IteratorState& st) override {
-    LOCKSTEP_CHECK(st.json.value("source", "") == "dataset", op_,
-                   ": the saved input position is not a dataset's (", st.json.dump(), ")");
+    const nlohmann::json j = parse_position(st, op_);
+    LOCKSTEP_CHECK(j.value("source", "") == "dataset", op_,
+                   ": the saved input position is not a dataset's (", st.json, ")");
     if (fixed_steps_ == 0 && step == 0) {
       start_epoch(epoch);  // a whole new pass: nothing to restore
       return;
     }
-    it_epoch_ = st.json.at("iterator_epoch").get<std::uint64_t>();
+    it_epoch_ = j.at("iterator_epoch").get<std::uint64_t>();
     it_ = ds_.make_iterator({.epoch = it_epoch_});
-    if (st.json.contains("replay")) {
+    if (j.contains("replay")) {
       // Every random choice is a function of the seeds and the iteration key
       // (data/dataset.h), so the same elements come again: skip them.
-      auto skip = st.json.at("replay").get<std::int64_t>();
-      const int part = st.json.value("part", 0);
+      auto skip = j.at("replay").get<std::int64_t>();
+      const int part = j.value("part", 0);
       current_.reset();
       part_ = 0;
       const bool mid_element = parts_ > 1 && part > 0 && part < parts_;
@@ -263,7 +278,7 @@ class DatasetBatches final : public BatchSource {
       }
       return;
     }
-    it_->restore({st.json.at("iterator"), st.tensors});
+    it_->restore({j.at("iterator").dump(), st.tensors});
   }
 
  private:

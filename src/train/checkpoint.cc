@@ -29,7 +29,7 @@ json position_json(const TrainingSnapshot& p) {
           {"step", p.step},
           {"metrics", metrics},
           {"random", {p.random_seed, p.random_stream}},
-          {"input", p.input.json}};
+          {"input", nlohmann::json::parse(p.input.json)}};
 }
 
 TrainingSnapshot position_from_json(const json& j, const io::TensorFile& file) {
@@ -40,7 +40,7 @@ TrainingSnapshot position_from_json(const json& j, const io::TensorFile& file) {
     p.metrics.emplace_back(m.at(0).get<std::string>(), m.at(1).get<std::vector<double>>());
   p.random_seed = j.at("random").at(0).get<std::uint64_t>();
   p.random_stream = j.at("random").at(1).get<std::uint64_t>();
-  p.input.json = j.at("input");
+  p.input.json = j.at("input").dump();
   for (const auto& [name, t] : file.tensors) {
     if (name.starts_with(kInput))
       p.input.tensors[name.substr(std::char_traits<char>::length(kInput))] = t;

@@ -29,7 +29,7 @@ std::vector<std::string> drain(Iterator& it) {
 // A deep copy, so the restored iterator cannot lean on the saved one's buffers.
 IteratorState deep_copy(const IteratorState& s) {
   IteratorState c;
-  c.json = nlohmann::json::parse(s.json.dump());
+  c.json = s.json;  // text: a copy is a deep copy
   for (const auto& [k, t] : s.tensors) c.tensors[k] = t.copy();
   return c;
 }

@@ -38,7 +38,6 @@
 #include <iterator>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,11 +59,12 @@ inline constexpr std::int64_t kUnknownCardinality = -2;
 void set_autotune_memory_budget(std::size_t bytes);
 std::size_t autotune_memory_budget();
 
-// Everything an iterator needs to continue where it stopped: a JSON tree of
-// positions, seeds and counts, and the buffered elements as named tensors
-// (the checkpoint writer stores both).
+// Everything an iterator needs to continue where it stopped: the JSON text
+// of a tree of positions, seeds and counts, and the buffered elements as
+// named tensors (the checkpoint writer stores both). Only data/ reads the
+// tree; for everyone else it is opaque text to keep and give back.
 struct IteratorState {
-  nlohmann::json json = nlohmann::json::object();
+  std::string json = "{}";
   std::map<std::string, Tensor> tensors{};
 };
 
