@@ -35,7 +35,7 @@ fs::path bench_dir() {
   return dir;
 }
 
-void BM_DiskSequentialWrite(benchmark::State& state) {
+void BM_Disk_SequentialWrite(benchmark::State& state) {
   const fs::path path = bench_dir() / "disk_probe.bin";
   const std::size_t total = 64u << 20, chunk = 1u << 20;
   std::vector<char> data(chunk, 7);
@@ -51,9 +51,9 @@ void BM_DiskSequentialWrite(benchmark::State& state) {
   fs::remove(path);
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * total));
 }
-BENCHMARK(BM_DiskSequentialWrite)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Disk_SequentialWrite)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-void BM_CheckpointSave(benchmark::State& state) {
+void BM_Checkpoint_Save(benchmark::State& state) {
   ls::Model m = seed_mlp();
   m.fit(ls::bench::synthetic_batches(64),
         {.epochs = 1, .verbose = 0, .steps_per_epoch = 2});  // creates the slots
@@ -65,9 +65,9 @@ void BM_CheckpointSave(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * bytes);
   state.counters["file_MB"] = static_cast<double>(bytes) * 1e-6;
 }
-BENCHMARK(BM_CheckpointSave)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Checkpoint_Save)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-void BM_CheckpointRestore(benchmark::State& state) {
+void BM_Checkpoint_Restore(benchmark::State& state) {
   ls::Model m = seed_mlp();
   m.fit(ls::bench::synthetic_batches(64), {.epochs = 1, .verbose = 0, .steps_per_epoch = 2});
   const std::string path = (bench_dir() / "restore.safetensors").string();
@@ -79,10 +79,10 @@ void BM_CheckpointRestore(benchmark::State& state) {
   for (auto _ : state) ckpt.restore(path);
   state.SetBytesProcessed(state.iterations() * bytes);
 }
-BENCHMARK(BM_CheckpointRestore)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Checkpoint_Restore)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // range(0): 0 no backups, 1 BackupAndRestore(save_freq = 100).
-void BM_FitWithBackups(benchmark::State& state) {
+void BM_Checkpoint_FitWithBackups(benchmark::State& state) {
   const std::int64_t steps = 400;
   const auto ds = ls::bench::synthetic_batches(64);
   for (auto _ : state) {
@@ -102,7 +102,11 @@ void BM_FitWithBackups(benchmark::State& state) {
                          benchmark::Counter::kIsRate);
   state.SetLabel(state.range(0) ? "BackupAndRestore(save_freq=100)" : "no backups");
 }
-BENCHMARK(BM_FitWithBackups)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Checkpoint_FitWithBackups)
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 

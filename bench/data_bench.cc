@@ -122,10 +122,7 @@ BENCHMARK(BM_Overlap_Spin)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRe
 // with a map that costs as much as the step on the other core.
 void BM_Overlap_MlpStep(benchmark::State& state) {
   omp_set_num_threads(1);
-  auto in = ls::Input({784});
-  auto h = ls::layers::Dense(256, {.activation = "relu"})(in);
-  h = ls::layers::Dense(256, {.activation = "relu"})(h);
-  ls::Model model(in, ls::layers::Dense(10)(h));
+  ls::Model model = ls::zoo::seed_mlp();
   model.compile({.optimizer = ls::optimizers::Adam(),
                  .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true})});
   const ls::Tensor x = ls::random::uniform({64, 784}, {.seed = 1});

@@ -32,7 +32,7 @@ using ls::bench::seed_mlp;
 // mode 0: 1 replica on 1 core; 1: no strategy (2 cores); 2: 2 replicas on 2
 // cores; 3: OneDeviceStrategy on the host device (2 cores); 4: 2 replicas on
 // 2 cores, each running the whole optimizer update (unsharded).
-void BM_SeedMlp(benchmark::State& state) {
+void BM_Mirrored_SeedMlp(benchmark::State& state) {
   const int mode = static_cast<int>(state.range(0));
   const std::int64_t batch = state.range(1);
   const auto& devices = ls::logical_devices();
@@ -75,7 +75,7 @@ void mlp_args(benchmark::internal::Benchmark* b) {
     b->Args({4, batch, 0});
   }
 }
-BENCHMARK(BM_SeedMlp)
+BENCHMARK(BM_Mirrored_SeedMlp)
     ->Apply(mlp_args)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
@@ -86,7 +86,7 @@ BENCHMARK(BM_SeedMlp)
 // replica updates half and copies it into the other's weights, with one
 // set of slots; unsharded, each runs the whole update on its own copy with
 // its own slots. Arg: 1 sharded, 0 unsharded.
-void BM_AdamUpdate2Replicas(benchmark::State& state) {
+void BM_Optimizer_AdamUpdate2Replicas(benchmark::State& state) {
   const bool sharded = state.range(0) == 1;
   dist::Strategy strategy =
       dist::MirroredStrategy({.devices = ls::logical_devices(), .shard_optimizer_update = sharded});
@@ -110,12 +110,14 @@ void BM_AdamUpdate2Replicas(benchmark::State& state) {
 // The same update on one replica with both cores, over the seed MLP's six
 // variables (arg 0) and over one variable of the same 269,322 elements
 // (arg 1): what a flat parameter arena would change about the update.
-void BM_AdamUpdateLayout(benchmark::State& state) {
+void BM_Optimizer_AdamUpdateLayout(benchmark::State& state) {
   std::vector<ls::Variable> vars;
   if (state.range(0) == 0) {
     vars = seed_mlp().trainable_weights();
   } else {
-    vars.push_back(ls::Variable(ls::Tensor::zeros({269322})));
+    std::int64_t elements = 0;
+    for (const ls::Variable& v : seed_mlp().trainable_weights()) elements += v.shape().numel();
+    vars.push_back(ls::Variable(ls::Tensor::zeros({elements})));
   }
   std::vector<ls::Tensor> grads;
   for (const ls::Variable& v : vars)
@@ -125,11 +127,22 @@ void BM_AdamUpdateLayout(benchmark::State& state) {
   for (auto _ : state) opt.apply_gradients(grads, vars);
   state.SetLabel(state.range(0) == 0 ? "6 variables" : "1 flat variable");
   // Bytes Adam moves: reads g, m, v, w; writes m, v, w.
-  state.SetBytesProcessed(state.iterations() * 269322 * 7 * 4);
+  std::int64_t elements = 0;
+  for (const ls::Variable& v : vars) elements += v.shape().numel();
+  state.SetBytesProcessed(state.iterations() * elements * 7 *
+                          static_cast<std::int64_t>(sizeof(float)));
 }
-BENCHMARK(BM_AdamUpdateLayout)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->MinTime(0.5);
+BENCHMARK(BM_Optimizer_AdamUpdateLayout)
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMicrosecond)
+    ->MinTime(0.5);
 
-BENCHMARK(BM_AdamUpdate2Replicas)->Arg(1)->Arg(0)->Unit(benchmark::kMicrosecond)->MinTime(0.5);
+BENCHMARK(BM_Optimizer_AdamUpdate2Replicas)
+    ->Arg(1)
+    ->Arg(0)
+    ->Unit(benchmark::kMicrosecond)
+    ->MinTime(0.5);
 
 // The ceiling at a given size: two threads, each copying its own buffer of
 // that size, as the two ranks of an all-reduce do (bytes read + written / s).
@@ -147,7 +160,7 @@ double memcpy2_bytes_per_s(std::size_t n) {
   return best;
 }
 
-void BM_AllReduce2(benchmark::State& state) {
+void BM_Comm_AllReduce2(benchmark::State& state) {
   const std::size_t bytes = static_cast<std::size_t>(state.range(0)) << 20;
   const std::size_t count = bytes / sizeof(float);
   const auto algo = state.range(1) == 0 ? ls::comm::Algorithm::kReduceScatterAllGather
@@ -196,7 +209,7 @@ void BM_AllReduce2(benchmark::State& state) {
   state.counters["of_bound"] = (moved / ceiling) / per;
   state.SetLabel(state.range(1) == 0 ? "reduce-scatter + all-gather" : "reduction to one device");
 }
-BENCHMARK(BM_AllReduce2)
+BENCHMARK(BM_Comm_AllReduce2)
     ->ArgsProduct({{1, 4, 16, 64}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(0.5)

@@ -170,16 +170,15 @@ void run_training(benchmark::State& state, ls::Model model, const ls::Shape& exa
 }
 
 void BM_Train_SeedMlp(benchmark::State& state) {
-  run_training(state, ls::bench::seed_mlp_layers(), ls::Shape{784},
-               2.0 * (784 * 256 + 256 * 256 + 256 * 10), 2.0 * 784 * 256);
+  run_training(state, ls::zoo::seed_mlp(), ls::Shape{784}, 2.0 * (784 * 256 + 256 * 256 + 256 * 10),
+               2.0 * 784 * 256);
 }
 BENCHMARK(BM_Train_SeedMlp)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond)->MinTime(2.0);
 
 void BM_Train_SmallCnn(benchmark::State& state) {
   const double conv1 = 2.0 * 26 * 26 * 32 * 9 * 1, conv2 = 2.0 * 11 * 11 * 64 * 9 * 32;
   const double dense = 2.0 * (1600 * 128 + 128 * 10);
-  run_training(state, ls::bench::small_cnn_layers(), ls::Shape{28, 28, 1}, conv1 + conv2 + dense,
-               conv1);
+  run_training(state, ls::zoo::small_cnn(), ls::Shape{28, 28, 1}, conv1 + conv2 + dense, conv1);
 }
 BENCHMARK(BM_Train_SmallCnn)->Arg(32)->Arg(64)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 

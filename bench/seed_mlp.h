@@ -10,29 +10,10 @@
 
 namespace lockstep::bench {
 
-// The seed MLP (784-256-256-10) and the small CNN
-// (Conv32-Pool-Conv64-Pool-Dense128-Dense10), uncompiled.
-inline Model seed_mlp_layers() {
-  auto in = Input({784});
-  auto h = layers::Dense(256, {.activation = "relu"})(in);
-  h = layers::Dense(256, {.activation = "relu"})(h);
-  return Model(in, layers::Dense(10)(h));
-}
-
-inline Model small_cnn_layers() {
-  auto in = Input({28, 28, 1});
-  auto x = layers::Conv2D(32, {3, 3}, {.activation = "relu"})(in);
-  x = layers::MaxPooling2D()(x);
-  x = layers::Conv2D(64, {3, 3}, {.activation = "relu"})(x);
-  x = layers::MaxPooling2D()(x);
-  x = layers::Flatten()(x);
-  x = layers::Dense(128, {.activation = "relu"})(x);
-  return Model(in, layers::Dense(10)(x));
-}
-
+// The seed MLP (train/zoo.h), compiled as the guide compiles it.
 inline Model seed_mlp() {
   set_random_seed(1);
-  Model m = seed_mlp_layers();
+  Model m = zoo::seed_mlp();
   m.compile({.optimizer = optimizers::Adam(),
              .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
              .metrics = {metrics::SparseCategoricalAccuracy()}});

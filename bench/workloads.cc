@@ -58,8 +58,7 @@ void report(nlohmann::json fields) {
 }
 
 ls::Model make_model(const std::string& workload) {
-  ls::Model model =
-      workload == "mlp" ? ls::bench::seed_mlp_layers() : ls::bench::small_cnn_layers();
+  ls::Model model = workload == "mlp" ? ls::zoo::seed_mlp() : ls::zoo::small_cnn();
   model.compile({.optimizer = ls::optimizers::Adam(),
                  .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
                  .metrics = {ls::metrics::SparseCategoricalAccuracy()}});

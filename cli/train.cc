@@ -26,22 +26,8 @@ namespace {
 namespace ld = lockstep::data;
 
 Model build_model(const std::string& which) {
-  if (which == "mlp") {
-    auto inputs = Input({784});
-    auto x = layers::Dense(256, {.activation = "relu"})(inputs);
-    x = layers::Dense(256, {.activation = "relu"})(x);
-    return Model(inputs, layers::Dense(10)(x));
-  }
-  if (which == "cnn") {
-    auto inputs = Input({28, 28, 1});
-    auto x = layers::Conv2D(32, {3, 3}, {.activation = "relu"})(inputs);
-    x = layers::MaxPooling2D()(x);
-    x = layers::Conv2D(64, {3, 3}, {.activation = "relu"})(x);
-    x = layers::MaxPooling2D()(x);
-    x = layers::Flatten()(x);
-    x = layers::Dense(128, {.activation = "relu"})(x);
-    return Model(inputs, layers::Dense(10)(x));
-  }
+  if (which == "mlp") return zoo::seed_mlp();
+  if (which == "cnn") return zoo::small_cnn();
   LOCKSTEP_CHECK_AS(IOError, !std::filesystem::is_directory(which), "--model: '", which,
                     "' is a directory; expected mlp, cnn or a model JSON file");
   std::ifstream in(which);

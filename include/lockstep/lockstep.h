@@ -41,3 +41,4 @@
 #include "lockstep/train/model.h"
 #include "lockstep/train/progbar.h"
 #include "lockstep/train/standard_callbacks.h"
+#include "lockstep/train/zoo.h"

@@ -177,7 +177,7 @@ namespace {
 // scope makes variables mirrored). Per thread, as tf.distribute's scopes:
 // another thread may build another model under another strategy meanwhile.
 thread_local std::vector<VariableCreator> t_creators;
-}
+}  // namespace
 
 Variable create_variable(const Tensor& initial_value, Variable::Options options) {
   if (t_creators.empty()) return Variable(initial_value, std::move(options));

@@ -288,9 +288,12 @@ IteratorState Iterator::save() {
 
 void Iterator::restore(const IteratorState& state) {
   LOCKSTEP_CHECK(impl_ != nullptr, "Iterator: not made from a Dataset");
-  const nlohmann::json tree = nlohmann::json::parse(state.json, nullptr, /*allow_exceptions=*/false);
-  LOCKSTEP_CHECK(!tree.is_discarded(), "Iterator::restore: not an iterator state (its JSON does not "
-                 "parse: '", state.json.substr(0, 80), "')");
+  const nlohmann::json tree =
+      nlohmann::json::parse(state.json, nullptr, /*allow_exceptions=*/false);
+  LOCKSTEP_CHECK(!tree.is_discarded(),
+                 "Iterator::restore: not an iterator state (its JSON does not "
+                 "parse: '",
+                 state.json.substr(0, 80), "')");
   const auto p = tree.find("pipeline");
   LOCKSTEP_CHECK(p != tree.end() && p->is_object() && tree.contains("position"),
                  "Iterator::restore: not an iterator state (no 'pipeline' / 'position')");

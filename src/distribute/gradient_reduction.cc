@@ -11,8 +11,7 @@ namespace {
 // Lays the arena out in reverse variable order (backward's order), cutting
 // a bucket before a gradient that would take it past the cap. Each bucket is
 // one contiguous range: its gradients, then its variables' flags.
-void lay_out(GradientBuckets& b, const std::vector<Variable>& vars,
-             std::size_t bytes_per_pack) {
+void lay_out(GradientBuckets& b, const std::vector<Variable>& vars, std::size_t bytes_per_pack) {
   const std::size_t n = vars.size();
   b.var_ids.clear();
   for (const Variable& v : vars) b.var_ids.push_back(v.id());

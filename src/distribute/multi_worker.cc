@@ -85,10 +85,10 @@ void join_through_store(comm::StoreClient& store, const ClusterResolver& r,
       store.set(keys[static_cast<std::size_t>(rank)], mine);
     } catch (const Error&) {
     }
-    throw DistributedError(lockstep::detail::str_cat(
-        "MultiWorkerMirroredStrategy: ", r.describe_worker(rank),
-        " was given another cluster spec than the chief: \"", spec, "\" here, \"", *chiefs_spec,
-        "\" on the chief"));
+    throw DistributedError(
+        lockstep::detail::str_cat("MultiWorkerMirroredStrategy: ", r.describe_worker(rank),
+                                  " was given another cluster spec than the chief: \"", spec,
+                                  "\" here, \"", *chiefs_spec, "\" on the chief"));
   }
   store.set(keys[static_cast<std::size_t>(rank)], mine);
   try {

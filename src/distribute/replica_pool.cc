@@ -15,9 +15,9 @@ namespace lockstep::distribute {
 
 using Clock = std::chrono::steady_clock;
 
-StrategyImpl::StrategyImpl(std::string name, std::vector<Device*> devices,
-                           int replicas_per_device, comm::InProcessGroup::Options comm_options,
-                           bool is_default, ReplicaOptions replica_options, CrossWorker workers)
+StrategyImpl::StrategyImpl(std::string name, std::vector<Device*> devices, int replicas_per_device,
+                           comm::InProcessGroup::Options comm_options, bool is_default,
+                           ReplicaOptions replica_options, CrossWorker workers)
     : name_(std::move(name)),
       comm_options_(comm_options),
       is_default_(is_default),

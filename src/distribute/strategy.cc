@@ -9,8 +9,8 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/hash.h"
-#include "lockstep/tensor/ops.h"
 #include "lockstep/distribute/strategy_extended.h"
+#include "lockstep/tensor/ops.h"
 #include "strategy_impl.h"
 
 namespace lockstep::distribute {
@@ -112,7 +112,8 @@ StrategyExtended::LocalBatches StrategyExtended::split_batch(const std::vector<T
   return out;
 }
 
-StrategyExtended::StepAgreement StrategyExtended::agree_on_step(bool have_batch, std::int64_t rows) const {
+StrategyExtended::StepAgreement StrategyExtended::agree_on_step(bool have_batch,
+                                                                std::int64_t rows) const {
   comm::Communicator* workers = cross_worker_communicator();
   if (!workers) return {have_batch, rows};
   // How many workers are out of data, and the rows of this step's parts.
@@ -219,7 +220,6 @@ MirroredStrategy::MirroredStrategy(MirroredStrategyOptions o) {
                      .shard_optimizer_update = o.shard_optimizer_update});
   static_cast<Strategy&>(*this) = Strategy(std::move(impl));
 }
-
 
 OneDeviceStrategy::OneDeviceStrategy(Device& device) {
   static_cast<Strategy&>(*this) =

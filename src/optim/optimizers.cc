@@ -8,9 +8,9 @@
 #include <cstring>
 #include <sstream>
 
-#include "lockstep/core/simd.h"
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/autodiff/mirrored_copy.h"
+#include "lockstep/core/simd.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/parallel.h"
 
@@ -262,9 +262,10 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
   std::int64_t total = 0;
   for (std::size_t i = 0; i < updated.size(); ++i) {
     const Tensor& value = updated[i].value();
-    VarSlots& slots = shared ? shared_slots_for(rs, updated[i]) : slots_for(rs, replica, updated[i]);
-    items.push_back({static_cast<float*>(value.raw_data()), updated_grads[i].data<float>(),
-                     &slots.buffers});
+    VarSlots& slots =
+        shared ? shared_slots_for(rs, updated[i]) : slots_for(rs, replica, updated[i]);
+    items.push_back(
+        {static_cast<float*>(value.raw_data()), updated_grads[i].data<float>(), &slots.buffers});
     spans.push_back({total, value.numel()});
     total += value.numel();
   }
@@ -289,7 +290,7 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
   };
   auto parallel_update = [&](std::int64_t begin, std::int64_t end) {
     parallel_for(end - begin, kUpdateCostPerElement,
-                         [&](std::int64_t b, std::int64_t e) { update_range(begin + b, begin + e); });
+                 [&](std::int64_t b, std::int64_t e) { update_range(begin + b, begin + e); });
   };
   if (aggregator) {
     aggregator->run_update(updated, spans, total, parallel_update);

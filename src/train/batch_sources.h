@@ -5,11 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "lockstep/data/dataset.h"
 #include "lockstep/distribute/strategy.h"
@@ -24,8 +23,7 @@ namespace lockstep::detail {
 inline nlohmann::json parse_position(const data::IteratorState& st, const std::string& op) {
   nlohmann::json j = nlohmann::json::parse(st.json, nullptr, /*allow_exceptions=*/false);
   LOCKSTEP_CHECK(!j.is_discarded() && j.is_object(), op,
-                 ": the saved input position is not a JSON object ('", st.json.substr(0, 80),
-                 "')");
+                 ": the saved input position is not a JSON object ('", st.json.substr(0, 80), "')");
   return j;
 }
 

@@ -17,10 +17,10 @@ namespace lockstep {
 
 using detail::Batch;
 using detail::BatchSource;
-using detail::DatasetBatches;
-using detail::TensorBatches;
 using detail::check_data;
+using detail::DatasetBatches;
 using detail::prepare_inputs;
+using detail::TensorBatches;
 using detail::view_all;
 
 namespace {
@@ -184,9 +184,10 @@ void Model::Loops::check_workers_agree(Model& m, const char* op, std::int64_t st
   } catch (const Error&) {
     // A subclassed model has no config; the variables' broadcast checks shapes.
   }
-  strategy.extended().check_workers_agree(op, {{"model config", model_config},
-                                    {"optimizer config", m.state().optimizer->config_json()},
-                                    {"number of steps per epoch", std::to_string(steps)}});
+  strategy.extended().check_workers_agree(op,
+                                          {{"model config", model_config},
+                                           {"optimizer config", m.state().optimizer->config_json()},
+                                           {"number of steps per epoch", std::to_string(steps)}});
 }
 
 Model::Loops::Shares Model::Loops::share_out(Model& m, const Batch& b) {
@@ -441,9 +442,9 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
     if (val_source && (epoch + 1) % o.validation_freq == 0) {
       // Validation is the evaluate pass, through the same callbacks,
       // silently (as Keras).
-      const Logs val_logs = test_pass(m, *val_source, callbacks,
-                                      "fit: validation after epoch " + std::to_string(epoch + 1) +
-                                          ", ");
+      const Logs val_logs =
+          test_pass(m, *val_source, callbacks,
+                    "fit: validation after epoch " + std::to_string(epoch + 1) + ", ");
       for (const auto& [k, v] : val_logs) epoch_logs.set("val_" + k, v);
     }
     at_epoch = epoch + 1;  // a checkpoint taken now starts the next epoch

@@ -57,7 +57,6 @@ Model::TrainState& Model::state() const {
   return *state_;
 }
 
-
 // Builds the per-output losses, weights, metrics and trackers for n outputs.
 void Model::resolve_outputs(std::size_t n) const {
   TrainState& s = state();
@@ -275,8 +274,9 @@ LossParts compute_losses(const Model::TrainState& s, const LayerImpl& net,
                          static_cast<double>(ctx->global_batch_size());
     parts.total = mul(parts.reported, Tensor::scalar(static_cast<float>(share)));
     if (penalties.defined())
-      parts.total = add(parts.total, div(penalties, Tensor::scalar(static_cast<float>(
-                                                         ctx->num_replicas_in_sync()))));
+      parts.total =
+          add(parts.total,
+              div(penalties, Tensor::scalar(static_cast<float>(ctx->num_replicas_in_sync()))));
   } else {
     parts.total = parts.reported;
     if (penalties.defined()) parts.total = add(parts.total, penalties);
@@ -382,7 +382,6 @@ std::vector<Tensor> view_all(const std::vector<Tensor>& ts, std::int64_t begin, 
 
 }  // namespace detail
 
-
 Tensor Model::compute_loss(const std::vector<Tensor>& y, const std::vector<Tensor>& y_pred) const {
   return compute_losses(state(), *impl_, distribute::current_replica_context(), y, y_pred).total;
 }
@@ -422,8 +421,7 @@ Logs Model::test_step(const std::vector<Tensor>& x_in, const std::vector<Tensor>
   const std::vector<Tensor> y_pred = (*this)(x, {.training = false});
   resolve_outputs(y_pred.size());
   const distribute::ReplicaContext* ctx = distribute::current_replica_context();
-  update_trackers(s, ctx, compute_losses(s, *impl_, ctx, y, y_pred), y, y_pred,
-                  x.at(0).shape()[0]);
+  update_trackers(s, ctx, compute_losses(s, *impl_, ctx, y, y_pred), y, y_pred, x.at(0).shape()[0]);
   return get_metrics_result();
 }
 

@@ -101,7 +101,8 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   manager_.reset();  // the model may differ from the last fit's
   resumed_from_.clear();
   std::optional<std::pair<std::string, std::optional<TrainingSnapshot>>> restored;
-  if (comm::Communicator* workers = model()->distribute_strategy().extended().cross_worker_communicator()) {
+  if (comm::Communicator* workers =
+          model()->distribute_strategy().extended().cross_worker_communicator()) {
     restored = restore_from_chief(*workers, log);
   } else {
     restored = manager().restore_latest(log);

@@ -166,10 +166,7 @@ TEST(Acceptance, SeedMlpOnFashionMnist) {
   auto prepare = [](const Tensor& images) {
     return reshape(cast(images, DType::kFloat32) / 255.0f, {images.dim(0), 784});
   };
-  auto inputs = Input({784});
-  auto x = layers::Dense(256, {.activation = "relu"})(inputs);
-  x = layers::Dense(256, {.activation = "relu"})(x);
-  Model model(inputs, layers::Dense(10)(x));
+  Model model = zoo::seed_mlp();
   model.compile({.optimizer = optimizers::Adam(),
                  .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
                  .metrics = {metrics::SparseCategoricalAccuracy()}});
@@ -199,14 +196,7 @@ TEST(Acceptance, SmallCnnOnFashionMnist) {
   auto prepare = [](const Tensor& images) {
     return reshape(cast(images, DType::kFloat32) / 255.0f, {images.dim(0), 28, 28, 1});
   };
-  auto inputs = Input({28, 28, 1});
-  auto x = layers::Conv2D(32, {3, 3}, {.activation = "relu"})(inputs);
-  x = layers::MaxPooling2D()(x);
-  x = layers::Conv2D(64, {3, 3}, {.activation = "relu"})(x);
-  x = layers::MaxPooling2D()(x);
-  x = layers::Flatten()(x);
-  x = layers::Dense(128, {.activation = "relu"})(x);
-  Model model(inputs, layers::Dense(10)(x));
+  Model model = zoo::small_cnn();
   model.compile({.optimizer = optimizers::Adam(),
                  .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
                  .metrics = {"accuracy"}});

@@ -12,10 +12,7 @@ namespace {
 
 TEST(Summary, SeedMlpTableAsKeras) {
   clear_session();
-  auto inputs = Input({784});
-  auto x = layers::Dense(256, {.activation = "relu"})(inputs);
-  x = layers::Dense(256, {.activation = "relu"})(x);
-  Model model(inputs, layers::Dense(10)(x));
+  Model model = zoo::seed_mlp();
   std::ostringstream out;
   model.summary(out, {.line_length = 76});
   EXPECT_EQ(out.str(),

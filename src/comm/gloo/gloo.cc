@@ -28,9 +28,9 @@
 #include <cstring>
 #include <deque>
 
+#include "comm/serial_communicator.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/core/error.h"
-#include "comm/serial_communicator.h"
 
 namespace lockstep::comm {
 namespace {

@@ -11,9 +11,9 @@
 #include <sstream>
 #include <vector>
 
-#include "lockstep/core/simd.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/simd.h"
 #include "lockstep/core/spin_wait.h"
 
 namespace lockstep::comm {

@@ -4,9 +4,9 @@
 
 #include <mutex>
 
+#include "comm/serial_communicator.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/core/error.h"
-#include "comm/serial_communicator.h"
 
 namespace lockstep::comm {
 namespace {

@@ -10,9 +10,9 @@
 #include <array>
 #include <cstdint>
 
-#include "tensor/denormals.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/shape.h"
+#include "tensor/denormals.h"
 
 namespace lockstep::detail {
 

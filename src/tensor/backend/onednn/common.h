@@ -7,8 +7,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 
-#include "tensor/denormals.h"
 #include "lockstep/core/error.h"
+#include "tensor/denormals.h"
 
 namespace lockstep::backend::onednn::detail_onednn {
 
