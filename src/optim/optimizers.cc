@@ -168,12 +168,8 @@ std::string OptimizerImpl::config_json() const {
   return out.str();
 }
 
-void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
-                                    const std::vector<Variable>& vars, ApplyOptions options) {
-  LOCKSTEP_CHECK(grads_in.size() == vars.size(), name_, ".apply_gradients: got ", grads_in.size(),
-                 " gradients for ", vars.size(), " variables");
-  NoGradGuard no_grad;
-  std::vector<Tensor> grads = grads_in;
+void OptimizerImpl::check_gradients(const std::vector<Tensor>& grads,
+                                    const std::vector<Variable>& vars) const {
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined()) continue;
     LOCKSTEP_CHECK(vars[i].defined(), name_, ".apply_gradients: variable ", i, " is undefined");
@@ -183,21 +179,10 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
     LOCKSTEP_CHECK(vars[i].dtype() == DType::kFloat32, name_, ": variable '", vars[i].name(),
                    "' has dtype ", vars[i].dtype(), "; only float32 variables can be trained");
   }
-  GradientAggregator* aggregator = current_gradient_aggregator();
-  const int replica = std::max(0, current_mirrored_copy());
-  // Every local replica's state is made when the first of them gets here,
-  // from replica 0's step count before anyone updates (a replica made later
-  // would copy a count another replica has already advanced).
-  if (aggregator) replica_state(aggregator->num_local_replicas() - 1);
-  ReplicaState& rs = replica_state(replica);
-  if (current_mirrored_copy() < 0) {
-    for (const Variable& v : vars)
-      LOCKSTEP_CHECK(!v.defined() || !v.is_mirrored(), name_, ".apply_gradients: variable '",
-                     v.name(), "' is mirrored; update it inside strategy.run (on every replica)");
-  }
-  if (aggregator && !options.skip_gradients_aggregation)
-    grads = aggregator->sum_gradients(std::move(grads), vars);
-  // Clipping, as Keras: value, then per-tensor norm, or the global norm.
+}
+
+// Clipping, as Keras: value, then per-tensor norm, or the global norm.
+void OptimizerImpl::clip_gradients(std::vector<Tensor>& grads) const {
   if (clip_.clipvalue > 0) {
     const float v = static_cast<float>(clip_.clipvalue);
     for (Tensor& g : grads) {
@@ -230,6 +215,30 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
       }
     }
   }
+}
+
+void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
+                                    const std::vector<Variable>& vars, ApplyOptions options) {
+  LOCKSTEP_CHECK(grads_in.size() == vars.size(), name_, ".apply_gradients: got ", grads_in.size(),
+                 " gradients for ", vars.size(), " variables");
+  NoGradGuard no_grad;
+  check_gradients(grads_in, vars);
+  std::vector<Tensor> grads = grads_in;
+  GradientAggregator* aggregator = current_gradient_aggregator();
+  const int replica = std::max(0, current_mirrored_copy());
+  // Every local replica's state is made when the first of them gets here,
+  // from replica 0's step count before anyone updates (a replica made later
+  // would copy a count another replica has already advanced).
+  if (aggregator) replica_state(aggregator->num_local_replicas() - 1);
+  ReplicaState& rs = replica_state(replica);
+  if (current_mirrored_copy() < 0) {
+    for (const Variable& v : vars)
+      LOCKSTEP_CHECK(!v.defined() || !v.is_mirrored(), name_, ".apply_gradients: variable '",
+                     v.name(), "' is mirrored; update it inside strategy.run (on every replica)");
+  }
+  if (aggregator && !options.skip_gradients_aggregation)
+    grads = aggregator->sum_gradients(std::move(grads), vars);
+  clip_gradients(grads);
   const double lr = learning_rate_.at(rs.iterations);
   const std::int64_t step = rs.iterations + 1;  // 1-based, for bias correction
   // Every rule is elementwise, so the variables are laid end to end and the

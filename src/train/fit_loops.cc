@@ -93,6 +93,13 @@ struct Model::Loops {
   // errors are prefixed with `op` and the batch.
   static Logs test_pass(Model& m, BatchSource& source, CallbackList& callbacks,
                         const std::string& op);
+  // fit's parts: its validation batches (none without validation data), and
+  // one epoch's training batches from `done` on (advanced as they are done).
+  static std::unique_ptr<BatchSource> validation_source(Model& m,
+                                                        const std::optional<ValidationData>& val,
+                                                        const FitOptions& o);
+  static void train_epoch(Model& m, BatchSource& train, CallbackList& callbacks, int epoch,
+                          std::int64_t& done);
 
   // ---- Where strategy meets model ----
   static bool distributed(const Model& m) { return !m.state().strategy.is_default(); }
@@ -322,23 +329,58 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& o) {
   return Loops::fit(*this, train, o.validation_data, o);
 }
 
+std::unique_ptr<BatchSource> Model::Loops::validation_source(
+    Model& m, const std::optional<ValidationData>& val, const FitOptions& o) {
+  if (!val) return nullptr;
+  if (val->dataset.defined()) {
+    return std::make_unique<DatasetBatches>("fit (validation_data)", val->dataset, *m.impl_,
+                                            o.validation_steps, true, &m.state().strategy);
+  }
+  check_data("fit (validation_data)", val->x, val->y);
+  return std::make_unique<TensorBatches>(val->x, val->y, o.batch_size, o.validation_steps, false);
+}
+
+void Model::Loops::train_epoch(Model& m, BatchSource& train, CallbackList& callbacks, int epoch,
+                               std::int64_t& done) {
+  const TrainState& s = m.state();
+  for (std::int64_t step = done;; ++step) {
+    std::optional<Batch> batch;
+    try {
+      batch = train.next(step);
+    } catch (const Error&) {
+      detail::rethrow_with_prefix("fit: epoch " + std::to_string(epoch + 1) + ", reading batch " +
+                                  std::to_string(step) + ": ");
+    }
+    if (!all_workers_have_batch(m, batch)) break;
+    callbacks.each([&](Callback& cb) { cb.on_train_batch_begin(step, {}); });
+    Logs logs;
+    try {
+      if (step == 0) {
+        const std::int64_t n = s.strategy.num_replicas_in_sync();
+        const std::int64_t global =
+            batch->worker_part ? batch->global_rows : batch->x.at(0).shape()[0];
+        LOCKSTEP_CHECK(global >= n, "the global batch of ", global,
+                       " examples is smaller than the ", n, " replicas of ", s.strategy.name(),
+                       "; batch the dataset with the global batch size (per-replica size × ", n,
+                       ")");
+      }
+      logs = train_batch(m, *batch);
+    } catch (const Error&) {
+      detail::rethrow_with_prefix("fit: epoch " + std::to_string(epoch + 1) + ", batch " +
+                                  std::to_string(step) + batch->where + ": ");
+    }
+    done = step + 1;
+    callbacks.each([&](Callback& cb) { cb.on_train_batch_end(step, logs); });
+    if (s.stop) break;
+  }
+}
+
 History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<ValidationData>& val,
                           const FitOptions& o) {
   TrainState& s = m.state();
   prepare_replicas(m, "fit");
   check_workers_agree(m, "fit", train.steps());
-  const LayerImpl& net = *m.impl_;
-  std::unique_ptr<BatchSource> val_source;
-  if (val) {
-    if (val->dataset.defined()) {
-      val_source = std::make_unique<DatasetBatches>("fit (validation_data)", val->dataset, net,
-                                                    o.validation_steps, true, &s.strategy);
-    } else {
-      check_data("fit (validation_data)", val->x, val->y);
-      val_source =
-          std::make_unique<TensorBatches>(val->x, val->y, o.batch_size, o.validation_steps, false);
-    }
-  }
+  std::unique_ptr<BatchSource> val_source = validation_source(m, val, o);
   const int verbose = effective_verbose(o.verbose);
   CallbackList callbacks = make_callbacks(
       o.callbacks, &m, {.epochs = o.epochs, .steps = train.steps(), .verbose = verbose}, true);
@@ -401,36 +443,7 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
     } else {
       train.start_epoch(epoch);
     }
-    for (std::int64_t step = done;; ++step) {
-      std::optional<Batch> batch;
-      try {
-        batch = train.next(step);
-      } catch (const Error&) {
-        detail::rethrow_with_prefix("fit: epoch " + std::to_string(epoch + 1) + ", reading batch " +
-                                    std::to_string(step) + ": ");
-      }
-      if (!all_workers_have_batch(m, batch)) break;
-      callbacks.each([&](Callback& cb) { cb.on_train_batch_begin(step, {}); });
-      Logs logs;
-      try {
-        if (step == 0) {
-          const std::int64_t n = s.strategy.num_replicas_in_sync();
-          const std::int64_t global =
-              batch->worker_part ? batch->global_rows : batch->x.at(0).shape()[0];
-          LOCKSTEP_CHECK(global >= n, "the global batch of ", global,
-                         " examples is smaller than the ", n, " replicas of ", s.strategy.name(),
-                         "; batch the dataset with the global batch size (per-replica size × ", n,
-                         ")");
-        }
-        logs = train_batch(m, *batch);
-      } catch (const Error&) {
-        detail::rethrow_with_prefix("fit: epoch " + std::to_string(epoch + 1) + ", batch " +
-                                    std::to_string(step) + batch->where + ": ");
-      }
-      done = step + 1;
-      callbacks.each([&](Callback& cb) { cb.on_train_batch_end(step, logs); });
-      if (s.stop) break;
-    }
+    train_epoch(m, train, callbacks, epoch, done);
     if (auto* d = dynamic_cast<DatasetBatches*>(&train); d && d->exhausted()) {
       // Keras's behaviour: warn, finish this epoch, stop.
       std::cerr << "fit: the dataset ran out of data after " << (epoch - o.initial_epoch + 1)

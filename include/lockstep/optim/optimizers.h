@@ -113,6 +113,10 @@ class OptimizerImpl {
     std::int64_t iterations = 0;
   };
   ReplicaState& replica_state(int replica);
+  // Gradients and variables that cannot be updated are a ValueError or
+  // ShapeError naming the variable.
+  void check_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) const;
+  void clip_gradients(std::vector<Tensor>& grads) const;
   VarSlots& slots_for(ReplicaState& rs, int replica, const Variable& v);
   // Under a shared update (optim/aggregation.h): the one set of slots of
   // mirrored variable `v`, found in this replica's own map after the first
