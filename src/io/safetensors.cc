@@ -112,6 +112,101 @@ void write_safetensors(const std::string& path,
   out.commit();
 }
 
+namespace {
+
+// The header's __metadata__: Lockstep's per-tensor checksums (returned, by
+// tensor name) and the user's entries (into file.metadata).
+std::map<std::string, std::string> read_metadata(const std::string& path, const json& header,
+                                                 std::uint64_t header_len, TensorFile& file) {
+  std::map<std::string, std::string> checksums;
+  if (header.contains("__metadata__")) {
+    const json& meta = header.at("__metadata__");
+    LOCKSTEP_CHECK_AS(IOError, meta.is_object(), path, ": __metadata__ is not an object");
+    for (const auto& [k, v] : meta.items()) {
+      LOCKSTEP_CHECK_AS(IOError, v.is_string(), path, ": __metadata__ value '", k,
+                        "' is not a string");
+      if (k.rfind("crc32c/", 0) == 0) {
+        checksums[k.substr(7)] = v.get<std::string>();
+      } else if (k == kHeaderChecksumKey) {
+        continue;
+      } else {
+        // Lockstep's own keys are known: another one is a damaged name.
+        LOCKSTEP_CHECK_AS(IOError, k.rfind("lockstep/", 0) != 0, path, ": bytes 8 to ",
+                          8 + header_len - 1, ": unknown metadata key '", k,
+                          "' (the header is corrupt)");
+        file.metadata[k] = v.get<std::string>();
+      }
+    }
+  }
+  return checksums;
+}
+
+// One tensor of the header, checked against the data section (bounds, size,
+// overlap with the tensors before it, in `ranges`) and its checksum.
+Tensor read_entry(const std::string& path, const std::string& name, const json& entry,
+                  const std::vector<char>& data, std::uint64_t data_start,
+                  const std::map<std::string, std::string>& checksums,
+                  std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
+  const std::uint64_t data_size = data.size();
+  auto bad = [&, tensor = name](const std::string& what) {
+    detail::throw_error<IOError>(path, ": tensor '", tensor, "': ", what);
+  };
+  if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+      !entry.contains("data_offsets")) {
+    bad("expected an object with dtype, shape and data_offsets");
+  }
+  DType dtype;
+  if (!entry["dtype"].is_string() || !parse_dtype(entry["dtype"].get<std::string>(), dtype)) {
+    bad("unsupported dtype " + entry["dtype"].dump() + " (supported: F32, I32, I64, U8, BOOL)");
+  }
+  Shape shape;
+  if (!entry["shape"].is_array() ||
+      entry["shape"].size() > static_cast<std::size_t>(Shape::kMaxRank))
+    bad("bad shape");
+  for (const auto& d : entry["shape"]) {
+    if (!d.is_number_unsigned()) bad("shape entries must be non-negative integers");
+    shape.push_back(d.get<std::int64_t>());
+  }
+  const json& off = entry["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+      !off[1].is_number_unsigned()) {
+    bad("data_offsets must be two non-negative integers");
+  }
+  const std::uint64_t begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
+  if (begin > end || end > data_size) {
+    bad("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+        ") fall outside the data section of " + std::to_string(data_size) + " bytes (file offset " +
+        std::to_string(data_start + begin) + ")");
+  }
+  const std::uint64_t expected = static_cast<std::uint64_t>(shape.numel()) * dtype_size(dtype);
+  if (end - begin != expected) {
+    bad("shape " + shape.to_string() + " of " + std::string(dtype_name(dtype)) + " needs " +
+        std::to_string(expected) + " bytes, data_offsets give " + std::to_string(end - begin) +
+        " (file offset " + std::to_string(data_start + begin) + ")");
+  }
+  for (const auto& [b, e] : ranges) {
+    if (begin < e && b < end)
+      bad("its bytes overlap another tensor's (file offset " + std::to_string(data_start + begin) +
+          ")");
+  }
+  ranges.emplace_back(begin, end);
+  Tensor t = Tensor::empty(shape, dtype);
+  std::memcpy(t.raw_data(), data.data() + begin, expected);
+  auto crc = checksums.find(name);
+  // A file written with checksums has one for every tensor; a tensor without
+  // one was renamed or injected.
+  if (crc == checksums.end() && !checksums.empty())
+    bad("has no checksum in the metadata (renamed or corrupt header)");
+  if (crc != checksums.end() && crc->second != hex32(crc32c(t.raw_data(), t.nbytes()))) {
+    bad("checksum mismatch: the " + std::to_string(expected) + " bytes at file offset " +
+        std::to_string(data_start + begin) + " are corrupt (crc32c " +
+        hex32(crc32c(t.raw_data(), t.nbytes())) + ", expected " + crc->second + ")");
+  }
+  return t;
+}
+
+}  // namespace
+
 TensorFile read_safetensors(const std::string& path) {
   const std::uint64_t file_size = regular_file_size(path);
   std::ifstream in(path, std::ios::binary);
@@ -151,26 +246,8 @@ TensorFile read_safetensors(const std::string& path) {
 
   TensorFile file;
   file.path = path;
-  std::map<std::string, std::string> checksums;
-  if (header.contains("__metadata__")) {
-    const json& meta = header["__metadata__"];
-    LOCKSTEP_CHECK_AS(IOError, meta.is_object(), path, ": __metadata__ is not an object");
-    for (const auto& [k, v] : meta.items()) {
-      LOCKSTEP_CHECK_AS(IOError, v.is_string(), path, ": __metadata__ value '", k,
-                        "' is not a string");
-      if (k.rfind("crc32c/", 0) == 0) {
-        checksums[k.substr(7)] = v.get<std::string>();
-      } else if (k == kHeaderChecksumKey) {
-        continue;
-      } else {
-        // Lockstep's own keys are known: another one is a damaged name.
-        LOCKSTEP_CHECK_AS(IOError, k.rfind("lockstep/", 0) != 0, path, ": bytes 8 to ",
-                          8 + header_len - 1, ": unknown metadata key '", k,
-                          "' (the header is corrupt)");
-        file.metadata[k] = v.get<std::string>();
-      }
-    }
-  }
+  const std::map<std::string, std::string> checksums =
+      read_metadata(path, header, header_len, file);
   // Lockstep writes its checksums together: per-tensor checksums without the
   // header's mean the header checksum's key was damaged (and with it the
   // check of every header byte).
@@ -180,61 +257,8 @@ TensorFile read_safetensors(const std::string& path) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
-    auto bad = [&, tensor = name](const std::string& what) {
-      detail::throw_error<IOError>(path, ": tensor '", tensor, "': ", what);
-    };
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
-        !entry.contains("data_offsets")) {
-      bad("expected an object with dtype, shape and data_offsets");
-    }
-    DType dtype;
-    if (!entry["dtype"].is_string() || !parse_dtype(entry["dtype"].get<std::string>(), dtype)) {
-      bad("unsupported dtype " + entry["dtype"].dump() + " (supported: F32, I32, I64, U8, BOOL)");
-    }
-    Shape shape;
-    if (!entry["shape"].is_array() ||
-        entry["shape"].size() > static_cast<std::size_t>(Shape::kMaxRank))
-      bad("bad shape");
-    for (const auto& d : entry["shape"]) {
-      if (!d.is_number_unsigned()) bad("shape entries must be non-negative integers");
-      shape.push_back(d.get<std::int64_t>());
-    }
-    const json& off = entry["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
-        !off[1].is_number_unsigned()) {
-      bad("data_offsets must be two non-negative integers");
-    }
-    const std::uint64_t begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
-    if (begin > end || end > data_size) {
-      bad("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-          ") fall outside the data section of " + std::to_string(data_size) +
-          " bytes (file offset " + std::to_string(data_start + begin) + ")");
-    }
-    const std::uint64_t expected = static_cast<std::uint64_t>(shape.numel()) * dtype_size(dtype);
-    if (end - begin != expected) {
-      bad("shape " + shape.to_string() + " of " + std::string(dtype_name(dtype)) + " needs " +
-          std::to_string(expected) + " bytes, data_offsets give " + std::to_string(end - begin) +
-          " (file offset " + std::to_string(data_start + begin) + ")");
-    }
-    for (const auto& [b, e] : ranges) {
-      if (begin < e && b < end)
-        bad("its bytes overlap another tensor's (file offset " +
-            std::to_string(data_start + begin) + ")");
-    }
-    ranges.emplace_back(begin, end);
-    Tensor t = Tensor::empty(shape, dtype);
-    std::memcpy(t.raw_data(), data.data() + begin, expected);
-    auto crc = checksums.find(name);
-    // A file written with checksums has one for every tensor; a tensor without
-    // one was renamed or injected.
-    if (crc == checksums.end() && !checksums.empty())
-      bad("has no checksum in the metadata (renamed or corrupt header)");
-    if (crc != checksums.end() && crc->second != hex32(crc32c(t.raw_data(), t.nbytes()))) {
-      bad("checksum mismatch: the " + std::to_string(expected) + " bytes at file offset " +
-          std::to_string(data_start + begin) + " are corrupt (crc32c " +
-          hex32(crc32c(t.raw_data(), t.nbytes())) + ", expected " + crc->second + ")");
-    }
-    file.tensors.emplace_back(name, t);
+    file.tensors.emplace_back(name,
+                              read_entry(path, name, entry, data, data_start, checksums, ranges));
   }
   if (header_checked) {
     // Our writer leaves no byte unaccounted for: a file longer than its

@@ -112,120 +112,101 @@ struct Row {
 
 std::string shape_of(const KerasTensor& k) { return k.shape_string(); }
 
-}  // namespace
-
-void Model::summary(std::ostream& out, const SummaryOptions& options) const {
-  LOCKSTEP_CHECK(defined(), "summary: the model is undefined");
+// The rows of a functional model, in Keras's order (map_graph's: operations
+// by decreasing depth, ties by first visit from the outputs), with a
+// "Connected to" cell; `sequential_like` is set false unless the graph is
+// one chain.
+std::vector<Row> functional_rows(const FunctionalImpl& graph, bool& sequential_like) {
+  const FunctionalImpl* f = &graph;
   std::vector<Row> rows;
-  bool sequential_like = true;
-  const LayerImpl& net = *impl_;
-
-  if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) {
-    // Chain-shaped graphs (one input, one path, no shared layers) print as
-    // Sequential; others get a "Connected to" column.
-    std::map<const LayerImpl*, int> calls;
-    for (const auto& step : f->steps()) {
-      if (++calls[step.node->layer.get()] > 1 || step.node->inputs.size() > 1)
-        sequential_like = false;
-    }
-    if (f->inputs().size() > 1 || f->outputs().size() > 1) sequential_like = false;
-    // Node index of each call of a layer, for "Connected to".
-    std::map<const KerasTensor::Node*, int> node_index;
-    std::map<const LayerImpl*, int> seen_calls;
-    for (const auto& step : f->steps())
-      node_index[step.node] = seen_calls[step.node->layer.get()]++;
-    auto source_name = [&](const KerasTensor& k) {
-      const KerasTensor::Node* n = k.node().get();
-      const std::string name = n->layer ? n->layer->name() : n->input_name;
-      const int index = n->layer ? node_index[n] : 0;
-      return name + "[" + std::to_string(index) + "][" + std::to_string(k.index()) + "]";
-    };
-    // Row order as Keras's map_graph: operations by decreasing depth (distance
-    // from the outputs), ties by first visit in a depth-first walk from the
-    // outputs.
-    using NodeP = const KerasTensor::Node*;
-    auto op_of = [](NodeP n) -> const void* {
-      return n->layer ? static_cast<const void*>(n->layer.get()) : n;
-    };
-    std::vector<NodeP> post_order;
-    std::map<const void*, int> op_index;
-    std::set<NodeP> finished;
-    std::function<void(const KerasTensor&)> walk = [&](const KerasTensor& k) {
-      NodeP n = k.node().get();
-      if (finished.count(n)) return;
-      op_index.emplace(op_of(n), static_cast<int>(op_index.size()));
-      for (const KerasTensor& in : n->inputs) walk(in);
-      finished.insert(n);
-      post_order.push_back(n);
-    };
-    for (const KerasTensor& out : f->outputs()) walk(out);
-    std::map<NodeP, int> node_depth;
-    std::map<const void*, int> op_depth;
-    for (auto it = post_order.rbegin(); it != post_order.rend(); ++it) {
-      int depth = std::max(node_depth[*it], op_depth[op_of(*it)]);
-      op_depth[op_of(*it)] = depth;
-      node_depth[*it] = depth;
-      for (const KerasTensor& in : (*it)->inputs) {
-        int& d = node_depth[in.node().get()];
-        d = std::max(d, depth + 1);
-      }
-    }
-    std::vector<NodeP> first_node_of_op;
-    std::set<const void*> seen_ops;
-    for (NodeP n : post_order) {
-      if (seen_ops.insert(op_of(n)).second) first_node_of_op.push_back(n);
-    }
-    std::stable_sort(first_node_of_op.begin(), first_node_of_op.end(), [&](NodeP a, NodeP b) {
-      if (op_depth[op_of(a)] != op_depth[op_of(b)]) return op_depth[op_of(a)] > op_depth[op_of(b)];
-      return op_index[op_of(a)] < op_index[op_of(b)];
-    });
-    std::map<const LayerImpl*, std::size_t> row_of;
-    for (NodeP n : first_node_of_op) {
-      if (!n->layer) {
-        const KerasTensor* input = nullptr;
-        for (const KerasTensor& in : f->inputs()) {
-          if (in.node().get() == n) input = &in;
-        }
-        rows.push_back(
-            {{n->input_name + " (InputLayer)", input ? shape_of(*input) : "?", "0", "-"}});
-        continue;
-      }
-      row_of[n->layer.get()] = rows.size();
-      rows.push_back({{n->layer->name() + " (" + n->layer->class_name() + ")", "?",
-                       with_commas(n->layer->count_params()), ""}});
-    }
-    // Every call of a layer: Keras shows the last call's shape and all connections.
-    for (const auto& step : f->steps()) {
-      Row& row = rows[row_of.at(step.node->layer.get())];
-      row.cells[1] = shape_of(step.output);
-      for (const KerasTensor& in : step.node->inputs) {
-        if (!row.cells[3].empty()) row.cells[3] += ", ";
-        row.cells[3] += source_name(in);
-      }
-    }
-  } else if (auto* s = dynamic_cast<const SequentialImpl*>(&net)) {
-    for (std::size_t i = 0; i < s->layers().size(); ++i) {
-      const Layer& l = s->layers()[i];
-      const bool built = l->built();
-      rows.push_back({{l.name() + " (" + l->class_name() + ")",
-                       i < s->layer_outputs().size() ? shape_of(s->layer_outputs()[i]) : "?",
-                       built ? with_commas(l->count_params()) : "0 (unbuilt)"}});
-    }
-  } else {  // subclassed: its tracked layers, as a sequence
-    for (const auto& l : net.sublayers()) {
-      rows.push_back({{l->name() + " (" + l->class_name() + ")", "?",
-                       l->built() ? with_commas(l->count_params()) : "0 (unbuilt)"}});
+  // Chain-shaped graphs (one input, one path, no shared layers) print as
+  // Sequential; others get a "Connected to" column.
+  std::map<const LayerImpl*, int> calls;
+  for (const auto& step : f->steps()) {
+    if (++calls[step.node->layer.get()] > 1 || step.node->inputs.size() > 1)
+      sequential_like = false;
+  }
+  if (f->inputs().size() > 1 || f->outputs().size() > 1) sequential_like = false;
+  // Node index of each call of a layer, for "Connected to".
+  std::map<const KerasTensor::Node*, int> node_index;
+  std::map<const LayerImpl*, int> seen_calls;
+  for (const auto& step : f->steps()) node_index[step.node] = seen_calls[step.node->layer.get()]++;
+  auto source_name = [&](const KerasTensor& k) {
+    const KerasTensor::Node* n = k.node().get();
+    const std::string name = n->layer ? n->layer->name() : n->input_name;
+    const int index = n->layer ? node_index[n] : 0;
+    return name + "[" + std::to_string(index) + "][" + std::to_string(k.index()) + "]";
+  };
+  // Row order as Keras's map_graph: operations by decreasing depth (distance
+  // from the outputs), ties by first visit in a depth-first walk from the
+  // outputs.
+  using NodeP = const KerasTensor::Node*;
+  auto op_of = [](NodeP n) -> const void* {
+    return n->layer ? static_cast<const void*>(n->layer.get()) : n;
+  };
+  std::vector<NodeP> post_order;
+  std::map<const void*, int> op_index;
+  std::set<NodeP> finished;
+  std::function<void(const KerasTensor&)> walk = [&](const KerasTensor& k) {
+    NodeP n = k.node().get();
+    if (finished.count(n)) return;
+    op_index.emplace(op_of(n), static_cast<int>(op_index.size()));
+    for (const KerasTensor& in : n->inputs) walk(in);
+    finished.insert(n);
+    post_order.push_back(n);
+  };
+  for (const KerasTensor& out : f->outputs()) walk(out);
+  std::map<NodeP, int> node_depth;
+  std::map<const void*, int> op_depth;
+  for (auto it = post_order.rbegin(); it != post_order.rend(); ++it) {
+    int depth = std::max(node_depth[*it], op_depth[op_of(*it)]);
+    op_depth[op_of(*it)] = depth;
+    node_depth[*it] = depth;
+    for (const KerasTensor& in : (*it)->inputs) {
+      int& d = node_depth[in.node().get()];
+      d = std::max(d, depth + 1);
     }
   }
+  std::vector<NodeP> first_node_of_op;
+  std::set<const void*> seen_ops;
+  for (NodeP n : post_order) {
+    if (seen_ops.insert(op_of(n)).second) first_node_of_op.push_back(n);
+  }
+  std::stable_sort(first_node_of_op.begin(), first_node_of_op.end(), [&](NodeP a, NodeP b) {
+    if (op_depth[op_of(a)] != op_depth[op_of(b)]) return op_depth[op_of(a)] > op_depth[op_of(b)];
+    return op_index[op_of(a)] < op_index[op_of(b)];
+  });
+  std::map<const LayerImpl*, std::size_t> row_of;
+  for (NodeP n : first_node_of_op) {
+    if (!n->layer) {
+      const KerasTensor* input = nullptr;
+      for (const KerasTensor& in : f->inputs()) {
+        if (in.node().get() == n) input = &in;
+      }
+      rows.push_back({{n->input_name + " (InputLayer)", input ? shape_of(*input) : "?", "0", "-"}});
+      continue;
+    }
+    row_of[n->layer.get()] = rows.size();
+    rows.push_back({{n->layer->name() + " (" + n->layer->class_name() + ")", "?",
+                     with_commas(n->layer->count_params()), ""}});
+  }
+  // Every call of a layer: Keras shows the last call's shape and all connections.
+  for (const auto& step : f->steps()) {
+    Row& row = rows[row_of.at(step.node->layer.get())];
+    row.cells[1] = shape_of(step.output);
+    for (const KerasTensor& in : step.node->inputs) {
+      if (!row.cells[3].empty()) row.cells[3] += ", ";
+      row.cells[3] += source_name(in);
+    }
+  }
+  return rows;
+}
 
-  std::vector<double> positions = sequential_like ? std::vector<double>{0.45, 0.80, 1.0}
-                                                  : std::vector<double>{0.3, 0.56, 0.74, 1.0};
-  std::vector<std::string> header = {"Layer (type)", "Output Shape", "Param #"};
-  if (!sequential_like) header.push_back("Connected to");
-  for (Row& r : rows) r.cells.resize(header.size());
-  int line_length = options.line_length;
-  if (line_length <= 0) line_length = std::min(sequential_like ? 88 : 108, terminal_columns() - 4);
-
+// The table as rich draws it for Keras: a header, one row per layer, column
+// widths from Keras's positions shrunk to `line_length`.
+std::string table(const std::string& name, const std::vector<std::string>& header,
+                  const std::vector<Row>& rows, const std::vector<double>& positions,
+                  int line_length) {
   // Column widths: Keras's positions, plus rich's padding, shrunk to fit.
   std::vector<int> widths;
   int current = 0;
@@ -279,7 +260,7 @@ void Model::summary(std::ostream& out, const SummaryOptions& options) const {
   };
 
   std::ostringstream os;
-  os << "Model: \"" << net.name() << "\"\n";
+  os << "Model: \"" << name << "\"\n";
   os << rule("\u250f", "\u2501", "\u2533", "\u2513");
   os << row_line(header, "\u2503");
   os << rule("\u2521", "\u2501", "\u2547", "\u2529");
@@ -288,6 +269,44 @@ void Model::summary(std::ostream& out, const SummaryOptions& options) const {
     os << row_line(rows[i].cells, "\u2502");
   }
   os << rule("\u2514", "\u2500", "\u2534", "\u2518");
+  return os.str();
+}
+
+}  // namespace
+
+void Model::summary(std::ostream& out, const SummaryOptions& options) const {
+  LOCKSTEP_CHECK(defined(), "summary: the model is undefined");
+  std::vector<Row> rows;
+  bool sequential_like = true;
+  const LayerImpl& net = *impl_;
+
+  if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) {
+    rows = functional_rows(*f, sequential_like);
+  } else if (auto* s = dynamic_cast<const SequentialImpl*>(&net)) {
+    for (std::size_t i = 0; i < s->layers().size(); ++i) {
+      const Layer& l = s->layers()[i];
+      const bool built = l->built();
+      rows.push_back({{l.name() + " (" + l->class_name() + ")",
+                       i < s->layer_outputs().size() ? shape_of(s->layer_outputs()[i]) : "?",
+                       built ? with_commas(l->count_params()) : "0 (unbuilt)"}});
+    }
+  } else {  // subclassed: its tracked layers, as a sequence
+    for (const auto& l : net.sublayers()) {
+      rows.push_back({{l->name() + " (" + l->class_name() + ")", "?",
+                       l->built() ? with_commas(l->count_params()) : "0 (unbuilt)"}});
+    }
+  }
+
+  std::vector<double> positions = sequential_like ? std::vector<double>{0.45, 0.80, 1.0}
+                                                  : std::vector<double>{0.3, 0.56, 0.74, 1.0};
+  std::vector<std::string> header = {"Layer (type)", "Output Shape", "Param #"};
+  if (!sequential_like) header.push_back("Connected to");
+  for (Row& r : rows) r.cells.resize(header.size());
+  int line_length = options.line_length;
+  if (line_length <= 0) line_length = std::min(sequential_like ? 88 : 108, terminal_columns() - 4);
+
+  std::ostringstream os;
+  os << table(net.name(), header, rows, positions, line_length);
 
   auto count = [](const std::vector<Variable>& vars) {
     std::int64_t n = 0;
