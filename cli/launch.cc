@@ -157,6 +157,88 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
   return launch;
 }
 
+// Starts one worker of the job: its own process group, its
+// TF_CONFIG and the job's token in its environment, its share of the cores
+// (empty: every core), its stdout and stderr into a pipe launch reads.
+Worker spawn_worker(const LaunchArgs& a, const std::vector<std::string>& command,
+                    const std::string& tf_config, const std::string& token,
+                    const std::vector<int>& share) {
+  int fds[2];
+  LOCKSTEP_CHECK_AS(IOError, ::pipe2(fds, O_CLOEXEC) == 0, "launch: pipe: ", std::strerror(errno));
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  LOCKSTEP_CHECK_AS(IOError, pid >= 0, "launch: fork: ", std::strerror(errno));
+  if (pid == 0) {
+    // Its own process group, so that a terminal's Ctrl-C reaches launch
+    // alone, which stops the workers with one SIGTERM each (a worker that
+    // got SIGINT too would take the second signal as "exit at once");
+    // and a SIGTERM if launch itself dies.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    ::setenv("TF_CONFIG", tf_config.c_str(), 1);
+    ::setenv("LOCKSTEP_JOB_TOKEN", token.c_str(), 1);
+    ::setenv("LOCKSTEP_LOCAL_REPLICAS", std::to_string(a.local_replicas).c_str(), 1);
+    // --no-pin: the workers keep every core, and do not split them
+    // themselves either (distribute/host_cores.cc).
+    if (!a.pin) ::setenv("LOCKSTEP_PIN_WORKERS", "0", 1);
+    if (!share.empty()) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int c : share) CPU_SET(c, &set);
+      ::sched_setaffinity(0, sizeof set, &set);
+      ::setenv("OMP_NUM_THREADS", std::to_string(share.size()).c_str(), 1);
+    }
+    std::vector<char*> argv;
+    for (auto& s : command) argv.push_back(const_cast<char*>(s.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::fprintf(stderr, "lockstep launch: cannot run %s: %s\n", a.command[0].c_str(),
+                 std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  Worker w;
+  w.pid = pid;
+  w.out = fds[0];
+  return w;
+}
+
+// Waits up to 50 ms for the workers' output and forwards what came, line by
+// line with each worker's prefix (forward); closes the pipes that ended.
+void pump_output(std::vector<Worker>& workers) {
+  std::vector<pollfd> pfds;
+  std::vector<int> owners;
+  for (int i = 0; i < static_cast<int>(workers.size()); ++i) {
+    if (workers[static_cast<std::size_t>(i)].out >= 0) {
+      pfds.push_back({workers[static_cast<std::size_t>(i)].out, POLLIN, 0});
+      owners.push_back(i);
+    }
+  }
+  if (!pfds.empty())
+    ::poll(pfds.data(), pfds.size(), 50);
+  else
+    ::usleep(20000);
+  for (std::size_t k = 0; k < pfds.size(); ++k) {
+    if (!(pfds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    auto& w = workers[static_cast<std::size_t>(owners[k])];
+    char buf[4096];
+    const ssize_t got = ::read(w.out, buf, sizeof buf);
+    if (got > 0) {
+      w.pending.append(buf, static_cast<std::size_t>(got));
+      forward(w, owners[k], false);
+    } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+      forward(w, owners[k], true);
+      ::close(w.out);
+      w.out = -1;
+    }
+  }
+}
+
 int run_launch(const LaunchArgs& a) {
   LOCKSTEP_CHECK(a.host != "0.0.0.0",
                  "launch: --host 0.0.0.0 is the wildcard address (every "
@@ -180,9 +262,6 @@ int run_launch(const LaunchArgs& a) {
   std::signal(SIGTERM, on_signal);
   std::vector<Worker> workers(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
-    int fds[2];
-    LOCKSTEP_CHECK_AS(IOError, ::pipe2(fds, O_CLOEXEC) == 0,
-                      "launch: pipe: ", std::strerror(errno));
     const std::string tf_config =
         "{\"cluster\": {\"worker\": [" + cluster +
         "]}, \"task\": {\"type\": \"worker\", \"index\": " + std::to_string(i) + "}}";
@@ -192,46 +271,7 @@ int run_launch(const LaunchArgs& a) {
       for (std::size_t k = 0; k < per; ++k)
         share.push_back(cores[static_cast<std::size_t>(i) * per + k]);
     }
-    std::fflush(stdout);
-    const pid_t pid = ::fork();
-    LOCKSTEP_CHECK_AS(IOError, pid >= 0, "launch: fork: ", std::strerror(errno));
-    if (pid == 0) {
-      // Its own process group, so that a terminal's Ctrl-C reaches launch
-      // alone, which stops the workers with one SIGTERM each (a worker that
-      // got SIGINT too would take the second signal as "exit at once");
-      // and a SIGTERM if launch itself dies.
-      ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      ::dup2(fds[1], 1);
-      ::dup2(fds[1], 2);
-      ::setenv("TF_CONFIG", tf_config.c_str(), 1);
-      ::setenv("LOCKSTEP_JOB_TOKEN", token.c_str(), 1);
-      ::setenv("LOCKSTEP_LOCAL_REPLICAS", std::to_string(a.local_replicas).c_str(), 1);
-      // --no-pin: the workers keep every core, and do not split them
-      // themselves either (distribute/host_cores.cc).
-      if (!a.pin) ::setenv("LOCKSTEP_PIN_WORKERS", "0", 1);
-      if (!share.empty()) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        for (int c : share) CPU_SET(c, &set);
-        ::sched_setaffinity(0, sizeof set, &set);
-        ::setenv("OMP_NUM_THREADS", std::to_string(share.size()).c_str(), 1);
-      }
-      std::vector<char*> argv;
-      for (auto& s : command) argv.push_back(const_cast<char*>(s.c_str()));
-      argv.push_back(nullptr);
-      ::execvp(argv[0], argv.data());
-      std::fprintf(stderr, "lockstep launch: cannot run %s: %s\n", a.command[0].c_str(),
-                   std::strerror(errno));
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    auto& w = workers[static_cast<std::size_t>(i)];
-    w.pid = pid;
-    w.out = fds[0];
+    workers[static_cast<std::size_t>(i)] = spawn_worker(a, command, tf_config, token, share);
   }
 
   int failed = -1;                                       // the first worker that failed
@@ -243,35 +283,13 @@ int run_launch(const LaunchArgs& a) {
     }
   };
   for (;;) {
-    std::vector<pollfd> pfds;
-    std::vector<int> owners;
-    for (int i = 0; i < n; ++i) {
-      if (workers[static_cast<std::size_t>(i)].out >= 0) {
-        pfds.push_back({workers[static_cast<std::size_t>(i)].out, POLLIN, 0});
-        owners.push_back(i);
-      }
+    bool any_running = false, any_output = false;
+    for (const auto& w : workers) {
+      any_running |= w.running;
+      any_output |= w.out >= 0;
     }
-    bool any_running = false;
-    for (const auto& w : workers) any_running |= w.running;
-    if (pfds.empty() && !any_running) break;
-    if (!pfds.empty())
-      ::poll(pfds.data(), pfds.size(), 50);
-    else
-      ::usleep(20000);
-    for (std::size_t k = 0; k < pfds.size(); ++k) {
-      if (!(pfds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      auto& w = workers[static_cast<std::size_t>(owners[k])];
-      char buf[4096];
-      const ssize_t got = ::read(w.out, buf, sizeof buf);
-      if (got > 0) {
-        w.pending.append(buf, static_cast<std::size_t>(got));
-        forward(w, owners[k], false);
-      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-        forward(w, owners[k], true);
-        ::close(w.out);
-        w.out = -1;
-      }
-    }
+    if (!any_output && !any_running) break;
+    pump_output(workers);
     for (int i = 0; i < n; ++i) {
       auto& w = workers[static_cast<std::size_t>(i)];
       if (!w.running) continue;
