@@ -102,33 +102,5 @@ TEST(ConvLayers, ErrorsNameTheLayer) {
   EXPECT_THROW(layers::Conv2D(5, {3, 3}, {.groups = 2})(Tensor::zeros({1, 4, 4, 4})), ShapeError);
 }
 
-TEST(ConvLayers, SmallCnnLearnsAToyImageTask) {
-  // Bright square top-left vs bottom-right: a CNN with BN and dropout learns it.
-  const std::int64_t n = 128;
-  Tensor x = Tensor::zeros({n, 8, 8, 1});
-  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
-  float* p = x.data<float>();
-  for (std::int64_t i = 0; i < n; ++i) {
-    labels[static_cast<std::size_t>(i)] = i % 2;
-    const int off = i % 2 ? 4 : 0;
-    for (int r = 0; r < 4; ++r)
-      for (int c = 0; c < 4; ++c) p[((i * 8) + r + off) * 8 + c + off] = 1.0f;
-  }
-  auto in = Input({8, 8, 1});
-  auto h = layers::Conv2D(4, {3, 3}, {.padding = "same"})(in);
-  h = layers::BatchNormalization()(h);
-  h = layers::ReLU()(h);
-  h = layers::MaxPooling2D()(h);
-  h = layers::DepthwiseConv2D({3, 3}, {.padding = "same", .activation = "relu"})(h);
-  h = layers::GlobalAveragePooling2D()(h);
-  h = layers::Dropout(0.1f, {.seed = 3})(h);
-  Model model(in, layers::Dense(2)(h));
-  model.compile({.optimizer = optimizers::Adam({.learning_rate = 0.05}),
-                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
-                 .metrics = {"accuracy"}});
-  model.fit(x, Tensor::from_vector(labels), {.batch_size = 16, .epochs = 15, .verbose = 0});
-  EXPECT_GE(model.evaluate(x, Tensor::from_vector(labels), {.verbose = 0}).at("accuracy"), 0.99);
-}
-
 }  // namespace
 }  // namespace lockstep::testing

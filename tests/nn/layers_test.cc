@@ -1,6 +1,6 @@
 // Layers against naive references, their input gradients by finite
-// differences, functional / sequential / subclassed networks, and the errors
-// a Keras user runs into first.
+// differences, names, and bad input (networks trained as Models are in
+// tests/train/networks_test.cc).
 #include <gtest/gtest.h>
 
 #include "support/reference.h"
@@ -68,30 +68,6 @@ TEST(Layers, DenseInputGradientByFiniteDifferences) {
       {random_ref({5, 3}, rng)});
 }
 
-TEST(Layers, WrongInputShapeNamesLayerAndHintsFlatten) {
-  clear_session();
-  auto inputs = Input({784});
-  layers::Dense dense(10);
-  Model model(inputs, dense(inputs));
-  try {
-    (void)dense(Tensor::zeros({2, 28, 28}));
-    FAIL();
-  } catch (const ShapeError& e) {
-    EXPECT_STREQ(e.what(),
-                 "Dense 'dense': expected input of last dimension 784, got 28 (shape [2, 28, 28]). "
-                 "Hint: add a Flatten layer.");
-  }
-  try {
-    (void)model(Tensor::zeros({2, 28, 28}));
-    FAIL();
-  } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "expected input 0 of shape (None, 784), got [2, 28, 28]. Hint: add a Flatten"),
-              std::string::npos)
-        << e.what();
-  }
-}
-
 TEST(Layers, ShapeLayersAndMerges) {
   const Tensor x = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8}, {2, 2, 2});
   EXPECT_EQ(layers::Flatten()(x).shape(), (Shape{2, 4}));
@@ -154,113 +130,6 @@ TEST(Layers, UnknownNamesListValidOnes) {
   }
   EXPECT_THROW(initializers::get("glorot"), ValueError);
   EXPECT_THROW(losses::get("crossentropy"), ValueError);
-  EXPECT_THROW(optimizers::get("adamm"), ValueError);
-}
-
-TEST(Functional, SharedLayersResidualsAndSeveralOutputs) {
-  auto a = Input({4}), b = Input({4});
-  layers::Dense shared(4, {.activation = "tanh"});
-  layers::Add add;
-  layers::Concatenate concat_layer;
-  layers::Dense head1(2), head2(1);
-  auto ha = shared(a), hb = shared(b);  // one layer, two calls
-  auto residual = add({ha, a});         // skip connection
-  auto merged = concat_layer({residual, hb});
-  auto out1 = head1(merged);
-  auto out2 = head2(hb);
-  Model model({a, b}, {out1, out2});
-  EXPECT_EQ(out1.shape_string(), "(None, 2)");
-  EXPECT_EQ(merged.shape_string(), "(None, 8)");
-  EXPECT_EQ(model.weights().size(), 6u);  // the shared layer counts once
-  const Tensor xa = random::normal({3, 4}, {.seed = 1}), xb = random::normal({3, 4}, {.seed = 2});
-  const auto outs = model({xa, xb});
-  ASSERT_EQ(outs.size(), 2u);
-  // The graph computes exactly what the layers compute when called by hand.
-  const Tensor sb = shared(xb);
-  const Tensor want1 = head1(concat_layer({add({shared(xa), xa})[0], sb})[0]);
-  EXPECT_EQ(outs[0].to_vector<float>(), want1.to_vector<float>());
-  EXPECT_EQ(outs[1].to_vector<float>(), head2(sb).to_vector<float>());
-}
-
-TEST(Functional, OutputsMustDependOnDeclaredInputs) {
-  auto a = Input({2}), b = Input({2});
-  auto out = layers::Add()({a, b});
-  try {
-    Model model(a, out);
-    FAIL();
-  } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("not among the model's inputs"), std::string::npos);
-  }
-}
-
-TEST(Sequential, BuildsFromInputShapeAndMatchesFunctional) {
-  Sequential seq({layers::Dense(8, {.activation = "relu"}), layers::Dense(3)},
-                 {.input_shape = Shape{5}});
-  EXPECT_EQ(seq.weights().size(), 4u);
-  seq.add(layers::Softmax());
-  const Tensor x = random::normal({4, 5}, {.seed = 3});
-  const Tensor y = seq(x);
-  EXPECT_EQ(y.shape(), (Shape{4, 3}));
-  for (float s : sum(y, {.axes = {1}}).to_vector<float>()) EXPECT_NEAR(s, 1.0f, 1e-5f);
-}
-
-// A subclassed model: a user class overriding call.
-class TwoLayerNet : public LayerImpl {
- public:
-  TwoLayerNet() : LayerImpl("TwoLayerNet") {
-    hidden_ = track(layers::Dense(16, {.activation = "relu"}));
-    out_ = track(layers::Dense(2));
-  }
-  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override {
-    return {out_(hidden_(inputs[0], ctx), ctx)};
-  }
-
- private:
-  layers::Dense hidden_{1}, out_{1};
-};
-
-TEST(Subclassed, TracksSublayersAndTrains) {
-  Model model = make_model<TwoLayerNet>();
-  model.compile({.optimizer = optimizers::Adam({.learning_rate = 0.01}),
-                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
-                 .metrics = {"accuracy"}});
-  const Tensor x = random::normal({256, 2}, {.seed = 4});
-  std::vector<std::int64_t> labels;
-  for (float v : sum(x, {.axes = {1}}).to_vector<float>()) labels.push_back(v > 0);
-  model.fit(x, Tensor::from_vector(labels), {.batch_size = 32, .epochs = 30, .verbose = 0});
-  EXPECT_EQ(model.weights().size(), 4u);
-  EXPECT_GE(model.evaluate(x, Tensor::from_vector(labels), {.verbose = 0}).at("accuracy"), 0.97);
-}
-
-TEST(Trainable, FreezingExcludesWeightsFromTrainingAndUnfreezingRestores) {
-  layers::Dense base(4), head(2);
-  auto in = Input({3});
-  Model model(in, head(base(in)));
-  EXPECT_EQ(model.trainable_weights().size(), 4u);
-  base.set_trainable(false);
-  EXPECT_EQ(model.trainable_weights().size(), 2u);
-  EXPECT_EQ(model.non_trainable_weights().size(), 2u);
-  model.compile(
-      {.optimizer = optimizers::SGD({.learning_rate = 0.1}), .loss = losses::MeanSquaredError()});
-  const auto frozen_before = base->kernel().value().to_vector<float>();
-  const auto head_before = head->kernel().value().to_vector<float>();
-  model.fit(random::normal({16, 3}, {.seed = 5}), random::normal({16, 2}, {.seed = 6}),
-            {.epochs = 2, .verbose = 0});
-  EXPECT_EQ(base->kernel().value().to_vector<float>(), frozen_before);
-  EXPECT_NE(head->kernel().value().to_vector<float>(), head_before);
-  base.set_trainable(true);
-  EXPECT_EQ(model.trainable_weights().size(), 4u);
-}
-
-TEST(Regularizers, PenaltiesAreAddedToTheLoss) {
-  layers::Dense dense(2, {.kernel_initializer = initializers::Ones(),
-                          .kernel_regularizer = regularizers::L2(0.5f)});
-  auto in = Input({3});
-  Model model(in, dense(in));
-  model.compile({.optimizer = optimizers::SGD(), .loss = losses::MeanSquaredError()});
-  const Tensor x = Tensor::zeros({4, 3}), y = Tensor::zeros({4, 2});
-  // Prediction error is 0; the L2 penalty is 0.5 · sum(1²) over 6 weights = 3.
-  EXPECT_NEAR(model.test_on_batch(x, y).at("loss"), 3.0, 1e-6);
 }
 
 }  // namespace

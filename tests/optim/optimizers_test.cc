@@ -176,5 +176,9 @@ TEST(Schedules, KerasFormulas) {
   EXPECT_NEAR(x.value().item<float>(), -1.1, 1e-6);
 }
 
+TEST(Optimizers, AnUnknownNameIsAValueError) {
+  EXPECT_THROW(optimizers::get("adamm"), ValueError);
+}
+
 }  // namespace
 }  // namespace lockstep
