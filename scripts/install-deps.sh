@@ -18,6 +18,8 @@ PACKAGES=(
   libgloo-dev          # collectives over TCP between worker processes (multi-worker)
   libopenmpi-dev openmpi-bin  # MPI collectives and mpirun (multi-worker)
   libssl-dev           # HMAC-SHA256 for the rendezvous store's handshake
+  libhdf5-dev          # Keras's .keras weights, .weights.h5 and legacy .h5 files
+  libzip-dev           # the .keras zip archive
   iproute2             # tests only: network namespaces as separate hosts
   clang libclang-rt-14-dev libomp-dev  # make fuzz: libFuzzer, its sanitizers, clang's OpenMP
   python3-venv         # tests only: a venv for the safetensors interop test (pip, PyPI)

@@ -366,6 +366,9 @@ class SGDImpl : public OptimizerImpl {
  protected:
   int num_slots() const override { return o_.momentum > 0 ? 1 : 0; }
   const char* slot_name(int) const override { return "momentum"; }
+  OptimizerConfig own_config() const override {
+    return {{"momentum", o_.momentum}, {"nesterov", o_.nesterov}};
+  }
   void update(float* var, const float* g, std::int64_t n, float** slots, double lr,
               std::int64_t) override {
     const float l = static_cast<float>(lr), mom = static_cast<float>(o_.momentum);
@@ -389,6 +392,9 @@ class AdamImpl : public OptimizerImpl {
  protected:
   int num_slots() const override { return 2; }
   const char* slot_name(int i) const override { return i == 0 ? "momentum" : "velocity"; }
+  OptimizerConfig own_config() const override {
+    return {{"beta_1", b1_}, {"beta_2", b2_}, {"epsilon", eps_}, {"amsgrad", false}};
+  }
   void update(float* var, const float* g, std::int64_t n, float** slots, double lr,
               std::int64_t step) override {
     // Keras 3: alpha = lr·sqrt(1 − β2^t)/(1 − β1^t); m += (g − m)(1 − β1); v += (g² − v)(1 − β2);
@@ -416,6 +422,13 @@ class RMSpropImpl : public OptimizerImpl {
     if (i == 0) return "velocity";
     return (i == 1 && o_.momentum > 0) ? "momentum" : "average_gradient";
   }
+  OptimizerConfig own_config() const override {
+    return {{"rho", o_.rho},
+            {"momentum", o_.momentum},
+            {"epsilon", o_.epsilon},
+            {"centered", o_.centered}};
+  }
+  bool keras_slots_by_variable() const override { return false; }
   void update(float* var, const float* g, std::int64_t n, float** slots, double lr,
               std::int64_t) override {
     const float rho = static_cast<float>(o_.rho), l = static_cast<float>(lr),
@@ -453,6 +466,9 @@ class AdagradImpl : public OptimizerImpl {
  protected:
   int num_slots() const override { return 1; }
   const char* slot_name(int) const override { return "accumulator"; }
+  OptimizerConfig own_config() const override {
+    return {{"initial_accumulator_value", o_.initial_accumulator_value}, {"epsilon", o_.epsilon}};
+  }
   float slot_initial_value(int) const override {
     return static_cast<float>(o_.initial_accumulator_value);
   }

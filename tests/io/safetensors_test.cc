@@ -6,30 +6,15 @@
 #include <fstream>
 
 #include "lockstep/lockstep.h"
+#include "support/files.h"
 
 namespace lockstep::io {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct TempDir {
-  fs::path path;
-  TempDir()
-      : path(fs::temp_directory_path() / ("lockstep_io_" + std::to_string(::getpid()) + "_" +
-                                          std::to_string(reinterpret_cast<std::uintptr_t>(this)))) {
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-void spit(const fs::path& p, const std::string& s) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out << s;
-}
+using testing_support::slurp;
+using testing_support::spit;
+using testing_support::TempDir;
 
 TEST(Crc32c, KnownVector) {
   // RFC 3720's check value: CRC32C("123456789") = 0xE3069283.

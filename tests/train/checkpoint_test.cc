@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "lockstep/lockstep.h"
+#include "support/files.h"
 #include "support/synthetic.h"
 #include "support/weights.h"
 
@@ -23,22 +24,7 @@ using testing_support::weights;
 namespace fs = std::filesystem;
 using distribute::MirroredStrategy;
 using distribute::Strategy;
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("lockstep_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
-};
+using testing_support::TempDir;
 
 Model mlp(std::uint64_t seed = 3) {
   set_random_seed(seed);

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "lockstep/autodiff/variable.h"
@@ -34,6 +35,10 @@ struct ClipOptions {
   double clipvalue = 0.0;        // > 0: clip each element to [-v, v]
   double global_clipnorm = 0.0;  // > 0: scale all gradients so their joint norm is at most this
 };
+
+// One argument of an optimizer's Keras config: a number or a flag.
+using OptimizerArgument = std::variant<bool, double>;
+using OptimizerConfig = std::vector<std::pair<std::string, OptimizerArgument>>;
 
 // How apply_gradients treats its gradients (Keras's keyword arguments).
 struct ApplyOptions {
@@ -88,11 +93,39 @@ class OptimizerImpl {
   // Keras's optimizer config: name, learning rate (now), options.
   virtual std::string config_json() const;
 
+  // Keras's class name ("Adam"): what optimizers::get and from_config take.
+  const std::string& class_name() const { return name_; }
+  // Keras's arguments of this optimizer, by Keras's names: learning_rate
+  // (the constant rate; left out under a schedule, see learning_rate_schedule),
+  // the class's own arguments, then weight_decay, clipnorm, clipvalue and
+  // global_clipnorm (0 where unset). optimizers::from_config takes them back.
+  OptimizerConfig get_config() const;
+  // The schedule of the learning rate; its name is "constant" for a number.
+  const LearningRateSchedule& learning_rate_schedule() const { return learning_rate_.schedule(); }
+
+  // Keras's `optimizer.variables` for a model whose trainable variables are
+  // `trainable`: iterations (an int64 scalar), the learning rate (a float32
+  // scalar, absent under a schedule), then the slots in the order Keras
+  // creates them for this class; a slot not created yet is its initial
+  // value, as Keras builds every slot before it saves.
+  std::vector<Tensor> keras_variables(const std::vector<Variable>& trainable) const;
+  // Sets iterations and every slot from such a list; the count and every
+  // shape are checked first (a ValueError or ShapeError naming `source`
+  // and the variable), so nothing is set from a list that does not fit.
+  void set_keras_variables(const std::vector<Variable>& trainable,
+                           const std::vector<Tensor>& values, const std::string& source);
+
  protected:
   // Per-variable state: created on first use by create_slots.
   virtual int num_slots() const = 0;
   virtual const char* slot_name(int i) const = 0;
   virtual float slot_initial_value(int) const { return 0.0f; }
+  // The class's own Keras arguments (beta_1, momentum, ...).
+  virtual OptimizerConfig own_config() const = 0;
+  // Keras orders optimizer.variables by variable (all slots of one variable
+  // together, as Adam creates them) or by slot (every velocity, then every
+  // momentum, as RMSprop does).
+  virtual bool keras_slots_by_variable() const { return true; }
   // An elementwise update of n elements of a variable; `slots` point at the
   // same elements of its slot buffers. Called concurrently from the intra-op
   // threads on disjoint ranges (a range may be any part of a variable), so it
@@ -225,6 +258,16 @@ class Adagrad : public Optimizer {
  public:
   explicit Adagrad(AdagradOptions options = {});
 };
+
+// An optimizer from its Keras class name and arguments, as get_config gives
+// them (Keras's own names; a schedule is passed as `learning_rate` and
+// wins over a number in `args`). An argument the class does not take, or
+// one Lockstep does not implement with another value than Keras's default
+// (amsgrad, use_ema, loss_scale_factor, gradient_accumulation_steps), is a
+// ValueError naming it.
+Optimizer from_config(const std::string& class_name,
+                      const std::map<std::string, OptimizerArgument>& args,
+                      const LearningRateSchedule* learning_rate = nullptr);
 
 // By Keras identifier, with Keras's defaults: "sgd", "adam", "adamw",
 // "rmsprop", "adagrad", or the class name ("Adam"). An unknown name is a
