@@ -1,7 +1,9 @@
 // The guide's "Using callbacks to ensure fault tolerance", ported: a
-// ModelCheckpoint saves the model every epoch; make_or_restore_model loads
-// the newest one, or builds a new model when there is none. Run training
-// twice: the second run starts from the first one's model.
+// ModelCheckpoint saves the model every epoch as a Keras file
+// (ckpt-{epoch}.keras: architecture, weights, compile settings and the
+// optimizer's state); make_or_restore_model loads the newest one, or builds
+// a new model when there is none. Run training twice: the second run starts
+// from the first one's model. Keras opens these files too.
 //
 //   fault_tolerance [checkpoint_dir = ./ckpt] [steps_per_epoch = 0 (all)]
 //
@@ -17,18 +19,14 @@
 namespace ls = lockstep;
 namespace fs = std::filesystem;
 
-void compile(ls::Model& model) {
-  model.compile({.optimizer = ls::optimizers::Adam(),
-                 .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
-                 .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
-}
-
 ls::Model get_compiled_model() {
   auto inputs = ls::Input({784});
   auto x = ls::layers::Dense(256, {.activation = "relu"})(inputs);
   x = ls::layers::Dense(256, {.activation = "relu"})(x);
   ls::Model model(inputs, ls::layers::Dense(10)(x));
-  compile(model);
+  model.compile({.optimizer = ls::optimizers::Adam(),
+                 .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                 .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
   return model;
 }
 
@@ -55,11 +53,7 @@ ls::Model make_or_restore_model(const fs::path& checkpoint_dir) {
         checkpoints.begin(), checkpoints.end(),
         [](const fs::path& a, const fs::path& b) { return epoch_of(a) < epoch_of(b); });
     std::printf("Restoring from %s\n", latest.c_str());
-    // Keras's load_model also restores the compile settings; Lockstep's
-    // model files hold the architecture and weights, so compile again.
-    ls::Model model = ls::load_model(latest.string());
-    compile(model);
-    return model;
+    return ls::load_model(latest.string());
   }
   std::printf("Creating a new model\n");
   return get_compiled_model();
@@ -77,8 +71,7 @@ void run_training(const fs::path& checkpoint_dir, std::int64_t steps, int epochs
   // This callback saves the model every epoch, with the epoch in its name.
   std::vector<std::shared_ptr<ls::Callback>> callbacks{
       std::make_shared<ls::ModelCheckpoint>(ls::ModelCheckpoint::Options{
-          .filepath = (checkpoint_dir / "ckpt-{epoch}.safetensors").string(),
-          .save_freq = "epoch"})};
+          .filepath = (checkpoint_dir / "ckpt-{epoch}.keras").string(), .save_freq = "epoch"})};
 
   auto [train, test] = ls::datasets::fashion_mnist::load_data();
   auto prepare = [](const ls::Tensor& images) {

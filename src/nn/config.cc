@@ -184,6 +184,11 @@ Registry& registry() {
 
 }  // namespace
 
+bool is_builtin_layer_class(const std::string& class_name) {
+  static const std::map<std::string, LayerFactory> builtin = builtin_factories();
+  return class_name == "InputLayer" || builtin.contains(class_name);
+}
+
 void register_layer(const std::string& class_name, LayerFactory factory) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);

@@ -153,6 +153,17 @@ std::vector<Variable> LayerImpl::weights() const {
   return out;
 }
 
+std::vector<Variable> LayerImpl::own_variables() const {
+  std::vector<Variable> out;
+  for (const auto& w : own_weights_) {
+    if (w.variable.trainable()) out.push_back(w.variable);
+  }
+  for (const auto& w : own_weights_) {
+    if (!w.variable.trainable()) out.push_back(w.variable);
+  }
+  return out;
+}
+
 std::vector<Variable> LayerImpl::trainable_weights() const {
   std::vector<const LayerImpl*> layers;
   collect(layers);

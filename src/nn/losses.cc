@@ -3,6 +3,8 @@
 // so no finite input gives an infinite or NaN loss.
 #include "lockstep/nn/losses.h"
 
+#include <algorithm>
+
 #include "lockstep/tensor/ops.h"
 
 namespace lockstep {
@@ -34,10 +36,22 @@ Tensor as_float(const Tensor& t) {
   return t.dtype() == DType::kFloat32 ? t : cast(t, DType::kFloat32);
 }
 
+// The arguments of the three cross-entropies, as Keras names them.
+LayerConfig crossentropy_config(LayerConfig c, const losses::CrossentropyOptions& o,
+                                bool label_smoothing) {
+  c.set("from_logits", o.from_logits);
+  if (label_smoothing) c.set("label_smoothing", static_cast<double>(o.label_smoothing));
+  return c;
+}
+
 class SparseCCE : public LossImpl {
  public:
   explicit SparseCCE(losses::CrossentropyOptions o)
       : LossImpl("sparse_categorical_crossentropy", o.reduction), o_(o) {}
+  std::string class_name() const override { return "SparseCategoricalCrossentropy"; }
+  LayerConfig get_config() const override {
+    return crossentropy_config(LossImpl::get_config(), o_, false);
+  }
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override {
     constexpr const char* op = "SparseCategoricalCrossentropy";
     check_batch(op, y_true, y_pred);
@@ -87,6 +101,10 @@ class CategoricalCCE : public LossImpl {
                    "CategoricalCrossentropy: label_smoothing must be in [0, 1], got ",
                    o.label_smoothing);
   }
+  std::string class_name() const override { return "CategoricalCrossentropy"; }
+  LayerConfig get_config() const override {
+    return crossentropy_config(LossImpl::get_config(), o_, true);
+  }
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override {
     constexpr const char* op = "CategoricalCrossentropy";
     check_batch(op, y_true, y_pred);
@@ -119,6 +137,10 @@ class BinaryCE : public LossImpl {
  public:
   explicit BinaryCE(losses::CrossentropyOptions o)
       : LossImpl("binary_crossentropy", o.reduction), o_(o) {}
+  std::string class_name() const override { return "BinaryCrossentropy"; }
+  LayerConfig get_config() const override {
+    return crossentropy_config(LossImpl::get_config(), o_, true);
+  }
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override {
     constexpr const char* op = "BinaryCrossentropy";
     check_batch(op, y_true, y_pred);
@@ -159,6 +181,16 @@ class Elementwise : public LossImpl {
                  reduction),
         kind_(kind),
         delta_(delta) {}
+  std::string class_name() const override {
+    return kind_ == Kind::kMse   ? "MeanSquaredError"
+           : kind_ == Kind::kMae ? "MeanAbsoluteError"
+                                 : "Huber";
+  }
+  LayerConfig get_config() const override {
+    LayerConfig c = LossImpl::get_config();
+    if (kind_ == Kind::kHuber) c.set("delta", static_cast<double>(delta_));
+    return c;
+  }
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override {
     const char* op = kind_ == Kind::kMse   ? "MeanSquaredError"
                      : kind_ == Kind::kMae ? "MeanAbsoluteError"
@@ -214,6 +246,29 @@ Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred,
   return n == 0 ? Tensor::scalar(0.0f) : div(sum(per), Tensor::scalar(static_cast<float>(n)));
 }
 
+namespace {
+
+const char* reduction_name(Reduction r) {
+  switch (r) {
+    case Reduction::kSumOverBatchSize:
+      return "sum_over_batch_size";
+    case Reduction::kSum:
+      return "sum";
+    case Reduction::kNone:
+      return "none";
+  }
+  return "?";
+}
+
+}  // namespace
+
+LayerConfig LossImpl::get_config() const {
+  LayerConfig c;
+  c.set("name", name_);
+  c.set("reduction", std::string(reduction_name(reduction_)));
+  return c;
+}
+
 namespace losses {
 
 SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(CrossentropyOptions o)
@@ -254,6 +309,55 @@ Loss get(const std::string& name) {
     }
   }
   detail::throw_error<ValueError>("unknown loss '", name, "'; known losses: ", all);
+}
+
+Loss from_config(const std::string& class_name, const LayerConfig& config) {
+  Reduction reduction = Reduction::kSumOverBatchSize;
+  if (config.has("reduction")) {
+    const std::string r = config.get<std::string>("reduction");
+    if (r == "sum") {
+      reduction = Reduction::kSum;
+    } else if (r == "none") {
+      reduction = Reduction::kNone;
+    } else {
+      LOCKSTEP_CHECK(r == "sum_over_batch_size" || r == "auto", class_name, ": reduction '", r,
+                     "' is not one of sum_over_batch_size, sum, none");
+    }
+  }
+  const CrossentropyOptions ce{
+      .from_logits = config.get_or("from_logits", false),
+      .label_smoothing = static_cast<float>(config.get_or<double>("label_smoothing", 0.0)),
+      .reduction = reduction};
+  std::vector<std::string> takes = {"name", "reduction"};
+  Loss made;
+  if (class_name == "SparseCategoricalCrossentropy") {
+    made = SparseCategoricalCrossentropy(ce);
+    takes.insert(takes.end(), {"from_logits"});
+  } else if (class_name == "CategoricalCrossentropy") {
+    made = CategoricalCrossentropy(ce);
+    takes.insert(takes.end(), {"from_logits", "label_smoothing"});
+  } else if (class_name == "BinaryCrossentropy") {
+    made = BinaryCrossentropy(ce);
+    takes.insert(takes.end(), {"from_logits", "label_smoothing"});
+  } else if (class_name == "MeanSquaredError") {
+    made = MeanSquaredError({.reduction = reduction});
+  } else if (class_name == "MeanAbsoluteError") {
+    made = MeanAbsoluteError({.reduction = reduction});
+  } else if (class_name == "Huber") {
+    made = Huber(
+        {.delta = static_cast<float>(config.get_or<double>("delta", 1.0)), .reduction = reduction});
+    takes.push_back("delta");
+  } else {
+    detail::throw_error<ValueError>(
+        "unknown loss class '", class_name,
+        "'; Lockstep has SparseCategoricalCrossentropy, CategoricalCrossentropy, "
+        "BinaryCrossentropy, MeanSquaredError, MeanAbsoluteError and Huber");
+  }
+  for (const auto& [key, value] : config.entries()) {
+    LOCKSTEP_CHECK(std::find(takes.begin(), takes.end(), key) != takes.end(), class_name,
+                   ": argument '", key, "' is not one Lockstep's ", class_name, " takes");
+  }
+  return made;
 }
 
 }  // namespace losses

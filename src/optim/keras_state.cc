@@ -61,9 +61,11 @@ void OptimizerImpl::set_keras_variables(const std::vector<Variable>& trainable,
                                         const std::string& source) {
   const bool constant = constant_rate(learning_rate_.schedule());
   const int slots = num_slots();
-  const std::size_t expected =
-      1 + (constant ? 1 : 0) + trainable.size() * static_cast<std::size_t>(slots);
-  LOCKSTEP_CHECK(values.size() == expected, source, ": the optimizer (", name_, ") has ",
+  const std::size_t scalars = 1 + (constant ? 1 : 0);
+  const std::size_t expected = scalars + trainable.size() * static_cast<std::size_t>(slots);
+  // An optimizer Keras never built (compiled, not trained) saves no slots.
+  const bool unbuilt = values.size() == scalars && slots > 0;
+  LOCKSTEP_CHECK(values.size() == expected || unbuilt, source, ": the optimizer (", name_, ") has ",
                  values.size(), " variables; expected ", expected, " (iterations, ",
                  constant ? "the learning rate, " : "", slots, " slot", slots == 1 ? "" : "s",
                  " for each of ", trainable.size(),
@@ -80,9 +82,9 @@ void OptimizerImpl::set_keras_variables(const std::vector<Variable>& trainable,
                    "; expected one number");
     rate = lr.to(DType::kFloat32).data<float>()[0];
   }
-  const std::size_t first_slot = constant ? 2 : 1;
+  const std::size_t first_slot = scalars;
   std::map<std::string, Tensor> by_name;
-  for (std::size_t k = 0; k < trainable.size(); ++k) {
+  for (std::size_t k = 0; !unbuilt && k < trainable.size(); ++k) {
     for (int i = 0; i < slots; ++i) {
       const std::size_t at =
           first_slot + keras_slot_index(keras_slots_by_variable(), k, i, trainable.size(), slots);
@@ -94,7 +96,7 @@ void OptimizerImpl::set_keras_variables(const std::vector<Variable>& trainable,
       by_name.emplace(std::to_string(k) + "/" + slot_name(i), t);
     }
   }
-  restore_slot_values(trainable, by_name);  // checks everything before it sets
+  if (!unbuilt) restore_slot_values(trainable, by_name);  // checks everything before it sets
   set_iterations(steps.to(DType::kInt64).data<std::int64_t>()[0]);
   if (constant) learning_rate_ = LearningRate(rate);
 }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/nn/initializers.h"
+#include "train/keras_config.h"
 #include "train/saving.h"
 
 namespace lockstep {
@@ -63,7 +64,7 @@ Checkpoint::Contents Checkpoint::contents(bool full_input_state, bool copy) cons
                            take(named[i].second));
   c.metadata = {{"format", kFormat}, {"format_version", std::to_string(kCheckpointFormatVersion)}};
   try {
-    c.metadata["model_config"] = detail::model_config(*model_.impl()).dump();
+    c.metadata["model_config"] = keras::model_config(*model_.impl()).dump();
   } catch (const Error&) {
     // A subclassed model has no config; its weights are still restorable.
   }

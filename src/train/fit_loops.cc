@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "batch_sources.h"
+#include "keras_config.h"
 #include "lockstep/train/model.h"
 #include "lockstep/train/progbar.h"
 #include "model_internal.h"
@@ -187,7 +188,7 @@ void Model::Loops::check_workers_agree(Model& m, const char* op, std::int64_t st
   if (strategy.num_workers() == 1) return;
   std::string model_config = "(subclassed)";
   try {
-    model_config = detail::model_config(*m.impl_).dump();
+    model_config = keras::model_config(*m.impl_).dump();
   } catch (const Error&) {
     // A subclassed model has no config; the variables' broadcast checks shapes.
   }

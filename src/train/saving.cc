@@ -1,28 +1,32 @@
-// Saving and loading models: JSON config + weights in one safetensors file.
+// Saving and loading models, by the file's suffix: `.keras` and
+// `.weights.h5` / `.h5` are Keras's files (train/keras_files.cc);
+// `.safetensors` is Lockstep's own (the architecture as Keras's JSON config
+// in the metadata, the weights by name). This file also reads the model
+// config of format version 1 (Lockstep's own layout before Keras's).
 #include "train/saving.h"
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "lockstep/io/hdf5.h"
 #include "lockstep/io/safetensors.h"
+#include "lockstep/io/zip.h"
 #include "lockstep/nn/functional.h"
 #include "lockstep/train/model.h"
+#include "train/keras_config.h"
+#include "train/keras_files.h"
+#include "train/model_internal.h"
 
 namespace lockstep {
 namespace {
 
 using json = nlohmann::json;
 
-constexpr int kFormatVersion = 1;
+// 2: the model config is Keras's (keras::model_config); 1: Lockstep's own.
+constexpr int kFormatVersion = 2;
 constexpr const char* kFormat = "lockstep.model";
 
-json config_to_json(const LayerConfig& c) {
-  json out = json::object();
-  for (const auto& [k, v] : c.entries()) {
-    std::visit([&, key = k](const auto& value) { out[key] = value; }, v);
-  }
-  return out;
-}
-
+// Lockstep's own config of format version 1 (read only).
 LayerConfig config_from_json(const json& j, const std::string& where) {
   LOCKSTEP_CHECK_AS(IOError, j.is_object(), where, ": a layer config is not a JSON object");
   LayerConfig c;
@@ -50,66 +54,11 @@ LayerConfig config_from_json(const json& j, const std::string& where) {
   return c;
 }
 
-json layer_json(const LayerImpl& layer) {
-  return {{"class_name", layer.class_name()}, {"config", config_to_json(layer.get_config())}};
-}
-
 }  // namespace
 
 namespace detail {
 
-json model_config(const LayerImpl& net) {
-  if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) {
-    json j = {{"class_name", "Functional"}, {"name", f->name()}};
-    json inputs = json::array(), layers = json::array(), nodes = json::array(),
-         outputs = json::array();
-    for (const KerasTensor& in : f->inputs()) {
-      inputs.push_back({{"name", in.node()->input_name},
-                        {"shape", in.sample_shape().to_vector()},
-                        {"dtype", std::string(dtype_name(in.dtype()))}});
-    }
-    std::map<const KerasTensor::Node*, int> node_index;
-    std::map<const LayerImpl*, int> calls;
-    auto ref = [&](const KerasTensor& k) {
-      const KerasTensor::Node* n = k.node().get();
-      if (!n->layer) return json::array({n->input_name, 0, k.index()});
-      return json::array({n->layer->name(), node_index.at(n), k.index()});
-    };
-    for (const auto& step : f->steps()) {
-      const LayerImpl* layer = step.node->layer.get();
-      if (calls[layer]++ == 0) layers.push_back(layer_json(*layer));
-      node_index[step.node] = calls[layer] - 1;
-      json in = json::array();
-      for (const KerasTensor& k : step.node->inputs) in.push_back(ref(k));
-      nodes.push_back({{"layer", layer->name()}, {"inputs", in}});
-    }
-    for (const KerasTensor& out : f->outputs()) outputs.push_back(ref(out));
-    j["inputs"] = inputs;
-    j["layers"] = layers;
-    j["nodes"] = nodes;
-    j["outputs"] = outputs;
-    return j;
-  }
-  if (auto* s = dynamic_cast<const SequentialImpl*>(&net)) {
-    LOCKSTEP_CHECK(
-        s->input().defined(), "save: Sequential '", s->name(),
-        "' has no input shape, so a loaded copy could not be built. Hint: create it with "
-        "Sequential(layers, {.input_shape = ...})");
-    json layers = json::array();
-    for (const Layer& l : s->layers()) layers.push_back(layer_json(*l.impl()));
-    return {{"class_name", "Sequential"},
-            {"name", s->name()},
-            {"input_shape", s->input().sample_shape().to_vector()},
-            {"input_dtype", std::string(dtype_name(s->input().dtype()))},
-            {"layers", layers}};
-  }
-  detail::throw_error<ValueError>(
-      "save: model '", net.name(), "' is a subclassed model (", net.class_name(),
-      "), which has no config. Hint: use save_weights / load_weights with a model you "
-      "construct in code");
-}
-
-Model model_from_config(const json& j, const std::string& path) {
+Model model_from_lockstep_v1_config(const json& j, const std::string& path) {
   const std::string where = path + ": model_config";
   LOCKSTEP_CHECK_AS(IOError, j.is_object() && j.contains("class_name"), where,
                     ": missing class_name");
@@ -198,22 +147,88 @@ void assign_weights(const LayerImpl& net, const io::TensorFile& file, const std:
 }  // namespace detail
 
 using detail::assign_weights;
-using detail::model_config;
-using detail::model_from_config;
+using detail::model_from_lockstep_v1_config;
 using detail::named_weights;
+
+namespace {
+
+enum class Format { kKeras, kWeightsH5, kLegacyH5, kSafetensors };
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The suffix decides, as in Keras.
+Format format_of(const std::string& path, const char* op) {
+  if (ends_with(path, ".keras")) return Format::kKeras;
+  if (ends_with(path, ".weights.h5")) return Format::kWeightsH5;
+  if (ends_with(path, ".h5") || ends_with(path, ".hdf5")) return Format::kLegacyH5;
+  if (ends_with(path, ".safetensors")) return Format::kSafetensors;
+  detail::throw_error<ValueError>(
+      op, ": '", path,
+      "' ends in no suffix Lockstep knows; use .keras (Keras's model file), .weights.h5 or .h5 "
+      "(Keras's HDF5 weights; .h5 models are read only) or .safetensors (Lockstep's checkpoint)");
+}
+
+// A file whose bytes say it is of another kind than its suffix: named, so
+// that "byte 0: the header claims 85966670672 bytes" never reaches a user.
+void check_content(const std::string& path, Format format) {
+  const std::uint64_t size = regular_file_size(path);
+  std::ifstream in(path, std::ios::binary);
+  std::string head(std::min<std::uint64_t>(size, 8), '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  const bool zip = io::looks_like_zip(head), h5 = io::looks_like_h5(head);
+  const char* is = zip  ? "a zip archive (a .keras file)"
+                   : h5 ? "an HDF5 file (Keras's .h5)"
+                        : nullptr;
+  const bool fits = (format == Format::kKeras && zip) ||
+                    ((format == Format::kWeightsH5 || format == Format::kLegacyH5) && h5) ||
+                    (format == Format::kSafetensors && !zip && !h5);
+  if (!fits && is != nullptr)
+    detail::throw_error<IOError>(path, ": this file is ", is,
+                                 "; its suffix says otherwise. Rename it to match its kind");
+}
+
+keras::CompileState compile_state_of(const Model::TrainState& s) {
+  if (!s.compiled) return {};
+  return {&s.optimizer, &s.losses, &s.loss_weights, &s.metric_specs};
+}
+
+}  // namespace
 
 void Model::save(const std::string& path) const {
   LOCKSTEP_CHECK(defined(), "save: the model is undefined");
-  const json config = model_config(*impl_);
-  io::write_safetensors(path, named_weights(*impl_),
-                        {{"format", kFormat},
-                         {"format_version", std::to_string(kFormatVersion)},
-                         {"model_config", config.dump()}});
+  switch (format_of(path, "save")) {
+    case Format::kKeras:
+      keras::save_keras_archive(*this, compile_state_of(state()), path);
+      return;
+    case Format::kWeightsH5:
+      detail::throw_error<ValueError>("save: '", path,
+                                      "' is a weights file name; use save_weights for it, or a "
+                                      ".keras name to save the whole model");
+    case Format::kLegacyH5:
+      detail::throw_error<ValueError>(
+          "save: '", path,
+          "': Keras 2's .h5 model files are read, not written; save a .keras file (Keras 3 "
+          "reads it) or save_weights to a .weights.h5");
+    case Format::kSafetensors:
+      break;
+  }
+  const json config = keras::model_config(*impl_);
+  std::map<std::string, std::string> metadata = {{"format", kFormat},
+                                                 {"format_version", std::to_string(kFormatVersion)},
+                                                 {"model_config", config.dump()}};
+  if (const keras::CompileState c = compile_state_of(state()); c.optimizer != nullptr) {
+    metadata["compile_config"] =
+        keras::compile_config(*c.optimizer, *c.losses, *c.loss_weights, *c.metrics).dump();
+  }
+  io::write_safetensors(path, named_weights(*impl_), metadata);
 }
 
 std::string Model::to_json() const {
   LOCKSTEP_CHECK(defined(), "to_json: the model is undefined");
-  return model_config(*impl_).dump();
+  return keras::model_config(*impl_).dump();
 }
 
 Model model_from_json(const std::string& text, const std::string& source) {
@@ -223,20 +238,72 @@ Model model_from_json(const std::string& text, const std::string& source) {
   } catch (const json::exception& e) {
     detail::throw_error<IOError>(source, ": not valid JSON (", e.what(), ")");
   }
-  return model_from_config(config, source);
+  if (config.is_object() && config.contains("config"))
+    return keras::model_from_config(config, source);
+  return model_from_lockstep_v1_config(config, source);
 }
 
 void Model::save_weights(const std::string& path) const {
   LOCKSTEP_CHECK(defined(), "save_weights: the model is undefined");
+  switch (format_of(path, "save_weights")) {
+    case Format::kWeightsH5:
+      io::write_h5(path, keras::weights_tree(*impl_, compile_state_of(state()).optimizer));
+      return;
+    case Format::kLegacyH5:
+      detail::throw_error<ValueError>("save_weights: '", path,
+                                      "': the file name must end in .weights.h5, as in Keras 3");
+    case Format::kKeras:
+      detail::throw_error<ValueError>("save_weights: '", path,
+                                      "' names a whole-model file; use save for it, or a "
+                                      ".weights.h5 name for the weights alone");
+    case Format::kSafetensors:
+      break;
+  }
   io::write_safetensors(path, named_weights(*impl_), {{"format", "lockstep.weights"}});
 }
 
-void Model::load_weights(const std::string& path) const {
+void Model::load_weights(const std::string& path, LoadWeightsOptions options) const {
   LOCKSTEP_CHECK(defined(), "load_weights: the model is undefined");
-  assign_weights(*impl_, io::read_safetensors(path), path);
+  const Format format = format_of(path, "load_weights");
+  check_content(path, format);
+  const Optimizer* optimizer = compile_state_of(state()).optimizer;
+  if (format == Format::kSafetensors) {
+    LOCKSTEP_CHECK(!options.by_name && !options.skip_mismatch, "load_weights: '", path,
+                   "': by_name and skip_mismatch apply to Keras's .h5 files");
+    assign_weights(*impl_, io::read_safetensors(path), path);
+    return;
+  }
+  if (format == Format::kKeras) {
+    LOCKSTEP_CHECK(!options.by_name, "load_weights: '", path,
+                   "': by_name applies to legacy .h5 files only, as in Keras");
+    for (const io::ZipMember& m : io::read_zip(path)) {
+      if (m.name != "model.weights.h5") continue;
+      keras::load_weights_tree(*impl_, io::read_h5_image(m.data, path + ": model.weights.h5"),
+                               optimizer, path + ": model.weights.h5", options.skip_mismatch);
+      return;
+    }
+    detail::throw_error<IOError>(path, ": the archive holds no model.weights.h5");
+  }
+  const io::H5Group file = io::read_h5(path);
+  const io::H5Group* legacy = file.find_group("model_weights");
+  if (legacy == nullptr &&
+      (file.attributes.contains("layer_names") || file.attributes.contains("layer_names0")))
+    legacy = &file;
+  if (legacy != nullptr) {
+    keras::load_legacy_weights(*impl_, *legacy, options.by_name, options.skip_mismatch, path);
+    return;
+  }
+  LOCKSTEP_CHECK(!options.by_name, "load_weights: '", path,
+                 "': by_name applies to legacy .h5 files only, as in Keras");
+  keras::load_weights_tree(*impl_, file, optimizer, path, options.skip_mismatch);
 }
 
 Model load_model(const std::string& path) {
+  const Format format = format_of(path, "load_model");
+  check_content(path, format);
+  if (format == Format::kKeras) return keras::load_keras_archive(path);
+  if (format == Format::kWeightsH5 || format == Format::kLegacyH5)
+    return keras::load_legacy_h5_model(path);
   const io::TensorFile file = io::read_safetensors(path);
   auto meta = [&](const std::string& key) {
     auto it = file.metadata.find(key);
@@ -255,7 +322,17 @@ Model load_model(const std::string& path) {
   } catch (const json::exception& e) {
     detail::throw_error<IOError>(path, ": model_config is not valid JSON (", e.what(), ")");
   }
-  Model model = model_from_config(config, path);
+  Model model = version >= 2 ? keras::model_from_config(config, path + ": model_config")
+                             : model_from_lockstep_v1_config(config, path);
+  if (auto it = file.metadata.find("compile_config"); it != file.metadata.end()) {
+    json compile;
+    try {
+      compile = json::parse(it->second);
+    } catch (const json::exception& e) {
+      detail::throw_error<IOError>(path, ": compile_config is not valid JSON (", e.what(), ")");
+    }
+    model.compile(keras::compile_options_from_config(compile, path));
+  }
   assign_weights(*model.impl(), file, path);
   return model;
 }

@@ -12,9 +12,9 @@
 
 namespace lockstep::detail {
 
-// Functional and Sequential models: the architecture as Keras-style JSON.
-nlohmann::json model_config(const LayerImpl& net);
-Model model_from_config(const nlohmann::json& j, const std::string& path);
+// A model from the config of a Lockstep file of format version 1 (Lockstep's
+// own layout, before Keras's config replaced it: train/keras_config.h).
+Model model_from_lockstep_v1_config(const nlohmann::json& j, const std::string& path);
 // Every weight by its name (copy 0 of a mirrored one).
 std::vector<std::pair<std::string, Tensor>> named_weights(const LayerImpl& net);
 // Assigns every weight (every copy) from the file's tensors by name, after

@@ -8,12 +8,14 @@
 
 #include "lockstep/io/hdf5.h"
 #include "lockstep/io/zip.h"
+#include "support/errors.h"
 #include "support/files.h"
 
 namespace lockstep::io {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_support::message_of;
 using testing_support::slurp;
 using testing_support::spit;
 using testing_support::TempDir;
@@ -23,15 +25,6 @@ const fs::path kFixtures = fs::path(LOCKSTEP_SOURCE_DIR) / "tests/interop/keras_
 template <typename T>
 std::vector<T> values(const Tensor& t) {
   return {t.data<T>(), t.data<T>() + t.numel()};
-}
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(Hdf5, ATreeRoundTripsWithEveryDtypeAndAttributeKind) {

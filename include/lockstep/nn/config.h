@@ -41,6 +41,9 @@ using LayerFactory = std::function<Layer(const LayerConfig&)>;
 
 // Makes `class_name` loadable (replaces an earlier registration).
 void register_layer(const std::string& class_name, LayerFactory factory);
+// Whether `class_name` is one of Lockstep's own layers (each is a Keras
+// class of the same name), not one registered with register_layer.
+bool is_builtin_layer_class(const std::string& class_name);
 // A new layer of `class_name` from its config; ValueError listing the known
 // classes otherwise.
 Layer layer_from_config(const std::string& class_name, const LayerConfig& config);

@@ -81,6 +81,11 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
   std::vector<Variable> trainable_weights() const;
   std::vector<Variable> non_trainable_weights() const;
   std::int64_t count_params() const;
+  // This layer's own weights, without its sublayers', as Keras saves them:
+  // those created trainable first, then the others, each in creation order
+  // (Dense: kernel, bias; BatchNormalization: gamma, beta, moving_mean,
+  // moving_variance).
+  std::vector<Variable> own_variables() const;
   // Regularisation penalties of this layer and its sublayers, computed from
   // the current weights (call it inside a GradientTape).
   std::vector<Tensor> regularization_losses() const;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "lockstep/nn/config.h"
 #include "lockstep/tensor/tensor.h"
 
 namespace lockstep {
@@ -27,6 +28,11 @@ class LossImpl {
   virtual Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const = 0;
   const std::string& name() const { return name_; }
   Reduction reduction() const { return reduction_; }
+  // Keras's class ("SparseCategoricalCrossentropy") and arguments: name,
+  // reduction as Keras spells it, and the class's own (from_logits,
+  // label_smoothing, delta). losses::from_config takes them back.
+  virtual std::string class_name() const = 0;
+  virtual LayerConfig get_config() const;
 
  private:
   std::string name_;
@@ -106,6 +112,11 @@ class Huber : public Loss {
 // ("SparseCategoricalCrossentropy"). An unknown name is a ValueError that
 // lists the known ones.
 Loss get(const std::string& name);
+
+// A loss from its Keras class name and arguments (get_config's keys); an
+// argument the class does not take, or a reduction Keras does not name, is
+// a ValueError naming it.
+Loss from_config(const std::string& class_name, const LayerConfig& config);
 
 }  // namespace losses
 }  // namespace lockstep

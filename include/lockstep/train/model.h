@@ -104,6 +104,14 @@ struct PredictOptions {
   std::vector<std::shared_ptr<Callback>> callbacks{};
 };
 
+// Keras's load_weights arguments.
+struct LoadWeightsOptions {
+  // Legacy .h5 only: match layers by name instead of by position.
+  bool by_name = false;
+  // Skip a layer whose weights do not fit (named on stderr) instead of failing.
+  bool skip_mismatch = false;
+};
+
 // Where fit is, between two batches: everything besides the weights and
 // the optimizer that an exact resume needs. Topology-free (metric states are
 // merged across replicas).
@@ -204,19 +212,27 @@ class Model : public Layer {
   // total / trainable / non-trainable (and optimizer) parameter counts.
   void summary(std::ostream& out = std::cout, const SummaryOptions& options = {}) const;
 
-  // The architecture (as a JSON config in the file's metadata) and the
-  // weights, in one safetensors file written atomically. Functional and
+  // The whole model, written atomically; the suffix decides the format:
+  //   .keras        Keras 3's file (a zip of config.json — the architecture
+  //                 and the compile config — and model.weights.h5 with the
+  //                 weights and the optimizer's variables); Keras loads it;
+  //   .safetensors  Lockstep's checkpoint container (the architecture and
+  //                 compile config as Keras's JSON in its metadata, the
+  //                 weights by name; the optimizer's state is Checkpoint's).
+  // Any other suffix is a ValueError naming these. Functional and
   // Sequential models only: a subclassed model has no config (use
-  // save_weights). The compile configuration is not saved.
+  // save_weights).
   void save(const std::string& path) const;
-  // The architecture alone, as the JSON config save() stores: Lockstep's
-  // own layout (the inputs, the layers with their arguments, the calls that
-  // connect them), not Keras's model.to_json() format. model_from_json rebuilds it with fresh
-  // weights.
+  // The architecture alone as Keras's JSON (model.to_json()); Keras's
+  // model_from_json reads it, and so does ours (with fresh weights).
   std::string to_json() const;
-  // Weights alone, by name; load_weights checks every name and shape.
+  // Weights alone: `.weights.h5` in Keras 3's layout (with the optimizer's
+  // variables once compiled, as Keras), or `.safetensors` by name.
+  // load_weights also reads a `.keras` file's weights and Keras 2's legacy
+  // `.h5` (by position, or by layer name). Everything is checked before any
+  // weight changes.
   void save_weights(const std::string& path) const;
-  void load_weights(const std::string& path) const;
+  void load_weights(const std::string& path, LoadWeightsOptions options = {}) const;
 
   // Callbacks call this to end fit after the current batch.
   void stop_training() const;
@@ -251,10 +267,14 @@ class Model : public Layer {
   std::shared_ptr<TrainState> state_;
 };
 
-// Rebuilds a model saved with Model::save: the same layers, names and weights
-// (it predicts exactly what the saved model did). Compile it to train it.
+// Rebuilds a model from a file, by its suffix: `.keras` (Keras's or ours:
+// architecture, weights, compile settings and optimizer state, so training
+// continues exactly), Keras 2's legacy `.h5`, or Model::save's
+// `.safetensors` (compiled again if it was compiled). The same layers,
+// names and weights: it predicts exactly what the saved model did.
 Model load_model(const std::string& path);
-// A model from Model::to_json()'s text (new weights; compile it to train).
+// A model from Keras's JSON (Model::to_json(), Keras's model.to_json()):
+// new weights; compile it to train.
 // `source` names the text in errors (a file name).
 Model model_from_json(const std::string& text, const std::string& source = "<json>");
 

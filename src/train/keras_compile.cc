@@ -1,0 +1,202 @@
+// Keras 3's compile_config: the optimizer, the losses and the metrics of a
+// compiled model as Keras serializes them, and back.
+#include <set>
+
+#include "train/keras_config.h"
+
+namespace lockstep::keras {
+namespace {
+
+// Keras's "not set" for the base optimizer's numbers that are 0 here.
+bool unset_when_zero(const std::string& key, const std::string& cls) {
+  if (key == "weight_decay") return cls != "AdamW";
+  return key == "clipnorm" || key == "clipvalue" || key == "global_clipnorm";
+}
+
+json loss_json(const Loss& loss) {
+  const LayerConfig ours = loss.impl()->get_config();
+  json config = json::object();
+  for (const auto& [k, v] : ours.entries()) {
+    std::visit([&, key = k](const auto& value) { config[key] = value; }, v);
+  }
+  return {{"module", "keras.losses"},
+          {"class_name", loss.impl()->class_name()},
+          {"config", config},
+          {"registered_name", nullptr}};
+}
+
+Loss loss_from_json(const json& j, const std::string& where) {
+  if (j.is_string()) {
+    try {
+      return losses::get(j.get<std::string>());
+    } catch (const ValueError& e) {
+      detail::throw_error<ValueError>(where, ": ", e.what());
+    }
+  }
+  LOCKSTEP_CHECK(j.is_object() && j.contains("class_name"), where, ": the loss ", j.dump(),
+                 " is neither a name nor a Keras object");
+  LayerConfig c;
+  const json config = j.value("config", json::object());
+  for (const auto& [k, v] : config.items()) {
+    if (v.is_null()) continue;
+    if (k == "axis") {
+      LOCKSTEP_CHECK(v == -1, where, ": the loss reduces over axis ", v.dump(),
+                     "; Lockstep's losses use the last axis");
+      continue;
+    }
+    if (k == "dtype") continue;  // the loss's compute dtype: float32 here
+    if (v.is_boolean()) {
+      c.set(k, v.get<bool>());
+    } else if (v.is_number()) {
+      c.set(k, v.get<double>());
+    } else if (v.is_string()) {
+      c.set(k, v.get<std::string>());
+    } else {
+      detail::throw_error<ValueError>(where, ": the loss's ", k, " = ", v.dump(),
+                                      " is a setting Lockstep cannot take");
+    }
+  }
+  try {
+    return losses::from_config(j["class_name"].get<std::string>(), c);
+  } catch (const ValueError& e) {
+    detail::throw_error<ValueError>(where, ": ", e.what());
+  }
+}
+
+std::string metric_name(const MetricSpec& m) {
+  return m.metric.defined() ? m.metric.name() : m.name;
+}
+
+}  // namespace
+
+json optimizer_json(const Optimizer& optimizer) {
+  const OptimizerImpl& o = *optimizer.operator->();
+  const std::string& cls = o.class_name();
+  LOCKSTEP_CHECK(o.learning_rate_schedule().name() == "constant", "save: the optimizer's ",
+                 "learning-rate schedule '", o.learning_rate_schedule().name(),
+                 "' has no Keras config yet; save_weights keeps the weights, and a Lockstep "
+                 "checkpoint (.safetensors) keeps the whole training state");
+  json config = {{"name", to_snake_case(cls)}};
+  for (const auto& [k, v] : o.get_config()) {
+    json value;
+    std::visit([&](const auto& x) { value = x; }, v);
+    config[k] = value.is_number() && value.get<double>() == 0 && unset_when_zero(k, cls)
+                    ? json(nullptr)
+                    : value;
+  }
+  config["use_ema"] = false;
+  config["ema_momentum"] = 0.99;
+  config["ema_overwrite_frequency"] = nullptr;
+  config["loss_scale_factor"] = nullptr;
+  config["gradient_accumulation_steps"] = nullptr;
+  return {{"module", "keras.optimizers"},
+          {"class_name", cls},
+          {"config", config},
+          {"registered_name", nullptr}};
+}
+
+Optimizer optimizer_from_json(const json& j, const std::string& where) {
+  if (j.is_string()) {
+    try {
+      return optimizers::get(j.get<std::string>());
+    } catch (const ValueError& e) {
+      detail::throw_error<ValueError>(where, ": ", e.what());
+    }
+  }
+  LOCKSTEP_CHECK(j.is_object() && j.contains("class_name"), where, ": the optimizer ", j.dump(),
+                 " is neither a name nor a Keras object");
+  std::map<std::string, OptimizerArgument> args;
+  const json config = j.value("config", json::object());
+  for (const auto& [k, v] : config.items()) {
+    if (v.is_null() || k == "name") continue;
+    if (v.is_boolean()) {
+      args[k] = v.get<bool>();
+    } else if (v.is_number()) {
+      args[k] = v.get<double>();
+    } else {
+      detail::throw_error<ValueError>(where, ": the optimizer's ", k, " = ", v.dump(),
+                                      k == "learning_rate"
+                                          ? " is a schedule Lockstep cannot rebuild yet"
+                                          : " is a setting Lockstep cannot take");
+    }
+  }
+  try {
+    return optimizers::from_config(j["class_name"].get<std::string>(), args);
+  } catch (const ValueError& e) {
+    detail::throw_error<ValueError>(where, ": ", e.what());
+  }
+}
+
+json compile_config(const Optimizer& optimizer, const std::vector<Loss>& losses,
+                    const std::vector<double>& loss_weights,
+                    const std::vector<MetricSpec>& metrics) {
+  json loss;
+  if (losses.size() == 1) {
+    loss = loss_json(losses[0]);
+  } else {
+    loss = json::array();
+    for (const Loss& l : losses) loss.push_back(loss_json(l));
+  }
+  json names = json::array();
+  for (const MetricSpec& m : metrics) names.push_back(metric_name(m));
+  return {{"optimizer", optimizer_json(optimizer)},
+          {"loss", loss},
+          {"loss_weights", loss_weights.empty() ? json(nullptr) : json(loss_weights)},
+          {"metrics", metrics.empty() ? json(nullptr) : names},
+          {"weighted_metrics", nullptr},
+          {"run_eagerly", false},
+          {"steps_per_execution", 1},
+          {"jit_compile", false}};
+}
+
+CompileOptions compile_options_from_config(const json& config, const std::string& where) {
+  const std::string at = where + ": compile_config";
+  LOCKSTEP_CHECK(config.is_object(), at, " is not a JSON object");
+  CompileOptions o;
+  if (config.contains("optimizer") && !config["optimizer"].is_null())
+    o.optimizer = optimizer_from_json(config["optimizer"], at + ": optimizer");
+  const json loss = config.value("loss", json());
+  LOCKSTEP_CHECK(!loss.is_null(), at, " has no loss; Lockstep compiles with one");
+  if (loss.is_array()) {
+    for (const json& l : loss) o.losses.push_back(loss_from_json(l, at + ": loss"));
+  } else {
+    LOCKSTEP_CHECK(!loss.is_object() || loss.contains("class_name"), at,
+                   ": losses by output name are not supported; give a list in output order");
+    o.loss = loss_from_json(loss, at + ": loss");
+  }
+  const json weights = config.value("loss_weights", json());
+  if (weights.is_array()) {
+    for (const json& w : weights) o.loss_weights.push_back(w.get<double>());
+  } else {
+    LOCKSTEP_CHECK(weights.is_null(), at, ": loss_weights ", weights.dump(),
+                   " by output name are not supported; give a list in output order");
+  }
+  const json metrics = config.value("metrics", json());
+  if (metrics.is_array()) {
+    for (const json& m : metrics) {
+      if (m.is_string()) {
+        o.metrics.emplace_back(m.get<std::string>());
+      } else if (m.is_object() && m.contains("class_name")) {
+        o.metrics.emplace_back(
+            m.value("config", json::object()).value("name", m["class_name"].get<std::string>()));
+      } else {
+        detail::throw_error<ValueError>(at, ": the metric ", m.dump(),
+                                        " is not one Lockstep reads (a name or a Keras object; "
+                                        "metrics per output are not supported)");
+      }
+    }
+  } else {
+    LOCKSTEP_CHECK(metrics.is_null(), at, ": metrics ", metrics.dump(),
+                   " by output name are not supported");
+  }
+  const json weighted = config.value("weighted_metrics", json());
+  LOCKSTEP_CHECK(weighted.is_null() || (weighted.is_array() && weighted.empty()), at,
+                 ": weighted_metrics are not supported");
+  const json spe = config.value("steps_per_execution", json(1));
+  LOCKSTEP_CHECK(spe == 1, at, ": steps_per_execution = ", spe.dump(),
+                 " is not supported (Lockstep runs one step per call)");
+  o.run_eagerly = config.value("run_eagerly", false);
+  return o;
+}
+
+}  // namespace lockstep::keras

@@ -1,0 +1,735 @@
+// Models and layers as Keras 3's serialized configs, and back: the graph of
+// a Functional model (InputLayers, layers with their inbound nodes), a
+// Sequential stack, nested models, and each layer's arguments with Keras's
+// keys (initializers and regularizers as Keras objects, dtype policies).
+// Reading also takes Keras 2's layout (legacy `.h5` model_config).
+#include "train/keras_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "lockstep/nn/functional.h"
+
+namespace lockstep::keras {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+json dtype_policy(const std::string& name) {
+  return {{"module", "keras"},
+          {"class_name", "DTypePolicy"},
+          {"config", {{"name", name}}},
+          {"registered_name", nullptr}};
+}
+
+json batch_shape(const Shape& sample_shape) {
+  json s = json::array({nullptr});
+  for (std::int64_t d : sample_shape.dims()) s.push_back(d);
+  return s;
+}
+
+// ---- initializers and regularizers ----------------------------------------
+
+// Lockstep's initializer names and Keras's classes.
+const std::vector<std::pair<std::string, std::string>>& initializer_classes() {
+  static const std::vector<std::pair<std::string, std::string>> table = {
+      {"glorot_uniform", "GlorotUniform"},
+      {"glorot_normal", "GlorotNormal"},
+      {"he_normal", "HeNormal"},
+      {"he_uniform", "HeUniform"},
+      {"lecun_normal", "LecunNormal"},
+      {"random_normal", "RandomNormal"},
+      {"random_uniform", "RandomUniform"},
+      {"zeros", "Zeros"},
+      {"ones", "Ones"},
+      {"constant", "Constant"}};
+  return table;
+}
+
+json initializer_object(const std::string& name, const LayerConfig& c, const std::string& key) {
+  std::string cls;
+  for (const auto& [ours, theirs] : initializer_classes()) {
+    if (ours == name) cls = theirs;
+  }
+  LOCKSTEP_CHECK(!cls.empty(), "save: initializer '", name, "' of '", key, "' has no Keras class");
+  json config = json::object();
+  if (name == "constant") {
+    config["value"] = c.get_or<double>(key + "_value", 0.0);
+  } else if (name == "random_normal") {
+    config = {{"mean", 0.0}, {"stddev", 0.05}, {"seed", nullptr}};
+  } else if (name == "random_uniform") {
+    config = {{"minval", -0.05}, {"maxval", 0.05}, {"seed", nullptr}};
+  } else if (name != "zeros" && name != "ones") {
+    config = {{"seed", nullptr}};
+  }
+  return {{"module", "keras.initializers"},
+          {"class_name", cls},
+          {"config", config},
+          {"registered_name", nullptr}};
+}
+
+// A Keras initializer (object or identifier) as Lockstep's name, plus the
+// constant's value. Arguments other than Keras's defaults are refused: a
+// fresh weight would not be what Keras makes.
+void read_initializer(const json& v, const std::string& key, LayerConfig& out,
+                      const std::string& where) {
+  std::string cls = v.is_string() ? v.get<std::string>() : v.value("class_name", std::string());
+  const json config = v.is_object() ? v.value("config", json::object()) : json::object();
+  std::string name;
+  for (const auto& [ours, theirs] : initializer_classes()) {
+    if (cls == theirs || cls == ours) name = ours;
+  }
+  LOCKSTEP_CHECK(!name.empty(), where, ": ", key, " is the initializer '", cls,
+                 "', which Lockstep does not have (it has glorot_uniform, glorot_normal, "
+                 "he_normal, he_uniform, lecun_normal, random_normal, random_uniform, zeros, "
+                 "ones, constant)");
+  auto expect = [&](const char* arg, double value) {
+    if (!config.contains(arg) || config[arg].is_null()) return;
+    LOCKSTEP_CHECK(config[arg].is_number() && config[arg].get<double>() == value, where, ": ", key,
+                   " (", cls, ") has ", arg, " = ", config[arg].dump(), "; Lockstep's has ", value);
+  };
+  for (const auto& [arg, value] : config.items()) {
+    if (arg == "seed" || value.is_null()) continue;  // a seed only picks fresh values
+    if (name == "constant" && arg == "value") {
+      LOCKSTEP_CHECK(value.is_number(), where, ": ", key,
+                     " (Constant) has a value that is not a number");
+      out.set(key + "_value", value.get<double>());
+      continue;
+    }
+    if ((name == "random_normal" && (arg == "mean" || arg == "stddev")) ||
+        (name == "random_uniform" && (arg == "minval" || arg == "maxval")))
+      continue;
+    detail::throw_error<ValueError>(where, ": ", key, " (", cls, ") has the argument ", arg, " = ",
+                                    value.dump(), ", which Lockstep's ", name, " does not take");
+  }
+  if (name == "random_normal") {
+    expect("mean", 0.0);
+    expect("stddev", 0.05);
+  } else if (name == "random_uniform") {
+    expect("minval", -0.05);
+    expect("maxval", 0.05);
+  }
+  out.set(key, name);
+}
+
+json regularizer_object(double l1, double l2) {
+  return {{"module", "keras.regularizers"},
+          {"class_name", "L1L2"},
+          {"config", {{"l1", l1}, {"l2", l2}}},
+          {"registered_name", nullptr}};
+}
+
+void read_regularizer(const json& v, const std::string& key, LayerConfig& out,
+                      const std::string& where) {
+  const std::string cls =
+      v.is_string() ? v.get<std::string>() : v.value("class_name", std::string());
+  const json config = v.is_object() ? v.value("config", json::object()) : json::object();
+  double l1 = 0, l2 = 0;
+  auto number = [&](const char* arg, double fallback) {
+    return config.contains(arg) && config[arg].is_number() ? config[arg].get<double>() : fallback;
+  };
+  if (cls == "L1L2" || cls == "l1_l2") {
+    l1 = number("l1", 0.0);
+    l2 = number("l2", 0.0);
+  } else if (cls == "L1" || cls == "l1") {
+    l1 = number("l1", 0.01);
+  } else if (cls == "L2" || cls == "l2") {
+    l2 = number("l2", 0.01);
+  } else {
+    detail::throw_error<ValueError>(where, ": ", key, " is the regularizer '", cls,
+                                    "'; Lockstep has L1, L2 and L1L2");
+  }
+  out.set(key + "_l1", l1);
+  out.set(key + "_l2", l2);
+}
+
+// ---- leaf layers --------------------------------------------------------------
+
+// Keras's "config" of one layer from Lockstep's LayerConfig.
+json leaf_config(const LayerImpl& layer) {
+  const LayerConfig ours = layer.get_config();
+  json c = {
+      {"name", layer.name()}, {"trainable", layer.trainable()}, {"dtype", dtype_policy("float32")}};
+  std::map<std::string, std::pair<double, double>> regularizers;
+  for (const auto& [k, v] : ours.entries()) {
+    if (k == "name" || k == "trainable" || ends_with(k, "_initializer_value")) continue;
+    if (ends_with(k, "_regularizer_l1") || ends_with(k, "_regularizer_l2")) {
+      auto& r = regularizers[k.substr(0, k.size() - 3)];
+      (ends_with(k, "_l1") ? r.first : r.second) = std::get<double>(v);
+      continue;
+    }
+    if (ends_with(k, "_initializer")) {
+      c[k] = initializer_object(std::get<std::string>(v), ours, k);
+      continue;
+    }
+    std::visit([&, key = k](const auto& value) { c[key] = value; }, v);
+  }
+  for (const auto& [k, r] : regularizers) c[k] = regularizer_object(r.first, r.second);
+  const std::string& cls = layer.class_name();
+  if (cls == "ReLU" && c.contains("max_value") && c["max_value"].get<double>() < 0)
+    c["max_value"] = nullptr;
+  if (cls == "ZeroPadding2D") {
+    const auto p = ours.get<std::vector<std::int64_t>>("padding");
+    c["padding"] = json::array({json::array({p[0], p[1]}), json::array({p[2], p[3]})});
+  }
+  if (cls == "BatchNormalization") c["axis"] = -1;
+  return c;
+}
+
+// Keras's initializer defaults for keys Lockstep's layers do not take (the
+// weight is always made this way): accepted when the file says the same.
+const std::map<std::string, std::string>& fixed_initializers() {
+  static const std::map<std::string, std::string> table = {
+      {"BatchNormalization.beta_initializer", "zeros"},
+      {"BatchNormalization.gamma_initializer", "ones"},
+      {"BatchNormalization.moving_mean_initializer", "zeros"},
+      {"BatchNormalization.moving_variance_initializer", "ones"},
+      {"DepthwiseConv2D.depthwise_initializer", "glorot_uniform"},
+      {"DepthwiseConv2D.bias_initializer", "zeros"},
+      {"Embedding.embeddings_initializer", "random_uniform"}};
+  return table;
+}
+
+// Keras-only settings that Lockstep accepts only at the value it implements.
+const std::map<std::string, json>& fixed_settings() {
+  static const std::map<std::string, json> table = {{"data_format", "channels_last"},
+                                                    {"synchronized", false},
+                                                    {"renorm", false},
+                                                    {"sparse", false},
+                                                    {"ragged", false},
+                                                    {"optional", false},
+                                                    {"threshold", 0.0},
+                                                    {"mask_zero", false},
+                                                    {"use_cudnn", "auto"},
+                                                    {"activity_regularizer", nullptr}};
+  return table;
+}
+
+// Settings with no effect here whatever their value, because another
+// setting switches them off (renorm_momentum without renorm).
+const std::set<std::string>& inert_settings() {
+  static const std::set<std::string> s = {"renorm_momentum", "renorm_clipping", "input_length"};
+  return s;
+}
+
+void check_dtype(const json& v, const std::string& where) {
+  std::string name = "float32";
+  if (v.is_string()) {
+    name = v.get<std::string>();
+  } else if (v.is_object()) {
+    name = v.value("config", json::object()).value("name", std::string("float32"));
+  }
+  LOCKSTEP_CHECK(name == "float32", where, ": dtype policy '", name,
+                 "'; Lockstep's layers compute in float32 (mixed precision is not implemented)");
+}
+
+bool same_value(const LayerConfig::Value& a, const LayerConfig::Value& b) {
+  auto number = [](const LayerConfig::Value& v, double& out) {
+    if (const auto* d = std::get_if<double>(&v)) return out = *d, true;
+    if (const auto* i = std::get_if<std::int64_t>(&v)) return out = static_cast<double>(*i), true;
+    return false;
+  };
+  double x, y;
+  if (number(a, x) && number(b, y)) return std::abs(x - y) <= 1e-6 * std::max(1.0, std::abs(x));
+  return a == b;
+}
+
+std::string value_text(const LayerConfig::Value& v) {
+  json j;
+  std::visit([&](const auto& x) { j = x; }, v);
+  return j.dump();
+}
+
+// Keras's config of a leaf layer as Lockstep's LayerConfig.
+LayerConfig read_leaf_config(const std::string& cls, const json& config, const std::string& where) {
+  LOCKSTEP_CHECK(config.is_object(), where, ": the layer's config is not a JSON object");
+  LayerConfig c;
+  for (const auto& [k, v] : config.items()) {
+    if (k == "dtype") {
+      check_dtype(v, where);
+      continue;
+    }
+    if (inert_settings().contains(k)) continue;
+    if (auto f = fixed_settings().find(k); f != fixed_settings().end()) {
+      const bool same = v == f->second || (v.is_number() && f->second.is_number() &&
+                                           v.get<double>() == f->second.get<double>());
+      LOCKSTEP_CHECK(same || (v.is_null() && f->second.is_null()), where, ": ", k, " = ", v.dump(),
+                     "; Lockstep implements only ", f->second.dump());
+      continue;
+    }
+    if (v.is_null()) continue;  // Keras's "not set"
+    if (ends_with(k, "_constraint"))
+      detail::throw_error<ValueError>(where, ": ", k, " = ", v.dump(),
+                                      "; Lockstep has no weight constraints");
+    if (ends_with(k, "_initializer")) {
+      read_initializer(v, k, c, where);
+      continue;
+    }
+    if (ends_with(k, "_regularizer")) {
+      read_regularizer(v, k, c, where);
+      continue;
+    }
+    if (cls == "BatchNormalization" && k == "axis") {
+      const bool last = (v.is_number_integer() && v.get<int>() == -1) ||
+                        (v.is_array() && v.size() == 1 && v[0].get<int>() == -1);
+      LOCKSTEP_CHECK(last, where, ": axis = ", v.dump(),
+                     "; Lockstep normalizes the last axis (channels_last) only");
+      continue;
+    }
+    if (cls == "ZeroPadding2D" && k == "padding") {
+      std::vector<std::int64_t> p;
+      if (v.is_number_integer()) {
+        p.assign(4, v.get<std::int64_t>());
+      } else if (v.is_array() && v.size() == 2 && v[0].is_number_integer()) {
+        p = {v[0], v[0], v[1], v[1]};
+      } else if (v.is_array() && v.size() == 2 && v[0].is_array()) {
+        p = {v[0][0], v[0][1], v[1][0], v[1][1]};
+      }
+      LOCKSTEP_CHECK(p.size() == 4, where, ": padding = ", v.dump(), " is not a 2-D padding");
+      c.set(k, p);
+      continue;
+    }
+    if (v.is_boolean()) {
+      c.set(k, v.get<bool>());
+    } else if (v.is_number_integer()) {
+      c.set(k, v.get<std::int64_t>());
+    } else if (v.is_number()) {
+      c.set(k, v.get<double>());
+    } else if (v.is_string()) {
+      c.set(k, v.get<std::string>());
+    } else if (v.is_array() && std::all_of(v.begin(), v.end(),
+                                           [](const json& e) { return e.is_number_integer(); })) {
+      c.set(k, v.get<std::vector<std::int64_t>>());
+    } else {
+      detail::throw_error<ValueError>(where, ": ", k, " = ", v.dump(),
+                                      " is a setting Lockstep cannot take");
+    }
+  }
+  if ((cls == "MaxPooling2D" || cls == "AveragePooling2D") && !c.has("strides") &&
+      c.has("pool_size"))
+    c.set("strides", c.get<std::vector<std::int64_t>>("pool_size"));
+  return c;
+}
+
+// Every setting of the file reached the layer: the rebuilt layer's own config
+// holds it with the same value, or it is an initializer Lockstep always
+// applies and the file names that one.
+void check_nothing_dropped(const std::string& cls, const LayerConfig& wanted, const Layer& made,
+                           const std::string& where) {
+  const LayerConfig got = made->get_config();
+  for (const auto& [k, v] : wanted.entries()) {
+    if (got.has(k)) {
+      for (const auto& [gk, gv] : got.entries()) {
+        if (gk == k && !same_value(v, gv))
+          detail::throw_error<ValueError>(where, ": ", k, " = ", value_text(v), "; Lockstep's ",
+                                          cls, " took ", value_text(gv));
+      }
+      continue;
+    }
+    if (ends_with(k, "_initializer_value")) continue;
+    auto fixed = fixed_initializers().find(cls + "." + k);
+    if (fixed != fixed_initializers().end() && std::get_if<std::string>(&v) &&
+        std::get<std::string>(v) == fixed->second)
+      continue;
+    detail::throw_error<ValueError>(
+        where, ": ", k, " = ", value_text(v), " is a setting Lockstep's ", cls, " does not have",
+        fixed != fixed_initializers().end() ? " (it always uses " + fixed->second + ")" : "");
+  }
+}
+
+bool is_model_class(const std::string& cls) {
+  return cls == "Functional" || cls == "Sequential" || cls == "Model";
+}
+
+// The Lockstep class of a layer entry: its class_name, or for a layer
+// registered under a package ("lockstep>Scale") the registered name's class.
+std::string entry_class(const json& entry) {
+  std::string cls = entry.value("class_name", std::string());
+  if (entry.contains("registered_name") && entry["registered_name"].is_string()) {
+    const std::string reg = entry["registered_name"];
+    if (reg.rfind("lockstep>", 0) == 0) cls = reg.substr(9);
+  }
+  return cls;
+}
+
+Layer make_leaf(const json& entry, const std::string& where) {
+  const std::string cls = entry_class(entry);
+  const json config = entry.value("config", json::object());
+  const LayerConfig wanted = read_leaf_config(cls, config, where);
+  Layer made;
+  try {
+    made = layer_from_config(cls, wanted);
+  } catch (const ValueError& e) {
+    detail::throw_error<ValueError>(where, ": ", e.what());
+  }
+  check_nothing_dropped(cls, wanted, made, where);
+  return made;
+}
+
+json leaf_entry(const LayerImpl& layer, const json& build_shape) {
+  const bool builtin = is_builtin_layer_class(layer.class_name());
+  return {{"module", builtin ? json("keras.layers") : json("lockstep")},
+          {"class_name", layer.class_name()},
+          {"config", leaf_config(layer)},
+          {"registered_name", builtin ? json(nullptr) : json("lockstep>" + layer.class_name())},
+          {"build_config", {{"input_shape", build_shape}}}};
+}
+
+json input_layer_config(const std::string& name, const Shape& shape, DType dtype) {
+  return {{"batch_shape", batch_shape(shape)},
+          {"dtype", std::string(dtype_name(dtype))},
+          {"sparse", false},
+          {"ragged", false},
+          {"name", name},
+          {"optional", false}};
+}
+
+// ---- functional graphs -----------------------------------------------------------
+
+json layer_entry(const LayerImpl& layer, const json& build_shape);
+
+json functional_config(const FunctionalImpl& f) {
+  json layers = json::array();
+  for (const KerasTensor& in : f.inputs()) {
+    const std::string& name = in.node()->input_name;
+    layers.push_back({{"module", "keras.layers"},
+                      {"class_name", "InputLayer"},
+                      {"config", input_layer_config(name, in.sample_shape(), in.dtype())},
+                      {"registered_name", nullptr},
+                      {"name", name},
+                      {"inbound_nodes", json::array()}});
+  }
+  std::map<const KerasTensor::Node*, int> node_index;
+  std::map<const LayerImpl*, int> calls;
+  std::map<const LayerImpl*, std::size_t> entry_of;
+  auto history = [&](const KerasTensor& k) {
+    const KerasTensor::Node* n = k.node().get();
+    if (!n->layer) return json::array({n->input_name, 0, k.index()});
+    return json::array({n->layer->name(), node_index.at(n), k.index()});
+  };
+  auto tensor = [&](const KerasTensor& k) {
+    return json{{"class_name", "__keras_tensor__"},
+                {"config",
+                 {{"shape", batch_shape(k.sample_shape())},
+                  {"dtype", std::string(dtype_name(k.dtype()))},
+                  {"keras_history", history(k)}}}};
+  };
+  for (const auto& step : f.steps()) {
+    const LayerImpl* layer = step.node->layer.get();
+    const auto& ins = step.node->inputs;
+    if (calls[layer]++ == 0) {
+      json shape = ins.size() == 1 ? batch_shape(ins[0].sample_shape()) : json::array();
+      if (ins.size() != 1) {
+        for (const KerasTensor& k : ins) shape.push_back(batch_shape(k.sample_shape()));
+      }
+      json entry = layer_entry(*layer, shape);
+      entry["name"] = layer->name();
+      entry["inbound_nodes"] = json::array();
+      entry_of[layer] = layers.size();
+      layers.push_back(entry);
+    }
+    node_index[step.node] = calls[layer] - 1;
+    json args = json::array();
+    if (ins.size() == 1) {
+      args.push_back(tensor(ins[0]));
+    } else {
+      json list = json::array();
+      for (const KerasTensor& k : ins) list.push_back(tensor(k));
+      args.push_back(list);
+    }
+    layers[entry_of[layer]]["inbound_nodes"].push_back(
+        {{"args", args}, {"kwargs", json::object()}});
+  }
+  auto ends = [&](const std::vector<KerasTensor>& ts) {
+    if (ts.size() == 1) return history(ts[0]);
+    json list = json::array();
+    for (const KerasTensor& k : ts) list.push_back(history(k));
+    return list;
+  };
+  return {{"name", f.name()},
+          {"trainable", f.trainable()},
+          {"layers", layers},
+          {"input_layers", ends(f.inputs())},
+          {"output_layers", ends(f.outputs())}};
+}
+
+json sequential_config(const SequentialImpl& s) {
+  LOCKSTEP_CHECK(s.input().defined(), "save: Sequential '", s.name(),
+                 "' has no input shape, so a loaded copy could not be built. Hint: create it "
+                 "with Sequential(layers, {.input_shape = ...})");
+  json layers = json::array();
+  const std::string input_name = s.input().node()->input_name;
+  layers.push_back(
+      {{"module", "keras.layers"},
+       {"class_name", "InputLayer"},
+       {"config", input_layer_config(input_name.empty() ? s.name() + "_input" : input_name,
+                                     s.input().sample_shape(), s.input().dtype())},
+       {"registered_name", nullptr}});
+  KerasTensor previous = s.input();
+  for (std::size_t i = 0; i < s.layers().size(); ++i) {
+    layers.push_back(layer_entry(*s.layers()[i].impl(), batch_shape(previous.sample_shape())));
+    if (i < s.layer_outputs().size()) previous = s.layer_outputs()[i];
+  }
+  return {{"name", s.name()},
+          {"trainable", s.trainable()},
+          {"dtype", dtype_policy("float32")},
+          {"layers", layers},
+          {"build_input_shape", batch_shape(s.input().sample_shape())}};
+}
+
+json layer_entry(const LayerImpl& layer, const json& build_shape) {
+  if (dynamic_cast<const FunctionalImpl*>(&layer) || dynamic_cast<const SequentialImpl*>(&layer))
+    return model_config(layer);
+  return leaf_entry(layer, build_shape);
+}
+
+// ---- reading graphs ---------------------------------------------------------------
+
+// Keras 3's and Keras 2's references to a layer output: [name, node, tensor].
+struct Ref {
+  std::string layer;
+  std::size_t node = 0;
+  std::size_t tensor = 0;
+};
+
+Ref read_ref(const json& r, const std::string& where) {
+  LOCKSTEP_CHECK(r.is_array() && r.size() >= 3 && r[0].is_string() && r[1].is_number_integer() &&
+                     r[2].is_number_integer(),
+                 where, ": ", r.dump(), " is not a [layer, node, tensor] reference");
+  return {r[0].get<std::string>(), r[1].get<std::size_t>(), r[2].get<std::size_t>()};
+}
+
+// The references of one inbound node, in argument order.
+std::vector<Ref> node_refs(const json& node, const std::string& where) {
+  std::vector<Ref> refs;
+  if (node.is_object()) {  // Keras 3: {"args": [...], "kwargs": {...}}
+    std::function<void(const json&)> collect = [&](const json& a) {
+      if (a.is_object() && a.value("class_name", std::string()) == "__keras_tensor__") {
+        refs.push_back(read_ref(a.at("config").at("keras_history"), where));
+      } else if (a.is_array()) {
+        for (const json& e : a) collect(e);
+      } else if (!a.is_null()) {
+        detail::throw_error<ValueError>(where, ": a call argument ", a.dump(),
+                                        " is not a tensor; Lockstep passes tensors only");
+      }
+    };
+    collect(node.value("args", json::array()));
+    // `training`: Keras records the flag of the call that built the graph,
+    // and overrides it with the caller's in fit, evaluate and predict
+    // (functional.py, operation_fn) — as every Lockstep call passes one.
+    const json kwargs = node.value("kwargs", json::object());
+    for (const auto& [k, v] : kwargs.items()) {
+      LOCKSTEP_CHECK(v.is_null() || (k == "training" && v.is_boolean()), where,
+                     ": the call passes ", k, " = ", v.dump(),
+                     ", which Lockstep's graphs do not take");
+    }
+  } else if (node.is_array()) {  // Keras 2: [[name, node, tensor, kwargs], ...]
+    for (const json& r : node) {
+      refs.push_back(read_ref(r, where));
+      if (r.size() > 3 && r[3].is_object()) {
+        for (const auto& [k, v] : r[3].items()) {
+          LOCKSTEP_CHECK(v.is_null(), where, ": the call passes ", k, " = ", v.dump(),
+                         ", which Lockstep's graphs do not take");
+        }
+      }
+    }
+  } else {
+    detail::throw_error<ValueError>(where, ": an inbound node is neither an object nor a list");
+  }
+  return refs;
+}
+
+std::vector<Ref> end_refs(const json& j, const std::string& where) {
+  if (j.is_array() && !j.empty() && j[0].is_string()) return {read_ref(j, where)};
+  std::vector<Ref> refs;
+  for (const json& r : j) refs.push_back(read_ref(r, where));
+  return refs;
+}
+
+Shape input_shape_of(const json& config, const std::string& where) {
+  const json shape = config.contains("batch_shape")         ? config["batch_shape"]
+                     : config.contains("batch_input_shape") ? config["batch_input_shape"]
+                                                            : json();
+  LOCKSTEP_CHECK(shape.is_array() && !shape.empty(), where, ": an InputLayer without batch_shape");
+  std::vector<std::int64_t> dims;
+  for (std::size_t i = 1; i < shape.size(); ++i) {
+    LOCKSTEP_CHECK(shape[i].is_number_integer(), where, ": input shape ", shape.dump(),
+                   " has an unknown dimension besides the batch; Lockstep needs every one");
+    dims.push_back(shape[i]);
+  }
+  return Shape(dims);
+}
+
+DType input_dtype_of(const json& config) {
+  const json d = config.value("dtype", json("float32"));
+  if (d.is_string()) return dtype_from_name(d.get<std::string>());
+  return dtype_from_name(d.value("config", json::object()).value("name", std::string("float32")));
+}
+
+Model functional_from_config(const json& config, const std::string& where) {
+  const std::string name = config.value("name", std::string());
+  std::map<std::string, std::vector<KerasTensor>> outputs_of;  // layer -> output of each call
+  struct Pending {
+    std::string name;
+    Layer layer;
+    json nodes;
+    std::size_t done = 0;
+  };
+  std::vector<Pending> pending;
+  for (const json& entry : config.at("layers")) {
+    const json layer_config = entry.value("config", json::object());
+    const std::string lname = entry.contains("name") ? entry["name"].get<std::string>()
+                                                     : layer_config.value("name", std::string());
+    const std::string at = where + ": layer '" + lname + "'";
+    const std::string cls = entry_class(entry);
+    if (cls == "InputLayer") {
+      outputs_of[lname].push_back(
+          Input(input_shape_of(layer_config, at), input_dtype_of(layer_config), lname));
+      continue;
+    }
+    Layer layer = is_model_class(cls) ? Layer(model_from_config(entry, at).impl())
+                                      : make_leaf(entry, at + " (" + cls + ")");
+    pending.push_back({lname, layer, entry.value("inbound_nodes", json::array()), 0});
+  }
+  auto resolve = [&](const Ref& r, bool& ok) -> KerasTensor {
+    auto it = outputs_of.find(r.layer);
+    if (it == outputs_of.end() || r.node >= it->second.size()) {
+      ok = false;
+      return {};
+    }
+    return it->second[r.node];
+  };
+  // Calls in dependency order: a node waits until what it reads exists.
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (Pending& p : pending) {
+      while (p.done < p.nodes.size()) {
+        const std::string at = where + ": layer '" + p.name + "'";
+        std::vector<KerasTensor> args;
+        bool ok = true;
+        for (const Ref& r : node_refs(p.nodes[p.done], at)) {
+          LOCKSTEP_CHECK(r.tensor == 0, at, ": reads output ", r.tensor, " of '", r.layer,
+                         "'; Lockstep's layers have one output");
+          args.push_back(resolve(r, ok));
+        }
+        if (!ok) break;
+        outputs_of[p.name].push_back(args.size() == 1 ? p.layer(args[0]) : p.layer(args));
+        ++p.done;
+        progress = true;
+      }
+    }
+  }
+  for (const Pending& p : pending) {
+    if (p.done < p.nodes.size()) {
+      detail::throw_error<ValueError>(where, ": layer '", p.name, "' call ", p.done,
+                                      " reads a layer output that no layer makes");
+    }
+  }
+  auto ends = [&](const char* key) {
+    std::vector<KerasTensor> out;
+    for (const Ref& r : end_refs(config.at(key), where)) {
+      bool ok = true;
+      out.push_back(resolve(r, ok));
+      LOCKSTEP_CHECK(ok, where, ": ", key, " names '", r.layer, "'[", r.node,
+                     "], which the graph does not make");
+    }
+    return out;
+  };
+  return Model(ends("input_layers"), ends("output_layers"), name);
+}
+
+Model sequential_from_config(const json& config, const std::string& where) {
+  Sequential seq({}, {.name = config.value("name", std::string())});
+  auto* impl = static_cast<SequentialImpl*>(seq.impl().get());
+  bool shaped = false;
+  auto set_shape = [&](const Shape& s, DType d) {
+    impl->set_input_shape(s, d);
+    shaped = true;
+  };
+  std::vector<Layer> layers;
+  for (const json& entry : config.at("layers")) {
+    const json layer_config = entry.value("config", json::object());
+    const std::string lname = layer_config.value("name", std::string());
+    const std::string at = where + ": layer '" + lname + "'";
+    const std::string cls = entry_class(entry);
+    if (cls == "InputLayer") {
+      set_shape(input_shape_of(layer_config, at), input_dtype_of(layer_config));
+      continue;
+    }
+    if (!shaped && layers.empty() && layer_config.contains("batch_input_shape"))
+      set_shape(input_shape_of(layer_config, at), input_dtype_of(layer_config));
+    layers.push_back(is_model_class(cls) ? Layer(model_from_config(entry, at).impl())
+                                         : make_leaf(entry, at + " (" + cls + ")"));
+  }
+  if (!shaped && config.contains("build_input_shape") && config["build_input_shape"].is_array())
+    set_shape(input_shape_of({{"batch_shape", config["build_input_shape"]}}, where),
+              DType::kFloat32);
+  LOCKSTEP_CHECK(shaped, where,
+                 ": a Sequential model without an input shape; Lockstep builds it when loaded "
+                 "and needs the shape");
+  for (const Layer& l : layers) seq.add(l);
+  return seq;
+}
+
+}  // namespace
+
+std::string to_snake_case(const std::string& class_name) {
+  std::string name;
+  for (char ch : class_name) {
+    if (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') name += ch;
+  }
+  name = std::regex_replace(name, std::regex("(.)([A-Z][a-z]+)"), "$1_$2");
+  name = std::regex_replace(name, std::regex("([a-z])([A-Z])"), "$1_$2");
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return name;
+}
+
+json model_config(const LayerImpl& net) {
+  if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) {
+    return {{"module", "keras.src.models.functional"},
+            {"class_name", "Functional"},
+            {"config", functional_config(*f)},
+            {"registered_name", "Functional"},
+            {"build_config", {{"input_shape", nullptr}}}};
+  }
+  if (auto* s = dynamic_cast<const SequentialImpl*>(&net)) {
+    json config = sequential_config(*s);
+    return {{"module", "keras"},
+            {"class_name", "Sequential"},
+            {"config", config},
+            {"registered_name", nullptr},
+            {"build_config", {{"input_shape", config["build_input_shape"]}}}};
+  }
+  detail::throw_error<ValueError>(
+      "save: model '", net.name(), "' is a subclassed model (", net.class_name(),
+      "), which has no config. Hint: use save_weights / load_weights with a model you "
+      "construct in code");
+}
+
+Model model_from_config(const json& j, const std::string& where) {
+  LOCKSTEP_CHECK(j.is_object() && j.contains("class_name") && j.contains("config"), where,
+                 ": not a Keras model config (expected an object with class_name and config)");
+  const std::string cls = j["class_name"];
+  const json& config = j["config"];
+  Model model;
+  if (cls == "Sequential") {
+    model = sequential_from_config(config, where);
+  } else if (cls == "Functional" || cls == "Model") {
+    model = functional_from_config(config, where);
+  } else {
+    detail::throw_error<ValueError>(where, ": the model class '", cls,
+                                    "' is not one Lockstep rebuilds (Functional, Sequential)");
+  }
+  if (config.contains("trainable") && config["trainable"].is_boolean() && !config["trainable"])
+    model.set_trainable(false);
+  return model;
+}
+
+}  // namespace lockstep::keras

@@ -1,0 +1,338 @@
+// Keras's own files: what real Keras 3 wrote (tests/interop/keras_fixtures,
+// made by tests/interop/make_keras_fixtures.py) loads and predicts what
+// Keras predicted, and continues training as Keras did; what we write
+// round-trips bitwise, weights and optimizer state, and continues training
+// exactly; damaged and foreign files are named and change nothing.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "lockstep/lockstep.h"
+#include "support/errors.h"
+#include "support/files.h"
+#include "support/weights.h"
+
+namespace lockstep {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using testing_support::expect_bitwise;
+using testing_support::message_of;
+using testing_support::slurp;
+using testing_support::spit;
+using testing_support::TempDir;
+using testing_support::weights;
+
+const fs::path kFixtures = fs::path(LOCKSTEP_SOURCE_DIR) / "tests/interop/keras_fixtures";
+
+const json& expected() {
+  static const json j = json::parse(slurp(kFixtures / "expected.json"));
+  return j;
+}
+
+Tensor tensor_of(const json& e, const std::string& key) {
+  return Tensor::from_vector<float>(e.at(key).get<std::vector<float>>(),
+                                    Shape(e.at(key + "_shape").get<std::vector<std::int64_t>>()));
+}
+
+Tensor labels_of(const json& e) {
+  const auto values = e.at("step_y").get<std::vector<double>>();
+  const Shape shape(e.at("step_y_shape").get<std::vector<std::int64_t>>());
+  if (e.at("step_y_dtype") == "int64") {
+    std::vector<std::int64_t> v(values.begin(), values.end());
+    return Tensor::from_vector<std::int64_t>(v, shape);
+  }
+  std::vector<float> v(values.begin(), values.end());
+  return Tensor::from_vector<float>(v, shape);
+}
+
+// Within `rel` of Keras's numbers (relative, with an absolute floor of rel).
+void expect_near_keras(const Tensor& got, const std::vector<float>& want, double rel,
+                       const std::string& what) {
+  const std::vector<float> g = got.to_vector<float>();
+  ASSERT_EQ(g.size(), want.size()) << what;
+  for (std::size_t i = 0; i < g.size(); ++i)
+    ASSERT_NEAR(g[i], want[i], rel * std::max(1.0f, std::abs(want[i]))) << what << " [" << i << "]";
+}
+
+// The fixture MLP's architecture, built in C++ (other layer names than
+// Keras's: matching is by path, not by name).
+Model fixture_mlp() {
+  auto in = Input({64});
+  auto x = layers::Dense(32, {.activation = "relu"})(in);
+  x = layers::Dense(32, {.activation = "relu"})(x);
+  return Model(in, layers::Dense(10)(x));
+}
+
+class KerasFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KerasFixture, LoadsAndPredictsWhatKerasPredicted) {
+  const json& e = expected().at(GetParam());
+  Model m = load_model((kFixtures / (GetParam() + ".keras")).string());
+  EXPECT_TRUE(m.compiled()) << "the compile config came along";
+  expect_near_keras(m.predict(tensor_of(e, "input")), e.at("output").get<std::vector<float>>(),
+                    1e-5, GetParam() + " output");
+}
+
+TEST_P(KerasFixture, WeightsFileLoadsIntoTheModelFromItsConfig) {
+  const json& e = expected().at(GetParam());
+  // The architecture from Keras's config.json, fresh weights, then Keras's
+  // .weights.h5 by path.
+  const std::vector<io::ZipMember> members =
+      io::read_zip((kFixtures / (GetParam() + ".keras")).string());
+  Model m = model_from_json(members[1].data, "config.json");
+  m.load_weights((kFixtures / (GetParam() + ".weights.h5")).string());
+  expect_near_keras(m.predict(tensor_of(e, "input")), e.at("output").get<std::vector<float>>(),
+                    1e-5, GetParam() + " output");
+}
+
+INSTANTIATE_TEST_SUITE_P(Keras3, KerasFixture,
+                         ::testing::Values("mlp", "cnn", "nested", "sequential"));
+
+// One more step from the loaded state lands where Keras's step landed:
+// the optimizer's iterations and slots came along (a fresh Adam would move
+// the weights by the full learning rate, ~1e-2, and fail this).
+class KerasStep : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KerasStep, OneMoreStepMatchesKerasStep) {
+  const json& e = expected().at(GetParam());
+  Model m = load_model((kFixtures / (GetParam() + ".keras")).string());
+  EXPECT_EQ(m.optimizer().iterations(), 3);
+  m.train_on_batch(tensor_of(e, "step_x"), labels_of(e));
+  EXPECT_EQ(m.optimizer().iterations(), 4);
+  expect_near_keras(m.predict(tensor_of(e, "input")),
+                    e.at("output_after_step").get<std::vector<float>>(), 2e-5,
+                    GetParam() + " output after one more step");
+}
+
+// Not the CNN: its Dropout draws other masks than Keras's.
+INSTANTIATE_TEST_SUITE_P(Keras3, KerasStep, ::testing::Values("mlp", "nested", "sequential"));
+
+TEST(KerasFiles, TheFixtureMlpKeepsItsCompileSettings) {
+  Model m = load_model((kFixtures / "mlp.keras").string());
+  EXPECT_EQ(m.optimizer()->class_name(), "Adam");
+  EXPECT_NEAR(m.optimizer().learning_rate(), 0.01, 1e-8);
+  std::vector<std::string> names;
+  for (const Metric& metric : m.metrics()) names.push_back(metric.name());
+  EXPECT_EQ(names, (std::vector<std::string>{"loss", "accuracy"}));
+}
+
+TEST(KerasFiles, LegacyH5LoadsAsAModelAndAsWeights) {
+  const json& e = expected().at("mlp");
+  const auto want = e.at("output").get<std::vector<float>>();
+  const std::string legacy = (kFixtures / "mlp_legacy.h5").string();
+  Model whole = load_model(legacy);
+  expect_near_keras(whole.predict(tensor_of(e, "input")), want, 1e-5, "load_model(.h5)");
+  EXPECT_EQ(whole.optimizer().iterations(), 3);
+
+  Model by_position = fixture_mlp();
+  by_position.load_weights(legacy);
+  expect_near_keras(by_position.predict(tensor_of(e, "input")), want, 1e-5, "by position");
+
+  // by_name: the file's layers are dense, dense_1, dense_2.
+  auto in = Input({64});
+  auto x = layers::Dense(32, {.activation = "relu", .name = "dense"})(in);
+  x = layers::Dense(32, {.activation = "relu", .name = "dense_1"})(x);
+  Model by_name(in, layers::Dense(10, {.name = "dense_2"})(x));
+  by_name.load_weights(legacy, {.by_name = true});
+  expect_near_keras(by_name.predict(tensor_of(e, "input")), want, 1e-5, "by name");
+}
+
+TEST(KerasFiles, LegacySkipMismatchSkipsOnlyTheLayerThatDoesNotFit) {
+  auto in = Input({64});
+  auto x = layers::Dense(32, {.activation = "relu", .name = "dense"})(in);
+  x = layers::Dense(32, {.activation = "relu", .name = "dense_1"})(x);
+  Model m(in, layers::Dense(7, {.name = "dense_2"})(x));  // 7 outputs: does not fit
+  const std::string legacy = (kFixtures / "mlp_legacy.h5").string();
+  const auto before = weights(m);
+  EXPECT_THROW(m.load_weights(legacy, {.by_name = true}), ValueError);
+  expect_bitwise(weights(m), before, "a failed load changes nothing");
+  m.load_weights(legacy, {.by_name = true, .skip_mismatch = true});
+  const auto after = weights(m);
+  EXPECT_NE(after[0], before[0]);  // dense/kernel loaded
+  EXPECT_EQ(after[4], before[4]);  // dense_2/kernel skipped
+}
+
+Model trained_mlp(const distribute::Strategy& strategy, std::uint64_t seed) {
+  Model m;
+  {
+    auto scope = strategy.scope();
+    set_random_seed(seed);
+    m = fixture_mlp();
+    m.compile({.optimizer = optimizers::Adam({.learning_rate = 0.003}),
+               .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+               .metrics = {"accuracy"}});
+  }
+  return m;
+}
+
+Tensor batch_x(int k) {
+  return random::normal({16, 64}, {.seed = 100 + static_cast<std::uint64_t>(k)});
+}
+Tensor batch_y(int k) {
+  std::vector<std::int64_t> y(16);
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int64_t>((i * 7 + k) % 10);
+  return Tensor::from_vector<std::int64_t>(y, Shape({16}));
+}
+
+// Steps [from, to) of a fixed sequence of batches, through fit (which runs
+// every replica of the model's strategy).
+void train_steps(Model& m, int from, int to) {
+  std::vector<Tensor> xs, ys;
+  for (int k = from; k < to; ++k) {
+    xs.push_back(batch_x(k));
+    ys.push_back(batch_y(k));
+  }
+  m.fit(concat(xs, 0), concat(ys, 0),
+        {.batch_size = 16, .epochs = 1, .verbose = 0, .shuffle = false});
+}
+
+// Save after 3 steps, load, run 5 more: bitwise what 8 uninterrupted steps
+// give, under one replica and under two.
+class KerasResume : public ::testing::TestWithParam<int> {};
+
+TEST_P(KerasResume, FiveMoreStepsAreBitwiseTheUninterruptedRun) {
+  const int replicas = GetParam();
+  // Two replicas on the host's cores, a fresh strategy for each model.
+  auto strategy = [&] {
+    return replicas == 1 ? distribute::Strategy()
+                         : distribute::Strategy(distribute::MirroredStrategy(
+                               {.devices = {&host_device()}, .replicas_per_device = 2}));
+  };
+  TempDir dir("lockstep_keras");
+  const std::string path = dir / "m.keras";
+  Model straight = trained_mlp(strategy(), 11);
+  Model first = trained_mlp(strategy(), 11);
+  train_steps(straight, 0, 3);
+  train_steps(first, 0, 3);
+  first.save(path);
+  Model resumed;
+  {
+    auto scope = strategy().scope();
+    resumed = load_model(path);
+  }
+  expect_bitwise(weights(resumed), weights(first), "weights after the round trip");
+  const auto slots = [](const Model& m) {
+    std::vector<std::vector<float>> out;
+    for (const Tensor& t : m.optimizer()->keras_variables(m.impl()->trainable_weights()))
+      out.push_back(t.to(DType::kFloat32).to_vector<float>());
+    return out;
+  };
+  expect_bitwise(slots(resumed), slots(first), "optimizer variables after the round trip");
+  EXPECT_EQ(resumed.distribute_strategy().num_replicas_in_sync(), replicas);
+  train_steps(straight, 3, 8);
+  train_steps(resumed, 3, 8);
+  expect_bitwise(weights(resumed), weights(straight), "5 steps after the resume");
+}
+
+INSTANTIATE_TEST_SUITE_P(Replicas, KerasResume, ::testing::Values(1, 2));
+
+TEST(KerasFiles, NestedModelsAndSharedLayersRoundTrip) {
+  auto base_in = Input({6});
+  auto b = layers::Dense(5, {.activation = "relu"})(base_in);
+  b = layers::BatchNormalization()(b);
+  Model base(base_in, b, "base");
+  auto in = Input({6});
+  layers::Dense shared(5, {.activation = "tanh"});
+  auto h = shared(base(in));
+  h = layers::Add()({h, shared(h)});
+  Model head(in, layers::Dense(2)(h), "head");
+  head.compile({.optimizer = optimizers::SGD({.learning_rate = 0.1, .momentum = 0.9}),
+                .loss = losses::MeanSquaredError()});
+  const Tensor x = random::normal({8, 6}, {.seed = 9});
+  head.train_on_batch(x, random::normal({8, 2}, {.seed = 10}));
+  TempDir dir("lockstep_keras");
+  head.save(dir / "head.keras");
+  Model back = load_model(dir / "head.keras");
+  EXPECT_EQ(back.predict(x).to_vector<float>(), head.predict(x).to_vector<float>());
+  expect_bitwise(weights(back), weights(head), "nested weights");
+  EXPECT_EQ(back.get_layer("base").count_params(), base.count_params());
+}
+
+TEST(KerasFiles, SaveWeightsWritesKerasLayoutWithTheOptimizer) {
+  Model m = trained_mlp(distribute::Strategy(), 4);
+  m.train_on_batch(batch_x(0), batch_y(0));
+  TempDir dir("lockstep_keras");
+  m.save_weights(dir / "w.weights.h5");
+  const io::H5Group tree = io::read_h5(dir / "w.weights.h5");
+  ASSERT_NE(tree.find_dataset("layers/dense_2/vars/1"), nullptr);
+  EXPECT_EQ(tree.find_dataset("layers/dense_2/vars/1")->shape(), Shape({10}));
+  EXPECT_EQ(*tree.find_group("layers/dense/vars")->string_attribute("name"), m.layers()[1].name());
+  ASSERT_NE(tree.find_dataset("optimizer/vars/13"), nullptr);  // 2 + 2 slots x 6 variables
+  EXPECT_EQ(tree.find_dataset("optimizer/vars/0")->data<std::int64_t>()[0], 1);
+  Model other = trained_mlp(distribute::Strategy(), 5);
+  other.load_weights(dir / "w.weights.h5");
+  expect_bitwise(weights(other), weights(m), "weights by path");
+  EXPECT_EQ(other.optimizer().iterations(), 1);
+}
+
+TEST(KerasFiles, SuffixDecidesAndOthersAreNamed) {
+  Model m = fixture_mlp();
+  TempDir dir("lockstep_keras");
+  std::string msg = message_of([&] { m.save(dir / "m.bin"); });
+  EXPECT_NE(msg.find(".keras"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(".safetensors"), std::string::npos) << msg;
+  msg = message_of([&] { m.save_weights(dir / "m.h5"); });
+  EXPECT_NE(msg.find("must end in .weights.h5"), std::string::npos) << msg;
+  // A .keras file under another name is named for what it is.
+  fs::copy_file(kFixtures / "mlp.keras", dir.path / "m.safetensors");
+  msg = message_of([&] { load_model(dir / "m.safetensors"); });
+  EXPECT_NE(msg.find("this file is a zip archive (a .keras file)"), std::string::npos) << msg;
+  // A .keras path gets a real zip that Keras opens, not safetensors.
+  m.save(dir / "real.keras");
+  EXPECT_TRUE(io::looks_like_zip(slurp(dir.path / "real.keras").substr(0, 4)));
+}
+
+TEST(KerasFiles, DamagedAndForeignFilesAreNamedAndChangeNothing) {
+  TempDir dir("lockstep_keras");
+  const std::string bytes = slurp(kFixtures / "mlp.keras");
+  spit(dir.path / "cut.keras", bytes.substr(0, bytes.size() / 2));
+  std::string msg = message_of([&] { load_model(dir / "cut.keras"); });
+  EXPECT_NE(msg.find("cut.keras: not a readable zip archive"), std::string::npos) << msg;
+
+  // A layer class Lockstep does not have, named with where it is.
+  std::vector<io::ZipMember> members = io::read_zip((kFixtures / "mlp.keras").string());
+  json config = json::parse(members[1].data);
+  config["config"]["layers"][2]["class_name"] = "LayerNormalization";
+  members[1].data = config.dump();
+  spit(dir.path / "foreign.keras", io::zip_archive_image(members, 0));
+  msg = message_of([&] { load_model(dir / "foreign.keras"); });
+  EXPECT_NE(msg.find("foreign.keras: config.json: layer 'dense_1'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unknown layer class 'LayerNormalization'"), std::string::npos) << msg;
+
+  // A setting Lockstep cannot honour is refused, not dropped.
+  config = json::parse(io::read_zip((kFixtures / "mlp.keras").string())[1].data);
+  config["config"]["layers"][1]["config"]["kernel_constraint"] = {{"class_name", "NonNeg"}};
+  members[1].data = config.dump();
+  spit(dir.path / "constraint.keras", io::zip_archive_image(members, 0));
+  msg = message_of([&] { load_model(dir / "constraint.keras"); });
+  EXPECT_NE(msg.find("kernel_constraint"), std::string::npos) << msg;
+
+  // A weights file of another architecture: the group and shapes named,
+  // nothing of the model changed.
+  auto in = Input({64});
+  Model other(in, layers::Dense(10)(layers::Dense(16)(in)));
+  const auto before = weights(other);
+  msg = message_of([&] { other.load_weights((kFixtures / "mlp.weights.h5").string()); });
+  EXPECT_NE(msg.find("mlp.weights.h5: layers/dense/vars/0 has shape [64, 32]; the model's"),
+            std::string::npos)
+      << msg;
+  expect_bitwise(weights(other), before, "a failed load changes nothing");
+}
+
+TEST(KerasFiles, ToJsonIsKerasJson) {
+  Model m = fixture_mlp();
+  const json j = json::parse(m.to_json());
+  EXPECT_EQ(j.at("class_name"), "Functional");
+  EXPECT_EQ(j.at("config").at("layers").at(1).at("class_name"), "Dense");
+  EXPECT_EQ(
+      j.at("config").at("layers").at(1).at("config").at("kernel_initializer").at("class_name"),
+      "GlorotUniform");
+  Model back = model_from_json(m.to_json());
+  EXPECT_EQ(back.count_params(), m.count_params());
+}
+
+}  // namespace
+}  // namespace lockstep
