@@ -1,0 +1,64 @@
+"""Keras reads what Lockstep wrote (keras_writer.cc): each .keras file loads
+with keras.models.load_model, keeps its compile settings and optimizer step,
+predicts Lockstep's outputs within 1e-5 (relative, floor 1e-5), and trains
+one more step; each .weights.h5 loads into the model rebuilt from its config.
+
+usage: keras_interop.py DIR
+"""
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+import warnings
+import zipfile
+
+import numpy as np
+import keras
+
+
+def check_close(name, got, want):
+    got = np.asarray(got, dtype=np.float32).reshape(-1)
+    want = np.asarray(want, dtype=np.float32).reshape(-1)
+    bound = 1e-5 * np.maximum(1.0, np.abs(want))
+    worst = float(np.max(np.abs(got - want) - bound))
+    if worst > 0:
+        raise SystemExit(f"{name}: Keras predicts {got[:4]}..., Lockstep {want[:4]}... "
+                         f"(off by {worst:.3g} beyond 1e-5)")
+
+
+def main(root):
+    expected = json.load(open(os.path.join(root, "expected.json")))
+    for name, e in expected.items():
+        x = np.asarray(e["input"], dtype=np.float32).reshape(e["input_shape"])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = keras.models.load_model(os.path.join(root, f"{name}.keras"))
+        loud = [str(w.message) for w in caught if "optimizer" in str(w.message).lower()
+                or "skipping" in str(w.message).lower()]
+        if loud:
+            raise SystemExit(f"{name}: Keras warned while loading: {loud}")
+        check_close(f"{name}.keras", model.predict(x, verbose=0), e["output"])
+        steps = int(model.optimizer.iterations.numpy())
+        if steps != e["iterations"]:
+            raise SystemExit(f"{name}: Keras sees optimizer step {steps}, Lockstep saved {e['iterations']}")
+        y = (np.zeros((x.shape[0],), dtype="int64") if model.output_shape[-1] > 1
+             else np.zeros((x.shape[0], 1), dtype="float32"))
+        logs = model.train_on_batch(x, y, return_dict=True)
+        if not np.isfinite(logs["loss"]):
+            raise SystemExit(f"{name}: one more step in Keras gave loss {logs['loss']}")
+        with zipfile.ZipFile(os.path.join(root, f"{name}.keras")) as archive:
+            rebuilt = keras.models.model_from_json(archive.read("config.json").decode())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the file's optimizer has no home in an uncompiled model
+            rebuilt.load_weights(os.path.join(root, f"{name}.weights.h5"))
+        check_close(f"{name}.weights.h5", rebuilt.predict(x, verbose=0), e["output"])
+        print(f"{name}: Keras {keras.__version__} loads it, predicts Lockstep's outputs, "
+              f"resumes at step {steps} and trains on")
+    print(f"all {len(expected)} models: Keras read them")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,121 @@
+// Writes Lockstep's Keras files for the Keras interop test
+// (keras_interop.py): the fixture script's four models (an MLP trained with
+// Adam, a CNN with BatchNormalization and Dropout, a base model nested in a
+// head with a shared layer, a Sequential stack), each as <name>.keras and
+// <name>.weights.h5, and expected.json with a fixed input and the outputs
+// Lockstep predicts for it.
+//
+// usage: keras_writer OUT_DIR
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "lockstep/lockstep.h"
+
+namespace ls = lockstep;
+
+namespace {
+
+ls::Model mlp() {
+  auto in = ls::Input({64});
+  auto x = ls::layers::Dense(32, {.activation = "relu"})(in);
+  x = ls::layers::Dense(32, {.activation = "relu"})(x);
+  ls::Model m(in, ls::layers::Dense(10)(x));
+  m.compile({.optimizer = ls::optimizers::Adam({.learning_rate = 0.01}),
+             .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
+             .metrics = {"accuracy"}});
+  return m;
+}
+
+ls::Model cnn() {
+  auto in = ls::Input({12, 12, 1});
+  auto x = ls::layers::Conv2D(4, {3, 3}, {.activation = "relu"})(in);
+  x = ls::layers::BatchNormalization()(x);
+  x = ls::layers::MaxPooling2D()(x);
+  x = ls::layers::Dropout(0.25f)(x);
+  x = ls::layers::Flatten()(x);
+  ls::Model m(in, ls::layers::Dense(10)(x));
+  m.compile({.optimizer = ls::optimizers::SGD({.learning_rate = 0.01, .momentum = 0.9}),
+             .loss = "sparse_categorical_crossentropy",
+             .metrics = {"accuracy"}});
+  return m;
+}
+
+ls::Model nested() {
+  auto base_in = ls::Input({16});
+  auto b = ls::layers::Dense(8, {.activation = "relu"})(base_in);
+  b = ls::layers::BatchNormalization()(b);
+  ls::Model base(base_in, b, "base");
+  auto in = ls::Input({16});
+  ls::layers::Dense shared(8, {.activation = "tanh"});
+  auto h = shared(base(in));
+  h = ls::layers::Add()({h, shared(h)});
+  ls::Model m(in, ls::layers::Dense(1)(ls::layers::Dense(4, {.activation = "relu"})(h)), "head");
+  m.compile({.optimizer = ls::optimizers::RMSprop(), .loss = "mse", .metrics = {"mae"}});
+  return m;
+}
+
+ls::Model sequential() {
+  ls::Sequential m({ls::layers::Dense(6, {.activation = "tanh"}),
+                    ls::layers::Dense(3, {.activation = "softmax"})},
+                   {.input_shape = ls::Shape{8}});
+  m.compile({.optimizer = ls::optimizers::Adam(),
+             .loss = "sparse_categorical_crossentropy",
+             .metrics = {"accuracy"}});
+  return m;
+}
+
+std::vector<std::int64_t> dims(const ls::Tensor& t) { return t.shape().to_vector(); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: keras_writer OUT_DIR\n");
+    return 2;
+  }
+  const std::filesystem::path out = argv[1];
+  std::filesystem::create_directories(out);
+  ls::set_random_seed(7);
+  struct Case {
+    const char* name;
+    ls::Model (*make)();
+    std::vector<std::int64_t> sample;
+    int classes;  // 0: regression
+  };
+  const Case cases[] = {{"mlp", mlp, {64}, 10},
+                        {"cnn", cnn, {12, 12, 1}, 10},
+                        {"nested", nested, {16}, 0},
+                        {"sequential", sequential, {8}, 3}};
+  nlohmann::json expected;
+  std::uint64_t seed = 1;
+  for (const Case& c : cases) {
+    ls::Model m = c.make();
+    std::vector<std::int64_t> batch = {24};
+    batch.insert(batch.end(), c.sample.begin(), c.sample.end());
+    const ls::Tensor x_train = ls::random::normal(ls::Shape(batch), {.seed = seed++});
+    ls::Tensor y_train;
+    if (c.classes > 0) {
+      std::vector<std::int64_t> y(24);
+      for (std::size_t i = 0; i < y.size(); ++i)
+        y[i] = static_cast<std::int64_t>(i * 7 % c.classes);
+      y_train = ls::Tensor::from_vector<std::int64_t>(y, ls::Shape({24}));
+    } else {
+      y_train = ls::random::normal({24, 1}, {.seed = seed++});
+    }
+    m.fit(x_train, y_train, {.batch_size = 8, .epochs = 1, .verbose = 0, .shuffle = false});
+    batch[0] = 4;
+    const ls::Tensor x = ls::random::normal(ls::Shape(batch), {.seed = seed++});
+    const ls::Tensor y = m.predict(x);
+    m.save((out / (std::string(c.name) + ".keras")).string());
+    m.save_weights((out / (std::string(c.name) + ".weights.h5")).string());
+    expected[c.name] = {{"input_shape", dims(x)},
+                        {"input", x.to_vector<float>()},
+                        {"output_shape", dims(y)},
+                        {"output", y.to_vector<float>()},
+                        {"iterations", m.optimizer().iterations()}};
+  }
+  std::ofstream(out / "expected.json") << expected.dump();
+  return 0;
+}
