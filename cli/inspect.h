@@ -1,5 +1,5 @@
-// `lockstep inspect FILE`: what a checkpoint or model file holds, with every
-// checksum verified (see inspect.cc).
+// `lockstep inspect FILE`: what a checkpoint or model file holds, read as a
+// restore reads it (see inspect.cc).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -12,7 +12,7 @@ struct InspectArgs {
 };
 
 CLI::App* add_inspect_command(CLI::App& app, InspectArgs& args);
-// 0 when the file is whole (every checksum verified), 1 otherwise.
+// 0 when the file reads whole, 1 otherwise (an error naming the file).
 int run_inspect(const InspectArgs& args);
 
 }  // namespace lockstep::cli

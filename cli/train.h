@@ -8,7 +8,8 @@
 namespace lockstep::cli {
 
 struct TrainArgs {
-  std::string model = "mlp";          // mlp | cnn | a model JSON file (Model::to_json)
+  // mlp | cnn | a model JSON file (Model::to_json) | a Keras file (.keras, .h5)
+  std::string model = "mlp";
   std::string devices;                // LOCKSTEP_CPU_DEVICES syntax; empty: the default devices
   std::string strategy = "mirrored";  // mirrored | multi-worker | one-device | default
   // multi-worker: replicas per worker (default: LOCKSTEP_LOCAL_REPLICAS, else
@@ -20,6 +21,7 @@ struct TrainArgs {
   int epochs = 2;
   std::int64_t batch_size = 64;  // global
   double learning_rate = 1e-3;
+  bool learning_rate_given = false;  // --learning-rate on the command line
   int verbose = 1;
   std::uint64_t seed = 1337;
   std::int64_t steps_per_epoch = 0;  // 0: the whole training set
@@ -27,6 +29,9 @@ struct TrainArgs {
   // the trained model saved as <dir>/model.safetensors.
   std::string checkpoint_dir;
   std::int64_t save_freq = 0;  // backups every N batches; 0: every epoch
+  // Where to save the trained model (its suffix picks the format: .keras,
+  // .safetensors); empty: nowhere (besides --checkpoint-dir's).
+  std::string save;
   // Resume with another --batch-size (cli/run_settings.h refuses it otherwise).
   bool allow_changed_batch_size = false;
 };

@@ -98,7 +98,11 @@ void OptimizerImpl::set_keras_variables(const std::vector<Variable>& trainable,
   }
   if (!unbuilt) restore_slot_values(trainable, by_name);  // checks everything before it sets
   set_iterations(steps.to(DType::kInt64).data<std::int64_t>()[0]);
-  if (constant) learning_rate_ = LearningRate(rate);
+  // Keras keeps the rate as a float32 variable: a value that rounds to ours
+  // is ours (a round trip keeps every bit of the float64 rate); another one
+  // was changed on purpose (a callback) and wins.
+  if (constant && static_cast<float>(learning_rate_.at(0)) != static_cast<float>(rate))
+    learning_rate_ = LearningRate(rate);
 }
 
 namespace optimizers {

@@ -226,6 +226,12 @@ void Model::save(const std::string& path) const {
   io::write_safetensors(path, named_weights(*impl_), metadata);
 }
 
+std::string Model::get_compile_config() const {
+  const keras::CompileState c = compile_state_of(state());
+  if (c.optimizer == nullptr) return "";
+  return keras::compile_config(*c.optimizer, *c.losses, *c.loss_weights, *c.metrics).dump();
+}
+
 std::string Model::to_json() const {
   LOCKSTEP_CHECK(defined(), "to_json: the model is undefined");
   return keras::model_config(*impl_).dump();

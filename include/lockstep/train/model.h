@@ -223,6 +223,10 @@ class Model : public Layer {
   // Sequential models only: a subclassed model has no config (use
   // save_weights).
   void save(const std::string& path) const;
+  // Keras's model.get_compile_config(): the optimizer, losses, loss weights
+  // and metrics compile() was given, as Keras's JSON; empty when the model
+  // is not compiled.
+  std::string get_compile_config() const;
   // The architecture alone as Keras's JSON (model.to_json()); Keras's
   // model_from_json reads it, and so does ours (with fresh weights).
   std::string to_json() const;
