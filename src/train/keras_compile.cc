@@ -1,5 +1,6 @@
 // Keras 3's compile_config: the optimizer, the losses and the metrics of a
 // compiled model as Keras serializes them, and back.
+#include <optional>
 #include <set>
 
 #include "train/keras_config.h"
@@ -63,6 +64,55 @@ Loss loss_from_json(const json& j, const std::string& where) {
   }
 }
 
+// A learning-rate schedule as Keras serializes it; Lockstep's RampUp, which
+// Keras lacks, is registered under the "lockstep>" package.
+json schedule_json(const LearningRateSchedule& schedule) {
+  const std::string& cls = schedule.name();
+  LOCKSTEP_CHECK(!schedule.get_config().empty(), "save: the learning-rate schedule '", cls,
+                 "' is a bare function with no config, which a model file cannot hold; build it "
+                 "with one of schedules:: (ExponentialDecay, PiecewiseConstantDecay, CosineDecay, "
+                 "PolynomialDecay, RampUp)");
+  json config = {{"name", cls}};
+  for (const auto& [k, v] : schedule.get_config()) {
+    json value;
+    std::visit([&](const auto& x) { value = x; }, v);
+    if (cls == "CosineDecay" && k == "warmup_target" && value.get<double>() < 0) value = nullptr;
+    config[k] = value;
+  }
+  const bool keras_has = cls != "RampUp";
+  return {{"module", keras_has ? "keras.optimizers.schedules" : "lockstep"},
+          {"class_name", cls},
+          {"config", config},
+          {"registered_name", keras_has ? json(nullptr) : json("lockstep>" + cls)}};
+}
+
+LearningRateSchedule schedule_from_json(const json& j, const std::string& where) {
+  std::map<std::string, ScheduleArgument> args;
+  const json config = j.value("config", json::object());
+  for (const auto& [k, v] : config.items()) {
+    if (v.is_null() || k == "name") continue;
+    if (v.is_boolean()) {
+      args[k] = v.get<bool>();
+    } else if (v.is_number()) {
+      args[k] = v.get<double>();
+    } else if (v.is_array()) {
+      args[k] = v.get<std::vector<double>>();
+    } else {
+      detail::throw_error<ValueError>(where, ": the schedule's ", k, " = ", v.dump(),
+                                      " is a setting Lockstep cannot take");
+    }
+  }
+  std::string cls = j.value("class_name", std::string());
+  if (j.contains("registered_name") && j["registered_name"].is_string() &&
+      j["registered_name"].get<std::string>().rfind("lockstep>", 0) == 0)
+    cls = j["registered_name"].get<std::string>().substr(9);
+  try {
+    return schedules::from_config(cls, args);
+  } catch (const ValueError& e) {
+    detail::throw_error<ValueError>(where, ": ", e.what());
+  }
+}
+
 std::string metric_name(const MetricSpec& m) {
   return m.metric.defined() ? m.metric.name() : m.name;
 }
@@ -72,10 +122,6 @@ std::string metric_name(const MetricSpec& m) {
 json optimizer_json(const Optimizer& optimizer) {
   const OptimizerImpl& o = *optimizer.operator->();
   const std::string& cls = o.class_name();
-  LOCKSTEP_CHECK(o.learning_rate_schedule().name() == "constant", "save: the optimizer's ",
-                 "learning-rate schedule '", o.learning_rate_schedule().name(),
-                 "' has no Keras config yet; save_weights keeps the weights, and a Lockstep "
-                 "checkpoint (.safetensors) keeps the whole training state");
   json config = {{"name", to_snake_case(cls)}};
   for (const auto& [k, v] : o.get_config()) {
     json value;
@@ -84,6 +130,8 @@ json optimizer_json(const Optimizer& optimizer) {
                     ? json(nullptr)
                     : value;
   }
+  if (o.learning_rate_schedule().name() != "constant")
+    config["learning_rate"] = schedule_json(o.learning_rate_schedule());
   config["use_ema"] = false;
   config["ema_momentum"] = 0.99;
   config["ema_overwrite_frequency"] = nullptr;
@@ -107,8 +155,13 @@ Optimizer optimizer_from_json(const json& j, const std::string& where) {
                  " is neither a name nor a Keras object");
   std::map<std::string, OptimizerArgument> args;
   const json config = j.value("config", json::object());
+  std::optional<LearningRateSchedule> schedule;
   for (const auto& [k, v] : config.items()) {
     if (v.is_null() || k == "name") continue;
+    if (k == "learning_rate" && v.is_object()) {
+      schedule = schedule_from_json(v, where + ": learning_rate");
+      continue;
+    }
     if (v.is_boolean()) {
       args[k] = v.get<bool>();
     } else if (v.is_number()) {
@@ -121,7 +174,8 @@ Optimizer optimizer_from_json(const json& j, const std::string& where) {
     }
   }
   try {
-    return optimizers::from_config(j["class_name"].get<std::string>(), args);
+    return optimizers::from_config(j["class_name"].get<std::string>(), args,
+                                   schedule ? &*schedule : nullptr);
   } catch (const ValueError& e) {
     detail::throw_error<ValueError>(where, ": ", e.what());
   }

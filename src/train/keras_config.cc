@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -394,20 +395,20 @@ json input_layer_config(const std::string& name, const Shape& shape, DType dtype
 
 json layer_entry(const LayerImpl& layer, const json& build_shape);
 
+// The layer a graph node calls: its layer, or an Input's InputLayer.
+const LayerImpl* operation_of(const KerasTensor::Node* n) {
+  return n->layer ? n->layer.get() : n->input_layer.get();
+}
+
 json functional_config(const FunctionalImpl& f) {
-  json layers = json::array();
-  for (const KerasTensor& in : f.inputs()) {
-    const std::string& name = in.node()->input_name;
-    layers.push_back({{"module", "keras.layers"},
-                      {"class_name", "InputLayer"},
-                      {"config", input_layer_config(name, in.sample_shape(), in.dtype())},
-                      {"registered_name", nullptr},
-                      {"name", name},
-                      {"inbound_nodes", json::array()}});
-  }
+  // Node indices: a layer's calls in the order the graph runs them.
   std::map<const KerasTensor::Node*, int> node_index;
-  std::map<const LayerImpl*, int> calls;
-  std::map<const LayerImpl*, std::size_t> entry_of;
+  std::map<const LayerImpl*, std::vector<const KerasTensor::Node*>> calls;
+  for (const auto& step : f.steps()) {
+    const LayerImpl* layer = step.node->layer.get();
+    node_index[step.node] = static_cast<int>(calls[layer].size());
+    calls[layer].push_back(step.node);
+  }
   auto history = [&](const KerasTensor& k) {
     const KerasTensor::Node* n = k.node().get();
     if (!n->layer) return json::array({n->input_name, 0, k.index()});
@@ -420,31 +421,41 @@ json functional_config(const FunctionalImpl& f) {
                   {"dtype", std::string(dtype_name(k.dtype()))},
                   {"keras_history", history(k)}}}};
   };
-  for (const auto& step : f.steps()) {
-    const LayerImpl* layer = step.node->layer.get();
-    const auto& ins = step.node->inputs;
-    if (calls[layer]++ == 0) {
-      json shape = ins.size() == 1 ? batch_shape(ins[0].sample_shape()) : json::array();
-      if (ins.size() != 1) {
-        for (const KerasTensor& k : ins) shape.push_back(batch_shape(k.sample_shape()));
+  std::map<const LayerImpl*, const KerasTensor*> input_of;
+  for (const KerasTensor& in : f.inputs()) input_of[in.node()->input_layer.get()] = &in;
+  json layers = json::array();
+  for (const LayerImpl* layer : keras_layer_order(f)) {
+    if (auto it = input_of.find(layer); it != input_of.end()) {
+      const KerasTensor& in = *it->second;
+      const std::string& name = in.node()->input_name;
+      layers.push_back({{"module", "keras.layers"},
+                        {"class_name", "InputLayer"},
+                        {"config", input_layer_config(name, in.sample_shape(), in.dtype())},
+                        {"registered_name", nullptr},
+                        {"name", name},
+                        {"inbound_nodes", json::array()}});
+      continue;
+    }
+    const auto& ins = calls.at(layer).front()->inputs;
+    json shape = ins.size() == 1 ? batch_shape(ins[0].sample_shape()) : json::array();
+    if (ins.size() != 1) {
+      for (const KerasTensor& k : ins) shape.push_back(batch_shape(k.sample_shape()));
+    }
+    json entry = layer_entry(*layer, shape);
+    entry["name"] = layer->name();
+    entry["inbound_nodes"] = json::array();
+    for (const KerasTensor::Node* node : calls.at(layer)) {
+      json args = json::array();
+      if (node->inputs.size() == 1) {
+        args.push_back(tensor(node->inputs[0]));
+      } else {
+        json list = json::array();
+        for (const KerasTensor& k : node->inputs) list.push_back(tensor(k));
+        args.push_back(list);
       }
-      json entry = layer_entry(*layer, shape);
-      entry["name"] = layer->name();
-      entry["inbound_nodes"] = json::array();
-      entry_of[layer] = layers.size();
-      layers.push_back(entry);
+      entry["inbound_nodes"].push_back({{"args", args}, {"kwargs", json::object()}});
     }
-    node_index[step.node] = calls[layer] - 1;
-    json args = json::array();
-    if (ins.size() == 1) {
-      args.push_back(tensor(ins[0]));
-    } else {
-      json list = json::array();
-      for (const KerasTensor& k : ins) list.push_back(tensor(k));
-      args.push_back(list);
-    }
-    layers[entry_of[layer]]["inbound_nodes"].push_back(
-        {{"args", args}, {"kwargs", json::object()}});
+    layers.push_back(entry);
   }
   auto ends = [&](const std::vector<KerasTensor>& ts) {
     if (ts.size() == 1) return history(ts[0]);
@@ -689,6 +700,84 @@ std::string to_snake_case(const std::string& class_name) {
   std::transform(name.begin(), name.end(), name.begin(),
                  [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
   return name;
+}
+
+std::vector<const LayerImpl*> keras_layer_order(const FunctionalImpl& f) {
+  using Node = KerasTensor::Node;
+  // Depth-first from the outputs: nodes finish inputs-first; an operation's
+  // index is where the walk first meets it.
+  std::vector<const Node*> finished_order;
+  std::set<const Node*> finished, in_progress;
+  std::map<const LayerImpl*, int> index;
+  std::function<void(const KerasTensor&)> visit = [&](const KerasTensor& t) {
+    const Node* node = t.node().get();
+    if (finished.contains(node)) return;
+    LOCKSTEP_CHECK(!in_progress.contains(node), "the graph has a cycle");
+    index.emplace(operation_of(node), static_cast<int>(index.size()));
+    in_progress.insert(node);
+    if (node->layer) {
+      for (const KerasTensor& in : node->inputs) visit(in);
+    }
+    in_progress.erase(node);
+    finished.insert(node);
+    finished_order.push_back(node);
+  };
+  for (const KerasTensor& out : f.outputs()) visit(out);
+  // Depths from the outputs (0) inwards; an operation takes its deepest call.
+  std::map<const Node*, int> node_depth;
+  std::map<const LayerImpl*, int> depth;
+  for (auto it = finished_order.rbegin(); it != finished_order.rend(); ++it) {
+    const Node* node = *it;
+    int d = node_depth[node];
+    d = std::max(d, depth[operation_of(node)]);
+    depth[operation_of(node)] = d;
+    node_depth[node] = d;
+    if (!node->layer) continue;
+    for (const KerasTensor& in : node->inputs) {
+      const Node* parent = in.node().get();
+      if (!finished.contains(parent)) continue;
+      node_depth[parent] = std::max(d + 1, node_depth[parent]);
+    }
+  }
+  for (const KerasTensor& in : f.inputs()) {  // inputs no output needs
+    const LayerImpl* op = operation_of(in.node().get());
+    if (!depth.contains(op)) {
+      depth[op] = 0;
+      index[op] = -1;
+    }
+  }
+  std::vector<const LayerImpl*> order;
+  for (const auto& [op, d] : depth) order.push_back(op);
+  std::sort(order.begin(), order.end(), [&](const LayerImpl* a, const LayerImpl* b) {
+    if (depth[a] != depth[b]) return depth[a] > depth[b];
+    return index[a] < index[b];
+  });
+  return order;
+}
+
+std::vector<const LayerImpl*> keras_layers(const LayerImpl& net) {
+  std::vector<const LayerImpl*> out;
+  if (auto* s = dynamic_cast<const SequentialImpl*>(&net)) {
+    for (const Layer& l : s->layers()) out.push_back(l.impl().get());
+    return out;
+  }
+  if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) return keras_layer_order(*f);
+  for (const auto& sub : net.sublayers()) out.push_back(sub.get());
+  return out;
+}
+
+std::vector<Variable> keras_trainable_variables(const LayerImpl& net) {
+  std::vector<Variable> out;
+  std::set<std::uint64_t> seen;
+  std::function<void(const LayerImpl&)> add = [&](const LayerImpl& l) {
+    if (!l.trainable()) return;
+    for (const Variable& v : l.own_variables()) {
+      if (v.trainable() && seen.insert(v.id()).second) out.push_back(v);
+    }
+    for (const LayerImpl* sub : keras_layers(l)) add(*sub);
+  };
+  add(net);
+  return out;
 }
 
 json model_config(const LayerImpl& net) {

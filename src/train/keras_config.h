@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "lockstep/nn/functional.h"
 #include "lockstep/train/model.h"
 
 namespace lockstep::keras {
@@ -15,6 +16,19 @@ using json = nlohmann::json;
 // Keras's naming.to_snake_case: "BatchNormalization" -> "batch_normalization",
 // "Conv2D" -> "conv2d", "RMSprop" -> "rm_sprop".
 std::string to_snake_case(const std::string& class_name);
+
+// Keras's model.layers of a functional model: its InputLayers and layers
+// ordered as Keras's map_graph orders them (by depth from the outputs,
+// deepest first; ties in the order a depth-first walk from the outputs
+// meets them). Weight paths and optimizer variables follow this order.
+std::vector<const LayerImpl*> keras_layer_order(const FunctionalImpl& f);
+// Keras's model.layers of any network: the above for a functional model, a
+// Sequential's layers, another layer's sublayers.
+std::vector<const LayerImpl*> keras_layers(const LayerImpl& net);
+// Keras's model.trainable_variables: each layer's in keras_layers order,
+// nested networks expanded in place, each variable once. The same set as
+// net.trainable_weights(), in the order Keras's optimizer lists its slots.
+std::vector<Variable> keras_trainable_variables(const LayerImpl& net);
 
 // A Functional or Sequential network as Keras serializes it: {"module",
 // "class_name", "config", "registered_name", "build_config"}. A subclassed

@@ -35,23 +35,6 @@ bool is_network(const LayerImpl& l) {
          dynamic_cast<const SequentialImpl*>(&l) != nullptr;
 }
 
-// Keras's model.layers: a functional model's InputLayers then its layers; a
-// Sequential's layers (without its InputLayer); another layer's sublayers.
-std::vector<const LayerImpl*> container(const LayerImpl& net) {
-  std::vector<const LayerImpl*> out;
-  if (auto* s = dynamic_cast<const SequentialImpl*>(&net)) {
-    for (const Layer& l : s->layers()) out.push_back(l.impl().get());
-    return out;
-  }
-  if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) {
-    for (const KerasTensor& in : f->inputs()) {
-      if (in.node()->input_layer) out.push_back(in.node()->input_layer.get());
-    }
-  }
-  for (const auto& sub : net.sublayers()) out.push_back(sub.get());
-  return out;
-}
-
 // saving_lib's walk: the object's own `vars`, then each layer of its
 // container under layers/<unique snake_case class name>/, each object once.
 void walk(const LayerImpl& obj, const std::string& prefix, std::vector<VarsGroup>& out,
@@ -59,7 +42,7 @@ void walk(const LayerImpl& obj, const std::string& prefix, std::vector<VarsGroup
   visited.insert(&obj);
   out.push_back({prefix + "vars", obj.name(), obj.own_variables()});
   std::map<std::string, int> used;
-  for (const LayerImpl* l : container(obj)) {
+  for (const LayerImpl* l : keras_layers(obj)) {
     std::string name = to_snake_case(l->class_name());
     if (auto it = used.find(name); it != used.end()) {
       name += "_" + std::to_string(++it->second);
@@ -169,7 +152,8 @@ io::H5Group weights_tree(const LayerImpl& net, const Optimizer* optimizer) {
   if (optimizer != nullptr && optimizer->defined()) {
     io::H5Group& vars = root.group("optimizer/vars");
     vars.attributes["name"] = snake_optimizer_name(*optimizer);
-    const std::vector<Tensor> values = (*optimizer)->keras_variables(net.trainable_weights());
+    const std::vector<Tensor> values =
+        (*optimizer)->keras_variables(keras_trainable_variables(net));
     for (std::size_t i = 0; i < values.size(); ++i) vars.datasets[std::to_string(i)] = values[i];
   }
   return root;
@@ -211,7 +195,8 @@ void load_weights_tree(const LayerImpl& net, const io::H5Group& tree, const Opti
   if (optimizer != nullptr && optimizer->defined() && opt != nullptr && !opt->datasets.empty()) {
     std::vector<Tensor> values;
     for (const Tensor* t : numbered(*opt)) values.push_back(*t);
-    (*optimizer)->set_keras_variables(net.trainable_weights(), values, source + ": optimizer/vars");
+    (*optimizer)
+        ->set_keras_variables(keras_trainable_variables(net), values, source + ": optimizer/vars");
   }
   apply(assignments);
 }
@@ -241,7 +226,7 @@ void load_legacy_weights(const LayerImpl& net, const io::H5Group& file, bool by_
     std::vector<Variable> weights;
   };
   std::vector<ModelLayer> in_model;
-  for (const LayerImpl* l : container(net)) {
+  for (const LayerImpl* l : keras_layers(net)) {
     std::vector<Variable> w = is_network(*l) ? l->trainable_weights() : l->own_variables();
     if (is_network(*l)) {
       for (const Variable& v : l->non_trainable_weights()) w.push_back(v);
@@ -360,7 +345,7 @@ Model load_legacy_h5_model(const std::string& path) {
         LOCKSTEP_CHECK_AS(IOError, t != nullptr, path, ": optimizer_weights/", n, " is missing");
         values.push_back(*t);
       }
-      model.optimizer()->set_keras_variables(model.impl()->trainable_weights(), values,
+      model.optimizer()->set_keras_variables(keras_trainable_variables(*model.impl()), values,
                                              path + ": optimizer_weights");
     } else if (!names.empty()) {
       std::cerr << "load_model: " << path << ": the optimizer's state was saved by Keras "

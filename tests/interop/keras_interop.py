@@ -32,7 +32,11 @@ def check_close(name, got, want):
 def main(root):
     expected = json.load(open(os.path.join(root, "expected.json")))
     for name, e in expected.items():
-        x = np.asarray(e["input"], dtype=np.float32).reshape(e["input_shape"])
+        if "inputs" in e:
+            x = [np.asarray(i["values"], dtype=i["dtype"]).reshape(i["shape"]) for i in e["inputs"]]
+        else:
+            x = np.asarray(e["input"], dtype=np.float32).reshape(e["input_shape"])
+        batch = (x[0] if isinstance(x, list) else x).shape[0]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             model = keras.models.load_model(os.path.join(root, f"{name}.keras"))
@@ -44,13 +48,21 @@ def main(root):
         steps = int(model.optimizer.iterations.numpy())
         if steps != e["iterations"]:
             raise SystemExit(f"{name}: Keras sees optimizer step {steps}, Lockstep saved {e['iterations']}")
-        y = (np.zeros((x.shape[0],), dtype="int64") if model.output_shape[-1] > 1
-             else np.zeros((x.shape[0], 1), dtype="float32"))
+        y = (np.zeros((batch,), dtype="int64") if model.output_shape[-1] > 1
+             else np.zeros((batch, 1), dtype="float32"))
         logs = model.train_on_batch(x, y, return_dict=True)
         if not np.isfinite(logs["loss"]):
             raise SystemExit(f"{name}: one more step in Keras gave loss {logs['loss']}")
         with zipfile.ZipFile(os.path.join(root, f"{name}.keras")) as archive:
-            rebuilt = keras.models.model_from_json(archive.read("config.json").decode())
+            config_text = archive.read("config.json").decode()
+        config = json.loads(config_text)
+        if config["class_name"] == "Functional":
+            # Our layer order is Keras's (map_graph's): weight paths depend on it.
+            ours = [layer["name"] for layer in config["config"]["layers"]]
+            theirs = [layer.name for layer in model.layers]
+            if ours != theirs:
+                raise SystemExit(f"{name}: Lockstep orders the layers {ours}, Keras {theirs}")
+        rebuilt = keras.models.model_from_json(config_text)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the file's optimizer has no home in an uncompiled model
             rebuilt.load_weights(os.path.join(root, f"{name}.weights.h5"))

@@ -1,7 +1,8 @@
 // Writes Lockstep's Keras files for the Keras interop test
 // (keras_interop.py): the fixture script's four models (an MLP trained with
 // Adam, a CNN with BatchNormalization and Dropout, a base model nested in a
-// head with a shared layer, a Sequential stack), each as <name>.keras and
+// head with a shared layer, a Sequential stack) and a model holding every
+// layer class Lockstep has, each as <name>.keras and
 // <name>.weights.h5, and expected.json with a fixed input and the outputs
 // Lockstep predicts for it.
 //
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/lockstep.h"
+#include "support/keras_models.h"
 
 namespace ls = lockstep;
 
@@ -22,7 +24,8 @@ ls::Model mlp() {
   auto x = ls::layers::Dense(32, {.activation = "relu"})(in);
   x = ls::layers::Dense(32, {.activation = "relu"})(x);
   ls::Model m(in, ls::layers::Dense(10)(x));
-  m.compile({.optimizer = ls::optimizers::Adam({.learning_rate = 0.01}),
+  m.compile({.optimizer = ls::optimizers::Adam(
+                 {.learning_rate = ls::schedules::ExponentialDecay(0.01, 100, 0.9)}),
              .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
              .metrics = {"accuracy"}});
   return m;
@@ -116,6 +119,25 @@ int main(int argc, char** argv) {
                         {"output", y.to_vector<float>()},
                         {"iterations", m.optimizer().iterations()}};
   }
+  // Every layer class Lockstep has, in one model with two inputs.
+  ls::Model every = lockstep::testing_support::every_layer_model();
+  every.compile(
+      {.optimizer = ls::optimizers::Adam(), .loss = ls::losses::SparseCategoricalCrossentropy()});
+  const std::vector<ls::Tensor> xs = lockstep::testing_support::every_layer_inputs(4, 5);
+  const ls::Tensor y = every.predict(xs)[0];
+  every.save((out / "every_layer.keras").string());
+  every.save_weights((out / "every_layer.weights.h5").string());
+  nlohmann::json inputs = nlohmann::json::array();
+  for (const ls::Tensor& x : xs) {
+    const ls::Tensor f = x.to(ls::DType::kFloat32);
+    inputs.push_back({{"shape", dims(x)},
+                      {"values", f.to_vector<float>()},
+                      {"dtype", std::string(ls::dtype_name(x.dtype()))}});
+  }
+  expected["every_layer"] = {{"inputs", inputs},
+                             {"output_shape", dims(y)},
+                             {"output", y.to_vector<float>()},
+                             {"iterations", 0}};
   std::ofstream(out / "expected.json") << expected.dump();
   return 0;
 }

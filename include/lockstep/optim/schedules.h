@@ -6,22 +6,34 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace lockstep {
 
-// A named function from the step to a learning rate. Value type.
+// One argument of a schedule's Keras config: a flag, a number, or a list.
+using ScheduleArgument = std::variant<bool, double, std::vector<double>>;
+using ScheduleConfig = std::vector<std::pair<std::string, ScheduleArgument>>;
+
+// A named function from the step to a learning rate. Value type. The
+// built-in schedules carry their Keras arguments (config), so a model file
+// can hold them; a schedule made from a bare function has none.
 class LearningRateSchedule {
  public:
   using Fn = std::function<double(std::int64_t step)>;
-  LearningRateSchedule(std::string name, Fn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
+  LearningRateSchedule(std::string name, Fn fn, ScheduleConfig config = {})
+      : name_(std::move(name)), fn_(std::move(fn)), config_(std::move(config)) {}
   double operator()(std::int64_t step) const { return fn_(step); }
+  // Keras's class name ("ExponentialDecay"), or "constant" for a number.
   const std::string& name() const { return name_; }
+  const ScheduleConfig& get_config() const { return config_; }
 
  private:
   std::string name_;
   Fn fn_;
+  ScheduleConfig config_;
 };
 
 // A constant rate or a schedule (what `learning_rate` options accept).
@@ -71,6 +83,11 @@ struct RampUpOptions {
   std::int64_t steps_per_unit = 1;
 };
 LearningRateSchedule RampUp(RampUpOptions options);
+
+// A built-in schedule from its class name and get_config()'s arguments; an
+// unknown class or argument is a ValueError naming it.
+LearningRateSchedule from_config(const std::string& class_name,
+                                 const std::map<std::string, ScheduleArgument>& args);
 
 }  // namespace schedules
 }  // namespace lockstep

@@ -1,0 +1,40 @@
+// A model holding every layer class Lockstep has, for the tests that check
+// each is serialized with Keras's class name and keys: Lockstep's round
+// trip (tests/train/keras_files_test.cc) and Keras reading our file
+// (tests/interop/keras_writer.cc). Two inputs: an 8x8x3 image and 4 token
+// ids (int32) for the Embedding.
+#pragma once
+
+#include "lockstep/lockstep.h"
+
+namespace lockstep::testing_support {
+
+inline Model every_layer_model() {
+  auto image = Input({8, 8, 3}, DType::kFloat32, "image");
+  auto ids = Input({4}, DType::kInt32, "ids");
+  auto x = layers::ZeroPadding2D({{{1, 0}, {2, 1}}})(image);
+  x = layers::DepthwiseConv2D({3, 3}, {.strides = {2, 2}, .depth_multiplier = 2})(x);
+  x = layers::BatchNormalization({.momentum = 0.9f, .epsilon = 1e-3f})(x);
+  x = layers::ReLU({.max_value = 6.0f})(x);
+  x = layers::AveragePooling2D({2, 2}, {.padding = "same"})(x);
+  x = layers::Conv2D(5, {1, 1}, {.kernel_regularizer = regularizers::L2(1e-4f)})(x);
+  x = layers::MaxPooling2D({2, 2}, {.strides = {1, 1}})(x);
+  x = layers::GlobalAveragePooling2D()(x);
+  x = layers::Activation("tanh")(layers::Dense(6)(x));
+  auto t = layers::Embedding(10, 3)(ids);
+  t = layers::Flatten()(layers::Reshape({12})(t));
+  auto joined = layers::Concatenate()({x, layers::Dropout(0.1f)(t)});
+  auto out = layers::Softmax()(layers::Dense(3, {.activation = "linear"})(joined));
+  return Model({image, ids}, {out}, "every_layer");
+}
+
+// Inputs for it: images from normal noise, ids in [0, 10).
+inline std::vector<Tensor> every_layer_inputs(std::int64_t batch, std::uint64_t seed) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * 4));
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<std::int32_t>((i * 7 + seed) % 10);
+  return {random::normal({batch, 8, 8, 3}, {.seed = seed}),
+          Tensor::from_vector<std::int32_t>(ids, Shape({batch, 4}))};
+}
+
+}  // namespace lockstep::testing_support
