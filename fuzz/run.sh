@@ -14,7 +14,7 @@ findings=$build/fuzz-findings
 mkdir -p "$findings"
 failed=0
 printf "%-12s %10s %10s %8s %8s\n" target runs "exec/s" cov ft
-for target in safetensors idx npy csv tf_config store_frames; do
+for target in safetensors idx npy csv tf_config store_frames keras_config; do
   work=$build/fuzz-corpus/$target
   mkdir -p "$work"
   log=$build/fuzz-$target.log
@@ -24,10 +24,13 @@ for target in safetensors idx npy csv tf_config store_frames; do
   # not the store's. So that target is bounded by executions too.
   extra=()
   [ "$target" = store_frames ] && extra=(-runs=20000)
+  # Model configs are a few KiB (the seeds are Keras's own, 2-7 KiB).
+  max_len=1024
+  [ "$target" = keras_config ] && max_len=8192
   # -malloc_limit_mb: an allocation past it is a finding (a reader that
   # believes a header); -rss_limit_mb the same for total memory.
   "$build/fuzz/${target}_fuzz" "$work" "$here/corpus/$target" -max_total_time="$seconds" "${extra[@]}" \
-    -print_final_stats=1 -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=30 -max_len=1024 \
+    -print_final_stats=1 -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=30 -max_len=$max_len \
     -artifact_prefix="$findings/$target-" >"$log" 2>&1
   rc=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

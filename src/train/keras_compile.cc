@@ -203,7 +203,24 @@ json compile_config(const Optimizer& optimizer, const std::vector<Loss>& losses,
           {"jit_compile", false}};
 }
 
+namespace {
+
+CompileOptions checked_compile_options(const json& config, const std::string& where);
+
+}  // namespace
+
 CompileOptions compile_options_from_config(const json& config, const std::string& where) {
+  try {
+    return checked_compile_options(config, where);
+  } catch (const json::exception& e) {
+    detail::throw_error<ValueError>(where, ": compile_config: not one Lockstep reads (", e.what(),
+                                    ")");
+  }
+}
+
+namespace {
+
+CompileOptions checked_compile_options(const json& config, const std::string& where) {
   const std::string at = where + ": compile_config";
   LOCKSTEP_CHECK(config.is_object(), at, " is not a JSON object");
   CompileOptions o;
@@ -253,4 +270,5 @@ CompileOptions compile_options_from_config(const json& config, const std::string
   return o;
 }
 
+}  // namespace
 }  // namespace lockstep::keras

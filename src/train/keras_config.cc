@@ -9,7 +9,6 @@
 #include <cmath>
 #include <functional>
 #include <map>
-#include <regex>
 #include <set>
 
 #include "lockstep/nn/functional.h"
@@ -690,16 +689,47 @@ Model sequential_from_config(const json& config, const std::string& where) {
 
 }  // namespace
 
+namespace {
+Model model_from_checked_config(const json& j, const std::string& where);
+}  // namespace
+
 std::string to_snake_case(const std::string& class_name) {
+  // Keras's three steps: drop non-word characters; re.sub("(.)([A-Z][a-z]+)",
+  // r"\1_\2"); re.sub("([a-z])([A-Z])", r"\1_\2"); lower case. Each
+  // substitution scans left to right without overlaps, as re.sub does.
+  auto upper = [](char c) { return c >= 'A' && c <= 'Z'; };
+  auto lower = [](char c) { return c >= 'a' && c <= 'z'; };
   std::string name;
   for (char ch : class_name) {
     if (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') name += ch;
   }
-  name = std::regex_replace(name, std::regex("(.)([A-Z][a-z]+)"), "$1_$2");
-  name = std::regex_replace(name, std::regex("([a-z])([A-Z])"), "$1_$2");
-  std::transform(name.begin(), name.end(), name.begin(),
+  std::string words;
+  for (std::size_t p = 0; p < name.size();) {
+    if (p + 2 < name.size() && upper(name[p + 1]) && lower(name[p + 2])) {
+      words += name[p];
+      words += '_';
+      std::size_t q = p + 1;
+      words += name[q++];
+      while (q < name.size() && lower(name[q])) words += name[q++];
+      p = q;
+    } else {
+      words += name[p++];
+    }
+  }
+  std::string out;
+  for (std::size_t p = 0; p < words.size();) {
+    if (p + 1 < words.size() && lower(words[p]) && upper(words[p + 1])) {
+      out += words[p];
+      out += '_';
+      out += words[p + 1];
+      p += 2;
+    } else {
+      out += words[p++];
+    }
+  }
+  std::transform(out.begin(), out.end(), out.begin(),
                  [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  return name;
+  return out;
 }
 
 std::vector<const LayerImpl*> keras_layer_order(const FunctionalImpl& f) {
@@ -803,6 +833,17 @@ json model_config(const LayerImpl& net) {
 }
 
 Model model_from_config(const json& j, const std::string& where) {
+  try {
+    return model_from_checked_config(j, where);
+  } catch (const json::exception& e) {
+    // A key of another JSON type than Keras writes (a number for a name, …).
+    detail::throw_error<ValueError>(where, ": not a model config Lockstep reads (", e.what(), ")");
+  }
+}
+
+namespace {
+
+Model model_from_checked_config(const json& j, const std::string& where) {
   LOCKSTEP_CHECK(j.is_object() && j.contains("class_name") && j.contains("config"), where,
                  ": not a Keras model config (expected an object with class_name and config)");
   const std::string cls = j["class_name"];
@@ -821,4 +862,5 @@ Model model_from_config(const json& j, const std::string& where) {
   return model;
 }
 
+}  // namespace
 }  // namespace lockstep::keras

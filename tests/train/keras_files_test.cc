@@ -265,6 +265,60 @@ TEST(KerasFiles, EveryLayerClassRoundTrips) {
   EXPECT_EQ(json::parse(back.to_json()), json::parse(m.to_json()));
 }
 
+// A user's layer, registered by class name (Keras's
+// register_keras_serializable): saved under "lockstep>Scale".
+class ScaleImpl : public SingleInputLayerImpl {
+ public:
+  explicit ScaleImpl(double factor, std::string name = "")
+      : SingleInputLayerImpl("Scale", std::move(name)), factor_(factor) {}
+  Tensor call(const Tensor& x, const CallContext&) override {
+    return mul(x, Tensor::scalar(static_cast<float>(factor_)));
+  }
+  LayerConfig get_config() const override {
+    LayerConfig c = LayerImpl::get_config();
+    c.set("factor", factor_);
+    return c;
+  }
+
+ private:
+  double factor_;
+};
+
+TEST(KerasFiles, RegisteredLayersAreSavedUnderTheLockstepPackage) {
+  register_layer("Scale", [](const LayerConfig& c) {
+    return make_layer<ScaleImpl>(c.get<double>("factor"), c.get_or<std::string>("name", ""));
+  });
+  auto in = Input({3});
+  Model m(in, make_layer<ScaleImpl>(2.5)(layers::Dense(3)(in)));
+  TempDir dir("lockstep_keras");
+  m.save(dir / "scale.keras");
+  const json config = json::parse(io::read_zip(dir / "scale.keras")[1].data);
+  EXPECT_EQ(config["config"]["layers"][2]["registered_name"], "lockstep>Scale");
+  Model back = load_model(dir / "scale.keras");
+  const Tensor x = random::normal({2, 3}, {.seed = 1});
+  EXPECT_EQ(back.predict(x).to_vector<float>(), m.predict(x).to_vector<float>());
+}
+
+// Saved under two replicas, loaded under one: training continues (within
+// float rounding: one replica sums the batch's gradient in another order).
+TEST(KerasFiles, AModelSavedUnderTwoReplicasTrainsOnUnderOne) {
+  auto two = distribute::Strategy(
+      distribute::MirroredStrategy({.devices = {&host_device()}, .replicas_per_device = 2}));
+  Model first = trained_mlp(two, 12);
+  Model straight = trained_mlp(two, 12);
+  train_steps(first, 0, 3);
+  train_steps(straight, 0, 3);
+  TempDir dir("lockstep_keras");
+  first.save(dir / "two.keras");
+  Model resumed = load_model(dir / "two.keras");
+  EXPECT_EQ(resumed.distribute_strategy().num_replicas_in_sync(), 1);
+  expect_bitwise(weights(resumed), weights(first), "weights after the round trip");
+  train_steps(straight, 3, 8);
+  train_steps(resumed, 3, 8);
+  testing_support::expect_close(weights(resumed), weights(straight), 1e-5,
+                                "5 steps under one replica against two");
+}
+
 TEST(KerasFiles, LearningRateSchedulesRoundTrip) {
   TempDir dir("lockstep_keras");
   const std::vector<LearningRateSchedule> made = {
