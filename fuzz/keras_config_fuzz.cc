@@ -18,6 +18,7 @@ namespace {
 bool small(const nlohmann::json& j) {
   if (j.is_number_integer()) return j.get<std::int64_t>() >= -64 && j.get<std::int64_t>() <= 64;
   if (j.is_number_unsigned()) return j.get<std::uint64_t>() <= 64;
+  if (!j.is_structured()) return true;
   for (const auto& e : j) {
     if (!small(e)) return false;
   }

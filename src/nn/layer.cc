@@ -96,6 +96,7 @@ LayerConfig LayerImpl::get_config() const {
 }
 
 std::vector<Tensor> LayerImpl::apply(const std::vector<Tensor>& inputs, const CallContext& ctx) {
+  LOCKSTEP_CHECK(!inputs.empty(), class_name_, " '", name_, "': called with no inputs");
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     LOCKSTEP_CHECK(inputs[i].defined(), class_name_, " '", name_, "': input ", i, " is undefined");
   }

@@ -629,6 +629,7 @@ Model functional_from_config(const json& config, const std::string& where) {
           args.push_back(resolve(r, ok));
         }
         if (!ok) break;
+        LOCKSTEP_CHECK(!args.empty(), at, ": call ", p.done, " passes no tensor");
         outputs_of[p.name].push_back(args.size() == 1 ? p.layer(args[0]) : p.layer(args));
         ++p.done;
         progress = true;

@@ -58,7 +58,17 @@ LayerConfig config_from_json(const json& j, const std::string& where) {
 
 namespace detail {
 
+Model model_from_lockstep_v1_config_checked(const json& j, const std::string& path);
+
 Model model_from_lockstep_v1_config(const json& j, const std::string& path) {
+  try {
+    return model_from_lockstep_v1_config_checked(j, path);
+  } catch (const json::exception& e) {
+    detail::throw_error<IOError>(path, ": model_config: not one Lockstep reads (", e.what(), ")");
+  }
+}
+
+Model model_from_lockstep_v1_config_checked(const json& j, const std::string& path) {
   const std::string where = path + ": model_config";
   LOCKSTEP_CHECK_AS(IOError, j.is_object() && j.contains("class_name"), where,
                     ": missing class_name");
