@@ -184,6 +184,7 @@ namespace {
 // The job, step by step; `phase` says which step runs (for run_train's
 // out-of-memory message).
 int train_in_phases(const TrainArgs& a, std::string& phase) {
+  phase = "starting up";
   take_stop_signals();  // before the strategy's and the pipeline's threads start
   phase = "choosing the devices";
   if (!a.devices.empty()) {
