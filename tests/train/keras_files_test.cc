@@ -252,6 +252,31 @@ TEST(KerasFiles, NestedModelsAndSharedLayersRoundTrip) {
   EXPECT_EQ(back.get_layer("base").count_params(), base.count_params());
 }
 
+TEST(KerasFiles, SeveralOutputsKeepTheirLossesAndOrder) {
+  auto in = Input({5});
+  auto h = layers::Dense(4, {.activation = "relu"})(in);
+  auto a = layers::Dense(3, {.name = "class_head"})(h);
+  auto b = layers::Dense(1, {.name = "value_head"})(h);
+  Model m({in}, {a, b}, "two_heads");
+  m.compile({.optimizer = optimizers::Adam(),
+             .losses = {losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                        losses::MeanSquaredError()},
+             .loss_weights = {1.0, 0.5}});
+  TempDir dir("lockstep_keras");
+  m.save(dir / "heads.keras");
+  Model back = load_model(dir / "heads.keras");
+  const Tensor x = random::normal({3, 5}, {.seed = 2});
+  const std::vector<Tensor> want = m.predict(std::vector<Tensor>{x});
+  const std::vector<Tensor> got = back.predict(std::vector<Tensor>{x});
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].to_vector<float>(), want[0].to_vector<float>());
+  EXPECT_EQ(got[1].to_vector<float>(), want[1].to_vector<float>());
+  const json compile = json::parse(back.get_compile_config());
+  EXPECT_EQ(compile["loss"][0]["class_name"], "SparseCategoricalCrossentropy");
+  EXPECT_EQ(compile["loss"][1]["class_name"], "MeanSquaredError");
+  EXPECT_EQ(compile["loss_weights"], json::array({1.0, 0.5}));
+}
+
 TEST(KerasFiles, EveryLayerClassRoundTrips) {
   Model m = testing_support::every_layer_model();
   m.compile({.optimizer = optimizers::Adam(), .loss = losses::SparseCategoricalCrossentropy()});
