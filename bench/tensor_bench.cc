@@ -7,6 +7,9 @@
 // BM_Op_AddTiny: per-op overhead on 16 floats (ns per op).
 // BM_Elementwise_VsMemcpy: an op's GB/s against memcpy of the same bytes,
 //   interleaved (goal >= 0.8 of memcpy at 4 MiB).
+// BM_Softmax_ExactVsOneDnn: log_softmax (exact, float64 log-sum-exp; issue
+//   #21) against oneDNN's logsoftmax primitive it replaced, interleaved, on
+//   [rows, classes]; ratio = oneDNN's time / ours.
 //
 // Results are validated before they are timed.
 #include <benchmark/benchmark.h>
@@ -151,6 +154,32 @@ void BM_Elementwise_VsMemcpy(benchmark::State& state) {
 BENCHMARK(BM_Elementwise_VsMemcpy)
     ->ArgsProduct({{0, 1, 2, 3}, {4 << 20, 64 << 20}, {1, 2}})
     ->ArgNames({"op", "bytes", "threads"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// args: rows, classes
+void BM_Softmax_ExactVsOneDnn(benchmark::State& state) {
+  const std::int64_t rows = state.range(0), classes = state.range(1);
+  const ls::Tensor x = ls::random::normal({rows, classes}, {.stddev = 3.0f, .seed = 1});
+  ls::Tensor theirs = ls::Tensor::empty(x.shape());
+  double ours_s = 0, theirs_s = 0;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    benchmark::DoNotOptimize(ls::log_softmax(x, -1));
+    ours_s += seconds_since(t0);
+    t0 = Clock::now();
+    ls::backend::onednn::softmax(x.data<float>(), theirs.data<float>(), rows, classes, 1, true);
+    theirs_s += seconds_since(t0);
+    state.SetIterationTime(seconds_since(t0) + 0.0);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["ours_us"] = ours_s / n * 1e6;
+  state.counters["onednn_us"] = theirs_s / n * 1e6;
+  state.counters["ratio"] = theirs_s / ours_s;
+}
+BENCHMARK(BM_Softmax_ExactVsOneDnn)
+    ->ArgsProduct({{64, 512, 4096}, {10, 1000}})
+    ->ArgNames({"rows", "classes"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

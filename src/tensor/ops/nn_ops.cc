@@ -1,5 +1,5 @@
-// matmul (with transposes and fused bias) and softmax / log_softmax, on
-// oneDNN, with their gradient rules.
+// matmul (with transposes and fused bias) on oneDNN, with its gradient
+// rules (softmax and log_softmax: softmax_ops.cc).
 #include <cstring>
 
 #include "lockstep/tensor/ops.h"
@@ -83,21 +83,6 @@ Grads matmul_grads(const Tensor& g, const Tensor& a, const Tensor& b, const Matm
   return {da, db};
 }
 
-Tensor softmax_impl(const Tensor& x, int axis, bool log, const char* op) {
-  check_defined(x, op, "input");
-  detail::check_float32(x.dtype(), op, "input");
-  LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 1, op, ": expected rank >= 1, got a scalar");
-  const int a = normalize_axis(axis, x.rank(), op);
-  std::int64_t outer = 1, inner = 1;
-  for (int i = 0; i < a; ++i) outer *= x.shape()[i];
-  for (int i = a + 1; i < x.rank(); ++i) inner *= x.shape()[i];
-  Tensor out = Tensor::empty(x.shape());
-  if (x.numel() > 0) {
-    backend::onednn::softmax(x.data<float>(), out.data<float>(), outer, x.shape()[a], inner, log);
-  }
-  return out;
-}
-
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
@@ -116,30 +101,6 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Matmul
       Grads grads = matmul_grads(g, a, b, options);
       grads.push_back(detail::needs_input_grad(2) ? sum_to(g, n) : Tensor());
       return grads;
-    });
-  }
-  return out;
-}
-
-Tensor softmax(const Tensor& x, int axis) {
-  Tensor out = softmax_impl(x, axis, false, "softmax");
-  if (detail::should_record({x})) {
-    detail::record("softmax", {x}, out, [out, axis](const Tensor& g) {
-      // dx = y·(g − Σ g·y)
-      const Tensor dot = sum(mul(g, out), {.axes = {axis}, .keepdims = true});
-      return Grads{mul(out, sub(g, dot))};
-    });
-  }
-  return out;
-}
-
-Tensor log_softmax(const Tensor& x, int axis) {
-  Tensor out = softmax_impl(x, axis, true, "log_softmax");
-  if (detail::should_record({x})) {
-    detail::record("log_softmax", {x}, out, [out, axis](const Tensor& g) {
-      // dx = g − softmax(x)·Σ g
-      const Tensor total = sum(g, {.axes = {axis}, .keepdims = true});
-      return Grads{sub(g, mul(exp(out), total))};
     });
   }
   return out;

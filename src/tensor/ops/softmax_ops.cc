@@ -1,0 +1,121 @@
+// softmax and log_softmax, exact to one float32 rounding, with their
+// gradient rules.
+//
+// Each row's log-sum-exp is taken in float64: d_i = x_i − max x is exact in
+// float64, s = Σ exp(d_i) carries ~1e-16 relative error, and the outputs
+// d_i − log s (log-softmax) and exp(d_i)/s (softmax) are rounded to float32
+// once. So every output is within one float32 rounding of the true value on
+// every instruction set (no vectorized approximation is involved), a
+// log-softmax is never positive (d_i ≤ 0 ≤ log s), and a cross-entropy
+// built on it is never negative. oneDNN's primitive, which this replaced,
+// carried a row error of up to 3.4e-6 (~14 ulps) that depended on the ISA
+// (issue #21; docs/benchmarks.md has the cost, tests/tensor/softmax_test.cc
+// the float64 oracle).
+//
+// log_softmax's backward, dx = g − softmax·Σg, takes the softmax the
+// forward computed (exact), not exp(log_softmax) (which would carry the
+// log-softmax's rounding, amplified by its magnitude).
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "lockstep/tensor/ops.h"
+#include "lockstep/tensor/parallel.h"
+#include "lockstep/tensor/recording.h"
+#include "tensor/dispatch.h"
+
+namespace lockstep {
+namespace {
+
+using detail::Grads;
+
+// One row of n elements `stride` apart. Either output may be null.
+// log Σ exp(d_i) is taken as log1p of the sum without the maximum's own
+// term (exp(0) = 1): on a saturated row that sum is ~1e-17, which 1 + it
+// would lose, and the top log-probability −log1p(rest) would print as 0
+// instead of −1e-17.
+void softmax_row(const float* x, std::int64_t n, std::int64_t stride, float* log_out,
+                 float* prob_out, std::vector<double>& e) {
+  float m = -std::numeric_limits<float>::infinity();
+  std::int64_t top_at = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (x[i * stride] > m) {
+      m = x[i * stride];
+      top_at = i;
+    }
+  }
+  const double top = m;
+  e.resize(static_cast<std::size_t>(n));
+  double rest = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    e[static_cast<std::size_t>(i)] = std::exp(static_cast<double>(x[i * stride]) - top);
+    if (i != top_at) rest += e[static_cast<std::size_t>(i)];
+  }
+  const double lse = std::log1p(rest), s = 1.0 + rest;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (log_out)
+      log_out[i * stride] = static_cast<float>(static_cast<double>(x[i * stride]) - top - lse);
+    if (prob_out) prob_out[i * stride] = static_cast<float>(e[static_cast<std::size_t>(i)] / s);
+  }
+}
+
+struct Outputs {
+  Tensor log;   // log-softmax, when asked
+  Tensor prob;  // softmax, when asked
+};
+
+Outputs softmax_kernel(const Tensor& x, int axis, bool want_log, bool want_prob, const char* op) {
+  check_defined(x, op, "input");
+  detail::check_float32(x.dtype(), op, "input");
+  LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 1, op, ": expected rank >= 1, got a scalar");
+  const int a = normalize_axis(axis, x.rank(), op);
+  std::int64_t outer = 1, inner = 1;
+  for (int i = 0; i < a; ++i) outer *= x.shape()[i];
+  for (int i = a + 1; i < x.rank(); ++i) inner *= x.shape()[i];
+  const std::int64_t n = x.shape()[a];
+  Outputs out;
+  if (want_log) out.log = Tensor::empty(x.shape());
+  if (want_prob) out.prob = Tensor::empty(x.shape());
+  if (x.numel() == 0) return out;
+  const float* px = x.data<float>();
+  float* pl = want_log ? out.log.data<float>() : nullptr;
+  float* pp = want_prob ? out.prob.data<float>() : nullptr;
+  // ~30 units of work per element: a float64 exp and the passes around it.
+  parallel_for(outer * inner, 30 * n, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<double> e;
+    for (std::int64_t r = begin; r < end; ++r) {
+      const std::int64_t base = (r / inner) * n * inner + r % inner;
+      softmax_row(px + base, n, inner, pl ? pl + base : nullptr, pp ? pp + base : nullptr, e);
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int axis) {
+  Tensor out = softmax_kernel(x, axis, false, true, "softmax").prob;
+  if (detail::should_record({x})) {
+    detail::record("softmax", {x}, out, [out, axis](const Tensor& g) {
+      // dx = y·(g − Σ g·y)
+      const Tensor dot = sum(mul(g, out), {.axes = {axis}, .keepdims = true});
+      return Grads{mul(out, sub(g, dot))};
+    });
+  }
+  return out;
+}
+
+Tensor log_softmax(const Tensor& x, int axis) {
+  const bool recording = detail::should_record({x});
+  Outputs both = softmax_kernel(x, axis, true, recording, "log_softmax");
+  if (recording) {
+    detail::record("log_softmax", {x}, both.log, [prob = both.prob, axis](const Tensor& g) {
+      // dx = g − softmax(x)·Σ g
+      const Tensor total = sum(g, {.axes = {axis}, .keepdims = true});
+      return Grads{sub(g, mul(prob, total))};
+    });
+  }
+  return both.log;
+}
+
+}  // namespace lockstep
