@@ -156,9 +156,11 @@ class BinaryCE : public LossImpl {
     }
     Tensor elementwise;
     if (o_.from_logits) {
-      // max(x, 0) - x·z + log(1 + exp(-|x|)): finite for every x.
+      // max(x, 0) - x·z + log1p(exp(-|x|)): finite for every x, and exact
+      // for confident logits (log(1 + exp(-20)) would round to 0), as
+      // TensorFlow's sigmoid_cross_entropy_with_logits computes it.
       const Tensor& x = y_pred;
-      elementwise = add(sub(relu(x), mul(x, z)), log(add(Tensor::scalar(1.0f), exp(neg(abs(x))))));
+      elementwise = add(sub(relu(x), mul(x, z)), log1p(exp(neg(abs(x)))));
     } else {
       const Tensor p = clip(y_pred, kEpsilon, 1.0f - kEpsilon);
       elementwise = neg(add(mul(z, log(p)),

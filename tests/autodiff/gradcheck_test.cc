@@ -104,6 +104,10 @@ TEST(GradCheck, Log) {
   check_unary(
       "log", lockstep::log, [](double x) { return std::log(x); }, 0.2, 3.0);
 }
+TEST(GradCheck, Log1p) {
+  check_unary(
+      "log1p", lockstep::log1p, [](double x) { return std::log1p(x); }, -0.5, 3.0);
+}
 TEST(GradCheck, Sqrt) {
   check_unary(
       "sqrt", lockstep::sqrt, [](double x) { return std::sqrt(x); }, 0.2, 3.0);

@@ -10,6 +10,7 @@
 
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/nn/losses.h"
+#include "lockstep/tensor/ops.h"
 
 namespace lockstep {
 namespace {
@@ -118,6 +119,49 @@ TEST(LossAccuracy, CrossEntropiesFromLogitsMatchFloat64) {
   EXPECT_LE(cat_grad, 2e-7);
   std::printf("worst relative error: sparse loss %.2e grad %.2e, categorical loss %.2e grad %.2e\n",
               sparse_loss, sparse_grad, cat_loss, cat_grad);
+}
+
+// Binary cross-entropy from logits against float64: the loss (with
+// confident, correct logits whose terms are ~1e-9, which log(1 + exp(-|x|))
+// rounded away) and its gradient (sigmoid(x) − z) / (n·k).
+TEST(LossAccuracy, BinaryCrossEntropyFromLogitsMatchesFloat64) {
+  const Loss bce = losses::BinaryCrossentropy({.from_logits = true});
+  double worst_loss = 0, worst_grad = 0;
+  std::mt19937 rng(5);
+  for (float scale : {1.0f, 4.0f, 25.0f}) {
+    for (bool confident : {false, true}) {
+      const std::int64_t n = 64, k = 4;
+      std::normal_distribution<float> normal(0.0f, scale);
+      std::vector<float> x(static_cast<std::size_t>(n * k)), z(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        z[i] = static_cast<float>(rng() % 2);
+        x[i] =
+            confident ? (z[i] > 0 ? 1.0f : -1.0f) * (20.0f + std::abs(normal(rng))) : normal(rng);
+      }
+      const Tensor logits = Tensor::from_vector(x, Shape({n, k}));
+      GradientTape tape;
+      tape.watch(logits);
+      const Tensor value = bce(Tensor::from_vector(z, Shape({n, k})), logits);
+      const std::vector<float> grad = tape.gradient(value, logits).to_vector<float>();
+      long double total = 0;
+      std::vector<double> want_grad(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const long double xi = x[i], zi = z[i];
+        total += std::max(xi, 0.0L) - xi * zi + std::log1p(std::exp(-std::fabs(xi)));
+        want_grad[i] = static_cast<double>((1.0L / (1.0L + std::exp(-xi)) - zi) /
+                                           static_cast<long double>(n * k));
+      }
+      const double want = static_cast<double>(total / static_cast<long double>(n * k));
+      const float got = value.item<float>();
+      ASSERT_GE(got, 0.0f);
+      worst_loss = std::max(worst_loss, std::abs(got - want) / want);
+      worst_grad =
+          std::max(worst_grad, normwise_error(grad, want_grad, static_cast<double>(n * k)));
+    }
+  }
+  EXPECT_LE(worst_loss, 1e-6);
+  EXPECT_LE(worst_grad, 2e-7);
+  std::printf("worst relative error: binary loss %.2e grad %.2e\n", worst_loss, worst_grad);
 }
 
 }  // namespace

@@ -34,6 +34,8 @@ Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor neg(const Tensor& x);
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
+// log(1 + x), exact for small x (where log(1 + x) rounds 1 + x first).
+Tensor log1p(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 Tensor square(const Tensor& x);
 Tensor abs(const Tensor& x);

@@ -254,6 +254,21 @@ Tensor log(const Tensor& x) {
   return out;
 }
 
+Tensor log1p(const Tensor& x) {
+  check_defined(x, "log1p", "input");
+  detail::check_float32(x.dtype(), "log1p", "input");
+  // Our loop at every size: oneDNN has no log1p, and its log of 1 + x
+  // would lose what this op is for.
+  Tensor out = Tensor::empty(x.shape());
+  map_into<float>(x, out, [](float v) { return std::log1p(v); });
+  if (detail::should_record({x})) {
+    detail::record("log1p", {x}, out, [x](const Tensor& g) {
+      return Grads{map2(g, x, [](float gv, float v) { return gv / (1.0f + v); })};
+    });
+  }
+  return out;
+}
+
 Tensor sqrt(const Tensor& x) {
   Tensor out =
       unary_float("sqrt", x, backend::onednn::Eltwise::kSqrt, [](float v) { return std::sqrt(v); });
