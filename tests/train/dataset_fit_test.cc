@@ -3,6 +3,7 @@
 
 #include "lockstep/lockstep.h"
 #include "support/synthetic.h"
+#include "support/weights.h"
 
 namespace lockstep {
 namespace {
@@ -52,8 +53,12 @@ TEST(FitDataset, SameBatchesGiveBitwiseTheSameTrainingAsTensors) {
   const Tensor pa = a.predict(xt, {.batch_size = 16});
   EXPECT_EQ(b.predict(Dataset::from_tensor_slices({xt, yt}).batch(16)).to_vector<float>(),
             pa.to_vector<float>());
-  EXPECT_EQ(b.predict(Dataset::from_tensor_slices(xt).batch(9)).to_vector<float>(),
-            pa.to_vector<float>());
+  // Batches of 9 against batches of 16: within float rounding, since a
+  // row's GEMM rounding depends on the batch's row count on AVX2 (oneDNN's
+  // M-tail kernel; model_test.cc's Predict test has the measurement).
+  testing_support::expect_close(
+      {b.predict(Dataset::from_tensor_slices(xt).batch(9)).to_vector<float>()},
+      {pa.to_vector<float>()}, 1e-5, "predict in batches of 9 against batches of 16");
 }
 
 TEST(FitDataset, ShuffledPipelineLearnsAndValidatesOnADataset) {
