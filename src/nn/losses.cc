@@ -79,9 +79,10 @@ class SparseCCE : public LossImpl {
     Tensor log_p;
     if (o_.from_logits) {
       log_p = log_softmax(y_pred, -1);
-    } else {  // probabilities: renormalise and clip as Keras does
-      const Tensor p = div(y_pred, sum(y_pred, {.axes = {-1}, .keepdims = true}));
-      log_p = log(clip(p, kEpsilon, 1.0f - kEpsilon));
+    } else {
+      // Probabilities, as Keras 3 takes them: clipped to [ε, 1 − ε], then
+      // their logs renormalised as logits (−log(clip(p_y) / Σ clip(p))).
+      log_p = log_softmax(log(clip(y_pred, kEpsilon, 1.0f - kEpsilon)), -1);
     }
     // relu: a cross-entropy is never negative, but log-softmax's rounding
     // can put a saturated example a few ulps above 0 (oneDNN's measured
