@@ -17,6 +17,15 @@
 #                           makes both)
 #   COMPARE_OUT=FILE        also keep every RESULT line there (JSON lines)
 #
+# Each peer runs at its fastest configuration here, found in the same run:
+# PyTorch single-process with 1 and with 2 intra-op threads and DDP over
+# gloo; TensorFlow without a strategy with 1 and 2 threads and the guide's
+# MirroredStrategy. The peers' commands (only theirs) run without the
+# environment's OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which slowed
+# OpenBLAS under torch (issue #21). The table gives each figure's median
+# and min–max over the rounds, marks each peer's fastest configuration, and
+# states Lockstep's best against it.
+#
 # A peer that cannot run is named with the reason, and the rest goes on; the
 # script fails only if Lockstep itself fails.
 set -uo pipefail
@@ -52,6 +61,8 @@ check_peer() {  # name python module
 }
 check_peer pytorch "$TORCH_PYTHON" torch
 check_peer tensorflow "$TF_PYTHON" tensorflow
+
+peer() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@"; }
 
 run() {  # label command...
   local line
@@ -95,18 +106,23 @@ for ((round = 1; round <= ROUNDS; round++)); do
     if [[ $w == allreduce || $w == input ]]; then
       run "$w lockstep" "$WORKLOADS_BIN" "${args[@]}" || exit 1
       [[ $w == allreduce ]] && { run "$w lockstep gloo" lockstep_gloo_allreduce || exit 1; }
-      [[ -n ${available[pytorch]:-} ]] && run "$w pytorch" "$TORCH_PYTHON" "$HERE/peers/torch_workloads.py" "${args[@]}"
-      [[ -n ${available[tensorflow]:-} ]] && run "$w tensorflow" "$TF_PYTHON" "$HERE/peers/tf_workloads.py" "${args[@]}"
+      [[ -n ${available[pytorch]:-} ]] && run "$w pytorch" peer "$TORCH_PYTHON" "$HERE/peers/torch_workloads.py" "${args[@]}"
+      [[ -n ${available[tensorflow]:-} ]] && run "$w tensorflow" peer "$TF_PYTHON" "$HERE/peers/tf_workloads.py" "${args[@]}"
       continue
     fi
     run "$w lockstep mirrored" "$WORKLOADS_BIN" "${args[@]}" --mode mirrored || exit 1
     run "$w lockstep one-replica" "$WORKLOADS_BIN" "${args[@]}" --mode one-replica || exit 1
     if [[ -n ${available[pytorch]:-} ]]; then
-      run "$w pytorch single" "$TORCH_PYTHON" "$HERE/peers/torch_workloads.py" "${args[@]}" --mode single
-      run "$w pytorch ddp" "$TORCH_PYTHON" "$HERE/peers/torch_workloads.py" "${args[@]}" --mode ddp
+      for t in 1 2; do
+        run "$w pytorch single-t$t" peer "$TORCH_PYTHON" "$HERE/peers/torch_workloads.py" "${args[@]}" --mode single --threads "$t"
+      done
+      run "$w pytorch ddp" peer "$TORCH_PYTHON" "$HERE/peers/torch_workloads.py" "${args[@]}" --mode ddp
     fi
     if [[ -n ${available[tensorflow]:-} ]]; then
-      run "$w tensorflow mirrored" "$TF_PYTHON" "$HERE/peers/tf_workloads.py" "${args[@]}" --mode mirrored
+      for t in 1 2; do
+        run "$w tensorflow single-t$t" peer "$TF_PYTHON" "$HERE/peers/tf_workloads.py" "${args[@]}" --mode single --threads "$t"
+      done
+      run "$w tensorflow mirrored" peer "$TF_PYTHON" "$HERE/peers/tf_workloads.py" "${args[@]}" --mode mirrored
     fi
   done
 done

@@ -165,6 +165,12 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       ->capture_default_str();
   train->add_option("--steps-per-epoch", a.steps_per_epoch, "0: the whole training set")
       ->check(at_least(0));
+  train
+      ->add_option("--mixed-precision", a.mixed_precision,
+                   "bfloat16: every layer computes in bfloat16 over float32 variables "
+                   "(Keras's mixed_bfloat16 policy); none: float32")
+      ->check(CLI::IsMember({"none", "bfloat16"}))
+      ->capture_default_str();
   train->add_option("--checkpoint-dir", a.checkpoint_dir,
                     "keep backups in DIR/backup and resume from them when the same command runs "
                     "again; save the trained model as DIR/model.safetensors");
@@ -202,6 +208,13 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
     std::printf("Worker %d of %d (%s)\n", strategy.worker_index(), strategy.num_workers(),
                 strategy.is_chief() ? "chief" : "not the chief: writes no files");
   std::printf("Number of devices: %d\n", strategy.num_replicas_in_sync());
+  if (a.mixed_precision == "bfloat16") {
+    mixed_precision::set_global_policy("mixed_bfloat16");
+    std::printf("Mixed precision: mixed_bfloat16 (%s)\n",
+                native_bfloat16() ? "native bfloat16"
+                                  : "this CPU has no bfloat16 instructions: emulated in float32, "
+                                    "slower than float32");
+  }
   std::fflush(stdout);
   // One run at a time in a checkpoint directory (the chief's: it alone writes).
   const std::filesystem::path dir = a.checkpoint_dir;

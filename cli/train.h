@@ -32,6 +32,8 @@ struct TrainArgs {
   // Where to save the trained model (its suffix picks the format: .keras,
   // .safetensors); empty: nowhere (besides --checkpoint-dir's).
   std::string save;
+  // none | bfloat16 (Keras's "mixed_bfloat16" policy for every layer).
+  std::string mixed_precision = "none";
   // Resume with another --batch-size (cli/run_settings.h refuses it otherwise).
   bool allow_changed_batch_size = false;
 };

@@ -54,4 +54,6 @@ def parse_args(modes):
     p.add_argument("--mode", choices=modes, default=modes[0])
     p.add_argument("--sizes-mib", default="1,4,16,64")
     p.add_argument("--seed", type=int, default=42, help="initialisation and shuffling")
+    p.add_argument("--threads", type=int, default=0,
+                   help="intra-op threads of a single-process run (0: one per core)")
     return p.parse_args()

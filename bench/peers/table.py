@@ -43,11 +43,21 @@ for w in workloads:
                key=lambda lab: median(lab, "samples_per_s"))
     best_rate = median(best, "samples_per_s")
     best_acc = accuracies(best)
-    print("| system | mode | samples/s | test accuracy | Lockstep's accuracy - this (pp) "
-          "| peak RSS MiB | Lockstep best / this |")
+    # Each system's fastest configuration in this run (by median).
+    fastest = {}
+    for lab in labels:
+        name = lab.split()[1]
+        if name not in fastest or median(lab, "samples_per_s") > median(fastest[name], "samples_per_s"):
+            fastest[name] = lab
+    print("| system | mode | samples/s median (min–max; fastest of each system in bold) | test accuracy "
+          "| Lockstep's accuracy - this (pp) | peak RSS MiB | Lockstep best / this |")
     print("|---|---|---|---|---|---|---|")
     for lab in labels:
         rate, acc = median(lab, "samples_per_s"), accuracies(lab)
+        rates = [r["samples_per_s"] for r in runs[lab] if r.get("samples_per_s") is not None]
+        spread = f"{rate:,.0f} ({min(rates):,.0f}–{max(rates):,.0f})" if rates else "-"
+        if fastest.get(lab.split()[1]) == lab:
+            spread = f"**{spread}** (fastest)"
         r0 = runs[lab][0]
         if not acc:
             acc_s = delta = "-"
@@ -56,5 +66,14 @@ for w in workloads:
         else:
             acc_s = f"{statistics.mean(acc):.4f} ± {statistics.stdev(acc):.4f} ({len(acc)} runs)"
             delta = f"{100 * (statistics.mean(best_acc) - statistics.mean(acc)):+.2f}"
-        print(f"| {r0['system']} | {r0['mode']} | {rate:,.0f} | {acc_s} | {delta} | "
+        print(f"| {r0['system']} | {r0['mode']} | {spread} | {acc_s} | {delta} | "
               f"{median(lab, 'peak_rss_mib'):,.0f} | {best_rate / rate:.2f} |")
+    print()
+    for name, lab in fastest.items():
+        if name == "lockstep":
+            continue
+        rates = [r["samples_per_s"] for r in runs[lab]]
+        best_rates = [r["samples_per_s"] for r in runs[best]]
+        print(f"- Lockstep's best ({runs[best][0]['mode']}) against {name} at its fastest here "
+              f"({runs[lab][0]['mode']}): {best_rate / median(lab, 'samples_per_s'):.2f}x "
+              f"(over the rounds {min(best_rates) / max(rates):.2f}-{max(best_rates) / min(rates):.2f}x)")

@@ -54,9 +54,14 @@ def main():
     args = common.parse_args(["mirrored", "single"])
     peer = f"tensorflow {tf.__version__} / keras {keras.__version__}"
     keras.utils.set_random_seed(args.seed)
+    threads = ""
+    if args.threads:  # TensorFlow's own thread pools (before any op runs)
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+        threads = f", {args.threads} intra/inter-op thread{'s' if args.threads > 1 else ''}"
     devices = logical_cpus() if args.mode == "mirrored" or args.workload == "allreduce" else None
     strategy = tf.distribute.MirroredStrategy(devices) if devices else None
-    mode = f"MirroredStrategy({len(devices)} logical CPUs)" if devices else "no strategy"
+    mode = (f"MirroredStrategy({len(devices)} logical CPUs)" if devices else "no strategy") + threads
 
     if args.workload == "allreduce":
         result = {}

@@ -9,7 +9,7 @@ Written the way a PyTorch user would write them at their fastest: data held
 as tensors, a new permutation per epoch, batches gathered by index (no
 DataLoader for training), Keras's initialisation (Glorot uniform, zero bias)
 and Adam (lr 1e-3, eps 1e-7) so accuracies are comparable. `single` uses
-every core as intra-op threads; `ddp` is DistributedDataParallel over gloo,
+`--threads N` intra-op threads (default: one per core); `ddp` is DistributedDataParallel over gloo,
 one process per core, each pinned, each with its half of every global batch.
 Prints `RESULT {json}` (see common.py).
 """
@@ -158,7 +158,7 @@ def main():
         queue = ctx.Queue()
         mp.spawn(ddp_worker, args=(args, free_port(), queue), nprocs=2, join=True)
         r = queue.get()
-        mode = "ddp-gloo-2proc"
+        mode = "DDP gloo, 2 processes"
     elif args.workload == "input":
         torch.set_num_threads(cores)
         (x_train, y_train), _ = common.fashion_mnist()
@@ -171,10 +171,11 @@ def main():
         r = {"seconds": time.perf_counter() - start, "examples": examples}
         mode = "DataLoader"
     else:
-        torch.set_num_threads(cores)
+        threads = args.threads or cores
+        torch.set_num_threads(threads)
         seconds, steps, examples, accuracy = train(args)
         r = {"seconds": seconds, "steps": steps, "examples": examples, "test_accuracy": accuracy}
-        mode = f"single-process-{cores}-threads"
+        mode = f"single process, {threads} intra-op thread{'s' if threads > 1 else ''}"
     if "seconds" in r:
         r["samples_per_s"] = r["examples"] / r["seconds"]
     common.report(system=peer, workload=args.workload, mode=mode, batch=args.batch,

@@ -35,9 +35,9 @@ void GradientTape::notify_variable_read(const Variable& v) {
 
 void GradientTape::watch(const Tensor& t) {
   check_defined(t, "GradientTape.watch", "tensor");
-  LOCKSTEP_CHECK(t.dtype() == DType::kFloat32,
-                 "GradientTape.watch: only float32 tensors can be watched, got dtype ", t.dtype(),
-                 " (shape ", t.shape(), ")");
+  LOCKSTEP_CHECK(is_floating(t.dtype()),
+                 "GradientTape.watch: only float32 and bfloat16 tensors can be watched, got dtype ",
+                 t.dtype(), " (shape ", t.shape(), ")");
   watched_.insert(t.id());
 }
 
@@ -51,7 +51,7 @@ void GradientTape::watch(const Variable& v) {
 bool GradientTape::wants(std::span<const Tensor> inputs) const {
   if (stopped_ > 0) return false;
   for (const Tensor& t : inputs) {
-    if (t.dtype() == DType::kFloat32 && watched_.count(t.id())) return true;
+    if (is_floating(t.dtype()) && watched_.count(t.id())) return true;
   }
   return false;
 }
@@ -62,7 +62,7 @@ void GradientTape::record(const char* op, std::span<const Tensor> inputs, const 
   node.input_ids.reserve(inputs.size());
   for (const Tensor& t : inputs) {
     node.input_ids.push_back(t.id());
-    node.input_watched.push_back(t.dtype() == DType::kFloat32 && watched_.count(t.id()) > 0);
+    node.input_watched.push_back(is_floating(t.dtype()) && watched_.count(t.id()) > 0);
     node.input_shapes.push_back(t.shape());
   }
   nodes_.push_back(std::move(node));
@@ -81,8 +81,9 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   LOCKSTEP_CHECK(!used_,
                  "GradientTape.gradient can only be called once on a non-persistent tape. "
                  "Hint: construct it with {.persistent = true}");
-  LOCKSTEP_CHECK(target.dtype() == DType::kFloat32,
-                 "GradientTape.gradient: the target must be float32, got dtype ", target.dtype());
+  LOCKSTEP_CHECK(is_floating(target.dtype()),
+                 "GradientTape.gradient: the target must be float32 or bfloat16, got dtype ",
+                 target.dtype());
   for (const Tensor& source : sources) check_defined(source, "GradientTape.gradient", "a source");
   detail::RecordingPause pause;  // computing gradients records nothing
 

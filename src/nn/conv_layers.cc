@@ -65,7 +65,7 @@ void Conv2DImpl::build(const std::vector<Shape>& input_shapes) {
 
 Tensor Conv2DImpl::call(const Tensor& x, const CallContext&) {
   check_image_input(x.shape(), *this);
-  return activation_(conv2d(x, kernel_, options_.use_bias ? bias_.value() : Tensor(), op_));
+  return activation_(conv2d(x, autocast(kernel_), autocast(bias_), op_));
 }
 
 LayerConfig Conv2DImpl::get_config() const {
@@ -116,13 +116,13 @@ void DepthwiseConv2DImpl::build(const std::vector<Shape>& input_shapes) {
 Tensor DepthwiseConv2DImpl::call(const Tensor& x, const CallContext&) {
   check_image_input(x.shape(), *this);
   // [kh, kw, c, m] is, byte for byte, a grouped kernel [kh, kw, 1, c·m].
-  const Tensor kernel = reshape(
-      kernel_, {kernel_size_[0], kernel_size_[1], 1, channels_ * options_.depth_multiplier});
+  const Tensor kernel = reshape(autocast(kernel_), {kernel_size_[0], kernel_size_[1], 1,
+                                                    channels_ * options_.depth_multiplier});
   const lockstep::Conv2DOptions op{.strides = options_.strides,
                                    .padding = parse_padding(options_.padding, "DepthwiseConv2D"),
                                    .dilation_rate = options_.dilation_rate,
                                    .groups = channels_};
-  return activation_(conv2d(x, kernel, options_.use_bias ? bias_.value() : Tensor(), op));
+  return activation_(conv2d(x, kernel, autocast(bias_), op));
 }
 
 LayerConfig DepthwiseConv2DImpl::get_config() const {
@@ -238,15 +238,21 @@ void BatchNormalizationImpl::build(const std::vector<Shape>& input_shapes) {
   zeros_ = Tensor::zeros({c});
 }
 
-Tensor BatchNormalizationImpl::call(const Tensor& x, const CallContext& ctx) {
+Tensor BatchNormalizationImpl::call(const Tensor& input, const CallContext& ctx) {
+  // Statistics and normalisation in float32 whatever the policy computes in
+  // (Keras's rule for mixed precision); the output in the compute dtype.
+  const Tensor x = input.dtype() == DType::kFloat32 ? input : cast(input, DType::kFloat32);
+  const auto out = [&](const Tensor& y) {
+    return y.dtype() == compute_dtype() ? y : cast(y, compute_dtype());
+  };
   const Tensor gamma = options_.scale ? gamma_.value() : ones_;
   const Tensor beta = options_.center ? beta_.value() : zeros_;
   LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 2 && x.shape()[x.rank() - 1] == moving_mean_.shape()[0],
                     "BatchNormalization '", name(), "': expected input with ",
                     moving_mean_.shape()[0], " channels in the last axis, got shape ", x.shape());
   if (!ctx.training || !trainable()) {
-    return batch_norm_inference(x, gamma, beta, moving_mean_.value(), moving_variance_.value(),
-                                options_.epsilon);
+    return out(batch_norm_inference(x, gamma, beta, moving_mean_.value(), moving_variance_.value(),
+                                    options_.epsilon));
   }
   BatchNormResult r = batch_norm_training(x, gamma, beta, options_.epsilon);
   NoGradGuard no_grad;
@@ -255,7 +261,7 @@ Tensor BatchNormalizationImpl::call(const Tensor& x, const CallContext& ctx) {
                one_minus = Tensor::scalar(1.0f - options_.momentum);
   moving_mean_.assign(add(mul(moving_mean_.value(), m), mul(r.mean, one_minus)));
   moving_variance_.assign(add(mul(moving_variance_.value(), m), mul(r.variance, one_minus)));
-  return r.y;
+  return out(r.y);
 }
 
 LayerConfig BatchNormalizationImpl::get_config() const {

@@ -38,6 +38,7 @@ FunctionalImpl::FunctionalImpl(std::vector<KerasTensor> inputs, std::vector<Kera
     : LayerImpl("Functional", std::move(name)),
       inputs_(std::move(inputs)),
       outputs_(std::move(outputs)) {
+  set_autocast_inputs(false);  // its layers cast for themselves
   LOCKSTEP_CHECK(!inputs_.empty(), "Model: expected at least one input");
   LOCKSTEP_CHECK(!outputs_.empty(), "Model: expected at least one output");
   std::map<SlotKey, int> slots;
@@ -110,7 +111,9 @@ std::vector<Tensor> FunctionalImpl::call(const std::vector<Tensor>& inputs,
   return result;
 }
 
-SequentialImpl::SequentialImpl(std::string name) : LayerImpl("Sequential", std::move(name)) {}
+SequentialImpl::SequentialImpl(std::string name) : LayerImpl("Sequential", std::move(name)) {
+  set_autocast_inputs(false);  // its layers cast for themselves
+}
 
 void SequentialImpl::set_input_shape(const Shape& sample_shape, DType dtype) {
   LOCKSTEP_CHECK(!input_.defined(), "Sequential '", name(), "': the input shape is already set");

@@ -2,6 +2,7 @@
 // calls, and symbolic calls that build functional graphs.
 #include "lockstep/nn/layer.h"
 
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -95,6 +96,36 @@ LayerConfig LayerImpl::get_config() const {
   return c;
 }
 
+void LayerImpl::set_dtype_policy(const DTypePolicy& policy) {
+  dtype_policy_ = DTypePolicy::from_name(policy.name);
+}
+
+Tensor LayerImpl::autocast(const Variable& v) const {
+  if (!v.defined()) return Tensor();
+  const Tensor value = v.value();
+  return value.dtype() == compute_dtype() || !is_floating(value.dtype())
+             ? value
+             : cast(value, compute_dtype());
+}
+
+namespace {
+
+// The first layer that computes in bfloat16 on a CPU without bfloat16
+// instructions says once that it is emulated, and slower than float32.
+void warn_if_bfloat16_is_emulated() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!native_bfloat16()) {
+      std::fprintf(stderr,
+                   "lockstep: mixed_bfloat16 on a CPU without bfloat16 instructions: bfloat16 ops "
+                   "are emulated in float32 and run slower than float32 (docs/models.md, "
+                   "\"Mixed precision\")\n");
+    }
+  });
+}
+
+}  // namespace
+
 std::vector<Tensor> LayerImpl::apply(const std::vector<Tensor>& inputs, const CallContext& ctx) {
   LOCKSTEP_CHECK(!inputs.empty(), class_name_, " '", name_, "': called with no inputs");
   for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -105,7 +136,20 @@ std::vector<Tensor> LayerImpl::apply(const std::vector<Tensor>& inputs, const Ca
     for (const Tensor& t : inputs) shapes.push_back(t.shape());
     ensure_built(shapes);
   }
-  return call(inputs, ctx);
+  // Floating inputs in another dtype than the policy computes in are cast
+  // (Keras's input autocast); integer inputs (ids, labels) pass as they are.
+  const DType compute = compute_dtype();
+  bool cast_any = false;
+  if (autocast_inputs_) {
+    for (const Tensor& t : inputs) cast_any |= is_floating(t.dtype()) && t.dtype() != compute;
+  }
+  if (compute == DType::kBFloat16) warn_if_bfloat16_is_emulated();
+  if (!cast_any) return call(inputs, ctx);
+  std::vector<Tensor> cast_inputs;
+  cast_inputs.reserve(inputs.size());
+  for (const Tensor& t : inputs)
+    cast_inputs.push_back(is_floating(t.dtype()) && t.dtype() != compute ? cast(t, compute) : t);
+  return call(cast_inputs, ctx);
 }
 
 void LayerImpl::ensure_built(const std::vector<Shape>& input_shapes) {

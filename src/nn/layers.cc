@@ -35,6 +35,7 @@ DenseImpl::DenseImpl(std::int64_t units, DenseOptions options)
       options_(std::move(options)),
       activation_(get_activation(options_.activation)) {
   LOCKSTEP_CHECK(units > 0, "Dense: units must be > 0, got ", units);
+  if (!options_.dtype.empty()) set_dtype_policy(options_.dtype);
 }
 
 void DenseImpl::build(const std::vector<Shape>& input_shapes) {
@@ -63,7 +64,8 @@ Tensor DenseImpl::call(const Tensor& x, const CallContext&) {
   }
   // Dense acts on the last axis: fold the others into the batch.
   const Tensor flat = x.rank() == 2 ? x : reshape(x, {-1, in});
-  Tensor y = options_.use_bias ? matmul(flat, kernel_, bias_) : matmul(flat, kernel_);
+  Tensor y = options_.use_bias ? matmul(flat, autocast(kernel_), autocast(bias_))
+                               : matmul(flat, autocast(kernel_));
   if (x.rank() != 2) {
     std::vector<std::int64_t> shape = x.shape().to_vector();
     shape.back() = units_;
@@ -150,7 +152,7 @@ DropoutImpl::DropoutImpl(float rate, DropoutOptions options)
 Tensor DropoutImpl::call(const Tensor& x, const CallContext& ctx) {
   if (!ctx.training || rate_ == 0.0f) return x;
   const Tensor u = random::uniform(x.shape(), {.seed = seed_, .stream = next_stream_++});
-  const Tensor keep = cast(greater_equal(u, Tensor::scalar(rate_)), DType::kFloat32);
+  const Tensor keep = cast(greater_equal(u, Tensor::scalar(rate_)), x.dtype());
   return mul(x, mul(keep, Tensor::scalar(1.0f / (1.0f - rate_))));
 }
 
@@ -245,7 +247,8 @@ Tensor EmbeddingImpl::call(const Tensor& ids, const CallContext&) {
   LOCKSTEP_CHECK(ids.dtype() == DType::kInt32 || ids.dtype() == DType::kInt64, "Embedding '",
                  name(), "': expected int32 or int64 ids, got dtype ", ids.dtype());
   try {
-    return gather(embeddings_, ids, 0);
+    const Tensor rows = gather(embeddings_, ids, 0);
+    return rows.dtype() == compute_dtype() ? rows : cast(rows, compute_dtype());
   } catch (const IndexError& e) {
     detail::throw_error<IndexError>("Embedding '", name(), "' (input_dim ", input_dim_,
                                     "): ", e.what());

@@ -32,7 +32,8 @@ void visit_dtype(DType dtype, const char* op, F&& f) {
       f.template operator()<bool>();
       return;
     case DType::kBFloat16:
-      break;
+      f.template operator()<bfloat16>();
+      return;
   }
   throw_error<ValueError>(op, ": dtype ", dtype, " is not supported");
 }
@@ -73,6 +74,12 @@ void visit_index(DType dtype, const char* op, F&& f) {
       break;
   }
   throw_error<ValueError>(op, ": expected int32, int64 or uint8 indices, got dtype ", dtype);
+}
+
+// float32 or bfloat16.
+inline void check_floating(DType dtype, const char* op, const char* what) {
+  LOCKSTEP_CHECK(dtype == DType::kFloat32 || dtype == DType::kBFloat16, op, ": expected ", what,
+                 " of dtype float32 or bfloat16, got ", dtype);
 }
 
 inline void check_float32(DType dtype, const char* op, const char* what) {

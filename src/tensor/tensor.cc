@@ -43,8 +43,6 @@ Tensor::Tensor(std::shared_ptr<detail::Storage> storage, std::size_t offset, con
       id_(detail::next_tensor_id()) {}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
-  LOCKSTEP_CHECK(dtype != DType::kBFloat16,
-                 "Tensor: bfloat16 is reserved and not supported by any op yet");
   const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
   return Tensor(std::make_shared<detail::Storage>(current_device(), bytes), 0, shape, dtype);
 }

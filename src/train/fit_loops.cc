@@ -252,7 +252,7 @@ Logs Model::Loops::test_batch(Model& m, const Batch& b) {
 std::vector<Tensor> Model::Loops::predict_batch(Model& m, const Batch& b) {
   auto forward = [&](const std::vector<Tensor>& x) {
     NoGradGuard no_grad;
-    return m(prepare_inputs(*m.impl_, x), {.training = false});
+    return detail::float32_outputs(m(prepare_inputs(*m.impl_, x), {.training = false}));
   };
   if (!distributed(m)) return forward(b.x);
   const Shares shares = share_out(m, b);

@@ -154,8 +154,9 @@ void read_regularizer(const json& v, const std::string& key, LayerConfig& out,
 // Keras's "config" of one layer from Lockstep's LayerConfig.
 json leaf_config(const LayerImpl& layer) {
   const LayerConfig ours = layer.get_config();
-  json c = {
-      {"name", layer.name()}, {"trainable", layer.trainable()}, {"dtype", dtype_policy("float32")}};
+  json c = {{"name", layer.name()},
+            {"trainable", layer.trainable()},
+            {"dtype", dtype_policy(layer.dtype_policy().name)}};
   std::map<std::string, std::pair<double, double>> regularizers;
   for (const auto& [k, v] : ours.entries()) {
     if (k == "name" || k == "trainable" || ends_with(k, "_initializer_value")) continue;
@@ -218,15 +219,21 @@ const std::set<std::string>& inert_settings() {
   return s;
 }
 
-void check_dtype(const json& v, const std::string& where) {
+// The dtype policy a layer's config names, checked: Keras writes a policy
+// object ({"class_name": "DTypePolicy", "config": {"name": ...}}) or, in
+// older files, its name. Policies Lockstep refuses say why.
+std::string policy_name(const json& v, const std::string& where) {
   std::string name = "float32";
   if (v.is_string()) {
     name = v.get<std::string>();
   } else if (v.is_object()) {
     name = v.value("config", json::object()).value("name", std::string("float32"));
   }
-  LOCKSTEP_CHECK(name == "float32", where, ": dtype policy '", name,
-                 "'; Lockstep's layers compute in float32 (mixed precision is not implemented)");
+  try {
+    return DTypePolicy::from_name(name).name;
+  } catch (const ValueError& e) {
+    detail::throw_error<ValueError>(where, ": ", e.what());
+  }
 }
 
 bool same_value(const LayerConfig::Value& a, const LayerConfig::Value& b) {
@@ -252,7 +259,7 @@ LayerConfig read_leaf_config(const std::string& cls, const json& config, const s
   LayerConfig c;
   for (const auto& [k, v] : config.items()) {
     if (k == "dtype") {
-      check_dtype(v, where);
+      policy_name(v, where);  // checked here, set by make_leaf
       continue;
     }
     if (inert_settings().contains(k)) continue;
@@ -369,6 +376,7 @@ Layer make_leaf(const json& entry, const std::string& where) {
     detail::throw_error<ValueError>(where, ": ", e.what());
   }
   check_nothing_dropped(cls, wanted, made, where);
+  if (config.contains("dtype")) made.set_dtype_policy(policy_name(config["dtype"], where));
   return made;
 }
 
@@ -488,7 +496,7 @@ json sequential_config(const SequentialImpl& s) {
   }
   return {{"name", s.name()},
           {"trainable", s.trainable()},
-          {"dtype", dtype_policy("float32")},
+          {"dtype", dtype_policy(s.dtype_policy().name)},
           {"layers", layers},
           {"build_input_shape", batch_shape(s.input().sample_shape())}};
 }

@@ -24,6 +24,7 @@ namespace lockstep {
 
 using detail::check_data;
 using detail::declared_outputs;
+using detail::float32_outputs;
 using detail::output_names;
 using detail::prepare_inputs;
 
@@ -335,6 +336,13 @@ std::size_t declared_outputs(const LayerImpl& net) {
   return 1;
 }
 
+std::vector<Tensor> float32_outputs(std::vector<Tensor> outputs) {
+  for (Tensor& t : outputs) {
+    if (t.dtype() == DType::kBFloat16) t = cast(t, DType::kFloat32);
+  }
+  return outputs;
+}
+
 std::vector<Tensor> prepare_inputs(const LayerImpl& network, const std::vector<Tensor>& xs) {
   std::vector<KerasTensor> declared;
   if (auto* f = dynamic_cast<const FunctionalImpl*>(&network)) {
@@ -401,7 +409,7 @@ Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor
       ctx ? ctx->start_gradient_reduction(vars) : distribute::GradientReduction();
   {
     GradientTape tape;
-    y_pred = (*this)(x, {.training = true});
+    y_pred = float32_outputs((*this)(x, {.training = true}));
     resolve_outputs(y_pred.size());
     parts = compute_losses(s, *impl_, ctx, y, y_pred);
     grads = tape.gradient(parts.total, vars, UnconnectedGradients::kNone, reduction.listener());
@@ -418,7 +426,7 @@ Logs Model::test_step(const std::vector<Tensor>& x_in, const std::vector<Tensor>
   LOCKSTEP_CHECK(s.compiled, "evaluate: you must call compile() before evaluating the model");
   NoGradGuard no_grad;
   const std::vector<Tensor> x = prepare_inputs(*impl_, x_in);
-  const std::vector<Tensor> y_pred = (*this)(x, {.training = false});
+  const std::vector<Tensor> y_pred = float32_outputs((*this)(x, {.training = false}));
   resolve_outputs(y_pred.size());
   const distribute::ReplicaContext* ctx = distribute::current_replica_context();
   update_trackers(s, ctx, compute_losses(s, *impl_, ctx, y, y_pred), y, y_pred, x.at(0).shape()[0]);
@@ -439,7 +447,7 @@ Logs Model::test_on_batch(const Tensor& x, const Tensor& y) {
 
 Tensor Model::predict_on_batch(const Tensor& x) {
   NoGradGuard no_grad;
-  return (*this)(prepare_inputs(*impl_, {x}), {.training = false}).at(0).copy();
+  return float32_outputs((*this)(prepare_inputs(*impl_, {x}), {.training = false})).at(0).copy();
 }
 
 Sequential::Sequential(std::vector<Layer> layers, Options options)

@@ -51,6 +51,9 @@ std::size_t declared_outputs(const LayerImpl& net);
 // Models declared with float inputs accept other dtypes (uint8 images) and
 // cast them, as Keras does when it converts inputs.
 std::vector<Tensor> prepare_inputs(const LayerImpl& network, const std::vector<Tensor>& xs);
+// A model's outputs as losses and metrics take them: bfloat16 outputs of a
+// mixed-precision model are cast to float32 (nn/mixed_precision.h).
+std::vector<Tensor> float32_outputs(std::vector<Tensor> outputs);
 // The number of examples of x and y, which must agree; errors name `op`.
 std::int64_t check_data(const char* op, const std::vector<Tensor>& x, const std::vector<Tensor>& y);
 // Rows [begin, end) of every tensor, as views.

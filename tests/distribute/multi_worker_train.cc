@@ -6,6 +6,7 @@
 //       [--batch B] [--local-replicas K] [--communication auto|gloo|mpi]
 //       [--timeout-ms T] [--backup DIR] [--hidden H] [--kill-at-step S]
 //       [--print-cores 1]   (after the strategy: "cores of every thread: <list>")
+//       [--mixed-precision 1]   (Keras's mixed_bfloat16 policy) [--optimizer adam|sgd]
 //
 // Exit codes: 0 done, 1 a Lockstep error (message on stderr), 3 a lost
 // worker (DistributedError), 9 killed itself at --kill-at-step.
@@ -48,6 +49,8 @@ struct Args {
   std::size_t bytes_per_pack = 0;
   double learning_rate = 0.01;
   bool print_cores = false;
+  bool mixed_precision = false;
+  std::string optimizer = "adam";
 };
 
 Args parse(int argc, char** argv) {
@@ -92,6 +95,10 @@ Args parse(int argc, char** argv) {
       a.learning_rate = std::stod(v);
     else if (k == "--print-cores")
       a.print_cores = v == "1";
+    else if (k == "--mixed-precision")
+      a.mixed_precision = v == "1";
+    else if (k == "--optimizer")
+      a.optimizer = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -100,12 +107,14 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-Model mlp(int hidden, double learning_rate) {
+Model mlp(int hidden, double learning_rate, const std::string& optimizer) {
   set_random_seed(7);
   auto in = Input({20});
   auto h = layers::Dense(hidden, {.activation = "relu"})(in);
   Model m(in, layers::Dense(4)(h));
-  m.compile({.optimizer = optimizers::Adam({.learning_rate = learning_rate}),
+  m.compile({.optimizer = optimizer == "sgd"
+                              ? Optimizer(optimizers::SGD({.learning_rate = learning_rate}))
+                              : Optimizer(optimizers::Adam({.learning_rate = learning_rate})),
              .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
              .metrics = {"accuracy"}});
   return m;
@@ -241,11 +250,12 @@ int main(int argc, char** argv) {
       strategy = distribute::MultiWorkerMirroredStrategy(o);
     }
     if (a.print_cores) print_cores();
+    if (a.mixed_precision) mixed_precision::set_global_policy("mixed_bfloat16");
     Model model;
     {
       std::unique_ptr<distribute::Strategy::Scope> scope;
       if (strategy) scope = strategy->scope();
-      model = mlp(a.hidden, a.learning_rate);
+      model = mlp(a.hidden, a.learning_rate, a.optimizer);
     }
     std::vector<std::pair<std::string, double>> logs;
     if (a.custom_loop) {

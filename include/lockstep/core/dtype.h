@@ -2,16 +2,35 @@
 //
 // float32 is the training type; int32/int64 carry labels and indices, uint8
 // raw image bytes (and labels as datasets ship them), bool the results of
-// comparisons. bfloat16 is reserved: it
-// has a name and a size but no op accepts it yet.
+// comparisons, bfloat16 the compute type of mixed precision (Keras's
+// "mixed_bfloat16" policy: docs/models.md, "Mixed precision").
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string_view>
 
 namespace lockstep {
+
+// One bfloat16 value: the top 16 bits of a float32 (8 exponent bits, 7
+// mantissa bits). From float32 it rounds to nearest, ties to even, as
+// TensorFlow and oneDNN round; NaN stays a (quiet) NaN. To float32 it is
+// exact.
+struct bfloat16 {
+  std::uint16_t bits = 0;
+
+  bfloat16() = default;
+  explicit bfloat16(float value) : bits(round(value)) {}
+  operator float() const { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
+
+  static std::uint16_t round(float value) {
+    const std::uint32_t u = std::bit_cast<std::uint32_t>(value);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+    return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+};
 
 enum class DType : std::uint8_t { kFloat32, kInt32, kInt64, kUInt8, kBool, kBFloat16 };
 
@@ -51,6 +70,10 @@ struct DTypeOf<std::uint8_t> {
 template <>
 struct DTypeOf<bool> {
   static constexpr DType value = DType::kBool;
+};
+template <>
+struct DTypeOf<bfloat16> {
+  static constexpr DType value = DType::kBFloat16;
 };
 template <typename T>
 inline constexpr DType kDTypeOf = DTypeOf<T>::value;

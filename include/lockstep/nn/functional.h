@@ -24,7 +24,9 @@ struct KerasTensor::Node {
 // input through; the graph runs Inputs without it.
 class InputLayerImpl : public SingleInputLayerImpl {
  public:
-  explicit InputLayerImpl(std::string name) : SingleInputLayerImpl("InputLayer", std::move(name)) {}
+  explicit InputLayerImpl(std::string name) : SingleInputLayerImpl("InputLayer", std::move(name)) {
+    set_autocast_inputs(false);
+  }
   Tensor call(const Tensor& input, const CallContext&) override { return input; }
 };
 

@@ -29,6 +29,7 @@
 #include "lockstep/autodiff/variable.h"
 #include "lockstep/nn/config.h"
 #include "lockstep/nn/initializers.h"
+#include "lockstep/nn/mixed_precision.h"
 #include "lockstep/tensor/tensor.h"
 
 namespace lockstep {
@@ -57,6 +58,14 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
   // weights nor updated; BatchNormalization also runs in inference mode.
   bool trainable() const { return trainable_; }
   virtual void set_trainable(bool trainable);
+
+  // The layer's dtype policy (Keras's layer.dtype_policy): the global policy
+  // when the layer was constructed, unless set. Floating inputs are cast to
+  // its compute dtype; weights are stored in its variable dtype.
+  const DTypePolicy& dtype_policy() const { return dtype_policy_; }
+  void set_dtype_policy(const DTypePolicy& policy);
+  void set_dtype_policy(const std::string& name) { set_dtype_policy(DTypePolicy::from_name(name)); }
+  DType compute_dtype() const { return dtype_policy_.compute_dtype; }
 
   bool built() const { return built_; }
   // Builds for inputs of these shapes unless already built (what the first
@@ -109,6 +118,13 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
     return layer;
   }
   void track_impl(const std::shared_ptr<LayerImpl>& layer);
+  // A weight as this layer computes with it: cast to the compute dtype when
+  // the policy stores it in another (Keras's autocast variables); the cast's
+  // gradient returns in the variable's dtype. Undefined stays undefined.
+  Tensor autocast(const Variable& v) const;
+  // Containers (Input layers, Functional and Sequential models) leave their
+  // inputs as they are; their layers cast for themselves.
+  void set_autocast_inputs(bool autocast) { autocast_inputs_ = autocast; }
 
  private:
   struct OwnWeight {
@@ -121,6 +137,8 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
   std::string name_;
   bool trainable_ = true;
   bool built_ = false;
+  DTypePolicy dtype_policy_ = mixed_precision::global_policy();
+  bool autocast_inputs_ = true;
   std::vector<OwnWeight> own_weights_;
   std::vector<std::shared_ptr<LayerImpl>> sublayers_;
 };
@@ -188,6 +206,8 @@ class Layer {
   std::int64_t count_params() const { return impl_->count_params(); }
   bool trainable() const { return impl_->trainable(); }
   void set_trainable(bool trainable) const { impl_->set_trainable(trainable); }
+  const DTypePolicy& dtype_policy() const { return impl_->dtype_policy(); }
+  void set_dtype_policy(const std::string& name) const { impl_->set_dtype_policy(name); }
 
  protected:
   std::shared_ptr<LayerImpl> impl_;

@@ -33,6 +33,7 @@ struct DenseOptions {
   Regularizer kernel_regularizer{};
   Regularizer bias_regularizer{};
   std::string name{};
+  std::string dtype{};  // dtype policy ("float32", "mixed_bfloat16"); "" = the global one
 };
 
 class DenseImpl : public SingleInputLayerImpl {

@@ -150,7 +150,13 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 // Sums `x` down to `shape` (the inverse of broadcasting; used by gradients).
 Tensor sum_to(const Tensor& x, const Shape& shape);
-// Changes dtype; differentiable from float32 to float32 only.
+// Whether this CPU computes bfloat16 natively (oneDNN sees avx512_bf16 or
+// AMX). Without it, an op on bfloat16 operands widens them to float32, runs
+// its float32 kernel and rounds the result to bfloat16 (the same values, up
+// to the order of float32 sums; slower than float32).
+bool native_bfloat16();
+// Changes dtype; differentiable between float32 and bfloat16 (the gradient
+// is cast back). float32 -> bfloat16 rounds to nearest, ties to even.
 Tensor cast(const Tensor& x, DType dtype);
 Tensor zeros_like(const Tensor& x);
 Tensor ones_like(const Tensor& x);

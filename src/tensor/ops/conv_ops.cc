@@ -6,6 +6,7 @@
 #include "lockstep/tensor/recording.h"
 #include "tensor/backend/onednn/onednn.h"
 #include "tensor/dispatch.h"
+#include "tensor/ops/bf16.h"
 
 namespace lockstep {
 namespace {
@@ -126,6 +127,8 @@ void check_bn(const Tensor& x, const Tensor& gamma, const Tensor& beta, const ch
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Conv2DOptions& o) {
+  if (detail::any_bf16({&x, &kernel, &bias}))
+    return detail::narrow(conv2d(detail::widen(x), detail::widen(kernel), detail::widen(bias), o));
   const auto s = conv_shape(x, kernel, o);
   if (bias.defined()) {
     detail::check_float32(bias.dtype(), "conv2d", "bias");
@@ -179,9 +182,11 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const C
 }
 
 Tensor max_pool2d(const Tensor& x, const Pool2DOptions& o) {
+  if (detail::any_bf16({&x})) return detail::narrow(max_pool2d(detail::widen(x), o));
   return pool(x, o, true, "max_pool2d");
 }
 Tensor avg_pool2d(const Tensor& x, const Pool2DOptions& o) {
+  if (detail::any_bf16({&x})) return detail::narrow(avg_pool2d(detail::widen(x), o));
   return pool(x, o, false, "avg_pool2d");
 }
 

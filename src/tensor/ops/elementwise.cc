@@ -10,6 +10,7 @@
 #include "lockstep/tensor/recording.h"
 #include "tensor/backend/onednn/onednn.h"
 #include "tensor/dispatch.h"
+#include "tensor/ops/bf16.h"
 #include "tensor/ops/loops.h"
 
 namespace lockstep {
@@ -86,6 +87,8 @@ Tensor binary_arith(const char* op, const Tensor& a, const Tensor& b, bool float
 
 template <typename F>
 Tensor comparison(const char* op, const Tensor& a, const Tensor& b, F f) {
+  if (detail::any_bf16({&a, &b}) && a.dtype() != b.dtype())
+    return comparison(op, detail::widen(a), detail::widen(b), f);
   check_binary(op, a, b);
   Tensor out = Tensor::empty(detail::broadcast_shapes(a.shape(), b.shape(), op), DType::kBool);
   detail::visit_dtype(a.dtype(), op, [&]<typename T>() { run_binary<T, bool>(a, b, out, f); });
@@ -145,6 +148,7 @@ bool is_float(const Tensor& t) { return t.dtype() == DType::kFloat32; }
 // ---- binary arithmetic --------------------------------------------------------
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  if (detail::any_bf16({&a, &b})) return detail::narrow(add(detail::widen(a), detail::widen(b)));
   Tensor out = binary_arith("add", a, b, false, [](auto x, auto y) { return x + y; });
   if (detail::should_record({a, b})) {
     detail::record("add", {a, b}, out, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
@@ -155,6 +159,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  if (detail::any_bf16({&a, &b})) return detail::narrow(sub(detail::widen(a), detail::widen(b)));
   Tensor out = binary_arith("sub", a, b, false, [](auto x, auto y) { return x - y; });
   if (detail::should_record({a, b})) {
     detail::record("sub", {a, b}, out, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
@@ -165,6 +170,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  if (detail::any_bf16({&a, &b})) return detail::narrow(mul(detail::widen(a), detail::widen(b)));
   Tensor out = binary_arith("mul", a, b, false, [](auto x, auto y) { return x * y; });
   if (detail::should_record({a, b})) {
     detail::record("mul", {a, b}, out, [a, b](const Tensor& g) {
@@ -175,6 +181,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  if (detail::any_bf16({&a, &b})) return detail::narrow(div(detail::widen(a), detail::widen(b)));
   Tensor out = binary_arith("div", a, b, true, [](auto x, auto y) { return x / y; });
   if (detail::should_record({a, b})) {
     detail::record("div", {a, b}, out, [a, b](const Tensor& g) {
@@ -186,6 +193,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
+  if (detail::any_bf16({&a, &b})) return detail::narrow(pow(detail::widen(a), detail::widen(b)));
   Tensor out = binary_arith("pow", a, b, true, [](float x, float y) { return std::pow(x, y); });
   if (detail::should_record({a, b})) {
     detail::record("pow", {a, b}, out, [a, b, out](const Tensor& g) {
@@ -201,6 +209,8 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 }
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
+  if (detail::any_bf16({&a, &b}))
+    return detail::narrow(maximum(detail::widen(a), detail::widen(b)));
   Tensor out = binary_arith("maximum", a, b, false, [](auto x, auto y) { return x >= y ? x : y; });
   if (detail::should_record({a, b})) {
     detail::record("maximum", {a, b}, out, [a, b](const Tensor& g) {
@@ -214,6 +224,8 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
+  if (detail::any_bf16({&a, &b}))
+    return detail::narrow(minimum(detail::widen(a), detail::widen(b)));
   Tensor out = binary_arith("minimum", a, b, false, [](auto x, auto y) { return x <= y ? x : y; });
   if (detail::should_record({a, b})) {
     detail::record("minimum", {a, b}, out, [a, b](const Tensor& g) {
@@ -229,6 +241,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 // ---- unary --------------------------------------------------------------------
 
 Tensor neg(const Tensor& x) {
+  if (detail::any_bf16({&x})) return detail::narrow(neg(detail::widen(x)));
   Tensor out = unary_numeric("neg", x, [](auto v) { return -v; });
   if (detail::should_record({x})) {
     detail::record("neg", {x}, out, [](const Tensor& g) { return Grads{neg(g)}; });
@@ -237,6 +250,7 @@ Tensor neg(const Tensor& x) {
 }
 
 Tensor exp(const Tensor& x) {
+  if (detail::any_bf16({&x})) return detail::narrow(exp(detail::widen(x)));
   Tensor out =
       unary_float("exp", x, backend::onednn::Eltwise::kExp, [](float v) { return std::exp(v); });
   if (detail::should_record({x})) {
@@ -246,6 +260,7 @@ Tensor exp(const Tensor& x) {
 }
 
 Tensor log(const Tensor& x) {
+  if (detail::any_bf16({&x})) return detail::narrow(log(detail::widen(x)));
   // libm's logf at every size, never oneDNN's eltwise log: on AVX2 (oneDNN
   // 2.6) that one is off by up to 917 float32 ulps, and by 15% relative
   // near x = 1, where log(1 − p) of a cross-entropy lives (issue #21;
@@ -262,6 +277,7 @@ Tensor log(const Tensor& x) {
 }
 
 Tensor log1p(const Tensor& x) {
+  if (detail::any_bf16({&x})) return detail::narrow(log1p(detail::widen(x)));
   check_defined(x, "log1p", "input");
   detail::check_float32(x.dtype(), "log1p", "input");
   // Our loop at every size: oneDNN has no log1p, and its log of 1 + x
@@ -277,6 +293,7 @@ Tensor log1p(const Tensor& x) {
 }
 
 Tensor sqrt(const Tensor& x) {
+  if (detail::any_bf16({&x})) return detail::narrow(sqrt(detail::widen(x)));
   Tensor out =
       unary_float("sqrt", x, backend::onednn::Eltwise::kSqrt, [](float v) { return std::sqrt(v); });
   if (detail::should_record({x})) {
@@ -288,6 +305,7 @@ Tensor sqrt(const Tensor& x) {
 }
 
 Tensor square(const Tensor& x) {
+  if (detail::any_bf16({&x})) return detail::narrow(square(detail::widen(x)));
   Tensor out = unary_numeric("square", x, [](auto v) { return v * v; });
   if (detail::should_record({x})) {
     detail::record("square", {x}, out, [x](const Tensor& g) {
@@ -298,6 +316,7 @@ Tensor square(const Tensor& x) {
 }
 
 Tensor abs(const Tensor& x) {
+  if (detail::any_bf16({&x})) return detail::narrow(abs(detail::widen(x)));
   Tensor out = unary_numeric("abs", x, [](auto v) { return v < 0 ? -v : v; });
   if (detail::should_record({x})) {
     detail::record("abs", {x}, out, [x](const Tensor& g) {
@@ -308,6 +327,7 @@ Tensor abs(const Tensor& x) {
 }
 
 Tensor relu(const Tensor& x) {
+  if (detail::any_bf16({&x})) return detail::narrow(relu(detail::widen(x)));
   Tensor out = unary_numeric("relu", x, [](auto v) { return v > 0 ? v : decltype(v){0}; });
   if (detail::should_record({x})) {
     detail::record("relu", {x}, out, [out](const Tensor& g) {
@@ -318,6 +338,7 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor sigmoid(const Tensor& x) {
+  if (detail::any_bf16({&x})) return detail::narrow(sigmoid(detail::widen(x)));
   Tensor out = unary_float("sigmoid", x, backend::onednn::Eltwise::kSigmoid,
                            [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
   if (detail::should_record({x})) {
@@ -329,6 +350,7 @@ Tensor sigmoid(const Tensor& x) {
 }
 
 Tensor tanh(const Tensor& x) {
+  if (detail::any_bf16({&x})) return detail::narrow(tanh(detail::widen(x)));
   Tensor out =
       unary_float("tanh", x, backend::onednn::Eltwise::kTanh, [](float v) { return std::tanh(v); });
   if (detail::should_record({x})) {
@@ -340,6 +362,7 @@ Tensor tanh(const Tensor& x) {
 }
 
 Tensor clip(const Tensor& x, float min_value, float max_value) {
+  if (detail::any_bf16({&x})) return detail::narrow(clip(detail::widen(x), min_value, max_value));
   check_defined(x, "clip", "input");
   detail::check_float32(x.dtype(), "clip", "input");
   LOCKSTEP_CHECK(min_value <= max_value, "clip: min_value ", min_value,
@@ -378,6 +401,8 @@ Tensor greater_equal(const Tensor& a, const Tensor& b) {
 }
 
 Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
+  if (detail::any_bf16({&x, &y}) && x.dtype() != y.dtype())
+    return detail::narrow(where(cond, detail::widen(x), detail::widen(y)));
   check_defined(cond, "where", "condition");
   check_binary("where", x, y);
   LOCKSTEP_CHECK(cond.dtype() == DType::kBool, "where: expected a bool condition, got dtype ",

@@ -6,6 +6,7 @@
 #include "lockstep/tensor/recording.h"
 #include "tensor/backend/onednn/onednn.h"
 #include "tensor/dispatch.h"
+#include "tensor/ops/bf16.h"
 
 namespace lockstep {
 namespace {
@@ -86,6 +87,8 @@ Grads matmul_grads(const Tensor& g, const Tensor& a, const Tensor& b, const Matm
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
+  if (detail::any_bf16({&a, &b}))
+    return detail::narrow(matmul(detail::widen(a), detail::widen(b), options));
   Tensor out = matmul_impl(a, b, nullptr, options);
   if (detail::should_record({a, b})) {
     detail::record("matmul", {a, b}, out,
@@ -95,6 +98,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const MatmulOptions& options) {
+  if (detail::any_bf16({&a, &b, &bias}))
+    return detail::narrow(matmul(detail::widen(a), detail::widen(b), detail::widen(bias), options));
   Tensor out = matmul_impl(a, b, &bias, options);
   if (detail::should_record({a, b, bias})) {
     detail::record("matmul", {a, b, bias}, out, [a, b, options, n = bias.shape()](const Tensor& g) {

@@ -5,7 +5,9 @@
 
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/recording.h"
+#include "tensor/backend/onednn/onednn.h"
 #include "tensor/dispatch.h"
+#include "tensor/ops/bf16.h"
 #include "tensor/ops/loops.h"
 
 namespace lockstep {
@@ -259,6 +261,8 @@ Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin,
 
 Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& paddings,
            float value) {
+  if (detail::any_bf16({&x}) && value != 0.0f)
+    return detail::narrow(pad(detail::widen(x), paddings, value));
   check_defined(x, "pad", "input");
   LOCKSTEP_CHECK_AS(ShapeError, static_cast<int>(paddings.size()) == x.rank(), "pad: expected ",
                     x.rank(), " (before, after) pairs for shape ", x.shape(), ", got ",
@@ -323,11 +327,25 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   return out;
 }
 
+bool native_bfloat16() { return backend::onednn::native_bfloat16(); }
+
 Tensor cast(const Tensor& x, DType dtype) {
   check_defined(x, "cast", "input");
   Tensor out = Tensor::empty(x.shape(), dtype);
   if (dtype == x.dtype()) {
     std::memcpy(out.raw_data(), x.raw_data(), x.nbytes());
+  } else if (x.dtype() == DType::kFloat32 && dtype == DType::kBFloat16) {
+    const float* px = x.data<float>();
+    bfloat16* po = out.data<bfloat16>();
+    detail::parallel_for(x.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) po[i].bits = bfloat16::round(px[i]);
+    });
+  } else if (x.dtype() == DType::kBFloat16 && dtype == DType::kFloat32) {
+    const bfloat16* px = x.data<bfloat16>();
+    float* po = out.data<float>();
+    detail::parallel_for(x.numel(), 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) po[i] = static_cast<float>(px[i]);
+    });
   } else {
     detail::visit_dtype(x.dtype(), "cast", [&]<typename S>() {
       detail::visit_dtype(dtype, "cast", [&]<typename D>() {
@@ -343,8 +361,11 @@ Tensor cast(const Tensor& x, DType dtype) {
       });
     });
   }
-  if (x.dtype() == DType::kFloat32 && dtype == DType::kFloat32 && detail::should_record({x})) {
-    detail::record("cast", {x}, out, [](const Tensor& g) { return Grads{g}; });
+  // Between floating dtypes the gradient is cast back to the input's dtype
+  // (the float32 master weights of mixed precision get float32 gradients).
+  if (is_floating(x.dtype()) && is_floating(dtype) && detail::should_record({x})) {
+    detail::record("cast", {x}, out,
+                   [from = x.dtype()](const Tensor& g) { return Grads{cast(g, from)}; });
   }
   return out;
 }

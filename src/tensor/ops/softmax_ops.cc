@@ -23,6 +23,7 @@
 #include "lockstep/tensor/parallel.h"
 #include "lockstep/tensor/recording.h"
 #include "tensor/dispatch.h"
+#include "tensor/ops/bf16.h"
 
 namespace lockstep {
 namespace {
@@ -94,6 +95,9 @@ Outputs softmax_kernel(const Tensor& x, int axis, bool want_log, bool want_prob,
 }  // namespace
 
 Tensor softmax(const Tensor& x, int axis) {
+  // Mixed precision keeps softmax in float32 (Keras's advice for the output layer, made the rule):
+  // a bfloat16 input gives a float32 result.
+  if (detail::any_bf16({&x})) return softmax(detail::widen(x), axis);
   Tensor out = softmax_kernel(x, axis, false, true, "softmax").prob;
   if (detail::should_record({x})) {
     detail::record("softmax", {x}, out, [out, axis](const Tensor& g) {
@@ -106,6 +110,7 @@ Tensor softmax(const Tensor& x, int axis) {
 }
 
 Tensor log_softmax(const Tensor& x, int axis) {
+  if (detail::any_bf16({&x})) return log_softmax(detail::widen(x), axis);
   const bool recording = detail::should_record({x});
   Outputs both = softmax_kernel(x, axis, true, recording, "log_softmax");
   if (recording) {

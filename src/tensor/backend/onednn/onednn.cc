@@ -16,6 +16,8 @@
 namespace lockstep::backend::onednn {
 using namespace detail_onednn;
 
+bool native_bfloat16() { return dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16; }
+
 void matmul(const MatmulShape& s, const float* a, const float* b, const float* bias, float* c) {
   using Key =
       std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool, bool, bool>;

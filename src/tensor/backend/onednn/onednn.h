@@ -19,6 +19,9 @@ struct MatmulShape {
   bool transpose_b = false;
   bool b_shared = false;  // B has batch 1 and is used for every batch entry
 };
+// Whether oneDNN runs bfloat16 natively here (avx512_bf16 or AMX).
+bool native_bfloat16();
+
 void matmul(const MatmulShape& shape, const float* a, const float* b, const float* bias, float* c);
 
 // Softmax (or log-softmax) over the middle dimension of [outer, axis, inner].

@@ -1,0 +1,175 @@
+// Mixed precision as Keras has it: dtype policies by name, layers computing
+// in bfloat16 over float32 variables, float32 statistics, softmax, outputs
+// and losses, master weights updated by the optimizer's rule applied to the
+// bfloat16-computed gradient, and policies kept in Keras's files.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstring>
+#include <filesystem>
+
+#include "lockstep/lockstep.h"
+#include "support/errors.h"
+#include "support/files.h"
+
+namespace lockstep {
+namespace {
+
+using testing_support::message_of;
+
+// The message `f` throws as a ValueError names every one of `parts`.
+void expect_error_mentions(const std::function<void()>& f, std::vector<std::string> parts) {
+  EXPECT_THROW(f(), ValueError);
+  const std::string m = message_of(f);
+  for (const std::string& p : parts) EXPECT_NE(m.find(p), std::string::npos) << m;
+}
+
+// Sets the global policy for one test and restores float32 after it.
+struct GlobalPolicy {
+  explicit GlobalPolicy(const std::string& name) { mixed_precision::set_global_policy(name); }
+  ~GlobalPolicy() { mixed_precision::set_global_policy("float32"); }
+};
+
+bool bfloat16_exact(float v) { return (std::bit_cast<std::uint32_t>(v) & 0xffffu) == 0; }
+
+TEST(MixedPrecision, PoliciesByKerasNamesAndTheRefusedOnesSayWhy) {
+  const DTypePolicy mixed = DTypePolicy::from_name("mixed_bfloat16");
+  EXPECT_EQ(mixed.compute_dtype, DType::kBFloat16);
+  EXPECT_EQ(mixed.variable_dtype, DType::kFloat32);
+  EXPECT_EQ(DTypePolicy::from_name("float32").compute_dtype, DType::kFloat32);
+  expect_error_mentions([] { DTypePolicy::from_name("mixed_float16"); },
+                        {"mixed_float16", "GPU", "mixed_bfloat16"});
+  expect_error_mentions([] { DTypePolicy::from_name("bfloat16"); },
+                        {"variables in bfloat16", "mixed_bfloat16"});
+  expect_error_mentions([] { mixed_precision::set_global_policy("mixed_bf16"); },
+                        {"mixed_bf16", "float32, mixed_bfloat16"});
+  EXPECT_EQ(mixed_precision::global_policy().name, "float32");  // a refused policy changes nothing
+
+  // Layers take the global policy when constructed; their own dtype wins.
+  GlobalPolicy policy("mixed_bfloat16");
+  layers::Dense mixed_dense(4);
+  layers::Dense float_dense(4, {.dtype = "float32"});
+  mixed_precision::set_global_policy("float32");
+  layers::Dense later(4);
+  EXPECT_EQ(mixed_dense.dtype_policy().name, "mixed_bfloat16");
+  EXPECT_EQ(float_dense.dtype_policy().name, "float32");
+  EXPECT_EQ(later.dtype_policy().name, "float32");
+  later.set_dtype_policy("mixed_bfloat16");
+  EXPECT_EQ(later->compute_dtype(), DType::kBFloat16);
+}
+
+TEST(MixedPrecision, LayersComputeInBFloat16OverFloat32Variables) {
+  GlobalPolicy policy("mixed_bfloat16");
+  set_random_seed(3);
+  auto in = Input({6, 6, 2});
+  auto h = layers::Conv2D(4, {3, 3}, {.activation = "relu"})(in);
+  layers::BatchNormalization bn;
+  h = bn(h);
+  h = layers::Flatten()(h);
+  h = layers::Dense(8, {.activation = "relu"})(h);
+  h = layers::Dropout(0.25f)(h);
+  auto logits = layers::Dense(3)(h);
+  auto probs = layers::Softmax()(logits);
+  EXPECT_EQ(h.dtype(), DType::kBFloat16);
+  EXPECT_EQ(logits.dtype(), DType::kBFloat16);
+  EXPECT_EQ(probs.dtype(), DType::kFloat32);  // softmax stays float32
+  Model model(in, logits);
+  for (const Variable& v : model.impl()->weights()) {
+    EXPECT_EQ(v.dtype(), DType::kFloat32) << v.name();
+  }
+  model.compile({.optimizer = "sgd",
+                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                 .metrics = {"accuracy"}});
+  const Tensor x = random::uniform({16, 6, 6, 2}, {.seed = 1});
+  const Tensor y = Tensor::from_vector(std::vector<std::int64_t>(16, 1));
+  const Logs logs = model.train_on_batch(x, y);
+  EXPECT_GT(logs.at("loss"), 0.0);
+  // Moving statistics are float32 and hold more than bfloat16's 8 bits.
+  bool fine = false;
+  for (float v : bn->moving_mean().value().to_vector<float>()) fine |= !bfloat16_exact(v);
+  EXPECT_TRUE(fine) << "BatchNormalization's moving mean looks computed in bfloat16";
+  // A model's outputs reach the user, losses and metrics as float32.
+  const Tensor out = model.predict(x, {.verbose = 0});
+  EXPECT_EQ(out.dtype(), DType::kFloat32);
+  for (float v : out.to_vector<float>()) EXPECT_TRUE(bfloat16_exact(v));  // computed in bfloat16
+}
+
+// One SGD step on a mixed-precision model: every float32 master weight
+// moves by exactly −lr · g, where g is the gradient of the bfloat16
+// computation (bfloat16 values, which the tape returns in float32).
+TEST(MixedPrecision, MasterWeightsChangeByTheOptimizersRuleAppliedToTheBFloat16Gradient) {
+  GlobalPolicy policy("mixed_bfloat16");
+  set_random_seed(5);
+  auto in = Input({12});
+  auto h = layers::Dense(16, {.activation = "relu"})(in);
+  Model model(in, layers::Dense(4)(h));
+  const float lr = 0.05f;
+  const Loss loss = losses::SparseCategoricalCrossentropy({.from_logits = true});
+  model.compile({.optimizer = optimizers::SGD({.learning_rate = lr}), .loss = loss});
+  const Tensor x = random::normal({32, 12}, {.seed = 2});
+  std::vector<std::int64_t> labels(32);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 4);
+  const Tensor y = Tensor::from_vector(labels);
+
+  const std::vector<Variable> vars = model.trainable_variables();
+  std::vector<std::vector<float>> before, grads;
+  for (const Variable& v : vars) before.push_back(v.value().to_vector<float>());
+  {
+    GradientTape tape;
+    const Tensor out = cast(model(x, {.training = true}), DType::kFloat32);
+    const std::vector<Tensor> g = tape.gradient(loss(y, out), vars);
+    for (const Tensor& t : g) {
+      ASSERT_EQ(t.dtype(), DType::kFloat32);
+      grads.push_back(t.to_vector<float>());
+    }
+  }
+  model.train_on_batch(x, y);
+  bool moved_off_bfloat16 = false;
+  for (std::size_t k = 0; k < vars.size(); ++k) {
+    const std::vector<float> after = vars[k].value().to_vector<float>();
+    for (std::size_t i = 0; i < after.size(); ++i) {
+      ASSERT_TRUE(bfloat16_exact(grads[k][i]))
+          << vars[k].name() << "[" << i << "]: the gradient was not computed in bfloat16";
+      const float want = before[k][i] - lr * grads[k][i];
+      ASSERT_EQ(after[i], want) << vars[k].name() << "[" << i << "]";
+      moved_off_bfloat16 |= !bfloat16_exact(after[i]);
+    }
+  }
+  EXPECT_TRUE(moved_off_bfloat16) << "the master weights should keep float32 precision";
+}
+
+TEST(MixedPrecision, CheckpointsAndKerasFilesKeepFloat32VariablesAndThePolicy) {
+  GlobalPolicy policy("mixed_bfloat16");
+  set_random_seed(9);
+  auto in = Input({5});
+  auto h = layers::Dense(7, {.activation = "relu"})(in);
+  Model model(in, layers::Dense(2, {.dtype = "float32"})(h));
+  model.compile(
+      {.optimizer = "adam", .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+  model.train_on_batch(random::normal({8, 5}, {.seed = 1}),
+                       Tensor::from_vector(std::vector<std::int64_t>{0, 1, 0, 1, 0, 1, 0, 1}));
+  testing_support::TempDir dir;
+  const std::string path = dir / "mixed.keras";
+  model.save(path);
+  mixed_precision::set_global_policy("float32");  // the file, not the global policy, decides
+  Model loaded = load_model(path);
+  ASSERT_EQ(loaded.layers().size(), model.layers().size());
+  for (std::size_t i = 1; i < model.layers().size(); ++i) {  // after the InputLayer
+    EXPECT_EQ(loaded.layers()[i].dtype_policy().name, model.layers()[i].dtype_policy().name)
+        << model.layers()[i].name();
+  }
+  EXPECT_EQ(loaded.layers()[1].dtype_policy().name, "mixed_bfloat16");
+  EXPECT_EQ(loaded.layers()[2].dtype_policy().name, "float32");
+  const auto a = model.impl()->weights(), b = loaded.impl()->weights();
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(b[i].dtype(), DType::kFloat32);
+    EXPECT_EQ(a[i].value().to_vector<float>(), b[i].value().to_vector<float>()) << a[i].name();
+  }
+  const Tensor probe = random::normal({3, 5}, {.seed = 4});
+  EXPECT_EQ(model.predict(probe, {.verbose = 0}).to_vector<float>(),
+            loaded.predict(probe, {.verbose = 0}).to_vector<float>());
+}
+
+}  // namespace
+}  // namespace lockstep
