@@ -358,25 +358,21 @@ class VocabularyImpl : public ColumnImpl {
   std::map<std::string, std::int64_t> index_;
 };
 
-// The raw values of a feature per example, as sparse_cross hashes them:
-// strings by Fingerprint64, integers as they are; "no value" entries dropped.
+// The raw values of a feature per example, as sparse_cross hashes its
+// dense inputs: strings by Fingerprint64, integers as they are, every
+// value kept ("" and -1 too: only categorical columns drop them).
 std::vector<std::vector<std::uint64_t>> hashed_values(const Tensor& t, const std::string& key,
                                                       const std::string& column) {
   std::vector<std::vector<std::uint64_t>> out;
   if (holds_strings(t)) {
     for (const auto& row : string_values(t, key, column)) {
       std::vector<std::uint64_t> r;
-      for (const std::string& s : row) {
-        if (!s.empty()) r.push_back(estimator::detail::fingerprint64(s));
-      }
+      for (const std::string& s : row) r.push_back(estimator::detail::fingerprint64(s));
       out.push_back(std::move(r));
     }
   } else {
     for (const auto& row : integer_values(t, key, column)) {
-      std::vector<std::uint64_t> r;
-      for (std::int64_t v : row) {
-        if (v != -1) r.push_back(static_cast<std::uint64_t>(v));
-      }
+      std::vector<std::uint64_t> r(row.begin(), row.end());
       out.push_back(std::move(r));
     }
   }

@@ -13,7 +13,8 @@
 // and which indicator_column / embedding_column make dense. Inputs are
 // [batch] or [batch, k] tensors; strings come as uint8 [batch(, k), width],
 // NUL-padded (estimator::string_feature). As in TensorFlow, -1 among
-// integer ids and "" among strings mean "no value" and are dropped, and
+// integer ids and "" among strings mean "no value" to a categorical column
+// and are dropped (a feature crossed by its key keeps them), and
 // TensorFlow's string hash (Fingerprint64, FarmHash's) is used, so hash
 // buckets and crosses give TensorFlow's ids.
 //
