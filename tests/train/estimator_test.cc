@@ -15,6 +15,7 @@
 
 #include "lockstep/lockstep.h"
 #include "support/errors.h"
+#include "support/estimator_inputs.h"
 #include "support/files.h"
 
 namespace lockstep {
@@ -263,21 +264,9 @@ TEST(Estimator, TheGuidesLinearRegressorFollowsTheClosedFormUnderBothReductions)
 
 // ---- One device and two replicas --------------------------------------------------------
 
-// 40 examples: x in [-1, 1), a category of 4, y = 3x − 1 + category/2.
+// The shared 40 examples, repeated, in batches of `batch`.
 data::Dataset regression_input(std::int64_t batch) {
-  std::vector<float> x, y;
-  std::vector<std::int64_t> k;
-  for (int i = 0; i < 40; ++i) {
-    x.push_back(static_cast<float>((i * 7) % 40) / 20.0f - 1.0f);
-    k.push_back(i % 4);
-    y.push_back(3 * x.back() - 1 + static_cast<float>(k.back()) / 2);
-  }
-  return data::Dataset::from_tensor_slices({Tensor::from_vector<float>(x, {40, 1}),
-                                            Tensor::from_vector<std::int64_t>(k, {40, 1}),
-                                            Tensor::from_vector<float>(y, {40, 1})},
-                                           {"x", "k", est::kLabels})
-      .repeat()
-      .batch(batch);
+  return testing_support::regression_examples().repeat().batch(batch);
 }
 
 std::map<std::string, std::vector<float>> trained_variables(const est::Estimator& e) {
