@@ -194,8 +194,13 @@ EstimatorSpec Head::create_estimator_spec(const Features& features, ModeKeys mod
   LOCKSTEP_CHECK_AS(ShapeError, logits.rank() == 2 && logits.dim(1) == logits_dimension(), owner_,
                     ": logits have shape ", logits.shape(), "; expected [batch, ",
                     logits_dimension(), "]");
-  EstimatorSpec spec{.mode = mode, .predictions = predictions(logits)};
-  if (mode == ModeKeys::kPredict) return spec;
+  EstimatorSpec spec{.mode = mode};
+  // Only predict() reads them (TensorFlow's graph computed them only when
+  // fetched): training and evaluation skip the softmax and the class names.
+  if (mode == ModeKeys::kPredict) {
+    spec.predictions = predictions(logits);
+    return spec;
+  }
   LOCKSTEP_CHECK(labels.defined(), owner_, ": no labels in ", mode_name(mode),
                  " mode. Hint: input_fn must yield features_and_labels(features, labels)");
   const std::int64_t batch = logits.dim(0);
