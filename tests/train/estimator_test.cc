@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "lockstep/lockstep.h"
@@ -299,7 +300,14 @@ TEST(Estimator, TwoReplicasTrainTheWeightsOfOneDevice) {
                           std::make_unique<compat::v1::estimator::LinearRegressor>(options))
                     : std::make_unique<est::LinearRegressor>(options);
       const std::int64_t batch = 20 / replicas;
-      e->train([batch] { return regression_input(batch); }, {.steps = 30});
+      int calls = 0;
+      e->train(
+          [batch, &calls] {
+            ++calls;
+            return regression_input(batch);
+          },
+          {.steps = 30});
+      EXPECT_EQ(calls, 1) << "input_fn is called once per worker, not per replica";
       weights[replicas - 1] = trained_variables(*e);
     }
     ASSERT_EQ(weights[0].size(), 4u);
@@ -311,6 +319,74 @@ TEST(Estimator, TwoReplicasTrainTheWeightsOfOneDevice) {
             << (compat_v1 ? "SUM " : "SUM_OVER_BATCH_SIZE ") << name << "[" << i << "]";
     }
   }
+}
+
+// An untrained linear model predicts 0, so each example's loss is y²:
+// weight_column weighs average_loss and label/mean; the SUM_OVER_BATCH_SIZE
+// loss divides the weighted sum by the count of loss values.
+TEST(Estimator, WeightColumnAndLabelDimensionFollowTensorFlowsDefinitions) {
+  TempDir dir("lockstep_estimator_weights");
+  auto input = [] {
+    return data::Dataset::from_tensor_slices(
+               {Tensor::from_vector<float>({1, 1, 1, 1}, {4, 1}),
+                Tensor::from_vector<float>({1, 0, 1, 0}, {4}),
+                Tensor::from_vector<float>({1, 2, 3, 4}, {4, 1})},
+               {"x", "w", est::kLabels})
+        .batch(4);
+  };
+  est::LinearRegressor weighted({.feature_columns = {fc::numeric_column("x")},
+                                 .weight_column = "w",
+                                 .config = {.model_dir = dir.path.string()}});
+  const est::EvalResults r = weighted.evaluate(input);
+  EXPECT_DOUBLE_EQ(r.at("average_loss"), (1.0 + 9.0) / 2);
+  EXPECT_DOUBLE_EQ(r.at("loss"), (1.0 + 9.0) / 4);
+  EXPECT_DOUBLE_EQ(r.at("label/mean"), 2.0);
+  EXPECT_DOUBLE_EQ(r.at("prediction/mean"), 0.0);
+
+  TempDir dir2("lockstep_estimator_label_dimension");
+  auto two = [] {
+    return data::Dataset::from_tensor_slices({Tensor::from_vector<float>({1, 2, 3, 4}, {4, 1}),
+                                              Tensor::from_vector<float>({1, -1, 2, -2, 3, -3,
+                                                                          4, -4},
+                                                                         {4, 2})},
+                                             {"x", est::kLabels})
+        .repeat()
+        .batch(4);
+  };
+  est::LinearRegressor regressor({.feature_columns = {fc::numeric_column("x")},
+                                  .label_dimension = 2,
+                                  .optimizer = "SGD",
+                                  .config = {.model_dir = dir2.path.string()}});
+  regressor.train(two, {.steps = 200});
+  EXPECT_LT(regressor.evaluate(two, {.steps = 1}).at("average_loss"), 1e-3);
+  const auto p = regressor.predict([two] { return two().take(1); });
+  ASSERT_EQ(p.size(), 4u);
+  const auto y = p[2].at("predictions").to_vector<float>();  // x = 3: (3, -3)
+  ASSERT_EQ(y.size(), 2u);
+  EXPECT_NEAR(y[0], 3, 0.05);
+  EXPECT_NEAR(y[1], -3, 0.05);
+  EXPECT_EQ(regressor.get_variable_value("linear/linear_model/x/weights").shape(), Shape({1, 2}));
+}
+
+// Estimator's defaults: a linear model trains with Ftrl at min(0.2,
+// 1/sqrt(columns)) — one step of the guide's input from zero gives
+// w = b = 2·0.2/sqrt(0.1 + 2²) (accumulator 0.1, gradient −2, no L1/L2) — and
+// a DNN with Adagrad.
+TEST(Estimator, CannedDefaultsAreFtrlForLinearModelsAndAdagradForDnns) {
+  TempDir dir("lockstep_estimator_defaults"), dnn_dir("lockstep_estimator_defaults_dnn");
+  est::LinearRegressor linear({.feature_columns = {fc::numeric_column("feats")},
+                               .config = {.model_dir = dir.path.string()}});
+  linear.train(seed_input, {.steps = 1});
+  EXPECT_NEAR(linear.get_variable_value("linear/linear_model/feats/weights").item<float>(),
+              0.4 / std::sqrt(4.1), 1e-6);
+  EXPECT_NEAR(linear.get_variable_value("linear/linear_model/bias_weights").item<float>(),
+              0.4 / std::sqrt(4.1), 1e-6);
+  EXPECT_EQ(io::read_safetensors(*linear.latest_checkpoint()).metadata.at("optimizer"), "Ftrl");
+  est::DNNRegressor dnn({.hidden_units = {4},
+                         .feature_columns = {fc::numeric_column("feats")},
+                         .config = {.model_dir = dnn_dir.path.string()}});
+  dnn.train(seed_input, {.steps = 1});
+  EXPECT_EQ(io::read_safetensors(*dnn.latest_checkpoint()).metadata.at("optimizer"), "Adagrad");
 }
 
 // ---- Classifiers --------------------------------------------------------------------------
@@ -419,6 +495,24 @@ TEST(Estimator, ANewEstimatorResumesFromModelDirByGlobalStep) {
   EXPECT_EQ(resumed.get_variable_value("global_step").item<std::int64_t>(), 12);
 }
 
+// A hook that asks to stop ends training at that step, which is saved.
+TEST(Estimator, AHookStopsTrainingAtItsStep) {
+  struct StopAt3 : est::SessionRunHook {
+    void after_run(est::RunContext& run_context, const est::SessionRunValues& v) override {
+      if (v.global_step == 3) run_context.request_stop();
+    }
+    void end(std::int64_t global_step) override { ended_at = global_step; }
+    std::int64_t ended_at = -1;
+  };
+  TempDir dir("lockstep_estimator_stop");
+  est::LinearRegressor r({.feature_columns = {fc::numeric_column("x")},
+                          .config = {.model_dir = dir.path.string()}});
+  auto hook = std::make_shared<StopAt3>();
+  r.train([] { return regression_input(20); }, {.steps = 100, .hooks = {hook}});
+  EXPECT_EQ(hook->ended_at, 3);
+  EXPECT_EQ(r.get_variable_value("global_step").item<std::int64_t>(), 3);
+}
+
 // A custom model_fn: layers made outside it, the optimizer too; predict
 // yields one map per example; a model_fn that makes its layer anew on each
 // call is stopped on its second call, naming the variable.
@@ -436,8 +530,20 @@ TEST(Estimator, CustomModelFnTrainsPredictsAndMustReuseItsVariables) {
     spec.train_op = {.optimizer = sgd};
     return spec;
   };
-  est::Estimator e(model_fn, {.model_dir = dir.path.string(), .params = {{"scale", 2.0}}});
+  std::ostringstream log;
+  est::Estimator e(model_fn, {.model_dir = dir.path.string(),
+                              .config = {.log_step_count_steps = 20},
+                              .params = {{"scale", 2.0}},
+                              .log = &log});
   e.train([] { return regression_input(20); }, {.steps = 50});
+  // TensorFlow's lines: the first step's loss, then every 20 steps with the
+  // time since the last and the steps per second.
+  const std::string lines = log.str();
+  for (const char* line : {"INFO:lockstep:loss = ", ", step = 0\n", ", step = 20 (",
+                           "global_step/sec: ", ", step = 40 (",
+                           "Saving checkpoints for 50 into ", "Loss for final step: "})
+    EXPECT_NE(lines.find(line), std::string::npos)
+        << line << " in\n" << lines;
   const auto r = e.evaluate([] { return regression_input(20).take(2); });
   EXPECT_EQ(keys_of(r), (std::set<std::string>{"global_step", "loss"}));
   const auto p = e.predict([] { return regression_input(20).take(1); });

@@ -263,6 +263,10 @@ Estimator::Estimator(ModelFn model_fn, EstimatorOptions options) : impl_(std::ma
                  c.model_dir, "' differ; set one");
   m.model_dir = !options.model_dir.empty() ? options.model_dir : c.model_dir;
   m.strategy = m.model_strategy();
+  LOCKSTEP_CHECK(!m.model_dir.empty() || m.strategy.num_workers() == 1,
+                 "Estimator: ", m.strategy.name(), " has ", m.strategy.num_workers(),
+                 " workers and no model_dir; every worker must read the chief's checkpoints. "
+                 "Hint: set a model_dir every worker sees");
   if (m.model_dir.empty()) {
     // TensorFlow: "Using temporary folder as model directory".
     std::string tmpl = (fs::temp_directory_path() / "lockstep_estimator_XXXXXX").string();
@@ -317,9 +321,11 @@ Estimator& Estimator::train(const InputFn& input_fn, TrainOptions o) {
   bool stop = false;
   std::vector<data::Element> batches(static_cast<std::size_t>(replicas));
   std::vector<double> losses(static_cast<std::size_t>(replicas));
-  while (m.global_step < last && !stop) {
-    // Each replica takes its own next batch (per-replica batches).
-    bool have = true;
+  while (m.global_step < last) {
+    // Each replica takes its own next batch (per-replica batches). A hook's
+    // stop is agreed like the end of the input, so every worker stops at
+    // the same step.
+    bool have = !stop;
     std::int64_t rows = 0;
     std::vector<std::int64_t> local_rows(static_cast<std::size_t>(replicas), 0);
     for (int r = 0; r < replicas && have; ++r) {
@@ -340,7 +346,9 @@ Estimator& Estimator::train(const InputFn& input_fn, TrainOptions o) {
     }
     const auto agreement = ext.agree_on_step(have, rows);
     if (!agreement.all_have_batch) {
-      m.info("input_fn's dataset ended at global step " + std::to_string(m.global_step) + ".");
+      if (!stop) {
+        m.info("input_fn's dataset ended at global step " + std::to_string(m.global_step) + ".");
+      }
       break;
     }
     ext.run_replicas([&](ReplicaContext& ctx) {
@@ -373,11 +381,17 @@ Estimator& Estimator::train(const InputFn& input_fn, TrainOptions o) {
       losses[r] = scalar_loss(spec.loss);
     });
     ++m.global_step;
-    // The step's loss: the replicas' losses summed (TensorFlow's report).
-    std::vector<double> total{0.0};
+    // The step's loss: the replicas' losses summed (TensorFlow's report);
+    // beside it, whether the chief's clock says a checkpoint is due (every
+    // worker then saves at the same step: the save ends in a barrier).
+    const bool due_here = c.save_checkpoints_steps
+                              ? m.global_step % *c.save_checkpoints_steps == 0
+                              : strategy.is_chief() && since_save.seconds() >= save_secs;
+    std::vector<double> total{0.0, due_here ? 1.0 : 0.0};
     for (double l : losses) total[0] += l;
     ext.sum_across_workers(total);
     loss = total[0];
+    const bool due = total[1] > 0;
     LOCKSTEP_CHECK(std::isfinite(loss), "Estimator.train: the loss is ", loss, " at global step ",
                    m.global_step, " (NaN loss during training)");
     RunContext run_context;
@@ -400,8 +414,6 @@ Estimator& Estimator::train(const InputFn& input_fn, TrainOptions o) {
       logged_step = before;
       since_log.reset();
     }
-    const bool due = c.save_checkpoints_steps ? m.global_step % *c.save_checkpoints_steps == 0
-                                              : since_save.seconds() >= save_secs;
     if (due) {
       m.save();
       saved_step = m.global_step;
