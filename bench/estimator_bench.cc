@@ -39,7 +39,8 @@ struct StepTimes : est::SessionRunHook {
 
 std::optional<distribute::Strategy> strategy_for(int replicas) {
   if (replicas == 1) return std::nullopt;
-  return distribute::MirroredStrategy({.devices = {&host_device()}, .replicas_per_device = replicas});
+  return distribute::MirroredStrategy(
+      {.devices = {&host_device()}, .replicas_per_device = replicas});
 }
 
 std::pair<Tensor, Tensor> fashion_mnist() {
@@ -64,9 +65,12 @@ int main(int argc, char** argv) {
   std::int64_t steps = 300;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--model") model = v;
-    else if (k == "--replicas") replicas = std::stoi(v);
-    else if (k == "--steps") steps = std::stoll(v);
+    if (k == "--model")
+      model = v;
+    else if (k == "--replicas")
+      replicas = std::stoi(v);
+    else if (k == "--steps")
+      steps = std::stoll(v);
   }
   const std::string dir = "/tmp/lockstep_estimator_bench_" + model + "_" + std::to_string(replicas);
   std::filesystem::remove_all(dir);
@@ -78,16 +82,18 @@ int main(int argc, char** argv) {
   std::int64_t per_replica_batch = 0;
   if (model == "linear") {
     per_replica_batch = 10;
-    est::LinearRegressor regressor({.feature_columns = {fc::numeric_column("feats")},
-                                    .optimizer = "SGD",
-                                    .config = config});
-    rate = time_estimator(regressor, [] {
-      return data::Dataset::from_tensors(
-                 est::features_and_labels({{"feats", Tensor::from_vector<float>({1.f})}},
-                                          Tensor::from_vector<float>({1.f})))
-          .repeat(100000)
-          .batch(10);
-    }, steps);
+    est::LinearRegressor regressor(
+        {.feature_columns = {fc::numeric_column("feats")}, .optimizer = "SGD", .config = config});
+    rate = time_estimator(
+        regressor,
+        [] {
+          return data::Dataset::from_tensors(
+                     est::features_and_labels({{"feats", Tensor::from_vector<float>({1.f})}},
+                                              Tensor::from_vector<float>({1.f})))
+              .repeat(100000)
+              .batch(10);
+        },
+        steps);
   } else {
     per_replica_batch = 64;
     const auto [x, y] = fashion_mnist();
@@ -96,9 +102,14 @@ int main(int argc, char** argv) {
                                      .feature_columns = {fc::numeric_column("x", {.shape = {784}})},
                                      .n_classes = 10,
                                      .config = config});
-      rate = time_estimator(classifier, [x = x, y = y] {
-        return data::Dataset::from_tensor_slices({x, y}, {"x", est::kLabels}).repeat().batch(64);
-      }, steps);
+      rate = time_estimator(
+          classifier,
+          [x = x, y = y] {
+            return data::Dataset::from_tensor_slices({x, y}, {"x", est::kLabels})
+                .repeat()
+                .batch(64);
+          },
+          steps);
     } else {  // fit-dnn: Model::fit, the same network, optimizer and global batches
       Model m;
       std::optional<distribute::Strategy> s = strategy_for(replicas);
@@ -115,8 +126,7 @@ int main(int argc, char** argv) {
       m.fit(ds, {.epochs = 1, .verbose = 0, .steps_per_epoch = 20});
       const auto t0 = Clock::now();
       m.fit(ds, {.epochs = 1, .verbose = 0, .steps_per_epoch = steps});
-      rate = static_cast<double>(steps) /
-             std::chrono::duration<double>(Clock::now() - t0).count();
+      rate = static_cast<double>(steps) / std::chrono::duration<double>(Clock::now() - t0).count();
     }
   }
   std::printf("%s replicas=%d steps/s=%.1f examples/s=%.0f\n", model.c_str(), replicas, rate,

@@ -7,9 +7,10 @@
 //   estimator_linear_regressor --compat-v1  # tf.compat.v1.estimator: SUM, what TF 1.13 ran
 //
 // docs/estimator.md shows both dictionaries and where their numbers come from.
+#include <lockstep/lockstep.h>
+
 #include <cstdio>
 #include <cstring>
-#include <lockstep/lockstep.h>
 
 namespace ls = lockstep;
 
@@ -20,7 +21,8 @@ int main(int argc, char** argv) {
   ls::estimator::RunConfig config{.train_distribute = strategy, .eval_distribute = strategy};
   ls::estimator::LinearRegressorOptions options{
       .feature_columns = {ls::feature_column::numeric_column("feats")},
-      .optimizer = "SGD", .config = config};
+      .optimizer = "SGD",
+      .config = config};
   ls::estimator::LinearRegressor regressor =
       compat_v1 ? ls::compat::v1::estimator::LinearRegressor(options)
                 : ls::estimator::LinearRegressor(options);

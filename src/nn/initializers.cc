@@ -150,7 +150,8 @@ Initializer get(std::string_view name) {
   detail::throw_error<ValueError>(
       "unknown initializer '", name,
       "'; valid names: glorot_uniform, glorot_normal, he_normal, he_uniform, lecun_normal, "
-      "random_normal, random_uniform, truncated_normal, zeros, ones (use initializers::Constant(v) for a constant)");
+      "random_normal, random_uniform, truncated_normal, zeros, ones (use initializers::Constant(v) "
+      "for a constant)");
 }
 
 }  // namespace initializers

@@ -180,9 +180,7 @@ TEST(Schedules, KerasFormulas) {
   EXPECT_NEAR(x.value().item<float>(), -1.1, 1e-6);
 }
 
-TEST(Optimizers, AnUnknownNameIsAValueError) {
-  EXPECT_THROW(optimizers::get("adamm"), ValueError);
-}
+TEST(Optimizers, AnUnknownNameIsAValueError) { EXPECT_THROW(optimizers::get("adamm"), ValueError); }
 
 // TensorFlow's ApplyFtrlV2 kernel (training_ops.cc, multiply_linear_by_lr
 // false) in float64, one element: the oracle for Ftrl.
@@ -196,9 +194,7 @@ void ftrl_v2_reference(FtrlState& s, double grad, double lr, double l1, double l
   s.linear += grad_with_shrinkage -
               (std::pow(new_accum, -lr_power) - std::pow(s.accum, -lr_power)) / lr * s.var;
   const double quadratic = std::pow(new_accum, -lr_power) / lr + 2 * l2;
-  s.var = std::abs(s.linear) > l1
-              ? (l1 * (s.linear > 0 ? 1.0 : -1.0) - s.linear) / quadratic
-              : 0.0;
+  s.var = std::abs(s.linear) > l1 ? (l1 * (s.linear > 0 ? 1.0 : -1.0) - s.linear) / quadratic : 0.0;
   s.accum = new_accum;
 }
 
@@ -219,8 +215,8 @@ TEST(Optimizers, FtrlFollowsTensorFlowsApplyFtrlV2For50Steps) {
   ASSERT_EQ(grads.size(), 50u);
   for (const auto& s : fx["settings"]) {
     const std::string name = s["name"];
-    const double lr = s["lr"], power = s["lr_power"], init = s["init"], l1 = s["l1"],
-                 l2 = s["l2"], shrinkage = s["shrinkage"], beta = s["beta"];
+    const double lr = s["lr"], power = s["lr_power"], init = s["init"], l1 = s["l1"], l2 = s["l2"],
+                 shrinkage = s["shrinkage"], beta = s["beta"];
     // The oracle against TensorFlow's own numbers.
     std::vector<FtrlState> ref;
     for (double v : var0) ref.push_back({v, init, 0.0});
@@ -249,8 +245,7 @@ TEST(Optimizers, FtrlFollowsTensorFlowsApplyFtrlV2For50Steps) {
       ftrl.apply_gradients({vec(std::vector<float>(grads[t].begin(), grads[t].end()))}, {x});
       const auto got = x.value().to_vector<float>();
       for (std::size_t i = 0; i < got.size(); ++i) {
-        ftrl_v2_reference(step_ref[i], grads[t][i], lr, l1, l2 + beta / (2 * lr), shrinkage,
-                          power);
+        ftrl_v2_reference(step_ref[i], grads[t][i], lr, l1, l2 + beta / (2 * lr), shrinkage, power);
         ASSERT_NEAR(got[i], step_ref[i].var, 2e-6 * std::max(1.0, std::abs(step_ref[i].var)))
             << name << ", step " << t + 1 << ", element " << i;
       }

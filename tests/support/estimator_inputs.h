@@ -17,10 +17,10 @@ inline data::Dataset regression_examples() {
     k.push_back(i % 4);
     y.push_back(3 * x.back() - 1 + static_cast<float>(k.back()) / 2);
   }
-  return data::Dataset::from_tensor_slices({Tensor::from_vector<float>(x, {40, 1}),
-                                            Tensor::from_vector<std::int64_t>(k, {40, 1}),
-                                            Tensor::from_vector<float>(y, {40, 1})},
-                                           {"x", "k", estimator::kLabels});
+  return data::Dataset::from_tensor_slices(
+      {Tensor::from_vector<float>(x, {40, 1}), Tensor::from_vector<std::int64_t>(k, {40, 1}),
+       Tensor::from_vector<float>(y, {40, 1})},
+      {"x", "k", estimator::kLabels});
 }
 
 }  // namespace lockstep::testing_support

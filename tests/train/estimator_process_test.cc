@@ -41,18 +41,18 @@ TEST_F(EstimatorProcessTest, OneDeviceTwoReplicasAndTwoWorkersTrainTheSameWeight
       return more;
     };
     const Trained one = run_to_end(args(reduction + "-one", {"--batch", "20"}), reduction + "-one");
-    const Trained mirrored = run_to_end(
-        args(reduction + "-mirrored", {"--strategy", "mirrored", "--batch", "10"}),
-        reduction + "-mirrored");
+    const Trained mirrored =
+        run_to_end(args(reduction + "-mirrored", {"--strategy", "mirrored", "--batch", "10"}),
+                   reduction + "-mirrored");
     // Two workers: one model_dir (the chief writes it), each worker's input
     // its shard of the examples.
-    auto ws = start_workers(2,
-                            {"--strategy", "multi-worker", "--batch", "10", "--shard", "1",
-                             "--max-steps", "40", "--reduction", reduction, "--model-dir",
-                             path(reduction + "-workers-dir")},
-                            reduction + "-workers",
-                            {{0, {"--out", path(reduction + "-workers-0.bin")}},
-                             {1, {"--out", path(reduction + "-workers-1.bin")}}});
+    auto ws = start_workers(
+        2,
+        {"--strategy", "multi-worker", "--batch", "10", "--shard", "1", "--max-steps", "40",
+         "--reduction", reduction, "--model-dir", path(reduction + "-workers-dir")},
+        reduction + "-workers",
+        {{0, {"--out", path(reduction + "-workers-0.bin")}},
+         {1, {"--out", path(reduction + "-workers-1.bin")}}});
     for (auto& p : ws) ASSERT_EQ(wait_exit(p), 0) << slurp(p.log);
     const Trained workers = read_weights(path(reduction + "-workers-0.bin"));
     ASSERT_EQ(one.weights.size(), 4u);

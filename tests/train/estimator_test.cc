@@ -10,9 +10,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-#include <nlohmann/json.hpp>
 
 #include "lockstep/lockstep.h"
 #include "support/errors.h"
@@ -79,12 +79,12 @@ std::map<std::string, fc::FeatureColumn> fixture_columns() {
   auto price = fc::numeric_column("price");
   std::map<std::string, fc::FeatureColumn> c = {
       {"numeric", fc::numeric_column("pair", {.shape = {2}})},
-      {"numeric_normalized",
-       fc::numeric_column("price", {.normalizer_fn =
-                                        [](const Tensor& x) {
-                                          return div(sub(x, Tensor::scalar(1.0f)),
-                                                     Tensor::scalar(2.0f));
-                                        }})},
+      {"numeric_normalized", fc::numeric_column("price", {.normalizer_fn =
+                                                              [](const Tensor& x) {
+                                                                return div(
+                                                                    sub(x, Tensor::scalar(1.0f)),
+                                                                    Tensor::scalar(2.0f));
+                                                              }})},
       {"bucketized", fc::bucketized_column(price, {0.0f, 2.0f, 6.0f})},
       {"bucketized_pair",
        fc::bucketized_column(fc::numeric_column("pair", {.shape = {2}}), {1.0f, 5.0f})},
@@ -92,9 +92,9 @@ std::map<std::string, fc::FeatureColumn> fixture_columns() {
       {"identity_multi", fc::indicator_column(fc::categorical_column_with_identity("ids", 4))},
       {"vocab", fc::indicator_column(fc::categorical_column_with_vocabulary_list(
                     "word", std::vector<std::string>{"kiwi", "apple", "fig"}))},
-      {"vocab_oov", fc::indicator_column(fc::categorical_column_with_vocabulary_list(
-                        "word", std::vector<std::string>{"kiwi", "apple"},
-                        {.num_oov_buckets = 3}))},
+      {"vocab_oov",
+       fc::indicator_column(fc::categorical_column_with_vocabulary_list(
+           "word", std::vector<std::string>{"kiwi", "apple"}, {.num_oov_buckets = 3}))},
       {"vocab_int", fc::indicator_column(fc::categorical_column_with_vocabulary_list(
                         "year", std::vector<std::int64_t>{2024, 1999}))},
       {"hash", fc::indicator_column(fc::categorical_column_with_hash_bucket("words", 10))},
@@ -102,10 +102,9 @@ std::map<std::string, fc::FeatureColumn> fixture_columns() {
                        fc::categorical_column_with_hash_bucket("year", 7, fc::KeyType::kInteger))},
       {"cross_raw", fc::indicator_column(fc::crossed_column({"word", "year"}, 13))},
       {"cross_columns",
-       fc::indicator_column(fc::crossed_column(
-           {fc::bucketized_column(price, {0.0f, 2.0f, 6.0f}),
-            fc::categorical_column_with_identity("ids", 4)},
-           17))},
+       fc::indicator_column(fc::crossed_column({fc::bucketized_column(price, {0.0f, 2.0f, 6.0f}),
+                                                fc::categorical_column_with_identity("ids", 4)},
+                                               17))},
       {"cross_mixed", fc::indicator_column(fc::crossed_column(
                           {"words", fc::categorical_column_with_identity("id", 4)}, 11, 42))},
   };
@@ -146,10 +145,9 @@ TEST(FeatureColumns, EachTransformsABatchAsTensorFlowDoes) {
 // DenseFeatures orders columns by name; LinearModel weighs each column with
 // its own zero-initialised weights named as TensorFlow's.
 TEST(FeatureColumns, DenseFeaturesSortsByNameAndLinearModelNamesItsWeights) {
-  const est::Features features = {
-      {"b", Tensor::from_vector<float>({1, 2}, {2, 1})},
-      {"a", Tensor::from_vector<float>({10, 20}, {2, 1})},
-      {"k", Tensor::from_vector<std::int64_t>({0, 2}, {2, 1})}};
+  const est::Features features = {{"b", Tensor::from_vector<float>({1, 2}, {2, 1})},
+                                  {"a", Tensor::from_vector<float>({10, 20}, {2, 1})},
+                                  {"k", Tensor::from_vector<std::int64_t>({0, 2}, {2, 1})}};
   fc::DenseFeatures layer({fc::numeric_column("b"), fc::numeric_column("a")});
   EXPECT_EQ(layer(features).to_vector<float>(), (std::vector<float>{10, 1, 20, 2}));
   fc::LinearModel linear({fc::numeric_column("a"), fc::categorical_column_with_identity("k", 3)},
@@ -167,8 +165,8 @@ TEST(FeatureColumns, BadColumnsAndInputsAreNamed) {
   const std::string missing =
       message_of([&] { fc::DenseFeatures({fc::numeric_column("feats")})(features); });
   EXPECT_NE(missing.find("no key 'feats' (they have 'x')"), std::string::npos) << missing;
-  const std::string categorical = message_of(
-      [] { fc::DenseFeatures({fc::categorical_column_with_identity("x", 3)}); });
+  const std::string categorical =
+      message_of([] { fc::DenseFeatures({fc::categorical_column_with_identity("x", 3)}); });
   EXPECT_NE(categorical.find("'x' is categorical"), std::string::npos) << categorical;
   const std::string out_of_range = message_of([] {
     fc::DenseFeatures({fc::indicator_column(fc::categorical_column_with_identity("k", 3))})(
@@ -221,9 +219,8 @@ void expect_closed_form(bool compat_v1, int replicas) {
   TempDir dir("lockstep_estimator_closed_form");
   est::RunConfig config{.model_dir = dir.path.string()};
   if (replicas == 2) config.train_distribute = config.eval_distribute = two_replicas();
-  est::LinearRegressorOptions options{.feature_columns = {fc::numeric_column("feats")},
-                                      .optimizer = "SGD",
-                                      .config = config};
+  est::LinearRegressorOptions options{
+      .feature_columns = {fc::numeric_column("feats")}, .optimizer = "SGD", .config = config};
   std::unique_ptr<est::Estimator> regressor =
       compat_v1 ? std::unique_ptr<est::Estimator>(
                       std::make_unique<compat::v1::estimator::LinearRegressor>(options))
@@ -327,11 +324,10 @@ TEST(Estimator, TwoReplicasTrainTheWeightsOfOneDevice) {
 TEST(Estimator, WeightColumnAndLabelDimensionFollowTensorFlowsDefinitions) {
   TempDir dir("lockstep_estimator_weights");
   auto input = [] {
-    return data::Dataset::from_tensor_slices(
-               {Tensor::from_vector<float>({1, 1, 1, 1}, {4, 1}),
-                Tensor::from_vector<float>({1, 0, 1, 0}, {4}),
-                Tensor::from_vector<float>({1, 2, 3, 4}, {4, 1})},
-               {"x", "w", est::kLabels})
+    return data::Dataset::from_tensor_slices({Tensor::from_vector<float>({1, 1, 1, 1}, {4, 1}),
+                                              Tensor::from_vector<float>({1, 0, 1, 0}, {4}),
+                                              Tensor::from_vector<float>({1, 2, 3, 4}, {4, 1})},
+                                             {"x", "w", est::kLabels})
         .batch(4);
   };
   est::LinearRegressor weighted({.feature_columns = {fc::numeric_column("x")},
@@ -345,11 +341,10 @@ TEST(Estimator, WeightColumnAndLabelDimensionFollowTensorFlowsDefinitions) {
 
   TempDir dir2("lockstep_estimator_label_dimension");
   auto two = [] {
-    return data::Dataset::from_tensor_slices({Tensor::from_vector<float>({1, 2, 3, 4}, {4, 1}),
-                                              Tensor::from_vector<float>({1, -1, 2, -2, 3, -3,
-                                                                          4, -4},
-                                                                         {4, 2})},
-                                             {"x", est::kLabels})
+    return data::Dataset::from_tensor_slices(
+               {Tensor::from_vector<float>({1, 2, 3, 4}, {4, 1}),
+                Tensor::from_vector<float>({1, -1, 2, -2, 3, -3, 4, -4}, {4, 2})},
+               {"x", est::kLabels})
         .repeat()
         .batch(4);
   };
@@ -442,8 +437,8 @@ TEST(Estimator, DnnClassifierLearnsAndReportsTensorFlowsKeys) {
     EXPECT_TRUE(p.contains(key)) << key;
   EXPECT_EQ(p.at("probabilities").shape(), Shape({2}));
   const auto names = classifier.get_variable_names();
-  for (const char* name : {"dnn/hiddenlayer_0/kernel", "dnn/hiddenlayer_0/bias", "dnn/logits/kernel",
-                           "dnn/logits/bias", "global_step"})
+  for (const char* name : {"dnn/hiddenlayer_0/kernel", "dnn/hiddenlayer_0/bias",
+                           "dnn/logits/kernel", "dnn/logits/bias", "global_step"})
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
 }
 
@@ -455,8 +450,7 @@ TEST(Estimator, MultiClassLinearClassifierReportsAccuracyAndLosses) {
        .config = {.model_dir = dir.path.string()}});
   classifier.train([] { return classification_input(4, 16); }, {.steps = 100});
   const est::EvalResults r = classifier.evaluate([] { return classification_input(4, 16, 1); });
-  EXPECT_EQ(keys_of(r),
-            (std::set<std::string>{"accuracy", "average_loss", "global_step", "loss"}));
+  EXPECT_EQ(keys_of(r), (std::set<std::string>{"accuracy", "average_loss", "global_step", "loss"}));
   EXPECT_GT(r.at("accuracy"), 0.95);
 }
 
@@ -485,11 +479,12 @@ TEST(Estimator, ANewEstimatorResumesFromModelDirByGlobalStep) {
   // Checkpoints at 4, 6 (the first train's end), 8, 12: the newest 2 kept.
   std::vector<std::string> kept;
   for (const auto& entry : fs::directory_iterator(b.path)) {
-    if (entry.path().extension() == ".safetensors") kept.push_back(entry.path().filename().string());
+    if (entry.path().extension() == ".safetensors")
+      kept.push_back(entry.path().filename().string());
   }
   std::sort(kept.begin(), kept.end());
-  EXPECT_EQ(kept, (std::vector<std::string>{"model.ckpt-12.safetensors",
-                                            "model.ckpt-8.safetensors"}));
+  EXPECT_EQ(kept,
+            (std::vector<std::string>{"model.ckpt-12.safetensors", "model.ckpt-8.safetensors"}));
   // Training past max_steps again does nothing.
   resumed.train(input, {.max_steps = 12});
   EXPECT_EQ(resumed.get_variable_value("global_step").item<std::int64_t>(), 12);
@@ -505,8 +500,8 @@ TEST(Estimator, AHookStopsTrainingAtItsStep) {
     std::int64_t ended_at = -1;
   };
   TempDir dir("lockstep_estimator_stop");
-  est::LinearRegressor r({.feature_columns = {fc::numeric_column("x")},
-                          .config = {.model_dir = dir.path.string()}});
+  est::LinearRegressor r(
+      {.feature_columns = {fc::numeric_column("x")}, .config = {.model_dir = dir.path.string()}});
   auto hook = std::make_shared<StopAt3>();
   r.train([] { return regression_input(20); }, {.steps = 100, .hooks = {hook}});
   EXPECT_EQ(hook->ended_at, 3);
@@ -540,10 +535,9 @@ TEST(Estimator, CustomModelFnTrainsPredictsAndMustReuseItsVariables) {
   // time since the last and the steps per second.
   const std::string lines = log.str();
   for (const char* line : {"INFO:lockstep:loss = ", ", step = 0\n", ", step = 20 (",
-                           "global_step/sec: ", ", step = 40 (",
-                           "Saving checkpoints for 50 into ", "Loss for final step: "})
-    EXPECT_NE(lines.find(line), std::string::npos)
-        << line << " in\n" << lines;
+                           "global_step/sec: ", ", step = 40 (", "Saving checkpoints for 50 into ",
+                           "Loss for final step: "})
+    EXPECT_NE(lines.find(line), std::string::npos) << line << " in\n" << lines;
   const auto r = e.evaluate([] { return regression_input(20).take(2); });
   EXPECT_EQ(keys_of(r), (std::set<std::string>{"global_step", "loss"}));
   const auto p = e.predict([] { return regression_input(20).take(1); });
@@ -555,9 +549,8 @@ TEST(Estimator, CustomModelFnTrainsPredictsAndMustReuseItsVariables) {
                     const est::Params&, const est::RunConfig&) {
     static Optimizer opt = optimizers::SGD();
     Tensor y = layers::Dense(1, {.name = "made_each_call"})(f.at("x"));
-    return est::EstimatorSpec{.mode = mode,
-                              .loss = mean(square(sub(y, labels))),
-                              .train_op = {.optimizer = opt}};
+    return est::EstimatorSpec{
+        .mode = mode, .loss = mean(square(sub(y, labels))), .train_op = {.optimizer = opt}};
   };
   est::Estimator bad(remakes, {.model_dir = dir2.path.string()});
   const std::string m =
@@ -580,8 +573,7 @@ TEST(Estimator, BadInputIsAClearErrorNamingTheKeyOrFile) {
   };
   auto input = [] { return regression_input(10); };
   // A feature missing from the features.
-  const std::string missing =
-      message_of([&] { regressor("feats").train(input, {.steps = 1}); });
+  const std::string missing = message_of([&] { regressor("feats").train(input, {.steps = 1}); });
   EXPECT_NE(missing.find("no key 'feats' (they have 'k', 'x')"), std::string::npos) << missing;
   // Labels of the wrong shape.
   const std::string shape = message_of([&] {
@@ -617,14 +609,16 @@ TEST(Estimator, BadInputIsAClearErrorNamingTheKeyOrFile) {
   // Unnamed input, steps and max_steps together, a RunConfig that saves both ways.
   const std::string unnamed = message_of([&] {
     regressor("x").train(
-        [] { return data::Dataset::from_tensor_slices({Tensor::zeros({4, 1}), Tensor::zeros({4})}); },
+        [] {
+          return data::Dataset::from_tensor_slices({Tensor::zeros({4, 1}), Tensor::zeros({4})});
+        },
         {.steps = 1});
   });
   EXPECT_NE(unnamed.find("unnamed components"), std::string::npos) << unnamed;
   EXPECT_THROW(regressor("x").train(input, {.steps = 1, .max_steps = 3}), ValueError);
-  EXPECT_THROW(est::LinearRegressor({.feature_columns = {fc::numeric_column("x")},
-                                     .config = {.save_checkpoints_steps = 10,
-                                                .save_checkpoints_secs = 5.0}}),
+  EXPECT_THROW(est::LinearRegressor(
+                   {.feature_columns = {fc::numeric_column("x")},
+                    .config = {.save_checkpoints_steps = 10, .save_checkpoints_secs = 5.0}}),
                ValueError);
 }
 

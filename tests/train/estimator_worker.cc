@@ -59,8 +59,8 @@ int run(const Args& a) {
                           fc::bucketized_column(fc::numeric_column("x"), {-0.5f, 0.0f, 0.5f}),
                           fc::categorical_column_with_identity("k", 4)},
       .config = config,
-      .loss_reduction = a.reduction == "sum" ? est::LossReduction::kSum
-                                             : est::LossReduction::kSumOverBatchSize};
+      .loss_reduction =
+          a.reduction == "sum" ? est::LossReduction::kSum : est::LossReduction::kSumOverBatchSize};
   est::LinearRegressor regressor(options);
   const std::int64_t batch = a.batch;
   const bool shard = a.shard;
@@ -93,15 +93,24 @@ int main(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--model-dir") a.model_dir = v;
-    else if (k == "--out") a.out = v;
-    else if (k == "--strategy") a.strategy = v;
-    else if (k == "--reduction") a.reduction = v;
-    else if (k == "--batch") a.batch = std::stoll(v);
-    else if (k == "--max-steps") a.max_steps = std::stoll(v);
-    else if (k == "--save-steps") a.save_steps = std::stoll(v);
-    else if (k == "--step-delay-ms") a.step_delay_ms = std::stol(v);
-    else if (k == "--shard") a.shard = v == "1";
+    if (k == "--model-dir")
+      a.model_dir = v;
+    else if (k == "--out")
+      a.out = v;
+    else if (k == "--strategy")
+      a.strategy = v;
+    else if (k == "--reduction")
+      a.reduction = v;
+    else if (k == "--batch")
+      a.batch = std::stoll(v);
+    else if (k == "--max-steps")
+      a.max_steps = std::stoll(v);
+    else if (k == "--save-steps")
+      a.save_steps = std::stoll(v);
+    else if (k == "--step-delay-ms")
+      a.step_delay_ms = std::stol(v);
+    else if (k == "--shard")
+      a.shard = v == "1";
     else {
       std::fprintf(stderr, "estimator_worker: unknown flag %s\n", k.c_str());
       return 2;

@@ -26,8 +26,7 @@ struct LinearState {
 ModelFn linear_model_fn(std::shared_ptr<LinearState> s) {
   return [s](const Features& features, const Tensor& labels, ModeKeys mode, const Params&,
              const RunConfig&) {
-    return s->head->create_estimator_spec(features, mode, s->model(features), labels,
-                                          s->optimizer);
+    return s->head->create_estimator_spec(features, mode, s->model(features), labels, s->optimizer);
   };
 }
 
@@ -35,8 +34,9 @@ ModelFn linear_model_fn(std::shared_ptr<LinearState> s) {
 Optimizer linear_optimizer(const OptimizerArg& arg, std::size_t columns) {
   if (!arg.empty()) return get_optimizer_instance(arg, kLinearLearningRate);
   return optimizers::Ftrl(
-      {.learning_rate = std::min(kLinearLearningRate,
-                                 1.0 / std::sqrt(static_cast<double>(std::max<std::size_t>(columns, 1))))});
+      {.learning_rate =
+           std::min(kLinearLearningRate,
+                    1.0 / std::sqrt(static_cast<double>(std::max<std::size_t>(columns, 1))))});
 }
 
 std::shared_ptr<LinearState> linear_state(const std::string& owner,
@@ -47,9 +47,9 @@ std::shared_ptr<LinearState> linear_state(const std::string& owner,
   LOCKSTEP_CHECK(!columns.empty(), owner, ": feature_columns must not be empty");
   const std::size_t n = columns.size();
   return std::make_shared<LinearState>(LinearState{
-      feature_column::LinearModel(std::move(columns), {.units = units,
-                                                       .sparse_combiner = sparse_combiner,
-                                                       .name = "linear/linear_model"}),
+      feature_column::LinearModel(
+          std::move(columns),
+          {.units = units, .sparse_combiner = sparse_combiner, .name = "linear/linear_model"}),
       std::move(head), linear_optimizer(optimizer, n)});
 }
 
@@ -71,21 +71,27 @@ std::shared_ptr<DnnState> dnn_state(const std::string& owner,
   LOCKSTEP_CHECK(!hidden_units.empty(), owner, ": hidden_units must not be empty");
   LOCKSTEP_CHECK(!dropout || (*dropout >= 0 && *dropout < 1), owner,
                  ": dropout must be in [0, 1), got ", dropout.value_or(0));
-  auto s = std::make_shared<DnnState>(DnnState{
-      feature_column::DenseFeatures(std::move(columns),
-                                    {.name = "dnn/input_from_feature_columns/input_layer"}),
-      {}, {}, Layer(), nullptr, Optimizer()});
+  auto s = std::make_shared<DnnState>(
+      DnnState{feature_column::DenseFeatures(
+                   std::move(columns), {.name = "dnn/input_from_feature_columns/input_layer"}),
+               {},
+               {},
+               Layer(),
+               nullptr,
+               Optimizer()});
   for (std::size_t i = 0; i < hidden_units.size(); ++i) {
     LOCKSTEP_CHECK(hidden_units[i] >= 1, owner, ": hidden_units[", i, "] must be >= 1, got ",
                    hidden_units[i]);
-    s->hidden.push_back(layers::Dense(
-        hidden_units[i], {.activation = activation, .name = "dnn/hiddenlayer_" + std::to_string(i)}));
+    s->hidden.push_back(
+        layers::Dense(hidden_units[i],
+                      {.activation = activation, .name = "dnn/hiddenlayer_" + std::to_string(i)}));
     if (dropout) s->dropouts.push_back(layers::Dropout(*dropout));
   }
   s->logits = layers::Dense(head->logits_dimension(), {.name = "dnn/logits"});
   s->head = std::move(head);
-  s->optimizer = optimizer.empty() ? Optimizer(optimizers::Adagrad({.learning_rate = kDnnLearningRate}))
-                                   : get_optimizer_instance(optimizer, kDnnLearningRate);
+  s->optimizer = optimizer.empty()
+                     ? Optimizer(optimizers::Adagrad({.learning_rate = kDnnLearningRate}))
+                     : get_optimizer_instance(optimizer, kDnnLearningRate);
   return s;
 }
 
@@ -116,9 +122,10 @@ Optimizer get_optimizer_instance(const OptimizerArg& optimizer, double learning_
   if (name == "Ftrl") return optimizers::Ftrl({.learning_rate = learning_rate});
   if (name == "RMSProp") return optimizers::RMSprop({.learning_rate = learning_rate});
   if (name == "SGD") return optimizers::SGD({.learning_rate = learning_rate});
-  lockstep::detail::throw_error<ValueError>("Unsupported optimizer name: '", name,
-                                  "'. Supported names are: ('Adagrad', 'Adam', 'Ftrl', 'RMSProp', "
-                                  "'SGD'), or pass an optimizer (ls::optimizers::Adam(...))");
+  lockstep::detail::throw_error<ValueError>(
+      "Unsupported optimizer name: '", name,
+      "'. Supported names are: ('Adagrad', 'Adam', 'Ftrl', 'RMSProp', "
+      "'SGD'), or pass an optimizer (ls::optimizers::Adam(...))");
 }
 
 LinearRegressor::LinearRegressor(LinearRegressorOptions o)

@@ -68,7 +68,8 @@ struct Estimator::Impl {
     if (!config.eval_distribute) return Strategy();
     LOCKSTEP_CHECK(*config.eval_distribute == strategy, "Estimator: eval_distribute (",
                    config.eval_distribute->name(), ") is not the strategy the model trains under (",
-                   strategy.name(), "); Lockstep evaluates under the training strategy or none. "
+                   strategy.name(),
+                   "); Lockstep evaluates under the training strategy or none. "
                    "Hint: set eval_distribute to train_distribute, or leave it unset");
     return strategy;
   }
@@ -154,10 +155,12 @@ void Estimator::Impl::check_spec(const EstimatorSpec& spec, ModeKeys mode) const
                    "Estimator: model_fn returned no predictions in PREDICT mode");
     return;
   }
-  LOCKSTEP_CHECK(spec.loss.defined(), "Estimator: model_fn returned no loss in ",
-                 mode_name(mode), " mode");
-  LOCKSTEP_CHECK_AS(ShapeError, spec.loss.numel() == 1, "Estimator: model_fn's loss must be a "
-                    "scalar, got shape ", spec.loss.shape());
+  LOCKSTEP_CHECK(spec.loss.defined(), "Estimator: model_fn returned no loss in ", mode_name(mode),
+                 " mode");
+  LOCKSTEP_CHECK_AS(ShapeError, spec.loss.numel() == 1,
+                    "Estimator: model_fn's loss must be a "
+                    "scalar, got shape ",
+                    spec.loss.shape());
   if (mode == ModeKeys::kTrain) {
     LOCKSTEP_CHECK(spec.train_op.optimizer.defined(),
                    "Estimator: model_fn returned no train_op in TRAIN mode. Hint: "
@@ -194,7 +197,8 @@ EstimatorSpec Estimator::Impl::build(const Features& features, const Tensor& lab
   std::set<std::string> names;
   for (const Variable& v : made) {
     LOCKSTEP_CHECK(names.insert(v.name()).second, "Estimator: model_fn made two variables named '",
-                   v.name(), "'; checkpoints keep variables by name. Hint: give its layers "
+                   v.name(),
+                   "'; checkpoints keep variables by name. Hint: give its layers "
                    "distinct names");
     state.variables.push_back(v);
     if (v.trainable()) state.trainable.push_back(v);
@@ -209,8 +213,9 @@ void Estimator::Impl::adopt_optimizer(const EstimatorSpec& spec) {
     return;
   }
   LOCKSTEP_CHECK(spec.train_op.optimizer.operator->() == state.optimizer.operator->(),
-                 "Estimator: model_fn returned another optimizer (", spec.train_op.optimizer->name(),
-                 ") than on its first TRAIN call (", state.optimizer->name(),
+                 "Estimator: model_fn returned another optimizer (",
+                 spec.train_op.optimizer->name(), ") than on its first TRAIN call (",
+                 state.optimizer->name(),
                  "); an optimizer keeps its slots across steps. Hint: make it once, outside "
                  "model_fn");
 }
@@ -257,10 +262,10 @@ Estimator::Estimator(ModelFn model_fn, EstimatorOptions options) : impl_(std::ma
                  c.keep_checkpoint_max);
   LOCKSTEP_CHECK(c.log_step_count_steps >= 0, "RunConfig: log_step_count_steps must be >= 0, got ",
                  c.log_step_count_steps);
-  LOCKSTEP_CHECK(options.model_dir.empty() || c.model_dir.empty() ||
-                     options.model_dir == c.model_dir,
-                 "Estimator: model_dir '", options.model_dir, "' and config.model_dir '",
-                 c.model_dir, "' differ; set one");
+  LOCKSTEP_CHECK(
+      options.model_dir.empty() || c.model_dir.empty() || options.model_dir == c.model_dir,
+      "Estimator: model_dir '", options.model_dir, "' and config.model_dir '", c.model_dir,
+      "' differ; set one");
   m.model_dir = !options.model_dir.empty() ? options.model_dir : c.model_dir;
   m.strategy = m.model_strategy();
   LOCKSTEP_CHECK(!m.model_dir.empty() || m.strategy.num_workers() == 1,
@@ -277,15 +282,16 @@ Estimator::Estimator(ModelFn model_fn, EstimatorOptions options) : impl_(std::ma
   } else {
     std::error_code ec;
     fs::create_directories(m.model_dir, ec);
-    LOCKSTEP_CHECK_AS(IOError, !ec, m.model_dir, ": cannot create the model directory: ",
-                      ec.message());
+    LOCKSTEP_CHECK_AS(IOError, !ec, m.model_dir,
+                      ": cannot create the model directory: ", ec.message());
   }
   m.config.model_dir = m.model_dir;
 }
 
 Estimator& Estimator::train(const InputFn& input_fn, TrainOptions o) {
   Impl& m = *impl_;
-  LOCKSTEP_CHECK(!(o.steps && o.max_steps), "Estimator.train: can not provide both steps and "
+  LOCKSTEP_CHECK(!(o.steps && o.max_steps),
+                 "Estimator.train: can not provide both steps and "
                  "max_steps");
   LOCKSTEP_CHECK(!o.steps || *o.steps > 0, "Estimator.train: steps must be > 0, got ",
                  o.steps.value_or(0));
@@ -308,13 +314,12 @@ Estimator& Estimator::train(const InputFn& input_fn, TrainOptions o) {
     m.info("Skipping training since max_steps has already saved.");
     return *this;
   }
-  const std::int64_t last = o.steps        ? m.global_step + *o.steps
-                            : o.max_steps  ? *o.max_steps
-                                           : std::numeric_limits<std::int64_t>::max();
+  const std::int64_t last = o.steps       ? m.global_step + *o.steps
+                            : o.max_steps ? *o.max_steps
+                                          : std::numeric_limits<std::int64_t>::max();
   for (auto& hook : o.hooks) hook->begin();
   const RunConfig& c = m.config;
-  const double save_secs =
-      c.save_checkpoints_secs.value_or(c.save_checkpoints_steps ? 0.0 : 600.0);
+  const double save_secs = c.save_checkpoints_secs.value_or(c.save_checkpoints_steps ? 0.0 : 600.0);
   Timer since_save, since_log;
   std::int64_t saved_step = -1, logged_step = m.global_step;
   double loss = 0;
@@ -473,7 +478,8 @@ EvalResults Estimator::evaluate(const InputFn& input_fn, EvaluateOptions o) {
         spec = m.call(features, labels, ModeKeys::kEval);
       }
       auto& metrics = replica_metrics[r];
-      LOCKSTEP_CHECK(!spec.eval_metric_ops.contains("loss"), "Estimator: a metric named 'loss' "
+      LOCKSTEP_CHECK(!spec.eval_metric_ops.contains("loss"),
+                     "Estimator: a metric named 'loss' "
                      "is not allowed; Estimator defines it (the mean of the batches' losses)");
       for (const auto& [name, op] : spec.eval_metric_ops) {
         LOCKSTEP_CHECK(op.metric.defined(), "Estimator: eval_metric_ops['", name,
@@ -560,9 +566,13 @@ std::vector<Predictions> Estimator::predict(const InputFn& input_fn, PredictOpti
     }
     const std::int64_t rows = spec.predictions.begin()->second.dim(0);
     for (const auto& [name, t] : spec.predictions)
-      LOCKSTEP_CHECK_AS(ShapeError, t.rank() >= 1 && t.dim(0) == rows, "Estimator.predict: "
-                        "prediction '", name, "' has shape ", t.shape(), "; every prediction "
-                        "must have the batch's ", rows, " rows to yield single examples");
+      LOCKSTEP_CHECK_AS(ShapeError, t.rank() >= 1 && t.dim(0) == rows,
+                        "Estimator.predict: "
+                        "prediction '",
+                        name, "' has shape ", t.shape(),
+                        "; every prediction "
+                        "must have the batch's ",
+                        rows, " rows to yield single examples");
     for (std::int64_t i = 0; i < rows; ++i) {
       Predictions one;
       for (const auto& [name, t] : spec.predictions) {
@@ -584,14 +594,15 @@ Tensor Estimator::get_variable_value(const std::string& name) const {
   LOCKSTEP_CHECK(path.has_value(), "Estimator.get_variable_value: model_dir ", impl_->model_dir,
                  " has no checkpoint yet; train the model first");
   const detail::CheckpointValues values = detail::read_checkpoint(*path);
-  if (name == "global_step") return Tensor::from_vector<std::int64_t>({values.global_step}, Shape{});
+  if (name == "global_step")
+    return Tensor::from_vector<std::int64_t>({values.global_step}, Shape{});
   std::string names = "'global_step'";
   for (const auto& [n, t] : values.variables) {
     if (n == name) return t;
     names += ", '" + n + "'";
   }
-  lockstep::detail::throw_error<ValueError>("Estimator.get_variable_value: ", *path, " has no variable '",
-                                  name, "'; it has ", names);
+  lockstep::detail::throw_error<ValueError>("Estimator.get_variable_value: ", *path,
+                                            " has no variable '", name, "'; it has ", names);
 }
 
 std::vector<std::string> Estimator::get_variable_names() const {

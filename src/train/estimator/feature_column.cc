@@ -58,8 +58,8 @@ const Tensor& feature_for(const Features& features, const std::string& key,
   if (it != features.end()) return it->second;
   std::string keys;
   for (const auto& [k, v] : features) keys += (keys.empty() ? "'" : ", '") + k + "'";
-  detail::throw_error<ValueError>("feature column '", column, "': the features have no key '",
-                                  key, "' (they have ", keys.empty() ? "none" : keys,
+  detail::throw_error<ValueError>("feature column '", column, "': the features have no key '", key,
+                                  "' (they have ", keys.empty() ? "none" : keys,
                                   "). Hint: input_fn's dataset must yield it by that name");
 }
 
@@ -91,9 +91,8 @@ std::vector<FeatureColumn> sorted_by_name(std::vector<FeatureColumn> columns,
   std::set<std::string> seen;
   for (const FeatureColumn& c : columns) {
     LOCKSTEP_CHECK(c.defined(), where, ": a feature column is undefined");
-    LOCKSTEP_CHECK(seen.insert(c.name()).second, where,
-                   ": two feature columns are named '", c.name(),
-                   "' (TensorFlow: duplicate feature column name); keep one");
+    LOCKSTEP_CHECK(seen.insert(c.name()).second, where, ": two feature columns are named '",
+                   c.name(), "' (TensorFlow: duplicate feature column name); keep one");
   }
   std::sort(columns.begin(), columns.end(),
             [](const FeatureColumn& a, const FeatureColumn& b) { return a.name() < b.name(); });
@@ -127,8 +126,8 @@ std::vector<std::vector<std::int64_t>> integer_values(const Tensor& t, const std
 // [batch, k, width]).
 std::vector<std::vector<std::string>> string_values(const Tensor& t, const std::string& key,
                                                     const std::string& column) {
-  LOCKSTEP_CHECK(t.dtype() == DType::kUInt8 && (t.rank() == 2 || t.rank() == 3),
-                 "feature column '", column, "': feature '", key,
+  LOCKSTEP_CHECK(t.dtype() == DType::kUInt8 && (t.rank() == 2 || t.rank() == 3), "feature column '",
+                 column, "': feature '", key,
                  "' must hold strings, as uint8 [batch, width] or [batch, k, width] "
                  "(estimator::string_feature), got ",
                  t.dtype(), " ", t.shape());
@@ -237,8 +236,8 @@ class BucketizedImpl : public ColumnImpl {
     const Tensor x = source_->values(features);
     const std::int64_t batch = x.dim(0), n = x.dim(1);
     const float* p = x.data<float>();
-    IdLists out{.batch = batch, .ids = std::vector<std::vector<std::int64_t>>(
-                                    static_cast<std::size_t>(batch))};
+    IdLists out{.batch = batch,
+                .ids = std::vector<std::vector<std::int64_t>>(static_cast<std::size_t>(batch))};
     for (std::int64_t b = 0; b < batch; ++b) {
       for (std::int64_t i = 0; i < n; ++i) {
         const float v = p[b * n + i];
@@ -283,8 +282,8 @@ class IdentityImpl : public ColumnImpl {
       for (std::int64_t v : row) {
         if (v == -1) continue;  // TensorFlow's "no value" for integers
         if (v < 0 || v >= num_buckets_) {
-          LOCKSTEP_CHECK(default_.has_value(), "categorical_column_with_identity '", key_,
-                         "': id ", v, " is not in [0, ", num_buckets_,
+          LOCKSTEP_CHECK(default_.has_value(), "categorical_column_with_identity '", key_, "': id ",
+                         v, " is not in [0, ", num_buckets_,
                          "). Hint: give a default_value for such ids");
           v = *default_;
         }
@@ -390,8 +389,7 @@ class HashBucketImpl : public ColumnImpl {
   bool is_categorical() const override { return true; }
   std::int64_t num_buckets() const override { return size_; }
   IdLists ids(const Features& features) const override {
-    const auto keys =
-        keys_of(feature_for(features, key_, key_), dtype_ == KeyType::kString, key_);
+    const auto keys = keys_of(feature_for(features, key_, key_), dtype_ == KeyType::kString, key_);
     IdLists out{.batch = static_cast<std::int64_t>(keys.size()), .ids = {}};
     for (const auto& row : keys) {
       std::vector<std::int64_t> kept;
@@ -415,8 +413,7 @@ class CrossedImpl : public ColumnImpl {
  public:
   CrossedImpl(std::vector<CrossKey> keys, std::int64_t size, std::uint64_t hash_key)
       : size_(size), hash_key_(hash_key) {
-    LOCKSTEP_CHECK(keys.size() >= 2, "crossed_column: expected at least 2 keys, got ",
-                   keys.size());
+    LOCKSTEP_CHECK(keys.size() >= 2, "crossed_column: expected at least 2 keys, got ", keys.size());
     LOCKSTEP_CHECK(size_ >= 1, "crossed_column: hash_bucket_size must be >= 1, got ", size_);
     // Nested crosses contribute their own keys (TensorFlow's leaf keys).
     for (CrossKey& k : keys) {
@@ -431,7 +428,8 @@ class CrossedImpl : public ColumnImpl {
       leaves_.push_back(std::move(k));
     }
     std::vector<std::string> names;
-    for (const CrossKey& k : leaves_) names.push_back(k.column().defined() ? k.column().name() : k.key());
+    for (const CrossKey& k : leaves_)
+      names.push_back(k.column().defined() ? k.column().name() : k.key());
     std::sort(names.begin(), names.end());
     for (const std::string& n : names) name_ += (name_.empty() ? "" : "_X_") + n;
   }
@@ -471,8 +469,7 @@ class CrossedImpl : public ColumnImpl {
         std::uint64_t hashed = hash_key_;
         for (std::size_t i = 0; i < inputs.size(); ++i)
           hashed = estimator::detail::fingerprint_cat64(hashed, inputs[i][b][at[i]]);
-        out.ids[b].push_back(
-            static_cast<std::int64_t>(hashed % static_cast<std::uint64_t>(size_)));
+        out.ids[b].push_back(static_cast<std::int64_t>(hashed % static_cast<std::uint64_t>(size_)));
         bool done = true;
         for (std::size_t i = inputs.size(); i-- > 0;) {
           if (++at[i] < inputs[i][b].size()) {
@@ -514,8 +511,8 @@ class EmbeddingImpl : public ColumnImpl {
  public:
   EmbeddingImpl(CategoricalColumn c, std::int64_t dimension, EmbeddingColumnOptions o)
       : c_(std::move(c)), dimension_(dimension), o_(std::move(o)) {
-    LOCKSTEP_CHECK(dimension_ >= 1, "embedding_column '", name(),
-                   "': dimension must be >= 1, got ", dimension_);
+    LOCKSTEP_CHECK(dimension_ >= 1, "embedding_column '", name(), "': dimension must be >= 1, got ",
+                   dimension_);
     check_combiner(o_.combiner, "embedding_column '" + name() + "'");
   }
   std::string name() const override { return c_.name() + "_embedding"; }
@@ -525,12 +522,11 @@ class EmbeddingImpl : public ColumnImpl {
   // the table's gradient is what the lookup's would be.
   Tensor dense(const Features& features, ColumnVariables& variables) const override {
     const Initializer init =
-        o_.initializer ? *o_.initializer
-                       : initializers::TruncatedNormal(
-                             0.0f, 1.0f / std::sqrt(static_cast<float>(dimension_)));
-    Variable table =
-        variables.get(name() + "/embedding_weights", {c_.num_buckets(), dimension_}, init,
-                      o_.trainable);
+        o_.initializer
+            ? *o_.initializer
+            : initializers::TruncatedNormal(0.0f, 1.0f / std::sqrt(static_cast<float>(dimension_)));
+    Variable table = variables.get(name() + "/embedding_weights", {c_.num_buckets(), dimension_},
+                                   init, o_.trainable);
     return matmul(combine_ids(c_.impl()->ids(features), c_.num_buckets(), o_.combiner),
                   table.value());
   }
@@ -563,8 +559,7 @@ BucketizedColumn bucketized_column(const NumericColumn& source_column,
   return BucketizedColumn(std::make_shared<BucketizedImpl>(source, std::move(boundaries)));
 }
 
-CategoricalColumn categorical_column_with_identity(const std::string& key,
-                                                   std::int64_t num_buckets,
+CategoricalColumn categorical_column_with_identity(const std::string& key, std::int64_t num_buckets,
                                                    std::optional<std::int64_t> default_value) {
   return CategoricalColumn(std::make_shared<IdentityImpl>(key, num_buckets, default_value));
 }
@@ -572,14 +567,14 @@ CategoricalColumn categorical_column_with_identity(const std::string& key,
 CategoricalColumn categorical_column_with_vocabulary_list(const std::string& key,
                                                           std::vector<std::string> vocabulary_list,
                                                           VocabularyListOptions options) {
-  return CategoricalColumn(
-      std::make_shared<VocabularyImpl>(key, std::move(vocabulary_list), std::vector<std::int64_t>{},
-                                       /*string_keys=*/true, options));
+  return CategoricalColumn(std::make_shared<VocabularyImpl>(key, std::move(vocabulary_list),
+                                                            std::vector<std::int64_t>{},
+                                                            /*string_keys=*/true, options));
 }
 
-CategoricalColumn categorical_column_with_vocabulary_list(
-    const std::string& key, std::vector<std::int64_t> vocabulary_list,
-    VocabularyListOptions options) {
+CategoricalColumn categorical_column_with_vocabulary_list(const std::string& key,
+                                                          std::vector<std::int64_t> vocabulary_list,
+                                                          VocabularyListOptions options) {
   return CategoricalColumn(std::make_shared<VocabularyImpl>(
       key, std::vector<std::string>{}, std::move(vocabulary_list), /*string_keys=*/false, options));
 }
@@ -623,8 +618,11 @@ DenseFeatures::DenseFeatures(std::vector<FeatureColumn> feature_columns,
                              DenseFeaturesOptions options) {
   auto columns = sorted_by_name(std::move(feature_columns), "DenseFeatures");
   for (const FeatureColumn& c : columns)
-    LOCKSTEP_CHECK(c.impl()->is_dense(), "DenseFeatures: items of feature_columns must be dense "
-                   "columns; '", c.name(), "' is categorical. Hint: wrap it in "
+    LOCKSTEP_CHECK(c.impl()->is_dense(),
+                   "DenseFeatures: items of feature_columns must be dense "
+                   "columns; '",
+                   c.name(),
+                   "' is categorical. Hint: wrap it in "
                    "indicator_column or embedding_column");
   state_ = std::make_shared<State>(std::move(columns), options.name);
 }
@@ -672,8 +670,8 @@ Tensor LinearModel::operator()(const Features& features) const {
         impl.is_categorical()
             ? combine_ids(impl.ids(features), impl.num_buckets(), s.options.sparse_combiner)
             : impl.dense(features, s.variables);
-    Variable w = s.variables.get(c.name() + "/weights", {values.dim(1), units},
-                                 initializers::Zeros(), true);
+    Variable w =
+        s.variables.get(c.name() + "/weights", {values.dim(1), units}, initializers::Zeros(), true);
     const Tensor term = matmul(values, w.value());
     logits = logits.defined() ? add(logits, term) : term;
   }

@@ -30,11 +30,12 @@ data::Element features_and_labels(const Features& features, const Tensor& labels
 void split_features_and_labels(const data::Element& element, Features& features, Tensor& labels) {
   features.clear();
   labels = Tensor();
-  LOCKSTEP_CHECK(!element.empty() && element.names().size() == element.size(),
-                 "input_fn: its dataset yields ", element.size(),
-                 " unnamed components; an Estimator's input is a map of named features and "
-                 "the labels. Hint: make elements with estimator::features_and_labels({{\"x\", "
-                 "x}}, y), or name them with from_tensor_slices({x, y}, {\"x\", estimator::kLabels})");
+  LOCKSTEP_CHECK(
+      !element.empty() && element.names().size() == element.size(), "input_fn: its dataset yields ",
+      element.size(),
+      " unnamed components; an Estimator's input is a map of named features and "
+      "the labels. Hint: make elements with estimator::features_and_labels({{\"x\", "
+      "x}}, y), or name them with from_tensor_slices({x, y}, {\"x\", estimator::kLabels})");
   for (std::size_t i = 0; i < element.size(); ++i) {
     if (element.names()[i] == kLabels) {
       labels = element[i];

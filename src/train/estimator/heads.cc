@@ -210,7 +210,8 @@ EstimatorSpec Head::create_estimator_spec(const Features& features, ModeKeys mod
   const Tensor weighted = w.defined() ? mul(loss_values, reshape(w, {batch, 1})) : loss_values;
   Tensor loss = sum(weighted);
   if (loss_reduction_ == LossReduction::kSumOverBatchSize)
-    loss = div(loss, Tensor::scalar(static_cast<float>(std::max<std::int64_t>(loss_values.numel(), 1))));
+    loss = div(loss,
+               Tensor::scalar(static_cast<float>(std::max<std::int64_t>(loss_values.numel(), 1))));
   spec.loss = loss;
   if (mode == ModeKeys::kTrain) {
     const int replicas = distribute::get_replica_context().num_replicas_in_sync();
@@ -234,8 +235,8 @@ std::unique_ptr<Head> regression_head(std::string owner, std::int64_t label_dime
 
 std::unique_ptr<Head> classification_head(std::string owner, std::int64_t n_classes,
                                           std::string weight_column, LossReduction reduction) {
-  return std::make_unique<ClassificationHead>(std::move(owner), n_classes,
-                                              std::move(weight_column), reduction);
+  return std::make_unique<ClassificationHead>(std::move(owner), n_classes, std::move(weight_column),
+                                              reduction);
 }
 
 }  // namespace lockstep::estimator::detail

@@ -20,9 +20,8 @@ class Head {
         loss_reduction_(loss_reduction) {}
   virtual ~Head() = default;
   virtual std::int64_t logits_dimension() const = 0;
-  EstimatorSpec create_estimator_spec(const Features& features, ModeKeys mode,
-                                      const Tensor& logits, const Tensor& labels,
-                                      const Optimizer& optimizer) const;
+  EstimatorSpec create_estimator_spec(const Features& features, ModeKeys mode, const Tensor& logits,
+                                      const Tensor& labels, const Optimizer& optimizer) const;
 
  protected:
   // The labels checked and shaped for the loss ([batch, d] float for

@@ -75,7 +75,8 @@ std::optional<std::string> newest_checkpoint(const std::string& model_dir) {
 std::string save_checkpoint(const std::string& model_dir, const ModelState& state,
                             std::int64_t global_step, int keep_max) {
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const Variable& v : state.variables) tensors.emplace_back(kModel + v.name(), v.replica_value(0));
+  for (const Variable& v : state.variables)
+    tensors.emplace_back(kModel + v.name(), v.replica_value(0));
   std::map<std::string, std::string> meta = {{"format", kFormat},
                                              {"format_version", std::to_string(kFormatVersion)},
                                              {"global_step", std::to_string(global_step)}};
@@ -130,10 +131,10 @@ std::int64_t restore_checkpoint(const std::string& path, const ModelState& state
     auto it = saved.find(v.name());
     LOCKSTEP_CHECK(it != saved.end(), path, ": the model's variable '", v.name(),
                    "' is not in this checkpoint (it holds ", listing(), ")", hint);
-    LOCKSTEP_CHECK_AS(ShapeError, it->second.shape() == v.shape() && it->second.dtype() == v.dtype(),
-                      path, ": variable '", v.name(), "' is ", it->second.dtype(), " ",
-                      it->second.shape(), " in the checkpoint but ", v.dtype(), " ", v.shape(),
-                      " in the model", hint);
+    LOCKSTEP_CHECK_AS(
+        ShapeError, it->second.shape() == v.shape() && it->second.dtype() == v.dtype(), path,
+        ": variable '", v.name(), "' is ", it->second.dtype(), " ", it->second.shape(),
+        " in the checkpoint but ", v.dtype(), " ", v.shape(), " in the model", hint);
   }
   LOCKSTEP_CHECK(saved.size() == state.variables.size(), path, ": the checkpoint holds ",
                  saved.size(), " variables (", listing(), "), the model ", state.variables.size(),

@@ -37,8 +37,8 @@ namespace lockstep::estimator {
 
 // tf.losses.Reduction, for heads.
 enum class LossReduction {
-  kSum,                // the sum over the batch (per replica)
-  kSumOverBatchSize,   // that sum / the number of loss values in the batch
+  kSum,               // the sum over the batch (per replica)
+  kSumOverBatchSize,  // that sum / the number of loss values in the batch
 };
 
 // A canned estimator's optimizer: an Optimizer, or one of Estimator's names
@@ -47,7 +47,7 @@ enum class LossReduction {
 class OptimizerArg {
  public:
   OptimizerArg() = default;
-  OptimizerArg(const char* name) : name_(name) {}           // NOLINT(google-explicit-constructor)
+  OptimizerArg(const char* name) : name_(name) {}             // NOLINT(google-explicit-constructor)
   OptimizerArg(std::string name) : name_(std::move(name)) {}  // NOLINT(google-explicit-constructor)
   OptimizerArg(Optimizer optimizer)                           // NOLINT(google-explicit-constructor)
       : optimizer_(std::move(optimizer)) {}

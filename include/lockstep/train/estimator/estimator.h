@@ -113,9 +113,9 @@ struct EstimatorSpec {
 
 // model_fn(features, labels, mode, params, config); labels are undefined in
 // PREDICT (and when input_fn yields none).
-using ModelFn = std::function<EstimatorSpec(const Features& features, const Tensor& labels,
-                                            ModeKeys mode, const Params& params,
-                                            const RunConfig& config)>;
+using ModelFn =
+    std::function<EstimatorSpec(const Features& features, const Tensor& labels, ModeKeys mode,
+                                const Params& params, const RunConfig& config)>;
 
 // input_fn: a function returning a Dataset of features_and_labels elements
 // (features.h), taking nothing or the worker's distribute::InputContext
@@ -123,13 +123,12 @@ using ModelFn = std::function<EstimatorSpec(const Features& features, const Tens
 class InputFn {
  public:
   template <typename F>
-  requires std::is_invocable_r_v<data::Dataset, F&>
-  InputFn(F fn)  // NOLINT(google-explicit-constructor): as Python's callables
+  requires std::is_invocable_r_v<data::Dataset, F&> InputFn(
+      F fn)  // NOLINT(google-explicit-constructor): as Python's callables
       : fn_([fn = std::move(fn)](const distribute::InputContext&) mutable { return fn(); }) {}
   template <typename F>
   requires(std::is_invocable_r_v<data::Dataset, F&, const distribute::InputContext&> &&
-           !std::is_invocable_v<F&>)
-  InputFn(F fn)  // NOLINT(google-explicit-constructor)
+           !std::is_invocable_v<F&>) InputFn(F fn)  // NOLINT(google-explicit-constructor)
       : fn_(std::move(fn)) {}
   data::Dataset operator()(const distribute::InputContext& context) const { return fn_(context); }
 

@@ -103,9 +103,9 @@ struct VocabularyListOptions {
 CategoricalColumn categorical_column_with_vocabulary_list(const std::string& key,
                                                           std::vector<std::string> vocabulary_list,
                                                           VocabularyListOptions options = {});
-CategoricalColumn categorical_column_with_vocabulary_list(
-    const std::string& key, std::vector<std::int64_t> vocabulary_list,
-    VocabularyListOptions options = {});
+CategoricalColumn categorical_column_with_vocabulary_list(const std::string& key,
+                                                          std::vector<std::int64_t> vocabulary_list,
+                                                          VocabularyListOptions options = {});
 
 // What a hashed column's input holds: strings (tf.string), or integers,
 // which are hashed as their decimal text (as TensorFlow's as_string).
@@ -133,9 +133,9 @@ FeatureColumn embedding_column(const CategoricalColumn& categorical_column, std:
 // A key of crossed_column: a feature's name or a categorical column.
 class CrossKey {
  public:
-  CrossKey(const char* key) : key_(key) {}          // NOLINT(google-explicit-constructor)
+  CrossKey(const char* key) : key_(key) {}             // NOLINT(google-explicit-constructor)
   CrossKey(std::string key) : key_(std::move(key)) {}  // NOLINT(google-explicit-constructor)
-  CrossKey(CategoricalColumn column)                  // NOLINT(google-explicit-constructor)
+  CrossKey(CategoricalColumn column)                   // NOLINT(google-explicit-constructor)
       : column_(std::move(column)) {}
   const std::string& key() const { return key_; }
   const CategoricalColumn& column() const { return column_; }
@@ -184,8 +184,7 @@ struct LinearModelOptions {
 // first, named "<name>/<column>/weights"), columns sorted by name.
 class LinearModel {
  public:
-  explicit LinearModel(std::vector<FeatureColumn> feature_columns,
-                       LinearModelOptions options = {});
+  explicit LinearModel(std::vector<FeatureColumn> feature_columns, LinearModelOptions options = {});
   Tensor operator()(const Features& features) const;
   std::vector<Variable> variables() const;
 
