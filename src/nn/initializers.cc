@@ -118,6 +118,13 @@ Initializer RandomUniform(float minval, float maxval, Seed seed) {
                            {.minval = minval, .maxval = maxval, .seed = s, .stream = stream});
   });
 }
+Initializer TruncatedNormal(float mean, float stddev, Seed seed) {
+  return Initializer("truncated_normal", [=](const Shape& shape) {
+    const auto [s, stream] = key_for(seed);
+    return random::truncated_normal(shape,
+                                    {.mean = mean, .stddev = stddev, .seed = s, .stream = stream});
+  });
+}
 Initializer Zeros() {
   return Initializer("zeros", [](const Shape& shape) { return Tensor::zeros(shape); });
 }
@@ -137,12 +144,14 @@ Initializer get(std::string_view name) {
   if (name == "lecun_normal") return LecunNormal();
   if (name == "random_normal") return RandomNormal();
   if (name == "random_uniform") return RandomUniform();
+  if (name == "truncated_normal") return TruncatedNormal();
   if (name == "zeros") return Zeros();
   if (name == "ones") return Ones();
   detail::throw_error<ValueError>(
       "unknown initializer '", name,
       "'; valid names: glorot_uniform, glorot_normal, he_normal, he_uniform, lecun_normal, "
-      "random_normal, random_uniform, zeros, ones (use initializers::Constant(v) for a constant)");
+      "random_normal, random_uniform, truncated_normal, zeros, ones (use initializers::Constant(v) "
+      "for a constant)");
 }
 
 }  // namespace initializers

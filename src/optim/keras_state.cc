@@ -187,9 +187,20 @@ Optimizer from_config(const std::string& class_name,
                     .epsilon = number("epsilon", 1e-7),
                     .weight_decay = number("weight_decay", 0),
                     .clip = clip});
+  } else if (class_name == "Ftrl") {
+    made = Ftrl(
+        {.learning_rate = lr,
+         .learning_rate_power = number("learning_rate_power", -0.5),
+         .initial_accumulator_value = number("initial_accumulator_value", 0.1),
+         .l1_regularization_strength = number("l1_regularization_strength", 0),
+         .l2_regularization_strength = number("l2_regularization_strength", 0),
+         .l2_shrinkage_regularization_strength = number("l2_shrinkage_regularization_strength", 0),
+         .beta = number("beta", 0),
+         .weight_decay = number("weight_decay", 0),
+         .clip = clip});
   } else {
     detail::throw_error<ValueError>("unknown optimizer class '", class_name,
-                                    "'; Lockstep has SGD, Adam, AdamW, RMSprop and Adagrad");
+                                    "'; Lockstep has SGD, Adam, AdamW, RMSprop, Adagrad and Ftrl");
   }
   for (const auto& [key, value] : args) {
     LOCKSTEP_CHECK(used.contains(key), class_name, ": argument '", key, "' is not one Lockstep's ",

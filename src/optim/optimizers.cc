@@ -355,6 +355,28 @@ void adagrad_kernel(float* __restrict var, const float* __restrict g, float* __r
   }
 }
 
+// TensorFlow's ApplyFtrlV2 (multiply_linear_by_lr = false) in float32; `p`
+// is −learning_rate_power, `l2x2` is 2·(l2 + beta/(2·lr)), `shrink2` is
+// 2·l2_shrinkage. The square root for TF's special case p = 0.5.
+LOCKSTEP_VECTOR_CLONES
+void ftrl_kernel(float* __restrict var, const float* __restrict g, float* __restrict acc,
+                 float* __restrict linear, std::int64_t n, float lr, float p, float l1, float l2x2,
+                 float shrink2) {
+  const bool root = p == 0.5f;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float w = var[i], grad = g[i];
+    const float grad_with_shrinkage = grad + shrink2 * w;
+    const float old_accum = acc[i], new_accum = old_accum + grad * grad;
+    const float new_power = root ? std::sqrt(new_accum) : std::pow(new_accum, p);
+    const float old_power = root ? std::sqrt(old_accum) : std::pow(old_accum, p);
+    const float z = linear[i] + (grad_with_shrinkage - (new_power - old_power) / lr * w);
+    const float quadratic = new_power / lr + l2x2;
+    linear[i] = z;
+    var[i] = std::abs(z) > l1 ? (std::copysign(l1, z) - z) / quadratic : 0.0f;
+    acc[i] = new_accum;
+  }
+}
+
 class SGDImpl : public OptimizerImpl {
  public:
   explicit SGDImpl(SGDOptions o)
@@ -482,6 +504,52 @@ class AdagradImpl : public OptimizerImpl {
   AdagradOptions o_;
 };
 
+class FtrlImpl : public OptimizerImpl {
+ public:
+  explicit FtrlImpl(FtrlOptions o)
+      : OptimizerImpl("Ftrl", o.learning_rate, o.clip, o.weight_decay), o_(o) {
+    // Keras's checks, with its words.
+    LOCKSTEP_CHECK(o.initial_accumulator_value >= 0,
+                   "Ftrl: initial_accumulator_value needs to be positive or zero, got ",
+                   o.initial_accumulator_value);
+    LOCKSTEP_CHECK(o.learning_rate_power <= 0,
+                   "Ftrl: learning_rate_power needs to be negative or zero, got ",
+                   o.learning_rate_power);
+    LOCKSTEP_CHECK(o.l1_regularization_strength >= 0 && o.l2_regularization_strength >= 0 &&
+                       o.l2_shrinkage_regularization_strength >= 0,
+                   "Ftrl: l1_regularization_strength (", o.l1_regularization_strength,
+                   "), l2_regularization_strength (", o.l2_regularization_strength,
+                   ") and l2_shrinkage_regularization_strength (",
+                   o.l2_shrinkage_regularization_strength, ") need to be positive or zero");
+  }
+
+ protected:
+  int num_slots() const override { return 2; }
+  const char* slot_name(int i) const override { return i == 0 ? "accumulator" : "linear"; }
+  float slot_initial_value(int i) const override {
+    return i == 0 ? static_cast<float>(o_.initial_accumulator_value) : 0.0f;
+  }
+  OptimizerConfig own_config() const override {
+    return {{"learning_rate_power", o_.learning_rate_power},
+            {"initial_accumulator_value", o_.initial_accumulator_value},
+            {"l1_regularization_strength", o_.l1_regularization_strength},
+            {"l2_regularization_strength", o_.l2_regularization_strength},
+            {"l2_shrinkage_regularization_strength", o_.l2_shrinkage_regularization_strength},
+            {"beta", o_.beta}};
+  }
+  void update(float* var, const float* g, std::int64_t n, float** slots, double lr,
+              std::int64_t) override {
+    const double l2 = o_.l2_regularization_strength + o_.beta / (2.0 * lr);
+    ftrl_kernel(var, g, slots[0], slots[1], n, static_cast<float>(lr),
+                static_cast<float>(-o_.learning_rate_power),
+                static_cast<float>(o_.l1_regularization_strength), static_cast<float>(2.0 * l2),
+                static_cast<float>(2.0 * o_.l2_shrinkage_regularization_strength));
+  }
+
+ private:
+  FtrlOptions o_;
+};
+
 }  // namespace
 
 SGD::SGD(SGDOptions o) : Optimizer(std::make_shared<SGDImpl>(o)) {}
@@ -493,6 +561,7 @@ AdamW::AdamW(AdamWOptions o)
                                            o.weight_decay, o.clip)) {}
 RMSprop::RMSprop(RMSpropOptions o) : Optimizer(std::make_shared<RMSpropImpl>(o)) {}
 Adagrad::Adagrad(AdagradOptions o) : Optimizer(std::make_shared<AdagradImpl>(o)) {}
+Ftrl::Ftrl(FtrlOptions o) : Optimizer(std::make_shared<FtrlImpl>(o)) {}
 
 Optimizer get(const std::string& name) {
   struct Known {
@@ -506,6 +575,7 @@ Optimizer get(const std::string& name) {
       {"adamw", "AdamW", [] { return Optimizer(AdamW()); }},
       {"rmsprop", "RMSprop", [] { return Optimizer(RMSprop()); }},
       {"adagrad", "Adagrad", [] { return Optimizer(Adagrad()); }},
+      {"ftrl", "Ftrl", [] { return Optimizer(Ftrl()); }},
   };
   std::string all;
   for (const Known& k : known) {

@@ -1,8 +1,11 @@
 // Optimizer updates against hand-computed steps (float64 formulas written
-// here), clipping, and learning-rate schedules.
+// here), clipping, and learning-rate schedules; FTRL against TensorFlow's
+// own ApplyFtrlV2 kernel (fixtures/ftrl_apply_v2.json, make_ftrl_fixture.py).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "lockstep/lockstep.h"
 
@@ -114,7 +117,8 @@ TEST(Optimizers, KerasIdentifiersGiveTheDefaultOptimizers) {
       {{"adam", "Adam"}, optimizers::Adam()},
       {{"adamw", "AdamW"}, optimizers::AdamW()},
       {{"rmsprop", "RMSprop"}, optimizers::RMSprop()},
-      {{"adagrad", "Adagrad"}, optimizers::Adagrad()}};
+      {{"adagrad", "Adagrad"}, optimizers::Adagrad()},
+      {{"ftrl", "Ftrl"}, optimizers::Ftrl()}};
   for (const auto& [names, reference] : cases) {
     Variable expected = var({1.0f, -2.0f, 0.5f});
     for (int i = 0; i < 3; ++i) reference.apply_gradients({vec({0.3f, -0.1f, 2.0f})}, {expected});
@@ -136,7 +140,7 @@ TEST(Optimizers, KerasIdentifiersGiveTheDefaultOptimizers) {
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("unknown optimizer 'adamax'; known optimizers: sgd (SGD), "
                                          "adam (Adam), adamw (AdamW), rmsprop (RMSprop), adagrad "
-                                         "(Adagrad)"),
+                                         "(Adagrad), ftrl (Ftrl)"),
               std::string::npos)
         << e.what();
   }
@@ -176,8 +180,108 @@ TEST(Schedules, KerasFormulas) {
   EXPECT_NEAR(x.value().item<float>(), -1.1, 1e-6);
 }
 
-TEST(Optimizers, AnUnknownNameIsAValueError) {
-  EXPECT_THROW(optimizers::get("adamm"), ValueError);
+TEST(Optimizers, AnUnknownNameIsAValueError) { EXPECT_THROW(optimizers::get("adamm"), ValueError); }
+
+// TensorFlow's ApplyFtrlV2 kernel (training_ops.cc, multiply_linear_by_lr
+// false) in float64, one element: the oracle for Ftrl.
+struct FtrlState {
+  double var, accum, linear;
+};
+void ftrl_v2_reference(FtrlState& s, double grad, double lr, double l1, double l2, double shrinkage,
+                       double lr_power) {
+  const double grad_with_shrinkage = grad + 2 * shrinkage * s.var;
+  const double new_accum = s.accum + grad * grad;
+  s.linear += grad_with_shrinkage -
+              (std::pow(new_accum, -lr_power) - std::pow(s.accum, -lr_power)) / lr * s.var;
+  const double quadratic = std::pow(new_accum, -lr_power) / lr + 2 * l2;
+  s.var = std::abs(s.linear) > l1 ? (l1 * (s.linear > 0 ? 1.0 : -1.0) - s.linear) / quadratic : 0.0;
+  s.accum = new_accum;
+}
+
+nlohmann::json ftrl_fixture() {
+  std::ifstream in(std::string(LOCKSTEP_SOURCE_DIR) + "/tests/optim/fixtures/ftrl_apply_v2.json");
+  EXPECT_TRUE(in.good()) << "tests/optim/fixtures/ftrl_apply_v2.json";
+  return nlohmann::json::parse(in);
+}
+
+// 50 steps on 6 elements, with and without L1, L2, shrinkage, beta and
+// another learning-rate power: the float64 oracle above is TensorFlow's
+// kernel (it reproduces what tf.raw_ops.ApplyFtrlV2 computed, to 1e-12),
+// and Lockstep's float32 Ftrl stays within float32 rounding of it.
+TEST(Optimizers, FtrlFollowsTensorFlowsApplyFtrlV2For50Steps) {
+  const nlohmann::json fx = ftrl_fixture();
+  const auto var0 = fx["var0"].get<std::vector<double>>();
+  const auto grads = fx["grads"].get<std::vector<std::vector<double>>>();
+  ASSERT_EQ(grads.size(), 50u);
+  for (const auto& s : fx["settings"]) {
+    const std::string name = s["name"];
+    const double lr = s["lr"], power = s["lr_power"], init = s["init"], l1 = s["l1"], l2 = s["l2"],
+                 shrinkage = s["shrinkage"], beta = s["beta"];
+    // The oracle against TensorFlow's own numbers.
+    std::vector<FtrlState> ref;
+    for (double v : var0) ref.push_back({v, init, 0.0});
+    for (const auto& g : grads) {
+      for (std::size_t i = 0; i < ref.size(); ++i)
+        ftrl_v2_reference(ref[i], g[i], lr, l1, l2 + beta / (2 * lr), shrinkage, power);
+    }
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      EXPECT_NEAR(ref[i].var, s["var"][i].get<double>(), 1e-12) << name << " element " << i;
+      EXPECT_NEAR(ref[i].linear, s["linear"][i].get<double>(), 1e-10) << name;
+      EXPECT_NEAR(ref[i].accum, s["accum"][i].get<double>(), 1e-10) << name;
+    }
+    // Lockstep's Ftrl, float32, against the oracle: every step.
+    optimizers::Ftrl ftrl({.learning_rate = lr,
+                           .learning_rate_power = power,
+                           .initial_accumulator_value = init,
+                           .l1_regularization_strength = l1,
+                           .l2_regularization_strength = l2,
+                           .l2_shrinkage_regularization_strength = shrinkage,
+                           .beta = beta});
+    std::vector<float> start(var0.begin(), var0.end());
+    Variable x = var(start);
+    std::vector<FtrlState> step_ref;
+    for (double v : var0) step_ref.push_back({v, init, 0.0});
+    for (std::size_t t = 0; t < grads.size(); ++t) {
+      ftrl.apply_gradients({vec(std::vector<float>(grads[t].begin(), grads[t].end()))}, {x});
+      const auto got = x.value().to_vector<float>();
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        ftrl_v2_reference(step_ref[i], grads[t][i], lr, l1, l2 + beta / (2 * lr), shrinkage, power);
+        ASSERT_NEAR(got[i], step_ref[i].var, 2e-6 * std::max(1.0, std::abs(step_ref[i].var)))
+            << name << ", step " << t + 1 << ", element " << i;
+      }
+    }
+    // Its slots are Keras's: accumulator, then linear.
+    ASSERT_EQ(ftrl->variables().size(), 2u);
+    const auto accum = ftrl->variables()[0].value().to_vector<float>();
+    const auto linear = ftrl->variables()[1].value().to_vector<float>();
+    for (std::size_t i = 0; i < accum.size(); ++i) {
+      EXPECT_NEAR(accum[i], step_ref[i].accum, 1e-6 * step_ref[i].accum) << name;
+      EXPECT_NEAR(linear[i], step_ref[i].linear, 1e-5 * std::max(1.0, std::abs(step_ref[i].linear)))
+          << name;
+    }
+  }
+}
+
+// With L1 larger than any |linear| the weights are exactly zero (the
+// sparsity FTRL is used for), and Keras's argument checks hold.
+TEST(Optimizers, FtrlL1ZeroesWeightsAndChecksItsArguments) {
+  Variable x = var({0.5f, -0.25f});
+  optimizers::Ftrl ftrl({.learning_rate = 0.1, .l1_regularization_strength = 100.0});
+  ftrl.apply_gradients({vec({1.0f, -3.0f})}, {x});
+  EXPECT_EQ(x.value().to_vector<float>(), (std::vector<float>{0.0f, 0.0f}));
+  EXPECT_THROW(optimizers::Ftrl({.learning_rate_power = 0.5}), ValueError);
+  EXPECT_THROW(optimizers::Ftrl({.initial_accumulator_value = -1}), ValueError);
+  EXPECT_THROW(optimizers::Ftrl({.l2_shrinkage_regularization_strength = -1}), ValueError);
+  // from_config takes Keras's argument names back.
+  const Optimizer o = optimizers::from_config(
+      "Ftrl", {{"learning_rate", 0.3}, {"l1_regularization_strength", 0.01}, {"beta", 0.2}});
+  EXPECT_EQ(o->class_name(), "Ftrl");
+  EXPECT_EQ(o.learning_rate(), 0.3);
+  bool found_beta = false;
+  for (const auto& [k, v] : o->get_config()) {
+    if (k == "beta") found_beta = std::get<double>(v) == 0.2;
+  }
+  EXPECT_TRUE(found_beta);
 }
 
 }  // namespace

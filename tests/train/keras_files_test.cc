@@ -111,6 +111,37 @@ TEST_P(KerasStep, OneMoreStepMatchesKerasStep) {
 // Not the CNN: its Dropout draws other masks than Keras's.
 INSTANTIATE_TEST_SUITE_P(Keras3, KerasStep, ::testing::Values("mlp", "nested", "sequential"));
 
+// keras.optimizers.Ftrl with every argument set (make_ftrl_keras_fixture.py):
+// its config and its accumulator and linear slots load, and one more step
+// lands where Keras's did; saved again, the file holds Keras's Ftrl config.
+TEST(KerasFiles, AnFtrlModelKerasSavedStepsAsKerasStepped) {
+  const json e = json::parse(slurp(kFixtures / "ftrl_expected.json"));
+  Model m = load_model((kFixtures / "ftrl.keras").string());
+  ASSERT_EQ(m.optimizer()->class_name(), "Ftrl");
+  EXPECT_EQ(m.optimizer().iterations(), 3);
+  std::map<std::string, double> config;
+  for (const auto& [k, v] : m.optimizer()->get_config()) {
+    if (const double* d = std::get_if<double>(&v)) config[k] = *d;
+  }
+  EXPECT_NEAR(config.at("learning_rate"), 0.05, 1e-7);
+  EXPECT_NEAR(config.at("learning_rate_power"), -0.6, 1e-12);
+  EXPECT_NEAR(config.at("l2_shrinkage_regularization_strength"), 0.02, 1e-12);
+  EXPECT_NEAR(config.at("beta"), 0.1, 1e-12);
+  expect_near_keras(m.predict(tensor_of(e, "input")), e.at("output").get<std::vector<float>>(),
+                    1e-5, "ftrl output");
+  m.train_on_batch(tensor_of(e, "step_x"), tensor_of(e, "step_y"));
+  expect_near_keras(m.predict(tensor_of(e, "input")),
+                    e.at("output_after_step").get<std::vector<float>>(), 2e-5,
+                    "ftrl output after one more step");
+  TempDir dir("ftrl_keras");
+  const std::string again = dir / "again.keras";
+  m.save(again);
+  Model back = load_model(again);
+  EXPECT_EQ(back.optimizer()->class_name(), "Ftrl");
+  EXPECT_EQ(back.optimizer().iterations(), 4);
+  expect_bitwise(weights(back), weights(m), "ftrl round trip");
+}
+
 TEST(KerasFiles, TheFixtureMlpKeepsItsCompileSettings) {
   Model m = load_model((kFixtures / "mlp.keras").string());
   EXPECT_EQ(m.optimizer()->class_name(), "Adam");

@@ -68,6 +68,8 @@ Initializer HeUniform(Seed seed = std::nullopt);
 Initializer LecunNormal(Seed seed = std::nullopt);
 Initializer RandomNormal(float mean = 0.0f, float stddev = 0.05f, Seed seed = std::nullopt);
 Initializer RandomUniform(float minval = -0.05f, float maxval = 0.05f, Seed seed = std::nullopt);
+// Normal values redrawn until within two standard deviations of the mean.
+Initializer TruncatedNormal(float mean = 0.0f, float stddev = 0.05f, Seed seed = std::nullopt);
 Initializer Zeros();
 Initializer Ones();
 Initializer Constant(float value);

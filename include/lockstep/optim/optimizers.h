@@ -259,6 +259,30 @@ class Adagrad : public Optimizer {
   explicit Adagrad(AdagradOptions options = {});
 };
 
+// Follow-the-regularized-leader (keras.optimizers.Ftrl; TensorFlow's
+// ApplyFtrlV2 kernel, which Estimator's linear models default to). Per
+// element, with p = −learning_rate_power and g the gradient:
+//   g_s = g + 2·l2_shrinkage·w;  n' = n + g²
+//   z += g_s − (n'^p − n^p)/lr · w
+//   w  = |z| > l1 ? (sign(z)·l1 − z) / (n'^p/lr + 2·(l2 + beta/(2·lr))) : 0
+//   n  = n'
+// Slots: "accumulator" (n, from initial_accumulator_value) and "linear" (z).
+struct FtrlOptions {
+  LearningRate learning_rate = 0.001;
+  double learning_rate_power = -0.5;  // <= 0; 0: a fixed rate
+  double initial_accumulator_value = 0.1;
+  double l1_regularization_strength = 0.0;
+  double l2_regularization_strength = 0.0;
+  double l2_shrinkage_regularization_strength = 0.0;  // an L2 penalty on the loss itself
+  double beta = 0.0;
+  double weight_decay = 0.0;
+  ClipOptions clip{};
+};
+class Ftrl : public Optimizer {
+ public:
+  explicit Ftrl(FtrlOptions options = {});
+};
+
 // An optimizer from its Keras class name and arguments, as get_config gives
 // them (Keras's own names; a schedule is passed as `learning_rate` and
 // wins over a number in `args`). An argument the class does not take, or
@@ -270,7 +294,7 @@ Optimizer from_config(const std::string& class_name,
                       const LearningRateSchedule* learning_rate = nullptr);
 
 // By Keras identifier, with Keras's defaults: "sgd", "adam", "adamw",
-// "rmsprop", "adagrad", or the class name ("Adam"). An unknown name is a
+// "rmsprop", "adagrad", "ftrl", or the class name ("Adam"). An unknown name is a
 // ValueError that lists the known ones.
 Optimizer get(const std::string& name);
 

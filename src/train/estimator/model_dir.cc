@@ -1,0 +1,165 @@
+// Estimator checkpoints: layout "model/<variable name>" for the model's
+// variables, "optimizer/<index among trainable>/<slot>" for the optimizer's
+// slots; metadata "format" ("lockstep.estimator"), "format_version",
+// "global_step", "optimizer" (its class) and "iterations".
+#include "train/estimator/model_dir.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "lockstep/core/error.h"
+#include "lockstep/io/safetensors.h"
+
+namespace lockstep::estimator::detail {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kFormat = "lockstep.estimator";
+constexpr int kFormatVersion = 1;
+constexpr const char* kModel = "model/";
+constexpr const char* kOptimizer = "optimizer/";
+const std::string kHead = "model.ckpt-";
+const std::string kTail = ".safetensors";
+
+const std::string& metadata(const io::TensorFile& file, const std::string& key) {
+  auto it = file.metadata.find(key);
+  LOCKSTEP_CHECK_AS(IOError, it != file.metadata.end(), file.path,
+                    ": not an Estimator checkpoint (metadata '", key, "' is missing)");
+  return it->second;
+}
+
+io::TensorFile read_checked(const std::string& path) {
+  io::TensorFile file = io::read_safetensors(path);
+  const std::string& format = metadata(file, "format");
+  LOCKSTEP_CHECK_AS(IOError, format == kFormat, path,
+                    ": not an Estimator checkpoint (its format is '", format, "', expected '",
+                    kFormat, "'). Hint: model_dir holds files of something else; use another one");
+  LOCKSTEP_CHECK_AS(IOError, std::stoi(metadata(file, "format_version")) <= kFormatVersion, path,
+                    ": written by a newer Lockstep (format version ",
+                    metadata(file, "format_version"), "); upgrade to restore it");
+  return file;
+}
+
+}  // namespace
+
+std::string checkpoint_path(const std::string& model_dir, std::int64_t global_step) {
+  return (fs::path(model_dir) / (kHead + std::to_string(global_step) + kTail)).string();
+}
+
+std::vector<std::pair<std::int64_t, std::string>> checkpoints_in(const std::string& model_dir) {
+  std::vector<std::pair<std::int64_t, std::string>> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(model_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= kHead.size() + kTail.size() || name.rfind(kHead, 0) != 0 ||
+        name.compare(name.size() - kTail.size(), kTail.size(), kTail) != 0)
+      continue;
+    const std::string digits = name.substr(kHead.size(), name.size() - kHead.size() - kTail.size());
+    if (digits.empty() || digits.size() > 18 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    out.emplace_back(std::stoll(digits), entry.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::optional<std::string> newest_checkpoint(const std::string& model_dir) {
+  auto all = checkpoints_in(model_dir);
+  if (all.empty()) return std::nullopt;
+  return all.back().second;
+}
+
+std::string save_checkpoint(const std::string& model_dir, const ModelState& state,
+                            std::int64_t global_step, int keep_max) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const Variable& v : state.variables)
+    tensors.emplace_back(kModel + v.name(), v.replica_value(0));
+  std::map<std::string, std::string> meta = {{"format", kFormat},
+                                             {"format_version", std::to_string(kFormatVersion)},
+                                             {"global_step", std::to_string(global_step)}};
+  if (state.optimizer.defined()) {
+    for (auto& [name, t] : state.optimizer->slot_values(state.trainable))
+      tensors.emplace_back(kOptimizer + name, t);
+    meta["optimizer"] = state.optimizer->class_name();
+    meta["iterations"] = std::to_string(state.optimizer.iterations());
+  }
+  const std::string path = checkpoint_path(model_dir, global_step);
+  io::write_safetensors(path, tensors, meta);
+  if (keep_max > 0) {
+    auto all = checkpoints_in(model_dir);
+    for (std::size_t i = 0; i + static_cast<std::size_t>(keep_max) < all.size(); ++i) {
+      std::error_code ec;
+      fs::remove(all[i].second, ec);
+    }
+  }
+  return path;
+}
+
+CheckpointValues read_checkpoint(const std::string& path) {
+  const io::TensorFile file = read_checked(path);
+  CheckpointValues out;
+  try {
+    out.global_step = std::stoll(metadata(file, "global_step"));
+  } catch (const std::invalid_argument&) {
+    lockstep::detail::throw_error<IOError>(path, ": its global_step is not a number");
+  }
+  for (const auto& [name, t] : file.tensors) {
+    if (name.starts_with(kModel)) out.variables.emplace_back(name.substr(6), t);
+  }
+  return out;
+}
+
+std::int64_t restore_checkpoint(const std::string& path, const ModelState& state) {
+  const io::TensorFile file = read_checked(path);
+  std::map<std::string, Tensor> saved, slots;
+  for (const auto& [name, t] : file.tensors) {
+    if (name.starts_with(kModel)) saved.emplace(name.substr(6), t);
+    if (name.starts_with(kOptimizer)) slots.emplace(name.substr(10), t);
+  }
+  auto listing = [&] {
+    std::string s;
+    for (const auto& [name, t] : saved) s += (s.empty() ? "'" : ", '") + name + "'";
+    return s.empty() ? std::string("none") : s;
+  };
+  const char* hint =
+      ". Hint: model_dir holds another model's checkpoints; give this model its own model_dir "
+      "(or delete the old one)";
+  for (const Variable& v : state.variables) {
+    auto it = saved.find(v.name());
+    LOCKSTEP_CHECK(it != saved.end(), path, ": the model's variable '", v.name(),
+                   "' is not in this checkpoint (it holds ", listing(), ")", hint);
+    LOCKSTEP_CHECK_AS(
+        ShapeError, it->second.shape() == v.shape() && it->second.dtype() == v.dtype(), path,
+        ": variable '", v.name(), "' is ", it->second.dtype(), " ", it->second.shape(),
+        " in the checkpoint but ", v.dtype(), " ", v.shape(), " in the model", hint);
+  }
+  LOCKSTEP_CHECK(saved.size() == state.variables.size(), path, ": the checkpoint holds ",
+                 saved.size(), " variables (", listing(), "), the model ", state.variables.size(),
+                 hint);
+  std::int64_t step = 0, iterations = 0;
+  try {
+    step = std::stoll(metadata(file, "global_step"));
+    if (file.metadata.contains("iterations")) iterations = std::stoll(metadata(file, "iterations"));
+  } catch (const std::invalid_argument&) {
+    lockstep::detail::throw_error<IOError>(path, ": its global_step or iterations is not a number");
+  }
+  if (state.optimizer.defined() && !slots.empty()) {
+    const std::string& saved_class = metadata(file, "optimizer");
+    LOCKSTEP_CHECK(saved_class == state.optimizer->class_name(), path,
+                   ": the checkpoint's optimizer is ", saved_class, ", the model's ",
+                   state.optimizer->class_name(), hint);
+    // Checks every slot before it sets any.
+    state.optimizer->restore_slot_values(state.trainable, slots);
+  }
+  for (const Variable& v : state.variables) {
+    Variable target = v;
+    target.assign(saved.at(v.name()));
+  }
+  if (state.optimizer.defined()) state.optimizer->set_iterations(iterations);
+  return step;
+}
+
+}  // namespace lockstep::estimator::detail
