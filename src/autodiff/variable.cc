@@ -2,6 +2,7 @@
 #include "lockstep/autodiff/variable.h"
 
 #include <cstring>
+#include <deque>
 #include <vector>
 
 #include "lockstep/autodiff/gradient_tape.h"
@@ -176,7 +177,11 @@ namespace {
 // The creator scopes open on this thread, innermost last (a strategy's
 // scope makes variables mirrored). Per thread, as tf.distribute's scopes:
 // another thread may build another model under another strategy meanwhile.
-thread_local std::vector<VariableCreator> t_creators;
+// A deque, because a creator may open a scope of its own while it runs
+// (the Estimator's recording creator enters the strategy's scope): pushing
+// onto a deque keeps the running creator where it is, where a vector's
+// reallocation would free it under its own call.
+thread_local std::deque<VariableCreator> t_creators;
 }  // namespace
 
 Variable create_variable(const Tensor& initial_value, Variable::Options options) {
