@@ -17,6 +17,7 @@
 #include "lockstep/data/idx.h"
 #include "lockstep/data/readers.h"
 #include "lockstep/distribute/cluster_resolver.h"
+#include "lockstep/distribute/partitioners.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/io/event_file.h"
 #include "lockstep/io/hdf5.h"
