@@ -17,6 +17,8 @@
 #include "lockstep/data/idx.h"
 #include "lockstep/data/readers.h"
 #include "lockstep/distribute/cluster_resolver.h"
+#include "lockstep/distribute/cluster_coordinator.h"
+#include "lockstep/distribute/parameter_server_strategy.h"
 #include "lockstep/distribute/partitioners.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/io/event_file.h"

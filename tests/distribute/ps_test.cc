@@ -1,0 +1,191 @@
+// ParameterServerStrategy with real processes (ps_train as every task, each
+// with its TF_CONFIG, on loopback): a custom loop with one worker trains as
+// one device, sharded variables read as one tensor, a throwing function
+// surfaces once, a killed worker loses no function and rejoins, strangers
+// leave the job unaffected.
+#include <signal.h>
+
+#include "distribute/multi_worker_support.h"
+#include "lockstep/comm/rpc.h"
+
+namespace {
+
+using namespace lockstep::testing_support;
+using namespace std::chrono_literals;
+
+// A job: ps tasks and workers serving, then the chief; all ps_train.
+class PsJobTest : public MultiWorkerTest {
+ protected:
+  void TearDown() override {
+    for (auto& p : servers_) {
+      if (p.pid > 0 && ::kill(p.pid, 0) == 0) {
+        ::kill(p.pid, SIGKILL);
+        wait_exit(p, 10s);
+      }
+    }
+    MultiWorkerTest::TearDown();
+  }
+
+  std::string tf_config(const std::string& type, int index) const {
+    auto list = [](const std::vector<int>& ports) {
+      std::string s;
+      for (int p : ports) s += (s.empty() ? "\"" : ", \"") + std::string("127.0.0.1:") + std::to_string(p) + "\"";
+      return s;
+    };
+    return "{\"cluster\": {\"chief\": [\"127.0.0.1:" + std::to_string(chief_port_) +
+           "\"], \"worker\": [" + list(worker_ports_) + "], \"ps\": [" + list(ps_ports_) +
+           "]}, \"task\": {\"type\": \"" + type + "\", \"index\": " + std::to_string(index) + "}}";
+  }
+
+  Process start_task(const std::string& type, int index, std::vector<std::string> args,
+                     const std::string& tag) {
+    std::vector<std::string> a = {PS_TRAIN_PATH};
+    a.insert(a.end(), args.begin(), args.end());
+    return spawn(a,
+                 {{"TF_CONFIG", tf_config(type, index)},
+                  {"LOCKSTEP_JOB_TOKEN", "ps-test-token"},
+                  {"OMP_NUM_THREADS", "1"}},
+                 path(tag + "-" + type + std::to_string(index) + ".log"));
+  }
+
+  // Starts the servers; returns the chief.
+  Process start_job(int workers, int ps, const std::vector<std::string>& args,
+                    const std::string& tag,
+                    std::map<int, std::vector<std::string>> worker_extra = {}) {
+    chief_port_ = free_port();
+    worker_ports_.clear();
+    ps_ports_.clear();
+    for (int i = 0; i < workers; ++i) worker_ports_.push_back(free_port());
+    for (int i = 0; i < ps; ++i) ps_ports_.push_back(free_port());
+    for (int i = 0; i < ps; ++i) servers_.push_back(start_task("ps", i, args, tag));
+    for (int i = 0; i < workers; ++i) {
+      std::vector<std::string> a = args;
+      for (const auto& e : worker_extra[i]) a.push_back(e);
+      servers_.push_back(start_task("worker", i, a, tag));
+    }
+    return start_task("chief", 0, args, tag);
+  }
+
+  // Every server exits 0 once the chief has ended the job.
+  void expect_servers_exit() {
+    for (auto& p : servers_) {
+      EXPECT_EQ(wait_exit(p, 30s), 0) << slurp(p.log);
+      p.pid = -1;
+    }
+  }
+
+  int chief_port_ = 0;
+  std::vector<int> worker_ports_, ps_ports_;
+  std::vector<Process> servers_;
+};
+
+TEST_F(PsJobTest, OneWorkerAndOnePsTrainAsOneDeviceWithinFloatRounding) {
+  const Process chief = start_job(1, 1, {"--mode", "custom", "--steps", "40", "--out", path("ps.bin")},
+                                  "one");
+  ASSERT_EQ(wait_exit(chief), 0) << slurp(chief.log);
+  expect_servers_exit();
+  const std::string log = slurp(chief.log);
+  EXPECT_NE(log.find("worker 0 ran 40 steps"), std::string::npos) << log;
+  EXPECT_NE(log.find("iterations 40 updates 160 mean staleness 0.000"), std::string::npos) << log;
+  const Process ref = spawn({PS_TRAIN_PATH, "--steps", "40", "--out", path("ref.bin")},
+                            {{"OMP_NUM_THREADS", "1"}}, path("ref.log"));
+  ASSERT_EQ(wait_exit(ref), 0) << slurp(ref.log);
+  expect_close(read_weights(path("ps.bin")), read_weights(path("ref.bin")), 1e-5,
+               "1 worker + 1 ps vs one device");
+}
+
+TEST_F(PsJobTest, TwoWorkersTrainAShardedKernelThatReadsAsOneTensor) {
+  const Process chief = start_job(
+      2, 2, {"--mode", "custom", "--steps", "60", "--partition", "3", "--out", path("ps.bin")},
+      "sharded");
+  ASSERT_EQ(wait_exit(chief), 0) << slurp(chief.log);
+  expect_servers_exit();
+  const std::string log = slurp(chief.log);
+  // 20 rows over 3 shards: 7, 7, 6, placed round-robin over the 2 ps tasks.
+  EXPECT_NE(log.find("sharded kernel: rows 7 7 6 on ps 0 1 0 reads as one tensor equal to the "
+                     "pulled copy"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("iterations 60 "), std::string::npos) << log;
+  EXPECT_NE(log.find("scheduled 60 completed 60 rerun 0"), std::string::npos) << log;
+}
+
+TEST_F(PsJobTest, AFunctionThatThrowsSurfacesOnceWithTheWorkersNameAndTheRestAreCancelled) {
+  const Process chief = start_job(1, 1, {"--mode", "throw", "--steps", "200"}, "throw");
+  ASSERT_EQ(wait_exit(chief), 0) << slurp(chief.log);
+  expect_servers_exit();
+  const std::string log = slurp(chief.log);
+  EXPECT_NE(log.find("raised 1: worker 0 (127.0.0.1:" + std::to_string(worker_ports_[0]) +
+                     "): boom: "),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("boom: the fifth call fails"), std::string::npos) << log;
+  // Four ran, one failed, the rest never ran.
+  EXPECT_NE(log.find("fetched ok 4 failed 1 cancelled "), std::string::npos) << log;
+}
+
+TEST_F(PsJobTest, AKilledWorkerLosesNoFunctionAndRejoinsWhenRestarted) {
+  const std::vector<std::string> args = {"--mode", "custom", "--steps", "300", "--slow-ms", "10"};
+  const Process chief = start_job(2, 1, args, "kill", {{1, {"--kill-at-call", "20"}}});
+  // Worker 1 dies (SIGKILL) at the start of its 20th function.
+  Process& victim = servers_[2];
+  ASSERT_EQ(wait_exit(victim, 60s), 128 + SIGKILL) << slurp(victim.log);
+  victim = start_task("worker", 1, args, "kill-again");
+  ASSERT_EQ(wait_exit(chief, 120s), 0) << slurp(chief.log);
+  expect_servers_exit();
+  const std::string log = slurp(chief.log);
+  // Every function ran (at least once): none lost.
+  EXPECT_NE(log.find("scheduled 300 completed 300 rerun 1 rejoins 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("iterations 300 "), std::string::npos) << log;
+  EXPECT_NE(log.find("was lost"), std::string::npos) << log;
+  EXPECT_NE(log.find("rejoined"), std::string::npos) << log;
+  // The restarted worker took functions again (its own log counts them).
+  EXPECT_NE(slurp(victim.log).find("serving"), std::string::npos);
+  EXPECT_NE(log.find("worker 1 ran"), std::string::npos) << log;
+}
+
+TEST_F(PsJobTest, StrangersAndJunkAreRefusedAndTheJobGoesOn) {
+  const Process chief = start_job(
+      1, 1, {"--mode", "custom", "--steps", "200", "--slow-ms", "5", "--out", path("ps.bin")},
+      "strangers");
+  // While the job trains: junk bytes and calls under a wrong token at the
+  // ps task and the worker.
+  std::this_thread::sleep_for(500ms);
+  for (int port : {ps_ports_[0], worker_ports_[0]}) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      const std::string junk(4096, '\x5a');
+      (void)::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+    }
+    ::close(fd);
+    auto stranger = lockstep::comm::rpc::Channel::open(
+        {.address = "127.0.0.1:" + std::to_string(port), .token = "wrong", .peer = "target",
+         .timeout = 5s});
+    try {
+      if (port == ps_ports_[0]) {
+        stranger->read({0}, true);
+      } else {
+        stranger->run_function("step", {}, 5s);
+      }
+      ADD_FAILURE() << "a stranger's call was served";
+    } catch (const lockstep::comm::rpc::RpcError& e) {
+      EXPECT_EQ(e.code(), lockstep::comm::rpc::RpcCode::kUnauthenticated) << e.what();
+    }
+    try {
+      stranger->shutdown();
+      ADD_FAILURE() << "a stranger shut a task down";
+    } catch (const lockstep::comm::rpc::RpcError& e) {
+      EXPECT_EQ(e.code(), lockstep::comm::rpc::RpcCode::kUnauthenticated) << e.what();
+    }
+  }
+  ASSERT_EQ(wait_exit(chief, 120s), 0) << slurp(chief.log);
+  expect_servers_exit();
+  EXPECT_NE(slurp(chief.log).find("scheduled 200 completed 200 rerun 0"), std::string::npos)
+      << slurp(chief.log);
+}
+
+}  // namespace
