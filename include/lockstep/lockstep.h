@@ -20,6 +20,7 @@
 #include "lockstep/distribute/cluster_coordinator.h"
 #include "lockstep/distribute/parameter_server_strategy.h"
 #include "lockstep/distribute/partitioners.h"
+#include "lockstep/distribute/strategy_extended.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/io/event_file.h"
 #include "lockstep/io/hdf5.h"

@@ -5,6 +5,8 @@
 // leave the job unaffected.
 #include <signal.h>
 
+#include <sstream>
+
 #include "distribute/multi_worker_support.h"
 #include "lockstep/comm/rpc.h"
 
@@ -92,6 +94,49 @@ TEST_F(PsJobTest, OneWorkerAndOnePsTrainAsOneDeviceWithinFloatRounding) {
   ASSERT_EQ(wait_exit(ref), 0) << slurp(ref.log);
   expect_close(read_weights(path("ps.bin")), read_weights(path("ref.bin")), 1e-5,
                "1 worker + 1 ps vs one device");
+}
+
+// "history <name> v1 v2 ..." of a log, by name.
+std::map<std::string, std::vector<double>> history_of(const std::string& log) {
+  std::map<std::string, std::vector<double>> out;
+  std::istringstream in(log);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("history ", 0) != 0) continue;
+    std::istringstream words(line.substr(8));
+    std::string name;
+    words >> name;
+    double v = 0;
+    while (words >> v) out[name].push_back(v);
+  }
+  return out;
+}
+
+TEST_F(PsJobTest, FitWithOneWorkerAndOnePsTrainsAndLogsAsOneDevice) {
+  const std::vector<std::string> args = {"--mode", "fit", "--epochs", "2", "--steps", "20",
+                                         "--steps-per-execution", "3"};
+  std::vector<std::string> ps_args = args;
+  ps_args.insert(ps_args.end(), {"--out", path("ps.bin")});
+  const Process chief = start_job(1, 1, ps_args, "fit");
+  ASSERT_EQ(wait_exit(chief), 0) << slurp(chief.log);
+  expect_servers_exit();
+  std::vector<std::string> ref_args = {PS_TRAIN_PATH};
+  ref_args.insert(ref_args.end(), args.begin(), args.end());
+  ref_args.insert(ref_args.end(), {"--out", path("ref.bin")});
+  const Process ref = spawn(ref_args, {{"OMP_NUM_THREADS", "1"}}, path("ref.log"));
+  ASSERT_EQ(wait_exit(ref), 0) << slurp(ref.log);
+  expect_close(read_weights(path("ps.bin")), read_weights(path("ref.bin")), 1e-5,
+               "fit: 1 worker + 1 ps vs one device");
+  const auto got = history_of(slurp(chief.log)), want = history_of(slurp(ref.log));
+  for (const char* name : {"loss", "accuracy"}) {
+    ASSERT_EQ(got.count(name), 1u) << slurp(chief.log);
+    ASSERT_EQ(got.at(name).size(), 2u);
+    for (std::size_t e = 0; e < 2; ++e)
+      EXPECT_NEAR(got.at(name)[e], want.at(name)[e], 1e-5) << name << " epoch " << e;
+  }
+  // One worker: nothing lands between its read and its update.
+  EXPECT_EQ(got.at("staleness"), (std::vector<double>{0, 0}));
+  EXPECT_NE(slurp(chief.log).find("optimizer iterations 40"), std::string::npos);
 }
 
 TEST_F(PsJobTest, TwoWorkersTrainAShardedKernelThatReadsAsOneTensor) {

@@ -10,6 +10,9 @@
 //           {iterator}) N times, join, the weights to --out
 //   throw   "boom" N times, the 5th call of each worker throws a ValueError
 //   count   "tick" N times (each sleeps --slow-ms), every result fetched
+//   fit     Model::fit(DatasetCreator("batches")) for --epochs of --steps
+//           steps (compiled with --steps-per-execution), with --backup DIR a
+//           BackupAndRestore there; the weights to --out
 //
 // A worker given --kill-at-call K kills itself (SIGKILL) at the start of its
 // K-th function call. Exit codes: 0 done, 1 a Lockstep error, 3 a
@@ -40,6 +43,9 @@ struct Args {
   int partition = 0;
   long kill_at_call = -1;
   int slow_ms = 0;
+  int epochs = 2;
+  std::int64_t steps_per_execution = 1;
+  std::string backup;
 };
 
 Args parse(int argc, char** argv) {
@@ -58,6 +64,12 @@ Args parse(int argc, char** argv) {
       a.kill_at_call = std::stol(v);
     else if (k == "--slow-ms")
       a.slow_ms = std::stoi(v);
+    else if (k == "--epochs")
+      a.epochs = std::stoi(v);
+    else if (k == "--steps-per-execution")
+      a.steps_per_execution = std::stoll(v);
+    else if (k == "--backup")
+      a.backup = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -133,8 +145,32 @@ void register_functions(const Args& a) {
   });
 }
 
+void compile(Model& model, const Args& a) {
+  model.compile({.optimizer = adam(),
+                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                 .metrics = {"accuracy"},
+                 .steps_per_execution = a.steps_per_execution});
+}
+
+void print_history(const History& h) {
+  for (const auto& [name, values] : h.history()) {
+    std::printf("history %s", name.c_str());
+    for (double v : values) std::printf(" %.6f", v);
+    std::printf("\n");
+  }
+}
+
 // The same steps on one device, in the order one worker takes them.
 int reference(const Args& a) {
+  if (a.mode == "fit") {
+    Model model = mlp();
+    compile(model, a);
+    const History h = model.fit(batches({}), {.epochs = a.epochs, .verbose = 0,
+                                              .steps_per_epoch = a.steps});
+    print_history(h);
+    testing_support::write_weights(model.weights(), a.out);
+    return 0;
+  }
   Model model = mlp();
   Optimizer opt = adam();
   data::Iterator it = batches({}).make_iterator();
@@ -151,6 +187,25 @@ int coordinate(const Args& a) {
   {
     auto scope = strategy.scope();
     model = mlp();
+  }
+  if (a.mode == "fit") {
+    {
+      auto scope = strategy.scope();
+      compile(model, a);
+    }
+    std::vector<std::shared_ptr<Callback>> callbacks;
+    if (!a.backup.empty())
+      callbacks.push_back(std::make_shared<BackupAndRestore>(
+          BackupAndRestoreOptions{.backup_dir = a.backup, .delete_checkpoint = false}));
+    const History h = model.fit(ld::DatasetCreator{"batches"}, {.epochs = a.epochs,
+                                                                .verbose = 2,
+                                                                .callbacks = callbacks,
+                                                                .steps_per_epoch = a.steps});
+    print_history(h);
+    if (!a.out.empty()) testing_support::write_weights(model.weights(), a.out);
+    std::printf("optimizer iterations %lld\n",
+                static_cast<long long>(model.optimizer().iterations()));
+    return 0;
   }
   ld::ClusterCoordinator coordinator(strategy);
   if (a.mode == "custom") {

@@ -68,6 +68,19 @@ using DatasetFunction =
 // registers the same ones). A name registered twice is a ValueError.
 void register_worker_function(const std::string& name, WorkerFunction fn);
 void register_dataset_function(const std::string& name, DatasetFunction fn);
+// The dataset a registered dataset function makes (a ValueError naming the
+// registered ones when there is none of that name).
+data::Dataset make_registered_dataset(const std::string& name, const InputContext& context,
+                                      const std::vector<Tensor>& arguments);
+
+// Model::fit's input under ParameterServerStrategy when every worker builds
+// its own (tf.keras.utils.experimental.DatasetCreator): a registered dataset
+// function, called on each worker with its InputContext. The dataset should
+// repeat(): fit takes steps_per_epoch batches per epoch from it.
+struct DatasetCreator {
+  std::string dataset_fn{};
+  std::vector<Tensor> arguments{};
+};
 
 // A per-worker iterator (iter() of a PerWorkerDataset): as an argument of a
 // scheduled function it is the running worker's own iterator.
@@ -181,6 +194,7 @@ class WorkerContext {
       : state_(state), tensors_(std::move(tensors)), iterators_(std::move(iterators)) {}
 
   int worker_index() const;
+  int num_workers() const;
   // "worker 1 (127.0.0.1:2223)"
   const std::string& task() const;
   std::size_t num_arguments() const { return tensors_.size(); }

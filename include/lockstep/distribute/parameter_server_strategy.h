@@ -129,6 +129,9 @@ class ParameterServerStrategy : public Strategy {
   int num_worker_tasks() const;
   // `v`, made in this strategy's scope, as the shards it lives in.
   ShardedVariable sharded_variable(const Variable& v) const;
+  // Where `v` (made in scope) is in the order the coordinator made its
+  // variables: what WorkerContext::bind_variables takes.
+  std::int64_t variable_index(const Variable& v) const;
   ParameterServerStats stats() const;
 
  private:

@@ -352,6 +352,10 @@ int ParameterServerStrategy::num_worker_tasks() const {
 }
 ParameterServerStats ParameterServerStrategy::stats() const { return ps_impl()->stats(); }
 
+std::int64_t ParameterServerStrategy::variable_index(const Variable& v) const {
+  return ps_impl()->layout_of(v, "variable_index").index;
+}
+
 ShardedVariable ParameterServerStrategy::sharded_variable(const Variable& v) const {
   ShardedVariable s;
   s.impl_ = ps_impl();

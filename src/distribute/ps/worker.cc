@@ -59,6 +59,20 @@ void register_dataset_function(const std::string& name, DatasetFunction fn) {
                  "register_dataset_function: '", name, "' is registered already");
 }
 
+data::Dataset make_registered_dataset(const std::string& name, const InputContext& context,
+                                      const std::vector<Tensor>& arguments) {
+  DatasetFunction fn;
+  {
+    std::lock_guard lk(registry().mu);
+    auto it = registry().datasets.find(name);
+    LOCKSTEP_CHECK(it != registry().datasets.end(), "no dataset function '", name,
+                   "' is registered in this process (registered: ", names_of(registry().datasets),
+                   "); register it with register_dataset_function in every process of the job");
+    fn = it->second;
+  }
+  return fn(context, arguments);
+}
+
 bool worker_function_registered(const std::string& name) {
   std::lock_guard lk(registry().mu);
   return registry().functions.count(name) > 0;
@@ -75,10 +89,12 @@ class WorkerState final : public comm::rpc::WorkerService, public GradientAggreg
  public:
   WorkerState(const ClusterResolver& r, const std::string& token, std::chrono::milliseconds timeout)
       : index_(r.task_id()),
+        num_workers_(r.cluster_spec().num_tasks("worker")),
         task_(r.describe_task("worker", r.task_id())),
         ps_(ps::open_channels(r, "ps", token, timeout)) {}
 
   int index() const { return index_; }
+  int num_workers() const { return num_workers_; }
   const std::string& task() const { return task_; }
 
   // ---- WorkerService ----
@@ -94,22 +110,19 @@ class WorkerState final : public comm::rpc::WorkerService, public GradientAggreg
   }
 
   void create_dataset(comm::rpc::DatasetRequest d) override {
-    DatasetFunction fn;
-    {
-      std::lock_guard lk(registry().mu);
-      auto it = registry().datasets.find(d.function);
-      LOCKSTEP_CHECK(it != registry().datasets.end(), task_, ": no dataset function '",
-                     d.function, "' is registered in this process (registered: ",
-                     names_of(registry().datasets),
-                     "); register it with register_dataset_function in every process of the job");
-      fn = it->second;
-    }
     std::vector<Tensor> args;
     for (const auto& a : d.arguments) args.push_back(ps::from_wire(a, task_ + ": dataset argument"));
     const InputContext ctx{.num_input_pipelines = d.num_input_pipelines,
                            .input_pipeline_id = d.input_pipeline_id,
                            .num_replicas_in_sync = d.num_replicas_in_sync};
-    data::Iterator it = fn(ctx, args).make_iterator();
+    auto make = [&] {
+      try {
+        return make_registered_dataset(d.function, ctx, args).make_iterator();
+      } catch (const Error&) {
+        detail::rethrow_with_prefix(task_ + ": ");
+      }
+    };
+    data::Iterator it = make();
     std::lock_guard lk(mu_);
     iterators_.insert_or_assign(d.iterator_id, std::move(it));
   }
@@ -269,6 +282,7 @@ class WorkerState final : public comm::rpc::WorkerService, public GradientAggreg
   }
 
   int index_;
+  int num_workers_;
   std::string task_;
   std::vector<std::shared_ptr<comm::rpc::Channel>> ps_;
   std::mutex run_mu_;
@@ -313,12 +327,17 @@ bool WorkerState::apply_elsewhere(const std::vector<Tensor>& grads,
             ->apply_gradients(spec, std::move(by_task.at(task)), task == 0);
       },
       ps_);
+  // The next step of this function (steps_per_execution > 1, a custom loop
+  // of several steps) reads the variables as the parameter servers now hold
+  // them, as every step does in TensorFlow.
+  pull();
   return true;
 }
 
 // ---- WorkerContext ----
 
 int WorkerContext::worker_index() const { return state_.index(); }
+int WorkerContext::num_workers() const { return state_.num_workers(); }
 const std::string& WorkerContext::task() const { return state_.task(); }
 
 const Tensor& WorkerContext::argument(std::size_t i) const {
