@@ -391,7 +391,7 @@ int run_launch(const LaunchArgs& a) {
             std::fprintf(stderr, "lockstep launch: the chief exited with code %d\n", w.exit_code);
           kill_at = std::min(kill_at, Clock::now() + std::chrono::seconds(10));
           sigterm_at_kill = true;
-        } else if (w.exit_code != 0 && !forwarded_signal) {
+        } else if (w.exit_code != 0 && !forwarded_signal && failed < 0) {
           std::fprintf(stderr,
                        "lockstep launch: %s exited with code %d; the chief's coordinator handles "
                        "it\n",

@@ -80,6 +80,25 @@ distribute::Strategy make_strategy(const TrainArgs& a) {
   return distribute::Strategy();  // "default"
 }
 
+// --model, compiled as the main job trains it (a Keras file keeps its own
+// compile settings and optimizer state; `say` tells where it continues).
+Model compiled_model(const TrainArgs& a, bool say) {
+  Model model = build_model(a.model);
+  if (model.compiled()) {
+    LOCKSTEP_CHECK(!a.learning_rate_given, "--learning-rate: the model in '", a.model,
+                   "' was saved compiled and trains on with its own optimizer; drop "
+                   "--learning-rate, or save it uncompiled");
+    if (say)
+      std::printf("Continuing the compiled model of %s at optimizer step %lld\n", a.model.c_str(),
+                  static_cast<long long>(model.optimizer().iterations()));
+  } else {
+    model.compile({.optimizer = optimizers::Adam({.learning_rate = a.learning_rate}),
+                   .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                   .metrics = {metrics::SparseCategoricalAccuracy()}});
+  }
+  return model;
+}
+
 // Images scaled to [0, 1] in the model's input shape.
 Tensor prepare(const Tensor& images, const Shape& sample_shape) {
   std::vector<std::int64_t> dims{images.dim(0)};
@@ -210,6 +229,57 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
 
 namespace {
 
+// The evaluator task of a parameter-server job: a sidecar beside the
+// cluster that evaluates each backup the chief writes in --checkpoint-dir on
+// the test set, until the backup of the last epoch.
+int evaluate_checkpoints(const TrainArgs& a) {
+  LOCKSTEP_CHECK(!a.checkpoint_dir.empty(),
+                 "the evaluator task evaluates the backups the chief writes: give "
+                 "--checkpoint-dir (the chief's)");
+  Model model = compiled_model(a, false);
+  const Shape sample = model.inputs().at(0).sample_shape();
+  auto [train, test] = a.data_dir.empty() ? datasets::fashion_mnist::load_data()
+                                          : datasets::fashion_mnist::load_data(a.data_dir);
+  const ld::Dataset test_ds =
+      ld::Dataset::from_tensor_slices({prepare(test.first, sample), test.second})
+          .batch(a.batch_size);
+  std::printf("evaluator: waiting for the backups in %s\n",
+              (std::filesystem::path(a.checkpoint_dir) / "backup").string().c_str());
+  std::fflush(stdout);
+  auto say = [](const std::string& what, const Logs& logs) {
+    std::string accuracy;
+    for (const auto& [name, value] : logs) {
+      if (name.find("accuracy") != std::string::npos)
+        accuracy = " - test accuracy: " + std::to_string(value).substr(0, 6);
+    }
+    std::printf("evaluator: %s: test loss: %.4f%s\n", what.c_str(), logs.at("loss"),
+                accuracy.c_str());
+    std::fflush(stdout);
+  };
+  // Until the chief's trained model appears (it then deletes its backups).
+  const std::filesystem::path final_model =
+      std::filesystem::path(a.checkpoint_dir) / "model.safetensors";
+  SidecarEvaluator evaluator(
+      model, test_ds,
+      {.checkpoint_dir = (std::filesystem::path(a.checkpoint_dir) / "backup").string(),
+       .prefix = "backup",
+       .until_epoch = a.epochs,
+       .done_file = final_model.string(),
+       .timeout = std::chrono::milliseconds(static_cast<long long>(a.timeout_seconds * 1000))});
+  const auto done = evaluator.start([&](const SidecarEvaluator::Evaluation& e) {
+    say(std::filesystem::path(e.checkpoint).filename().string() + " (after epoch " +
+            std::to_string(e.epoch) + ", step " + std::to_string(e.iterations) + ")",
+        e.logs);
+  });
+  if (std::filesystem::exists(final_model) && (done.empty() || done.back().epoch < a.epochs)) {
+    model.load_weights(final_model.string());
+    say("the trained model (" + final_model.filename().string() + ")",
+        model.evaluate(test_ds, {.verbose = 0}));
+  }
+  std::printf("evaluator: %zu checkpoint(s) evaluated\n", done.size());
+  return 0;
+}
+
 // The job, step by step; `phase` says which step runs (for run_train's
 // out-of-memory message).
 int train_in_phases(const TrainArgs& a, std::string& phase) {
@@ -236,6 +306,10 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
     if (resolver->task_type() == "ps" || resolver->task_type() == "worker") {
       phase = "serving";
       return serve_task(*resolver, a.data_dir);
+    }
+    if (resolver->task_type() == "evaluator") {
+      phase = "evaluating checkpoints";
+      return evaluate_checkpoints(a);
     }
     LOCKSTEP_CHECK(a.save_freq == 0,
                    "--save-freq: under --strategy parameter-server backups are taken at epoch "
@@ -271,19 +345,7 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
   Model model;
   {
     auto scope = strategy.scope();
-    model = build_model(a.model);
-    if (model.compiled()) {
-      // A Keras file's own compile settings and optimizer state continue.
-      LOCKSTEP_CHECK(!a.learning_rate_given, "--learning-rate: the model in '", a.model,
-                     "' was saved compiled and trains on with its own optimizer; drop "
-                     "--learning-rate, or save it uncompiled");
-      std::printf("Continuing the compiled model of %s at optimizer step %lld\n", a.model.c_str(),
-                  static_cast<long long>(model.optimizer().iterations()));
-    } else {
-      model.compile({.optimizer = optimizers::Adam({.learning_rate = a.learning_rate}),
-                     .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
-                     .metrics = {metrics::SparseCategoricalAccuracy()}});
-    }
+    model = compiled_model(a, true);
   }
   if (strategy.extended().uses_parameter_servers()) {
     const distribute::ParameterServerStrategy ps(strategy);

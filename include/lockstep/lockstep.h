@@ -46,5 +46,6 @@
 #include "lockstep/train/logs.h"
 #include "lockstep/train/model.h"
 #include "lockstep/train/progbar.h"
+#include "lockstep/train/sidecar_evaluator.h"
 #include "lockstep/train/standard_callbacks.h"
 #include "lockstep/train/zoo.h"

@@ -233,4 +233,42 @@ TEST_F(PsJobTest, StrangersAndJunkAreRefusedAndTheJobGoesOn) {
       << slurp(chief.log);
 }
 
+TEST_F(PsJobTest, AKilledPsIsAnErrorNamingItAndARerunResumesFromTheLastBackup) {
+  const std::string backup = path("backup");
+  const std::vector<std::string> args = {"--mode",    "fit",  "--epochs", "8",
+                                         "--steps",   "20",   "--slow-ms", "15",
+                                         "--backup",  backup, "--out",     path("ps.bin")};
+  const Process chief = start_job(1, 2, args, "pskill");
+  // Once the backup of epoch 2 is on disk, ps 1 dies.
+  const auto started = Clock::now();
+  while (!fs::exists(fs::path(backup) / "backup-2.safetensors")) {
+    ASSERT_LT(Clock::now() - started, 120s) << slurp(chief.log);
+    std::this_thread::sleep_for(20ms);
+  }
+  Process& ps1 = servers_[1];
+  ::kill(ps1.pid, SIGKILL);
+  const auto killed = Clock::now();
+  ASSERT_EQ(wait_exit(ps1), 128 + SIGKILL);
+  ps1.pid = -1;
+  // The chief raises the distinct error (exit 4: UnavailableError) naming
+  // the task, in bounded time: its connection closed, the next read fails.
+  EXPECT_EQ(wait_exit(chief, 60s), 4) << slurp(chief.log);
+  EXPECT_LT(Clock::now() - killed, 20s);
+  const std::string log = slurp(chief.log);
+  EXPECT_NE(log.find("ps 1 (127.0.0.1:" + std::to_string(ps_ports_[1]) + ")"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("is lost: restart the job"), std::string::npos) << log;
+  // The chief's end told the others: they exit.
+  servers_.erase(servers_.begin() + 1);
+  expect_servers_exit();
+  servers_.clear();
+  // The whole job again: it resumes from the last backup and finishes.
+  const Process again = start_job(1, 2, args, "pskill-again");
+  ASSERT_EQ(wait_exit(again, 120s), 0) << slurp(again.log);
+  expect_servers_exit();
+  const std::string rerun = slurp(again.log);
+  EXPECT_NE(rerun.find("BackupAndRestore: resuming from"), std::string::npos) << rerun;
+  EXPECT_NE(rerun.find("optimizer iterations 160"), std::string::npos) << rerun;
+}
+
 }  // namespace

@@ -116,8 +116,15 @@ struct WorkerModel {
 std::atomic<long> g_calls{0};
 
 void register_functions(const Args& a) {
-  ld::register_dataset_function("batches", [](const ld::InputContext& ctx,
-                                               const std::vector<Tensor>&) { return batches(ctx); });
+  // --slow-ms: every batch takes that long to make (fit's steps run slowly).
+  ld::register_dataset_function("batches", [a](const ld::InputContext& ctx,
+                                                const std::vector<Tensor>&) {
+    if (a.slow_ms <= 0) return batches(ctx);
+    return batches(ctx).map([a](const data::Element& e) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(a.slow_ms));
+      return e;
+    });
+  });
   auto count_call = [a] {
     const long call = ++g_calls;
     if (call == a.kill_at_call) ::kill(::getpid(), SIGKILL);
