@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "distribute/multi_worker_support.h"
+#include "distribute/worker_programs.h"
+#include "support/weights.h"
 #include "lockstep/comm/rpc.h"
 
 namespace {
@@ -269,6 +271,70 @@ TEST_F(PsJobTest, AKilledPsIsAnErrorNamingItAndARerunResumesFromTheLastBackup) {
   const std::string rerun = slurp(again.log);
   EXPECT_NE(rerun.find("BackupAndRestore: resuming from"), std::string::npos) << rerun;
   EXPECT_NE(rerun.find("optimizer iterations 160"), std::string::npos) << rerun;
+}
+
+// A checkpoint's tensors by name.
+std::map<std::string, std::vector<float>> tensors_of(const std::string& path) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, t] : lockstep::io::read_safetensors(path).tensors) {
+    if (t.dtype() == lockstep::DType::kFloat32) out[name] = t.to_vector<float>();
+  }
+  return out;
+}
+
+TEST_F(PsJobTest, CheckpointsHoldTheLogicalVariablesSoMirroredAndPsRestoreEachOthers) {
+  using namespace lockstep;
+  // Trained under MirroredStrategy (2 replicas): weights, Adam's slots, step.
+  auto mirrored_model = [] {
+    set_random_seed(7);
+    auto in = Input({20});
+    auto h = layers::Dense(32, {.activation = "relu"})(in);
+    Model m(in, layers::Dense(4)(h));
+    m.compile({.optimizer = optimizers::Adam({.learning_rate = 0.01}),
+               .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+               .metrics = {"accuracy"}});
+    return m;
+  };
+  distribute::MirroredStrategy mirrored({.devices = {&host_device()}, .replicas_per_device = 2});
+  Model trained;
+  {
+    auto scope = mirrored.scope();
+    trained = mirrored_model();
+  }
+  const auto [x, y] = testing_support::four_sums(256);
+  trained.fit(x, y, {.batch_size = 32, .epochs = 1, .verbose = 0});
+  Checkpoint(trained).save(path("mirrored.safetensors"));
+  // Onto a job whose first kernel is in 3 shards over 2 ps tasks, and back.
+  const Process chief = start_job(1, 2,
+                                  {"--mode", "restore", "--partition", "3", "--steps", "10",
+                                   "--restore", path("mirrored.safetensors"), "--out-checkpoint",
+                                   path("ps.safetensors"), "--out", path("ps.bin")},
+                                  "roundtrip");
+  ASSERT_EQ(wait_exit(chief), 0) << slurp(chief.log);
+  expect_servers_exit();
+  const auto before = tensors_of(path("mirrored.safetensors"));
+  const auto after = tensors_of(path("ps.safetensors"));
+  ASSERT_EQ(before.size(), after.size());
+  std::size_t slots = 0;
+  for (const auto& [name, values] : before) {
+    ASSERT_EQ(after.count(name), 1u) << name;
+    EXPECT_EQ(after.at(name), values) << name << " changed on its way through the ps tasks";
+    slots += name.rfind("optimizer/", 0) == 0;
+  }
+  EXPECT_EQ(slots, 8u);  // momentum and velocity of 4 variables
+  EXPECT_EQ(Checkpoint::read(path("ps.safetensors")).iterations,
+            Checkpoint::read(path("mirrored.safetensors")).iterations);
+  // Trained on by the ps job, it restores under MirroredStrategy: the same
+  // weights, 10 steps further.
+  Model back;
+  {
+    auto scope = mirrored.scope();
+    back = mirrored_model();
+  }
+  Checkpoint(back).restore(path("trained-ps.safetensors"));
+  EXPECT_EQ(back.optimizer().iterations(), trained.optimizer().iterations() + 10);
+  expect_bitwise({testing_support::weights(back), ""}, read_weights(path("ps.bin")),
+                 "restored under MirroredStrategy");
 }
 
 }  // namespace

@@ -10,6 +10,10 @@
 //           {iterator}) N times, join, the weights to --out
 //   throw   "boom" N times, the 5th call of each worker throws a ValueError
 //   count   "tick" N times (each sleeps --slow-ms), every result fetched
+//   restore Checkpoint::restore(--restore) onto the parameter servers, then
+//           Checkpoint::save(--out-checkpoint) from them, then --steps of fit
+//           and a save to --out-checkpoint's name with "trained-" in front,
+//           the weights to --out
 //   fit     Model::fit(DatasetCreator("batches")) for --epochs of --steps
 //           steps (compiled with --steps-per-execution), with --backup DIR a
 //           BackupAndRestore there; the weights to --out
@@ -21,6 +25,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -46,6 +51,7 @@ struct Args {
   int epochs = 2;
   std::int64_t steps_per_execution = 1;
   std::string backup;
+  std::string restore, out_checkpoint;
 };
 
 Args parse(int argc, char** argv) {
@@ -70,6 +76,10 @@ Args parse(int argc, char** argv) {
       a.steps_per_execution = std::stoll(v);
     else if (k == "--backup")
       a.backup = v;
+    else if (k == "--restore")
+      a.restore = v;
+    else if (k == "--out-checkpoint")
+      a.out_checkpoint = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -194,6 +204,19 @@ int coordinate(const Args& a) {
   {
     auto scope = strategy.scope();
     model = mlp();
+  }
+  if (a.mode == "restore") {
+    {
+      auto scope = strategy.scope();
+      compile(model, a);
+    }
+    Checkpoint(model).restore(a.restore);
+    Checkpoint(model).save(a.out_checkpoint);
+    model.fit(ld::DatasetCreator{"batches"}, {.epochs = 1, .verbose = 0, .steps_per_epoch = a.steps});
+    const std::filesystem::path out(a.out_checkpoint);
+    Checkpoint(model).save((out.parent_path() / ("trained-" + out.filename().string())).string());
+    testing_support::write_weights(model.weights(), a.out);
+    return 0;
   }
   if (a.mode == "fit") {
     {
