@@ -105,6 +105,7 @@ std::vector<Tensor> steps_on_worker(ld::WorkerContext& ctx) {
   if (ctx.num_arguments() == 1) {
     LOCKSTEP_CHECK_AS(InternalError, fit->batches != nullptr, ctx.task(), ": fit: no input");
     for (std::int64_t i = 0; i < n; ++i) {
+      if (i > 0) ctx.read_variables();  // the updates since this function began
       std::optional<detail::Batch> b = fit->batches->next(fit->step++);
       LOCKSTEP_CHECK_AS(IndexError, b.has_value(), ctx.task(),
                         ": fit: the worker's dataset ran out after ", fit->step - 1,
@@ -115,6 +116,7 @@ std::vector<Tensor> steps_on_worker(ld::WorkerContext& ctx) {
     const auto k = static_cast<std::size_t>(ctx.argument(1).item<std::int64_t>());
     const std::size_t per_step = (ctx.num_arguments() - 2) / static_cast<std::size_t>(n);
     for (std::int64_t i = 0; i < n; ++i) {
+      if (i > 0) ctx.read_variables();
       std::vector<Tensor> x, y;
       const std::size_t first = 2 + static_cast<std::size_t>(i) * per_step;
       for (std::size_t j = 0; j < per_step; ++j)

@@ -190,7 +190,7 @@ struct ServerOptions {
   // Requests and replies above this are refused: a bound on what a
   // stranger can make the server hold, and on a variable or gradient.
   std::size_t max_message_bytes = std::size_t{512} << 20;
-  int threads = 4;  // calls served at once (beyond Control's)
+  int threads = 4;  // a worker's calls served at once (the others run on gRPC's threads)
 };
 
 class Server {

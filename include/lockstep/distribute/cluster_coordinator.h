@@ -208,10 +208,15 @@ class WorkerContext {
   // coordinator made (k + first)-th in its strategy's scope, or
   // indices[k]-th. Shapes and dtypes must match (a ShapeError naming
   // both). From then on the worker reads their values from the parameter
-  // servers before each function runs, and optimizer.apply_gradients on
-  // them sends the gradients there.
+  // servers before each function runs (read_variables), and
+  // optimizer.apply_gradients on them sends the gradients there.
   void bind_variables(const std::vector<Variable>& vars, std::int64_t first = 0);
   void bind_variables(const std::vector<Variable>& vars, const std::vector<std::int64_t>& indices);
+  // The bound variables take the parameter servers' values again. Done
+  // before every function; a function of several steps calls it between
+  // them (fit does, with steps_per_execution > 1) to read the updates its
+  // own and the other workers' steps have made meanwhile.
+  void read_variables();
   // The coordinator's variables (name, shape) in creation order.
   std::vector<std::pair<std::string, Shape>> coordinator_variables() const;
 

@@ -230,8 +230,7 @@ grpc::Status reply(const Message& message, grpc::ByteBuffer* out) {
 class ServerImpl;
 
 // One call: refused at once unless its method is known and its MAC right;
-// only then is its request read, and parsed and answered on the pool
-// (Control's calls, which do no work, on gRPC's own thread).
+// only then is its request read, and parsed and answered.
 class Call final : public grpc::ServerGenericBidiReactor {
  public:
   Call(ServerImpl* server, grpc::GenericCallbackServerContext* context);
@@ -319,7 +318,6 @@ class ServerImpl final : public Server, public grpc::CallbackGenericService {
     return grpc::Status::OK;
   }
 
-  static bool is_control(const std::string& method) { return method.find("/Control/") != std::string::npos; }
   WorkPool& pool() { return pool_; }
 
   // Parses the request of `method`, runs it, and serialises the reply.
@@ -493,7 +491,10 @@ void Call::OnReadDone(bool ok) {
     Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no request message"));
     return;
   }
-  if (ServerImpl::is_control(method_)) {
+  // Control's calls and a parameter server's (a copy, an update of one
+  // variable: short) are answered on gRPC's own thread, saving a hand-off;
+  // a worker's functions may run long and go to the pool.
+  if (method_.rfind("/lockstep.rpc.Worker/", 0) != 0) {
     answer();
   } else {
     server_->pool().submit([this] { answer(); });

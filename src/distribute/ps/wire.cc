@@ -11,9 +11,9 @@ namespace lockstep::distribute::ps {
 
 comm::rpc::WireTensor to_wire(const Tensor& t) {
   check_defined(t, "to_wire", "tensor");
-  const Tensor c = t.copy();  // contiguous, and not shared with a writer
-  return {std::string(dtype_name(c.dtype())), c.shape().to_vector(),
-          std::string(static_cast<const char*>(c.raw_data()), c.nbytes())};
+  // Tensors are contiguous (views are row ranges): one copy, into the message.
+  return {std::string(dtype_name(t.dtype())), t.shape().to_vector(),
+          std::string(static_cast<const char*>(t.raw_data()), t.nbytes())};
 }
 
 comm::rpc::WireTensor rows_to_wire(const Tensor& t, std::int64_t begin, std::int64_t end) {

@@ -266,6 +266,7 @@ class WorkerState final : public comm::rpc::WorkerService, public GradientAggreg
   }
 
   // Every bound variable takes the parameter servers' current values.
+ public:
   void pull() {
     std::vector<std::pair<Variable, comm::rpc::VariableLayout>> vars;
     {
@@ -280,6 +281,8 @@ class WorkerState final : public comm::rpc::WorkerService, public GradientAggreg
     for (std::size_t k = 0; k < bindings_.size() && k < versions.size(); ++k)
       bindings_[k].read_versions = versions[k];
   }
+
+ private:
 
   int index_;
   int num_workers_;
@@ -327,10 +330,6 @@ bool WorkerState::apply_elsewhere(const std::vector<Tensor>& grads,
             ->apply_gradients(spec, std::move(by_task.at(task)), task == 0);
       },
       ps_);
-  // The next step of this function (steps_per_execution > 1, a custom loop
-  // of several steps) reads the variables as the parameter servers now hold
-  // them, as every step does in TensorFlow.
-  pull();
   return true;
 }
 
@@ -367,6 +366,8 @@ void WorkerContext::bind_variables(const std::vector<Variable>& vars,
                                    const std::vector<std::int64_t>& indices) {
   state_.bind(vars, indices);
 }
+
+void WorkerContext::read_variables() { state_.pull(); }
 
 std::vector<std::pair<std::string, Shape>> WorkerContext::coordinator_variables() const {
   return state_.coordinator_variables();
