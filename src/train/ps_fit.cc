@@ -102,6 +102,21 @@ std::vector<Tensor> steps_on_worker(ld::WorkerContext& ctx) {
   LOCKSTEP_CHECK_AS(InternalError, fit != nullptr, ctx.task(), ": fit: the model was not built");
   const auto n = ctx.argument(0).item<std::int64_t>();
   fit->model.reset_metrics();
+  // State a step assigns (moving statistics) goes back to the ps tasks
+  // after it, before the next step reads the variables again.
+  const std::vector<Variable> assigned = fit->model.impl()->non_trainable_weights();
+  std::vector<std::uint64_t> versions;
+  for (const Variable& v : assigned) versions.push_back(v.version());
+  auto train = [&](const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
+    fit->model.train_step(x, y);
+    std::vector<Variable> changed;
+    for (std::size_t k = 0; k < assigned.size(); ++k) {
+      if (assigned[k].version() == versions[k]) continue;
+      changed.push_back(assigned[k]);
+      versions[k] = assigned[k].version();
+    }
+    ctx.write_variables(changed);
+  };
   if (ctx.num_arguments() == 1) {
     LOCKSTEP_CHECK_AS(InternalError, fit->batches != nullptr, ctx.task(), ": fit: no input");
     for (std::int64_t i = 0; i < n; ++i) {
@@ -110,7 +125,7 @@ std::vector<Tensor> steps_on_worker(ld::WorkerContext& ctx) {
       LOCKSTEP_CHECK_AS(IndexError, b.has_value(), ctx.task(),
                         ": fit: the worker's dataset ran out after ", fit->step - 1,
                         " batches; repeat() it (fit takes steps_per_epoch batches per epoch)");
-      fit->model.train_step(b->x, b->y);
+      train(b->x, b->y);
     }
   } else {
     const auto k = static_cast<std::size_t>(ctx.argument(1).item<std::int64_t>());
@@ -121,7 +136,7 @@ std::vector<Tensor> steps_on_worker(ld::WorkerContext& ctx) {
       const std::size_t first = 2 + static_cast<std::size_t>(i) * per_step;
       for (std::size_t j = 0; j < per_step; ++j)
         (j < k ? x : y).push_back(ctx.argument(first + j));
-      fit->model.train_step(x, y);
+      train(x, y);
     }
   }
   return metric_states(fit->model);

@@ -217,6 +217,10 @@ class WorkerContext {
   // them (fit does, with steps_per_execution > 1) to read the updates its
   // own and the other workers' steps have made meanwhile.
   void read_variables();
+  // The parameter servers take these bound variables' local values (state
+  // a step assigns rather than trains: BatchNormalization's moving
+  // statistics; the last writer wins, as in TensorFlow).
+  void write_variables(const std::vector<Variable>& vars);
   // The coordinator's variables (name, shape) in creation order.
   std::vector<std::pair<std::string, Shape>> coordinator_variables() const;
 

@@ -265,8 +265,44 @@ class WorkerState final : public comm::rpc::WorkerService, public GradientAggreg
     return r;
   }
 
-  // Every bound variable takes the parameter servers' current values.
+  // The parameter servers take these bound variables' values.
  public:
+  void push(const std::vector<Variable>& vars) {
+    std::map<int, std::vector<comm::rpc::VariableEntry>> by_task;
+    {
+      std::lock_guard lk(mu_);
+      for (const Variable& v : vars) {
+        auto it = by_id_.find(v.id());
+        LOCKSTEP_CHECK(it != by_id_.end(), task_, ": write_variables: variable '", v.name(),
+                       "' is not bound to the coordinator's");
+        const auto& l = table_.at(static_cast<std::size_t>(bindings_[it->second].index));
+        const Tensor& value = v.replica_value(0);
+        std::int64_t row = 0;
+        for (const auto& s : l.shards) {
+          by_task[s.ps_task].push_back({.id = s.id,
+                                        .name = l.name,
+                                        .trainable = l.trainable,
+                                        .value = l.shards.size() > 1
+                                                     ? ps::rows_to_wire(value, row, row + s.rows)
+                                                     : ps::to_wire(value),
+                                        .slots = {},
+                                        .version = 0});
+          row += s.rows;
+        }
+      }
+    }
+    std::vector<int> tasks;
+    for (const auto& [task, unused] : by_task) tasks.push_back(task);
+    if (tasks.empty()) return;
+    ps::for_each_ps(
+        tasks,
+        [&](int task) {
+          ps_.at(static_cast<std::size_t>(task))->assign(std::move(by_task.at(task)), std::nullopt);
+        },
+        ps_);
+  }
+
+  // Every bound variable takes the parameter servers' current values.
   void pull() {
     std::vector<std::pair<Variable, comm::rpc::VariableLayout>> vars;
     {
@@ -368,6 +404,7 @@ void WorkerContext::bind_variables(const std::vector<Variable>& vars,
 }
 
 void WorkerContext::read_variables() { state_.pull(); }
+void WorkerContext::write_variables(const std::vector<Variable>& vars) { state_.push(vars); }
 
 std::vector<std::pair<std::string, Shape>> WorkerContext::coordinator_variables() const {
   return state_.coordinator_variables();
