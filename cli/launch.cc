@@ -6,6 +6,15 @@
 // with a "[worker i] " prefix. When a worker fails, the others are stopped
 // (SIGTERM, SIGKILL 5 s later) and launch exits with the failed worker's
 // code (128 + signal when it was killed).
+//
+// With --ps M, a ParameterServerStrategy job: a chief, N workers, M ps
+// tasks and, with --evaluator, an evaluator outside the cluster, all running
+// the command with their own TF_CONFIG ("[chief] ", "[ps 0] " prefixes), one
+// core each (round-robin). The chief decides: a worker or ps task that dies
+// is the coordinator's to handle (it reruns a lost worker's functions, and
+// fails on a lost ps), and when the chief exits the others — told by the
+// coordinator that the job is over — get 10 s to exit before a SIGTERM;
+// launch exits with the chief's code.
 #include "launch.h"
 
 #include <arpa/inet.h>
@@ -82,6 +91,7 @@ std::vector<int> my_cores() {
 }
 
 struct Worker {
+  std::string label;  // "worker 0", "chief", "ps 1"
   pid_t pid = -1;
   int out = -1;  // read end of its stdout + stderr
   std::string pending;
@@ -89,28 +99,30 @@ struct Worker {
   int exit_code = 0;
 };
 
-void forward(Worker& w, int index, bool flush_all) {
+void forward(Worker& w, bool flush_all) {
   std::size_t start = 0;
   for (;;) {
     const std::size_t nl = w.pending.find('\n', start);
     if (nl == std::string::npos) break;
-    std::printf("[worker %d] %.*s\n", index, static_cast<int>(nl - start),
+    std::printf("[%s] %.*s\n", w.label.c_str(), static_cast<int>(nl - start),
                 w.pending.data() + start);
     start = nl + 1;
   }
   w.pending.erase(0, start);
   if (flush_all && !w.pending.empty()) {
-    std::printf("[worker %d] %s\n", index, w.pending.c_str());
+    std::printf("[%s] %s\n", w.label.c_str(), w.pending.c_str());
     w.pending.clear();
   }
   std::fflush(stdout);
 }
 
-// The workers train one model together only under MultiWorkerMirroredStrategy:
-// `lockstep train` without --strategy gets --strategy multi-worker; with
-// another strategy each worker would train its own copy, so that is refused.
-// Other programs choose their strategy themselves.
-std::vector<std::string> with_multi_worker_strategy(std::vector<std::string> command) {
+// The workers train one model together only under the strategy of their
+// job: `lockstep train` without --strategy gets it (multi-worker, or
+// parameter-server with --ps); with another strategy each worker would
+// train its own copy, so that is refused. Other programs choose their
+// strategy themselves.
+std::vector<std::string> with_job_strategy(std::vector<std::string> command, bool ps) {
+  const std::string wanted = ps ? "parameter-server" : "multi-worker";
   const std::string program = command[0].substr(command[0].find_last_of('/') + 1);
   if (program != "lockstep" || command.size() < 2 || command[1] != "train") return command;
   for (std::size_t i = 2; i < command.size(); ++i) {
@@ -122,14 +134,15 @@ std::vector<std::string> with_multi_worker_strategy(std::vector<std::string> com
     } else {
       continue;
     }
-    LOCKSTEP_CHECK(value == "multi-worker", "launch: the workers' command has --strategy ", value,
-                   "; launched workers train one model together only with --strategy "
-                   "multi-worker (with ",
-                   value, " each worker would train its own copy)");
+    LOCKSTEP_CHECK(value == wanted, "launch: the workers' command has --strategy ", value,
+                   "; launched ", ps ? "tasks of a parameter-server job (--ps)" : "workers",
+                   " train one model together only with --strategy ", wanted, " (with ", value,
+                   " each worker would train its own copy)");
     return command;
   }
-  command.insert(command.begin() + 2, {"--strategy", "multi-worker"});
-  std::printf("lockstep launch: the workers run lockstep train with --strategy multi-worker\n");
+  command.insert(command.begin() + 2, {"--strategy", wanted});
+  std::printf("lockstep launch: the workers run lockstep train with --strategy %s\n",
+              wanted.c_str());
   return command;
 }
 
@@ -148,6 +161,15 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
                    "replicas in each worker (LOCKSTEP_LOCAL_REPLICAS)")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  launch
+      ->add_option("--ps", a.ps,
+                   "ps tasks: a parameter-server job (a chief that coordinates, the workers, the "
+                   "ps tasks)")
+      ->check(CLI::Range(0, 64));
+  launch->add_flag("--evaluator", a.evaluator,
+                   "parameter-server job: add an evaluator outside the cluster, a sidecar that "
+                   "evaluates each new checkpoint")
+      ->needs("--ps");
   launch->add_option("--host", a.host, "the workers' address (IPv4)")->capture_default_str();
   launch->add_option("--port", a.port, "first port (worker i gets port + i); 0: free ports")
       ->check(CLI::Range(0, 65535));
@@ -162,7 +184,7 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
 // (empty: every core), its stdout and stderr into a pipe launch reads.
 Worker spawn_worker(const LaunchArgs& a, const std::vector<std::string>& command,
                     const std::string& tf_config, const std::string& token,
-                    const std::vector<int>& share) {
+                    const std::vector<int>& share, const std::string& label) {
   int fds[2];
   LOCKSTEP_CHECK_AS(IOError, ::pipe2(fds, O_CLOEXEC) == 0, "launch: pipe: ", std::strerror(errno));
   std::fflush(stdout);
@@ -203,6 +225,7 @@ Worker spawn_worker(const LaunchArgs& a, const std::vector<std::string>& command
   }
   ::close(fds[1]);
   Worker w;
+  w.label = label;
   w.pid = pid;
   w.out = fds[0];
   return w;
@@ -230,30 +253,98 @@ void pump_output(std::vector<Worker>& workers) {
     const ssize_t got = ::read(w.out, buf, sizeof buf);
     if (got > 0) {
       w.pending.append(buf, static_cast<std::size_t>(got));
-      forward(w, owners[k], false);
+      forward(w, false);
     } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-      forward(w, owners[k], true);
+      forward(w, true);
       ::close(w.out);
       w.out = -1;
     }
   }
 }
 
+namespace {
+
+// One process of the job: how launch calls it, its TF_CONFIG, its cores.
+struct Task {
+  std::string label;
+  std::string tf_config;
+  std::vector<int> share;
+};
+
+std::string address_list(const std::string& host, const std::vector<int>& ports) {
+  std::string list;
+  for (int p : ports) list += (list.empty() ? "\"" : ", \"") + host + ":" + std::to_string(p) + "\"";
+  return list;
+}
+
+std::string task_json(const std::string& type, int index) {
+  return "\"task\": {\"type\": \"" + type + "\", \"index\": " + std::to_string(index) + "}";
+}
+
+// A MultiWorkerMirroredStrategy job: the workers, each its share of the cores.
+std::vector<Task> multi_worker_tasks(const LaunchArgs& a, const std::vector<int>& cores) {
+  const int n = a.workers;
+  std::vector<int> ports;
+  for (int i = 0; i < n; ++i) ports.push_back(a.port > 0 ? a.port + i : free_port(a.host));
+  const std::string cluster = "{\"cluster\": {\"worker\": [" + address_list(a.host, ports) + "]}, ";
+  const bool pin = a.pin && !cores.empty() && static_cast<int>(cores.size()) >= n;
+  std::vector<Task> tasks;
+  for (int i = 0; i < n; ++i) {
+    Task t{"worker " + std::to_string(i), cluster + task_json("worker", i) + "}", {}};
+    if (pin) {
+      const std::size_t per = cores.size() / static_cast<std::size_t>(n);
+      for (std::size_t k = 0; k < per; ++k)
+        t.share.push_back(cores[static_cast<std::size_t>(i) * per + k]);
+    }
+    tasks.push_back(std::move(t));
+  }
+  return tasks;
+}
+
+// A ParameterServerStrategy job: the chief first, then the workers, the ps
+// tasks and the evaluator (outside the cluster), one core each, round-robin.
+std::vector<Task> parameter_server_tasks(const LaunchArgs& a, const std::vector<int>& cores) {
+  int next_port = a.port;
+  auto port = [&] { return a.port > 0 ? next_port++ : free_port(a.host); };
+  const int chief = port();
+  std::vector<int> workers, ps;
+  for (int i = 0; i < a.workers; ++i) workers.push_back(port());
+  for (int i = 0; i < a.ps; ++i) ps.push_back(port());
+  const std::string cluster = "{\"cluster\": {\"chief\": [" + address_list(a.host, {chief}) +
+                              "], \"worker\": [" + address_list(a.host, workers) +
+                              "], \"ps\": [" + address_list(a.host, ps) + "]}, ";
+  std::vector<Task> tasks = {{"chief", cluster + task_json("chief", 0) + "}", {}}};
+  for (int i = 0; i < a.workers; ++i)
+    tasks.push_back({"worker " + std::to_string(i), cluster + task_json("worker", i) + "}", {}});
+  for (int i = 0; i < a.ps; ++i)
+    tasks.push_back({"ps " + std::to_string(i), cluster + task_json("ps", i) + "}", {}});
+  if (a.evaluator) tasks.push_back({"evaluator", cluster + task_json("evaluator", 0) + "}", {}});
+  if (a.pin && !cores.empty()) {
+    // Workers first, so that they get cores of their own when there are enough.
+    std::size_t k = 0;
+    for (std::size_t i = 1; i <= static_cast<std::size_t>(a.workers); ++i)
+      tasks[i].share = {cores[k++ % cores.size()]};
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      if (tasks[i].share.empty()) tasks[i].share = {cores[k++ % cores.size()]};
+    }
+  }
+  return tasks;
+}
+
+}  // namespace
+
 int run_launch(const LaunchArgs& a) {
   LOCKSTEP_CHECK(a.host != "0.0.0.0",
                  "launch: --host 0.0.0.0 is the wildcard address (every "
                  "interface), not one the workers can dial; give this machine's address, e.g. "
                  "127.0.0.1");
-  std::vector<std::string> command = with_multi_worker_strategy(a.command);
-  const int n = a.workers;
-  std::vector<int> ports;
-  for (int i = 0; i < n; ++i) ports.push_back(a.port > 0 ? a.port + i : free_port(a.host));
-  std::string cluster;
-  for (int p : ports)
-    cluster += (cluster.empty() ? "\"" : ", \"") + a.host + ":" + std::to_string(p) + "\"";
+  const bool ps_job = a.ps > 0;
+  std::vector<std::string> command = with_job_strategy(a.command, ps_job);
   const std::string token = fresh_token();
   const std::vector<int> cores = my_cores();
-  const bool pin = a.pin && !cores.empty() && static_cast<int>(cores.size()) >= n;
+  const std::vector<Task> tasks =
+      ps_job ? parameter_server_tasks(a, cores) : multi_worker_tasks(a, cores);
+  const int n = static_cast<int>(tasks.size());
 
   // `lockstep` as the command means this very program.
   if (command[0] == "lockstep") command[0] = "/proc/self/exe";
@@ -262,21 +353,15 @@ int run_launch(const LaunchArgs& a) {
   std::signal(SIGTERM, on_signal);
   std::vector<Worker> workers(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
-    const std::string tf_config =
-        "{\"cluster\": {\"worker\": [" + cluster +
-        "]}, \"task\": {\"type\": \"worker\", \"index\": " + std::to_string(i) + "}}";
-    std::vector<int> share;
-    if (pin) {
-      const std::size_t per = cores.size() / static_cast<std::size_t>(n);
-      for (std::size_t k = 0; k < per; ++k)
-        share.push_back(cores[static_cast<std::size_t>(i) * per + k]);
-    }
-    workers[static_cast<std::size_t>(i)] = spawn_worker(a, command, tf_config, token, share);
+    const Task& t = tasks[static_cast<std::size_t>(i)];
+    workers[static_cast<std::size_t>(i)] =
+        spawn_worker(a, command, t.tf_config, token, t.share, t.label);
   }
 
   int failed = -1;                                       // the first worker that failed
   Clock::time_point kill_at = Clock::time_point::max();  // max: no SIGKILL due
   bool forwarded_signal = false;
+  bool sigterm_at_kill = false;  // at kill_at, SIGTERM first (a parameter-server job's end)
   auto stop_others = [&](int sig) {
     for (auto& w : workers) {
       if (w.running) ::kill(w.pid, sig);
@@ -297,6 +382,23 @@ int run_launch(const LaunchArgs& a) {
       if (::waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
       w.running = false;
       w.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (ps_job) {
+        // The chief decides: the others were told the job is over, or, when
+        // the chief failed, are of no use.
+        if (i == 0 && !forwarded_signal) {
+          failed = 0;
+          if (w.exit_code != 0)
+            std::fprintf(stderr, "lockstep launch: the chief exited with code %d\n", w.exit_code);
+          kill_at = std::min(kill_at, Clock::now() + std::chrono::seconds(10));
+          sigterm_at_kill = true;
+        } else if (w.exit_code != 0 && !forwarded_signal && failed < 0) {
+          std::fprintf(stderr,
+                       "lockstep launch: %s exited with code %d; the chief's coordinator handles "
+                       "it\n",
+                       w.label.c_str(), w.exit_code);
+        }
+        continue;
+      }
       // Workers stopped because the user interrupted launch are not failures.
       if (w.exit_code != 0 && failed < 0 && !forwarded_signal) {
         failed = i;
@@ -323,8 +425,15 @@ int run_launch(const LaunchArgs& a) {
       stop_others(SIGKILL);
     }
     if (Clock::now() > kill_at) {
-      stop_others(SIGKILL);
-      kill_at = Clock::time_point::max();
+      if (sigterm_at_kill) {
+        // A parameter-server job's last tasks after its chief: first asked.
+        stop_others(SIGTERM);
+        sigterm_at_kill = false;
+        kill_at = Clock::now() + std::chrono::seconds(5);
+      } else {
+        stop_others(SIGKILL);
+        kill_at = Clock::time_point::max();
+      }
     }
   }
   if (failed >= 0) return workers[static_cast<std::size_t>(failed)].exit_code;

@@ -1,5 +1,6 @@
 // `lockstep launch --workers N [--local-replicas K] -- COMMAND...`: starts N
-// local workers of a MultiWorkerMirroredStrategy job (see launch.cc).
+// local workers of a MultiWorkerMirroredStrategy job; with --ps M
+// [--evaluator], a ParameterServerStrategy job (see launch.cc).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -10,6 +11,10 @@ namespace lockstep::cli {
 
 struct LaunchArgs {
   int workers = 2;
+  // > 0: a ParameterServerStrategy job: a chief (the coordinator), the
+  // workers, this many ps tasks (and an evaluator), all running the command.
+  int ps = 0;
+  bool evaluator = false;
   int local_replicas = 1;
   std::string host = "127.0.0.1";
   int port = 0;     // first port; 0: free ports chosen by the system

@@ -4,7 +4,10 @@
 //   lockstep train       the main job: the guide's MLP on Fashion-MNIST under
 //                        MirroredStrategy (train --help for the flags)
 //   lockstep launch      starts N local workers of a multi-worker job
-//                        (launch --workers 2 -- lockstep train --strategy multi-worker)
+//                        (launch --workers 2 -- lockstep train --strategy multi-worker),
+//                        or a parameter-server job (launch --workers 2 --ps 1 -- lockstep
+//                        train --strategy parameter-server)
+//   lockstep ps / worker serve a task of a parameter-server job (TF_CONFIG)
 //   lockstep inspect F   lists a checkpoint's tensors and metadata and
 //                        verifies every checksum (exit 1 when damaged)
 //   lockstep devices     lists the logical CPU devices and their cores
@@ -20,6 +23,7 @@
 #include "inspect.h"
 #include "launch.h"
 #include "lockstep/lockstep.h"
+#include "serve.h"
 #include "train.h"
 
 namespace {
@@ -75,6 +79,10 @@ int main(int argc, char** argv) {
   CLI::App* launch = lockstep::cli::add_launch_command(app, launch_args);
   lockstep::cli::InspectArgs inspect_args;
   CLI::App* inspect = lockstep::cli::add_inspect_command(app, inspect_args);
+  lockstep::cli::ServeArgs serve_args;
+  CLI::App* ps_cmd = nullptr;
+  CLI::App* worker_cmd = nullptr;
+  lockstep::cli::add_serve_commands(app, serve_args, ps_cmd, worker_cmd);
   CLI::App* devices_cmd = app.add_subcommand(
       "devices", "list the logical CPU devices (LOCKSTEP_CPU_DEVICES changes them)");
   CLI::App* version = app.add_subcommand("version", "print the version");
@@ -98,6 +106,8 @@ int main(int argc, char** argv) {
     if (train->parsed()) return lockstep::cli::run_train(train_args);
     if (launch->parsed()) return lockstep::cli::run_launch(launch_args);
     if (inspect->parsed()) return lockstep::cli::run_inspect(inspect_args);
+    if (ps_cmd->parsed()) return lockstep::cli::run_serve(serve_args, "ps");
+    if (worker_cmd->parsed()) return lockstep::cli::run_serve(serve_args, "worker");
     if (devices_cmd->parsed()) return devices();
     if (version->parsed()) {
       std::printf("lockstep 0.1.0\n");

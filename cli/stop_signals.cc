@@ -58,9 +58,21 @@ void wait_for_signals() {
 
 class StopOnSignal : public Callback {
  public:
-  explicit StopOnSignal(std::shared_ptr<BackupAndRestore> backup) : backup_(std::move(backup)) {}
+  StopOnSignal(std::shared_ptr<BackupAndRestore> backup, bool at_epoch_end)
+      : backup_(std::move(backup)), at_epoch_end_(at_epoch_end) {}
 
   void on_train_batch_end(std::int64_t, const Logs&) override {
+    if (!at_epoch_end_) check();
+  }
+  // Under ParameterServerStrategy the epoch's scheduled steps finish first
+  // (the backup fit takes at the epoch's end is the one a rerun resumes).
+  void on_epoch_end(int, const Logs&) override {
+    if (at_epoch_end_ && g_signal.load() != 0) model()->stop_training();
+  }
+  bool implements_train_batch_hooks() const override { return !at_epoch_end_; }
+
+ private:
+  void check() {
     std::vector<double> stop{g_signal.load() != 0 ? 1.0 : 0.0};
     const distribute::Strategy& strategy = model()->distribute_strategy();
     if (strategy.num_workers() > 1) {
@@ -72,8 +84,8 @@ class StopOnSignal : public Callback {
     model()->stop_training();
   }
 
- private:
   std::shared_ptr<BackupAndRestore> backup_;
+  bool at_epoch_end_;
 };
 
 }  // namespace
@@ -90,8 +102,9 @@ void restore_default_signals() { g_catching.store(false); }
 
 int stop_signal() { return g_signal.load(); }
 
-std::shared_ptr<Callback> stop_on_signal(std::shared_ptr<BackupAndRestore> backup) {
-  return std::make_shared<StopOnSignal>(std::move(backup));
+std::shared_ptr<Callback> stop_on_signal(std::shared_ptr<BackupAndRestore> backup,
+                                         bool at_epoch_end) {
+  return std::make_shared<StopOnSignal>(std::move(backup), at_epoch_end);
 }
 
 }  // namespace lockstep::cli

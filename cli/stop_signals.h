@@ -24,7 +24,10 @@ int stop_signal();
 
 // A callback that ends fit after the step in which a stop signal arrived —
 // under several workers, at a step all of them agree on (they compare every
-// kAgreeEvery steps) — backing up first through `backup` (may be null).
-std::shared_ptr<Callback> stop_on_signal(std::shared_ptr<BackupAndRestore> backup);
+// kAgreeEvery steps) — backing up first through `backup` (may be null);
+// `at_epoch_end`: at the end of the epoch instead (ParameterServerStrategy:
+// no batches here; the epoch's backup is taken by `backup` itself).
+std::shared_ptr<Callback> stop_on_signal(std::shared_ptr<BackupAndRestore> backup,
+                                         bool at_epoch_end = false);
 
 }  // namespace lockstep::cli

@@ -68,9 +68,35 @@ distribute::Strategy make_strategy(const TrainArgs& a) {
     o.timeout = std::chrono::milliseconds(static_cast<long long>(a.timeout_seconds * 1000));
     return distribute::MultiWorkerMirroredStrategy(o);
   }
+  if (name == "parameter-server") {
+    distribute::ParameterServerStrategyOptions o;
+    if (a.max_shards > 1)
+      o.variable_partitioner = distribute::MinSizePartitioner({.max_shards = a.max_shards});
+    o.function_timeout = std::chrono::milliseconds(static_cast<long long>(a.timeout_seconds * 1000));
+    return distribute::ParameterServerStrategy(o);
+  }
   if (name == "mirrored") return distribute::MirroredStrategy();
   if (name == "one-device") return distribute::OneDeviceStrategy(*logical_devices().at(0));
   return distribute::Strategy();  // "default"
+}
+
+// --model, compiled as the main job trains it (a Keras file keeps its own
+// compile settings and optimizer state; `say` tells where it continues).
+Model compiled_model(const TrainArgs& a, bool say) {
+  Model model = build_model(a.model);
+  if (model.compiled()) {
+    LOCKSTEP_CHECK(!a.learning_rate_given, "--learning-rate: the model in '", a.model,
+                   "' was saved compiled and trains on with its own optimizer; drop "
+                   "--learning-rate, or save it uncompiled");
+    if (say)
+      std::printf("Continuing the compiled model of %s at optimizer step %lld\n", a.model.c_str(),
+                  static_cast<long long>(model.optimizer().iterations()));
+  } else {
+    model.compile({.optimizer = optimizers::Adam({.learning_rate = a.learning_rate}),
+                   .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                   .metrics = {metrics::SparseCategoricalAccuracy()}});
+  }
+  return model;
 }
 
 // Images scaled to [0, 1] in the model's input shape.
@@ -88,6 +114,19 @@ std::string hex(std::uint32_t value) {
   std::snprintf(text, sizeof text, "%08x", value);
   return text;
 }
+
+// The training images of `data_dir` (empty: Debian's) and their labels, in
+// `sample_shape`, without the validation images (the last sixth, at most
+// 10,000): what the guide's get_dataset trains on.
+std::pair<Tensor, Tensor> training_part(const std::string& data_dir, const Shape& sample_shape) {
+  auto [train, test] = data_dir.empty() ? datasets::fashion_mnist::load_data()
+                                        : datasets::fashion_mnist::load_data(data_dir);
+  const Tensor x = prepare(train.first, sample_shape);
+  const std::int64_t n = x.dim(0), n_val = std::min<std::int64_t>(10000, n / 6);
+  return {x.view_rows(0, n - n_val), train.second.view_rows(0, n - n_val)};
+}
+
+constexpr char kTrainingData[] = "lockstep.cli.fashion_mnist";
 
 // The settings an exact resume depends on (run_settings.h).
 RunSettings run_settings(const TrainArgs& a, const std::pair<Tensor, Tensor>& train) {
@@ -125,9 +164,17 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
                     ".safetensors)");
   train->add_option("--devices", a.devices,
                     "logical devices: a count (\"2\") or core sets (\"0,1;2-3\")");
-  train->add_option("--strategy", a.strategy, "mirrored, multi-worker, one-device or default")
-      ->check(CLI::IsMember({"mirrored", "multi-worker", "one-device", "default"}))
+  train
+      ->add_option("--strategy", a.strategy,
+                   "mirrored, multi-worker, parameter-server, one-device or default")
+      ->check(CLI::IsMember({"mirrored", "multi-worker", "parameter-server", "one-device",
+                             "default"}))
       ->capture_default_str();
+  train
+      ->add_option("--max-shards", a.max_shards,
+                   "parameter-server: split variables of 512 KiB and more into up to N shards "
+                   "over the ps tasks (MinSizePartitioner: shards of at least 256 KiB)")
+      ->check(at_least(1));
   train
       ->add_option("--local-replicas", a.local_replicas,
                    "multi-worker: replicas per worker (default: LOCKSTEP_LOCAL_REPLICAS or 1)")
@@ -139,7 +186,8 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       ->capture_default_str();
   train
       ->add_option("--timeout", a.timeout_seconds,
-                   "multi-worker: seconds before a collective is declared failed")
+                   "multi-worker: seconds before a collective is declared failed; "
+                   "parameter-server: before a scheduled function is")
       ->check(positive())
       ->capture_default_str();
   train->add_option("--data-dir", a.data_dir,
@@ -187,6 +235,57 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
 
 namespace {
 
+// The evaluator task of a parameter-server job: a sidecar beside the
+// cluster that evaluates each backup the chief writes in --checkpoint-dir on
+// the test set, until the backup of the last epoch.
+int evaluate_checkpoints(const TrainArgs& a) {
+  LOCKSTEP_CHECK(!a.checkpoint_dir.empty(),
+                 "the evaluator task evaluates the backups the chief writes: give "
+                 "--checkpoint-dir (the chief's)");
+  Model model = compiled_model(a, false);
+  const Shape sample = model.inputs().at(0).sample_shape();
+  auto [train, test] = a.data_dir.empty() ? datasets::fashion_mnist::load_data()
+                                          : datasets::fashion_mnist::load_data(a.data_dir);
+  const ld::Dataset test_ds =
+      ld::Dataset::from_tensor_slices({prepare(test.first, sample), test.second})
+          .batch(a.batch_size);
+  std::printf("evaluator: waiting for the backups in %s\n",
+              (std::filesystem::path(a.checkpoint_dir) / "backup").string().c_str());
+  std::fflush(stdout);
+  auto say = [](const std::string& what, const Logs& logs) {
+    std::string accuracy;
+    for (const auto& [name, value] : logs) {
+      if (name.find("accuracy") != std::string::npos)
+        accuracy = " - test accuracy: " + std::to_string(value).substr(0, 6);
+    }
+    std::printf("evaluator: %s: test loss: %.4f%s\n", what.c_str(), logs.at("loss"),
+                accuracy.c_str());
+    std::fflush(stdout);
+  };
+  // Until the chief's trained model appears (it then deletes its backups).
+  const std::filesystem::path final_model =
+      std::filesystem::path(a.checkpoint_dir) / "model.safetensors";
+  SidecarEvaluator evaluator(
+      model, test_ds,
+      {.checkpoint_dir = (std::filesystem::path(a.checkpoint_dir) / "backup").string(),
+       .prefix = "backup",
+       .until_epoch = a.epochs,
+       .done_file = final_model.string(),
+       .timeout = std::chrono::milliseconds(static_cast<long long>(a.timeout_seconds * 1000))});
+  const auto done = evaluator.start([&](const SidecarEvaluator::Evaluation& e) {
+    say(std::filesystem::path(e.checkpoint).filename().string() + " (after epoch " +
+            std::to_string(e.epoch) + ", step " + std::to_string(e.iterations) + ")",
+        e.logs);
+  });
+  if (std::filesystem::exists(final_model) && (done.empty() || done.back().epoch < a.epochs)) {
+    model.load_weights(final_model.string());
+    say("the trained model (" + final_model.filename().string() + ")",
+        model.evaluate(test_ds, {.verbose = 0}));
+  }
+  std::printf("evaluator: %zu checkpoint(s) evaluated\n", done.size());
+  return 0;
+}
+
 // The job, step by step; `phase` says which step runs (for run_train's
 // out-of-memory message).
 int train_in_phases(const TrainArgs& a, std::string& phase) {
@@ -202,6 +301,26 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
     }
   }
   set_random_seed(a.seed);
+  if (a.strategy == "parameter-server") {
+    // Every task of the job runs this same command (lockstep launch --ps):
+    // ps and worker tasks serve, the chief coordinates (TensorFlow's way).
+    const auto resolver = distribute::ClusterResolver::from_environment();
+    LOCKSTEP_CHECK(resolver.has_value() && resolver->launcher() == distribute::Launcher::kTfConfig,
+                   "--strategy parameter-server: no TF_CONFIG; start the job with lockstep launch "
+                   "--workers N --ps M, or give every task its TF_CONFIG (a chief, workers and "
+                   "ps tasks)");
+    if (resolver->task_type() == "ps" || resolver->task_type() == "worker") {
+      phase = "serving";
+      return serve_task(*resolver, a.data_dir);
+    }
+    if (resolver->task_type() == "evaluator") {
+      phase = "evaluating checkpoints";
+      return evaluate_checkpoints(a);
+    }
+    LOCKSTEP_CHECK(a.save_freq == 0,
+                   "--save-freq: under --strategy parameter-server backups are taken at epoch "
+                   "ends only (the batches run on the workers); drop --save-freq");
+  }
   phase = "starting the strategy";
   const distribute::Strategy strategy = make_strategy(a);
   if (strategy.num_workers() > 1)
@@ -239,18 +358,18 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
   Model model;
   {
     auto scope = strategy.scope();
-    model = build_model(a.model);
-    if (model.compiled()) {
-      // A Keras file's own compile settings and optimizer state continue.
-      LOCKSTEP_CHECK(!a.learning_rate_given, "--learning-rate: the model in '", a.model,
-                     "' was saved compiled and trains on with its own optimizer; drop "
-                     "--learning-rate, or save it uncompiled");
-      std::printf("Continuing the compiled model of %s at optimizer step %lld\n", a.model.c_str(),
-                  static_cast<long long>(model.optimizer().iterations()));
-    } else {
-      model.compile({.optimizer = optimizers::Adam({.learning_rate = a.learning_rate}),
-                     .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
-                     .metrics = {metrics::SparseCategoricalAccuracy()}});
+    model = compiled_model(a, true);
+  }
+  if (strategy.extended().uses_parameter_servers()) {
+    const distribute::ParameterServerStrategy ps(strategy);
+    for (const Variable& w : model.weights()) {
+      const distribute::ShardedVariable v = ps.sharded_variable(w);
+      if (v.num_shards() == 1) continue;
+      std::string rows, tasks;
+      for (auto r : v.shard_rows()) rows += (rows.empty() ? "" : ", ") + std::to_string(r);
+      for (int t : v.ps_tasks()) tasks += (tasks.empty() ? "" : ", ") + std::to_string(t);
+      std::printf("%s %s: %d shards of %s rows on ps %s\n", w.name().c_str(),
+                  v.shape().to_string().c_str(), v.num_shards(), rows.c_str(), tasks.c_str());
     }
   }
   const std::vector<KerasTensor> inputs = model.inputs();
@@ -296,14 +415,38 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
         .delete_checkpoint = false});
     callbacks.push_back(backup);
   }
-  callbacks.push_back(stop_on_signal(backup));
+  const bool on_parameter_servers = strategy.extended().uses_parameter_servers();
+  callbacks.push_back(stop_on_signal(backup, on_parameter_servers));
   phase = "training";
   catch_stop_signals();
-  model.fit(train_ds, {.epochs = a.epochs,
-                       .verbose = a.verbose,
-                       .callbacks = callbacks,
-                       .validation_data = val_ds,
-                       .steps_per_epoch = a.steps_per_epoch});
+  if (on_parameter_servers) {
+    // Each worker builds its own shuffled, repeated share of the training
+    // images (register_training_data); an epoch is a pass's worth of steps.
+    const std::int64_t per_epoch = a.steps_per_epoch > 0
+                                       ? a.steps_per_epoch
+                                       : (n - n_val + a.batch_size - 1) / a.batch_size;
+    model.fit(distribute::DatasetCreator{kTrainingData,
+                                         {Tensor::from_vector(std::vector<std::int64_t>{
+                                              a.batch_size, static_cast<std::int64_t>(a.seed)}),
+                                          Tensor::from_vector(sample.to_vector())}},
+              {.epochs = a.epochs,
+               .verbose = a.verbose,
+               .callbacks = callbacks,
+               .validation_data = val_ds,
+               .steps_per_epoch = per_epoch});
+    const distribute::ParameterServerStats stats =
+        distribute::ParameterServerStrategy(strategy).stats();
+    std::printf("parameter servers: %lld optimizer steps, %lld variable updates, mean staleness "
+                "%.2f (max %lld)\n",
+                static_cast<long long>(stats.iterations), static_cast<long long>(stats.updates),
+                stats.mean_staleness, static_cast<long long>(stats.max_staleness));
+  } else {
+    model.fit(train_ds, {.epochs = a.epochs,
+                         .verbose = a.verbose,
+                         .callbacks = callbacks,
+                         .validation_data = val_ds,
+                         .steps_per_epoch = a.steps_per_epoch});
+  }
   restore_default_signals();  // from here on a signal ends the run at once, as before
   if (const int sig = stop_signal()) {
     const auto at = model.optimizer().iterations();
@@ -362,6 +505,39 @@ int run_train(const TrainArgs& a) {
                                "): too many processes or threads for ulimit -u, or too little "
                                "memory for their stacks (ulimit -v)");
   }
+}
+
+void register_training_data(const std::string& data_dir) {
+  // Arguments: the batch size and the seed, then the model's input shape.
+  distribute::register_dataset_function(
+      kTrainingData, [data_dir](const distribute::InputContext& ctx,
+                                const std::vector<Tensor>& args) {
+        LOCKSTEP_CHECK(args.size() == 2, kTrainingData, ": expected 2 arguments, got ",
+                       args.size());
+        const std::vector<std::int64_t> settings = args[0].to_vector<std::int64_t>();
+        const auto [x, y] = training_part(data_dir, Shape(args[1].to_vector<std::int64_t>()));
+        return ld::Dataset::from_tensor_slices({x, y})
+            .shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+            .shuffle(x.dim(0), {.seed = static_cast<std::uint64_t>(settings.at(1)) +
+                                        static_cast<std::uint64_t>(ctx.input_pipeline_id)})
+            .repeat()
+            .batch(settings.at(0))
+            .prefetch(ld::kAutotune);
+      });
+}
+
+int serve_task(const distribute::ClusterResolver& resolver, const std::string& data_dir) {
+  register_training_data(data_dir);
+  distribute::Server server(resolver);
+  std::printf("%s serving at %s\n",
+              resolver.describe_task(resolver.task_type(), resolver.task_id()).c_str(),
+              resolver.cluster_spec().task_address(resolver.task_type(), resolver.task_id())
+                  .to_string()
+                  .c_str());
+  std::fflush(stdout);
+  server.join();
+  std::printf("the coordinator ended the job\n");
+  return 0;
 }
 
 }  // namespace lockstep::cli

@@ -5,13 +5,19 @@
 #include <cstdint>
 #include <string>
 
+#include "lockstep/distribute/cluster_resolver.h"
+
 namespace lockstep::cli {
 
 struct TrainArgs {
   // mlp | cnn | a model JSON file (Model::to_json) | a Keras file (.keras, .h5)
   std::string model = "mlp";
   std::string devices;                // LOCKSTEP_CPU_DEVICES syntax; empty: the default devices
-  std::string strategy = "mirrored";  // mirrored | multi-worker | one-device | default
+  // mirrored | multi-worker | parameter-server | one-device | default
+  std::string strategy = "mirrored";
+  // parameter-server: variables of at least 512 KiB split into up to this
+  // many shards (MinSizePartitioner, 256 KiB shards at least); 1: none.
+  int max_shards = 1;
   // multi-worker: replicas per worker (default: LOCKSTEP_LOCAL_REPLICAS, else
   // 1), how the workers talk, the collective deadline in seconds.
   int local_replicas = 0;
@@ -40,5 +46,12 @@ struct TrainArgs {
 
 CLI::App* add_train_command(CLI::App& app, TrainArgs& args);
 int run_train(const TrainArgs& args);
+
+// The training data of a parameter-server job's workers: the registered
+// dataset function the coordinator's fit names (every serving process
+// registers it; `data_dir` empty: Debian's dataset).
+void register_training_data(const std::string& data_dir);
+// Serves this ps or worker task until the coordinator ends the job.
+int serve_task(const distribute::ClusterResolver& resolver, const std::string& data_dir);
 
 }  // namespace lockstep::cli

@@ -21,6 +21,7 @@ PACKAGES=(
   libhdf5-dev          # Keras's .keras weights, .weights.h5 and legacy .h5 files
   libzip-dev           # the .keras zip archive
   libfarmhash-dev      # TensorFlow's string hash (Fingerprint64) for the Estimator's feature columns
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # ParameterServerStrategy's RPC services
   iproute2             # tests only: network namespaces as separate hosts
   clang libclang-rt-14-dev libomp-dev  # make fuzz: libFuzzer, its sanitizers, clang's OpenMP
   python3-venv         # tests only: a venv for the safetensors interop test (pip, PyPI)

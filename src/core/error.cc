@@ -2,27 +2,38 @@
 
 namespace lockstep::detail {
 
+const char* error_class_name(const std::exception& e) {
+  // Most derived first.
+  if (dynamic_cast<const IndexError*>(&e)) return "IndexError";
+  if (dynamic_cast<const ShapeError*>(&e)) return "ShapeError";
+  if (dynamic_cast<const ValueError*>(&e)) return "ValueError";
+  if (dynamic_cast<const TimeoutError*>(&e)) return "TimeoutError";
+  if (dynamic_cast<const UnavailableError*>(&e)) return "UnavailableError";
+  if (dynamic_cast<const CancelledError*>(&e)) return "CancelledError";
+  if (dynamic_cast<const DistributedError*>(&e)) return "DistributedError";
+  if (dynamic_cast<const IOError*>(&e)) return "IOError";
+  if (dynamic_cast<const InternalError*>(&e)) return "InternalError";
+  return "Error";
+}
+
+void throw_error_of_class(const std::string& name, const std::string& message) {
+  if (name == "IndexError") throw IndexError(message);
+  if (name == "ShapeError") throw ShapeError(message);
+  if (name == "ValueError") throw ValueError(message);
+  if (name == "TimeoutError") throw TimeoutError(message);
+  if (name == "UnavailableError") throw UnavailableError(message);
+  if (name == "CancelledError") throw CancelledError(message);
+  if (name == "DistributedError") throw DistributedError(message);
+  if (name == "IOError") throw IOError(message);
+  if (name == "InternalError") throw InternalError(message);
+  throw Error(message);
+}
+
 void rethrow_with_prefix(const std::string& prefix) {
   try {
     throw;
-  } catch (const IndexError& e) {
-    throw IndexError(prefix + e.what());
-  } catch (const ShapeError& e) {
-    throw ShapeError(prefix + e.what());
-  } catch (const ValueError& e) {
-    throw ValueError(prefix + e.what());
-  } catch (const TimeoutError& e) {
-    throw TimeoutError(prefix + e.what());
-  } catch (const DistributedError& e) {
-    throw DistributedError(prefix + e.what());
-  } catch (const IOError& e) {
-    throw IOError(prefix + e.what());
-  } catch (const InternalError& e) {
-    throw InternalError(prefix + e.what());
-  } catch (const Error& e) {
-    throw Error(prefix + e.what());
   } catch (const std::exception& e) {
-    throw Error(prefix + e.what());
+    throw_error_of_class(error_class_name(e), prefix + e.what());
   }
 }
 

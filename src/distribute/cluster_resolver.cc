@@ -124,8 +124,11 @@ ClusterResolver ClusterResolver::from_tf_config(const std::string& text,
   LOCKSTEP_CHECK(task.contains("type") && task["type"].is_string(), source,
                  ": task.type is missing or not a string");
   r.task_type_ = task["type"].get<std::string>();
-  LOCKSTEP_CHECK(r.cluster_.num_tasks(r.task_type_) > 0, source, ": task.type \"", r.task_type_,
-                 "\" is not a job of the cluster");
+  // The evaluator may sit outside the cluster it evaluates (TensorFlow's
+  // rule; ParameterServerStrategy requires it).
+  const bool outside = r.task_type_ == "evaluator" && r.cluster_.num_tasks("evaluator") == 0;
+  LOCKSTEP_CHECK(r.cluster_.num_tasks(r.task_type_) > 0 || outside, source, ": task.type \"",
+                 r.task_type_, "\" is not a job of the cluster");
   LOCKSTEP_CHECK(!task.contains("index") || task["index"].is_number_integer(), source,
                  ": task.index must be an integer, got ", task.value("index", json()).dump());
   // Range-checked as read (as a 64-bit number: 4294967296 once became 0).
@@ -134,9 +137,9 @@ ClusterResolver ClusterResolver::from_tf_config(const std::string& text,
                               ? static_cast<std::int64_t>(
                                     std::min<std::uint64_t>(index.get<std::uint64_t>(), INT64_MAX))
                               : index.get<std::int64_t>();
-  LOCKSTEP_CHECK(id >= 0 && id < r.cluster_.num_tasks(r.task_type_), source, ": task.index ",
-                 index.dump(), " is out of range: the cluster has ",
-                 r.cluster_.num_tasks(r.task_type_), " ", r.task_type_, " task(s)");
+  const int tasks = outside ? 1 : r.cluster_.num_tasks(r.task_type_);
+  LOCKSTEP_CHECK(id >= 0 && id < tasks, source, ": task.index ", index.dump(),
+                 " is out of range: the cluster has ", tasks, " ", r.task_type_, " task(s)");
   r.task_id_ = static_cast<int>(id);
   if (j.contains("rpc_layer")) {
     LOCKSTEP_CHECK(j["rpc_layer"].is_string(), source, ": rpc_layer must be a string");
@@ -230,6 +233,32 @@ std::string ClusterResolver::describe_worker(int rank) const {
   if (rank >= 0 && rank < num_workers() && launcher_ == Launcher::kTfConfig)
     s += " (" + worker_address(rank).to_string() + ")";
   return s;
+}
+
+std::string ClusterResolver::describe_task(const std::string& job, int index) const {
+  std::string s = job + " " + std::to_string(index);
+  if (index >= 0 && index < cluster_.num_tasks(job))
+    s += " (" + cluster_.task_address(job, index).to_string() + ")";
+  return s;
+}
+
+void ClusterResolver::check_parameter_server_cluster(const std::string& source) const {
+  const std::string hint =
+      " (ParameterServerStrategy needs a \"chief\" that coordinates, \"worker\" tasks that "
+      "compute and \"ps\" tasks that hold the variables)";
+  LOCKSTEP_CHECK(launcher_ == Launcher::kTfConfig, source,
+                 ": ParameterServerStrategy needs a TF_CONFIG cluster; an MPI launch has only "
+                 "workers");
+  LOCKSTEP_CHECK(cluster_.num_tasks("ps") >= 1, source,
+                 ": cluster.ps: there must be at least one ps task", hint);
+  LOCKSTEP_CHECK(cluster_.num_tasks("chief") == 1, source,
+                 ": cluster.chief: there must be a chief task, the coordinator", hint);
+  LOCKSTEP_CHECK(cluster_.num_tasks("worker") >= 1, source,
+                 ": cluster.worker: there must be at least one worker task", hint);
+  LOCKSTEP_CHECK(cluster_.num_tasks("evaluator") == 0, source,
+                 ": cluster.evaluator: the evaluator sits outside the cluster, as a sidecar that "
+                 "evaluates checkpoints; leave it out of \"cluster\" (its own TF_CONFIG has "
+                 "task.type \"evaluator\")");
 }
 
 std::string ClusterResolver::canonical_cluster_spec() const {

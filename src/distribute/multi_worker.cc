@@ -120,6 +120,13 @@ CrossWorker join_workers(const MultiWorkerMirroredStrategyOptions& o, const Clus
   cw.resolver = r;
   cw.num_workers = r.num_workers();
   cw.worker_index = r.worker_rank();
+  // A ps job would be silently idle: its tasks hold nothing in sync training.
+  LOCKSTEP_CHECK(r.cluster_spec().num_tasks("ps") == 0,
+                 "MultiWorkerMirroredStrategy: TF_CONFIG: cluster.ps: the cluster has ",
+                 r.cluster_spec().num_tasks("ps"),
+                 " ps task(s), but synchronous training keeps every variable on every worker; "
+                 "use ParameterServerStrategy for a cluster with parameter servers, or drop the "
+                 "ps job");
   LOCKSTEP_CHECK(cw.worker_index >= 0, "MultiWorkerMirroredStrategy: this task is a ",
                  r.task_type(), "; only chief and worker tasks train in sync");
   if (cw.num_workers == 1) return cw;

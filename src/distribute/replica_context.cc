@@ -8,6 +8,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/tensor/ops.h"
+#include "remote_update_scope.h"
 
 namespace lockstep::distribute {
 namespace {
@@ -18,9 +19,14 @@ namespace {
 // handed its context instead.
 thread_local ReplicaContext* t_context = nullptr;
 
-// What the optimizer sees as the calling thread's aggregator: only replicas
-// that have others to add with need one.
+// The aggregator of a RemoteUpdateScope on this thread (a parameter-server
+// worker's function: per thread, as the function runs on one).
+thread_local GradientAggregator* t_remote = nullptr;
+
+// What the optimizer sees as the calling thread's aggregator: a remote
+// update's, else only replicas that have others to add with need one.
 GradientAggregator* aggregator_of_this_thread() {
+  if (t_remote) return t_remote;
   ReplicaContext* ctx = t_context;
   return ctx && ctx->num_replicas_in_sync() > 1 ? ctx : nullptr;
 }
@@ -134,5 +140,12 @@ ReplicaContextScope::ReplicaContextScope(ReplicaContext* context)
 }
 
 ReplicaContextScope::~ReplicaContextScope() { t_context = previous_; }
+
+RemoteUpdateScope::RemoteUpdateScope(GradientAggregator* aggregator) : previous_(t_remote) {
+  install_gradient_aggregator_lookup(&aggregator_of_this_thread);
+  t_remote = aggregator;
+}
+
+RemoteUpdateScope::~RemoteUpdateScope() { t_remote = previous_; }
 
 }  // namespace lockstep::distribute

@@ -48,7 +48,7 @@ bool Strategy::is_default() const { return impl_->is_default(); }
 
 Strategy::Scope::Scope(const Strategy& strategy)
     : creator_([impl = strategy.impl_](const Tensor& initial, Variable::Options options) {
-        return impl->create_mirrored(initial, std::move(options));
+        return impl->create_variable(initial, std::move(options));
       }) {
   t_strategies.push_back(strategy);
 }
@@ -142,6 +142,24 @@ void StrategyExtended::check_workers_agree(
                       " than the chief (worker 0); every worker must run the same program on the "
                       "same input");
   }
+}
+
+bool StrategyExtended::uses_parameter_servers() const {
+  return strategy_.impl_->uses_parameter_servers();
+}
+void StrategyExtended::pull_variables(const std::vector<Variable>& vars) const {
+  strategy_.impl_->pull_variables(vars);
+}
+void StrategyExtended::push_variables(const std::vector<Variable>& vars) const {
+  strategy_.impl_->push_variables(vars);
+}
+StrategyExtended::OptimizerState StrategyExtended::read_optimizer_state(
+    const std::vector<Variable>& trainable) const {
+  return strategy_.impl_->read_optimizer_state(trainable);
+}
+void StrategyExtended::write_optimizer_state(const std::vector<Variable>& trainable,
+                                             const OptimizerState& state) const {
+  strategy_.impl_->write_optimizer_state(trainable, state);
 }
 
 void StrategyExtended::sum_across_workers(std::vector<double>& values) const {

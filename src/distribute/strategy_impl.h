@@ -19,9 +19,12 @@
 #include "lockstep/comm/communicator.h"
 #include "lockstep/comm/store.h"
 #include "lockstep/distribute/strategy.h"
+#include "lockstep/distribute/strategy_extended.h"
 #include "lockstep/tensor/device.h"
 
 namespace lockstep::distribute {
+
+using OptimizerState = StrategyExtended::OptimizerState;
 
 // What joins a strategy's process to the other workers (one worker: nothing).
 struct CrossWorker {
@@ -49,7 +52,7 @@ class StrategyImpl {
   StrategyImpl(std::string name, std::vector<Device*> devices, int replicas_per_device,
                comm::InProcessGroup::Options comm_options, bool is_default,
                ReplicaOptions replica_options = {}, CrossWorker workers = {});
-  ~StrategyImpl();
+  virtual ~StrategyImpl();
   StrategyImpl(const StrategyImpl&) = delete;
   StrategyImpl& operator=(const StrategyImpl&) = delete;
 
@@ -67,6 +70,21 @@ class StrategyImpl {
   // One copy per local replica, each on its replica's device, all from the
   // chief's initial value.
   Variable create_mirrored(const Tensor& initial_value, Variable::Options options) const;
+
+  // ---- What another execution model overrides (docs/architecture.md,
+  // "What a new strategy plugs into"; ParameterServerStrategy's is
+  // ps/ps_strategy.h) ----
+  // The variable creator of scope(): mirrored copies here.
+  virtual Variable create_variable(const Tensor& initial_value, Variable::Options options) const {
+    return create_mirrored(initial_value, std::move(options));
+  }
+  // Variables held elsewhere (StrategyExtended's operations of the same
+  // names): nothing to do when they are held here.
+  virtual bool uses_parameter_servers() const { return false; }
+  virtual void pull_variables(const std::vector<Variable>&) const {}
+  virtual void push_variables(const std::vector<Variable>&) const {}
+  virtual OptimizerState read_optimizer_state(const std::vector<Variable>&) const { return {}; }
+  virtual void write_optimizer_state(const std::vector<Variable>&, const OptimizerState&) const {}
 
  private:
   // Every worker starts from the chief's initial value (as tf.distribute's

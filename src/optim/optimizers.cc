@@ -239,6 +239,10 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
   if (aggregator && !options.skip_gradients_aggregation)
     grads = aggregator->sum_gradients(std::move(grads), vars);
   clip_gradients(grads);
+  if (aggregator && aggregator->apply_elsewhere(grads, vars, *this)) {
+    ++rs.iterations;
+    return;
+  }
   const double lr = learning_rate_.at(rs.iterations);
   const std::int64_t step = rs.iterations + 1;  // 1-based, for bias correction
   // Every rule is elementwise, so the variables are laid end to end and the

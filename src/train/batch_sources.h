@@ -28,14 +28,14 @@ inline nlohmann::json parse_position(const data::IteratorState& st, const std::s
 }
 
 // Rows `idx` of t (a copy), or rows [begin, end) as a view when idx is empty.
-Tensor take_rows(const Tensor& t, const std::vector<std::int64_t>& order, std::int64_t begin,
+inline Tensor take_rows(const Tensor& t, const std::vector<std::int64_t>& order, std::int64_t begin,
                  std::int64_t end) {
   if (order.empty()) return t.view_rows(begin, end);
   std::vector<std::int64_t> idx(order.begin() + begin, order.begin() + end);
   return gather(t, Tensor::from_vector(idx), 0);
 }
 
-std::vector<Tensor> rows_of(const std::vector<Tensor>& ts, const std::vector<std::int64_t>& order,
+inline std::vector<Tensor> rows_of(const std::vector<Tensor>& ts, const std::vector<std::int64_t>& order,
                             std::int64_t begin, std::int64_t end) {
   std::vector<Tensor> out;
   for (const Tensor& t : ts) out.push_back(take_rows(t, order, begin, end));
@@ -121,7 +121,7 @@ class TensorBatches final : public BatchSource {
   std::vector<std::int64_t> order_;
 };
 
-std::vector<std::string> input_names(const LayerImpl& net) {
+inline std::vector<std::string> input_names(const LayerImpl& net) {
   std::vector<std::string> names;
   if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) {
     for (const KerasTensor& in : f->inputs()) names.push_back(in.node()->input_name);
@@ -129,7 +129,7 @@ std::vector<std::string> input_names(const LayerImpl& net) {
   return names;
 }
 
-std::size_t declared_inputs(const LayerImpl& net) {
+inline std::size_t declared_inputs(const LayerImpl& net) {
   if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) return f->inputs().size();
   return 1;
 }

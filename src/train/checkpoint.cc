@@ -10,6 +10,7 @@
 
 #include "lockstep/nn/initializers.h"
 #include "train/keras_config.h"
+#include "train/model_internal.h"
 #include "train/saving.h"
 
 namespace lockstep {
@@ -57,6 +58,10 @@ Checkpoint::Checkpoint(Model model) : model_(std::move(model)) {
 
 Checkpoint::Contents Checkpoint::contents(bool full_input_state, bool copy) const {
   Contents c;
+  // Under ParameterServerStrategy the trained values live on the parameter
+  // servers: the model's weights and the optimizer's state come from there.
+  const distribute::StrategyExtended ext = model_.distribute_strategy().extended();
+  detail::pull_from_parameter_servers(model_);
   auto take = [&](const Tensor& t) { return copy ? t.copy() : t; };
   const auto named = detail::named_weights(*model_.impl());
   for (std::size_t i = 0; i < named.size(); ++i)
@@ -70,10 +75,18 @@ Checkpoint::Contents Checkpoint::contents(bool full_input_state, bool copy) cons
   }
   if (model_.compiled() && model_.optimizer().defined()) {
     const Optimizer& opt = model_.optimizer();
-    for (auto& [name, t] : opt->slot_values(model_.impl()->trainable_weights()))
-      c.tensors.emplace_back(kOptimizer + name, take(t));
+    const std::vector<Variable> trainable = model_.impl()->trainable_weights();
+    std::int64_t iterations = opt.iterations();
+    if (ext.uses_parameter_servers()) {
+      distribute::StrategyExtended::OptimizerState state = ext.read_optimizer_state(trainable);
+      for (auto& [name, t] : state.slots) c.tensors.emplace_back(kOptimizer + name, t);
+      iterations = state.iterations;
+    } else {
+      for (auto& [name, t] : opt->slot_values(trainable))
+        c.tensors.emplace_back(kOptimizer + name, take(t));
+    }
     c.metadata["optimizer"] = opt->config_json();
-    c.metadata["iterations"] = std::to_string(opt.iterations());
+    c.metadata["iterations"] = std::to_string(iterations);
   }
   c.metadata["replicas"] = std::to_string(model_.distribute_strategy().num_replicas_in_sync());
   c.metadata["strategy"] = model_.distribute_strategy().name();
@@ -190,6 +203,14 @@ std::optional<TrainingSnapshot> Checkpoint::restore(const std::string& path) con
       detail::rethrow_with_prefix(path + ": ");
     }
     opt->set_iterations(info.iterations);
+  }
+  // ... and under ParameterServerStrategy they go on to the parameter servers.
+  const distribute::StrategyExtended ext = model_.distribute_strategy().extended();
+  if (ext.uses_parameter_servers()) {
+    ext.push_variables(vars);
+    if (has_optimizer)
+      ext.write_optimizer_state(model_.impl()->trainable_weights(),
+                                {{slots.begin(), slots.end()}, info.iterations});
   }
   if (info.position)
     detail::set_global_random_state(info.position->random_seed, info.position->random_stream);

@@ -7,7 +7,7 @@
 #include <iostream>
 #include <tuple>
 
-#include "batch_sources.h"
+#include "fit_loops.h"
 #include "keras_config.h"
 #include "lockstep/train/model.h"
 #include "lockstep/train/progbar.h"
@@ -24,7 +24,23 @@ using detail::prepare_inputs;
 using detail::TensorBatches;
 using detail::view_all;
 
-namespace {
+namespace detail {
+
+// The functions ParameterServerStrategy's workers run for fit, registered in
+// every program that links fit (its workers are the same binary).
+const bool kFitFunctionsRegistered = (register_fit_functions(), true);
+
+TrainingSnapshot snapshot_at(const Model& m, int epoch, std::int64_t step,
+                             data::IteratorState input) {
+  TrainingSnapshot snap;
+  snap.epoch = epoch;
+  snap.step = step;
+  snap.input = std::move(input);
+  for (const Metric& metric : m.metrics())
+    snap.metrics.emplace_back(metric.name(), metric.impl()->state());
+  std::tie(snap.random_seed, snap.random_stream) = detail::global_random_state();
+  return snap;
+}
 
 int effective_verbose(int verbose) {
   // The live bar needs a terminal; elsewhere print the one-line form.
@@ -32,14 +48,6 @@ int effective_verbose(int verbose) {
   return verbose;
 }
 
-struct CallbackList {
-  std::vector<std::shared_ptr<Callback>> all;
-  std::shared_ptr<History> history;
-  template <typename F>
-  void each(F&& f) {
-    for (auto& cb : all) f(*cb);
-  }
-};
 
 CallbackList make_callbacks(const std::vector<std::shared_ptr<Callback>>& user, Model* model,
                             const CallbackParams& params, bool add_history) {
@@ -65,7 +73,11 @@ CallbackList make_callbacks(const std::vector<std::shared_ptr<Callback>>& user, 
   return list;
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::CallbackList;
+using detail::effective_verbose;
+using detail::make_callbacks;
 
 namespace {
 
@@ -85,44 +97,6 @@ void restore_metrics(const Model& m,
 
 }  // namespace
 
-struct Model::Loops {
-  static History fit(Model& m, BatchSource& train, const std::optional<ValidationData>& val,
-                     const FitOptions& o);
-  static Logs evaluate(Model& m, BatchSource& source, const EvaluateOptions& o);
-  static std::vector<Tensor> predict(Model& m, BatchSource& source, const PredictOptions& o);
-  // One pass over `source` with test_step (evaluate, and fit's validation);
-  // errors are prefixed with `op` and the batch.
-  static Logs test_pass(Model& m, BatchSource& source, CallbackList& callbacks,
-                        const std::string& op);
-  // fit's parts: its validation batches (none without validation data), and
-  // one epoch's training batches from `done` on (advanced as they are done).
-  static std::unique_ptr<BatchSource> validation_source(Model& m,
-                                                        const std::optional<ValidationData>& val,
-                                                        const FitOptions& o);
-  static void train_epoch(Model& m, BatchSource& train, CallbackList& callbacks, int epoch,
-                          std::int64_t& done);
-
-  // ---- Where strategy meets model ----
-  static bool distributed(const Model& m) { return !m.state().strategy.is_default(); }
-  // Under a multi-worker strategy, whether every worker has a next batch:
-  // an epoch ends for all when one runs out (uneven input never hangs).
-  static bool all_workers_have_batch(Model& m, std::optional<Batch>& batch);
-  // Every worker must train the same model with the same optimizer on
-  // input of the same length; a mismatch is named on every worker.
-  static void check_workers_agree(Model& m, const char* op, std::int64_t steps);
-  static void prepare_replicas(Model& m, const char* op);
-  // A global batch cut into each replica's share (zero-copy views).
-  struct Shares {
-    std::int64_t global = 0;
-    std::vector<std::int64_t> sizes;
-    std::vector<std::vector<Tensor>> x, y;
-  };
-  static Shares share_out(Model& m, const Batch& b);
-  static Logs train_batch(Model& m, const Batch& b);
-  static Logs test_batch(Model& m, const Batch& b);
-  static std::vector<Tensor> predict_batch(Model& m, const Batch& b);
-  static void build_before_replicas(Model& m, const std::vector<Tensor>& x);
-};
 
 // A model is built (its variables created) on the calling thread, inside the
 // strategy's scope, before replicas run it: building on replica threads would
@@ -317,6 +291,8 @@ History Model::fit(const std::vector<Tensor>& x_all, const std::vector<Tensor>& 
                  " exceeds the ", full_steps, " batches of ", o.batch_size, " that ", n,
                  " examples make");
   TensorBatches train(x, y, o.batch_size, o.steps_per_epoch, o.shuffle);
+  if (state().strategy.extended().uses_parameter_servers())
+    return Loops::fit_on_parameter_servers(*this, nullptr, &train, val, o);
   return Loops::fit(*this, train, val, o);
 }
 
@@ -326,8 +302,26 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& o) {
   LOCKSTEP_CHECK(o.validation_split == 0.0,
                  "fit: validation_split is not supported with a Dataset (it cannot be split "
                  "without reading it); pass validation_data");
+  if (state().strategy.extended().uses_parameter_servers()) {
+    DatasetBatches train("fit", dataset, *impl_, o.steps_per_epoch, true);
+    return Loops::fit_on_parameter_servers(*this, nullptr, &train, o.validation_data, o);
+  }
   DatasetBatches train("fit", dataset, *impl_, o.steps_per_epoch, true, &state().strategy);
   return Loops::fit(*this, train, o.validation_data, o);
+}
+
+History Model::fit(const distribute::DatasetCreator& creator, const FitOptions& o) {
+  LOCKSTEP_CHECK(state().compiled, "fit: you must call compile() before fit()");
+  check_fit_options(o);
+  LOCKSTEP_CHECK(state().strategy.extended().uses_parameter_servers(),
+                 "fit: a DatasetCreator is the input of ParameterServerStrategy's workers; this "
+                 "model is under ", state().strategy.name(),
+                 " (give it a Dataset, or create and compile it in a ParameterServerStrategy's "
+                 "scope)");
+  LOCKSTEP_CHECK(o.validation_split == 0.0,
+                 "fit: validation_split is not supported with a DatasetCreator; pass "
+                 "validation_data");
+  return Loops::fit_on_parameter_servers(*this, &creator, nullptr, o.validation_data, o);
 }
 
 std::unique_ptr<BatchSource> Model::Loops::validation_source(
@@ -344,6 +338,11 @@ std::unique_ptr<BatchSource> Model::Loops::validation_source(
 void Model::Loops::train_epoch(Model& m, BatchSource& train, CallbackList& callbacks, int epoch,
                                std::int64_t& done) {
   const TrainState& s = m.state();
+  // Batch-level callbacks run once per execution of steps_per_execution
+  // steps: at its first step and at its last.
+  const std::int64_t per_call = s.steps_per_execution;
+  Logs logs;
+  std::int64_t unreported = -1;  // a step whose execution has not ended yet
   for (std::int64_t step = done;; ++step) {
     std::optional<Batch> batch;
     try {
@@ -353,8 +352,8 @@ void Model::Loops::train_epoch(Model& m, BatchSource& train, CallbackList& callb
                                   std::to_string(step) + ": ");
     }
     if (!all_workers_have_batch(m, batch)) break;
-    callbacks.each([&](Callback& cb) { cb.on_train_batch_begin(step, {}); });
-    Logs logs;
+    if (step % per_call == 0 || step == done)
+      callbacks.each([&](Callback& cb) { cb.on_train_batch_begin(step, {}); });
     try {
       if (step == 0) {
         const std::int64_t n = s.strategy.num_replicas_in_sync();
@@ -371,9 +370,15 @@ void Model::Loops::train_epoch(Model& m, BatchSource& train, CallbackList& callb
                                   std::to_string(step) + batch->where + ": ");
     }
     done = step + 1;
-    callbacks.each([&](Callback& cb) { cb.on_train_batch_end(step, logs); });
+    unreported = step;
+    if ((step + 1) % per_call == 0 || step + 1 == train.steps()) {
+      callbacks.each([&](Callback& cb) { cb.on_train_batch_end(step, logs); });
+      unreported = -1;
+    }
     if (s.stop) break;
   }
+  if (unreported >= 0)
+    callbacks.each([&](Callback& cb) { cb.on_train_batch_end(unreported, logs); });
 }
 
 History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<ValidationData>& val,
@@ -393,26 +398,13 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
   int at_epoch = o.initial_epoch;
   std::int64_t done = 0;
   s.snapshot = [&](bool full_input_state) {
-    TrainingSnapshot snap;
-    snap.epoch = at_epoch;
-    snap.step = done;
-    snap.input = train.save_state(at_epoch, full_input_state);
     // Merges the replicas' metrics into the primary ones. Across workers that
     // is a collective, and the chief alone takes snapshots: there the last
     // batch's logs have merged them already.
     if (s.strategy.num_workers() == 1) (void)m.get_metrics_result();
-    for (const Metric& metric : m.metrics())
-      snap.metrics.emplace_back(metric.name(), metric.impl()->state());
-    std::tie(snap.random_seed, snap.random_stream) = detail::global_random_state();
-    return snap;
+    return detail::snapshot_at(m, at_epoch, done, train.save_state(at_epoch, full_input_state));
   };
-  struct ForgetSnapshot {
-    TrainState& s;
-    ~ForgetSnapshot() {
-      s.snapshot = nullptr;
-      s.resume.reset();
-    }
-  } forget{s};
+  detail::ForgetSnapshot forget{s};
   callbacks.each([](Callback& cb) { cb.on_train_begin({}); });
   std::optional<TrainingSnapshot> resume = std::move(s.resume);
   s.resume.reset();
@@ -491,6 +483,7 @@ Logs Model::evaluate(const data::Dataset& dataset, const EvaluateOptions& o) {
 
 Logs Model::Loops::evaluate(Model& m, BatchSource& source, const EvaluateOptions& o) {
   prepare_replicas(m, "evaluate");
+  detail::pull_from_parameter_servers(m);
   CallbackList callbacks = make_callbacks(
       o.callbacks, &m,
       {.epochs = 1, .steps = source.steps(), .verbose = effective_verbose(o.verbose)}, false);
@@ -542,7 +535,10 @@ std::vector<Tensor> Model::predict_outputs(const data::Dataset& dataset, const P
 }
 
 std::vector<Tensor> Model::Loops::predict(Model& m, BatchSource& source, const PredictOptions& o) {
-  if (m.state_) prepare_replicas(m, "predict");
+  if (m.state_) {
+    prepare_replicas(m, "predict");
+    detail::pull_from_parameter_servers(m);
+  }
   CallbackList callbacks = make_callbacks(
       o.callbacks, &m,
       {.epochs = 1, .steps = source.steps(), .verbose = effective_verbose(o.verbose)}, false);

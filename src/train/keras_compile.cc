@@ -183,7 +183,7 @@ Optimizer optimizer_from_json(const json& j, const std::string& where) {
 
 json compile_config(const Optimizer& optimizer, const std::vector<Loss>& losses,
                     const std::vector<double>& loss_weights,
-                    const std::vector<MetricSpec>& metrics) {
+                    const std::vector<MetricSpec>& metrics, std::int64_t steps_per_execution) {
   json loss;
   if (losses.size() == 1) {
     loss = loss_json(losses[0]);
@@ -199,7 +199,7 @@ json compile_config(const Optimizer& optimizer, const std::vector<Loss>& losses,
           {"metrics", metrics.empty() ? json(nullptr) : names},
           {"weighted_metrics", nullptr},
           {"run_eagerly", false},
-          {"steps_per_execution", 1},
+          {"steps_per_execution", steps_per_execution},
           {"jit_compile", false}};
 }
 
@@ -264,8 +264,9 @@ CompileOptions checked_compile_options(const json& config, const std::string& wh
   LOCKSTEP_CHECK(weighted.is_null() || (weighted.is_array() && weighted.empty()), at,
                  ": weighted_metrics are not supported");
   const json spe = config.value("steps_per_execution", json(1));
-  LOCKSTEP_CHECK(spe == 1, at, ": steps_per_execution = ", spe.dump(),
-                 " is not supported (Lockstep runs one step per call)");
+  LOCKSTEP_CHECK(spe.is_number_integer() && spe.get<std::int64_t>() >= 1, at,
+                 ": steps_per_execution = ", spe.dump(), " is not a count >= 1");
+  o.steps_per_execution = spe.get<std::int64_t>();
   o.run_eagerly = config.value("run_eagerly", false);
   return o;
 }

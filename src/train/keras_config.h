@@ -44,7 +44,7 @@ Model model_from_config(const json& config, const std::string& where);
 // loss_weights, metrics (and Keras's other keys at their defaults).
 json compile_config(const Optimizer& optimizer, const std::vector<Loss>& losses,
                     const std::vector<double>& loss_weights,
-                    const std::vector<MetricSpec>& metrics);
+                    const std::vector<MetricSpec>& metrics, std::int64_t steps_per_execution = 1);
 // The compile() options a compile_config holds; a setting Lockstep cannot
 // honour is a ValueError naming it.
 CompileOptions compile_options_from_config(const json& config, const std::string& where);

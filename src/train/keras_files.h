@@ -17,6 +17,7 @@ struct CompileState {
   const std::vector<Loss>* losses = nullptr;
   const std::vector<double>* loss_weights = nullptr;
   const std::vector<MetricSpec>* metrics = nullptr;
+  std::int64_t steps_per_execution = 1;
 };
 
 // The weights of `net` (and, with an optimizer, its variables) as Keras 3

@@ -154,6 +154,9 @@ void Model::compile(CompileOptions o) {
   s.optimizer = o.optimizer.defined() ? o.optimizer : optimizers::RMSprop();
   s.loss_weights = o.loss_weights;
   s.metric_specs = o.metrics;
+  LOCKSTEP_CHECK(o.steps_per_execution >= 1, "compile: steps_per_execution must be >= 1, got ",
+                 o.steps_per_execution);
+  s.steps_per_execution = o.steps_per_execution;
   for (const MetricSpec& spec : s.metric_specs)
     (void)resolve_metric(spec, s.losses[0]);  // unknown names fail here
   s.num_outputs = 0;

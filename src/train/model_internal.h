@@ -26,6 +26,7 @@ struct Model::TrainState {
   std::vector<Loss> losses;  // one shared by every output, or one per output
   std::vector<double> loss_weights;
   std::vector<MetricSpec> metric_specs;
+  std::int64_t steps_per_execution = 1;
   metrics::Mean loss_tracker{{.name = "loss"}};
   std::size_t num_outputs = 0;  // resolved at compile (graphs) or the first step
   std::vector<std::vector<Metric>> output_metrics;  // [output][metric]
@@ -44,6 +45,13 @@ struct Model::TrainState {
 };
 
 namespace detail {
+
+// Registers the functions a ParameterServerStrategy worker runs for fit
+// (ps_fit.cc); called at start-up by every program that links fit.
+void register_fit_functions();
+// Under ParameterServerStrategy: the model's weights here take the
+// parameter servers' values (before evaluate, predict, save).
+void pull_from_parameter_servers(const Model& m);
 
 // Names of a model's outputs (the producing layers), for per-output logs.
 std::vector<std::string> output_names(const LayerImpl& net, std::size_t n);

@@ -202,13 +202,14 @@ void check_content(const std::string& path, Format format) {
 
 keras::CompileState compile_state_of(const Model::TrainState& s) {
   if (!s.compiled) return {};
-  return {&s.optimizer, &s.losses, &s.loss_weights, &s.metric_specs};
+  return {&s.optimizer, &s.losses, &s.loss_weights, &s.metric_specs, s.steps_per_execution};
 }
 
 }  // namespace
 
 void Model::save(const std::string& path) const {
   LOCKSTEP_CHECK(defined(), "save: the model is undefined");
+  detail::pull_from_parameter_servers(*this);
   switch (format_of(path, "save")) {
     case Format::kKeras:
       keras::save_keras_archive(*this, compile_state_of(state()), path);
@@ -231,7 +232,9 @@ void Model::save(const std::string& path) const {
                                                  {"model_config", config.dump()}};
   if (const keras::CompileState c = compile_state_of(state()); c.optimizer != nullptr) {
     metadata["compile_config"] =
-        keras::compile_config(*c.optimizer, *c.losses, *c.loss_weights, *c.metrics).dump();
+        keras::compile_config(*c.optimizer, *c.losses, *c.loss_weights, *c.metrics,
+                              c.steps_per_execution)
+            .dump();
   }
   io::write_safetensors(path, named_weights(*impl_), metadata);
 }
@@ -239,7 +242,9 @@ void Model::save(const std::string& path) const {
 std::string Model::get_compile_config() const {
   const keras::CompileState c = compile_state_of(state());
   if (c.optimizer == nullptr) return "";
-  return keras::compile_config(*c.optimizer, *c.losses, *c.loss_weights, *c.metrics).dump();
+  return keras::compile_config(*c.optimizer, *c.losses, *c.loss_weights, *c.metrics,
+                              c.steps_per_execution)
+            .dump();
 }
 
 std::string Model::to_json() const {
@@ -261,6 +266,7 @@ Model model_from_json(const std::string& text, const std::string& source) {
 
 void Model::save_weights(const std::string& path) const {
   LOCKSTEP_CHECK(defined(), "save_weights: the model is undefined");
+  detail::pull_from_parameter_servers(*this);
   switch (format_of(path, "save_weights")) {
     case Format::kWeightsH5:
       io::write_h5(path, keras::weights_tree(*impl_, compile_state_of(state()).optimizer));

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <string>
 
+#include "distribute/worker_programs.h"
 #include "lockstep/lockstep.h"
 
 namespace {
@@ -195,43 +196,14 @@ data::AutoShardPolicy policy_named(const std::string& name) {
   return data::AutoShardPolicy::kAuto;
 }
 
-void write_weights(const Model& m, const std::string& path,
-                   const std::vector<std::pair<std::string, double>>& logs) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  for (const Variable& v : m.impl()->weights()) {
-    const std::vector<float> values = v.replica_value(0).to_vector<float>();
-    const std::uint64_t n = values.size();
-    out.write(reinterpret_cast<const char*>(&n), sizeof n);
-    out.write(reinterpret_cast<const char*>(values.data()),
-              static_cast<std::streamsize>(n * sizeof(float)));
-  }
-  // The last epoch's logs, as text after the weights (a zero-count marker).
-  const std::uint64_t end = 0;
-  out.write(reinterpret_cast<const char*>(&end), sizeof end);
-  for (const auto& [k, v] : logs) out << k << "=" << v << "\n";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   try {
-    Tensor x = random::uniform({a.examples, 20}, {.seed = 11});
-    std::vector<std::int64_t> labels(static_cast<std::size_t>(a.examples));
-    std::vector<float> xs = x.to_vector<float>();
-    for (std::int64_t i = 0; i < a.examples; ++i) {
-      // A learnable rule: the class is which of four feature sums is largest.
-      float best = -1;
-      for (int c = 0; c < 4; ++c) {
-        float s = 0;
-        for (int j = 0; j < 5; ++j) s += xs[static_cast<std::size_t>(i * 20 + c * 5 + j)];
-        if (s > best) {
-          best = s;
-          labels[static_cast<std::size_t>(i)] = c;
-        }
-      }
-    }
-    Tensor y = Tensor::from_vector(labels);
+    auto [x, y] = testing_support::four_sums(a.examples);
+    const std::vector<float> xs = x.to_vector<float>();
+    const std::vector<std::int64_t> labels = y.to_vector<std::int64_t>();
     if (!a.write_files.empty()) {
       write_files(a.write_files, xs, labels);
       return 0;
@@ -290,7 +262,7 @@ int main(int argc, char** argv) {
       }
       logs.emplace_back("loss_sum", total);
       if (!a.out.empty()) {
-        write_weights(model, with_rank(a.out, strategy), logs);
+        testing_support::write_weights(model.impl()->weights(), with_rank(a.out, strategy), logs);
       }
       return 0;
     }
@@ -333,7 +305,7 @@ int main(int argc, char** argv) {
     }
     if (!a.out.empty()) {
       for (const auto& [k, values] : h.history()) logs.emplace_back(k, values.back());
-      write_weights(model, with_rank(a.out, strategy), logs);
+      testing_support::write_weights(model.impl()->weights(), with_rank(a.out, strategy), logs);
     }
     if (strategy)
       std::printf("worker %d of %d done\n", strategy->worker_index(), strategy->num_workers());

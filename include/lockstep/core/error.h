@@ -57,6 +57,21 @@ class TimeoutError : public DistributedError {
   using DistributedError::DistributedError;
 };
 
+// A task the job cannot go on without is gone — a parameter server that
+// died (tf.errors.UnavailableError); the job restarts from its last
+// checkpoint.
+class UnavailableError : public DistributedError {
+ public:
+  using DistributedError::DistributedError;
+};
+
+// Work that did not run because an earlier failure cancelled it (a
+// scheduled function after another one failed: tf.errors.CancelledError).
+class CancelledError : public DistributedError {
+ public:
+  using DistributedError::DistributedError;
+};
+
 // A bug in Lockstep or a failure inside a backend library (oneDNN).
 class InternalError : public Error {
  public:
@@ -81,6 +96,12 @@ template <typename E, typename... Args>
 // in front of its message, keeping its Lockstep type so callers can still
 // catch by kind; other std::exceptions become Error.
 [[noreturn]] void rethrow_with_prefix(const std::string& prefix);
+
+// An error's class by name ("ShapeError"; "Error" for other exceptions),
+// and an error of the class so named (Error for an unknown name): how an
+// error crosses from one process to another.
+const char* error_class_name(const std::exception& e);
+[[noreturn]] void throw_error_of_class(const std::string& name, const std::string& message);
 
 }  // namespace detail
 }  // namespace lockstep

@@ -13,7 +13,8 @@
 // Parsing is strict, as a cluster that half-parses fails later and far less
 // clearly: unknown keys, a missing task, a task type the cluster does not
 // have, an index out of range, a malformed or duplicated address are each a
-// ValueError naming the key (and both tasks, for a duplicate).
+// ValueError naming the key (and both tasks, for a duplicate). As in
+// TensorFlow, an "evaluator" task may sit outside the cluster it evaluates.
 #pragma once
 
 #include <functional>
@@ -83,6 +84,13 @@ class ClusterResolver {
   const TaskAddress& worker_address(int rank) const;
   // "worker 2 (10.0.0.3:2222)": how errors name a worker.
   std::string describe_worker(int rank) const;
+  // "ps 1 (10.0.0.5:2222)": how errors name any task.
+  std::string describe_task(const std::string& job, int index) const;
+  // A cluster ParameterServerStrategy can run: a chief (the coordinator),
+  // at least one worker and one ps task, and no evaluator inside it (the
+  // evaluator is a sidecar with its own TF_CONFIG); each breach a
+  // ValueError naming the key ("cluster.ps"), `source` first.
+  void check_parameter_server_cluster(const std::string& source = "TF_CONFIG") const;
   // The cluster spec in one canonical line, equal on every worker that was
   // given the same cluster (compared at start-up).
   std::string canonical_cluster_spec() const;

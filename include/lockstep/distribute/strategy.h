@@ -144,6 +144,7 @@ class Strategy {
  private:
   friend class StrategyExtended;
   friend class MultiWorkerMirroredStrategy;
+  friend class ParameterServerStrategy;
   // Runs fn(context) on every local replica (StrategyExtended::run_replicas).
   void run_replicas(const std::function<void(ReplicaContext&)>& fn) const;
 

@@ -76,6 +76,28 @@ class StrategyExtended {
                            const std::vector<std::pair<std::string, std::string>>& facts) const;
   // Element-wise sum over the workers, in place (metric states, votes).
   void sum_across_workers(std::vector<double>& values) const;
+  // ---- Variables held elsewhere (ParameterServerStrategy; with every
+  // other strategy the variables are here and these do nothing) ----
+  // Whether training runs as functions scheduled on workers, the variables
+  // living on parameter servers.
+  bool uses_parameter_servers() const;
+  // The coordinator's copies of `vars` (made in the strategy's scope) take
+  // the parameter servers' values: before a checkpoint, an evaluation, a
+  // callback that reads weights.
+  void pull_variables(const std::vector<Variable>& vars) const;
+  // The parameter servers take the coordinator's values (after a restore).
+  void push_variables(const std::vector<Variable>& vars) const;
+  // The optimizer's state kept beside `trainable` on the parameter servers:
+  // its slots named "<index in trainable>/<slot>" (as
+  // OptimizerImpl::slot_values) and its iterations; and the reverse.
+  struct OptimizerState {
+    std::vector<std::pair<std::string, Tensor>> slots{};
+    std::int64_t iterations = 0;
+  };
+  OptimizerState read_optimizer_state(const std::vector<Variable>& trainable) const;
+  void write_optimizer_state(const std::vector<Variable>& trainable,
+                             const OptimizerState& state) const;
+
   // The communicator joining the workers (one rank per process), or null
   // with a single worker: for what the operations above do not cover
   // (sending the chief's checkpoint to every worker).

@@ -29,6 +29,8 @@ struct UpdateSpan {
 // replica's copies (an update rule is elementwise).
 using UpdateRange = std::function<void(std::int64_t begin, std::int64_t end)>;
 
+class OptimizerImpl;
+
 class GradientAggregator {
  public:
   virtual ~GradientAggregator() = default;
@@ -50,6 +52,16 @@ class GradientAggregator {
   // [0, total).
   virtual void run_update(const std::vector<Variable>& vars, const std::vector<UpdateSpan>& spans,
                           std::int64_t total, const UpdateRange& update) = 0;
+  // Whether the update runs elsewhere (ParameterServerStrategy's workers:
+  // on the parameter servers, which hold the variables, their slots and
+  // the step count). Then apply_gradients hands its summed and clipped
+  // gradients over here, with the optimizer (its class and arguments),
+  // and updates nothing in this process. Undefined gradients are skipped.
+  virtual bool apply_elsewhere(const std::vector<Tensor>& /*grads*/,
+                               const std::vector<Variable>& /*vars*/,
+                               const OptimizerImpl& /*optimizer*/) {
+    return false;
+  }
 };
 
 // The calling thread's aggregator: null outside a strategy's replicas (and

@@ -49,6 +49,12 @@ class Callback {
   virtual void on_predict_batch_begin(std::int64_t /*batch*/, const Logs&) {}
   virtual void on_predict_batch_end(std::int64_t /*batch*/, const Logs&) {}
 
+  // Whether this callback acts in on_train_batch_begin / _end (Keras's
+  // _implements_train_batch_hooks). Under ParameterServerStrategy fit has
+  // no batches on the coordinator (workers run them) and refuses a callback
+  // that does; a callback that acts at epoch ends only says false.
+  virtual bool implements_train_batch_hooks() const { return true; }
+
  protected:
   Model* model() const { return model_; }
   const CallbackParams& params() const { return params_; }
@@ -63,6 +69,7 @@ class History : public Callback {
  public:
   void on_train_begin(const Logs&) override {}
   void on_epoch_end(int epoch, const Logs& logs) override;
+  bool implements_train_batch_hooks() const override { return false; }
   // name -> one value per epoch, in the order names first appeared.
   const std::vector<std::pair<std::string, std::vector<double>>>& history() const {
     return history_;
@@ -91,6 +98,8 @@ class ProgbarLogger : public Callback {
   void on_epoch_end(int, const Logs& logs) override { finalize(logs); }
   void on_test_end(const Logs& logs) override;
   void on_predict_end(const Logs&) override { finalize({}); }
+  // A bar that only moves at epoch ends is still a bar.
+  bool implements_train_batch_hooks() const override { return false; }
 
  private:
   void reset();

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "lockstep/data/dataset.h"
+#include "lockstep/distribute/cluster_coordinator.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/nn/layer.h"
 #include "lockstep/nn/losses.h"
@@ -52,6 +53,10 @@ struct CompileOptions {
   // named "<output layer>_<metric>", as Keras.
   std::vector<MetricSpec> metrics{};
   bool run_eagerly = false;  // accepted for parity; Lockstep always runs eagerly
+  // Training steps per call (Keras's): batch-level callbacks run once per
+  // call, at its first and last step; under ParameterServerStrategy, the
+  // steps of one scheduled function on a worker.
+  std::int64_t steps_per_execution = 1;
 };
 
 // Validation inputs and targets: one tensor each, one per model input /
@@ -172,6 +177,12 @@ class Model : public Layer {
   // predict ignores target components and returns the first output
   // (predict_outputs: every output).
   History fit(const data::Dataset& dataset, const FitOptions& options = {});
+  // Under ParameterServerStrategy: every worker builds its own input with
+  // the registered dataset function (tf.keras.utils.experimental.
+  // DatasetCreator); steps_per_epoch is required. Under ParameterServerStrategy
+  // fit also takes a Dataset or tensors, read here and sent to the workers
+  // batch by batch; only epoch-level callbacks are allowed (Keras's rule).
+  History fit(const distribute::DatasetCreator& creator, const FitOptions& options = {});
   Logs evaluate(const data::Dataset& dataset, const EvaluateOptions& options = {});
   Tensor predict(const data::Dataset& dataset, const PredictOptions& options = {});
   std::vector<Tensor> predict_outputs(const data::Dataset& dataset,

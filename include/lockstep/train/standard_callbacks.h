@@ -70,6 +70,7 @@ class BackupAndRestore : public Callback {
   void on_train_batch_end(std::int64_t batch, const Logs&) override;
   void on_epoch_end(int epoch, const Logs&) override;
   void on_train_end(const Logs&) override;
+  bool implements_train_batch_hooks() const override { return !options_.save_freq.per_epoch(); }
 
   // The backup fit resumed from in the last on_train_begin (empty: none).
   const std::string& resumed_from() const { return resumed_from_; }
@@ -111,6 +112,7 @@ class ModelCheckpoint : public Callback {
   void on_train_batch_end(std::int64_t batch, const Logs& logs) override;
   void on_epoch_begin(int epoch, const Logs&) override { epoch_ = epoch; }
   void on_epoch_end(int epoch, const Logs& logs) override;
+  bool implements_train_batch_hooks() const override { return !options_.save_freq.per_epoch(); }
 
   // The path template with the values filled in (exposed for tests).
   static std::string format_path(const std::string& pattern, int epoch, std::int64_t batch,
@@ -145,6 +147,7 @@ class EarlyStopping : public Callback {
   void on_train_begin(const Logs&) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
   void on_train_end(const Logs&) override;
+  bool implements_train_batch_hooks() const override { return false; }
   // The epoch training stopped at (0: it did not stop early).
   int stopped_epoch() const { return stopped_epoch_; }
   int best_epoch() const { return best_epoch_; }
@@ -163,6 +166,7 @@ class LearningRateScheduler : public Callback {
   using Schedule = std::function<double(int epoch, double lr)>;
   explicit LearningRateScheduler(Schedule schedule, int verbose = 0);
   void on_epoch_begin(int epoch, const Logs&) override;
+  bool implements_train_batch_hooks() const override { return false; }
 
  private:
   Schedule schedule_;
@@ -188,6 +192,7 @@ class ReduceLROnPlateau : public Callback {
   explicit ReduceLROnPlateau(Options options = {});
   void on_train_begin(const Logs&) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
+  bool implements_train_batch_hooks() const override { return false; }
 
  private:
   Options options_;
@@ -203,6 +208,7 @@ class CSVLogger : public Callback {
   void on_train_begin(const Logs&) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
   void on_train_end(const Logs&) override;
+  bool implements_train_batch_hooks() const override { return false; }
 
  private:
   std::string filename_;
@@ -223,6 +229,7 @@ class TensorBoard : public Callback {
   void on_train_batch_end(std::int64_t batch, const Logs& logs) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
   void on_train_end(const Logs&) override;
+  bool implements_train_batch_hooks() const override { return !update_freq_.per_epoch(); }
 
  private:
   std::string log_dir_;
@@ -262,6 +269,9 @@ class LambdaCallback : public Callback {
   }
   void on_train_end(const Logs& l) override {
     if (f_.on_train_end) f_.on_train_end(l);
+  }
+  bool implements_train_batch_hooks() const override {
+    return f_.on_train_batch_begin || f_.on_train_batch_end;
   }
 
  private:

@@ -1,0 +1,102 @@
+// What fit_loops.cc (the loops of fit / evaluate / predict) and ps_fit.cc
+// (fit under ParameterServerStrategy) share: the callback list and the
+// loops' declarations. Internal to train/.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "batch_sources.h"
+#include "lockstep/distribute/cluster_coordinator.h"
+#include "lockstep/train/model.h"
+#include "model_internal.h"
+
+namespace lockstep {
+namespace detail {
+
+// Where fit is (for checkpoints): `step` batches of `epoch` done, the input
+// at `input`, and the metric and random states now.
+TrainingSnapshot snapshot_at(const Model& m, int epoch, std::int64_t step,
+                             data::IteratorState input);
+
+// The live bar needs a terminal; elsewhere verbose 1 prints the one-line form.
+int effective_verbose(int verbose);
+
+struct CallbackList {
+  std::vector<std::shared_ptr<Callback>> all;
+  std::shared_ptr<History> history;
+  template <typename F>
+  void each(F&& f) {
+    for (auto& cb : all) f(*cb);
+  }
+};
+
+// The user's callbacks, then (as Keras) History and the progress logger.
+CallbackList make_callbacks(const std::vector<std::shared_ptr<Callback>>& user, Model* model,
+                            const CallbackParams& params, bool add_history);
+
+// Ends fit's snapshot of where training is, however fit ends.
+struct ForgetSnapshot {
+  Model::TrainState& s;
+  ~ForgetSnapshot() {
+    s.snapshot = nullptr;
+    s.resume.reset();
+  }
+};
+
+}  // namespace detail
+
+struct Model::Loops {
+  using CallbackList = detail::CallbackList;
+  using Batch = detail::Batch;
+  using BatchSource = detail::BatchSource;
+  static History fit(Model& m, BatchSource& train, const std::optional<ValidationData>& val,
+                     const FitOptions& o);
+  static Logs evaluate(Model& m, BatchSource& source, const EvaluateOptions& o);
+  static std::vector<Tensor> predict(Model& m, BatchSource& source, const PredictOptions& o);
+  // One pass over `source` with test_step (evaluate, and fit's validation);
+  // errors are prefixed with `op` and the batch.
+  static Logs test_pass(Model& m, BatchSource& source, CallbackList& callbacks,
+                        const std::string& op);
+  // fit's parts: its validation batches (none without validation data), and
+  // one epoch's training batches from `done` on (advanced as they are done).
+  static std::unique_ptr<BatchSource> validation_source(Model& m,
+                                                        const std::optional<ValidationData>& val,
+                                                        const FitOptions& o);
+  static void train_epoch(Model& m, BatchSource& train, CallbackList& callbacks, int epoch,
+                          std::int64_t& done);
+
+  // ---- Where strategy meets model ----
+  static bool distributed(const Model& m) { return !m.state().strategy.is_default(); }
+  // Under a multi-worker strategy, whether every worker has a next batch:
+  // an epoch ends for all when one runs out (uneven input never hangs).
+  static bool all_workers_have_batch(Model& m, std::optional<Batch>& batch);
+  // Every worker must train the same model with the same optimizer on
+  // input of the same length; a mismatch is named on every worker.
+  static void check_workers_agree(Model& m, const char* op, std::int64_t steps);
+  static void prepare_replicas(Model& m, const char* op);
+  // A global batch cut into each replica's share (zero-copy views).
+  struct Shares {
+    std::int64_t global = 0;
+    std::vector<std::int64_t> sizes;
+    std::vector<std::vector<Tensor>> x, y;
+  };
+  static Shares share_out(Model& m, const Batch& b);
+  static Logs train_batch(Model& m, const Batch& b);
+  static Logs test_batch(Model& m, const Batch& b);
+  static std::vector<Tensor> predict_batch(Model& m, const Batch& b);
+  static void build_before_replicas(Model& m, const std::vector<Tensor>& x);
+
+  // ---- Under ParameterServerStrategy (ps_fit.cc) ----
+  // fit's epochs as functions scheduled on the workers, the input built on
+  // each worker (`creator`) or read here (`source`, its batches sent with
+  // each function).
+  static History fit_on_parameter_servers(Model& m, const distribute::DatasetCreator* creator,
+                                          BatchSource* source,
+                                          const std::optional<ValidationData>& val,
+                                          const FitOptions& o);
+};
+
+}  // namespace lockstep
