@@ -164,7 +164,8 @@ TEST(EncodeImage, JpegRoundTripsCloselyBaselineAndProgressiveGrayAndRgb) {
       std::uint8_t* p = img.data<std::uint8_t>();
       for (std::int64_t y = 0; y < 24; ++y)
         for (std::int64_t x = 0; x < 40; ++x)
-          for (int k = 0; k < c; ++k) p[(y * 40 + x) * c + k] = static_cast<std::uint8_t>(3 * x + 2 * y + 20 * k);
+          for (int k = 0; k < c; ++k)
+            p[(y * 40 + x) * c + k] = static_cast<std::uint8_t>(3 * x + 2 * y + 20 * k);
       const std::string bytes = encode_jpeg(
           img, {.quality = 100, .progressive = progressive, .chroma_downsampling = false});
       const Tensor back = decode_image(bytes);
@@ -175,12 +176,20 @@ TEST(EncodeImage, JpegRoundTripsCloselyBaselineAndProgressiveGrayAndRgb) {
 
 TEST(EncodeImage, BadImagesAreRefusedNamingTheShapeOrDtype) {
   expect_error<ValueError>([] { encode_jpeg(Tensor::zeros({4, 4, 3})); }, {"uint8", "float32"});
-  expect_error<ShapeError>([] { encode_jpeg(Tensor::zeros({4, 4, 4}, DType::kUInt8)); },
-                           {"1 or 3 channels", "[4, 4, 4]"});
-  expect_error<ShapeError>([] { encode_png(Tensor::zeros({4, 4}, DType::kUInt8)); },
-                           {"[height, width, channels]"});
+  expect_error<ShapeError>(
+      [] {
+        encode_jpeg(Tensor::zeros({4, 4, 4}, DType::kUInt8));
+      },
+      {"1 or 3 channels", "[4, 4, 4]"});
+  expect_error<ShapeError>(
+      [] {
+        encode_png(Tensor::zeros({4, 4}, DType::kUInt8));
+      },
+      {"[height, width, channels]"});
   expect_error<ValueError>(
-      [] { encode_jpeg(Tensor::zeros({4, 4, 3}, DType::kUInt8), {.quality = 101}); },
+      [] {
+        encode_jpeg(Tensor::zeros({4, 4, 3}, DType::kUInt8), {.quality = 101});
+      },
       {"quality must be in [0, 100], got 101"});
 }
 

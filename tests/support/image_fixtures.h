@@ -34,7 +34,8 @@ class ImageFixtures {
     Tensor t = Tensor::empty(Shape(dims), u8 ? DType::kUInt8 : DType::kFloat32);
     const auto offset = a["offset"].get<std::size_t>();
     EXPECT_LE(offset + t.nbytes(), blob_.size()) << name;
-    if (offset + t.nbytes() <= blob_.size()) std::memcpy(t.raw_data(), blob_.data() + offset, t.nbytes());
+    if (offset + t.nbytes() <= blob_.size())
+      std::memcpy(t.raw_data(), blob_.data() + offset, t.nbytes());
     return t;
   }
   // The names of the arrays that start with `prefix`.
@@ -47,7 +48,8 @@ class ImageFixtures {
   }
 
  private:
-  ImageFixtures() : dir_(std::filesystem::path(LOCKSTEP_SOURCE_DIR) / "tests/interop/image_fixtures") {
+  ImageFixtures()
+      : dir_(std::filesystem::path(LOCKSTEP_SOURCE_DIR) / "tests/interop/image_fixtures") {
     std::ifstream m(dir_ / "manifest.json");
     manifest_ = nlohmann::json::parse(m);
     std::ifstream b(dir_ / "arrays.bin", std::ios::binary);

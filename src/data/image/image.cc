@@ -20,9 +20,10 @@ void check_image(const Tensor& image, const char* op) {
   LOCKSTEP_CHECK(image.dtype() == DType::kUInt8, op, ": expected a uint8 image, got ",
                  dtype_name(image.dtype()),
                  ". Hint: cast float pixels in [0, 255] with lockstep::cast(x, DType::kUInt8)");
-  LOCKSTEP_CHECK_AS(ShapeError, image.rank() == 3 && image.dim(0) > 0 && image.dim(1) > 0,
-                    op, ": expected an image of shape [height, width, channels] with at least "
-                    "one pixel, got shape ", image.shape());
+  LOCKSTEP_CHECK_AS(ShapeError, image.rank() == 3 && image.dim(0) > 0 && image.dim(1) > 0, op,
+                    ": expected an image of shape [height, width, channels] with at least "
+                    "one pixel, got shape ",
+                    image.shape());
 }
 
 }  // namespace
@@ -38,16 +39,19 @@ Tensor decode_image(std::string_view contents, const DecodeImageOptions& options
     return image_detail::decode_jpeg(data, contents.size(), channels, what);
   if (starts_with(contents, "\x89PNG\r\n\x1a\n"))
     return image_detail::decode_png(data, contents.size(), channels, what);
-  const char* refused = starts_with(contents, "GIF8") ? "GIF" : starts_with(contents, "BM") ? "BMP"
-                                                                                            : nullptr;
+  const char* refused = starts_with(contents, "GIF8") ? "GIF"
+                        : starts_with(contents, "BM") ? "BMP"
+                                                      : nullptr;
   if (refused) {
     detail::throw_error<ValueError>(
         "decode_image: ", what, " is a ", refused,
         " image; Lockstep decodes JPEG and PNG only (Debian's libjpeg-turbo and libpng). "
-        "Hint: convert it, e.g. `convert in.", refused[0] == 'G' ? "gif" : "bmp", " out.png`");
+        "Hint: convert it, e.g. `convert in.",
+        refused[0] == 'G' ? "gif" : "bmp", " out.png`");
   }
   detail::throw_error<IOError>(
-      "decode_image: ", what, " is neither a JPEG nor a PNG (its first bytes are not a known "
+      "decode_image: ", what,
+      " is neither a JPEG nor a PNG (its first bytes are not a known "
       "image signature). Hint: the file may be damaged, or not an image despite its name");
 }
 

@@ -12,12 +12,13 @@
 // premature end of data is an error (libjpeg alone would pad the image with
 // gray and warn).
 #include <csetjmp>
-#include <cstdio>  // jpeglib.h uses FILE without including stdio.h
+#include <cstdio>  // jpeglib.h uses FILE and size_t without including stdio.h
 #include <cstdlib>
 #include <cstring>
-
+// clang-format off: jpeglib.h must come after <cstdio>
 #include <jerror.h>
 #include <jpeglib.h>
+// clang-format on
 
 #include "data/image/codecs.h"
 #include "lockstep/core/error.h"
@@ -109,12 +110,18 @@ struct DecoderOwner {
 
 const char* color_space_name(J_COLOR_SPACE s) {
   switch (s) {
-    case JCS_GRAYSCALE: return "grayscale";
-    case JCS_RGB: return "RGB";
-    case JCS_YCbCr: return "YCbCr";
-    case JCS_CMYK: return "CMYK";
-    case JCS_YCCK: return "YCCK";
-    default: return "an unusual colour space";
+    case JCS_GRAYSCALE:
+      return "grayscale";
+    case JCS_RGB:
+      return "RGB";
+    case JCS_YCbCr:
+      return "YCbCr";
+    case JCS_CMYK:
+      return "CMYK";
+    case JCS_YCCK:
+      return "YCCK";
+    default:
+      return "an unusual colour space";
   }
 }
 
@@ -176,16 +183,16 @@ struct EncoderOwner {
 
 Tensor decode_jpeg(const std::uint8_t* data, std::size_t size, int channels,
                    const std::string& what) {
-  LOCKSTEP_CHECK(channels == 0 || channels == 1 || channels == 3,
-                 "decode_image: ", what, " is a JPEG, which has no alpha channel; asked for ",
-                 channels, " channels. Hint: ask for 3 (color_mode \"rgb\") or 1 (\"grayscale\"), "
+  LOCKSTEP_CHECK(channels == 0 || channels == 1 || channels == 3, "decode_image: ", what,
+                 " is a JPEG, which has no alpha channel; asked for ", channels,
+                 " channels. Hint: ask for 3 (color_mode \"rgb\") or 1 (\"grayscale\"), "
                  "as TensorFlow, which refuses 4 for a JPEG too");
   DecoderOwner owner;
   Decoder& d = owner.d;
   install(d.err);
   if (!run_read_header(d, data, size)) {
-    detail::throw_error<IOError>("decode_image: ", what, " is not a readable JPEG: ",
-                                 d.err.message);
+    detail::throw_error<IOError>("decode_image: ", what,
+                                 " is not a readable JPEG: ", d.err.message);
   }
   const J_COLOR_SPACE in_space = d.cinfo.jpeg_color_space;
   if (in_space == JCS_CMYK || in_space == JCS_YCCK) {

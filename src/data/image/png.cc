@@ -155,8 +155,8 @@ bool run_write(Writer& w, const std::uint8_t* pixels, int height, int width, int
                                         PNG_COLOR_TYPE_RGB, PNG_COLOR_TYPE_RGB_ALPHA};
   png_set_write_fn(w.png, &w, write_bytes, flush_bytes);
   if (compression >= 0) png_set_compression_level(w.png, compression);
-  png_set_IHDR(w.png, w.info, static_cast<png_uint_32>(width), static_cast<png_uint_32>(height),
-               8, kColorTypes[channels - 1], PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+  png_set_IHDR(w.png, w.info, static_cast<png_uint_32>(width), static_cast<png_uint_32>(height), 8,
+               kColorTypes[channels - 1], PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
                PNG_FILTER_TYPE_DEFAULT);
   png_write_info(w.png, w.info);
   const std::size_t row_bytes = static_cast<std::size_t>(width) * channels;
@@ -186,8 +186,8 @@ Tensor decode_png(const std::uint8_t* data, std::size_t size, int channels,
   r.left = size;
   r.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &r, on_error, on_warning);
   if (r.png) r.info = png_create_info_struct(r.png);
-  LOCKSTEP_CHECK_AS(InternalError, r.png && r.info, "decode_image: libpng could not start (",
-                    what, ")");
+  LOCKSTEP_CHECK_AS(InternalError, r.png && r.info, "decode_image: libpng could not start (", what,
+                    ")");
   Header h{};
   if (!run_read_header(r, h)) {
     detail::throw_error<IOError>("decode_image: ", what, " is not a readable PNG: ", r.message);
@@ -204,12 +204,13 @@ Tensor decode_png(const std::uint8_t* data, std::size_t size, int channels,
   }
   const auto row_bytes = static_cast<std::size_t>(png_get_rowbytes(r.png, r.info));
   LOCKSTEP_CHECK_AS(InternalError, row_bytes == static_cast<std::size_t>(width * channels),
-                    "decode_image: ", what, ": libpng gives rows of ", row_bytes,
-                    " bytes for ", width, " pixels of ", channels, " channels");
+                    "decode_image: ", what, ": libpng gives rows of ", row_bytes, " bytes for ",
+                    width, " pixels of ", channels, " channels");
   Tensor out = Tensor::empty({height, width, channels}, DType::kUInt8);
   std::uint8_t* base = out.data<std::uint8_t>();
   std::vector<png_bytep> rows(static_cast<std::size_t>(height));
-  for (std::int64_t y = 0; y < height; ++y) rows[static_cast<std::size_t>(y)] = base + y * row_bytes;
+  for (std::int64_t y = 0; y < height; ++y)
+    rows[static_cast<std::size_t>(y)] = base + y * row_bytes;
   if (!run_read_image(r, rows.data())) {
     detail::throw_error<IOError>("decode_image: ", what, " is a corrupt PNG (", width, " x ",
                                  height, "): ", r.message);
