@@ -16,20 +16,10 @@ namespace {
 
 using testing::expect_error;
 using testing_support::ImageFixtures;
+using testing_support::max_abs_difference;
 using testing_support::slurp;
 using testing_support::spit;
 using testing_support::TempDir;
-
-// The largest difference between two uint8 tensors of one shape.
-int max_difference(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  if (a.shape() != b.shape()) return 256;
-  const std::uint8_t* pa = a.data<std::uint8_t>();
-  const std::uint8_t* pb = b.data<std::uint8_t>();
-  int worst = 0;
-  for (std::int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::abs(pa[i] - pb[i]));
-  return worst;
-}
 
 // "decode/png/rgb8.png/c3" -> ("png/rgb8.png", 3)
 std::pair<std::string, int> file_and_channels(const std::string& name) {
@@ -46,7 +36,7 @@ void expect_tensorflows_pixels(const std::string& prefix, std::size_t expected_c
   for (const std::string& name : names) {
     const auto [file, channels] = file_and_channels(name);
     const Tensor got = read_image(f.path(file), channels);
-    EXPECT_EQ(max_difference(got, f.array(name)), 0) << name;
+    EXPECT_EQ(max_abs_difference(got, f.array(name)), 0) << name;
   }
 }
 
@@ -151,7 +141,7 @@ TEST(EncodeImage, PngRoundTripsExactlyForEveryChannelCount) {
     std::uint8_t* p = img.data<std::uint8_t>();
     for (std::int64_t i = 0; i < img.numel(); ++i) p[i] = static_cast<std::uint8_t>(i * 37 + c);
     const Tensor back = decode_image(encode_png(img));
-    EXPECT_EQ(max_difference(back, img), 0) << c << " channels";
+    EXPECT_EQ(max_abs_difference(back, img), 0) << c << " channels";
   }
 }
 
@@ -169,7 +159,7 @@ TEST(EncodeImage, JpegRoundTripsCloselyBaselineAndProgressiveGrayAndRgb) {
       const std::string bytes = encode_jpeg(
           img, {.quality = 100, .progressive = progressive, .chroma_downsampling = false});
       const Tensor back = decode_image(bytes);
-      EXPECT_LE(max_difference(back, img), 4) << c << " channels, progressive " << progressive;
+      EXPECT_LE(max_abs_difference(back, img), 4) << c << " channels, progressive " << progressive;
     }
   }
 }

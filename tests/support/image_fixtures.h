@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +18,18 @@
 #include "lockstep/tensor/tensor.h"
 
 namespace lockstep::testing_support {
+
+// The largest |a - b| over two tensors of one shape and dtype (infinity,
+// and a failure, when they differ in either).
+inline double max_abs_difference(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  EXPECT_EQ(a.dtype(), b.dtype());
+  if (a.shape() != b.shape()) return INFINITY;
+  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  double worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
+  return worst;
+}
 
 class ImageFixtures {
  public:

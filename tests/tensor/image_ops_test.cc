@@ -15,16 +15,7 @@ namespace lockstep::image {
 namespace {
 
 using testing_support::ImageFixtures;
-
-// The largest |a - b| over two float32 tensors of one shape.
-double max_abs_difference(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  if (a.shape() != b.shape()) return INFINITY;
-  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  double worst = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
-  return worst;
-}
+using testing_support::max_abs_difference;
 
 // "resize/bilinear/29x31" -> {29, 31}
 std::array<std::int64_t, 2> size_of(const std::string& name) {
