@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "data/data_test_util.h"
+#include "lockstep/data/datasets.h"
 #include "lockstep/data/image.h"
 #include "lockstep/tensor/ops.h"
 #include "support/files.h"
@@ -243,6 +244,40 @@ TEST(ImageDatasetFromDirectory, SymlinkedFoldersInsideAClassCountOnlyWithFollowL
   EXPECT_EQ(printed.str(),
             "Found 2 files belonging to 2 classes.\n"
             "Found 4 files belonging to 2 classes.\n");
+}
+
+TEST(FashionMnistImageFolder, WritesTwoClassesThatReadBackWithTheirLabelsAndPixels) {
+  namespace fm = datasets::fashion_mnist;
+  if (!fs::exists(fm::kDefaultDir)) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  TempDir dir;
+  const auto counts = fm::write_image_folder(dir.path.string(), {.image_size = 28, .count = 30});
+  const auto [train, test] = fm::load_data();
+  const std::vector<std::uint8_t> labels = train.second.to_vector<std::uint8_t>();
+  std::int64_t footwear = 0;
+  for (int i = 0; i < 30; ++i) footwear += labels[i] == 5 || labels[i] == 7 || labels[i] == 9;
+  EXPECT_EQ(counts.footwear, footwear);
+  EXPECT_EQ(counts.other, 30 - footwear);
+  std::ostringstream printed;
+  const auto ds = image_dataset_from_directory(dir.path.string(), {.label_mode = "binary",
+                                                                   .batch_size = std::nullopt,
+                                                                   .image_size = {28, 28},
+                                                                   .shuffle = false,
+                                                                   .out = &printed});
+  EXPECT_EQ(printed.str(), "Found 30 files belonging to 2 classes.\n");
+  EXPECT_EQ(ds.class_names(), (std::vector<std::string>{"footwear", "other"}));
+  // Each file is its source image (at 28 x 28 the resize is the identity),
+  // as RGB, through JPEG at quality 95: within a few levels on average.
+  Iterator it = ds.make_iterator();
+  for (const std::string& path : ds.file_paths()) {
+    const Element e = it.get_next();
+    const int index = std::stoi(fs::path(path).stem().string().substr(6));  // train_00012
+    EXPECT_EQ(e[1].item<float>(),
+              (labels[index] == 5 || labels[index] == 7 || labels[index] == 9) ? 0.0f : 1.0f);
+    const Tensor source =
+        cast(reshape(train.first.view_rows(index, index + 1), {28, 28, 1}), DType::kFloat32);
+    const Tensor gray = slice(e[0], {0, 0, 0}, {-1, -1, 1});
+    EXPECT_LT(mean(abs(gray - source)).item<float>(), 3.0f) << path;
+  }
 }
 
 // ---- errors ----
