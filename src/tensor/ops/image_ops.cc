@@ -83,29 +83,79 @@ std::vector<std::int64_t> nearest_indices(std::int64_t out_size, std::int64_t in
   return idx;
 }
 
+// One output row from its two source rows: x_lo / x_hi are the source
+// offsets (pixel * channels) of each output column, C the channel count
+// when it is known at compile time (0: `c` at run time).
+template <int C, typename T>
+void bilinear_row(const T* top_row, const T* bottom_row, float* o, const std::int64_t* x_lo,
+                  const std::int64_t* x_hi, const float* x_lerp, std::int64_t ow, std::int64_t c,
+                  float y_lerp) {
+  const std::int64_t channels = C ? C : c;
+  for (std::int64_t x = 0; x < ow; ++x, o += channels) {
+    const T* tl = top_row + x_lo[x];
+    const T* tr = top_row + x_hi[x];
+    const T* bl = bottom_row + x_lo[x];
+    const T* br = bottom_row + x_hi[x];
+    const float xl = x_lerp[x];
+    for (std::int64_t k = 0; k < channels; ++k) {
+      const auto top_left = static_cast<float>(tl[k]), top_right = static_cast<float>(tr[k]);
+      const auto bottom_left = static_cast<float>(bl[k]), bottom_right = static_cast<float>(br[k]);
+      const float top = top_left + (top_right - top_left) * xl;
+      const float bottom = bottom_left + (bottom_right - bottom_left) * xl;
+      o[k] = top + (bottom - top) * y_lerp;
+    }
+  }
+}
+
 template <typename T>
 void bilinear_forward(const T* in, float* out, const Dims& d, const std::vector<Lerp>& ys,
                       const std::vector<Lerp>& xs) {
   const auto oh = static_cast<std::int64_t>(ys.size()), ow = static_cast<std::int64_t>(xs.size());
   const std::int64_t c = d.c;
+  std::vector<std::int64_t> x_lo(static_cast<std::size_t>(ow)), x_hi(x_lo.size());
+  std::vector<float> x_lerp(x_lo.size());
+  for (std::size_t x = 0; x < x_lo.size(); ++x) {
+    x_lo[x] = xs[x].lower * c;
+    x_hi[x] = xs[x].upper * c;
+    x_lerp[x] = xs[x].lerp;
+  }
+  [[maybe_unused]] auto row_fn = c == 3   ? bilinear_row<3, T>
+                                 : c == 1 ? bilinear_row<1, T>
+                                 : c == 4 ? bilinear_row<4, T>
+                                          : bilinear_row<0, T>;
   parallel_for(d.n * oh, ow * c * 8, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t row = begin; row < end; ++row) {
-      const std::int64_t b = row / oh;
-      const Lerp& y = ys[static_cast<std::size_t>(row % oh)];
-      const T* top_row = in + (b * d.h + y.lower) * d.w * c;
-      const T* bottom_row = in + (b * d.h + y.upper) * d.w * c;
-      float* o = out + row * ow * c;
-      for (std::int64_t x = 0; x < ow; ++x) {
-        const Lerp& xl = xs[static_cast<std::size_t>(x)];
-        for (std::int64_t k = 0; k < c; ++k) {
-          const auto top_left = static_cast<float>(top_row[xl.lower * c + k]);
-          const auto top_right = static_cast<float>(top_row[xl.upper * c + k]);
-          const auto bottom_left = static_cast<float>(bottom_row[xl.lower * c + k]);
-          const auto bottom_right = static_cast<float>(bottom_row[xl.upper * c + k]);
-          const float top = top_left + (top_right - top_left) * xl.lerp;
-          const float bottom = bottom_left + (bottom_right - bottom_left) * xl.lerp;
-          o[x * c + k] = top + (bottom - top) * y.lerp;
+    if constexpr (std::is_same_v<T, float>) {
+      for (std::int64_t row = begin; row < end; ++row) {
+        const std::int64_t b = row / oh;
+        const Lerp& y = ys[static_cast<std::size_t>(row % oh)];
+        row_fn(in + (b * d.h + y.lower) * d.w * c, in + (b * d.h + y.upper) * d.w * c,
+               out + row * ow * c, x_lo.data(), x_hi.data(), x_lerp.data(), ow, c, y.lerp);
+      }
+    } else {
+      // Integer pixels: each source row converted to float once (the same
+      // values the lerps would convert), then the float row function.
+      const std::int64_t row_len = d.w * c;
+      std::vector<float> buffer(static_cast<std::size_t>(2 * row_len));
+      std::int64_t have[2] = {-1, -1};  // the source rows in buffer
+      auto source = [&](int slot, std::int64_t at) {
+        float* dst = buffer.data() + slot * row_len;
+        if (have[slot] != at) {
+          std::copy_n(in + at * row_len, row_len, dst);
+          have[slot] = at;
         }
+        return dst;
+      };
+      auto float_row = c == 3   ? bilinear_row<3, float>
+                       : c == 1 ? bilinear_row<1, float>
+                       : c == 4 ? bilinear_row<4, float>
+                                : bilinear_row<0, float>;
+      for (std::int64_t row = begin; row < end; ++row) {
+        const std::int64_t b = row / oh;
+        const Lerp& y = ys[static_cast<std::size_t>(row % oh)];
+        const float* top = source(0, b * d.h + y.lower);
+        const float* bottom = source(1, b * d.h + y.upper);
+        float_row(top, bottom, out + row * ow * c, x_lo.data(), x_hi.data(), x_lerp.data(), ow, c,
+                  y.lerp);
       }
     }
   });
