@@ -4,7 +4,9 @@
 # and TensorFlow's (bench/peers/tf_image_folder.py) over the same folders of
 # Fashion-MNIST JPEGs, 96 x 96 and 224 x 224, with 1 and 2 decoding
 # threads, in alternating rounds; the table gives each figure's median and
-# range (images/s) over the rounds.
+# range over the rounds: images/s (wall clock) and the CPU time all the
+# process's threads spent per image (steadier when other jobs share the
+# cores).
 #
 #   bench/images.sh [BUILD_DIR]      (default build/release; builds nothing)
 #
@@ -29,7 +31,8 @@ import json, sys
 for b in json.load(sys.stdin)["benchmarks"]:
     size, threads = (int(v) for v in b["name"].split("/")[1:3])
     print("RESULT " + json.dumps({"system": "lockstep", "size": size, "threads": threads,
-                                  "images_per_s": b["images_per_s"]}))' >>"$OUT" || exit 1
+                                  "images_per_s": b["images_per_s"],
+                                  "cpu_ms_per_image": b["cpu_ms_per_image"]}))' >>"$OUT" || exit 1
   if [ -x "$TF_PYTHON" ]; then
     for size in 96 224; do
       folder=IMAGE_FOLDER_$size
@@ -47,11 +50,13 @@ import json, statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
     r = json.loads(line[len("RESULT "):])
-    rows.setdefault((r["size"], r["threads"], r["system"]), []).append(r["images_per_s"])
-print("| JPEGs | threads | system | images/s (range) |")
-print("|---|---:|---|---:|")
-for (size, threads, system), v in sorted(rows.items()):
+    rows.setdefault((r["size"], r["threads"], r["system"]), []).append(r)
+print("| JPEGs | threads | system | images/s (range) | CPU ms per image (range) |")
+print("|---|---:|---|---:|---:|")
+for (size, threads, system), rs in sorted(rows.items()):
+    v = [r["images_per_s"] for r in rs]
+    c = [r["cpu_ms_per_image"] for r in rs]
     print(f"| {size}x{size} | {threads} | {system} | {statistics.median(v):,.0f} "
-          f"({min(v):,.0f}-{max(v):,.0f}) |")
+          f"({min(v):,.0f}-{max(v):,.0f}) | {statistics.median(c):.3f} ({min(c):.3f}-{max(c):.3f}) |")
 PY
 rm -f "$OUT"

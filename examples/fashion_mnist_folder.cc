@@ -3,9 +3,10 @@
 //
 //   fashion_mnist_folder DIR [--split train|test] [--size 96] [--count N] [--quality 95]
 //
-// The whole training split (60,000 images at 96 x 96) takes about a minute
-// on 2 cores; --count N writes only the first N images (tests use a few
-// dozen). The data comes from Debian's dataset-fashion-mnist package.
+// The whole training split (60,000 images at 96 x 96, 237 MB) took 65 s
+// here (2 cores shared with other jobs; 28 s of CPU); --count N writes only
+// the first N images (the test writes 40). The data comes from Debian's
+// dataset-fashion-mnist package.
 #include <cstdio>
 #include <cstring>
 #include <string>

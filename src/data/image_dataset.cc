@@ -68,10 +68,21 @@ struct Index {
   std::vector<std::string> class_names;
 };
 
-// os.walk(top, followlinks) sorted by folder, files sorted within each:
-// the paths relative to `top`. Entries are classified following symlinks
-// (as os.walk does); symlinked folders are entered only with follow_links,
-// and a folder already entered (a symlink cycle) is not entered again.
+// The entries of folder `dir`; an IOError naming it when it cannot be listed.
+std::vector<fs::directory_entry> list_folder(const fs::path& dir) {
+  try {
+    return {fs::directory_iterator(dir), fs::directory_iterator()};
+  } catch (const fs::filesystem_error& e) {
+    detail::throw_error<IOError>("image_dataset_from_directory: cannot list '", dir.string(),
+                                 "': ", e.code().message());
+  }
+}
+
+// os.walk(top + rel, followlinks): each folder's path and its file names
+// (sorted), depth first; the caller sorts the folders as Keras does.
+// Entries are classified following symlinks (as os.walk does); symlinked
+// folders are entered only with follow_links, and a folder already entered
+// (a symlink cycle) is not entered again.
 void walk(const fs::path& top, const fs::path& rel, bool follow_links, std::set<fs::path>& entered,
           std::vector<std::pair<std::string, std::vector<std::string>>>& out) {
   std::error_code ec;
@@ -79,17 +90,14 @@ void walk(const fs::path& top, const fs::path& rel, bool follow_links, std::set<
   if (ec || !entered.insert(canonical).second) return;
   std::vector<std::string> files;
   std::vector<std::string> dirs;
-  for (const fs::directory_entry& e : fs::directory_iterator(top / rel, ec)) {
-    std::error_code ec2;
+  for (const fs::directory_entry& e : list_folder(top / rel)) {
     const std::string name = e.path().filename().string();
-    if (e.is_directory(ec2)) {
-      if (follow_links || !e.is_symlink(ec2)) dirs.push_back(name);
+    if (e.is_directory(ec)) {
+      if (follow_links || !e.is_symlink(ec)) dirs.push_back(name);
     } else {
       files.push_back(name);
     }
   }
-  LOCKSTEP_CHECK_AS(IOError, !ec, "image_dataset_from_directory: cannot list '",
-                    (top / rel).string(), "': ", ec.message());
   std::sort(files.begin(), files.end());
   out.emplace_back((top / rel).string(), std::move(files));
   for (const std::string& d : dirs) walk(top, rel / d, follow_links, entered, out);
@@ -108,10 +116,9 @@ Index index_directory(const std::string& directory, const ImageDatasetOptions& o
   Index index;
   std::vector<std::string> subdirs;
   if (mode == "inferred") {
-    for (const fs::directory_entry& e : fs::directory_iterator(directory, ec)) {
+    for (const fs::directory_entry& e : list_folder(directory)) {
       const std::string name = e.path().filename().string();
-      std::error_code ec2;
-      if (e.is_directory(ec2) && !name.starts_with(".")) subdirs.push_back(name);
+      if (e.is_directory(ec) && !name.starts_with(".")) subdirs.push_back(name);
     }
     std::sort(subdirs.begin(), subdirs.end());
     if (!o.class_names.empty()) {
