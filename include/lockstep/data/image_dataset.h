@@ -17,8 +17,8 @@
 // files; the same lines are printed. The dataset then shuffles (a buffer of
 // 8 batches, reshuffled each epoch), decodes and resizes the images in
 // parallel under AUTOTUNE, batches and prefetches. See docs/data.md for the
-// few differences (BMP and GIF are refused when read; a split that leaves a
-// subset empty is an error).
+// few differences (an empty class folder and a split that leaves a subset
+// empty are errors; BMP and GIF files are refused when read).
 #pragma once
 
 #include <array>
