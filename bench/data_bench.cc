@@ -8,11 +8,22 @@
 //    prefetch it should take max(compute, input). Counter `over_max` is
 //    total time / (steps * max(compute, input)) — 1.0 is perfect overlap, the
 //    goal is <= 1.10; `over_sum` is the same against compute + input.
+// 3. Images from a folder (issue #19): image_dataset_from_directory over a
+//    folder of Fashion-MNIST JPEGs (96 x 96 or 224 x 224, resized to their
+//    own size, batch 32, shuffled), one epoch per iteration, decoding with 1
+//    or 2 map workers: images_per_s. The folders are IMAGE_FOLDER_96 and
+//    IMAGE_FOLDER_224 (bench/images.sh makes them and times TensorFlow's
+//    image_dataset_from_directory on the same ones), else made here under
+//    /tmp. Below them, one image's decode and resize on one thread.
 #include <benchmark/benchmark.h>
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <sstream>
 #include <vector>
 
 #include "lockstep/lockstep.h"
@@ -139,6 +150,90 @@ void BM_Overlap_MlpStep(benchmark::State& state) {
   omp_set_num_threads(omp_get_num_procs());
 }
 BENCHMARK(BM_Overlap_MlpStep)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// CPU seconds of every thread of this process so far.
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+// The image folder of `size` pixels: $IMAGE_FOLDER_<size>, or made once
+// under /tmp from the first 2,000 (96) or 1,000 (224) Fashion-MNIST images.
+std::string image_folder(std::int64_t size) {
+  const std::string var = "IMAGE_FOLDER_" + std::to_string(size);
+  if (const char* dir = std::getenv(var.c_str())) return dir;
+  const std::int64_t count = size <= 96 ? 2000 : 1000;
+  const std::string dir =
+      "/tmp/lockstep_bench_images_" + std::to_string(size) + "_" + std::to_string(count);
+  if (!std::filesystem::exists(dir + "/other")) {
+    ls::datasets::fashion_mnist::write_image_folder(dir, {.image_size = size, .count = count});
+  }
+  return dir;
+}
+
+void BM_Images_FromDirectory(benchmark::State& state) {
+  omp_set_num_threads(1);
+  const std::int64_t size = state.range(0), threads = state.range(1);
+  const std::string dir = image_folder(size);
+  std::ostringstream quiet;
+  const ld::ImageDataset ds = ld::image_dataset_from_directory(
+      dir, {.image_size = {size, size}, .seed = 1, .out = &quiet, .num_parallel_calls = threads});
+  std::int64_t images = 0;
+  std::uint64_t epoch = 0;
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    ld::Iterator it = ds.make_iterator({.epoch = epoch++});
+    while (auto b = it.next()) images += (*b)[0].dim(0);
+  }
+  // All threads' CPU per image: what the pipeline costs, whatever else the
+  // machine's cores are doing (the wall-clock rate depends on that).
+  state.counters["cpu_ms_per_image"] =
+      (process_cpu_seconds() - cpu0) * 1e3 / static_cast<double>(std::max<std::int64_t>(images, 1));
+  state.counters["images_per_s"] =
+      benchmark::Counter(static_cast<double>(images), benchmark::Counter::kIsRate);
+  state.SetLabel(std::to_string(ds.file_paths().size()) + " JPEGs " + std::to_string(size) + "x" +
+                 std::to_string(size) + ", " + std::to_string(threads) + " map thread(s)");
+  omp_set_num_threads(omp_get_num_procs());
+}
+BENCHMARK(BM_Images_FromDirectory)
+    ->Args({96, 1})
+    ->Args({96, 2})
+    ->Args({224, 1})
+    ->Args({224, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(3.0)
+    ->UseRealTime();
+
+// One file's parts on one thread: read + decode, and the resize.
+void BM_Images_DecodeOne(benchmark::State& state) {
+  omp_set_num_threads(1);
+  const std::int64_t size = state.range(0);
+  const std::string dir = image_folder(size);
+  std::string path;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/other")) {
+    path = e.path().string();
+    break;
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(ld::read_image(path, 3));
+  state.counters["images_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  omp_set_num_threads(omp_get_num_procs());
+}
+BENCHMARK(BM_Images_DecodeOne)->Arg(96)->Arg(224)->Unit(benchmark::kMicrosecond);
+
+void BM_Images_ResizeOne(benchmark::State& state) {
+  omp_set_num_threads(1);
+  const std::int64_t size = state.range(0);
+  const ls::Tensor img =
+      ls::cast(ls::random::uniform({size, size, 3}, {.maxval = 255.0f}), ls::DType::kUInt8);
+  for (auto _ : state) benchmark::DoNotOptimize(ls::image::resize(img, {size, size}));
+  state.counters["images_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  omp_set_num_threads(omp_get_num_procs());
+}
+BENCHMARK(BM_Images_ResizeOne)->Arg(96)->Arg(224)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

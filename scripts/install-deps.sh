@@ -15,6 +15,8 @@ PACKAGES=(
   libgtest-dev googletest libgmock-dev
   libbenchmark-dev
   zlib1g-dev           # gzip'd IDX files
+  libjpeg62-turbo-dev  # JPEG images (image_dataset_from_directory; src/data/image/jpeg.cc)
+  libpng-dev           # PNG images (src/data/image/png.cc)
   libgloo-dev          # collectives over TCP between worker processes (multi-worker)
   libopenmpi-dev openmpi-bin  # MPI collectives and mpirun (multi-worker)
   libssl-dev           # HMAC-SHA256 for the rendezvous store's handshake

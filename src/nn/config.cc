@@ -6,6 +6,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/nn/conv_layers.h"
+#include "lockstep/nn/image_augmentation.h"
 #include "lockstep/nn/layers.h"
 
 namespace lockstep {
@@ -35,6 +36,10 @@ T LayerConfig::get(const std::string& key) const {
     if constexpr (std::is_same_v<T, double>) {  // JSON may carry 0.5 as well as 1
       if (const auto* i = std::get_if<std::int64_t>(&v)) return static_cast<double>(*i);
     }
+    if constexpr (std::is_same_v<T, std::vector<double>>) {  // [-1, 1] as well as [-0.5, 0.5]
+      if (const auto* i = std::get_if<std::vector<std::int64_t>>(&v))
+        return T(i->begin(), i->end());
+    }
     detail::throw_error<ValueError>("layer config: '", key, "' has another type than expected");
   }
   detail::throw_error<ValueError>("layer config: missing key '", key, "'");
@@ -45,6 +50,7 @@ template double LayerConfig::get<double>(const std::string&) const;
 template std::string LayerConfig::get<std::string>(const std::string&) const;
 template std::vector<std::int64_t> LayerConfig::get<std::vector<std::int64_t>>(
     const std::string&) const;
+template std::vector<double> LayerConfig::get<std::vector<double>>(const std::string&) const;
 
 namespace {
 
@@ -71,6 +77,17 @@ Regularizer regularizer(const LayerConfig& c, const std::string& key) {
 }
 
 std::string name(const LayerConfig& c) { return c.get_or<std::string>("name", ""); }
+
+// A number or a list of numbers under `key`, as doubles.
+std::vector<double> numbers(const LayerConfig& c, const std::string& key) {
+  for (const auto& [k, v] : c.entries()) {
+    if (k != key) continue;
+    if (const auto* d = std::get_if<double>(&v)) return {*d};
+    if (const auto* i = std::get_if<std::int64_t>(&v)) return {static_cast<double>(*i)};
+    return c.get<std::vector<double>>(key);
+  }
+  detail::throw_error<ValueError>("layer config: missing key '", key, "'");
+}
 
 std::map<std::string, LayerFactory> builtin_factories() {
   std::map<std::string, LayerFactory> f;
@@ -168,6 +185,26 @@ std::map<std::string, LayerFactory> builtin_factories() {
                                        .center = c.get_or("center", true),
                                        .scale = c.get_or("scale", true),
                                        .name = name(c)});
+  };
+  f["RandomFlip"] = [](const LayerConfig& c) -> Layer {
+    layers::RandomFlipOptions o{.name = name(c)};
+    if (c.has("seed")) o.seed = static_cast<std::uint64_t>(c.get<std::int64_t>("seed"));
+    return layers::RandomFlip(c.get_or<std::string>("mode", "horizontal_and_vertical"), o);
+  };
+  f["RandomRotation"] = [](const LayerConfig& c) -> Layer {
+    layers::RandomRotationOptions o{
+        .fill_mode = c.get_or<std::string>("fill_mode", "reflect"),
+        .interpolation = c.get_or<std::string>("interpolation", "bilinear"),
+        .fill_value = static_cast<float>(c.get_or<double>("fill_value", 0.0)),
+        .name = name(c)};
+    if (c.has("seed")) o.seed = static_cast<std::uint64_t>(c.get<std::int64_t>("seed"));
+    // Keras saves the (lower, upper) pair; one number is taken as its constructor takes it.
+    const std::vector<double> v = numbers(c, "factor");
+    LOCKSTEP_CHECK(v.size() == 1 || v.size() == 2,
+                   "layer config: RandomRotation factor must be a number or 2 numbers, got ",
+                   v.size());
+    if (v.size() == 1) return layers::RandomRotation(v[0], o);
+    return layers::RandomRotation(std::array<double, 2>{v[0], v[1]}, o);
   };
   return f;
 }

@@ -313,6 +313,9 @@ LayerConfig read_leaf_config(const std::string& cls, const json& config, const s
     } else if (v.is_array() && std::all_of(v.begin(), v.end(),
                                            [](const json& e) { return e.is_number_integer(); })) {
       c.set(k, v.get<std::vector<std::int64_t>>());
+    } else if (v.is_array() &&
+               std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_number(); })) {
+      c.set(k, v.get<std::vector<double>>());  // RandomRotation's factor
     } else {
       detail::throw_error<ValueError>(where, ": ", k, " = ", v.dump(),
                                       " is a setting Lockstep cannot take");

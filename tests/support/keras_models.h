@@ -12,7 +12,11 @@ namespace lockstep::testing_support {
 inline Model every_layer_model() {
   auto image = Input({8, 8, 3}, DType::kFloat32, "image");
   auto ids = Input({4}, DType::kInt32, "ids");
-  auto x = layers::ZeroPadding2D({{{1, 0}, {2, 1}}})(image);
+  auto x = layers::RandomFlip("horizontal", {.seed = 3})(image);
+  x = layers::RandomRotation(
+      std::array<double, 2>{-0.2, 0.3},
+      {.fill_mode = "constant", .interpolation = "nearest", .seed = 5, .fill_value = 1.5f})(x);
+  x = layers::ZeroPadding2D({{{1, 0}, {2, 1}}})(x);
   x = layers::DepthwiseConv2D({3, 3}, {.strides = {2, 2}, .depth_multiplier = 2})(x);
   x = layers::BatchNormalization({.momentum = 0.9f, .epsilon = 1e-3f})(x);
   x = layers::ReLU({.max_value = 6.0f})(x);

@@ -321,6 +321,42 @@ TEST(KerasFiles, EveryLayerClassRoundTrips) {
   EXPECT_EQ(json::parse(back.to_json()), json::parse(m.to_json()));
 }
 
+// RandomFlip and RandomRotation as Keras 3 saved them
+// (tests/interop/make_image_fixtures.py): every setting arrives, and saving
+// again writes the same architecture.
+TEST(KerasFiles, KerasAugmentationLayersLoadWithTheirSettings) {
+  const fs::path file =
+      fs::path(LOCKSTEP_SOURCE_DIR) / "tests/interop/image_fixtures/keras_layers.keras";
+  Model m = load_model(file.string());
+  const std::vector<Layer> ls = m.layers();
+  ASSERT_GE(ls.size(), 4u);
+  auto* flip = dynamic_cast<layers::RandomFlipImpl*>(ls[0].impl().get());
+  auto* rotation = dynamic_cast<layers::RandomRotationImpl*>(ls[1].impl().get());
+  auto* flip_default = dynamic_cast<layers::RandomFlipImpl*>(ls[2].impl().get());
+  auto* rotation_default = dynamic_cast<layers::RandomRotationImpl*>(ls[3].impl().get());
+  ASSERT_TRUE(flip && rotation && flip_default && rotation_default);
+  EXPECT_EQ(flip->mode(), "horizontal");
+  EXPECT_EQ(flip->get_config().get<std::int64_t>("seed"), 3);
+  EXPECT_EQ(flip_default->mode(), "horizontal_and_vertical");
+  EXPECT_FALSE(flip_default->get_config().has("seed"));
+  EXPECT_EQ(rotation->factor(), (std::array<double, 2>{-0.2, 0.3}));
+  const LayerConfig rc = rotation->get_config();
+  EXPECT_EQ(rc.get<std::string>("fill_mode"), "constant");
+  EXPECT_EQ(rc.get<double>("fill_value"), 1.5);
+  EXPECT_EQ(rc.get<std::string>("interpolation"), "nearest");
+  EXPECT_EQ(rc.get<std::int64_t>("seed"), 5);
+  EXPECT_EQ(rotation_default->factor(), (std::array<double, 2>{-0.1, 0.1}));
+  EXPECT_EQ(rotation_default->get_config().get<std::string>("fill_mode"), "reflect");
+  TempDir dir("lockstep_keras");
+  m.save(dir / "again.keras");
+  // The same layers (a Sequential's InputLayer takes a fresh name on loading).
+  json again = json::parse(load_model(dir / "again.keras").to_json())["config"]["layers"];
+  json first = json::parse(m.to_json())["config"]["layers"];
+  again.erase(0);
+  first.erase(0);
+  EXPECT_EQ(again, first);
+}
+
 // A user's layer, registered by class name (Keras's
 // register_keras_serializable): saved under "lockstep>Scale".
 class ScaleImpl : public SingleInputLayerImpl {

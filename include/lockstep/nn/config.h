@@ -19,7 +19,8 @@ class Layer;
 
 class LayerConfig {
  public:
-  using Value = std::variant<bool, std::int64_t, double, std::string, std::vector<std::int64_t>>;
+  using Value = std::variant<bool, std::int64_t, double, std::string, std::vector<std::int64_t>,
+                             std::vector<double>>;
 
   void set(const std::string& key, Value value);
   bool has(const std::string& key) const;

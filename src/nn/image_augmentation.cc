@@ -1,0 +1,167 @@
+// The image augmentation layers RandomFlip and RandomRotation
+// (nn/image_augmentation.h): Keras 3's keras/src/layers/preprocessing/
+// image_preprocessing/random_flip.py and random_rotation.py, drawing from
+// Lockstep's Philox streams.
+#include "lockstep/nn/image_augmentation.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "lockstep/tensor/image_ops.h"
+#include "lockstep/tensor/ops.h"
+#include "lockstep/tensor/random.h"
+
+namespace lockstep::layers {
+namespace {
+
+// The (seed, first stream) of a layer: its own seed, or a block of the
+// global sequence (as Dropout's).
+std::pair<std::uint64_t, std::uint64_t> seed_and_stream(const std::optional<std::uint64_t>& seed) {
+  if (seed) return {*seed, 0};
+  const auto [s, stream] = detail::next_global_random_key();
+  return {s, stream << 32};
+}
+
+// x as a float32 batch [n, h, w, c] (a single image is a batch of one).
+Tensor as_batch(const Tensor& x, const LayerImpl& layer) {
+  LOCKSTEP_CHECK_AS(ShapeError, x.rank() == 3 || x.rank() == 4, layer.class_name(), " '",
+                    layer.name(),
+                    "': expected images of shape [height, width, channels] or [batch, height, "
+                    "width, channels], got shape ",
+                    x.shape());
+  const Tensor f = x.dtype() == DType::kFloat32 ? x : cast(x, DType::kFloat32);
+  return x.rank() == 4 ? f : reshape(f, {1, x.dim(0), x.dim(1), x.dim(2)});
+}
+
+Tensor like_input(const Tensor& y, const Tensor& x) {
+  return x.rank() == 4 ? y : reshape(y, x.shape().to_vector());
+}
+
+// x with dimension `axis` reversed (a gather, so its gradient is the same
+// permutation of the output's).
+Tensor reverse(const Tensor& x, int axis) {
+  const std::int64_t n = x.dim(axis);
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) idx[static_cast<std::size_t>(i)] = n - 1 - i;
+  return gather(x, Tensor::from_vector(idx), axis);
+}
+
+}  // namespace
+
+// ---- RandomFlip -------------------------------------------------------------------
+
+RandomFlipImpl::RandomFlipImpl(std::string mode, RandomFlipOptions options)
+    : SingleInputLayerImpl("RandomFlip", options.name),
+      mode_(std::move(mode)),
+      explicit_seed_(options.seed) {
+  LOCKSTEP_CHECK(mode_ == "horizontal" || mode_ == "vertical" || mode_ == "horizontal_and_vertical",
+                 "RandomFlip: mode must be \"horizontal\", \"vertical\" or "
+                 "\"horizontal_and_vertical\", got \"",
+                 mode_, "\"");
+  std::tie(seed_, next_stream_) = seed_and_stream(options.seed);
+}
+
+Tensor RandomFlipImpl::call(const Tensor& x, const CallContext& ctx) {
+  Tensor images = as_batch(x, *this);
+  if (!ctx.training) return like_input(images, x);
+  const std::int64_t n = images.dim(0);
+  const Tensor u = random::uniform({n}, {.seed = seed_, .stream = next_stream_++});
+  const Tensor flips = reshape(less_equal(u, Tensor::scalar(0.5f)), {n, 1, 1, 1});
+  if (mode_ != "vertical") images = where(flips, reverse(images, 2), images);
+  if (mode_ != "horizontal") images = where(flips, reverse(images, 1), images);
+  return like_input(images, x);
+}
+
+LayerConfig RandomFlipImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("mode", mode_);
+  if (explicit_seed_) c.set("seed", static_cast<std::int64_t>(*explicit_seed_));
+  return c;
+}
+
+RandomFlip::RandomFlip(std::string mode, RandomFlipOptions options)
+    : Layer(std::make_shared<RandomFlipImpl>(std::move(mode), std::move(options))) {}
+
+// ---- RandomRotation -----------------------------------------------------------------
+
+RandomRotationImpl::RandomRotationImpl(std::array<double, 2> factor, RandomRotationOptions options)
+    : SingleInputLayerImpl("RandomRotation", options.name),
+      factor_(factor),
+      options_(std::move(options)),
+      explicit_seed_(options_.seed) {
+  LOCKSTEP_CHECK(factor[0] >= -1 && factor[1] <= 1 && factor[0] <= factor[1],
+                 "RandomRotation: factor must be a number or a (lower, upper) pair in [-1, 1] "
+                 "(fractions of a full turn), got (",
+                 factor[0], ", ", factor[1], ")");
+  const auto& f = options_.fill_mode;
+  LOCKSTEP_CHECK(
+      f == "reflect" || f == "wrap" || f == "constant" || f == "nearest",
+      "RandomRotation: fill_mode must be one of reflect, wrap, constant, nearest; got \"", f, "\"");
+  LOCKSTEP_CHECK(options_.interpolation == "bilinear" || options_.interpolation == "nearest",
+                 "RandomRotation: interpolation must be \"bilinear\" or \"nearest\", got \"",
+                 options_.interpolation, "\"");
+  std::tie(seed_, next_stream_) = seed_and_stream(options_.seed);
+}
+
+// BaseImagePreprocessingLayer._compute_affine_matrix with no shear, scale 1
+// and no translation, in its float32 arithmetic and order.
+Tensor RandomRotationImpl::rotation_matrices(const Tensor& angles_degrees, std::int64_t height,
+                                             std::int64_t width) {
+  const std::int64_t n = angles_degrees.dim(0);
+  const std::vector<float> angles = angles_degrees.to_vector<float>();
+  const auto to_radians = static_cast<float>(std::numbers::pi / 180.0);
+  const float cx = 0.5f * static_cast<float>(width - 1);
+  const float cy = 0.5f * static_cast<float>(height - 1);
+  Tensor m = Tensor::zeros({n, 8});
+  float* p = m.data<float>();
+  for (std::int64_t i = 0; i < n; ++i, p += 8) {
+    const float theta = angles[static_cast<std::size_t>(i)] * to_radians;
+    const float cos_t = std::cos(theta), sin_t = std::sin(theta);
+    p[0] = cos_t;
+    p[1] = -sin_t;
+    p[2] = 0.0f + cx - cx * p[0] - cy * p[1];
+    p[3] = sin_t;
+    p[4] = cos_t;
+    p[5] = 0.0f + cy - cx * p[3] - cy * p[4];
+  }
+  return m;
+}
+
+Tensor RandomRotationImpl::call(const Tensor& x, const CallContext& ctx) {
+  const Tensor images = as_batch(x, *this);
+  if (!ctx.training) return like_input(images, x);
+  const std::int64_t n = images.dim(0);
+  // keras.random.uniform(minval=lower * 360, maxval=upper * 360): u * span + min.
+  const auto lower = static_cast<float>(factor_[0] * 360.0);
+  const auto upper = static_cast<float>(factor_[1] * 360.0);
+  const Tensor u = random::uniform({n}, {.seed = seed_, .stream = next_stream_++});
+  const Tensor angles = u * (upper - lower) + lower;
+  const Tensor transforms = rotation_matrices(angles, images.dim(1), images.dim(2));
+  const Tensor out = image::affine_transform(images, transforms,
+                                             {.interpolation = options_.interpolation,
+                                              .fill_mode = options_.fill_mode,
+                                              .fill_value = options_.fill_value});
+  return like_input(out, x);
+}
+
+LayerConfig RandomRotationImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("factor", std::vector<double>{factor_[0], factor_[1]});
+  c.set("fill_mode", options_.fill_mode);
+  c.set("fill_value", static_cast<double>(options_.fill_value));
+  c.set("interpolation", options_.interpolation);
+  if (explicit_seed_) c.set("seed", static_cast<std::int64_t>(*explicit_seed_));
+  return c;
+}
+
+// Keras's _set_factor: one number f is (-|f|, |f|).
+RandomRotation::RandomRotation(double factor, RandomRotationOptions options)
+    : RandomRotation(std::array<double, 2>{-std::abs(factor), std::abs(factor)},
+                     std::move(options)) {}
+
+RandomRotation::RandomRotation(std::array<double, 2> factor, RandomRotationOptions options)
+    : Layer(std::make_shared<RandomRotationImpl>(
+          std::array<double, 2>{std::min(factor[0], factor[1]), std::max(factor[0], factor[1])},
+          std::move(options))) {}
+
+}  // namespace lockstep::layers
