@@ -189,7 +189,10 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
                                     float epsilon) {
   check_bn(x, gamma, beta, "batch_norm");
   const std::int64_t c = x.shape()[x.rank() - 1];
-  const backend::onednn::BatchNormShape s{x.numel() / std::max<std::int64_t>(c, 1), c, epsilon};
+  const backend::onednn::BatchNormShape s{.examples = x.shape()[0],
+                                          .rows = x.numel() / std::max<std::int64_t>(c, 1),
+                                          .channels = c,
+                                          .epsilon = epsilon};
   LOCKSTEP_CHECK(s.rows > 0,
                  "batch_norm: cannot compute batch statistics of an empty batch (shape ", x.shape(),
                  ")");

@@ -69,11 +69,11 @@ void pool_forward(const PoolShape& s, const float* x, float* y, void* workspace)
 void pool_backward(const PoolShape& s, const float* dy, const void* workspace, float* dx);
 
 // Batch normalisation over the last dimension of [rows, channels] data
-// (rows = every position of every example). Training mode computes the
-// batch mean and (biased) variance into `mean` / `variance`; inference reads
-// them.
+// (rows = every position of every example; `examples` divides rows).
+// Training mode computes the batch mean and (biased) variance into `mean` /
+// `variance`; inference reads them.
 struct BatchNormShape {
-  std::int64_t rows = 0, channels = 0;
+  std::int64_t examples = 1, rows = 0, channels = 0;
   float epsilon = 1e-3f;
 };
 void batchnorm_forward(const BatchNormShape& s, const float* x, const float* gamma,
