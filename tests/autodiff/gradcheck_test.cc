@@ -138,6 +138,74 @@ TEST(GradCheck, Clip) {
       {random_ref({4, 6}, rng)});
 }
 
+// Keras's relu arguments: the cap, the leaky slope and the threshold, alone
+// and together (inputs in [-1, 1], away from the kinks by more than the step).
+TEST(GradCheck, ReluWithKerasArguments) {
+  std::mt19937 rng(15);
+  struct Case {
+    const char* name;
+    ReluOptions options;
+  };
+  for (const Case& c : {Case{"relu6-like cap", {.max_value = 0.6f}},
+                        Case{"leaky", {.negative_slope = 0.2f}},
+                        Case{"threshold", {.threshold = 0.3f}},
+                        Case{"all three", {.negative_slope = 0.1f, .max_value = 0.7f, .threshold = 0.2f}}}) {
+    const double slope = c.options.negative_slope, threshold = c.options.threshold;
+    const double cap = c.options.max_value ? *c.options.max_value : 1e300;
+    check_gradients(
+        c.name, [o = c.options](const std::vector<Tensor>& x) { return relu(x[0], o); },
+        [=](const std::vector<Ref>& x) {
+          return ref_unary(x[0], [=](double v) {
+            return v > threshold ? std::min(v, cap) : slope * (v - threshold);
+          });
+        },
+        {random_ref({5, 7}, rng)});
+  }
+  EXPECT_THROW(relu(Tensor::ones({2}), {.negative_slope = -1.0f}), ValueError);
+  EXPECT_THROW(relu(Tensor::ones({2}), {.max_value = -1.0f}), ValueError);
+}
+
+// Bilinear resizing with half-pixel centres, by a float64 reference that
+// samples at (i + 0.5) · in / out − 0.5 between the clamped neighbours;
+// up, down, and to another aspect ratio.
+TEST(GradCheck, ResizeBilinear) {
+  std::mt19937 rng(16);
+  auto ref_resize = [](const Ref& x, std::int64_t oh, std::int64_t ow) {
+    const std::int64_t n = x.dims[0], h = x.dims[1], w = x.dims[2], c = x.dims[3];
+    Ref y({n, oh, ow, c});
+    auto at = [](std::int64_t i, std::int64_t in, std::int64_t out, std::int64_t& lo,
+                 std::int64_t& hi) {
+      const double pos = (static_cast<double>(i) + 0.5) * static_cast<double>(in) /
+                             static_cast<double>(out) - 0.5;
+      const double f = std::floor(pos);
+      lo = std::clamp<std::int64_t>(static_cast<std::int64_t>(f), 0, in - 1);
+      hi = std::clamp<std::int64_t>(static_cast<std::int64_t>(f) + 1, 0, in - 1);
+      return pos - f;
+    };
+    for (std::int64_t b = 0; b < n; ++b)
+      for (std::int64_t i = 0; i < oh; ++i)
+        for (std::int64_t j = 0; j < ow; ++j) {
+          std::int64_t y0, y1, x0, x1;
+          const double wy = at(i, h, oh, y0, y1), wx = at(j, w, ow, x0, x1);
+          for (std::int64_t ch = 0; ch < c; ++ch) {
+            auto v = [&](std::int64_t yy, std::int64_t xx) { return x[((b * h + yy) * w + xx) * c + ch]; };
+            y[((b * oh + i) * ow + j) * c + ch] =
+                (1 - wy) * ((1 - wx) * v(y0, x0) + wx * v(y0, x1)) +
+                wy * ((1 - wx) * v(y1, x0) + wx * v(y1, x1));
+          }
+        }
+    return y;
+  };
+  for (auto [oh, ow] : {std::pair<std::int64_t, std::int64_t>{7, 9}, {2, 3}, {5, 2}, {4, 5}}) {
+    check_gradients(
+        "resize_bilinear to " + std::to_string(oh) + "x" + std::to_string(ow),
+        [=](const std::vector<Tensor>& x) { return resize_bilinear(x[0], oh, ow); },
+        [=](const std::vector<Ref>& x) { return ref_resize(x[0], oh, ow); },
+        {random_ref({2, 4, 5, 3}, rng)});
+  }
+  EXPECT_THROW(resize_bilinear(Tensor::ones({4, 5, 3}), 2, 2), ShapeError);
+}
+
 TEST(GradCheck, Where) {
   std::mt19937 rng(6);
   const Ref c = random_ref({3, 4}, rng);

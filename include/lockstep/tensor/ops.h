@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -40,6 +41,15 @@ Tensor sqrt(const Tensor& x);
 Tensor square(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor relu(const Tensor& x);
+// Keras's relu with its arguments (keras.activations.relu): min(x,
+// max_value) above `threshold`, negative_slope · (x − threshold) at or below
+// it — one pass forward and one backward (ReLU6 is {.max_value = 6}).
+struct ReluOptions {
+  float negative_slope = 0.0f;     // >= 0
+  std::optional<float> max_value{};  // none: unbounded; >= 0
+  float threshold = 0.0f;          // >= 0
+};
+Tensor relu(const Tensor& x, const ReluOptions& options);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 // Values limited to [min_value, max_value]; the gradient passes inside.
@@ -133,6 +143,11 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
 // With given statistics (inference, or a frozen layer).
 Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                             const Tensor& mean, const Tensor& variance, float epsilon);
+
+// Resizes the spatial dimensions of NHWC images [n, h, w, c] to [n, height,
+// width, c] by bilinear interpolation with half-pixel centres, as
+// tf.image.resize (method "bilinear", no antialiasing) — Keras's Resizing.
+Tensor resize_bilinear(const Tensor& images, std::int64_t height, std::int64_t width);
 
 // ---- shape and layout ---------------------------------------------------------
 // One dimension may be -1 (inferred).

@@ -5,6 +5,8 @@
 // kernels; small ones (where a oneDNN call's fixed cost dominates) run in our
 // own loop.
 #include <cmath>
+#include <limits>
+#include <string>
 
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/recording.h"
@@ -305,6 +307,32 @@ Tensor relu(const Tensor& x) {
   if (detail::should_record({x})) {
     detail::record("relu", {x}, out, [out](const Tensor& g) {
       return Grads{map2(g, out, [](float gv, float y) { return y > 0 ? gv : 0.0f; })};
+    });
+  }
+  return out;
+}
+
+Tensor relu(const Tensor& x, const ReluOptions& o) {
+  check_defined(x, "relu", "input");
+  detail::check_float32(x.dtype(), "relu", "input");
+  LOCKSTEP_CHECK(o.negative_slope >= 0.0f && o.threshold >= 0.0f &&
+                     (!o.max_value || *o.max_value >= 0.0f),
+                 "relu: negative_slope, threshold and max_value must be >= 0, got ",
+                 o.negative_slope, ", ", o.threshold, " and ",
+                 o.max_value ? std::to_string(*o.max_value) : std::string("none"));
+  const float slope = o.negative_slope, threshold = o.threshold;
+  const float top = o.max_value ? *o.max_value : std::numeric_limits<float>::infinity();
+  Tensor out = Tensor::empty(x.shape());
+  map_into<float>(x, out, [=](float v) {
+    return v > threshold ? (v < top ? v : top) : slope * (v - threshold);
+  });
+  if (detail::should_record({x})) {
+    // From the output alone: y > 0 exactly where x > threshold (there y =
+    // min(x, max_value) > 0), and y < max_value where x is below the cap.
+    detail::record("relu", {x}, out, [out, slope, top](const Tensor& g) {
+      return Grads{map2(g, out, [=](float gv, float y) {
+        return y > 0.0f ? (y < top ? gv : 0.0f) : slope * gv;
+      })};
     });
   }
   return out;
