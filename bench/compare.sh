@@ -12,6 +12,9 @@
 #                           the r-th, cycling; default 42): with several, the
 #                           table gives test accuracy as mean ± sd over them
 #   COMPARE_WORKLOADS="..." subset of: mlp64 mlp512 cnn64 allreduce input
+#                           mobilenet224 mobilenet96 (MobileNetV2 alpha 1.0 at
+#                           224, batch 32; alpha 0.35 at 96, batch 64: issue
+#                           #19 — not in the default set, minutes each)
 #   TORCH_PYTHON, TF_PYTHON interpreters for the peers (default /usr/bin/python3,
 #                           then /opt/tf-venv/bin/python; bench/peers/install.sh
 #                           makes both)
@@ -100,6 +103,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
       cnn64) args=(--workload cnn --batch 64 --epochs 1 --seed "$seed") ;;
       allreduce) args=(--workload allreduce --sizes-mib 1,4,16,64) ;;
       input) args=(--workload input --batch 64) ;;
+      mobilenet224) args=(--workload mobilenet --alpha 1.0 --size 224 --batch 32 --steps 4 --seed "$seed") ;;
+      mobilenet96) args=(--workload mobilenet --alpha 0.35 --size 96 --batch 64 --steps 10 --seed "$seed") ;;
       *) echo "compare.sh: unknown workload $w" >&2; exit 2 ;;
     esac
     echo "round $round: $w" >&2
@@ -112,6 +117,18 @@ for ((round = 1; round <= ROUNDS; round++)); do
     fi
     run "$w lockstep mirrored" "$WORKLOADS_BIN" "${args[@]}" --mode mirrored || exit 1
     run "$w lockstep one-replica" "$WORKLOADS_BIN" "${args[@]}" --mode one-replica || exit 1
+    if [[ $w == mobilenet* ]]; then
+      # Every system in the thread layouts that can be its fastest here: on
+      # a loaded 2-core machine one thread can beat two (a spinning OpenMP
+      # barrier waits for a descheduled core).
+      run "$w lockstep single 1-thread" env OMP_NUM_THREADS=1 "$WORKLOADS_BIN" "${args[@]}" --mode single || exit 1
+      for t in 1 2; do
+        [[ -n ${available[pytorch]:-} ]] && run "$w pytorch single-t$t" peer "$TORCH_PYTHON" "$HERE/peers/torch_workloads.py" "${args[@]}" --mode single --threads "$t"
+        [[ -n ${available[pytorch]:-} ]] && run "$w pytorch channels-last-t$t" peer "$TORCH_PYTHON" "$HERE/peers/torch_workloads.py" "${args[@]}" --mode channels-last --threads "$t"
+        [[ -n ${available[tensorflow]:-} ]] && run "$w tensorflow single-t$t" peer "$TF_PYTHON" "$HERE/peers/tf_workloads.py" "${args[@]}" --mode single --threads "$t"
+      done
+      continue
+    fi
     if [[ -n ${available[pytorch]:-} ]]; then
       for t in 1 2; do
         run "$w pytorch single-t$t" peer "$TORCH_PYTHON" "$HERE/peers/torch_workloads.py" "${args[@]}" --mode single --threads "$t"

@@ -1,14 +1,18 @@
 // Model-level benchmarks (issue #3): one training step (forward, loss,
-// backward, Adam update, metrics) of the seed MLP and the small CNN, next to
-// the machine's sgemm ceiling measured in the same run.
+// backward, Adam update, metrics) of the seed MLP, the small CNN and
+// MobileNetV2 (issue #19), next to the machine's sgemm ceiling and each
+// model's oneDNN primitives alone, measured in the same run.
 //
 // Counters: samples/s, achieved GFLOP/s (model FLOPs per step / step time),
 // and floor_fraction = (FLOPs per step / sgemm GFLOP/s) / step time — the
 // share of the step that the FLOP floor explains (1.0: as fast as the matmul
 // ceiling allows).
 #include <benchmark/benchmark.h>
+#include <sys/resource.h>
 
 #include <chrono>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "lockstep/lockstep.h"
@@ -181,6 +185,215 @@ void BM_Train_SmallCnn(benchmark::State& state) {
   run_training(state, ls::zoo::small_cnn(), ls::Shape{28, 28, 1}, conv1 + conv2 + dense, conv1);
 }
 BENCHMARK(BM_Train_SmallCnn)->Arg(32)->Arg(64)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+// ---- MobileNetV2 (issue #19) -------------------------------------------------------
+
+// args: alpha × 100, input size, batch.
+ls::Model mobilenet(const benchmark::State& state) {
+  ls::clear_session();
+  const std::int64_t size = state.range(1);
+  return ls::applications::MobileNetV2({.input_shape = ls::Shape{size, size, 3},
+                                        .alpha = static_cast<double>(state.range(0)) / 100.0,
+                                        .classifier_activation = ""});
+}
+
+// Every oneDNN primitive one training step of `model` runs, with its
+// shapes, read off the graph: each convolution (depthwise too) forward,
+// backward-data (not the first: the images get no gradient) and
+// backward-weights; each BatchNormalization forward and backward (training
+// mode); the classifier's three GEMMs. Called back to back they are the
+// floor a step could reach with everything else (ReLU6, padding, the
+// residual adds, batch statistics, the optimizer, the tape) free.
+struct Primitives {
+  struct Conv {
+    ls::backend::onednn::ConvShape shape;
+    bool first = false;
+    bool depthwise = false;
+  };
+  std::vector<Conv> convs;
+  std::vector<ls::backend::onednn::BatchNormShape> norms;
+  std::int64_t batch = 0, features = 0, classes = 0;
+};
+
+std::int64_t same_padding(std::int64_t in, std::int64_t k, std::int64_t stride,
+                          std::int64_t& out) {
+  out = (in + stride - 1) / stride;
+  return std::max<std::int64_t>((out - 1) * stride + k - in, 0);
+}
+
+Primitives primitives_of(const ls::Model& model, std::int64_t batch) {
+  namespace dnn = ls::backend::onednn;
+  Primitives p;
+  p.batch = batch;
+  const auto* graph = dynamic_cast<const ls::FunctionalImpl*>(model.impl().get());
+  for (const auto& step : graph->steps()) {
+    const ls::LayerImpl& layer = *step.node->layer;
+    const ls::Shape in = step.node->inputs.at(0).sample_shape();
+    const ls::Shape out = step.output.sample_shape();
+    if (layer.class_name() == "Conv2D" || layer.class_name() == "DepthwiseConv2D") {
+      const ls::LayerConfig c = layer.get_config();
+      const auto k = c.get<std::vector<std::int64_t>>("kernel_size");
+      const auto stride = c.get<std::vector<std::int64_t>>("strides");
+      const bool depthwise = layer.class_name() == "DepthwiseConv2D";
+      dnn::ConvShape s;
+      s.n = batch, s.h = in[0], s.w = in[1], s.c = in[2];
+      s.kh = k[0], s.kw = k[1], s.oc = out[2], s.groups = depthwise ? in[2] : 1;
+      s.sh = stride[0], s.sw = stride[1];
+      if (c.get<std::string>("padding") == "same") {
+        const std::int64_t ph = same_padding(s.h, s.kh, s.sh, s.oh),
+                           pw = same_padding(s.w, s.kw, s.sw, s.ow);
+        s.pad_t = ph / 2, s.pad_b = ph - ph / 2, s.pad_l = pw / 2, s.pad_r = pw - pw / 2;
+      } else {
+        s.oh = out[0], s.ow = out[1];
+      }
+      p.convs.push_back({s, p.convs.empty(), depthwise});
+    } else if (layer.class_name() == "BatchNormalization") {
+      const std::int64_t positions = in[0] * in[1];
+      p.norms.push_back(
+          {.examples = batch, .rows = batch * positions, .channels = in[2], .epsilon = 1e-3f});
+    } else if (layer.class_name() == "Dense") {
+      p.features = in[0], p.classes = out[0];
+    }
+  }
+  return p;
+}
+
+// The floor, by kind of primitive: seconds per step of each, and the sum.
+std::map<std::string, double> g_mobilenet_floor_s;
+
+void BM_Floor_MobileNetV2Primitives(benchmark::State& state) {
+  namespace dnn = ls::backend::onednn;
+  const std::int64_t batch = state.range(2);
+  const Primitives p = primitives_of(mobilenet(state), batch);
+  auto buffer = [](std::int64_t count) {
+    return std::vector<float>(static_cast<std::size_t>(std::max<std::int64_t>(count, 1)), 0.1f);
+  };
+  // One input, output and weights buffer each, as large as the largest use.
+  std::int64_t most = 0, most_w = 0;
+  for (const auto& c : p.convs) {
+    most = std::max({most, c.shape.n * c.shape.h * c.shape.w * c.shape.c,
+                     c.shape.n * c.shape.oh * c.shape.ow * c.shape.oc});
+    most_w = std::max(most_w, c.shape.kh * c.shape.kw * c.shape.c / c.shape.groups * c.shape.oc);
+  }
+  auto x = buffer(most), y = buffer(most), dx = buffer(most), w = buffer(most_w),
+       dw = buffer(most_w), stats = buffer(4 * 1280 * 2), head_w = buffer(p.features * p.classes),
+       head_dw = buffer(p.features * p.classes), logits = buffer(batch * p.classes);
+  for (float& v : stats) v = 1.0f;  // positive variances
+  std::map<std::string, double> seconds;
+  auto timed = [&](const char* kind, auto&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    seconds[kind] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (auto _ : state) {
+    for (const auto& c : p.convs) {
+      const std::string kind = c.depthwise ? "depthwise" : "conv";
+      timed((kind + " forward").c_str(),
+            [&] { dnn::conv2d_forward(c.shape, x.data(), w.data(), nullptr, y.data()); });
+      if (!c.first)
+        timed((kind + " backward data").c_str(),
+              [&] { dnn::conv2d_backward_data(c.shape, y.data(), w.data(), dx.data()); });
+      timed((kind + " backward weights").c_str(), [&] {
+        dnn::conv2d_backward_weights(c.shape, x.data(), y.data(), dw.data(), nullptr);
+      });
+    }
+    float* gamma = stats.data();
+    float* beta = gamma + 1280 * 2;
+    float* mean = beta + 1280 * 2;
+    float* var = mean + 1280 * 2;
+    for (const auto& n : p.norms) {
+      timed("batchnorm forward",
+            [&] { dnn::batchnorm_forward(n, x.data(), gamma, beta, mean, var, y.data()); });
+      timed("batchnorm backward", [&] {
+        dnn::batchnorm_backward(n, true, x.data(), y.data(), gamma, beta, mean, var, dx.data(),
+                                dw.data(), dw.data() + 1280 * 2);
+      });
+    }
+    if (p.classes > 0) {
+      timed("dense (3 GEMMs)", [&] {
+        dnn::reference_sgemm(false, false, batch, p.classes, p.features, x.data(), head_w.data(),
+                             logits.data());
+        dnn::reference_sgemm(true, false, p.features, p.classes, batch, x.data(), logits.data(),
+                             head_dw.data());
+        dnn::reference_sgemm(false, true, batch, p.features, p.classes, logits.data(),
+                             head_w.data(), dx.data());
+      });
+    }
+  }
+  const double steps = static_cast<double>(state.iterations());
+  double total = 0;
+  for (auto& [kind, s] : seconds) {
+    s /= steps;
+    total += s;
+    state.counters[kind + " ms"] = s * 1e3;
+  }
+  seconds["total"] = total;
+  state.counters["floor_ms"] = total * 1e3;
+  g_mobilenet_floor_s = seconds;
+}
+
+double peak_rss_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+// One training step (forward, loss, backward, Adam, metrics) of
+// MobileNetV2 with its top (1000 classes, as keras.applications builds it
+// with weights=None) on random images and labels, no strategy: the
+// calling thread's cores as oneDNN's threads. step_over_floor is the step
+// against the primitives above; peak_rss_MiB is the process's (run one
+// benchmark per process for a figure of its own: bench/compare.sh does).
+void BM_Train_MobileNetV2(benchmark::State& state) {
+  const std::int64_t size = state.range(1), batch = state.range(2);
+  ls::Model model = mobilenet(state);
+  const ls::Tensor x = ls::random::uniform({batch, size, size, 3}, {.minval = -1, .seed = 1});
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(batch));
+  for (std::int64_t i = 0; i < batch; ++i) labels[static_cast<std::size_t>(i)] = (i * 37) % 1000;
+  const ls::Tensor y = ls::Tensor::from_vector(labels);
+  model.compile({.optimizer = ls::optimizers::Adam(),
+                 .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                 .metrics = {"accuracy"}});
+  model.train_step(x, y);  // build, warm the primitive caches
+  for (auto _ : state) benchmark::DoNotOptimize(model.train_step(x, y));
+  const double steps = static_cast<double>(state.iterations());
+  state.counters["samples_per_s"] =
+      benchmark::Counter(steps * static_cast<double>(batch), benchmark::Counter::kIsRate);
+  if (const auto it = g_mobilenet_floor_s.find("total"); it != g_mobilenet_floor_s.end()) {
+    state.counters["floor_ms"] = it->second * 1e3;
+    state.counters["step_over_floor"] = benchmark::Counter(
+        steps * it->second, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  }
+  state.counters["peak_rss_MiB"] = peak_rss_mib();
+}
+
+// alpha 1.0 at 224 × 224, batch 32; alpha 0.35 at 96 × 96, batch 64. Each
+// floor runs just before its step, so the step finds its own. Rates in
+// wall time (UseRealTime: oneDNN's threads are not the benchmark's).
+BENCHMARK(BM_Floor_MobileNetV2Primitives)
+    ->Args({100, 224, 32})
+    ->ArgNames({"alpha100", "size", "batch"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(3);
+BENCHMARK(BM_Train_MobileNetV2)
+    ->Args({100, 224, 32})
+    ->ArgNames({"alpha100", "size", "batch"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(3);
+BENCHMARK(BM_Floor_MobileNetV2Primitives)
+    ->Args({35, 96, 64})
+    ->ArgNames({"alpha100", "size", "batch"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(5);
+BENCHMARK(BM_Train_MobileNetV2)
+    ->Args({35, 96, 64})
+    ->ArgNames({"alpha100", "size", "batch"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(5);
 
 }  // namespace
 

@@ -10,6 +10,15 @@
 // BM_Softmax_ExactVsOneDnn: log_softmax (exact, float64 log-sum-exp; issue
 //   #21) against oneDNN's logsoftmax primitive it replaced, interleaved, on
 //   [rows, classes]; ratio = oneDNN's time / ours.
+// BM_BatchNorm_TrainingVsMemcpy: training-mode batch normalisation forward
+//   (the op, batch statistics) and backward (the adapter call its gradient
+//   rule makes: dx, dgamma, dbeta) on NHWC activations, interleaved with a
+//   memcpy of the same tensor — one pass over it at the memory bandwidth
+//   this run sees (read + write). passes = (forward + backward) / memcpy;
+//   the traffic floor is 4 passes (forward reads x for the statistics, then
+//   reads x and writes y; backward reads x and dy for dgamma and dbeta,
+//   then reads them again and writes dx), of_floor = 4 × memcpy / ours
+//   (issue #19).
 //
 // Results are validated before they are timed.
 #include <benchmark/benchmark.h>
@@ -182,6 +191,73 @@ BENCHMARK(BM_Softmax_ExactVsOneDnn)
     ->ArgNames({"rows", "classes"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+
+// args: batch, height, width, channels
+void BM_BatchNorm_TrainingVsMemcpy(benchmark::State& state) {
+  const ls::Shape shape{state.range(0), state.range(1), state.range(2), state.range(3)};
+  const std::int64_t c = shape[3], rows = shape.numel() / c;
+  const ls::Tensor x = ls::random::normal(shape, {.mean = 0.5f, .stddev = 2.0f, .seed = 1});
+  const ls::Tensor dy = ls::random::normal(shape, {.seed = 2});
+  const ls::Tensor gamma = ls::random::uniform({c}, {.minval = 0.5f, .maxval = 1.5f, .seed = 3});
+  const ls::Tensor beta = ls::random::uniform({c}, {.seed = 4});
+  ls::Tensor dx = ls::Tensor::empty(shape), dgamma = ls::Tensor::empty({c}),
+             dbeta = ls::Tensor::empty({c});
+  std::vector<float> copy(static_cast<std::size_t>(shape.numel()));
+  const ls::backend::onednn::BatchNormShape s{
+      .examples = shape[0], .rows = rows, .channels = c, .epsilon = 1e-3f};
+  auto backward = [&](const ls::BatchNormResult& r) {
+    ls::backend::onednn::batchnorm_backward(s, true, x.data<float>(), dy.data<float>(),
+                                            gamma.data<float>(), beta.data<float>(),
+                                            r.mean.data<float>(), r.variance.data<float>(),
+                                            dx.data<float>(), dgamma.data<float>(),
+                                            dbeta.data<float>());
+  };
+  {  // Validate channel 0's statistics and dbeta against float64 sums.
+    const ls::BatchNormResult r = ls::batch_norm_training(x, gamma, beta, 1e-3f);
+    backward(r);
+    double m = 0, v = 0, db = 0;
+    const float* px = x.data<float>();
+    const float* pg = dy.data<float>();
+    for (std::int64_t i = 0; i < rows; ++i) m += px[i * c], db += pg[i * c];
+    m /= static_cast<double>(rows);
+    for (std::int64_t i = 0; i < rows; ++i) v += (px[i * c] - m) * (px[i * c] - m);
+    v /= static_cast<double>(rows);
+    if (std::fabs(r.mean.data<float>()[0] - m) > 1e-3 ||
+        std::fabs(r.variance.data<float>()[0] - v) > 1e-3 * v ||
+        std::fabs(dbeta.data<float>()[0] - db) > 1e-3 * (1 + std::fabs(db))) {
+      state.SkipWithError("batch norm statistics or dbeta disagree with float64 sums");
+      return;
+    }
+  }
+  double forward_s = 0, backward_s = 0, copy_s = 0;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    const ls::BatchNormResult r = ls::batch_norm_training(x, gamma, beta, 1e-3f);
+    const double f = seconds_since(t0);
+    t0 = Clock::now();
+    backward(r);
+    const double b = seconds_since(t0);
+    forward_s += f, backward_s += b;
+    state.SetIterationTime(f + b);
+    t0 = Clock::now();
+    std::memcpy(copy.data(), x.raw_data(), copy.size() * sizeof(float));
+    benchmark::ClobberMemory();
+    copy_s += seconds_since(t0);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["forward_ms"] = forward_s / n * 1e3;
+  state.counters["backward_ms"] = backward_s / n * 1e3;
+  state.counters["memcpy_ms"] = copy_s / n * 1e3;
+  state.counters["memcpy_GBps"] = 2.0 * static_cast<double>(copy.size()) * 4.0 * n / copy_s * 1e-9;
+  state.counters["passes"] = (forward_s + backward_s) / copy_s;
+  state.counters["of_floor"] = 4.0 * copy_s / (forward_s + backward_s);
+}
+BENCHMARK(BM_BatchNorm_TrainingVsMemcpy)
+    ->Args({32, 112, 112, 96})
+    ->Args({64, 48, 48, 96})
+    ->ArgNames({"n", "h", "w", "c"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

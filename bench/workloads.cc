@@ -8,6 +8,8 @@
 //   optimizer update, the layout before the sharded update)
 //   workloads --workload allreduce [--sizes-mib 1,4,16,64]   (2 replica threads)
 //   workloads --workload input --batch 64
+//   workloads --workload mobilenet --alpha 1.0 --size 224 --batch 32 [--steps 5 --warmup 2]
+//   (MobileNetV2 with its top, 1000 classes, on random images; issue #19)
 //
 // `mirrored` is the guide's `MirroredStrategy()` with its default devices
 // (one replica per core, all-reduce every step); `one-replica` is
@@ -15,6 +17,7 @@
 // thread); `single` is no strategy. samples_per_s counts the
 // training examples of every epoch over the time `fit` took (no validation); test_accuracy is
 // `evaluate` on the 10k test images afterwards.
+#include <omp.h>
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -38,6 +41,8 @@ struct Args {
   std::int64_t batch = 64;
   int epochs = 2;
   std::uint64_t seed = 42;  // initialisation and shuffling
+  double alpha = 1.0;       // mobilenet: width, input size, timed and untimed steps
+  std::int64_t size = 224, steps = 5, warmup = 2;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -71,9 +76,17 @@ ls::Tensor prepare(const ls::Tensor& images, const std::string& workload) {
                            : ls::reshape(scaled, {images.dim(0), 784});
 }
 
+dist::Strategy make_strategy(const std::string& mode) {
+  if (mode == "mirrored") return dist::MirroredStrategy();
+  if (mode == "one-replica") return dist::MirroredStrategy({.devices = {&ls::host_device()}});
+  if (mode == "per-core-unsharded")  // every replica runs the whole update
+    return dist::MirroredStrategy({.shard_optimizer_update = false});
+  return {};
+}
+
 std::string mode_name(const std::string& mode, const dist::Strategy& strategy) {
-  if (mode == "single")
-    return "no strategy (" + std::to_string(ls::host_device().num_threads()) + " threads)";
+  if (mode == "single")  // oneDNN and our loops run on the OpenMP team (OMP_NUM_THREADS)
+    return "no strategy (" + std::to_string(omp_get_max_threads()) + " threads)";
   return std::string(mode == "one-replica"          ? "MirroredStrategy(host device): "
                      : mode == "per-core-unsharded" ? "MirroredStrategy(), unsharded: "
                                                     : "MirroredStrategy(): ") +
@@ -96,12 +109,7 @@ void train(const Args& args) {
       Dataset::from_tensor_slices({prepare(test_set.first, args.workload), test_set.second})
           .batch(512);
 
-  dist::Strategy strategy;
-  if (args.mode == "mirrored") strategy = dist::MirroredStrategy();
-  if (args.mode == "one-replica")
-    strategy = dist::MirroredStrategy({.devices = {&ls::host_device()}});
-  if (args.mode == "per-core-unsharded")  // every replica runs the whole update
-    strategy = dist::MirroredStrategy({.shard_optimizer_update = false});
+  const dist::Strategy strategy = make_strategy(args.mode);
   ls::Model model;
   {
     auto scope = strategy.scope();
@@ -121,6 +129,45 @@ void train(const Args& args) {
           {"examples", examples},
           {"samples_per_s", examples / seconds},
           {"test_accuracy", results.at("sparse_categorical_accuracy")}});
+}
+
+// MobileNetV2 as keras.applications builds it with weights=None (logits),
+// `warmup` untimed then `steps` timed training steps of one random batch,
+// repeated, through fit — the peers' workload.
+void mobilenet(const Args& args) {
+  const ls::Tensor x =
+      ls::random::uniform({args.batch, args.size, args.size, 3}, {.minval = -1, .seed = args.seed});
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(args.batch));
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i * 37 % 1000);
+  const auto data =
+      ls::data::Dataset::from_tensors({x, ls::Tensor::from_vector(labels)}).repeat();
+  const dist::Strategy strategy = make_strategy(args.mode);
+  ls::Model model;
+  {
+    auto scope = strategy.scope();
+    ls::set_random_seed(args.seed);
+    model = ls::applications::MobileNetV2({.input_shape = ls::Shape{args.size, args.size, 3},
+                                           .alpha = args.alpha,
+                                           .classifier_activation = ""});
+    model.compile({.optimizer = ls::optimizers::Adam(),
+                   .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                   .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
+  }
+  model.fit(data, {.epochs = 1, .verbose = 0, .steps_per_epoch = args.warmup});
+  const auto t0 = Clock::now();
+  model.fit(data, {.epochs = 1, .verbose = 0, .steps_per_epoch = args.steps});
+  const double seconds = seconds_since(t0);
+  const double examples = static_cast<double>(args.batch * args.steps);
+  report({{"workload", "mobilenet"},
+          {"mode", mode_name(args.mode, strategy)},
+          {"batch", args.batch},
+          {"alpha", args.alpha},
+          {"size", args.size},
+          {"steps", args.steps},
+          {"seconds", seconds},
+          {"examples", examples},
+          {"samples_per_s", examples / seconds},
+          {"step_ms", 1e3 * seconds / static_cast<double>(args.steps)}});
 }
 
 // The in-process all-reduce MirroredStrategy uses, between 2 replica threads
@@ -181,19 +228,25 @@ int main(int argc, char** argv) {
   Args args;
   app.add_option("--workload", args.workload)
       ->required()
-      ->check(CLI::IsMember({"mlp", "cnn", "allreduce", "input"}));
+      ->check(CLI::IsMember({"mlp", "cnn", "allreduce", "input", "mobilenet"}));
   app.add_option("--batch", args.batch);
   app.add_option("--epochs", args.epochs);
   app.add_option("--mode", args.mode)
       ->check(CLI::IsMember({"mirrored", "one-replica", "per-core-unsharded", "single"}));
   app.add_option("--sizes-mib", args.sizes_mib);
   app.add_option("--seed", args.seed, "initialisation and shuffling");
+  app.add_option("--alpha", args.alpha, "mobilenet: width multiplier");
+  app.add_option("--size", args.size, "mobilenet: input height and width");
+  app.add_option("--steps", args.steps, "mobilenet: timed training steps");
+  app.add_option("--warmup", args.warmup, "mobilenet: untimed steps before them");
   CLI11_PARSE(app, argc, argv);
   try {
     if (args.workload == "allreduce") {
       all_reduce(args);
     } else if (args.workload == "input") {
       input_pipeline(args);
+    } else if (args.workload == "mobilenet") {
+      mobilenet(args);
     } else {
       train(args);
     }

@@ -48,7 +48,8 @@ def parse_args(modes):
     """The workload flags every peer takes (bench/workloads.cc's too);
     `modes`: this peer's --mode choices, the first the default."""
     p = argparse.ArgumentParser()
-    p.add_argument("--workload", choices=["mlp", "cnn", "allreduce", "input"], required=True)
+    p.add_argument("--workload", choices=["mlp", "cnn", "allreduce", "input", "mobilenet"],
+                   required=True)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--mode", choices=modes, default=modes[0])
@@ -56,4 +57,26 @@ def parse_args(modes):
     p.add_argument("--seed", type=int, default=42, help="initialisation and shuffling")
     p.add_argument("--threads", type=int, default=0,
                    help="intra-op threads of a single-process run (0: one per core)")
+    # mobilenet: MobileNetV2(alpha) with its top (1000 classes, logits) on
+    # random size x size x 3 images, `steps` timed training steps after
+    # `warmup` untimed ones.
+    p.add_argument("--alpha", type=float, default=1.0)
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
     return p.parse_args()
+
+
+def mobilenet_data(args):
+    """The random images (in [-1, 1]) and labels of the mobilenet workload."""
+    rng = np.random.default_rng(args.seed)
+    x = rng.uniform(-1, 1, (args.batch, args.size, args.size, 3)).astype(np.float32)
+    y = rng.integers(0, 1000, args.batch).astype(np.int64)
+    return x, y
+
+
+def report_mobilenet(system, mode, args, seconds):
+    examples = args.batch * args.steps
+    report(system=system, workload="mobilenet", mode=mode, batch=args.batch, alpha=args.alpha,
+           size=args.size, steps=args.steps, seconds=seconds, examples=examples,
+           samples_per_s=examples / seconds, step_ms=1e3 * seconds / args.steps)

@@ -55,7 +55,9 @@ for w in workloads:
     for lab in labels:
         rate, acc = median(lab, "samples_per_s"), accuracies(lab)
         rates = [r["samples_per_s"] for r in runs[lab] if r.get("samples_per_s") is not None]
-        spread = f"{rate:,.0f} ({min(rates):,.0f}–{max(rates):,.0f})" if rates else "-"
+        digits = 1 if rate < 100 else 0  # MobileNetV2: a few per second
+        spread = (f"{rate:,.{digits}f} ({min(rates):,.{digits}f}–{max(rates):,.{digits}f})"
+                  if rates else "-")
         if fastest.get(lab.split()[1]) == lab:
             spread = f"**{spread}** (fastest)"
         r0 = runs[lab][0]

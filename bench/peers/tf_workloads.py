@@ -4,6 +4,7 @@
   python tf_workloads.py --workload cnn --batch 64 --epochs 1 [--mode mirrored|single]
   python tf_workloads.py --workload allreduce --sizes-mib 1,4,16,64
   python tf_workloads.py --workload input --batch 64
+  python tf_workloads.py --workload mobilenet --alpha 1.0 --size 224 --batch 32 [--mode single]
 
 `mirrored` is the seed guide's code: two logical CPU devices made with
 tf.config.set_logical_device_configuration, MirroredStrategy over them, the
@@ -51,7 +52,10 @@ def logical_cpus():
 
 
 def main():
-    args = common.parse_args(["mirrored", "single"])
+    args = common.parse_args(["mirrored", "single", "single-1-thread"])
+    if args.mode == "single-1-thread":  # before TensorFlow starts its thread pools
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
     peer = f"tensorflow {tf.__version__} / keras {keras.__version__}"
     keras.utils.set_random_seed(args.seed)
     threads = ""
@@ -62,6 +66,8 @@ def main():
     devices = logical_cpus() if args.mode == "mirrored" or args.workload == "allreduce" else None
     strategy = tf.distribute.MirroredStrategy(devices) if devices else None
     mode = (f"MirroredStrategy({len(devices)} logical CPUs)" if devices else "no strategy") + threads
+    if args.mode == "single-1-thread":
+        mode = "no strategy, 1 intra-op and 1 inter-op thread"
 
     if args.workload == "allreduce":
         result = {}
@@ -86,6 +92,29 @@ def main():
                                   strategy.experimental_local_results(out))
             result[str(mib)] = mib * 1024 * 1024 / ((time.perf_counter() - start) / reps) / 1e6
         common.report(system=peer, workload="allreduce", mode=mode, allreduce_MBps=result)
+        return
+
+    if args.workload == "mobilenet":
+        x, y = common.mobilenet_data(args)
+        ds = tf.data.Dataset.from_tensors((x, y)).repeat()
+
+        def build():
+            model = keras.applications.MobileNetV2(
+                input_shape=(args.size, args.size, 3), alpha=args.alpha, weights=None,
+                classifier_activation=None)
+            model.compile(optimizer=keras.optimizers.Adam(),
+                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                          metrics=[keras.metrics.SparseCategoricalAccuracy()])
+            return model
+        if strategy:
+            with strategy.scope():
+                model = build()
+        else:
+            model = build()
+        model.fit(ds, steps_per_epoch=args.warmup, epochs=1, verbose=0)  # trace, warm up
+        start = time.perf_counter()
+        model.fit(ds, steps_per_epoch=args.steps, epochs=1, verbose=0)
+        common.report_mobilenet(peer, mode, args, time.perf_counter() - start)
         return
 
     (x_train, y_train), (x_test, y_test) = common.fashion_mnist()

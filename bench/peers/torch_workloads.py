@@ -4,6 +4,7 @@
   python3 torch_workloads.py --workload cnn --batch 64 --epochs 1 [--mode single|ddp]
   python3 torch_workloads.py --workload allreduce --sizes-mib 1,4,16,64   (2 processes, gloo)
   python3 torch_workloads.py --workload input --batch 64
+  python3 torch_workloads.py --workload mobilenet --alpha 1.0 --size 224 --batch 32
 
 Written the way a PyTorch user would write them at their fastest: data held
 as tensors, a new permutation per epoch, batches gathered by index (no
@@ -105,6 +106,35 @@ def train(args, rank=0, world=1):
     return seconds, steps, n * args.epochs, accuracy
 
 
+def train_mobilenet(args):
+    """torchvision's mobilenet_v2 (width_mult = alpha, 1000 classes) trained
+    the way a PyTorch user would: NCHW tensors (or channels-last with
+    --mode channels-last), Adam, cross-entropy;
+    returns the seconds of `steps` steps after `warmup` untimed ones."""
+    import torchvision
+    torch.manual_seed(args.seed)
+    x, y = common.mobilenet_data(args)
+    layout = torch.channels_last if args.mode == "channels-last" else torch.contiguous_format
+    x = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous(memory_format=layout)
+    y = torch.from_numpy(y)
+    model = torchvision.models.mobilenet_v2(width_mult=args.alpha, num_classes=1000)
+    model = model.to(memory_format=layout).train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+    for _ in range(args.warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    return time.perf_counter() - start
+
+
 def blas_library():
     """The BLAS torch calls. Debian's torch is built against the generic BLAS
     interface, so this is whatever libblas.so.3 points at: the reference
@@ -149,7 +179,7 @@ def ddp_worker(rank, args, port, queue):
 
 
 def main():
-    args = common.parse_args(["single", "ddp"])
+    args = common.parse_args(["single", "ddp", "channels-last"])
     cores = len(os.sched_getaffinity(0))
     peer = f"pytorch {torch.__version__} (BLAS: {blas_library()})"
 
@@ -159,6 +189,13 @@ def main():
         mp.spawn(ddp_worker, args=(args, free_port(), queue), nprocs=2, join=True)
         r = queue.get()
         mode = "DDP gloo, 2 processes"
+    elif args.workload == "mobilenet":
+        threads = args.threads or cores
+        torch.set_num_threads(threads)
+        layout = "channels-last" if args.mode == "channels-last" else "NCHW"
+        mode = f"single process, {threads} thread{'s' if threads > 1 else ''}, {layout}"
+        common.report_mobilenet(peer, mode, args, train_mobilenet(args))
+        return
     elif args.workload == "input":
         torch.set_num_threads(cores)
         (x_train, y_train), _ = common.fashion_mnist()

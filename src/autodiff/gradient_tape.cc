@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "lockstep/tensor/ops.h"
 
@@ -114,12 +115,21 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     on_ready(i, result_for(sources[i]));
   };
 
+  // Memory during the walk: an op's output gradient is complete when the
+  // walk reaches the op (its consumers were recorded after it), so it is
+  // dropped then unless it is a source's; and a non-persistent tape drops
+  // each op's backward function — with the activations it holds — once it
+  // has run. Peak memory is then the forward's, not forward plus every
+  // gradient (MobileNetV2, issue #19).
+  std::unordered_set<std::uint64_t> source_ids;
+  for (const Tensor& source : sources) source_ids.insert(source.id());
   if (watched_.count(target.id())) grads.emplace(target.id(), ones_like(target));
   for (std::size_t k = nodes_.size(); k-- > 0;) {
-    const Node& node = nodes_[k];
+    Node& node = nodes_[k];
     auto it = grads.find(node.output_id);
     if (it != grads.end()) {
       const Tensor grad_output = it->second;
+      if (!source_ids.contains(node.output_id)) grads.erase(it);
       detail::Grads input_grads;
       {
         detail::NeedsInputGradScope needs(node.input_watched);
@@ -139,6 +149,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     } else if (grads.empty() && !on_ready) {
       break;  // nothing flows back any more
     }
+    if (!options_.persistent) node.backward.reset();
     if (on_ready) {
       for (std::size_t i : ready_after[k]) announce(i);
     }

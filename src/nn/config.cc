@@ -106,10 +106,12 @@ std::map<std::string, LayerFactory> builtin_factories() {
     return layers::Activation(c.get<std::string>("activation"), name(c));
   };
   f["ReLU"] = [](const LayerConfig& c) -> Layer {
-    return layers::ReLU(
-        {.max_value = static_cast<float>(c.get_or<double>("max_value", -1)),
-         .negative_slope = static_cast<float>(c.get_or<double>("negative_slope", 0)),
-         .name = name(c)});
+    layers::ReLUOptions o{
+        .negative_slope = static_cast<float>(c.get_or<double>("negative_slope", 0)),
+        .threshold = static_cast<float>(c.get_or<double>("threshold", 0)),
+        .name = name(c)};
+    if (c.has("max_value")) o.max_value = static_cast<float>(c.get<double>("max_value"));
+    return layers::ReLU(o);
   };
   f["Softmax"] = [](const LayerConfig& c) -> Layer {
     return layers::Softmax(static_cast<int>(c.get_or<std::int64_t>("axis", -1)), name(c));
@@ -126,6 +128,11 @@ std::map<std::string, LayerFactory> builtin_factories() {
   f["Add"] = [](const LayerConfig& c) -> Layer { return layers::Add(name(c)); };
   f["Concatenate"] = [](const LayerConfig& c) -> Layer {
     return layers::Concatenate(static_cast<int>(c.get_or<std::int64_t>("axis", -1)), name(c));
+  };
+  f["Rescaling"] = [](const LayerConfig& c) -> Layer {
+    return layers::Rescaling(
+        static_cast<float>(c.get<double>("scale")),
+        {.offset = static_cast<float>(c.get_or<double>("offset", 0)), .name = name(c)});
   };
   f["Embedding"] = [](const LayerConfig& c) -> Layer {
     return layers::Embedding(
@@ -170,9 +177,26 @@ std::map<std::string, LayerFactory> builtin_factories() {
   };
   f["MaxPooling2D"] = pooling(true);
   f["AveragePooling2D"] = pooling(false);
-  f["GlobalAveragePooling2D"] = [](const LayerConfig& c) -> Layer {
-    return layers::GlobalAveragePooling2D(
-        {.keepdims = c.get_or("keepdims", false), .name = name(c)});
+  auto global_pooling = [](bool max) {
+    return [max](const LayerConfig& c) -> Layer {
+      const layers::GlobalPoolingOptions o{.keepdims = c.get_or("keepdims", false),
+                                           .name = name(c)};
+      if (max) return layers::GlobalMaxPooling2D(o);
+      return layers::GlobalAveragePooling2D(o);
+    };
+  };
+  f["GlobalAveragePooling2D"] = global_pooling(false);
+  f["GlobalMaxPooling2D"] = global_pooling(true);
+  f["Resizing"] = [](const LayerConfig& c) -> Layer {
+    return layers::Resizing(
+        c.get<std::int64_t>("height"), c.get<std::int64_t>("width"),
+        {.interpolation = c.get_or<std::string>("interpolation", "bilinear"),
+         .crop_to_aspect_ratio = c.get_or("crop_to_aspect_ratio", false),
+         .pad_to_aspect_ratio = c.get_or("pad_to_aspect_ratio", false),
+         .fill_mode = c.get_or<std::string>("fill_mode", "constant"),
+         .fill_value = static_cast<float>(c.get_or<double>("fill_value", 0)),
+         .antialias = c.get_or("antialias", false),
+         .name = name(c)});
   };
   f["ZeroPadding2D"] = [](const LayerConfig& c) -> Layer {
     const auto p = c.get<std::vector<std::int64_t>>("padding");

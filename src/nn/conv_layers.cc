@@ -2,6 +2,7 @@
 #include "lockstep/nn/conv_layers.h"
 
 #include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/tensor/image_ops.h"
 #include "nn/config_helpers.h"
 
 namespace lockstep::layers {
@@ -172,22 +173,27 @@ MaxPooling2D::MaxPooling2D(Size2 pool_size, Pooling2DOptions options)
 AveragePooling2D::AveragePooling2D(Size2 pool_size, Pooling2DOptions options)
     : Layer(std::make_shared<Pooling2DImpl>(false, pool_size, std::move(options))) {}
 
-GlobalAveragePooling2DImpl::GlobalAveragePooling2DImpl(GlobalPoolingOptions options)
-    : SingleInputLayerImpl("GlobalAveragePooling2D", options.name), options_(std::move(options)) {}
+GlobalPooling2DImpl::GlobalPooling2DImpl(bool max, GlobalPoolingOptions options)
+    : SingleInputLayerImpl(max ? "GlobalMaxPooling2D" : "GlobalAveragePooling2D", options.name),
+      max_(max),
+      options_(std::move(options)) {}
 
-Tensor GlobalAveragePooling2DImpl::call(const Tensor& x, const CallContext&) {
+Tensor GlobalPooling2DImpl::call(const Tensor& x, const CallContext&) {
   check_image_input(x.shape(), *this);
-  return mean(x, {.axes = {1, 2}, .keepdims = options_.keepdims});
+  const ReduceOptions over_positions{.axes = {1, 2}, .keepdims = options_.keepdims};
+  return max_ ? max(x, over_positions) : mean(x, over_positions);
 }
 
-LayerConfig GlobalAveragePooling2DImpl::get_config() const {
+LayerConfig GlobalPooling2DImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
   c.set("keepdims", options_.keepdims);
   return c;
 }
 
 GlobalAveragePooling2D::GlobalAveragePooling2D(GlobalPoolingOptions options)
-    : Layer(std::make_shared<GlobalAveragePooling2DImpl>(std::move(options))) {}
+    : Layer(std::make_shared<GlobalPooling2DImpl>(false, std::move(options))) {}
+GlobalMaxPooling2D::GlobalMaxPooling2D(GlobalPoolingOptions options)
+    : Layer(std::make_shared<GlobalPooling2DImpl>(true, std::move(options))) {}
 
 ZeroPadding2DImpl::ZeroPadding2DImpl(std::array<Size2, 2> padding, std::string name)
     : SingleInputLayerImpl("ZeroPadding2D", std::move(name)), padding_(padding) {}
@@ -207,6 +213,52 @@ LayerConfig ZeroPadding2DImpl::get_config() const {
 
 ZeroPadding2D::ZeroPadding2D(std::array<Size2, 2> padding, std::string name)
     : Layer(std::make_shared<ZeroPadding2DImpl>(padding, std::move(name))) {}
+
+// ---- Resizing ---------------------------------------------------------------------------
+
+ResizingImpl::ResizingImpl(std::int64_t height, std::int64_t width, ResizingOptions options)
+    : SingleInputLayerImpl("Resizing", options.name),
+      height_(height),
+      width_(width),
+      options_(std::move(options)) {
+  LOCKSTEP_CHECK(height > 0 && width > 0, "Resizing: height and width must be > 0, got ", height,
+                 " and ", width);
+  LOCKSTEP_CHECK(options_.interpolation == "bilinear", "Resizing: interpolation '",
+                 options_.interpolation,
+                 "' is not implemented; Lockstep has 'bilinear' (tf.image.resize's default)");
+  LOCKSTEP_CHECK(!options_.crop_to_aspect_ratio && !options_.pad_to_aspect_ratio &&
+                     !options_.antialias,
+                 "Resizing: crop_to_aspect_ratio, pad_to_aspect_ratio and antialias are not "
+                 "implemented (got ",
+                 options_.crop_to_aspect_ratio, ", ", options_.pad_to_aspect_ratio, ", ",
+                 options_.antialias, "). Hint: resize without them, or crop with a Cropping step "
+                 "in the input pipeline");
+}
+
+Tensor ResizingImpl::call(const Tensor& x, const CallContext&) {
+  LOCKSTEP_CHECK_AS(ShapeError, x.rank() == 3 || x.rank() == 4, "Resizing '", name(),
+                    "': expected images [batch, height, width, channels] or one image [height, "
+                    "width, channels], got shape ",
+                    x.shape());
+  const Tensor f = x.dtype() == DType::kFloat32 ? x : cast(x, DType::kFloat32);
+  return image::resize(f, {height_, width_});
+}
+
+LayerConfig ResizingImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("height", height_);
+  c.set("width", width_);
+  c.set("interpolation", options_.interpolation);
+  c.set("crop_to_aspect_ratio", options_.crop_to_aspect_ratio);
+  c.set("pad_to_aspect_ratio", options_.pad_to_aspect_ratio);
+  c.set("fill_mode", options_.fill_mode);
+  c.set("fill_value", static_cast<double>(options_.fill_value));
+  c.set("antialias", options_.antialias);
+  return c;
+}
+
+Resizing::Resizing(std::int64_t height, std::int64_t width, ResizingOptions options)
+    : Layer(std::make_shared<ResizingImpl>(height, width, std::move(options))) {}
 
 // ---- BatchNormalization ----------------------------------------------------------------
 
@@ -250,7 +302,7 @@ Tensor BatchNormalizationImpl::call(const Tensor& input, const CallContext& ctx)
   LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 2 && x.shape()[x.rank() - 1] == moving_mean_.shape()[0],
                     "BatchNormalization '", name(), "': expected input with ",
                     moving_mean_.shape()[0], " channels in the last axis, got shape ", x.shape());
-  if (!ctx.training || !trainable()) {
+  if (!ctx.training || !trainable(ctx)) {
     return out(batch_norm_inference(x, gamma, beta, moving_mean_.value(), moving_variance_.value(),
                                     options_.epsilon));
   }

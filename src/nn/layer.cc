@@ -209,29 +209,28 @@ std::vector<Variable> LayerImpl::own_variables() const {
   return out;
 }
 
-std::vector<Variable> LayerImpl::trainable_weights() const {
+std::vector<Variable> LayerImpl::weights_that_train(bool train, const CallContext& ctx) const {
   std::vector<const LayerImpl*> layers;
   collect(layers);
   std::vector<Variable> out;
   for (const LayerImpl* l : layers) {
-    if (!l->trainable_) continue;
+    const bool layer_trains = l->trainable(ctx);
     for (const auto& w : l->own_weights_) {
-      if (w.variable.trainable()) out.push_back(w.variable);
+      if ((layer_trains && w.variable.trainable()) == train) out.push_back(w.variable);
     }
   }
   return out;
 }
 
+std::vector<Variable> LayerImpl::trainable_weights() const { return weights_that_train(true, {}); }
 std::vector<Variable> LayerImpl::non_trainable_weights() const {
-  std::vector<const LayerImpl*> layers;
-  collect(layers);
-  std::vector<Variable> out;
-  for (const LayerImpl* l : layers) {
-    for (const auto& w : l->own_weights_) {
-      if (!l->trainable_ || !w.variable.trainable()) out.push_back(w.variable);
-    }
-  }
-  return out;
+  return weights_that_train(false, {});
+}
+std::vector<Variable> LayerImpl::trainable_weights(const CallContext& ctx) const {
+  return weights_that_train(true, ctx);
+}
+std::vector<Variable> LayerImpl::non_trainable_weights(const CallContext& ctx) const {
+  return weights_that_train(false, ctx);
 }
 
 std::int64_t LayerImpl::count_params() const {

@@ -1,5 +1,5 @@
 // The core Keras layers: Dense, Activation, ReLU, Softmax, Dropout, Flatten,
-// Reshape, Add, Concatenate, Embedding.
+// Reshape, Add, Concatenate, Rescaling, Embedding.
 #include "lockstep/nn/layers.h"
 
 #include "lockstep/tensor/ops.h"
@@ -11,7 +11,7 @@ namespace lockstep {
 ActivationFn get_activation(const std::string& name) {
   if (name.empty() || name == "linear") return [](const Tensor& x) { return x; };
   if (name == "relu") return [](const Tensor& x) { return relu(x); };
-  if (name == "relu6") return [](const Tensor& x) { return clip(x, 0.0f, 6.0f); };
+  if (name == "relu6") return [](const Tensor& x) { return relu(x, {.max_value = 6.0f}); };
   if (name == "sigmoid") return [](const Tensor& x) { return sigmoid(x); };
   if (name == "tanh") return [](const Tensor& x) { return tanh(x); };
   if (name == "softmax") return [](const Tensor& x) { return softmax(x, -1); };
@@ -102,21 +102,29 @@ Activation::Activation(const std::string& activation, std::string name)
     : Layer(std::make_shared<ActivationImpl>(activation, std::move(name))) {}
 
 ReLUImpl::ReLUImpl(ReLUOptions options)
-    : SingleInputLayerImpl("ReLU", options.name), options_(options) {
-  LOCKSTEP_CHECK(options.negative_slope >= 0.0f, "ReLU: negative_slope must be >= 0, got ",
-                 options.negative_slope);
+    : SingleInputLayerImpl("ReLU", options.name), options_(std::move(options)) {
+  // Keras's own checks, in its words.
+  LOCKSTEP_CHECK(!options_.max_value || *options_.max_value >= 0.0f,
+                 "max_value of a ReLU layer cannot be a negative value. Received: max_value=",
+                 options_.max_value.value_or(0.0f));
+  LOCKSTEP_CHECK(options_.negative_slope >= 0.0f,
+                 "negative_slope of a ReLU layer cannot be a negative value. Received: "
+                 "negative_slope=",
+                 options_.negative_slope);
+  LOCKSTEP_CHECK(options_.threshold >= 0.0f,
+                 "threshold of a ReLU layer cannot be a negative value. Received: threshold=",
+                 options_.threshold);
 }
 Tensor ReLUImpl::call(const Tensor& x, const CallContext&) {
-  Tensor y = options_.negative_slope > 0.0f ? where(greater(x, Tensor::scalar(0.0f)), x,
-                                                    mul(x, Tensor::scalar(options_.negative_slope)))
-                                            : relu(x);
-  if (options_.max_value >= 0.0f) y = minimum(y, Tensor::scalar(options_.max_value));
-  return y;
+  return relu(x, {.negative_slope = options_.negative_slope,
+                  .max_value = options_.max_value,
+                  .threshold = options_.threshold});
 }
 LayerConfig ReLUImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
-  c.set("max_value", static_cast<double>(options_.max_value));
+  if (options_.max_value) c.set("max_value", static_cast<double>(*options_.max_value));
   c.set("negative_slope", static_cast<double>(options_.negative_slope));
+  c.set("threshold", static_cast<double>(options_.threshold));
   return c;
 }
 ReLU::ReLU(ReLUOptions options) : Layer(std::make_shared<ReLUImpl>(std::move(options))) {}
@@ -222,6 +230,24 @@ LayerConfig ConcatenateImpl::get_config() const {
 }
 Concatenate::Concatenate(int axis, std::string name)
     : Layer(std::make_shared<ConcatenateImpl>(axis, std::move(name))) {}
+
+// ---- Rescaling --------------------------------------------------------------------------
+
+RescalingImpl::RescalingImpl(float scale, RescalingOptions options)
+    : SingleInputLayerImpl("Rescaling", options.name), scale_(scale), options_(std::move(options)) {}
+Tensor RescalingImpl::call(const Tensor& x, const CallContext&) {
+  const Tensor f = x.dtype() == DType::kFloat32 ? x : cast(x, DType::kFloat32);
+  Tensor y = mul(f, Tensor::scalar(scale_));
+  return options_.offset == 0.0f ? y : add(y, Tensor::scalar(options_.offset));
+}
+LayerConfig RescalingImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("scale", static_cast<double>(scale_));
+  c.set("offset", static_cast<double>(options_.offset));
+  return c;
+}
+Rescaling::Rescaling(float scale, RescalingOptions options)
+    : Layer(std::make_shared<RescalingImpl>(scale, std::move(options))) {}
 
 // ---- Embedding -------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 // CachingAllocator: size-class free lists over aligned system allocations.
 #include "lockstep/tensor/allocator.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 
@@ -67,7 +68,7 @@ void CachingAllocator::deallocate(void* ptr, std::size_t bytes) noexcept {
   {
     std::lock_guard lock(mutex_);
     stats_.bytes_in_use -= size;
-    if (stats_.bytes_cached + size > kDefaultCacheLimit) {
+    if (stats_.bytes_cached + size > std::max(kDefaultCacheLimit, stats_.peak_bytes_in_use)) {
       release = true;
       ++stats_.system_frees;
     } else {

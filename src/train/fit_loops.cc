@@ -194,8 +194,11 @@ Logs Model::Loops::train_batch(Model& m, const Batch& b) {
   if (!distributed(m)) return m.train_step(b.x, b.y);
   TrainState& s = m.state();
   const Shares shares = share_out(m, b);
-  // Listed once per batch: the replicas only read this list.
-  std::vector<Variable> non_trainable = m.impl_->non_trainable_weights();
+  // Listed once per batch, as compile fixed them: the replicas only read it.
+  const std::shared_ptr<const detail::TrainableSnapshot> snap =
+      detail::trainable_snapshot(s, *m.impl_);
+  const CallContext call{.training = true, .frozen_layers = &snap->frozen};
+  const std::vector<Variable> non_trainable = m.impl_->non_trainable_weights(call);
   s.strategy.extended().run_replicas([&](distribute::ReplicaContext& ctx) {
     const auto i = static_cast<std::size_t>(ctx.local_replica_id());
     ctx.set_batch(shares.global, shares.sizes[i]);
@@ -205,7 +208,7 @@ Logs Model::Loops::train_batch(Model& m, const Batch& b) {
       m.train_step(shares.x[i], shares.y[i]);
     } else {
       // No examples here: take part in the gradient all-reduce with nothing.
-      const std::vector<Variable> vars = m.impl_->trainable_weights();
+      const std::vector<Variable> vars = m.impl_->trainable_weights(call);
       s.optimizer.apply_gradients(std::vector<Tensor>(vars.size()), vars);
     }
     ctx.sync_non_trainable(non_trainable, versions);

@@ -173,8 +173,7 @@ json leaf_config(const LayerImpl& layer) {
   }
   for (const auto& [k, r] : regularizers) c[k] = regularizer_object(r.first, r.second);
   const std::string& cls = layer.class_name();
-  if (cls == "ReLU" && c.contains("max_value") && c["max_value"].get<double>() < 0)
-    c["max_value"] = nullptr;
+  if (cls == "ReLU" && !c.contains("max_value")) c["max_value"] = nullptr;
   if (cls == "ZeroPadding2D") {
     const auto p = ours.get<std::vector<std::int64_t>>("padding");
     c["padding"] = json::array({json::array({p[0], p[1]}), json::array({p[2], p[3]})});
@@ -205,7 +204,6 @@ const std::map<std::string, json>& fixed_settings() {
                                                     {"sparse", false},
                                                     {"ragged", false},
                                                     {"optional", false},
-                                                    {"threshold", 0.0},
                                                     {"mask_zero", false},
                                                     {"use_cudnn", "auto"},
                                                     {"activity_regularizer", nullptr}};

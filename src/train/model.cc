@@ -164,6 +164,10 @@ void Model::compile(CompileOptions o) {
   if (const distribute::Strategy in_scope = distribute::get_strategy(); !in_scope.is_default())
     s.strategy = in_scope;
   s.replica_metrics.clear();
+  {
+    std::lock_guard lock(s.trainable_mutex);
+    s.trainable.reset();  // the next training step takes what is trainable then
+  }
   s.compiled = true;
 }
 
@@ -385,6 +389,21 @@ std::int64_t check_data(const char* op, const std::vector<Tensor>& x,
   return n;
 }
 
+std::shared_ptr<const TrainableSnapshot> trainable_snapshot(Model::TrainState& s,
+                                                            const LayerImpl& network) {
+  std::lock_guard lock(s.trainable_mutex);
+  if (!s.trainable) {
+    auto snap = std::make_shared<TrainableSnapshot>();
+    std::function<void(const LayerImpl&)> visit = [&](const LayerImpl& l) {
+      if (!l.trainable()) snap->frozen.insert(&l);
+      for (const auto& sub : l.sublayers()) visit(*sub);
+    };
+    visit(network);
+    s.trainable = std::move(snap);
+  }
+  return s.trainable;
+}
+
 std::vector<Tensor> view_all(const std::vector<Tensor>& ts, std::int64_t begin, std::int64_t end) {
   std::vector<Tensor> out;
   for (const Tensor& t : ts) out.push_back(t.view_rows(begin, end));
@@ -401,7 +420,11 @@ Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor
   TrainState& s = state();
   LOCKSTEP_CHECK(s.compiled, "fit: you must call compile() before training the model");
   const std::vector<Tensor> x = prepare_inputs(*impl_, x_in);
-  const std::vector<Variable> vars = impl_->trainable_weights();
+  // What compile fixed as trainable (taken at the first step after it).
+  const std::shared_ptr<const detail::TrainableSnapshot> snap =
+      detail::trainable_snapshot(s, *impl_);
+  const CallContext call{.training = true, .frozen_layers = &snap->frozen};
+  std::vector<Variable> vars = impl_->trainable_weights(call);
   std::vector<Tensor> y_pred, grads;
   LossParts parts;
   // On a replica of a strategy (train_step is Keras's override point, user
@@ -412,7 +435,9 @@ Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor
       ctx ? ctx->start_gradient_reduction(vars) : distribute::GradientReduction();
   {
     GradientTape tape;
-    y_pred = float32_outputs((*this)(x, {.training = true}));
+    y_pred = float32_outputs((*this)(x, call));
+    // A model whose layers make their weights on its first call has them now.
+    if (vars.empty() && !reduction.active()) vars = impl_->trainable_weights(call);
     resolve_outputs(y_pred.size());
     parts = compute_losses(s, *impl_, ctx, y, y_pred);
     grads = tape.gradient(parts.total, vars, UnconnectedGradients::kNone, reduction.listener());

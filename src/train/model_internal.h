@@ -6,8 +6,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "lockstep/distribute/strategy.h"
@@ -19,6 +22,17 @@
 #include "lockstep/train/model.h"
 
 namespace lockstep {
+namespace detail {
+
+// The layers frozen at the first training step after compile: what fit
+// trains until the next compile (Keras traces its train step then, and only
+// compile makes it trace again). Passed to the layers as
+// CallContext::frozen_layers; the variables that train follow from it.
+struct TrainableSnapshot {
+  std::unordered_set<const LayerImpl*> frozen;
+};
+
+}  // namespace detail
 
 struct Model::TrainState {
   bool compiled = false;
@@ -42,6 +56,10 @@ struct Model::TrainState {
   // on_train_begin: where the starting fit continues from.
   std::function<TrainingSnapshot(bool full_input_state)> snapshot;
   std::optional<TrainingSnapshot> resume;
+  // Null until the first training step after compile, which takes it
+  // (replicas may ask at once: under the mutex).
+  std::shared_ptr<const detail::TrainableSnapshot> trainable;
+  std::mutex trainable_mutex;
 };
 
 namespace detail {
@@ -64,6 +82,10 @@ std::vector<Tensor> prepare_inputs(const LayerImpl& network, const std::vector<T
 std::vector<Tensor> float32_outputs(std::vector<Tensor> outputs);
 // The number of examples of x and y, which must agree; errors name `op`.
 std::int64_t check_data(const char* op, const std::vector<Tensor>& x, const std::vector<Tensor>& y);
+// The model's TrainableSnapshot, taken now if this is the first training
+// step since compile.
+std::shared_ptr<const TrainableSnapshot> trainable_snapshot(Model::TrainState& s,
+                                                            const LayerImpl& network);
 // Rows [begin, end) of every tensor, as views.
 std::vector<Tensor> view_all(const std::vector<Tensor>& ts, std::int64_t begin, std::int64_t end);
 

@@ -138,6 +138,35 @@ TEST(GradCheck, Clip) {
       {random_ref({4, 6}, rng)});
 }
 
+// Keras's relu arguments: the cap, the leaky slope and the threshold, alone
+// and together (inputs in [-1, 1], away from the kinks by more than the step).
+TEST(GradCheck, ReluWithKerasArguments) {
+  std::mt19937 rng(15);
+  struct Case {
+    const char* name;
+    ReluOptions options;
+  };
+  for (const Case& c : {Case{"relu6-like cap", {.max_value = 0.6f}},
+                        Case{"leaky", {.negative_slope = 0.2f}},
+                        Case{"threshold", {.threshold = 0.3f}},
+                        Case{"all three", {.negative_slope = 0.1f, .max_value = 0.7f, .threshold = 0.2f}}}) {
+    const double slope = c.options.negative_slope, threshold = c.options.threshold;
+    const double cap = c.options.max_value ? *c.options.max_value : 1e300;
+    check_gradients(
+        c.name, [o = c.options](const std::vector<Tensor>& x) { return relu(x[0], o); },
+        [=](const std::vector<Ref>& x) {
+          return ref_unary(x[0], [=](double v) {
+            return v > threshold ? std::min(v, cap) : slope * (v - threshold);
+          });
+        },
+        {random_ref({5, 7}, rng)});
+  }
+  EXPECT_THROW(relu(Tensor::ones({2}), {.negative_slope = -1.0f}), ValueError);
+  EXPECT_THROW(relu(Tensor::ones({2}), {.max_value = -1.0f}), ValueError);
+}
+
+// Resizing's gradient: image_gradcheck_test.cc (image::resize).
+
 TEST(GradCheck, Where) {
   std::mt19937 rng(6);
   const Ref c = random_ref({3, 4}, rng);

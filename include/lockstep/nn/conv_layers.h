@@ -1,6 +1,6 @@
-// Convolutional layers (channels-last), as keras.layers: Conv2D,
+// Convolutional and image layers (channels-last), as keras.layers: Conv2D,
 // DepthwiseConv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D,
-// ZeroPadding2D, BatchNormalization.
+// GlobalMaxPooling2D, ZeroPadding2D, Resizing, BatchNormalization.
 //
 //   auto x = ls::layers::Conv2D(32, {3, 3}, {.activation = "relu"})(inputs);
 //   x = ls::layers::MaxPooling2D()(x);
@@ -118,21 +118,28 @@ class AveragePooling2D : public Layer {
 };
 
 struct GlobalPoolingOptions {
-  bool keepdims = false;
+  bool keepdims = false;  // [batch, 1, 1, channels] instead of [batch, channels]
   std::string name{};
 };
-class GlobalAveragePooling2DImpl : public SingleInputLayerImpl {
+// The mean or the maximum over each channel's positions
+// (GlobalAveragePooling2D, GlobalMaxPooling2D).
+class GlobalPooling2DImpl : public SingleInputLayerImpl {
  public:
-  explicit GlobalAveragePooling2DImpl(GlobalPoolingOptions options);
+  GlobalPooling2DImpl(bool max, GlobalPoolingOptions options);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   LayerConfig get_config() const override;
 
  private:
+  bool max_;
   GlobalPoolingOptions options_;
 };
 class GlobalAveragePooling2D : public Layer {
  public:
   explicit GlobalAveragePooling2D(GlobalPoolingOptions options = {});
+};
+class GlobalMaxPooling2D : public Layer {
+ public:
+  explicit GlobalMaxPooling2D(GlobalPoolingOptions options = {});
 };
 
 // Zeros around the spatial dimensions: ((top, bottom), (left, right)).
@@ -148,6 +155,33 @@ class ZeroPadding2DImpl : public SingleInputLayerImpl {
 class ZeroPadding2D : public Layer {
  public:
   explicit ZeroPadding2D(std::array<Size2, 2> padding = {{{1, 1}, {1, 1}}}, std::string name = "");
+};
+
+struct ResizingOptions {
+  std::string interpolation = "bilinear";  // the one Lockstep has
+  bool crop_to_aspect_ratio = false;       // true is not implemented
+  bool pad_to_aspect_ratio = false;        // true is not implemented
+  std::string fill_mode = "constant";      // used only with pad_to_aspect_ratio
+  float fill_value = 0.0f;                 // used only with pad_to_aspect_ratio
+  bool antialias = false;                  // true is not implemented
+  std::string name{};
+};
+// Resizes images ([batch, h, w, c], or one image [h, w, c]) to height ×
+// width as tf.image.resize does (bilinear, half-pixel centres); the output
+// is float32 whatever the input's dtype (keras.layers.Resizing).
+class ResizingImpl : public SingleInputLayerImpl {
+ public:
+  ResizingImpl(std::int64_t height, std::int64_t width, ResizingOptions options);
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
+
+ private:
+  std::int64_t height_, width_;
+  ResizingOptions options_;
+};
+class Resizing : public Layer {
+ public:
+  Resizing(std::int64_t height, std::int64_t width, ResizingOptions options = {});
 };
 
 struct BatchNormalizationOptions {

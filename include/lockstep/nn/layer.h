@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "lockstep/autodiff/variable.h"
@@ -34,13 +35,20 @@
 
 namespace lockstep {
 
+class Layer;
+class KerasTensor;
+class LayerImpl;
+
 // Per-call flags that reach every layer (Keras's `training` argument).
 struct CallContext {
   bool training = false;
+  // Non-null: the layers that count as frozen in this call, whatever their
+  // trainable flag is now. Model::fit passes what was frozen at the first
+  // training step after compile: Keras traces its train step then and
+  // keeps it until the next compile, so changing `trainable` in between
+  // takes effect only on recompiling (issue #19, tested against Keras 3).
+  const std::unordered_set<const LayerImpl*>* frozen_layers = nullptr;
 };
-
-class Layer;
-class KerasTensor;
 
 class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
  public:
@@ -57,6 +65,13 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
   // A frozen layer's weights (and its sublayers') are neither trainable
   // weights nor updated; BatchNormalization also runs in inference mode.
   bool trainable() const { return trainable_; }
+  // Whether the layer trains in this call: its flag, or what the call's
+  // frozen_layers says (see CallContext).
+  bool trainable(const CallContext& ctx) const {
+    return ctx.frozen_layers ? !ctx.frozen_layers->contains(this) : trainable_;
+  }
+  // Sets the flag on this layer and every layer inside it, both ways (as
+  // Keras 3: unfreezing a model unfreezes each of its layers).
   virtual void set_trainable(bool trainable);
 
   // The layer's dtype policy (Keras's layer.dtype_policy): the global policy
@@ -89,6 +104,10 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
   std::vector<Variable> weights() const;
   std::vector<Variable> trainable_weights() const;
   std::vector<Variable> non_trainable_weights() const;
+  // The same two lists with each layer's trainable(ctx) in place of its
+  // flag (what compile fixed, for fit; see CallContext::frozen_layers).
+  std::vector<Variable> trainable_weights(const CallContext& ctx) const;
+  std::vector<Variable> non_trainable_weights(const CallContext& ctx) const;
   std::int64_t count_params() const;
   // This layer's own weights, without its sublayers', as Keras saves them:
   // those created trainable first, then the others, each in creation order
@@ -132,6 +151,8 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
     Regularizer regularizer{};
   };
   void collect(std::vector<const LayerImpl*>& out) const;
+  // Own weights of every layer, those that train (or do not) under `ctx`.
+  std::vector<Variable> weights_that_train(bool train, const CallContext& ctx) const;
 
   std::string class_name_;
   std::string name_;

@@ -75,9 +75,12 @@ class Activation : public Layer {
   explicit Activation(const std::string& activation, std::string name = "");
 };
 
+// keras.layers.ReLU: min(x, max_value) above `threshold`, negative_slope ·
+// (x − threshold) at or below it. ReLU({.max_value = 6}) is ReLU6.
 struct ReLUOptions {
-  float max_value = -1.0f;      // < 0: unbounded
-  float negative_slope = 0.0f;  // leaky slope below the threshold
+  std::optional<float> max_value{};  // none: unbounded
+  float negative_slope = 0.0f;       // leaky slope below the threshold
+  float threshold = 0.0f;
   std::string name{};
 };
 class ReLUImpl : public SingleInputLayerImpl {
@@ -181,6 +184,29 @@ class ConcatenateImpl : public LayerImpl {
 class Concatenate : public Layer {
  public:
   explicit Concatenate(int axis = -1, std::string name = "");
+};
+
+// ---- Rescaling -------------------------------------------------------------------
+struct RescalingOptions {
+  float offset = 0.0f;
+  std::string name{};
+};
+// x · scale + offset, inputs of any numeric dtype cast to float32 first
+// (keras.layers.Rescaling: Rescaling(1 / 127.5, {.offset = -1}) maps
+// [0, 255] to [−1, 1]).
+class RescalingImpl : public SingleInputLayerImpl {
+ public:
+  RescalingImpl(float scale, RescalingOptions options);
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
+
+ private:
+  float scale_;
+  RescalingOptions options_;
+};
+class Rescaling : public Layer {
+ public:
+  explicit Rescaling(float scale, RescalingOptions options = {});
 };
 
 // ---- Embedding ---------------------------------------------------------------------

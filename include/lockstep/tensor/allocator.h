@@ -30,7 +30,12 @@ class CachingAllocator {
     std::size_t bytes_cached = 0;  // rounded bytes idle in the cache
   };
 
-  // Bytes idle in the cache beyond which freed buffers go back to the system.
+  // Bytes idle in the cache beyond which freed buffers go back to the
+  // system — or the peak in use, if larger: the process's resident peak is
+  // that already, and a training step that needed it needs it again (with
+  // 2 GiB alone, MobileNetV2 at 224 × 224, batch 32 — 2.9 GB of
+  // activations — gave back and faulted in ~1 GB every step: a third of
+  // the step in the kernel; issue #19).
   static constexpr std::size_t kDefaultCacheLimit = std::size_t{2} << 30;
 
   CachingAllocator() = default;

@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -40,6 +41,15 @@ Tensor sqrt(const Tensor& x);
 Tensor square(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor relu(const Tensor& x);
+// Keras's relu with its arguments (keras.activations.relu): min(x,
+// max_value) above `threshold`, negative_slope · (x − threshold) at or below
+// it — one pass forward and one backward (ReLU6 is {.max_value = 6}).
+struct ReluOptions {
+  float negative_slope = 0.0f;     // >= 0
+  std::optional<float> max_value{};  // none: unbounded; >= 0
+  float threshold = 0.0f;          // >= 0
+};
+Tensor relu(const Tensor& x, const ReluOptions& options);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 // Values limited to [min_value, max_value]; the gradient passes inside.

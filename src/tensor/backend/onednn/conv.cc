@@ -347,18 +347,28 @@ void pool_backward(const PoolShape& s, const float* dy, const void* workspace, f
 
 namespace {
 
-using BnKey = std::tuple<std::int64_t, std::int64_t, float, int>;
+using BnKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, float, int>;
 
+// The data as 4-D channels-last {examples, channels, positions, 1}: oneDNN
+// 2.6 has JIT kernels for nhwc (bnorm_tbb_jit), while a 2-D "nc"
+// descriptor falls to its reference kernel (ncsp_bnorm): 932 ms forward on
+// [32, 112, 112, 96] before (issue #19), see tensor_bench
+// BM_BatchNorm_TrainingVsMemcpy for today's figures (docs/benchmarks.md).
 memory::desc bn_data(const BatchNormShape& s) {
-  return memory::desc(Dims{s.rows, s.channels}, memory::data_type::f32, memory::format_tag::nc);
+  return memory::desc(Dims{s.examples, s.channels, s.rows / s.examples, 1},
+                      memory::data_type::f32, memory::format_tag::nhwc);
 }
 
-dnnl::batch_normalization_forward::primitive_desc bn_pd(const BatchNormShape& s, bool training) {
-  auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
-  if (!training) flags = flags | dnnl::normalization_flags::use_global_stats;
+const auto kScaleShift =
+    dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+
+// Training's forward (the backward's hint), or normalisation by given
+// statistics.
+dnnl::batch_normalization_forward::primitive_desc bn_pd(const BatchNormShape& s, bool given_stats) {
   dnnl::batch_normalization_forward::desc d(
-      training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, bn_data(s),
-      s.epsilon, flags);
+      given_stats ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training,
+      bn_data(s), s.epsilon,
+      given_stats ? kScaleShift | dnnl::normalization_flags::use_global_stats : kScaleShift);
   return {d, engine()};
 }
 
@@ -370,7 +380,7 @@ memory vec(const BatchNormShape& s) {
 }  // namespace
 
 void batchnorm_forward(const BatchNormShape& s, const float* x, const float* gamma,
-                       const float* beta, float* y, float* mean, float* variance, bool training) {
+                       const float* beta, const float* mean, const float* variance, float* y) {
   struct Entry {
     dnnl::batch_normalization_forward prim;
     memory src, dst, scale, shift, mean, var;
@@ -378,10 +388,10 @@ void batchnorm_forward(const BatchNormShape& s, const float* x, const float* gam
   thread_local std::unordered_map<BnKey, Entry, TupleHash> cache;  // per thread: see onednn.cc
   KernelScope scope;
   guarded("batch_normalization", [&] {
-    const BnKey key{s.rows, s.channels, s.epsilon, training};
+    const BnKey key{s.examples, s.rows, s.channels, s.epsilon, 0};
     auto it = cache.find(key);
     if (it == cache.end()) {
-      auto pd = bn_pd(s, training);
+      auto pd = bn_pd(s, true);
       Entry e{dnnl::batch_normalization_forward(pd),
               memory(bn_data(s), engine(), DNNL_MEMORY_NONE),
               memory(bn_data(s), engine(), DNNL_MEMORY_NONE),
@@ -396,8 +406,8 @@ void batchnorm_forward(const BatchNormShape& s, const float* x, const float* gam
     e.dst.set_data_handle(y);
     e.scale.set_data_handle(mut(gamma));
     e.shift.set_data_handle(mut(beta));
-    e.mean.set_data_handle(mean);
-    e.var.set_data_handle(variance);
+    e.mean.set_data_handle(mut(mean));
+    e.var.set_data_handle(mut(variance));
     e.prim.execute(stream(), {{DNNL_ARG_SRC, e.src},
                               {DNNL_ARG_DST, e.dst},
                               {DNNL_ARG_SCALE, e.scale},
@@ -408,7 +418,7 @@ void batchnorm_forward(const BatchNormShape& s, const float* x, const float* gam
   });
 }
 
-void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
+void batchnorm_backward(const BatchNormShape& s, bool batch_stats, const float* x, const float* dy,
                         const float* gamma, const float* beta, const float* mean,
                         const float* variance, float* dx, float* dgamma, float* dbeta) {
   struct Entry {
@@ -418,13 +428,13 @@ void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy
   thread_local std::unordered_map<BnKey, Entry, TupleHash> cache;  // per thread: see onednn.cc
   KernelScope scope;
   guarded("batch_normalization backward", [&] {
-    const BnKey key{s.rows, s.channels, s.epsilon, 2};
+    const BnKey key{s.examples, s.rows, s.channels, s.epsilon, batch_stats ? 1 : 2};
     auto it = cache.find(key);
     if (it == cache.end()) {
-      auto hint = bn_pd(s, true);
+      auto hint = bn_pd(s, !batch_stats);
       dnnl::batch_normalization_backward::desc d(
           dnnl::prop_kind::backward, bn_data(s), bn_data(s), s.epsilon,
-          dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift);
+          batch_stats ? kScaleShift : kScaleShift | dnnl::normalization_flags::use_global_stats);
       dnnl::batch_normalization_backward::primitive_desc pd(d, engine(), hint);
       Entry e{dnnl::batch_normalization_backward(pd),
               memory(bn_data(s), engine(), DNNL_MEMORY_NONE),

@@ -72,17 +72,20 @@ void pool_forward(const PoolShape& s, const float* x, float* y, void* workspace)
 void pool_backward(const PoolShape& s, const float* dy, const void* workspace, float* dx);
 
 // Batch normalisation over the last dimension of [rows, channels] data
-// (rows = every position of every example). Training mode computes the
-// batch mean and (biased) variance into `mean` / `variance`; inference reads
-// them.
+// (rows = every position of every example; `examples` divides rows).
 struct BatchNormShape {
-  std::int64_t rows = 0, channels = 0;
+  std::int64_t examples = 1, rows = 0, channels = 0;
   float epsilon = 1e-3f;
 };
+// y = gamma · (x − mean) / sqrt(variance + epsilon) + beta per channel, with
+// the given statistics (the batch's in training: the op computes them).
 void batchnorm_forward(const BatchNormShape& s, const float* x, const float* gamma,
-                       const float* beta, float* y, float* mean, float* variance, bool training);
-// oneDNN 2.6 reads beta in backward too (it validates every declared argument).
-void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
+                       const float* beta, const float* mean, const float* variance, float* y);
+// dx, dgamma, dbeta. `batch_stats`: mean and variance were the batch's own
+// (training), so dx includes their dependence on x; otherwise they were
+// constants (inference, a frozen layer). oneDNN 2.6 reads beta too (it
+// validates every declared argument).
+void batchnorm_backward(const BatchNormShape& s, bool batch_stats, const float* x, const float* dy,
                         const float* gamma, const float* beta, const float* mean,
                         const float* variance, float* dx, float* dgamma, float* dbeta);
 
