@@ -194,9 +194,25 @@ History Model::Loops::fit_on_parameter_servers(Model& m, const ld::DatasetCreato
   }
   std::vector<std::int64_t> indices;
   for (const Variable& w : m.impl_->weights()) indices.push_back(strategy.variable_index(w));
+  // What the coordinator's copies hold now is what trains: weights loaded or
+  // assigned since the last pull (load_weights, load_model into the model)
+  // would otherwise be overwritten by the parameter servers' values.
+  s.strategy.extended().push_variables(m.impl_->weights());
   ld::ClusterCoordinator coordinator(strategy);
+  // The parameter servers build their optimizers from these settings; a
+  // callback that changes them during fit (LearningRateScheduler,
+  // ReduceLROnPlateau) would change the coordinator's optimizer alone.
+  const std::string compile_config = m.get_compile_config();
+  const auto check_settings_unchanged = [&](int epoch) {
+    LOCKSTEP_CHECK(m.get_compile_config() == compile_config, "fit: epoch ", epoch + 1,
+                   ": a callback changed the optimizer's settings (its learning rate?) during "
+                   "fit; under ParameterServerStrategy the parameter servers update with the "
+                   "settings fit started with, so the change would not reach them. Hint: give "
+                   "compile a LearningRateSchedule (it runs on the parameter servers), or call "
+                   "fit once per setting");
+  };
   std::vector<Tensor> build = {data::Element::string_tensor(model_json),
-                               data::Element::string_tensor(m.get_compile_config()),
+                               data::Element::string_tensor(compile_config),
                                Tensor::from_vector(indices),
                                data::Element::string_tensor(creator ? creator->dataset_fn : "")};
   if (creator) build.insert(build.end(), creator->arguments.begin(), creator->arguments.end());
@@ -235,6 +251,7 @@ History Model::Loops::fit_on_parameter_servers(Model& m, const ld::DatasetCreato
     at_epoch = epoch;
     m.reset_metrics();
     callbacks.each([&](Callback& cb) { cb.on_epoch_begin(epoch, {}); });
+    check_settings_unchanged(epoch);
     const std::string at = "fit: epoch " + std::to_string(epoch + 1) + ": ";
     std::vector<ld::RemoteValue> values;
     try {

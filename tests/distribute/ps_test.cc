@@ -141,6 +141,39 @@ TEST_F(PsJobTest, FitWithOneWorkerAndOnePsTrainsAndLogsAsOneDevice) {
   EXPECT_NE(slurp(chief.log).find("optimizer iterations 40"), std::string::npos);
 }
 
+// Weights changed on the coordinator before fit (as load_weights changes
+// them) are what trains: fit hands them to the parameter servers first.
+TEST_F(PsJobTest, WeightsChangedOnTheCoordinatorBeforeFitAreWhatTrains) {
+  const std::vector<std::string> args = {"--mode", "fit", "--epochs", "1", "--steps", "6",
+                                         "--scale-weights", "0.5"};
+  std::vector<std::string> ps_args = args;
+  ps_args.insert(ps_args.end(), {"--out", path("ps.bin")});
+  const Process chief = start_job(1, 1, ps_args, "fit");
+  ASSERT_EQ(wait_exit(chief), 0) << slurp(chief.log);
+  expect_servers_exit();
+  std::vector<std::string> ref_args = {PS_TRAIN_PATH};
+  ref_args.insert(ref_args.end(), args.begin(), args.end());
+  ref_args.insert(ref_args.end(), {"--out", path("ref.bin")});
+  const Process ref = spawn(ref_args, {{"OMP_NUM_THREADS", "1"}}, path("ref.log"));
+  ASSERT_EQ(wait_exit(ref), 0) << slurp(ref.log);
+  expect_close(read_weights(path("ps.bin")), read_weights(path("ref.bin")), 1e-5,
+               "fit from halved weights: 1 worker + 1 ps vs one device");
+}
+
+// A callback that changes the optimizer's settings during fit would change
+// the coordinator's optimizer alone: a clear error, not a silent no-op.
+TEST_F(PsJobTest, ALearningRateSchedulerCallbackIsRefusedWithAHint) {
+  const Process chief =
+      start_job(1, 1, {"--mode", "fit", "--epochs", "2", "--steps", "4", "--lr-scheduler", "1"},
+                "fit");
+  EXPECT_EQ(wait_exit(chief), 1) << slurp(chief.log);
+  const std::string log = slurp(chief.log);
+  EXPECT_NE(log.find("epoch 1: a callback changed the optimizer's settings"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("LearningRateSchedule"), std::string::npos) << log;
+  expect_servers_exit();
+}
+
 TEST_F(PsJobTest, TwoWorkersTrainAShardedKernelThatReadsAsOneTensor) {
   const Process chief = start_job(
       2, 2, {"--mode", "custom", "--steps", "60", "--partition", "3", "--out", path("ps.bin")},

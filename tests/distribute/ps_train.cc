@@ -16,7 +16,9 @@
 //           the weights to --out
 //   fit     Model::fit(DatasetCreator("batches")) for --epochs of --steps
 //           steps (compiled with --steps-per-execution), with --backup DIR a
-//           BackupAndRestore there; the weights to --out
+//           BackupAndRestore there, --scale-weights S every weight times S
+//           on the coordinator first, --lr-scheduler 1 a LearningRateScheduler
+//           halving the rate each epoch; the weights to --out
 //
 // A worker given --kill-at-call K kills itself (SIGKILL) at the start of its
 // K-th function call. Exit codes: 0 done, 1 a Lockstep error, 3 a
@@ -52,6 +54,8 @@ struct Args {
   std::int64_t steps_per_execution = 1;
   std::string backup;
   std::string restore, out_checkpoint;
+  double scale_weights = 1.0;  // fit: every weight times this before fit
+  bool lr_scheduler = false;   // fit: a LearningRateScheduler halving the rate each epoch
 };
 
 Args parse(int argc, char** argv) {
@@ -78,6 +82,10 @@ Args parse(int argc, char** argv) {
       a.backup = v;
     else if (k == "--restore")
       a.restore = v;
+    else if (k == "--scale-weights")
+      a.scale_weights = std::stod(v);
+    else if (k == "--lr-scheduler")
+      a.lr_scheduler = v == "1";
     else if (k == "--out-checkpoint")
       a.out_checkpoint = v;
     else {
@@ -177,11 +185,20 @@ void print_history(const History& h) {
   }
 }
 
+// --scale-weights: the model's weights changed on the coordinator (as
+// load_weights would change them) before fit.
+void scale_weights(Model& model, const Args& a) {
+  if (a.scale_weights == 1.0) return;
+  for (Variable& w : model.weights())
+    w.assign(mul(w.value(), Tensor::scalar(static_cast<float>(a.scale_weights))));
+}
+
 // The same steps on one device, in the order one worker takes them.
 int reference(const Args& a) {
   if (a.mode == "fit") {
     Model model = mlp();
     compile(model, a);
+    scale_weights(model, a);
     const History h = model.fit(batches({}), {.epochs = a.epochs, .verbose = 0,
                                               .steps_per_epoch = a.steps});
     print_history(h);
@@ -223,7 +240,11 @@ int coordinate(const Args& a) {
       auto scope = strategy.scope();
       compile(model, a);
     }
+    scale_weights(model, a);
     std::vector<std::shared_ptr<Callback>> callbacks;
+    if (a.lr_scheduler)
+      callbacks.push_back(std::make_shared<LearningRateScheduler>(
+          [](int, double lr) { return lr / 2; }));
     if (!a.backup.empty())
       callbacks.push_back(std::make_shared<BackupAndRestore>(
           BackupAndRestoreOptions{.backup_dir = a.backup, .delete_checkpoint = false}));
