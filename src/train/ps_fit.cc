@@ -207,9 +207,9 @@ History Model::Loops::fit_on_parameter_servers(Model& m, const ld::DatasetCreato
     LOCKSTEP_CHECK(m.get_compile_config() == compile_config, "fit: epoch ", epoch + 1,
                    ": a callback changed the optimizer's settings (its learning rate?) during "
                    "fit; under ParameterServerStrategy the parameter servers update with the "
-                   "settings fit started with, so the change would not reach them. Hint: give "
-                   "compile a LearningRateSchedule (it runs on the parameter servers), or call "
-                   "fit once per setting");
+                   "settings fit started with, so the change would not reach them. Hint: set the "
+                   "learning rate before fit and call fit once per setting (each fit hands the "
+                   "parameter servers its optimizer's settings)");
   };
   std::vector<Tensor> build = {data::Element::string_tensor(model_json),
                                data::Element::string_tensor(compile_config),
