@@ -52,7 +52,7 @@ asan: deps
 # for FUZZ_SECONDS from the seeds in fuzz/corpus/ (docs/reliability.md).
 fuzz: deps
 	@cmake --preset fuzz >/dev/null
-	@cmake --build --preset fuzz -j $(JOBS)
+	@cmake --build --preset fuzz -j $(JOBS) --target fuzz_targets
 	@fuzz/run.sh build/fuzz $(FUZZ_SECONDS)
 
 tsan: deps
