@@ -172,6 +172,20 @@ TEST_F(PsJobTest, ALearningRateSchedulerCallbackIsRefusedWithAHint) {
   expect_servers_exit();
 }
 
+// RunConfig(train_distribute=ParameterServerStrategy) is refused with a
+// hint, not run on the coordinator as if it were one device.
+TEST_F(PsJobTest, TheEstimatorRefusesParameterServerStrategyWithAHint) {
+  const Process chief = start_job(1, 1, {"--mode", "estimator", "--out", path("model_dir")},
+                                  "estimator");
+  EXPECT_EQ(wait_exit(chief), 0) << slurp(chief.log);
+  const std::string log = slurp(chief.log);
+  EXPECT_NE(log.find("refused: Estimator: RunConfig's train_distribute is a "
+                     "ParameterServerStrategy"),
+            std::string::npos)
+      << log;
+  expect_servers_exit();
+}
+
 TEST_F(PsJobTest, TwoWorkersTrainAShardedKernelThatReadsAsOneTensor) {
   const Process chief = start_job(
       2, 2, {"--mode", "custom", "--steps", "60", "--partition", "3", "--out", path("ps.bin")},

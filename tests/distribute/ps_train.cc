@@ -14,6 +14,8 @@
 //           Checkpoint::save(--out-checkpoint) from them, then --steps of fit
 //           and a save to --out-checkpoint's name with "trained-" in front,
 //           the weights to --out
+//   estimator  a LinearRegressor given the strategy as train_distribute;
+//           prints "refused: <message>" when it refuses
 //   fit     Model::fit(DatasetCreator("batches")) for --epochs of --steps
 //           steps (compiled with --steps-per-execution), with --backup DIR a
 //           BackupAndRestore there, --scale-weights S every weight times S
@@ -234,6 +236,27 @@ int coordinate(const Args& a) {
     Checkpoint(model).save((out.parent_path() / ("trained-" + out.filename().string())).string());
     testing_support::write_weights(model.weights(), a.out);
     return 0;
+  }
+  if (a.mode == "estimator") {
+    try {
+      estimator::LinearRegressor(
+          {.feature_columns = {feature_column::numeric_column("x")},
+           .config = {.model_dir = a.out, .train_distribute = strategy}})
+          .train(
+              [] {
+                return data::Dataset::from_tensors(
+                           estimator::features_and_labels({{"x", Tensor::from_vector<float>({1.f})}},
+                                                          Tensor::from_vector<float>({1.f})))
+                    .repeat(10)
+                    .batch(10);
+              },
+              {.steps = 1});
+    } catch (const ValueError& e) {
+      std::printf("refused: %s\n", e.what());
+      return 0;
+    }
+    std::printf("trained\n");
+    return 2;
   }
   if (a.mode == "fit") {
     {

@@ -58,6 +58,13 @@ struct Estimator::Impl {
   // The strategy the model lives under: train_distribute, else
   // eval_distribute, else the default (one replica on the calling thread).
   Strategy model_strategy() const {
+    for (const auto* given : {&config.train_distribute, &config.eval_distribute})
+      LOCKSTEP_CHECK(!*given || !(*given)->extended().uses_parameter_servers(),
+                     "Estimator: RunConfig's ", given == &config.train_distribute ? "train" : "eval",
+                     "_distribute is a ParameterServerStrategy, which the Estimator does not "
+                     "support yet (its steps run on the calling process). Hint: train the model "
+                     "with Model::fit or ClusterCoordinator under that strategy, or give the "
+                     "Estimator a MirroredStrategy or MultiWorkerMirroredStrategy");
     if (config.train_distribute) return *config.train_distribute;
     if (config.eval_distribute) return *config.eval_distribute;
     return Strategy();
