@@ -158,6 +158,15 @@ TEST_F(PsJobTest, WeightsChangedOnTheCoordinatorBeforeFitAreWhatTrains) {
   fit_beside_one_device(args, "fit from halved weights: 1 worker + 1 ps");
 }
 
+// BatchNormalization's moving statistics, which a step assigns rather than
+// trains, reach the parameter servers after each step: with one worker the
+// pulled statistics are the one-device run's (they are among the weights
+// compared).
+TEST_F(PsJobTest, MovingStatisticsAWorkerAssignsReachTheParameterServers) {
+  fit_beside_one_device({"--mode", "fit", "--epochs", "1", "--steps", "6", "--batch-norm", "1"},
+                        "fit with BatchNormalization: 1 worker + 1 ps");
+}
+
 // A callback that changes the optimizer's settings during fit would change
 // the coordinator's optimizer alone: a clear error, not a silent no-op.
 TEST_F(PsJobTest, ALearningRateSchedulerCallbackIsRefusedWithAHint) {

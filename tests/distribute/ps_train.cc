@@ -22,6 +22,9 @@
 //           on the coordinator first, --lr-scheduler 1 a LearningRateScheduler
 //           halving the rate each epoch; the weights to --out
 //
+// --batch-norm 1 puts a BatchNormalization after the hidden layer (every
+// mode, every task).
+//
 // A worker given --kill-at-call K kills itself (SIGKILL) at the start of its
 // K-th function call. Exit codes: 0 done, 1 a Lockstep error, 3 a
 // DistributedError (4: UnavailableError).
@@ -60,6 +63,8 @@ struct Args {
   bool lr_scheduler = false;   // fit: a LearningRateScheduler halving the rate each epoch
 };
 
+bool g_batch_norm = false;  // --batch-norm 1: a BatchNormalization after the hidden layer
+
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -88,6 +93,8 @@ Args parse(int argc, char** argv) {
       a.scale_weights = std::stod(v);
     else if (k == "--lr-scheduler")
       a.lr_scheduler = v == "1";
+    else if (k == "--batch-norm")
+      g_batch_norm = v == "1";
     else if (k == "--out-checkpoint")
       a.out_checkpoint = v;
     else {
@@ -104,6 +111,7 @@ Model mlp() {
   set_random_seed(7);
   auto in = Input({20});
   auto h = layers::Dense(32, {.activation = "relu"})(in);
+  if (g_batch_norm) h = layers::BatchNormalization()(h);
   return Model(in, layers::Dense(4)(h));
 }
 
