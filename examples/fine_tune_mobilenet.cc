@@ -7,7 +7,8 @@
 //      the other task — the ten classes, on the test split's images, which
 //      the fine-tuning never sees — and saved as .keras (skipped when the
 //      file exists). Its BatchNormalization momentum is 0.9 while it
-//      pretrains (with_momentum says why); fine-tuning uses Keras's 0.999.
+//      pretrains (set_batch_norm_momentum says why); fine-tuning uses
+//      Keras's 0.999.
 //   3. The report's fine-tuning: the base loaded from that file, the head
 //      GlobalAveragePooling2D -> Dense(512, relu) -> Dropout(0.5) -> Dense(1),
 //      BinaryCrossentropy(from_logits), the ramp-up schedule through
@@ -31,7 +32,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "lockstep/lockstep.h"
 
@@ -52,7 +57,7 @@ struct Flags {
   bool prefetch = true;
 };
 
-bool parse(int argc, char** argv, Flags& f) {
+bool parse_flags(int argc, char** argv, Flags& f) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--no-prefetch") {
@@ -61,20 +66,39 @@ bool parse(int argc, char** argv, Flags& f) {
     }
     if (i + 1 >= argc) return false;
     const std::string value = argv[++i];
-    if (flag == "--dir") f.dir = value;
-    else if (flag == "--images") f.images = std::stoll(value);
-    else if (flag == "--pretrain-images") f.pretrain_images = std::stoll(value);
-    else if (flag == "--pretrain-epochs") f.pretrain_epochs = std::stoi(value);
-    else if (flag == "--pretrain-steps") f.pretrain_steps = std::stoll(value);
-    else if (flag == "--epochs") f.epochs = std::stoi(value);
-    else if (flag == "--steps-per-epoch") f.steps_per_epoch = std::stoll(value);
-    else if (flag == "--validation-steps") f.validation_steps = std::stoll(value);
-    else if (flag == "--batch-per-replica") f.batch_per_replica = std::stoll(value);
+    if (flag == "--dir")
+      f.dir = value;
+    else if (flag == "--images")
+      f.images = std::stoll(value);
+    else if (flag == "--pretrain-images")
+      f.pretrain_images = std::stoll(value);
+    else if (flag == "--pretrain-epochs")
+      f.pretrain_epochs = std::stoi(value);
+    else if (flag == "--pretrain-steps")
+      f.pretrain_steps = std::stoll(value);
+    else if (flag == "--epochs")
+      f.epochs = std::stoi(value);
+    else if (flag == "--steps-per-epoch")
+      f.steps_per_epoch = std::stoll(value);
+    else if (flag == "--validation-steps")
+      f.validation_steps = std::stoll(value);
+    else if (flag == "--batch-per-replica")
+      f.batch_per_replica = std::stoll(value);
     else if (flag == "--variant" && (value == "frozen" || value == "unfrozen" || value == "both"))
       f.variant = value;
-    else return false;
+    else
+      return false;
   }
   return true;
+}
+
+// False on an unknown flag, a missing value or a number that does not parse.
+bool parse(int argc, char** argv, Flags& f) {
+  try {
+    return parse_flags(argc, argv, f);
+  } catch (const std::exception&) {  // std::stoll's
+    return false;
+  }
 }
 
 constexpr std::int64_t kSize = 96;  // IMAGE_SIZE = [96, 96]
@@ -96,23 +120,18 @@ ls::data::Element to_mobilenet_input(const ls::data::Element& e) {
   return {ls::applications::mobilenet_v2::preprocess_input(x), e[1]};
 }
 
-// The model with every BatchNormalization's momentum set to `momentum`
-// (fresh weights): Keras's from_config of an edited get_config. Keras's
-// MobileNetV2 uses 0.999, which keeps 80% of the initial moving statistics
-// (mean 0, variance 1) after the 225 steps pretraining takes here: the
-// base is then useless in inference mode (val_accuracy 0.09, chance, in
-// this example's first run) — frozen, or when validating. With 0.9 the
-// moving statistics follow the last few dozen batches.
-ls::Model with_momentum(const ls::Model& model, const std::string& momentum) {
-  const std::string keras = "\"momentum\":0.9990000128746033";  // 0.999f as Keras's JSON holds it
-  std::string json = model.to_json();
-  int replaced = 0;
-  for (auto at = json.find(keras); at != std::string::npos; at = json.find(keras, at)) {
-    json.replace(at, keras.size(), "\"momentum\":" + momentum);
-    ++replaced;
+// Keras's `for layer in base.layers: layer.momentum = 0.9` over the
+// BatchNormalization layers. MobileNetV2 uses 0.999, which keeps 80% of the
+// initial moving statistics (mean 0, variance 1) after the 225 steps
+// pretraining takes here: the base is then useless in inference mode
+// (val_accuracy 0.09, chance, when this example pretrained with it) —
+// frozen, or when validating. With 0.9 the moving statistics follow the
+// last few dozen batches.
+void set_batch_norm_momentum(const ls::Model& model, float momentum) {
+  for (const ls::Layer& layer : model.layers()) {
+    if (auto* bn = dynamic_cast<ls::layers::BatchNormalizationImpl*>(layer.impl().get()))
+      bn->set_momentum(momentum);
   }
-  if (replaced == 0) throw ls::ValueError("with_momentum: no BatchNormalization momentum of 0.999");
-  return ls::model_from_json(json);
 }
 
 // Step 2: the base, trained with a ten-class head on the test split's
@@ -125,14 +144,13 @@ void pretrain_base(const Flags& f, ls::distribute::Strategy& strategy, const std
   const std::int64_t n_val = std::max<std::int64_t>(1, n / 5);
   const std::int64_t batch = f.batch_per_replica * strategy.num_replicas_in_sync();
   using ls::data::Dataset;
-  const Dataset train_ds =
-      Dataset::from_tensor_slices({test.first.view_rows(0, n - n_val),
-                                   test.second.view_rows(0, n - n_val)})
-          .shuffle(1024, {.seed = 7})
-          .repeat()
-          .batch(batch)
-          .map(to_mobilenet_input, {.num_parallel_calls = ls::data::kAutotune})
-          .prefetch(ls::data::kAutotune);
+  const Dataset train_ds = Dataset::from_tensor_slices({test.first.view_rows(0, n - n_val),
+                                                        test.second.view_rows(0, n - n_val)})
+                               .shuffle(1024, {.seed = 7})
+                               .repeat()
+                               .batch(batch)
+                               .map(to_mobilenet_input, {.num_parallel_calls = ls::data::kAutotune})
+                               .prefetch(ls::data::kAutotune);
   const Dataset val_ds = Dataset::from_tensor_slices({test.first.view_rows(n - n_val, n),
                                                       test.second.view_rows(n - n_val, n)})
                              .batch(batch)
@@ -140,7 +158,8 @@ void pretrain_base(const Flags& f, ls::distribute::Strategy& strategy, const std
   ls::Model base, model;
   {
     auto scope = strategy.scope();
-    base = with_momentum(ls::applications::MobileNetV2(base_options("")), "0.9");
+    base = ls::applications::MobileNetV2(base_options(""));
+    set_batch_norm_momentum(base, 0.9f);
     auto inputs = ls::Input({kSize, kSize, 3});
     auto x = ls::layers::GlobalAveragePooling2D()(base(inputs));
     model = ls::Model(inputs, ls::layers::Dense(10)(x));
@@ -192,7 +211,8 @@ double fine_tune(const Flags& f, ls::distribute::Strategy& strategy, const std::
   auto preprocess = [](const ls::data::Element& e) -> ls::data::Element {
     return {ls::applications::mobilenet_v2::preprocess_input(e[0]), e[1]};
   };
-  ls::data::Dataset training_dataset = train.shuffle(1024).repeat().batch(batch_size).map(preprocess);
+  ls::data::Dataset training_dataset =
+      train.shuffle(1024).repeat().batch(batch_size).map(preprocess);
   // Repeated: fit's validation takes validation_steps batches each epoch
   // from one iterator that continues across epochs, as Keras's does.
   ls::data::Dataset validation_dataset = val.repeat().batch(batch_size).map(preprocess);
@@ -273,7 +293,8 @@ int main(int argc, char** argv) {
     }
 
     // Step 2: the pretrained base.
-    const std::string base_path = (fs::path(f.dir) / "mobilenet_v2_0.35_96_fashion10.keras").string();
+    const std::string base_path =
+        (fs::path(f.dir) / "mobilenet_v2_0.35_96_fashion10.keras").string();
     if (fs::exists(base_path)) {
       std::printf("Reusing the pretrained base %s\n", base_path.c_str());
     } else {
