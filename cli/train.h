@@ -10,7 +10,8 @@
 namespace lockstep::cli {
 
 struct TrainArgs {
-  // mlp | cnn | a model JSON file (Model::to_json) | a Keras file (.keras, .h5)
+  // mlp | cnn | mobilenet_v2 | a model JSON file (Model::to_json) | a Keras
+  // file (.keras, .h5)
   std::string model = "mlp";
   std::string devices;                // LOCKSTEP_CPU_DEVICES syntax; empty: the default devices
   // mirrored | multi-worker | parameter-server | one-device | default
@@ -31,6 +32,10 @@ struct TrainArgs {
   int verbose = 1;
   std::uint64_t seed = 1337;
   std::int64_t steps_per_epoch = 0;  // 0: the whole training set
+  // Validation batches per epoch (Keras's validation_steps) and test batches
+  // evaluated at the end; 0: all.
+  std::int64_t validation_steps = 0;
+  std::int64_t test_steps = 0;
   // Fault tolerance: backups in <dir>/backup (resumed from automatically),
   // the trained model saved as <dir>/model.safetensors.
   std::string checkpoint_dir;

@@ -316,6 +316,12 @@ Tensor BatchNormalizationImpl::call(const Tensor& input, const CallContext& ctx)
   return out(r.y);
 }
 
+void BatchNormalizationImpl::set_momentum(float momentum) {
+  LOCKSTEP_CHECK(momentum >= 0 && momentum <= 1, "BatchNormalization '", name(),
+                 "': momentum must be in [0, 1], got ", momentum);
+  options_.momentum = momentum;
+}
+
 LayerConfig BatchNormalizationImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
   c.set("momentum", static_cast<double>(options_.momentum));

@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -25,14 +26,26 @@ namespace fs = std::filesystem;
 // the files.
 bool writes_files(const Model* m) { return m->distribute_strategy().is_chief(); }
 
-// Python's str(float): the shortest text that reads back as the same double.
+// Python's str(float): the shortest digits that read back as the same
+// double, in scientific notation when the decimal exponent is below -4 or
+// at least 16 (1e-05, 1e+16), else positional (0.0001, 123.0) — not
+// whichever is shorter, as std::to_chars picks.
 std::string python_float(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::scientific);
+  const std::string scientific(buf, end);  // "-1.5e-05"
+  const std::size_t e = scientific.find('e');
+  const int exponent = std::stoi(scientific.substr(e + 1));
+  if (exponent < -4 || exponent >= 16) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%se%+03d", scientific.substr(0, e).c_str(), exponent);
+    return text;
+  }
+  end = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::fixed).ptr;
   std::string s(buf, end);
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  if (s.find('.') == std::string::npos) s += ".0";
   return s;
 }
 

@@ -333,6 +333,25 @@ TEST(FineTuning, CompileFixesWhatIsTrainableUntilTheNextCompile) {
   EXPECT_EQ(moved(), steps[4].at("changed")) << steps[4].at("step");
 }
 
+// Keras's `layer.momentum = 0.25` (examples/fine_tune_mobilenet.cc lowers
+// MobileNetV2's 0.999 so that a briefly pretrained base has usable moving
+// statistics): the next training call moves the moving mean from 0 by
+// (1 - 0.25) of the way to the batch mean, 3, and the variance from 1 to
+// the batch's, 6.5; get_config says 0.25.
+TEST(FineTuning, BatchNormalizationMomentumSetOnTheLayerDrivesTheMovingAverages) {
+  layers::BatchNormalization bn;
+  const Tensor x = Tensor::from_vector<float>({0, 1, 5, 6}, {4, 1});  // mean 3, variance 6.5
+  (void)bn(x);                                                        // builds; inference
+  bn->set_momentum(0.25f);
+  EXPECT_EQ(bn->momentum(), 0.25f);
+  (void)bn(x, {.training = true});
+  EXPECT_NEAR(bn->moving_mean().value().to_vector<float>()[0], 0.75f * 3.0f, 1e-6);
+  EXPECT_NEAR(bn->moving_variance().value().to_vector<float>()[0], 0.25f + 0.75f * 6.5f, 1e-5);
+  EXPECT_EQ(bn->get_config().get<double>("momentum"), 0.25);
+  const std::string bad = message_of([&] { bn->set_momentum(1.5f); });
+  EXPECT_NE(bad.find("momentum must be in [0, 1], got 1.5"), std::string::npos) << bad;
+}
+
 TEST(FineTuning, FreezingTheFirst100LayersOfMobileNetV2) {
   const json& want = finetune().at("partial_freeze");
   clear_session();

@@ -132,6 +132,48 @@ TEST(CSVLogger, WritesKerasRowsWithSortedKeysAndAppends) {
   EXPECT_EQ(text, "epoch,accuracy,loss\r\n0,0.25,0.5\r\n1,1.0,0.125\r\n0;0.75;0.1\r\n");
 }
 
+// Python's str(float), as Keras's csv rows have them (the expected texts
+// are Python's repr of the same doubles): scientific below 1e-4 and from
+// 1e16 on, positional between — 0.0001 is not 1e-04.
+TEST(CSVLogger, WritesFloatsAsPythonsStr) {
+  const fs::path file =
+      fs::temp_directory_path() / ("lockstep_csv_floats_" + std::to_string(::getpid()));
+  {
+    Model m = small_model();
+    CSVLogger logger(file.string());
+    feed(logger, m,
+         {{{"a", 1e-05}, {"b", 2.8000000000000003e-05}, {"c", 0.0001}, {"d", -0.00012}},
+          {{"a", 3.0}, {"b", 1e16}, {"c", 1.5e16}, {"d", 1e15}}});
+  }
+  std::ifstream in(file, std::ios::binary);
+  const std::string text{std::istreambuf_iterator<char>(in), {}};
+  fs::remove(file);
+  EXPECT_EQ(text,
+            "epoch,a,b,c,d\r\n0,1e-05,2.8000000000000003e-05,0.0001,-0.00012\r\n"
+            "1,3.0,1e+16,1.5e+16,1000000000000000.0\r\n");
+}
+
+// Keras's line, the rate as Python prints it (Keras 3.15 printed "Epoch 6:
+// LearningRateScheduler setting learning rate to 0.0001." for the ramp-up
+// of examples/fine_tune_mobilenet.cc).
+TEST(LearningRateScheduler, VerbosePrintsKerasLineWithPythonsFloat) {
+  Model m = small_model();
+  auto [x, y] = testing_support::blobs(16, 1);
+  const std::vector<double> rates{1e-05, 2.8000000000000003e-05, 0.0001};
+  testing::internal::CaptureStdout();
+  m.fit(x, y,
+        {.batch_size = 16,
+         .epochs = 3,
+         .verbose = 0,
+         .callbacks = {std::make_shared<LearningRateScheduler>(
+             [&](int epoch, double) { return rates.at(static_cast<std::size_t>(epoch)); },
+             /*verbose=*/1)}});
+  EXPECT_EQ(testing::internal::GetCapturedStdout(),
+            "\nEpoch 1: LearningRateScheduler setting learning rate to 1e-05.\n"
+            "\nEpoch 2: LearningRateScheduler setting learning rate to 2.8000000000000003e-05.\n"
+            "\nEpoch 3: LearningRateScheduler setting learning rate to 0.0001.\n");
+}
+
 TEST(TerminateOnNaN, StopsFitAtTheFirstNonFiniteLoss) {
   Model m = small_model();
   auto [x, y] = testing_support::blobs(64, 1);

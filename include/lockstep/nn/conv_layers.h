@@ -208,6 +208,11 @@ class BatchNormalizationImpl : public SingleInputLayerImpl {
   const Variable& beta() const { return beta_; }
   const Variable& moving_mean() const { return moving_mean_; }
   const Variable& moving_variance() const { return moving_variance_; }
+  // Keras's `layer.momentum = 0.9`: the moving averages' momentum from the
+  // next training call on, and in get_config (a ValueError outside [0, 1]).
+  // Not while a step runs.
+  float momentum() const { return options_.momentum; }
+  void set_momentum(float momentum);
 
  private:
   BatchNormalizationOptions options_;
