@@ -247,8 +247,8 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       ->capture_default_str();
   train
       ->add_option("--max-shards", a.max_shards,
-                   "parameter-server: split variables of 512 KiB and more into up to N shards "
-                   "over the ps tasks (MinSizePartitioner: shards of at least 256 KiB)")
+                   "parameter-server: split variables over 256 KiB into up to N shards over the "
+                   "ps tasks (MinSizePartitioner: ceil(bytes / 256 KiB) shards, at most N)")
       ->check(at_least(1));
   train
       ->add_option("--local-replicas", a.local_replicas,

@@ -173,8 +173,9 @@ class ClusterCoordinator {
   // The registered dataset function `name`, built on every worker.
   PerWorkerDataset create_per_worker_dataset(const std::string& name,
                                              std::vector<Tensor> arguments = {});
-  // Runs the registered function `name` once on every worker now and again
-  // whenever a worker rejoins (for what a worker builds once: a model).
+  // Runs the registered function `name` on every worker before that
+  // worker's next function, and again whenever a worker rejoins (for what a
+  // worker builds once: a model).
   void create_per_worker_resource(const std::string& name, std::vector<Tensor> arguments = {});
 
   CoordinatorStats stats() const;
@@ -245,7 +246,7 @@ class WorkerContext {
 
 struct ServerOptions {
   std::string job_token{};  // empty: LOCKSTEP_JOB_TOKEN
-  int threads = 4;          // calls a parameter server serves at once
+  int threads = 4;          // a worker's pool for its calls (a ps task answers on gRPC's threads)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // a worker's calls to ps tasks
 };
 

@@ -4,7 +4,7 @@
 // several parameter servers.
 //
 //   ls::distribute::ParameterServerStrategy strategy(
-//       resolver, {.variable_partitioner = ls::distribute::FixedShardsPartitioner(2)});
+//       {.variable_partitioner = ls::distribute::FixedShardsPartitioner(2)});
 //
 // A partitioner returns one count per axis, as TensorFlow's: the first is
 // the number of shards, every other is 1 (only the first axis splits). The
