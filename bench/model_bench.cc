@@ -215,8 +215,7 @@ struct Primitives {
   std::int64_t batch = 0, features = 0, classes = 0;
 };
 
-std::int64_t same_padding(std::int64_t in, std::int64_t k, std::int64_t stride,
-                          std::int64_t& out) {
+std::int64_t same_padding(std::int64_t in, std::int64_t k, std::int64_t stride, std::int64_t& out) {
   out = (in + stride - 1) / stride;
   return std::max<std::int64_t>((out - 1) * stride + k - in, 0);
 }
@@ -293,9 +292,8 @@ void BM_Floor_MobileNetV2Primitives(benchmark::State& state) {
       if (!c.first)
         timed((kind + " backward data").c_str(),
               [&] { dnn::conv2d_backward_data(c.shape, y.data(), w.data(), dx.data()); });
-      timed((kind + " backward weights").c_str(), [&] {
-        dnn::conv2d_backward_weights(c.shape, x.data(), y.data(), dw.data(), nullptr);
-      });
+      timed((kind + " backward weights").c_str(),
+            [&] { dnn::conv2d_backward_weights(c.shape, x.data(), y.data(), dw.data(), nullptr); });
     }
     float* gamma = stats.data();
     float* beta = gamma + 1280 * 2;

@@ -33,10 +33,10 @@ double seconds_since(Clock::time_point t) {
 }
 
 void register_functions() {
-  ld::register_dataset_function("synthetic", [](const ld::InputContext&,
-                                                 const std::vector<Tensor>& args) {
-    return bench::synthetic_batches(args.at(0).item<std::int64_t>());
-  });
+  ld::register_dataset_function("synthetic",
+                                [](const ld::InputContext&, const std::vector<Tensor>& args) {
+                                  return bench::synthetic_batches(args.at(0).item<std::int64_t>());
+                                });
   ld::register_worker_function("noop", [](ld::WorkerContext&) { return std::vector<Tensor>{}; });
   ld::register_worker_function("apply", [](ld::WorkerContext& ctx) {
     struct Big {
@@ -47,8 +47,8 @@ void register_functions() {
     auto big = ctx.resource<Big>("big");
     if (!big) {
       const Shape shape = ctx.coordinator_variables().at(0).second;
-      big = std::make_shared<Big>(Big{Variable(Tensor::zeros(shape)), optimizers::Adam(),
-                                      Tensor::full(shape, 0.001)});
+      big = std::make_shared<Big>(
+          Big{Variable(Tensor::zeros(shape)), optimizers::Adam(), Tensor::full(shape, 0.001)});
       ctx.bind_variables({big->v});
       ctx.set_resource("big", big);
     }
@@ -64,8 +64,8 @@ int mlp(std::int64_t batch, std::int64_t steps) {
     auto scope = strategy.scope();
     model = bench::seed_mlp();
   }
-  const ld::DatasetCreator input{"synthetic", {Tensor::from_vector(std::vector<std::int64_t>{batch},
-                                                                   Shape{})}};
+  const ld::DatasetCreator input{"synthetic",
+                                 {Tensor::from_vector(std::vector<std::int64_t>{batch}, Shape{})}};
   model.fit(input, {.epochs = 1, .verbose = 0, .steps_per_epoch = 30});  // warm-up
   const auto start = Clock::now();
   const History h = model.fit(input, {.epochs = 1, .verbose = 0, .steps_per_epoch = steps});
@@ -110,8 +110,8 @@ int apply(std::int64_t mib, int n) {
   const ld::ParameterServerStats after = strategy.stats();
   const double bytes = static_cast<double>(after.bytes_applied - before.bytes_applied);
   std::printf("ps apply %lld MiB: %.2f GB/s in the update on the ps, %.2f GB/s end to end\n",
-              static_cast<long long>(mib), bytes / (after.apply_seconds - before.apply_seconds) / 1e9,
-              bytes / wall / 1e9);
+              static_cast<long long>(mib),
+              bytes / (after.apply_seconds - before.apply_seconds) / 1e9, bytes / wall / 1e9);
   return 0;
 }
 

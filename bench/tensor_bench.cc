@@ -206,11 +206,10 @@ void BM_BatchNorm_TrainingVsMemcpy(benchmark::State& state) {
   const ls::backend::onednn::BatchNormShape s{
       .examples = shape[0], .rows = rows, .channels = c, .epsilon = 1e-3f};
   auto backward = [&](const ls::BatchNormResult& r) {
-    ls::backend::onednn::batchnorm_backward(s, true, x.data<float>(), dy.data<float>(),
-                                            gamma.data<float>(), beta.data<float>(),
-                                            r.mean.data<float>(), r.variance.data<float>(),
-                                            dx.data<float>(), dgamma.data<float>(),
-                                            dbeta.data<float>());
+    ls::backend::onednn::batchnorm_backward(
+        s, true, x.data<float>(), dy.data<float>(), gamma.data<float>(), beta.data<float>(),
+        r.mean.data<float>(), r.variance.data<float>(), dx.data<float>(), dgamma.data<float>(),
+        dbeta.data<float>());
   };
   {  // Validate channel 0's statistics and dbeta against float64 sums.
     const ls::BatchNormResult r = ls::batch_norm_training(x, gamma, beta, 1e-3f);

@@ -138,9 +138,9 @@ void mobilenet(const Args& args) {
   const ls::Tensor x =
       ls::random::uniform({args.batch, args.size, args.size, 3}, {.minval = -1, .seed = args.seed});
   std::vector<std::int64_t> labels(static_cast<std::size_t>(args.batch));
-  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i * 37 % 1000);
-  const auto data =
-      ls::data::Dataset::from_tensors({x, ls::Tensor::from_vector(labels)}).repeat();
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    labels[i] = static_cast<std::int64_t>(i * 37 % 1000);
+  const auto data = ls::data::Dataset::from_tensors({x, ls::Tensor::from_vector(labels)}).repeat();
   const dist::Strategy strategy = make_strategy(args.mode);
   ls::Model model;
   {

@@ -104,7 +104,8 @@ distribute::Strategy make_strategy(const TrainArgs& a) {
     distribute::ParameterServerStrategyOptions o;
     if (a.max_shards > 1)
       o.variable_partitioner = distribute::MinSizePartitioner({.max_shards = a.max_shards});
-    o.function_timeout = std::chrono::milliseconds(static_cast<long long>(a.timeout_seconds * 1000));
+    o.function_timeout =
+        std::chrono::milliseconds(static_cast<long long>(a.timeout_seconds * 1000));
     return distribute::ParameterServerStrategy(o);
   }
   if (name == "mirrored") return distribute::MirroredStrategy();
@@ -242,8 +243,8 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   train
       ->add_option("--strategy", a.strategy,
                    "mirrored, multi-worker, parameter-server, one-device or default")
-      ->check(CLI::IsMember({"mirrored", "multi-worker", "parameter-server", "one-device",
-                             "default"}))
+      ->check(
+          CLI::IsMember({"mirrored", "multi-worker", "parameter-server", "one-device", "default"}))
       ->capture_default_str();
   train
       ->add_option("--max-shards", a.max_shards,
@@ -508,9 +509,8 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
   if (on_parameter_servers) {
     // Each worker builds its own shuffled, repeated share of the training
     // images (register_training_data); an epoch is a pass's worth of steps.
-    const std::int64_t per_epoch = a.steps_per_epoch > 0
-                                       ? a.steps_per_epoch
-                                       : (n - n_val + a.batch_size - 1) / a.batch_size;
+    const std::int64_t per_epoch =
+        a.steps_per_epoch > 0 ? a.steps_per_epoch : (n - n_val + a.batch_size - 1) / a.batch_size;
     model.fit(distribute::DatasetCreator{kTrainingData,
                                          {Tensor::from_vector(std::vector<std::int64_t>{
                                               a.batch_size, static_cast<std::int64_t>(a.seed)}),
@@ -523,10 +523,11 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
                .validation_steps = a.validation_steps});
     const distribute::ParameterServerStats stats =
         distribute::ParameterServerStrategy(strategy).stats();
-    std::printf("parameter servers: %lld optimizer steps, %lld variable updates, mean staleness "
-                "%.2f (max %lld)\n",
-                static_cast<long long>(stats.iterations), static_cast<long long>(stats.updates),
-                stats.mean_staleness, static_cast<long long>(stats.max_staleness));
+    std::printf(
+        "parameter servers: %lld optimizer steps, %lld variable updates, mean staleness "
+        "%.2f (max %lld)\n",
+        static_cast<long long>(stats.iterations), static_cast<long long>(stats.updates),
+        stats.mean_staleness, static_cast<long long>(stats.max_staleness));
   } else {
     model.fit(train_ds, {.epochs = a.epochs,
                          .verbose = a.verbose,
@@ -597,23 +598,22 @@ int run_train(const TrainArgs& a) {
 
 void register_training_data(const std::string& data_dir) {
   // Arguments: the batch size and the seed, then the model's input shape.
-  distribute::register_dataset_function(
-      kTrainingData, [data_dir](const distribute::InputContext& ctx,
-                                const std::vector<Tensor>& args) {
-        LOCKSTEP_CHECK(args.size() == 2, kTrainingData, ": expected 2 arguments, got ",
-                       args.size());
-        const std::vector<std::int64_t> settings = args[0].to_vector<std::int64_t>();
-        const Shape sample(args[1].to_vector<std::int64_t>());
-        const auto [x, y] = training_part(data_dir, sample);
-        const ld::Dataset rows =
-            ld::Dataset::from_tensor_slices({x, y})
-                .shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
-                .shuffle(x.dim(0), {.seed = static_cast<std::uint64_t>(settings.at(1)) +
-                                            static_cast<std::uint64_t>(ctx.input_pipeline_id)})
-                .repeat();
-        return batched(rows, settings.at(0), sample, resized_in_pipeline(x, sample))
-            .prefetch(ld::kAutotune);
-      });
+  distribute::register_dataset_function(kTrainingData, [data_dir](
+                                                           const distribute::InputContext& ctx,
+                                                           const std::vector<Tensor>& args) {
+    LOCKSTEP_CHECK(args.size() == 2, kTrainingData, ": expected 2 arguments, got ", args.size());
+    const std::vector<std::int64_t> settings = args[0].to_vector<std::int64_t>();
+    const Shape sample(args[1].to_vector<std::int64_t>());
+    const auto [x, y] = training_part(data_dir, sample);
+    const ld::Dataset rows =
+        ld::Dataset::from_tensor_slices({x, y})
+            .shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+            .shuffle(x.dim(0), {.seed = static_cast<std::uint64_t>(settings.at(1)) +
+                                        static_cast<std::uint64_t>(ctx.input_pipeline_id)})
+            .repeat();
+    return batched(rows, settings.at(0), sample, resized_in_pipeline(x, sample))
+        .prefetch(ld::kAutotune);
+  });
 }
 
 int serve_task(const distribute::ClusterResolver& resolver, const std::string& data_dir) {
@@ -621,7 +621,8 @@ int serve_task(const distribute::ClusterResolver& resolver, const std::string& d
   distribute::Server server(resolver);
   std::printf("%s serving at %s\n",
               resolver.describe_task(resolver.task_type(), resolver.task_id()).c_str(),
-              resolver.cluster_spec().task_address(resolver.task_type(), resolver.task_id())
+              resolver.cluster_spec()
+                  .task_address(resolver.task_type(), resolver.task_id())
                   .to_string()
                   .c_str());
   std::fflush(stdout);

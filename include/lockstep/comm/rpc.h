@@ -162,8 +162,8 @@ enum class RpcCode {
   kDeadlineExceeded,  // no answer in time
   kUnauthenticated,   // the job token did not match
   kCancelled,
-  kInvalidArgument,   // the server refused the request (a ValueError there)
-  kInternal,          // the server failed
+  kInvalidArgument,  // the server refused the request (a ValueError there)
+  kInternal,         // the server failed
   kOther,
 };
 
@@ -214,7 +214,7 @@ class Server {
 struct ChannelOptions {
   std::string address{};  // host:port
   std::string token{};
-  std::string peer{};     // how errors name it ("ps 0 (127.0.0.1:2223)")
+  std::string peer{};  // how errors name it ("ps 0 (127.0.0.1:2223)")
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // every call but RunFunction
   std::size_t max_message_bytes = std::size_t{512} << 20;
 };

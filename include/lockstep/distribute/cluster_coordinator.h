@@ -110,7 +110,7 @@ class PerWorkerDataset {
 // per-worker iterator.
 class RemoteArgument {
  public:
-  RemoteArgument(Tensor tensor) : tensor_(std::move(tensor)) {}                // NOLINT: as TF's args
+  RemoteArgument(Tensor tensor) : tensor_(std::move(tensor)) {}  // NOLINT: as TF's args
   RemoteArgument(const PerWorkerIterator& iterator) : iterator_(iterator.id()) {}  // NOLINT
   const Tensor& tensor() const { return tensor_; }
   std::int64_t iterator() const { return iterator_; }  // -1: a tensor
@@ -145,7 +145,7 @@ struct CoordinatorStats {
   std::int64_t completed = 0;  // returned results
   std::int64_t failed = 0;
   std::int64_t cancelled = 0;
-  std::int64_t rerun = 0;      // put back because their worker was lost
+  std::int64_t rerun = 0;           // put back because their worker was lost
   std::int64_t worker_rejoins = 0;  // workers seen again after they were lost (or restarted)
 };
 
@@ -191,7 +191,8 @@ class WorkerState;
 // Valid during the call only; resources and bindings last for the process.
 class WorkerContext {
  public:
-  WorkerContext(WorkerState& state, std::vector<Tensor> tensors, std::vector<std::int64_t> iterators)
+  WorkerContext(WorkerState& state, std::vector<Tensor> tensors,
+                std::vector<std::int64_t> iterators)
       : state_(state), tensors_(std::move(tensors)), iterators_(std::move(iterators)) {}
 
   int worker_index() const;

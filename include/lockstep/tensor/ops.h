@@ -45,9 +45,9 @@ Tensor relu(const Tensor& x);
 // max_value) above `threshold`, negative_slope · (x − threshold) at or below
 // it — one pass forward and one backward (ReLU6 is {.max_value = 6}).
 struct ReluOptions {
-  float negative_slope = 0.0f;     // >= 0
+  float negative_slope = 0.0f;       // >= 0
   std::optional<float> max_value{};  // none: unbounded; >= 0
-  float threshold = 0.0f;          // >= 0
+  float threshold = 0.0f;            // >= 0
 };
 Tensor relu(const Tensor& x, const ReluOptions& options);
 Tensor sigmoid(const Tensor& x);
