@@ -9,8 +9,8 @@
 
 #include "distribute/multi_worker_support.h"
 #include "distribute/worker_programs.h"
-#include "support/weights.h"
 #include "lockstep/comm/rpc.h"
+#include "support/weights.h"
 
 namespace {
 
@@ -33,7 +33,8 @@ class PsJobTest : public MultiWorkerTest {
   std::string tf_config(const std::string& type, int index) const {
     auto list = [](const std::vector<int>& ports) {
       std::string s;
-      for (int p : ports) s += (s.empty() ? "\"" : ", \"") + std::string("127.0.0.1:") + std::to_string(p) + "\"";
+      for (int p : ports)
+        s += (s.empty() ? "\"" : ", \"") + std::string("127.0.0.1:") + std::to_string(p) + "\"";
       return s;
     };
     return "{\"cluster\": {\"chief\": [\"127.0.0.1:" + std::to_string(chief_port_) +
@@ -98,14 +99,31 @@ class PsJobTest : public MultiWorkerTest {
     return {slurp(chief.log), slurp(ref.log)};
   }
 
+  // ps_train's Estimator on 1 worker and 1 ps, trained to global step
+  // `steps` in model_dir; its weights to ps.bin.
+  Process start_estimator_job(const std::string& steps, const std::string& tag) {
+    return start_job(1, 1,
+                     {"--mode", "estimator", "--steps", steps, "--out", path("model_dir"),
+                      "--weights", path("ps.bin")},
+                     tag);
+  }
+  // The same Estimator on one device: its weights must be ps.bin's.
+  void expect_estimator_as_one_device(const std::string& steps, const std::string& what) {
+    const Process ref = spawn({PS_TRAIN_PATH, "--mode", "estimator", "--steps", steps, "--out",
+                               path("ref_dir"), "--weights", path("ref.bin")},
+                              {{"OMP_NUM_THREADS", "1"}}, path("ref.log"));
+    ASSERT_EQ(wait_exit(ref), 0) << slurp(ref.log);
+    expect_close(read_weights(path("ps.bin")), read_weights(path("ref.bin")), 1e-6, what);
+  }
+
   int chief_port_ = 0;
   std::vector<int> worker_ports_, ps_ports_;
   std::vector<Process> servers_;
 };
 
 TEST_F(PsJobTest, OneWorkerAndOnePsTrainAsOneDeviceWithinFloatRounding) {
-  const Process chief = start_job(1, 1, {"--mode", "custom", "--steps", "40", "--out", path("ps.bin")},
-                                  "one");
+  const Process chief =
+      start_job(1, 1, {"--mode", "custom", "--steps", "40", "--out", path("ps.bin")}, "one");
   ASSERT_EQ(wait_exit(chief), 0) << slurp(chief.log);
   expect_servers_exit();
   const std::string log = slurp(chief.log);
@@ -135,8 +153,8 @@ std::map<std::string, std::vector<double>> history_of(const std::string& log) {
 }
 
 TEST_F(PsJobTest, FitWithOneWorkerAndOnePsTrainsAndLogsAsOneDevice) {
-  const std::vector<std::string> args = {"--mode", "fit", "--epochs", "2", "--steps", "20",
-                                         "--steps-per-execution", "3"};
+  const std::vector<std::string> args = {
+      "--mode", "fit", "--epochs", "2", "--steps", "20", "--steps-per-execution", "3"};
   const auto [chief_log, ref_log] = fit_beside_one_device(args, "fit: 1 worker + 1 ps");
   const auto got = history_of(chief_log), want = history_of(ref_log);
   for (const char* name : {"loss", "accuracy"}) {
@@ -153,8 +171,8 @@ TEST_F(PsJobTest, FitWithOneWorkerAndOnePsTrainsAndLogsAsOneDevice) {
 // Weights changed on the coordinator before fit (as load_weights changes
 // them) are what trains: fit hands them to the parameter servers first.
 TEST_F(PsJobTest, WeightsChangedOnTheCoordinatorBeforeFitAreWhatTrains) {
-  const std::vector<std::string> args = {"--mode", "fit", "--epochs", "1", "--steps", "6",
-                                         "--scale-weights", "0.5"};
+  const std::vector<std::string> args = {"--mode",  "fit", "--epochs",        "1",
+                                         "--steps", "6",   "--scale-weights", "0.5"};
   fit_beside_one_device(args, "fit from halved weights: 1 worker + 1 ps");
 }
 
@@ -170,9 +188,8 @@ TEST_F(PsJobTest, MovingStatisticsAWorkerAssignsReachTheParameterServers) {
 // A callback that changes the optimizer's settings during fit would change
 // the coordinator's optimizer alone: a clear error, not a silent no-op.
 TEST_F(PsJobTest, ALearningRateSchedulerCallbackIsRefusedWithAHint) {
-  const Process chief =
-      start_job(1, 1, {"--mode", "fit", "--epochs", "2", "--steps", "4", "--lr-scheduler", "1"},
-                "fit");
+  const Process chief = start_job(
+      1, 1, {"--mode", "fit", "--epochs", "2", "--steps", "4", "--lr-scheduler", "1"}, "fit");
   EXPECT_EQ(wait_exit(chief), 1) << slurp(chief.log);
   const std::string log = slurp(chief.log);
   EXPECT_NE(log.find("epoch 1: a callback changed the optimizer's settings"), std::string::npos)
@@ -181,18 +198,71 @@ TEST_F(PsJobTest, ALearningRateSchedulerCallbackIsRefusedWithAHint) {
   expect_servers_exit();
 }
 
-// RunConfig(train_distribute=ParameterServerStrategy) is refused with a
-// hint, not run on the coordinator as if it were one device.
-TEST_F(PsJobTest, TheEstimatorRefusesParameterServerStrategyWithAHint) {
-  const Process chief = start_job(1, 1, {"--mode", "estimator", "--out", path("model_dir")},
-                                  "estimator");
-  EXPECT_EQ(wait_exit(chief), 0) << slurp(chief.log);
+// RunConfig(train_distribute=ParameterServerStrategy): the chief schedules
+// the Estimator's steps on a worker that serve()s it; with one worker they
+// run in order, so the weights, the global step and the evaluation are
+// one device's (ps_train's LinearRegressor, Ftrl's slots on the ps task).
+TEST_F(PsJobTest, AnEstimatorTrainsOnOneWorkerAsOnOneDevice) {
+  const Process chief = start_estimator_job("40", "estimator");
+  ASSERT_EQ(wait_exit(chief), 0) << slurp(chief.log);
+  expect_servers_exit();
   const std::string log = slurp(chief.log);
-  EXPECT_NE(log.find("refused: Estimator: RunConfig's train_distribute is a "
-                     "ParameterServerStrategy"),
+  EXPECT_NE(log.find("global_step 40\n"), std::string::npos) << log;
+  EXPECT_NE(log.find("Saving checkpoints for 40 into"), std::string::npos) << log;
+  EXPECT_NE(slurp(servers_[1].log).find("this worker ran 40 of its training steps"),
+            std::string::npos)
+      << slurp(servers_[1].log);
+  expect_estimator_as_one_device("40", "Estimator on 1 worker + 1 ps vs one device");
+}
+
+// A new job on the same model_dir restores the variables and Ftrl's slots
+// onto its parameter servers and ends where an uninterrupted run does.
+TEST_F(PsJobTest, AnEstimatorResumesOnParameterServersFromItsLastCheckpoint) {
+  const std::vector<std::string> first = {"--mode", "estimator", "--steps",
+                                          "20",     "--out",     path("model_dir")};
+  const Process chief = start_job(1, 1, first, "estimator-20");
+  ASSERT_EQ(wait_exit(chief), 0) << slurp(chief.log);
+  expect_servers_exit();
+  servers_.clear();
+  const Process again = start_estimator_job("40", "estimator-40");
+  ASSERT_EQ(wait_exit(again), 0) << slurp(again.log);
+  expect_servers_exit();
+  const std::string log = slurp(again.log);
+  EXPECT_NE(log.find("Restoring parameters from " + path("model_dir") + "/model.ckpt-20"),
             std::string::npos)
       << log;
+  EXPECT_NE(log.find("global_step 40\n"), std::string::npos) << log;
+  expect_estimator_as_one_device("40",
+                                 "resumed at 20 on parameter servers vs 40 steps on one device");
+}
+
+// Two workers step asynchronously; the chief counts 60 global steps, and
+// its checkpoint restores on one device to the same evaluation.
+TEST_F(PsJobTest, AnEstimatorTrainsOnTwoWorkersAndRestoresOnOneDevice) {
+  const Process chief = start_job(
+      2, 2, {"--mode", "estimator", "--steps", "60", "--out", path("model_dir")}, "estimator2");
+  ASSERT_EQ(wait_exit(chief), 0) << slurp(chief.log);
   expect_servers_exit();
+  const std::string log = slurp(chief.log);
+  EXPECT_NE(log.find("global_step 60\n"), std::string::npos) << log;
+  std::int64_t total = 0;
+  for (std::size_t w = 2; w < 4; ++w) {  // servers_: ps 0, ps 1, worker 0, worker 1
+    const std::string wlog = slurp(servers_[w].log);
+    const std::string key = "this worker ran ";
+    const std::size_t at = wlog.find(key);
+    ASSERT_NE(at, std::string::npos) << wlog;
+    const std::int64_t ran = std::stoll(wlog.substr(at + key.size()));
+    EXPECT_GT(ran, 0) << wlog;
+    total += ran;
+  }
+  EXPECT_EQ(total, 60);
+  const std::size_t eval_at = log.find("eval {");
+  ASSERT_NE(eval_at, std::string::npos) << log;
+  const std::string eval = log.substr(eval_at, log.find('\n', eval_at) - eval_at);
+  const Process one = spawn({PS_TRAIN_PATH, "--mode", "estimator-eval", "--out", path("model_dir")},
+                            {{"OMP_NUM_THREADS", "1"}}, path("one.log"));
+  ASSERT_EQ(wait_exit(one), 0) << slurp(one.log);
+  EXPECT_NE(slurp(one.log).find(eval + "\n"), std::string::npos) << eval << "\n" << slurp(one.log);
 }
 
 TEST_F(PsJobTest, TwoWorkersTrainAShardedKernelThatReadsAsOneTensor) {
@@ -216,9 +286,9 @@ TEST_F(PsJobTest, AFunctionThatThrowsSurfacesOnceWithTheWorkersNameAndTheRestAre
   ASSERT_EQ(wait_exit(chief), 0) << slurp(chief.log);
   expect_servers_exit();
   const std::string log = slurp(chief.log);
-  EXPECT_NE(log.find("raised 1: worker 0 (127.0.0.1:" + std::to_string(worker_ports_[0]) +
-                     "): boom: "),
-            std::string::npos)
+  EXPECT_NE(
+      log.find("raised 1: worker 0 (127.0.0.1:" + std::to_string(worker_ports_[0]) + "): boom: "),
+      std::string::npos)
       << log;
   EXPECT_NE(log.find("boom: the fifth call fails"), std::string::npos) << log;
   // Four ran, one failed, the rest never ran.
@@ -263,9 +333,11 @@ TEST_F(PsJobTest, StrangersAndJunkAreRefusedAndTheJobGoesOn) {
       (void)::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
     }
     ::close(fd);
-    auto stranger = lockstep::comm::rpc::Channel::open(
-        {.address = "127.0.0.1:" + std::to_string(port), .token = "wrong", .peer = "target",
-         .timeout = 5s});
+    auto stranger =
+        lockstep::comm::rpc::Channel::open({.address = "127.0.0.1:" + std::to_string(port),
+                                            .token = "wrong",
+                                            .peer = "target",
+                                            .timeout = 5s});
     try {
       if (port == ps_ports_[0]) {
         stranger->read({0}, true);
@@ -291,9 +363,9 @@ TEST_F(PsJobTest, StrangersAndJunkAreRefusedAndTheJobGoesOn) {
 
 TEST_F(PsJobTest, AKilledPsIsAnErrorNamingItAndARerunResumesFromTheLastBackup) {
   const std::string backup = path("backup");
-  const std::vector<std::string> args = {"--mode",    "fit",  "--epochs", "8",
-                                         "--steps",   "20",   "--slow-ms", "15",
-                                         "--backup",  backup, "--out",     path("ps.bin")};
+  const std::vector<std::string> args = {"--mode",   "fit",  "--epochs",  "8",
+                                         "--steps",  "20",   "--slow-ms", "15",
+                                         "--backup", backup, "--out",     path("ps.bin")};
   const Process chief = start_job(1, 2, args, "pskill");
   // Once the backup of epoch 2 is on disk, ps 1 dies.
   const auto started = Clock::now();

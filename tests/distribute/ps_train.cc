@@ -14,8 +14,13 @@
 //           Checkpoint::save(--out-checkpoint) from them, then --steps of fit
 //           and a save to --out-checkpoint's name with "trained-" in front,
 //           the weights to --out
-//   estimator  a LinearRegressor given the strategy as train_distribute;
-//           prints "refused: <message>" when it refuses
+//   estimator  a LinearRegressor (Ftrl, its default) given the strategy as
+//           train_distribute and eval_distribute, trained to global step
+//           --steps in model_dir --out (checkpoints every 10 steps), then
+//           evaluated; workers and ps tasks serve() it. Prints the global
+//           step, the weights and the evaluation; the weights to --weights.
+//           Without TF_CONFIG: the same on one device
+//   estimator-eval  the one-device evaluation of model_dir --out
 //   fit     Model::fit(DatasetCreator("batches")) for --epochs of --steps
 //           steps (compiled with --steps-per-execution), with --backup DIR a
 //           BackupAndRestore there, --scale-weights S every weight times S
@@ -32,8 +37,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -61,6 +66,7 @@ struct Args {
   std::string restore, out_checkpoint;
   double scale_weights = 1.0;  // fit: every weight times this before fit
   bool lr_scheduler = false;   // fit: a LearningRateScheduler halving the rate each epoch
+  std::string weights;         // estimator: the trained weights to this file
 };
 
 bool g_batch_norm = false;  // --batch-norm 1: a BatchNormalization after the hidden layer
@@ -95,6 +101,8 @@ Args parse(int argc, char** argv) {
       a.lr_scheduler = v == "1";
     else if (k == "--batch-norm")
       g_batch_norm = v == "1";
+    else if (k == "--weights")
+      a.weights = v;
     else if (k == "--out-checkpoint")
       a.out_checkpoint = v;
     else {
@@ -130,8 +138,7 @@ Tensor step(Model& model, Optimizer& opt, const data::Element& batch) {
   const auto vars = model.impl()->trainable_weights();
   GradientTape tape;
   const Tensor logits = model(batch[0], {.training = true});
-  const Tensor loss =
-      mean(neg(sum(mul(log_softmax(logits), one_hot(batch[1], 4)), {.axes = {1}})));
+  const Tensor loss = mean(neg(sum(mul(log_softmax(logits), one_hot(batch[1], 4)), {.axes = {1}})));
   opt.apply_gradients(tape.gradient(loss, vars), vars);
   return loss;
 }
@@ -145,14 +152,14 @@ std::atomic<long> g_calls{0};
 
 void register_functions(const Args& a) {
   // --slow-ms: every batch takes that long to make (fit's steps run slowly).
-  ld::register_dataset_function("batches", [a](const ld::InputContext& ctx,
-                                                const std::vector<Tensor>&) {
-    if (a.slow_ms <= 0) return batches(ctx);
-    return batches(ctx).map([a](const data::Element& e) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(a.slow_ms));
-      return e;
-    });
-  });
+  ld::register_dataset_function(
+      "batches", [a](const ld::InputContext& ctx, const std::vector<Tensor>&) {
+        if (a.slow_ms <= 0) return batches(ctx);
+        return batches(ctx).map([a](const data::Element& e) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(a.slow_ms));
+          return e;
+        });
+      });
   auto count_call = [a] {
     const long call = ++g_calls;
     if (call == a.kill_at_call) ::kill(::getpid(), SIGKILL);
@@ -203,14 +210,70 @@ void scale_weights(Model& model, const Args& a) {
     w.assign(mul(w.value(), Tensor::scalar(static_cast<float>(a.scale_weights))));
 }
 
+// ---- estimator mode ----
+
+// y = 2x + 1 over 40 examples, 4 batches of 10, repeated: a resumed run
+// that stopped at a multiple of 4 steps sees the batches an uninterrupted
+// one would.
+data::Dataset estimator_input() {
+  std::vector<float> x, y;
+  for (int i = 0; i < 40; ++i) {
+    x.push_back(static_cast<float>(i % 8) / 4.0f - 1.0f);
+    y.push_back(2.0f * x.back() + 1.0f);
+  }
+  return data::Dataset::from_tensor_slices(
+             {Tensor::from_vector<float>(x, {40, 1}), Tensor::from_vector<float>(y, {40, 1})},
+             {"x", estimator::kLabels})
+      .repeat()
+      .batch(10);
+}
+
+estimator::LinearRegressor regressor(const Args& a, std::optional<ld::Strategy> strategy) {
+  return estimator::LinearRegressor({.feature_columns = {feature_column::numeric_column("x")},
+                                     .config = {.model_dir = a.out,
+                                                .save_checkpoints_steps = 10,
+                                                .log_step_count_steps = 10,
+                                                .train_distribute = strategy,
+                                                .eval_distribute = strategy}});
+}
+
+void print_estimator(estimator::Estimator& est, const Args& a) {
+  const estimator::EvalResults r = est.evaluate([] { return estimator_input().take(4); });
+  std::printf("eval %s\n", estimator::format_results(r).c_str());
+  std::vector<Variable> weights;
+  for (const std::string& name : est.get_variable_names()) {
+    const Tensor t = est.get_variable_value(name);
+    if (name == "global_step") {
+      std::printf("global_step %lld\n", static_cast<long long>(t.item<std::int64_t>()));
+      continue;
+    }
+    std::printf("variable %s %.7g\n", name.c_str(), t.to_vector<float>().at(0));
+    weights.push_back(Variable(t));
+  }
+  if (!a.weights.empty()) testing_support::write_weights(weights, a.weights);
+}
+
+int run_estimator(const Args& a, std::optional<ld::Strategy> strategy) {
+  estimator::LinearRegressor est = regressor(a, strategy);
+  est.train([] { return estimator_input(); }, {.max_steps = a.steps});
+  print_estimator(est, a);
+  return 0;
+}
+
 // The same steps on one device, in the order one worker takes them.
 int reference(const Args& a) {
+  if (a.mode == "estimator") return run_estimator(a, std::nullopt);
+  if (a.mode == "estimator-eval") {
+    estimator::LinearRegressor est = regressor(a, std::nullopt);
+    print_estimator(est, a);
+    return 0;
+  }
   if (a.mode == "fit") {
     Model model = mlp();
     compile(model, a);
     scale_weights(model, a);
-    const History h = model.fit(batches({}), {.epochs = a.epochs, .verbose = 0,
-                                              .steps_per_epoch = a.steps});
+    const History h =
+        model.fit(batches({}), {.epochs = a.epochs, .verbose = 0, .steps_per_epoch = a.steps});
     print_history(h);
     testing_support::write_weights(model.weights(), a.out);
     return 0;
@@ -239,33 +302,14 @@ int coordinate(const Args& a) {
     }
     Checkpoint(model).restore(a.restore);
     Checkpoint(model).save(a.out_checkpoint);
-    model.fit(ld::DatasetCreator{"batches"}, {.epochs = 1, .verbose = 0, .steps_per_epoch = a.steps});
+    model.fit(ld::DatasetCreator{"batches"},
+              {.epochs = 1, .verbose = 0, .steps_per_epoch = a.steps});
     const std::filesystem::path out(a.out_checkpoint);
     Checkpoint(model).save((out.parent_path() / ("trained-" + out.filename().string())).string());
     testing_support::write_weights(model.weights(), a.out);
     return 0;
   }
-  if (a.mode == "estimator") {
-    try {
-      estimator::LinearRegressor(
-          {.feature_columns = {feature_column::numeric_column("x")},
-           .config = {.model_dir = a.out, .train_distribute = strategy}})
-          .train(
-              [] {
-                return data::Dataset::from_tensors(
-                           estimator::features_and_labels({{"x", Tensor::from_vector<float>({1.f})}},
-                                                          Tensor::from_vector<float>({1.f})))
-                    .repeat(10)
-                    .batch(10);
-              },
-              {.steps = 1});
-    } catch (const ValueError& e) {
-      std::printf("refused: %s\n", e.what());
-      return 0;
-    }
-    std::printf("trained\n");
-    return 2;
-  }
+  if (a.mode == "estimator") return run_estimator(a, strategy);
   if (a.mode == "fit") {
     {
       auto scope = strategy.scope();
@@ -274,15 +318,14 @@ int coordinate(const Args& a) {
     scale_weights(model, a);
     std::vector<std::shared_ptr<Callback>> callbacks;
     if (a.lr_scheduler)
-      callbacks.push_back(std::make_shared<LearningRateScheduler>(
-          [](int, double lr) { return lr / 2; }));
+      callbacks.push_back(
+          std::make_shared<LearningRateScheduler>([](int, double lr) { return lr / 2; }));
     if (!a.backup.empty())
       callbacks.push_back(std::make_shared<BackupAndRestore>(
           BackupAndRestoreOptions{.backup_dir = a.backup, .delete_checkpoint = false}));
-    const History h = model.fit(ld::DatasetCreator{"batches"}, {.epochs = a.epochs,
-                                                                .verbose = 2,
-                                                                .callbacks = callbacks,
-                                                                .steps_per_epoch = a.steps});
+    const History h = model.fit(
+        ld::DatasetCreator{"batches"},
+        {.epochs = a.epochs, .verbose = 2, .callbacks = callbacks, .steps_per_epoch = a.steps});
     print_history(h);
     if (!a.out.empty()) testing_support::write_weights(model.weights(), a.out);
     std::printf("optimizer iterations %lld\n",
@@ -316,8 +359,9 @@ int coordinate(const Args& a) {
       std::string tasks;
       for (int t : kernel.ps_tasks()) tasks += (tasks.empty() ? "" : " ") + std::to_string(t);
       const Tensor whole = kernel.read_value();
-      const bool same = whole.shape() == model.weights()[0].shape() &&
-                        whole.to_vector<float>() == model.weights()[0].replica_value(0).to_vector<float>();
+      const bool same =
+          whole.shape() == model.weights()[0].shape() &&
+          whole.to_vector<float>() == model.weights()[0].replica_value(0).to_vector<float>();
       std::printf("sharded kernel: rows %s on ps %s reads as one tensor %s\n", rows.c_str(),
                   tasks.c_str(), same ? "equal to the pulled copy" : "DIFFERENT");
     }
@@ -372,6 +416,10 @@ int main(int argc, char** argv) {
     register_functions(a);
     const auto resolver = ld::ClusterResolver::from_environment();
     if (!resolver) return reference(a);
+    if (a.mode == "estimator" && resolver->task_type() != "chief") {
+      regressor(a, std::nullopt).serve([] { return estimator_input(); });
+      return 0;
+    }
     if (resolver->task_type() == "ps" || resolver->task_type() == "worker") {
       ld::Server server(*resolver);
       std::printf("%s serving at port %d\n", resolver->task_type().c_str(), server.port());

@@ -622,6 +622,33 @@ TEST(Estimator, BadInputIsAClearErrorNamingTheKeyOrFile) {
                ValueError);
 }
 
+// serve() runs a worker or ps task of a ParameterServerStrategy job: with no
+// TF_CONFIG, on the chief, or with a strategy of its own it says what to do
+// instead (PsJobTest runs the job itself).
+TEST(Estimator, ServeIsRefusedOutsideAServingTaskWithAHint) {
+  TempDir dir("lockstep_estimator_serve");
+  auto regressor = [&](std::optional<distribute::Strategy> strategy) {
+    return est::LinearRegressor(
+        {.feature_columns = {fc::numeric_column("x")},
+         .config = {.model_dir = dir.path.string(), .train_distribute = strategy}});
+  };
+  auto input = [] { return regression_input(10); };
+  ASSERT_EQ(std::getenv("TF_CONFIG"), nullptr);
+  testing_support::expect_error_containing<ValueError>(
+      [&] { regressor(std::nullopt).serve(input); }, "Estimator.serve: no cluster: set TF_CONFIG");
+  const std::string cluster =
+      R"({"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}, )";
+  ::setenv("TF_CONFIG", (cluster + R"("task": {"type": "chief", "index": 0}})").c_str(), 1);
+  testing_support::expect_error_containing<ValueError>(
+      [&] { regressor(std::nullopt).serve(input); },
+      "the chief trains: construct ParameterServerStrategy");
+  ::setenv("TF_CONFIG", (cluster + R"("task": {"type": "worker", "index": 0}})").c_str(), 1);
+  testing_support::expect_error_containing<ValueError>(
+      [&] { regressor(distribute::MirroredStrategy()).serve(input); },
+      "leave train_distribute and eval_distribute unset on the tasks that serve");
+  ::unsetenv("TF_CONFIG");
+}
+
 TEST(Estimator, FormatResultsPrintsThePythonDictionary) {
   EXPECT_EQ(est::format_results({{"average_loss", 1.4210855e-14},
                                  {"global_step", 10},

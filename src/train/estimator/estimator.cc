@@ -4,16 +4,20 @@
 // checkpoints under model_dir (model_dir.cc).
 #include "lockstep/train/estimator/estimator.h"
 
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 #include <set>
 #include <sstream>
 
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/core/timer.h"
+#include "lockstep/distribute/cluster_coordinator.h"
+#include "lockstep/distribute/parameter_server_strategy.h"
 #include "lockstep/distribute/strategy_extended.h"
 #include "lockstep/io/event_file.h"
 #include "lockstep/nn/initializers.h"
@@ -58,13 +62,6 @@ struct Estimator::Impl {
   // The strategy the model lives under: train_distribute, else
   // eval_distribute, else the default (one replica on the calling thread).
   Strategy model_strategy() const {
-    for (const auto* given : {&config.train_distribute, &config.eval_distribute})
-      LOCKSTEP_CHECK(!*given || !(*given)->extended().uses_parameter_servers(),
-                     "Estimator: RunConfig's ", given == &config.train_distribute ? "train" : "eval",
-                     "_distribute is a ParameterServerStrategy, which the Estimator does not "
-                     "support yet (its steps run on the calling process). Hint: train the model "
-                     "with Model::fit or ClusterCoordinator under that strategy, or give the "
-                     "Estimator a MirroredStrategy or MultiWorkerMirroredStrategy");
     if (config.train_distribute) return *config.train_distribute;
     if (config.eval_distribute) return *config.eval_distribute;
     return Strategy();
@@ -87,6 +84,15 @@ struct Estimator::Impl {
     return spec;
   }
   void check_spec(const EstimatorSpec& spec, ModeKeys mode) const;
+  class Progress;
+  // One step of model_fn's TRAIN call on a batch: recorded on a tape, its
+  // gradients applied by its optimizer (summed with the other replicas' by
+  // the replica context, or sent to the parameter servers). Takes the
+  // optimizer from the spec when `adopt`. Returns the step's loss.
+  double train_step(const Features& features, const Tensor& labels, bool adopt);
+  // train() under ParameterServerStrategy, on the chief: steps scheduled on
+  // the workers (Estimator::serve) up to global step `last`.
+  void train_on_parameter_servers(Progress& progress, std::int64_t last);
   // Runs model_fn's first call inside the strategy's scope, recording the
   // variables it makes (and the optimizer, in TRAIN); later calls check
   // that no variable is made.
@@ -183,6 +189,7 @@ EstimatorSpec Estimator::Impl::build(const Features& features, const Tensor& lab
     return call(features, labels, mode);
   }
   strategy = model_strategy();
+  state.strategy = strategy;
   if (config.tf_random_seed) set_random_seed(*config.tf_random_seed);
   std::vector<Variable> made;
   EstimatorSpec spec;
@@ -295,6 +302,94 @@ Estimator::Estimator(ModelFn model_fn, EstimatorOptions options) : impl_(std::ma
   m.config.model_dir = m.model_dir;
 }
 
+// One train() call's bookkeeping after each global step: the hooks, the
+// loss check, TensorFlow's log lines, and when a checkpoint is due.
+class Estimator::Impl::Progress {
+ public:
+  Progress(Impl& m, const TrainOptions& o) : m_(m), o_(o), logged_step_(m.global_step) {
+    const RunConfig& c = m.config;
+    save_secs_ = c.save_checkpoints_secs.value_or(c.save_checkpoints_steps ? 0.0 : 600.0);
+    for (auto& hook : o_.hooks) hook->begin();
+  }
+  // Whether this process's clock or step count says a checkpoint is due
+  // after the step just counted.
+  bool save_due_here() const {
+    const RunConfig& c = m_.config;
+    return c.save_checkpoints_steps ? m_.global_step % *c.save_checkpoints_steps == 0
+                                    : m_.strategy.is_chief() && since_save_.seconds() >= save_secs_;
+  }
+  // After global step m.global_step, whose loss (summed over the replicas)
+  // is `loss`.
+  void after_step(double loss) {
+    loss_ = loss;
+    LOCKSTEP_CHECK(std::isfinite(loss), "Estimator.train: the loss is ", loss, " at global step ",
+                   m_.global_step, " (NaN loss during training)");
+    RunContext run_context;
+    for (auto& hook : o_.hooks) hook->after_run(run_context, {m_.global_step, loss});
+    stop_ = stop_ || run_context.stop_requested();
+    // TensorFlow logs the loss of the first step and every
+    // log_step_count_steps after it, with the step count before the step.
+    const std::int64_t every = m_.config.log_step_count_steps;
+    const std::int64_t before = m_.global_step - 1;
+    if (every > 0 && before % every == 0) {
+      std::ostringstream line;
+      line << "loss = " << loss << ", step = " << before;
+      if (before > logged_step_) {
+        const double secs = since_log_.seconds();
+        line << " (" << secs << " sec)";
+        std::ostringstream rate;
+        rate << "global_step/sec: " << static_cast<double>(before - logged_step_) / secs;
+        m_.info(rate.str());
+      }
+      m_.info(line.str());
+      logged_step_ = before;
+      since_log_.reset();
+    }
+  }
+  void save() {
+    m_.save();
+    saved_step_ = m_.global_step;
+    since_save_.reset();
+  }
+  // The last save (unless the last step saved), the hooks' end, the last line.
+  void finish() {
+    if (saved_step_ != m_.global_step) m_.save();
+    for (auto& hook : o_.hooks) hook->end(m_.global_step);
+    std::ostringstream final_loss;
+    final_loss << "Loss for final step: " << loss_ << ".";
+    m_.info(final_loss.str());
+  }
+  bool stop_requested() const { return stop_; }
+
+ private:
+  Impl& m_;
+  const TrainOptions& o_;
+  double save_secs_ = 600;
+  Timer since_save_, since_log_;
+  std::int64_t saved_step_ = -1, logged_step_;
+  double loss_ = 0;
+  bool stop_ = false;
+};
+
+double Estimator::Impl::train_step(const Features& features, const Tensor& labels, bool adopt) {
+  EstimatorSpec spec;
+  std::vector<Tensor> grads;
+  std::vector<Variable> vars;
+  {
+    GradientTape tape;
+    {
+      NoNewVariables guard;
+      spec = call(features, labels, ModeKeys::kTrain);
+    }
+    vars = spec.train_op.var_list.empty() ? state.trainable : spec.train_op.var_list;
+    const Tensor& objective = spec.train_op.loss.defined() ? spec.train_op.loss : spec.loss;
+    grads = tape.gradient(objective, vars);
+  }
+  if (adopt) adopt_optimizer(spec);
+  spec.train_op.optimizer.apply_gradients(grads, vars);
+  return scalar_loss(spec.loss);
+}
+
 Estimator& Estimator::train(const InputFn& input_fn, TrainOptions o) {
   Impl& m = *impl_;
   LOCKSTEP_CHECK(!(o.steps && o.max_steps),
@@ -324,20 +419,23 @@ Estimator& Estimator::train(const InputFn& input_fn, TrainOptions o) {
   const std::int64_t last = o.steps       ? m.global_step + *o.steps
                             : o.max_steps ? *o.max_steps
                                           : std::numeric_limits<std::int64_t>::max();
-  for (auto& hook : o.hooks) hook->begin();
-  const RunConfig& c = m.config;
-  const double save_secs = c.save_checkpoints_secs.value_or(c.save_checkpoints_steps ? 0.0 : 600.0);
-  Timer since_save, since_log;
-  std::int64_t saved_step = -1, logged_step = m.global_step;
-  double loss = 0;
-  bool stop = false;
+  Impl::Progress progress(m, o);
+  if (ext.uses_parameter_servers()) {
+    try {
+      m.train_on_parameter_servers(progress, last);
+    } catch (const Error&) {
+      lockstep::detail::rethrow_with_prefix("Estimator.train: ");
+    }
+    progress.finish();
+    return *this;
+  }
   std::vector<data::Element> batches(static_cast<std::size_t>(replicas));
   std::vector<double> losses(static_cast<std::size_t>(replicas));
   while (m.global_step < last) {
     // Each replica takes its own next batch (per-replica batches). A hook's
     // stop is agreed like the end of the input, so every worker stops at
     // the same step.
-    bool have = !stop;
+    bool have = !progress.stop_requested();
     std::int64_t rows = 0;
     std::vector<std::int64_t> local_rows(static_cast<std::size_t>(replicas), 0);
     for (int r = 0; r < replicas && have; ++r) {
@@ -358,7 +456,7 @@ Estimator& Estimator::train(const InputFn& input_fn, TrainOptions o) {
     }
     const auto agreement = ext.agree_on_step(have, rows);
     if (!agreement.all_have_batch) {
-      if (!stop) {
+      if (!progress.stop_requested()) {
         m.info("input_fn's dataset ended at global step " + std::to_string(m.global_step) + ".");
       }
       break;
@@ -374,70 +472,214 @@ Estimator& Estimator::train(const InputFn& input_fn, TrainOptions o) {
           versions.push_back(v.version());
         }
       }
-      EstimatorSpec spec;
-      std::vector<Tensor> grads;
-      std::vector<Variable> vars;
-      {
-        GradientTape tape;
-        {
-          NoNewVariables guard;
-          spec = m.call(replica_features[r], replica_labels[r], ModeKeys::kTrain);
-        }
-        vars = spec.train_op.var_list.empty() ? m.state.trainable : spec.train_op.var_list;
-        const Tensor& objective = spec.train_op.loss.defined() ? spec.train_op.loss : spec.loss;
-        grads = tape.gradient(objective, vars);
-      }
-      if (r == 0) m.adopt_optimizer(spec);
-      spec.train_op.optimizer.apply_gradients(grads, vars);
+      losses[r] = m.train_step(replica_features[r], replica_labels[r], r == 0);
       if (!non_trainable.empty()) ctx.sync_non_trainable(non_trainable, versions);
-      losses[r] = scalar_loss(spec.loss);
     });
     ++m.global_step;
     // The step's loss: the replicas' losses summed (TensorFlow's report);
     // beside it, whether the chief's clock says a checkpoint is due (every
     // worker then saves at the same step: the save ends in a barrier).
-    const bool due_here = c.save_checkpoints_steps
-                              ? m.global_step % *c.save_checkpoints_steps == 0
-                              : strategy.is_chief() && since_save.seconds() >= save_secs;
-    std::vector<double> total{0.0, due_here ? 1.0 : 0.0};
+    std::vector<double> total{0.0, progress.save_due_here() ? 1.0 : 0.0};
     for (double l : losses) total[0] += l;
     ext.sum_across_workers(total);
-    loss = total[0];
-    const bool due = total[1] > 0;
-    LOCKSTEP_CHECK(std::isfinite(loss), "Estimator.train: the loss is ", loss, " at global step ",
-                   m.global_step, " (NaN loss during training)");
-    RunContext run_context;
-    for (auto& hook : o.hooks) hook->after_run(run_context, {m.global_step, loss});
-    stop = run_context.stop_requested();
-    // TensorFlow logs the loss of the first step and every
-    // log_step_count_steps after it, with the step count before the step.
-    const std::int64_t before = m.global_step - 1;
-    if (c.log_step_count_steps > 0 && before % c.log_step_count_steps == 0) {
-      std::ostringstream line;
-      line << "loss = " << loss << ", step = " << before;
-      if (before > logged_step) {
-        const double secs = since_log.seconds();
-        line << " (" << secs << " sec)";
-        std::ostringstream rate;
-        rate << "global_step/sec: " << static_cast<double>(before - logged_step) / secs;
-        m.info(rate.str());
-      }
-      m.info(line.str());
-      logged_step = before;
-      since_log.reset();
-    }
-    if (due) {
-      m.save();
-      saved_step = m.global_step;
-      since_save.reset();
-    }
+    progress.after_step(total[0]);
+    if (total[1] > 0) progress.save();
   }
-  if (saved_step != m.global_step) m.save();
-  for (auto& hook : o.hooks) hook->end(m.global_step);
-  std::ostringstream final_loss;
-  final_loss << "Loss for final step: " << loss << ".";
-  m.info(final_loss.str());
+  progress.finish();
   return *this;
+}
+
+// ---- Under ParameterServerStrategy ----
+//
+// The chief (the coordinator) builds the model in the strategy's scope, so
+// its variables live on the parameter servers, and schedules one function
+// per global step on the workers. A worker (Estimator::serve) builds the
+// same model from its own input_fn's first batch, binds its variables to
+// the chief's, and runs model_fn's TRAIN step on its next batch: its
+// optimizer's update goes to the parameter servers, without waiting for
+// the other workers (asynchronous training, as TensorFlow 1's between-graph
+// ParameterServerStrategy ran Estimators).
+
+namespace {
+
+constexpr char kPsBuild[] = "lockstep.estimator.build";
+constexpr char kPsStep[] = "lockstep.estimator.train_step";
+constexpr char kPsResource[] = "lockstep.estimator";
+
+// What a worker keeps: its input (input_fn called once, with its
+// InputContext) and the state a step assigns rather than trains.
+struct EstimatorOnWorker {
+  std::unique_ptr<WorkerInput> input;
+  std::vector<Variable> assigned;
+  std::vector<std::uint64_t> versions;
+};
+
+// The Estimator this worker process serves (serve() sets it).
+struct ServedEstimator {
+  std::mutex mu;
+  std::shared_ptr<Estimator::Impl> impl;
+  std::optional<InputFn> input_fn;
+  std::atomic<std::int64_t> steps{0};  // run here, for the log
+};
+
+ServedEstimator& served_estimator() {
+  static ServedEstimator served;
+  return served;
+}
+
+std::shared_ptr<Estimator::Impl> served_impl(const distribute::WorkerContext& ctx) {
+  ServedEstimator& served = served_estimator();
+  std::lock_guard lk(served.mu);
+  LOCKSTEP_CHECK(served.impl != nullptr, ctx.task(),
+                 ": this worker serves no Estimator; the chief's Estimator.train schedules its "
+                 "steps on workers that run Estimator::serve(input_fn) (the same program), not "
+                 "a plain Server");
+  return served.impl;
+}
+
+// Arguments: the chief's index of each of the model's variables.
+std::vector<Tensor> build_on_worker(distribute::WorkerContext& ctx) {
+  if (ctx.resource<EstimatorOnWorker>(kPsResource)) return {};
+  const std::shared_ptr<Estimator::Impl> impl = served_impl(ctx);
+  auto on = std::make_shared<EstimatorOnWorker>();
+  on->input = std::make_unique<WorkerInput>(
+      *served_estimator().input_fn,
+      distribute::InputContext{.num_input_pipelines = ctx.num_workers(),
+                               .input_pipeline_id = ctx.worker_index(),
+                               .num_replicas_in_sync = 1});
+  const std::optional<data::Element>& first = on->input->peek();
+  LOCKSTEP_CHECK(first.has_value(), ctx.task(), ": Estimator: input_fn's dataset is empty");
+  Features features;
+  Tensor labels;
+  split_features_and_labels(*first, features, labels);
+  impl->adopt_optimizer(impl->build(features, labels, ModeKeys::kTrain));
+  const std::vector<Variable>& made = impl->state.variables;
+  const std::vector<std::int64_t> indices = ctx.argument(0).to_vector<std::int64_t>();
+  LOCKSTEP_CHECK(indices.size() == made.size(), ctx.task(), ": Estimator: model_fn made ",
+                 made.size(), " variables here and ", indices.size(),
+                 " on the chief; every task must build the same model");
+  ctx.bind_variables(made, indices);
+  for (const Variable& v : made) {
+    if (v.trainable()) continue;
+    on->assigned.push_back(v);
+    on->versions.push_back(v.version());
+  }
+  ctx.set_resource(kPsResource, on);
+  return {};
+}
+
+// One global step on the worker's next batch; returns its loss, or
+// nothing when the worker's input has ended.
+std::vector<Tensor> step_on_worker(distribute::WorkerContext& ctx) {
+  auto on = ctx.resource<EstimatorOnWorker>(kPsResource);
+  LOCKSTEP_CHECK_AS(InternalError, on != nullptr, ctx.task(),
+                    ": Estimator: the model was not built");
+  std::optional<data::Element> element = on->input->next();
+  if (!element) return {};
+  Features features;
+  Tensor labels;
+  split_features_and_labels(*element, features, labels);
+  const double loss = served_impl(ctx)->train_step(features, labels, false);
+  // State a step assigns (moving statistics) goes to the parameter servers
+  // after it; the last writer wins, as in TensorFlow.
+  std::vector<Variable> changed;
+  for (std::size_t k = 0; k < on->assigned.size(); ++k) {
+    if (on->assigned[k].version() == on->versions[k]) continue;
+    changed.push_back(on->assigned[k]);
+    on->versions[k] = on->assigned[k].version();
+  }
+  if (!changed.empty()) ctx.write_variables(changed);
+  ++served_estimator().steps;
+  return {Tensor::scalar(static_cast<float>(loss))};
+}
+
+// Every process of the job registers the workers' functions (the chief
+// checks the names it schedules).
+void register_parameter_server_functions() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    distribute::register_worker_function(kPsBuild, build_on_worker);
+    distribute::register_worker_function(kPsStep, step_on_worker);
+  });
+}
+
+}  // namespace
+
+void Estimator::Impl::train_on_parameter_servers(Progress& progress, std::int64_t last) {
+  const distribute::ParameterServerStrategy ps(strategy);
+  std::vector<std::int64_t> indices;
+  for (const Variable& v : state.variables) indices.push_back(ps.variable_index(v));
+  register_parameter_server_functions();
+  distribute::ClusterCoordinator coordinator(ps);
+  coordinator.create_per_worker_resource(kPsBuild, {Tensor::from_vector(indices)});
+  // Steps go out in runs that end where a line is logged or a checkpoint
+  // is due by steps, so each is taken after exactly that many steps; a
+  // run waits for its steps (join), then counts them in order.
+  const std::int64_t log_every = config.log_step_count_steps;
+  const std::int64_t save_every = config.save_checkpoints_steps.value_or(0);
+  constexpr std::int64_t kMaxRun = 256;
+  bool ended = false;
+  while (global_step < last && !ended && !progress.stop_requested()) {
+    std::int64_t end = std::min(last, global_step + kMaxRun);
+    if (save_every > 0) end = std::min(end, (global_step / save_every + 1) * save_every);
+    // Lines are logged after steps k * log_every + 1.
+    if (log_every > 0)
+      end = std::min(end, (global_step - 1 + log_every) / log_every * log_every + 1);
+    if (end <= global_step) end = global_step + 1;
+    std::vector<distribute::RemoteValue> values;
+    for (std::int64_t s = global_step; s < end; ++s)
+      values.push_back(coordinator.schedule(kPsStep));
+    coordinator.join();
+    bool due = false;
+    for (const distribute::RemoteValue& v : values) {
+      const std::vector<Tensor> out = v.fetch();
+      if (out.empty()) {  // that worker's input ended
+        ended = true;
+        continue;
+      }
+      ++global_step;
+      progress.after_step(out[0].item<float>());
+      due = due || progress.save_due_here();
+    }
+    if (ended)
+      info("input_fn's dataset ended on a worker at global step " + std::to_string(global_step) +
+           ".");
+    if (due) progress.save();
+  }
+}
+
+void Estimator::serve(const InputFn& input_fn, distribute::ServerOptions options) {
+  Impl& m = *impl_;
+  const std::optional<distribute::ClusterResolver> resolver =
+      distribute::ClusterResolver::from_environment();
+  LOCKSTEP_CHECK(resolver.has_value(),
+                 "Estimator.serve: no cluster: set TF_CONFIG (a chief, workers and ps tasks); "
+                 "serve() runs a worker or ps task of a ParameterServerStrategy job");
+  const std::string& type = resolver->task_type();
+  LOCKSTEP_CHECK(type == "worker" || type == "ps", "Estimator.serve: this task is ",
+                 resolver->describe_task(type, resolver->task_id()),
+                 "; the chief trains: construct ParameterServerStrategy there and call train() "
+                 "with RunConfig{.train_distribute = strategy}; workers and ps tasks serve");
+  LOCKSTEP_CHECK(!m.config.train_distribute && !m.config.eval_distribute,
+                 "Estimator.serve: this task serves the chief's steps, one replica per worker; "
+                 "leave train_distribute and eval_distribute unset on the tasks that serve");
+  if (type == "worker") {
+    ServedEstimator& served = served_estimator();
+    std::lock_guard lk(served.mu);
+    LOCKSTEP_CHECK(served.impl == nullptr,
+                   "Estimator.serve: this process serves an Estimator "
+                   "already; a worker runs one Estimator's steps");
+    served.impl = impl_;
+    served.input_fn = input_fn;
+  }
+  register_parameter_server_functions();
+  distribute::Server server(*resolver, std::move(options));
+  m.info(type + " " + std::to_string(resolver->task_id()) + " serving at port " +
+         std::to_string(server.port()));
+  server.join();
+  if (type == "worker")
+    m.info("The chief ended the job; this worker ran " +
+           std::to_string(served_estimator().steps.load()) + " of its training steps.");
 }
 
 EvalResults Estimator::evaluate(const InputFn& input_fn, EvaluateOptions o) {

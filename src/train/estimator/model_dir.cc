@@ -1,7 +1,9 @@
 // Estimator checkpoints: layout "model/<variable name>" for the model's
 // variables, "optimizer/<index among trainable>/<slot>" for the optimizer's
 // slots; metadata "format" ("lockstep.estimator"), "format_version",
-// "global_step", "optimizer" (its class) and "iterations".
+// "global_step", "optimizer" (its class) and "iterations". Under
+// ParameterServerStrategy the values come from, and go back to, the
+// parameter servers.
 #include "train/estimator/model_dir.h"
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <map>
 
 #include "lockstep/core/error.h"
+#include "lockstep/distribute/strategy_extended.h"
 #include "lockstep/io/safetensors.h"
 
 namespace lockstep::estimator::detail {
@@ -74,6 +77,9 @@ std::optional<std::string> newest_checkpoint(const std::string& model_dir) {
 
 std::string save_checkpoint(const std::string& model_dir, const ModelState& state,
                             std::int64_t global_step, int keep_max) {
+  const distribute::StrategyExtended ext = state.strategy.extended();
+  const bool remote = ext.uses_parameter_servers();
+  if (remote) ext.pull_variables(state.variables);
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const Variable& v : state.variables)
     tensors.emplace_back(kModel + v.name(), v.replica_value(0));
@@ -81,10 +87,17 @@ std::string save_checkpoint(const std::string& model_dir, const ModelState& stat
                                              {"format_version", std::to_string(kFormatVersion)},
                                              {"global_step", std::to_string(global_step)}};
   if (state.optimizer.defined()) {
-    for (auto& [name, t] : state.optimizer->slot_values(state.trainable))
-      tensors.emplace_back(kOptimizer + name, t);
+    std::int64_t iterations = state.optimizer.iterations();
+    if (remote) {
+      distribute::StrategyExtended::OptimizerState held = ext.read_optimizer_state(state.trainable);
+      for (auto& [name, t] : held.slots) tensors.emplace_back(kOptimizer + name, t);
+      iterations = held.iterations;
+    } else {
+      for (auto& [name, t] : state.optimizer->slot_values(state.trainable))
+        tensors.emplace_back(kOptimizer + name, t);
+    }
     meta["optimizer"] = state.optimizer->class_name();
-    meta["iterations"] = std::to_string(state.optimizer.iterations());
+    meta["iterations"] = std::to_string(iterations);
   }
   const std::string path = checkpoint_path(model_dir, global_step);
   io::write_safetensors(path, tensors, meta);
@@ -113,6 +126,8 @@ CheckpointValues read_checkpoint(const std::string& path) {
 }
 
 std::int64_t restore_checkpoint(const std::string& path, const ModelState& state) {
+  const distribute::StrategyExtended ext = state.strategy.extended();
+  const bool remote = ext.uses_parameter_servers();
   const io::TensorFile file = read_checked(path);
   std::map<std::string, Tensor> saved, slots;
   for (const auto& [name, t] : file.tensors) {
@@ -151,14 +166,20 @@ std::int64_t restore_checkpoint(const std::string& path, const ModelState& state
     LOCKSTEP_CHECK(saved_class == state.optimizer->class_name(), path,
                    ": the checkpoint's optimizer is ", saved_class, ", the model's ",
                    state.optimizer->class_name(), hint);
-    // Checks every slot before it sets any.
-    state.optimizer->restore_slot_values(state.trainable, slots);
+    // Checks every slot before it sets any (on parameter servers the slots
+    // are checked there, when written below).
+    if (!remote) state.optimizer->restore_slot_values(state.trainable, slots);
   }
   for (const Variable& v : state.variables) {
     Variable target = v;
     target.assign(saved.at(v.name()));
   }
   if (state.optimizer.defined()) state.optimizer->set_iterations(iterations);
+  if (remote) {
+    ext.push_variables(state.variables);
+    if (state.optimizer.defined())
+      ext.write_optimizer_state(state.trainable, {{slots.begin(), slots.end()}, iterations});
+  }
   return step;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lockstep/autodiff/variable.h"
+#include "lockstep/distribute/strategy.h"
 #include "lockstep/optim/optimizers.h"
 
 namespace lockstep::estimator::detail {
@@ -19,6 +20,10 @@ struct ModelState {
   std::vector<Variable> variables{};  // every variable model_fn made, by name
   std::vector<Variable> trainable{};  // the optimizer's slots follow these by position
   Optimizer optimizer{};              // undefined before the first train()
+  // The strategy the variables were made under. Under ParameterServerStrategy
+  // their values and the optimizer's slots live on the parameter servers: a
+  // save reads them from there, a restore writes them there too.
+  distribute::Strategy strategy{};
 };
 
 // "<dir>/model.ckpt-<step>.safetensors".

@@ -38,6 +38,15 @@
 // replicas' gradients are summed; the canned heads divide a mean loss by
 // the replica count, as TensorFlow's do.
 //
+// Under ParameterServerStrategy (train_distribute, on the chief) every task
+// runs the same program: the chief's train() builds the model on the
+// parameter servers and schedules one step per global step on the workers,
+// which serve() with the same model_fn and their own input_fn; each
+// worker's update lands without waiting for the others (asynchronous, as
+// TensorFlow 1 ran Estimators under that strategy); the chief counts the
+// global steps, logs and saves (the variables and optimizer slots read
+// from the parameter servers). evaluate() and predict() run on the chief.
+//
 // Checkpoints: <model_dir>/model.ckpt-<global_step>.safetensors (Lockstep's
 // checksummed, atomic safetensors file), written every
 // save_checkpoints_steps or _secs and when train() ends, by the chief only;
@@ -62,6 +71,7 @@
 #include <vector>
 
 #include "lockstep/data/dataset.h"
+#include "lockstep/distribute/cluster_coordinator.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/nn/metrics.h"
 #include "lockstep/optim/optimizers.h"
@@ -204,6 +214,14 @@ class Estimator {
   Estimator& train(const InputFn& input_fn, TrainOptions options = {});
   EvalResults evaluate(const InputFn& input_fn, EvaluateOptions options = {});
   std::vector<Predictions> predict(const InputFn& input_fn, PredictOptions options = {});
+
+  // Serves this worker or ps task of a ParameterServerStrategy job (TF_CONFIG)
+  // until the chief ends it. A worker runs the training steps the chief's
+  // train() schedules with this Estimator's model_fn, on batches from
+  // `train_input_fn` (called once, with the worker's InputContext); its
+  // model must be the chief's (same model_fn and params). Its RunConfig
+  // has no strategy.
+  void serve(const InputFn& train_input_fn, distribute::ServerOptions options = {});
 
   // The newest checkpoint in model_dir, if any.
   std::optional<std::string> latest_checkpoint() const;
