@@ -215,14 +215,23 @@ TEST_F(PsJobTest, AnEstimatorTrainsOnOneWorkerAsOnOneDevice) {
   expect_estimator_as_one_device("40", "Estimator on 1 worker + 1 ps vs one device");
 }
 
-// A new job on the same model_dir restores the variables and Ftrl's slots
-// onto its parameter servers and ends where an uninterrupted run does.
-TEST_F(PsJobTest, AnEstimatorResumesOnParameterServersFromItsLastCheckpoint) {
-  const std::vector<std::string> first = {"--mode", "estimator", "--steps",
-                                          "20",     "--out",     path("model_dir")};
-  const Process chief = start_job(1, 1, first, "estimator-20");
-  ASSERT_EQ(wait_exit(chief), 0) << slurp(chief.log);
-  expect_servers_exit();
+// The chief killed (SIGKILL) after global step 25 of 40, checkpoints every
+// 10: a new job on the same model_dir restores the variables and Ftrl's
+// slots of step 20 onto its parameter servers and ends where an
+// uninterrupted run does.
+TEST_F(PsJobTest, AnEstimatorResumesOnParameterServersAfterTheChiefIsKilled) {
+  const Process chief = start_job(
+      1, 1,
+      {"--mode", "estimator", "--steps", "40", "--out", path("model_dir"), "--kill-at-step", "25"},
+      "estimator-killed");
+  ASSERT_EQ(wait_exit(chief), 128 + SIGKILL) << slurp(chief.log);
+  EXPECT_NE(slurp(chief.log).find("Saving checkpoints for 20 into"), std::string::npos)
+      << slurp(chief.log);
+  for (Process& p : servers_) {  // the job's tasks are restarted with it
+    ::kill(p.pid, SIGKILL);
+    wait_exit(p, 10s);
+    p.pid = -1;
+  }
   servers_.clear();
   const Process again = start_estimator_job("40", "estimator-40");
   ASSERT_EQ(wait_exit(again), 0) << slurp(again.log);

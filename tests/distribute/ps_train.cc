@@ -19,7 +19,8 @@
 //           --steps in model_dir --out (checkpoints every 10 steps), then
 //           evaluated; workers and ps tasks serve() it. Prints the global
 //           step, the weights and the evaluation; the weights to --weights.
-//           Without TF_CONFIG: the same on one device
+//           Without TF_CONFIG: the same on one device. --kill-at-step K:
+//           the chief kills itself (SIGKILL) after global step K
 //   estimator-eval  the one-device evaluation of model_dir --out
 //   fit     Model::fit(DatasetCreator("batches")) for --epochs of --steps
 //           steps (compiled with --steps-per-execution), with --backup DIR a
@@ -64,9 +65,10 @@ struct Args {
   std::int64_t steps_per_execution = 1;
   std::string backup;
   std::string restore, out_checkpoint;
-  double scale_weights = 1.0;  // fit: every weight times this before fit
-  bool lr_scheduler = false;   // fit: a LearningRateScheduler halving the rate each epoch
-  std::string weights;         // estimator: the trained weights to this file
+  double scale_weights = 1.0;      // fit: every weight times this before fit
+  bool lr_scheduler = false;       // fit: a LearningRateScheduler halving the rate each epoch
+  std::string weights;             // estimator: the trained weights to this file
+  std::int64_t kill_at_step = -1;  // estimator: the chief kills itself after this global step
 };
 
 bool g_batch_norm = false;  // --batch-norm 1: a BatchNormalization after the hidden layer
@@ -101,6 +103,8 @@ Args parse(int argc, char** argv) {
       a.lr_scheduler = v == "1";
     else if (k == "--batch-norm")
       g_batch_norm = v == "1";
+    else if (k == "--kill-at-step")
+      a.kill_at_step = std::stoll(v);
     else if (k == "--weights")
       a.weights = v;
     else if (k == "--out-checkpoint")
@@ -229,12 +233,12 @@ data::Dataset estimator_input() {
 }
 
 estimator::LinearRegressor regressor(const Args& a, std::optional<ld::Strategy> strategy) {
-  return estimator::LinearRegressor({.feature_columns = {feature_column::numeric_column("x")},
-                                     .config = {.model_dir = a.out,
-                                                .save_checkpoints_steps = 10,
-                                                .log_step_count_steps = 10,
-                                                .train_distribute = strategy,
-                                                .eval_distribute = strategy}});
+  estimator::RunConfig config{
+      .model_dir = a.out, .save_checkpoints_steps = 10, .log_step_count_steps = 10};
+  config.train_distribute = strategy;
+  config.eval_distribute = strategy;
+  return estimator::LinearRegressor(
+      {.feature_columns = {feature_column::numeric_column("x")}, .config = config});
 }
 
 void print_estimator(estimator::Estimator& est, const Args& a) {
@@ -255,7 +259,17 @@ void print_estimator(estimator::Estimator& est, const Args& a) {
 
 int run_estimator(const Args& a, std::optional<ld::Strategy> strategy) {
   estimator::LinearRegressor est = regressor(a, strategy);
-  est.train([] { return estimator_input(); }, {.max_steps = a.steps});
+  // --kill-at-step: a crash (SIGKILL) right after that global step.
+  struct KillAt : estimator::SessionRunHook {
+    explicit KillAt(std::int64_t step) : step(step) {}
+    void after_run(estimator::RunContext&, const estimator::SessionRunValues& v) override {
+      if (v.global_step == step) ::kill(::getpid(), SIGKILL);
+    }
+    std::int64_t step;
+  };
+  std::vector<std::shared_ptr<estimator::SessionRunHook>> hooks;
+  if (a.kill_at_step > 0) hooks.push_back(std::make_shared<KillAt>(a.kill_at_step));
+  est.train([] { return estimator_input(); }, {.max_steps = a.steps, .hooks = hooks});
   print_estimator(est, a);
   return 0;
 }
