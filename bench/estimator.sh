@@ -3,8 +3,10 @@
 # guide's LinearRegressor and a DNNClassifier of the seed MLP's shape on
 # Fashion-MNIST, under 1 replica and MirroredStrategy with 2, beside
 # Model::fit training the same network on the same global batches
-# (bench/estimator_bench.cc). ROUNDS rounds, the configurations alternating
-# within each; prints the median and range of each.
+# (bench/estimator_bench.cc), and under ParameterServerStrategy with 1 and 2
+# workers and one ps task (lockstep launch; "-ps" rows, replicas = workers).
+# ROUNDS rounds, the configurations alternating within each; prints the
+# median and range of each.
 #
 #   bench/estimator.sh [BUILD_DIR]      ROUNDS=3 STEPS=300 LINEAR_STEPS=3000
 set -euo pipefail
@@ -17,11 +19,17 @@ BIN="$BUILD/bench/estimator_bench"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for ((round = 1; round <= ROUNDS; ++round)); do
-  for cfg in "linear 1" "linear 2" "dnn 1" "dnn 2" "fit-dnn 1" "fit-dnn 2"; do
+  for cfg in "linear 1" "linear 2" "dnn 1" "dnn 2" "fit-dnn 1" "fit-dnn 2" \
+             "linear 1 ps" "linear 2 ps" "dnn 1 ps" "dnn 2 ps"; do
     set -- $cfg
     steps=$STEPS
     [[ $1 == linear ]] && steps=$LINEAR_STEPS
-    "$BIN" --model "$1" --replicas "$2" --steps "$steps" 2>/dev/null >>"$out"
+    if [[ ${3:-} == ps ]]; then
+      "$BUILD/cli/lockstep" launch --workers "$2" --ps 1 -- "$BIN" --model "$1" --steps "$steps" \
+        --strategy ps 2>/dev/null | sed -n 's/^\[chief\] //p' | grep 'steps/s=' >>"$out"
+    else
+      "$BIN" --model "$1" --replicas "$2" --steps "$steps" 2>/dev/null >>"$out"
+    fi
   done
 done
 python3 - "$out" <<'PY'

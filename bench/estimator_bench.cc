@@ -7,10 +7,15 @@
 // Model::fit on the same global batches.
 //
 //   estimator_bench --model linear|dnn|fit-dnn [--replicas 1|2] [--steps N]
+//   lockstep launch --workers W --ps 1 -- estimator_bench --model linear|dnn --strategy ps
 //
 // Prints "<model> replicas=<r> steps/s=<x> examples/s=<y>". Steps are
 // timed between the first and the last step's end (the model's build, the
 // restore and the final checkpoint are left out); 20 warm-up steps first.
+// With --strategy ps (ParameterServerStrategy, every task running this
+// program: the chief trains, workers and the ps task serve) the chief
+// sees steps in runs, so the train() call is timed whole (its final
+// checkpoint included) and "replicas" is the number of workers.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -50,10 +55,20 @@ std::pair<Tensor, Tensor> fashion_mnist() {
           train.second};
 }
 
-double time_estimator(est::Estimator& e, const est::InputFn& input, std::int64_t steps) {
+// Serving (a worker or ps task under --strategy ps): serves the chief's steps
+// and returns -1.
+double time_estimator(est::Estimator& e, const est::InputFn& input, std::int64_t steps,
+                      bool serving, bool whole_call) {
+  if (serving) {
+    e.serve(input);
+    return -1;
+  }
   e.train(input, {.steps = 20});
   auto times = std::make_shared<StepTimes>();
+  const auto t0 = Clock::now();
   e.train(input, {.steps = steps, .hooks = {times}});
+  if (whole_call)
+    return static_cast<double>(steps) / std::chrono::duration<double>(Clock::now() - t0).count();
   return times->steps_per_second();
 }
 
@@ -63,6 +78,7 @@ int main(int argc, char** argv) {
   std::string model = "linear";
   int replicas = 1;
   std::int64_t steps = 300;
+  bool parameter_server = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--model")
@@ -71,13 +87,22 @@ int main(int argc, char** argv) {
       replicas = std::stoi(v);
     else if (k == "--steps")
       steps = std::stoll(v);
+    else if (k == "--strategy")
+      parameter_server = v == "ps";
   }
-  const std::string dir = "/tmp/lockstep_estimator_bench_" + model + "_" + std::to_string(replicas);
+  const auto cluster = distribute::ClusterResolver::from_environment();
+  const bool serving = parameter_server && cluster && cluster->task_type() != "chief";
+  if (parameter_server && cluster) replicas = cluster->cluster_spec().num_tasks("worker");
+  std::string dir = "/tmp/lockstep_estimator_bench_" + model + "_" + std::to_string(replicas);
+  if (serving) dir += "_" + cluster->task_type() + std::to_string(cluster->task_id());
   std::filesystem::remove_all(dir);
-  est::RunConfig config{.model_dir = dir,
-                        .save_checkpoints_secs = 1e9,
-                        .log_step_count_steps = 0,
-                        .train_distribute = strategy_for(replicas)};
+  est::RunConfig config{
+      .model_dir = dir, .save_checkpoints_secs = 1e9, .log_step_count_steps = 0};
+  if (parameter_server && !serving) {
+    config.train_distribute = distribute::ParameterServerStrategy();
+  } else if (!parameter_server) {
+    config.train_distribute = strategy_for(replicas);
+  }
   double rate = 0;
   std::int64_t per_replica_batch = 0;
   if (model == "linear") {
@@ -90,10 +115,10 @@ int main(int argc, char** argv) {
           return data::Dataset::from_tensors(
                      est::features_and_labels({{"feats", Tensor::from_vector<float>({1.f})}},
                                               Tensor::from_vector<float>({1.f})))
-              .repeat(100000)
+              .repeat()
               .batch(10);
         },
-        steps);
+        steps, serving, parameter_server);
   } else {
     per_replica_batch = 64;
     const auto [x, y] = fashion_mnist();
@@ -109,7 +134,7 @@ int main(int argc, char** argv) {
                 .repeat()
                 .batch(64);
           },
-          steps);
+          steps, serving, parameter_server);
     } else {  // fit-dnn: Model::fit, the same network, optimizer and global batches
       Model m;
       std::optional<distribute::Strategy> s = strategy_for(replicas);
@@ -129,7 +154,11 @@ int main(int argc, char** argv) {
       rate = static_cast<double>(steps) / std::chrono::duration<double>(Clock::now() - t0).count();
     }
   }
-  std::printf("%s replicas=%d steps/s=%.1f examples/s=%.0f\n", model.c_str(), replicas, rate,
-              rate * static_cast<double>(per_replica_batch * replicas));
+  if (serving) return 0;
+  // Under ParameterServerStrategy a global step is one worker's batch.
+  const std::int64_t per_step = per_replica_batch * (parameter_server ? 1 : replicas);
+  std::printf("%s%s replicas=%d steps/s=%.1f examples/s=%.0f\n", model.c_str(),
+              parameter_server ? "-ps" : "", replicas, rate,
+              rate * static_cast<double>(per_step));
   std::filesystem::remove_all(dir);
 }

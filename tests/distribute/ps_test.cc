@@ -274,6 +274,33 @@ TEST_F(PsJobTest, AnEstimatorTrainsOnTwoWorkersAndRestoresOnOneDevice) {
   EXPECT_NE(slurp(one.log).find(eval + "\n"), std::string::npos) << eval << "\n" << slurp(one.log);
 }
 
+// A worker's input that ends ends training at that global step, as one
+// device's does; a worker that serves no Estimator is an error naming it.
+TEST_F(PsJobTest, AnEstimatorStopsAtTheEndOfAWorkersInputAndNamesAWorkerThatDoesNotServeIt) {
+  const Process chief = start_job(
+      1, 1, {"--mode", "estimator", "--steps", "40", "--out", path("model_dir"), "--finite", "1"},
+      "estimator-finite");
+  ASSERT_EQ(wait_exit(chief), 0) << slurp(chief.log);
+  expect_servers_exit();
+  std::string log = slurp(chief.log);
+  EXPECT_NE(log.find("input_fn's dataset ended on a worker at global step 4."), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("global_step 4\n"), std::string::npos) << log;
+  servers_.clear();
+  const Process plain = start_job(
+      1, 1,
+      {"--mode", "estimator", "--steps", "40", "--out", path("plain_dir"), "--plain-server", "1"},
+      "estimator-plain");
+  EXPECT_EQ(wait_exit(plain), 1) << slurp(plain.log);
+  log = slurp(plain.log);
+  EXPECT_NE(log.find("Estimator.train: "), std::string::npos) << log;
+  EXPECT_NE(log.find("worker 0 (127.0.0.1:" + std::to_string(worker_ports_[0]) +
+                     "): this worker serves no Estimator"),
+            std::string::npos)
+      << log;
+  expect_servers_exit();
+}
+
 TEST_F(PsJobTest, TwoWorkersTrainAShardedKernelThatReadsAsOneTensor) {
   const Process chief = start_job(
       2, 2, {"--mode", "custom", "--steps", "60", "--partition", "3", "--out", path("ps.bin")},

@@ -20,7 +20,9 @@
 //           evaluated; workers and ps tasks serve() it. Prints the global
 //           step, the weights and the evaluation; the weights to --weights.
 //           Without TF_CONFIG: the same on one device. --kill-at-step K:
-//           the chief kills itself (SIGKILL) after global step K
+//           the chief kills itself (SIGKILL) after global step K;
+//           --finite 1: the workers' input is 4 batches; --plain-server 1:
+//           the workers run a plain Server instead of serve()
 //   estimator-eval  the one-device evaluation of model_dir --out
 //   fit     Model::fit(DatasetCreator("batches")) for --epochs of --steps
 //           steps (compiled with --steps-per-execution), with --backup DIR a
@@ -69,6 +71,8 @@ struct Args {
   bool lr_scheduler = false;       // fit: a LearningRateScheduler halving the rate each epoch
   std::string weights;             // estimator: the trained weights to this file
   std::int64_t kill_at_step = -1;  // estimator: the chief kills itself after this global step
+  bool plain_server = false;       // estimator: workers run a plain Server, not serve()
+  bool finite = false;             // estimator: the workers' input is 4 batches, not repeated
 };
 
 bool g_batch_norm = false;  // --batch-norm 1: a BatchNormalization after the hidden layer
@@ -103,6 +107,10 @@ Args parse(int argc, char** argv) {
       a.lr_scheduler = v == "1";
     else if (k == "--batch-norm")
       g_batch_norm = v == "1";
+    else if (k == "--plain-server")
+      a.plain_server = v == "1";
+    else if (k == "--finite")
+      a.finite = v == "1";
     else if (k == "--kill-at-step")
       a.kill_at_step = std::stoll(v);
     else if (k == "--weights")
@@ -219,7 +227,7 @@ void scale_weights(Model& model, const Args& a) {
 // y = 2x + 1 over 40 examples, 4 batches of 10, repeated: a resumed run
 // that stopped at a multiple of 4 steps sees the batches an uninterrupted
 // one would.
-data::Dataset estimator_input() {
+data::Dataset estimator_input(bool repeat = true) {
   std::vector<float> x, y;
   for (int i = 0; i < 40; ++i) {
     x.push_back(static_cast<float>(i % 8) / 4.0f - 1.0f);
@@ -228,7 +236,7 @@ data::Dataset estimator_input() {
   return data::Dataset::from_tensor_slices(
              {Tensor::from_vector<float>(x, {40, 1}), Tensor::from_vector<float>(y, {40, 1})},
              {"x", estimator::kLabels})
-      .repeat()
+      .repeat(repeat ? -1 : 1)
       .batch(10);
 }
 
@@ -430,10 +438,13 @@ int main(int argc, char** argv) {
     register_functions(a);
     const auto resolver = ld::ClusterResolver::from_environment();
     if (!resolver) return reference(a);
-    if (a.mode == "estimator" && resolver->task_type() != "chief") {
-      regressor(a, std::nullopt).serve([] { return estimator_input(); });
+    if (a.mode == "estimator" && resolver->task_type() != "chief" && !a.plain_server) {
+      regressor(a, std::nullopt).serve([a] { return estimator_input(!a.finite); });
       return 0;
     }
+    // --plain-server: the Estimator made, but a plain Server run (serve() forgotten).
+    std::optional<estimator::LinearRegressor> unserved;
+    if (a.mode == "estimator") unserved.emplace(regressor(a, std::nullopt));
     if (resolver->task_type() == "ps" || resolver->task_type() == "worker") {
       ld::Server server(*resolver);
       std::printf("%s serving at port %d\n", resolver->task_type().c_str(), server.port());

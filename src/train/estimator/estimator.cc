@@ -114,6 +114,8 @@ struct Estimator::Impl {
 
 namespace {
 
+void register_parameter_server_functions();  // below, with the functions
+
 // Variables made while alive are an error: model_fn's calls after the
 // first must reuse the model's variables.
 class NoNewVariables {
@@ -258,6 +260,9 @@ void Estimator::Impl::save() {
 
 Estimator::Estimator(ModelFn model_fn, EstimatorOptions options) : impl_(std::make_shared<Impl>()) {
   LOCKSTEP_CHECK(model_fn != nullptr, "Estimator: model_fn is empty");
+  // A worker that runs a plain Server in a process that made an Estimator
+  // then says it serves none, rather than that the function is unknown.
+  register_parameter_server_functions();
   Impl& m = *impl_;
   m.model_fn = std::move(model_fn);
   m.config = std::move(options.config);
@@ -593,8 +598,8 @@ std::vector<Tensor> step_on_worker(distribute::WorkerContext& ctx) {
   return {Tensor::scalar(static_cast<float>(loss))};
 }
 
-// Every process of the job registers the workers' functions (the chief
-// checks the names it schedules).
+// Every process that makes an Estimator registers the workers' functions
+// (the chief checks the names it schedules).
 void register_parameter_server_functions() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -609,7 +614,6 @@ void Estimator::Impl::train_on_parameter_servers(Progress& progress, std::int64_
   const distribute::ParameterServerStrategy ps(strategy);
   std::vector<std::int64_t> indices;
   for (const Variable& v : state.variables) indices.push_back(ps.variable_index(v));
-  register_parameter_server_functions();
   distribute::ClusterCoordinator coordinator(ps);
   coordinator.create_per_worker_resource(kPsBuild, {Tensor::from_vector(indices)});
   // Steps go out in runs that end where a line is logged or a checkpoint
@@ -672,7 +676,6 @@ void Estimator::serve(const InputFn& input_fn, distribute::ServerOptions options
     served.impl = impl_;
     served.input_fn = input_fn;
   }
-  register_parameter_server_functions();
   distribute::Server server(*resolver, std::move(options));
   m.info(type + " " + std::to_string(resolver->task_id()) + " serving at port " +
          std::to_string(server.port()));
