@@ -1,14 +1,18 @@
 // Multi-worker figures (issue #7), one process per worker; bench/multi_worker.sh
 // starts the processes and prints the table.
 //
-//   multi_worker_bench allreduce IMPL   IMPL: ours-gloo | bare-gloo | ours-mpi | bare-mpi
+//   multi_worker_bench allreduce IMPL   IMPL: ours-gloo | ours-gloo-bf16 | bare-gloo |
+//                                             ours-mpi | bare-mpi
+//       (ours-gloo-bf16: the all-reduce with bfloat16 on the wire, gradient
+//       compression's);
 //       Gloo ranks read RANK, SIZE, PORT (the chief's store on 127.0.0.1:PORT);
 //       MPI ranks come from mpirun. Rank 0 prints one line per size:
 //       "allreduce IMPL SIZE_MIB MS_PER_OP ALGO_MB_S".
 //   multi_worker_bench tcp              loopback TCP throughput, one stream
 //   multi_worker_bench mlp MODE BATCH STEPS [LOCAL_REPLICAS [BYTES_PER_PACK]]
 //       MODE: single (no strategy) | mwms (MultiWorkerMirroredStrategy from
-//       the environment). Rank 0 prints "mlp MODE ... samples/s".
+//       the environment) | mwms-bf16 (the same, gradients compressed to
+//       bfloat16 between workers). Rank 0 prints "mlp MODE ... samples/s".
 #include <arpa/inet.h>
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
@@ -144,11 +148,19 @@ int run_allreduce(const std::string& impl) {
   std::unique_ptr<comm::StoreServer> server;
   if (rank == 0) server = comm::StoreServer::start(so);
   auto client = comm::StoreClient::connect(so);
-  if (impl == "ours-gloo") {
+  if (impl == "ours-gloo" || impl == "ours-gloo-bf16") {
     auto c =
         comm::create_gloo_communicator(*client, "127.0.0.1", "ours/", {.rank = rank, .size = size});
+    const bool bf16 = impl == "ours-gloo-bf16";
     time_sizes(
-        impl, rank, [&](float* d, std::size_t n) { c->all_reduce(d, n, comm::ReduceOp::kSum); },
+        impl, rank,
+        [&](float* d, std::size_t n) {
+          if (bf16) {
+            c->all_reduce_bf16_async(d, n, comm::ReduceOp::kSum)->wait();
+          } else {
+            c->all_reduce(d, n, comm::ReduceOp::kSum);
+          }
+        },
         [&] { c->barrier(); });
   } else if (impl == "bare-gloo" || impl == "bare-gloo-bcube") {
     auto ctx = connect_bare_gloo(rank, size, *client);
@@ -239,9 +251,12 @@ int run_tcp() {
 int run_mlp(const std::string& mode, std::int64_t batch, std::int64_t steps, int local,
             std::size_t bytes_per_pack) {
   std::optional<distribute::Strategy> strategy;
-  if (mode == "mwms")
+  if (mode == "mwms" || mode == "mwms-bf16")
     strategy = distribute::MultiWorkerMirroredStrategy(
-        {.local_replicas = local, .bytes_per_pack = bytes_per_pack});
+        {.gradient_compression = mode == "mwms-bf16" ? distribute::GradientCompression::kBfloat16
+                                                     : distribute::GradientCompression::kNone,
+         .local_replicas = local,
+         .bytes_per_pack = bytes_per_pack});
   Model model;
   {
     std::unique_ptr<distribute::Strategy::Scope> scope;

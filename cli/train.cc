@@ -81,6 +81,11 @@ Model build_model(const std::string& which) {
 
 distribute::Strategy make_strategy(const TrainArgs& a) {
   const std::string& name = a.strategy;
+  LOCKSTEP_CHECK(a.gradient_compression == "none" || name == "multi-worker",
+                 "--gradient-compression ", a.gradient_compression,
+                 " compresses the gradients sent between workers: it needs --strategy "
+                 "multi-worker (this run is ",
+                 name, ")");
   if (name == "multi-worker") {
     distribute::MultiWorkerMirroredStrategyOptions o;
     o.local_replicas = a.local_replicas;
@@ -97,6 +102,8 @@ distribute::Strategy make_strategy(const TrainArgs& a) {
     }
     if (a.communication == "gloo") o.communication = distribute::CommunicationImplementation::kGloo;
     if (a.communication == "mpi") o.communication = distribute::CommunicationImplementation::kMpi;
+    if (a.gradient_compression == "bf16")
+      o.gradient_compression = distribute::GradientCompression::kBfloat16;
     o.timeout = std::chrono::milliseconds(static_cast<long long>(a.timeout_seconds * 1000));
     return distribute::MultiWorkerMirroredStrategy(o);
   }
@@ -259,6 +266,12 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       ->add_option("--communication", a.communication,
                    "multi-worker: auto (MPI under mpirun, else Gloo), gloo or mpi")
       ->check(CLI::IsMember({"auto", "gloo", "mpi"}))
+      ->capture_default_str();
+  train
+      ->add_option("--gradient-compression", a.gradient_compression,
+                   "multi-worker: what the gradients' all-reduce sends between workers: none "
+                   "(float32) or bf16 (bfloat16, half the bytes; sums in float32)")
+      ->check(CLI::IsMember({"none", "bf16"}))
       ->capture_default_str();
   train
       ->add_option("--timeout", a.timeout_seconds,

@@ -23,6 +23,7 @@ struct TrainArgs {
   // 1), how the workers talk, the collective deadline in seconds.
   int local_replicas = 0;
   std::string communication = "auto";
+  std::string gradient_compression = "none";  // multi-worker: none | bf16
   double timeout_seconds = 300;
   std::string data_dir;  // empty: Debian's dataset-fashion-mnist directory
   int epochs = 2;

@@ -1,7 +1,10 @@
 #include "serial_communicator.h"
 
+#include <bit>
 #include <chrono>
+#include <vector>
 
+#include "lockstep/core/dtype.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::comm::detail {
@@ -204,6 +207,18 @@ void SerialCommunicator::all_reduce(double* data, std::size_t count, ReduceOp op
 WorkHandle SerialCommunicator::all_reduce_async(float* data, std::size_t count, ReduceOp op) {
   auto task = post("all_reduce of " + std::to_string(count) + " floats",
                    [=, this] { do_all_reduce_f32(data, count, op); });
+  return std::make_unique<TaskWork>(this, std::move(task));
+}
+
+WorkHandle SerialCommunicator::all_reduce_bf16_async(float* data, std::size_t count, ReduceOp op) {
+  auto task = post("all_reduce of " + std::to_string(count) + " floats as bfloat16", [=, this] {
+    std::vector<std::uint16_t> wire(count);
+    for (std::size_t i = 0; i < count; ++i) wire[i] = bfloat16::round(data[i]);
+    do_all_reduce_bf16(wire.data(), count, op == ReduceOp::kMean ? ReduceOp::kSum : op);
+    const float scale = op == ReduceOp::kMean ? 1.0f / static_cast<float>(size()) : 1.0f;
+    for (std::size_t i = 0; i < count; ++i)
+      data[i] = std::bit_cast<float>(static_cast<std::uint32_t>(wire[i]) << 16) * scale;
+  });
   return std::make_unique<TaskWork>(this, std::move(task));
 }
 

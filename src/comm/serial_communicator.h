@@ -60,6 +60,7 @@ class SerialCommunicator : public Communicator {
   void all_reduce(float* data, std::size_t count, ReduceOp op) override;
   void all_reduce(double* data, std::size_t count, ReduceOp op) override;
   WorkHandle all_reduce_async(float* data, std::size_t count, ReduceOp op) override;
+  WorkHandle all_reduce_bf16_async(float* data, std::size_t count, ReduceOp op) override;
   void broadcast(void* data, std::size_t bytes, int root) override;
   void all_gather(const void* data, std::size_t bytes, void* out) override;
   void barrier() override;
@@ -72,6 +73,9 @@ class SerialCommunicator : public Communicator {
   // Run on the communication thread; throw on failure.
   virtual void do_all_reduce_f32(float* data, std::size_t count, ReduceOp op) = 0;
   virtual void do_all_reduce_f64(double* data, std::size_t count, ReduceOp op) = 0;
+  // `bf16` holds the floats rounded to bfloat16; sums it across the ranks
+  // in place (each addition in float32, rounded back to bfloat16).
+  virtual void do_all_reduce_bf16(std::uint16_t* bf16, std::size_t count, ReduceOp op) = 0;
   virtual void do_broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual void do_all_gather(const void* data, std::size_t bytes, void* out) = 0;
   virtual void do_barrier() = 0;

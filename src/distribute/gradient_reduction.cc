@@ -53,8 +53,9 @@ void lay_out(GradientBuckets& b, const std::vector<Variable>& vars, std::size_t 
 }  // namespace
 
 GradientReduction::GradientReduction(GradientBuckets* buckets, comm::Communicator* comm,
-                                     const std::vector<Variable>& vars, std::size_t bytes_per_pack)
-    : buckets_(buckets), comm_(comm), vars_(vars) {
+                                     const std::vector<Variable>& vars, std::size_t bytes_per_pack,
+                                     bool compress)
+    : buckets_(buckets), comm_(comm), vars_(vars), compress_(compress) {
   GradientBuckets& b = *buckets_;
   bool same =
       b.arena.defined() && b.bytes_per_pack == bytes_per_pack && b.var_ids.size() == vars.size();
@@ -113,9 +114,10 @@ void GradientReduction::post_ready_buckets() {
   float* arena = b.arena.data<float>();
   while (b.next_post < b.buckets.size() && b.buckets[b.next_post].pending == 0) {
     auto& bucket = b.buckets[b.next_post++];
-    bucket.work = comm_->all_reduce_async(arena + bucket.begin,
-                                          static_cast<std::size_t>(bucket.end - bucket.begin),
-                                          comm::ReduceOp::kSum);
+    float* data = arena + bucket.begin;
+    const auto count = static_cast<std::size_t>(bucket.end - bucket.begin);
+    bucket.work = compress_ ? comm_->all_reduce_bf16_async(data, count, comm::ReduceOp::kSum)
+                            : comm_->all_reduce_async(data, count, comm::ReduceOp::kSum);
   }
 }
 

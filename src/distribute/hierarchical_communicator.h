@@ -41,15 +41,12 @@ class HierarchicalCommunicator final : public comm::Communicator {
   }
 
   comm::WorkHandle all_reduce_async(float* data, std::size_t count, comm::ReduceOp op) override {
-    auto p = std::make_shared<Pending>();
-    p->data = data;
-    p->count = count;
-    p->op = op;
-    const comm::ReduceOp partial = op == comm::ReduceOp::kMean ? comm::ReduceOp::kSum : op;
-    local_.all_reduce(data, count, partial);
-    if (cross_) p->cross = cross_->all_reduce_async(data, count, partial);
-    pending_.push_back(p);
-    return std::make_unique<Work>(this, std::move(p));
+    return post(data, count, op, false);
+  }
+  // The local sum in float32; only the cross-worker stage is compressed.
+  comm::WorkHandle all_reduce_bf16_async(float* data, std::size_t count,
+                                         comm::ReduceOp op) override {
+    return post(data, count, op, true);
   }
 
   void broadcast(void* data, std::size_t bytes, int root) override {
@@ -113,6 +110,20 @@ class HierarchicalCommunicator final : public comm::Communicator {
     HierarchicalCommunicator* owner_;
     std::shared_ptr<Pending> p_;
   };
+
+  comm::WorkHandle post(float* data, std::size_t count, comm::ReduceOp op, bool bf16) {
+    auto p = std::make_shared<Pending>();
+    p->data = data;
+    p->count = count;
+    p->op = op;
+    const comm::ReduceOp partial = op == comm::ReduceOp::kMean ? comm::ReduceOp::kSum : op;
+    local_.all_reduce(data, count, partial);
+    if (cross_)
+      p->cross = bf16 ? cross_->all_reduce_bf16_async(data, count, partial)
+                      : cross_->all_reduce_async(data, count, partial);
+    pending_.push_back(p);
+    return std::make_unique<Work>(this, std::move(p));
+  }
 
   void finish_front() {
     std::shared_ptr<Pending> p = pending_.front();

@@ -212,8 +212,10 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   auto impl = std::make_shared<StrategyImpl>(
       "MultiWorkerMirroredStrategy", std::move(devices), replicas_per_device,
       comm::InProcessGroup::Options{.timeout = o.timeout}, false,
-      ReplicaOptions{.bytes_per_pack = o.bytes_per_pack,
-                     .shard_optimizer_update = o.shard_optimizer_update},
+      ReplicaOptions{
+          .bytes_per_pack = o.bytes_per_pack,
+          .shard_optimizer_update = o.shard_optimizer_update,
+          .compress_gradients = o.gradient_compression == GradientCompression::kBfloat16},
       std::move(workers));
   static_cast<Strategy&>(*this) = Strategy(std::move(impl));
 }

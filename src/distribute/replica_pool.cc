@@ -145,6 +145,7 @@ void StrategyImpl::reset_group() {
     }
     p.bytes_per_pack = replica_options_.bytes_per_pack;
     p.shard_optimizer_update = replica_options_.shard_optimizer_update;
+    p.compress_gradients = replica_options_.compress_gradients && workers_.num_workers > 1;
     // In place: replica threads hold a pointer to their context.
     contexts_[static_cast<std::size_t>(r)] = ReplicaContext(p);
   }

@@ -42,6 +42,8 @@ struct CrossWorker {
 struct ReplicaOptions {
   std::size_t bytes_per_pack = kDefaultBytesPerPack;
   bool shard_optimizer_update = true;
+  // The cross-worker stage of the gradients' all-reduce in bfloat16.
+  bool compress_gradients = false;
 };
 
 class StrategyImpl {

@@ -3,11 +3,14 @@
 // multi-process behaviour is tested in tests/distribute.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <thread>
 
 #include "lockstep/comm/process_group.h"
+#include "lockstep/core/dtype.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::comm {
@@ -160,6 +163,46 @@ TEST_F(GlooTest, AllReduceIsExactForEverySizeAlgorithmAndOp) {
             << ranks << " ranks, result " << i << " differs on rank " << r;
     }
     EXPECT_NEAR(results[0].back()[0], 0.1f * static_cast<float>(ranks + 1) / 2, 1e-6f);
+  }
+}
+
+// all_reduce_bf16_async: each rank's floats rounded to bfloat16, summed in
+// float32 and rounded again. With 2 ranks that is bf16(bf16(a) + bf16(b))
+// exactly; with 3 the order of the partial sums is the algorithm's, so the
+// result is a bfloat16 value within two roundings of the exact sum.
+TEST_F(GlooTest, Bf16AllReduceSumsBfloat16RoundedValuesInFloat32) {
+  auto value = [](int rank, std::size_t i) {
+    return std::sin(0.37f * static_cast<float>(i) + static_cast<float>(rank)) *
+           (1.0f + static_cast<float>(i % 7));
+  };
+  auto bf16 = [](float x) { return static_cast<float>(bfloat16(x)); };
+  // Small buffers go through halving-doubling, large ones (over 2 MiB of
+  // bfloat16) through gloo::allreduce.
+  const std::vector<std::pair<int, std::size_t>> cases = {{2, 1000}, {2, 1500000}, {3, 1000}};
+  for (const auto& [ranks, kCount] : cases) {
+    server_ = StoreServer::start(store_options(0, 10s));  // a fresh rendezvous per group
+    std::vector<std::vector<float>> out(static_cast<std::size_t>(ranks));
+    run_ranks(ranks, [&](int r, Communicator& c) {
+      std::vector<float> data(kCount);
+      for (std::size_t i = 0; i < kCount; ++i) data[i] = value(r, i);
+      c.all_reduce_bf16_async(data.data(), kCount, ReduceOp::kSum)->wait();
+      out[static_cast<std::size_t>(r)] = data;
+    });
+    for (std::size_t i = 0; i < kCount; ++i) {
+      const float got = out[0][i];
+      for (int r = 1; r < ranks; ++r) ASSERT_EQ(out[static_cast<std::size_t>(r)][i], got) << i;
+      EXPECT_EQ(std::bit_cast<std::uint32_t>(got) & 0xffffu, 0u) << "not a bfloat16: " << got;
+      if (ranks == 2) {
+        EXPECT_EQ(got, bf16(bf16(value(0, i)) + bf16(value(1, i)))) << i;
+      } else {
+        double exact = 0, magnitude = 0;
+        for (int r = 0; r < ranks; ++r) {
+          exact += value(r, i);
+          magnitude += std::abs(value(r, i));
+        }
+        EXPECT_NEAR(got, exact, 3 * magnitude / 256) << i;
+      }
+    }
   }
 }
 

@@ -3,7 +3,7 @@
 // deterministic synthetic data and writes its final weights and logs.
 //
 //   multi_worker_train --out FILE [--strategy mwms|none] [--epochs N]
-//       [--batch B] [--local-replicas K] [--communication auto|gloo|mpi]
+//       [--batch B] [--local-replicas K] [--communication auto|gloo|mpi] [--compress 1]
 //       [--timeout-ms T] [--backup DIR] [--hidden H] [--kill-at-step S]
 //       [--print-cores 1]   (after the strategy: "cores of every thread: <list>")
 //       [--mixed-precision 1]   (Keras's mixed_bfloat16 policy) [--optimizer adam|sgd]
@@ -34,6 +34,7 @@ struct Args {
   std::int64_t batch = 32;
   int local_replicas = 1;
   std::string communication = "auto";
+  bool compress = false;  // --compress 1: gradients cross workers as bfloat16
   long timeout_ms = 20000;
   std::string backup;
   int hidden = 32;
@@ -70,6 +71,8 @@ Args parse(int argc, char** argv) {
       a.local_replicas = std::stoi(v);
     else if (k == "--communication")
       a.communication = v;
+    else if (k == "--compress")
+      a.compress = v == "1";
     else if (k == "--timeout-ms")
       a.timeout_ms = std::stol(v);
     else if (k == "--backup")
@@ -219,6 +222,7 @@ int main(int argc, char** argv) {
       if (a.communication == "gloo")
         o.communication = distribute::CommunicationImplementation::kGloo;
       if (a.communication == "mpi") o.communication = distribute::CommunicationImplementation::kMpi;
+      if (a.compress) o.gradient_compression = distribute::GradientCompression::kBfloat16;
       strategy = distribute::MultiWorkerMirroredStrategy(o);
     }
     if (a.print_cores) print_cores();

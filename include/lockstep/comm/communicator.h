@@ -71,6 +71,13 @@ class Communicator {
   // oldest is finished everywhere (so wait for old handles before posting
   // more than that).
   virtual WorkHandle all_reduce_async(float* data, std::size_t count, ReduceOp op);
+  // all_reduce_async with bfloat16 on the wire (Horovod's Compression.fp16,
+  // in bfloat16): each rank's floats are rounded to bfloat16, every partial
+  // sum is added in float32 and rounded to bfloat16 again, and the result
+  // is widened back into `data`. Half the bytes, at bfloat16's 8 significant
+  // bits. The backends between processes (Gloo, MPI) implement it; the
+  // others throw a ValueError (there is no wire to compress).
+  virtual WorkHandle all_reduce_bf16_async(float* data, std::size_t count, ReduceOp op);
   // Root's bytes to every rank.
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   // Every rank's `bytes` into `out` (size() * bytes), in rank order.

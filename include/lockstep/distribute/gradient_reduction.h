@@ -52,8 +52,11 @@ class GradientReduction {
  public:
   GradientReduction() = default;  // inactive
   // `bytes_per_pack` 0 (automatic): one bucket for all gradients.
+  // `compress`: each bucket's all-reduce sends bfloat16
+  // (Communicator::all_reduce_bf16_async).
   GradientReduction(GradientBuckets* buckets, comm::Communicator* comm,
-                    const std::vector<Variable>& vars, std::size_t bytes_per_pack);
+                    const std::vector<Variable>& vars, std::size_t bytes_per_pack,
+                    bool compress = false);
   GradientReduction(GradientReduction&&) = default;
   GradientReduction& operator=(GradientReduction&&) = default;
   // Waits for what was posted, so no collective is left half-seen by the
@@ -77,6 +80,7 @@ class GradientReduction {
   GradientBuckets* buckets_ = nullptr;
   comm::Communicator* comm_ = nullptr;
   std::vector<Variable> vars_;
+  bool compress_ = false;
 };
 
 }  // namespace lockstep::distribute

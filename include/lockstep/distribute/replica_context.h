@@ -66,6 +66,9 @@ class ReplicaContext final : public GradientAggregator {
     // updates its share of the variables in every replica's copy, and the
     // optimizer keeps its slots once.
     bool shard_optimizer_update = true;
+    // Gradients cross between workers as bfloat16
+    // (MultiWorkerMirroredStrategyOptions::gradient_compression).
+    bool compress_gradients = false;
   };
 
   ReplicaContext() = default;  // the cross-replica context: replica 0 of 1

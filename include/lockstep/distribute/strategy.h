@@ -207,8 +207,17 @@ enum class CommunicationImplementation {
   kMpi,   // the ranks mpirun / srun started
 };
 
+// What the gradients' all-reduce sends between workers (Horovod's
+// hvd.Compression): float32 as they are, or bfloat16 — half the bytes, each
+// partial sum added in float32 and rounded to bfloat16's 8 significant
+// bits. Only the traffic between workers is compressed: replicas inside a
+// worker sum in float32, and every other collective (losses, metric
+// states, moving statistics) stays exact.
+enum class GradientCompression { kNone, kBfloat16 };
+
 struct MultiWorkerMirroredStrategyOptions {
   CommunicationImplementation communication = CommunicationImplementation::kAuto;
+  GradientCompression gradient_compression = GradientCompression::kNone;
   // Who the workers are; empty: ClusterResolver::from_environment() (no
   // TF_CONFIG and no MPI launch: a single worker).
   std::optional<ClusterResolver> cluster_resolver{};

@@ -23,13 +23,16 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <csignal>
 #include <cstring>
 #include <deque>
+#include <type_traits>
 
 #include "comm/serial_communicator.h"
 #include "lockstep/comm/process_group.h"
+#include "lockstep/core/dtype.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::comm {
@@ -58,32 +61,85 @@ class GlooStore final : public gloo::rendezvous::Store {
   std::string prefix_;
 };
 
+// One bfloat16 on the wire (gradient compression): Gloo moves and reduces
+// it as an opaque 2-byte element.
+struct Bf16Wire {
+  std::uint16_t bits;
+};
+
+float widen(Bf16Wire x) { return std::bit_cast<float>(static_cast<std::uint32_t>(x.bits) << 16); }
+
+// x = x (op) y, each in float32, rounded back to bfloat16 (ties to even).
+template <typename Combine>
+void bf16_combine(Bf16Wire* x, const Bf16Wire* y, std::size_t n, Combine combine) {
+  for (std::size_t i = 0; i < n; ++i)
+    x[i].bits = bfloat16::round(combine(widen(x[i]), widen(y[i])));
+}
+void bf16_sum(Bf16Wire* x, const Bf16Wire* y, std::size_t n) {
+  bf16_combine(x, y, n, [](float a, float b) { return a + b; });
+}
+void bf16_max(Bf16Wire* x, const Bf16Wire* y, std::size_t n) {
+  bf16_combine(x, y, n, [](float a, float b) { return std::max(a, b); });
+}
+void bf16_min(Bf16Wire* x, const Bf16Wire* y, std::size_t n) {
+  bf16_combine(x, y, n, [](float a, float b) { return std::min(a, b); });
+}
+
 template <typename T>
 gloo::AllreduceOptions::Func reduce_function(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kMax:
-      return [](void* c, const void* a, const void* b, size_t n) { gloo::max<T>(c, a, b, n); };
-    case ReduceOp::kMin:
-      return [](void* c, const void* a, const void* b, size_t n) { gloo::min<T>(c, a, b, n); };
-    case ReduceOp::kSum:
-    case ReduceOp::kMean:
-      break;
+  if constexpr (std::is_same_v<T, Bf16Wire>) {
+    switch (op) {
+      case ReduceOp::kMax:
+        return [](void* c, const void* a, const void* b, size_t n) {
+          std::memcpy(c, a, n * sizeof(Bf16Wire));
+          bf16_max(static_cast<Bf16Wire*>(c), static_cast<const Bf16Wire*>(b), n);
+        };
+      case ReduceOp::kMin:
+        return [](void* c, const void* a, const void* b, size_t n) {
+          std::memcpy(c, a, n * sizeof(Bf16Wire));
+          bf16_min(static_cast<Bf16Wire*>(c), static_cast<const Bf16Wire*>(b), n);
+        };
+      case ReduceOp::kSum:
+      case ReduceOp::kMean:
+        break;
+    }
+    return [](void* c, const void* a, const void* b, size_t n) {
+      std::memmove(c, a, n * sizeof(Bf16Wire));
+      bf16_sum(static_cast<Bf16Wire*>(c), static_cast<const Bf16Wire*>(b), n);
+    };
+  } else {
+    switch (op) {
+      case ReduceOp::kMax:
+        return [](void* c, const void* a, const void* b, size_t n) { gloo::max<T>(c, a, b, n); };
+      case ReduceOp::kMin:
+        return [](void* c, const void* a, const void* b, size_t n) { gloo::min<T>(c, a, b, n); };
+      case ReduceOp::kSum:
+      case ReduceOp::kMean:
+        break;
+    }
+    return [](void* c, const void* a, const void* b, size_t n) { gloo::sum<T>(c, a, b, n); };
   }
-  return [](void* c, const void* a, const void* b, size_t n) { gloo::sum<T>(c, a, b, n); };
 }
 
 template <typename T>
 const gloo::ReductionFunction<T>* reduction(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kMax:
-      return gloo::ReductionFunction<T>::max;
-    case ReduceOp::kMin:
-      return gloo::ReductionFunction<T>::min;
-    case ReduceOp::kSum:
-    case ReduceOp::kMean:
-      break;
+  if constexpr (std::is_same_v<T, Bf16Wire>) {
+    static const auto* sum = new gloo::ReductionFunction<Bf16Wire>(gloo::SUM, &bf16_sum);
+    static const auto* max = new gloo::ReductionFunction<Bf16Wire>(gloo::MAX, &bf16_max);
+    static const auto* min = new gloo::ReductionFunction<Bf16Wire>(gloo::MIN, &bf16_min);
+    return op == ReduceOp::kMax ? max : op == ReduceOp::kMin ? min : sum;
+  } else {
+    switch (op) {
+      case ReduceOp::kMax:
+        return gloo::ReductionFunction<T>::max;
+      case ReduceOp::kMin:
+        return gloo::ReductionFunction<T>::min;
+      case ReduceOp::kSum:
+      case ReduceOp::kMean:
+        break;
+    }
+    return gloo::ReductionFunction<T>::sum;
   }
-  return gloo::ReductionFunction<T>::sum;
 }
 
 // Halving-doubling instances bind their buffers (and Gloo slots) when they
@@ -121,7 +177,7 @@ class HalvingDoublingCache {
     std::unique_ptr<gloo::Algorithm> algorithm;
   };
 
-  // T is float or double, told apart by size.
+  // T is float, double or Bf16Wire, told apart by size.
   template <typename T>
   Entry* find_or_make(std::size_t count, ReduceOp op) {
     if (op == ReduceOp::kMean) op = ReduceOp::kSum;  // the caller divides
@@ -190,13 +246,20 @@ class GlooCommunicator final : public detail::SerialCommunicator {
       opts.setTimeout(options().timeout);
       gloo::allreduce(opts);
     }
-    if (op == ReduceOp::kMean) {
-      const T n = static_cast<T>(size());
-      for (std::size_t i = 0; i < count; ++i) data[i] /= n;
+    if constexpr (!std::is_same_v<T, Bf16Wire>) {
+      if (op == ReduceOp::kMean) {
+        const T n = static_cast<T>(size());
+        for (std::size_t i = 0; i < count; ++i) data[i] /= n;
+      }
     }
   }
   void do_all_reduce_f32(float* data, std::size_t count, ReduceOp op) override {
     all_reduce_t(data, count, op);
+  }
+  // As float32, with 2-byte elements each reduced in float32 (Bf16Wire):
+  // halving-doubling for small buffers, gloo::allreduce for large ones.
+  void do_all_reduce_bf16(std::uint16_t* bf16, std::size_t count, ReduceOp op) override {
+    all_reduce_t(reinterpret_cast<Bf16Wire*>(bf16), count, op);
   }
   void do_all_reduce_f64(double* data, std::size_t count, ReduceOp op) override {
     all_reduce_t(data, count, op);

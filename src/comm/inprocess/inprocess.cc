@@ -34,6 +34,12 @@ WorkHandle Communicator::all_reduce_async(float* data, std::size_t count, Reduce
   return std::make_unique<CompletedWork>();
 }
 
+WorkHandle Communicator::all_reduce_bf16_async(float*, std::size_t, ReduceOp) {
+  lockstep::detail::throw_error<ValueError>(
+      "all_reduce_bf16_async: this communicator does not compress (only the Gloo and MPI "
+      "backends between worker processes do)");
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;

@@ -2,10 +2,13 @@
 // communication thread per process (the one that initialised MPI).
 #include <mpi.h>
 
+#include <algorithm>
+#include <bit>
 #include <mutex>
 
 #include "comm/serial_communicator.h"
 #include "lockstep/comm/process_group.h"
+#include "lockstep/core/dtype.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::comm {
@@ -96,6 +99,19 @@ MPI_Op mpi_op(ReduceOp op) {
   return MPI_SUM;
 }
 
+// inout = in (op) inout over bfloat16 bit patterns, each in float32,
+// rounded back (ties to even): the user operations of all_reduce_bf16.
+template <int kOp>
+void bf16_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* x = static_cast<const std::uint16_t*>(in);
+  auto* y = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float fx = std::bit_cast<float>(static_cast<std::uint32_t>(x[i]) << 16);
+    const float fy = std::bit_cast<float>(static_cast<std::uint32_t>(y[i]) << 16);
+    y[i] = bfloat16::round(kOp == 0 ? fx + fy : kOp == 1 ? std::max(fx, fy) : std::min(fx, fy));
+  }
+}
+
 class MpiCommunicator final : public detail::SerialCommunicator {
  public:
   explicit MpiCommunicator(ProcessGroupOptions options)
@@ -123,6 +139,21 @@ class MpiCommunicator final : public detail::SerialCommunicator {
   void do_all_reduce_f64(double* data, std::size_t count, ReduceOp op) override {
     all_reduce_t(data, count, op, MPI_DOUBLE);
   }
+  void do_all_reduce_bf16(std::uint16_t* bf16, std::size_t count, ReduceOp op) override {
+    // The operations are made once, on this (MPI's) thread; MPI_Finalize frees them.
+    if (bf16_ops_[0] == MPI_OP_NULL) {
+      check_mpi(MPI_Op_create(&bf16_op<0>, 1, &bf16_ops_[0]), "MPI_Op_create");
+      check_mpi(MPI_Op_create(&bf16_op<1>, 1, &bf16_ops_[1]), "MPI_Op_create");
+      check_mpi(MPI_Op_create(&bf16_op<2>, 1, &bf16_ops_[2]), "MPI_Op_create");
+    }
+    const MPI_Op mpi = bf16_ops_[op == ReduceOp::kMax ? 1 : op == ReduceOp::kMin ? 2 : 0];
+    constexpr std::size_t kMaxCount = std::size_t{1} << 30;
+    for (std::size_t at = 0; at < count; at += kMaxCount) {
+      const auto n = static_cast<int>(std::min(kMaxCount, count - at));
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, bf16 + at, n, MPI_UINT16_T, mpi, MPI_COMM_WORLD),
+                "MPI_Allreduce");
+    }
+  }
   void do_broadcast(void* data, std::size_t bytes, int root) override {
     LOCKSTEP_CHECK(bytes < (std::size_t{1} << 31), "MPI broadcast of ", bytes,
                    " bytes: at most 2 GiB at once");
@@ -137,6 +168,9 @@ class MpiCommunicator final : public detail::SerialCommunicator {
               "MPI_Allgather");
   }
   void do_barrier() override { check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+
+ private:
+  MPI_Op bf16_ops_[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // sum, max, min
 };
 
 }  // namespace
