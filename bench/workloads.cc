@@ -9,6 +9,8 @@
 //   workloads --workload allreduce [--sizes-mib 1,4,16,64]   (2 replica threads)
 //   workloads --workload input --batch 64
 //   workloads --workload mobilenet --alpha 1.0 --size 224 --batch 32 [--steps 5 --warmup 2]
+//   [--policy mixed_bfloat16]: Keras's global dtype policy for mlp, cnn and
+//   mobilenet (default float32; bench/mixed_precision.sh compares them)
 //   (MobileNetV2 with its top, 1000 classes, on random images; issue #19)
 //
 // `mirrored` is the guide's `MirroredStrategy()` with its default devices
@@ -43,6 +45,7 @@ struct Args {
   std::uint64_t seed = 42;  // initialisation and shuffling
   double alpha = 1.0;       // mobilenet: width, input size, timed and untimed steps
   std::int64_t size = 224, steps = 5, warmup = 2;
+  std::string policy = "float32";  // mixed_precision::set_global_policy
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -128,6 +131,7 @@ void train(const Args& args) {
           {"seconds", seconds},
           {"examples", examples},
           {"samples_per_s", examples / seconds},
+          {"policy", args.policy},
           {"test_accuracy", results.at("sparse_categorical_accuracy")}});
 }
 
@@ -167,6 +171,7 @@ void mobilenet(const Args& args) {
           {"seconds", seconds},
           {"examples", examples},
           {"samples_per_s", examples / seconds},
+          {"policy", args.policy},
           {"step_ms", 1e3 * seconds / static_cast<double>(args.steps)}});
 }
 
@@ -239,8 +244,11 @@ int main(int argc, char** argv) {
   app.add_option("--size", args.size, "mobilenet: input height and width");
   app.add_option("--steps", args.steps, "mobilenet: timed training steps");
   app.add_option("--warmup", args.warmup, "mobilenet: untimed steps before them");
+  app.add_option("--policy", args.policy, "Keras's global dtype policy")
+      ->check(CLI::IsMember({"float32", "mixed_bfloat16"}));
   CLI11_PARSE(app, argc, argv);
   try {
+    ls::mixed_precision::set_global_policy(args.policy);
     if (args.workload == "allreduce") {
       all_reduce(args);
     } else if (args.workload == "input") {
