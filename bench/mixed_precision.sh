@@ -23,7 +23,7 @@ for seed in "${SEEDS[@]}"; do
     "$BIN" --workload cnn --batch 64 --epochs 1 --seed "$seed" --policy "$policy" 2>/dev/null |
       grep '^RESULT' | tee -a "$out"
     if [[ ${MOBILENET:-0} == 1 ]]; then
-      "$BIN" --workload mobilenet --alpha 0.35 --size 96 --batch 64 --steps 10 --seed "$seed" \
+      "$BIN" --workload mobilenet --alpha 0.35 --size 96 --batch 64 --steps 20 --seed "$seed" \
         --policy "$policy" 2>/dev/null | grep '^RESULT' | tee -a "$out"
     fi
   done

@@ -307,13 +307,16 @@ Tensor BatchNormalizationImpl::call(const Tensor& input, const CallContext& ctx)
                                     options_.epsilon));
   }
   BatchNormResult r = batch_norm_training(x, gamma, beta, options_.epsilon);
+  // The cast to the compute dtype is recorded (outside the guard below):
+  // under mixed_bfloat16 the gradient goes back through it.
+  Tensor y = out(r.y);
   NoGradGuard no_grad;
   // moving = moving · momentum + batch · (1 − momentum)
   const Tensor m = Tensor::scalar(options_.momentum),
                one_minus = Tensor::scalar(1.0f - options_.momentum);
   moving_mean_.assign(add(mul(moving_mean_.value(), m), mul(r.mean, one_minus)));
   moving_variance_.assign(add(mul(moving_variance_.value(), m), mul(r.variance, one_minus)));
-  return out(r.y);
+  return y;
 }
 
 void BatchNormalizationImpl::set_momentum(float momentum) {

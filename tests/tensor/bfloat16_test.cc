@@ -126,6 +126,11 @@ TEST(BFloat16, ElementwiseReductionsAndConvolutionComputeOnBFloat16) {
   expect_bf16_close(add(ta, tb), sum_ab, "add");
   expect_bf16_close(mul(ta, tb), prod, "mul");
   expect_bf16_close(relu(ta), relu_a, "relu");
+  // Capped, as ReLU6 (MobileNetV2's), and leaky: relu with options.
+  std::vector<double> capped_a;
+  for (float v : a) capped_a.push_back(v > 0 ? std::min(0.5, double(v)) : 0.25 * v);
+  expect_bf16_close(relu(ta, {.negative_slope = 0.25f, .max_value = 0.5f}), capped_a,
+                    "relu with max_value");
   expect_bf16_close(exp(ta), exp_a, "exp");
   expect_bf16_close(ta * 1.0f, std::vector<double>(a.begin(), a.end()), "scalar multiply");
   std::vector<double> row_sums(6, 0.0);

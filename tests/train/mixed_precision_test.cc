@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -92,6 +93,33 @@ TEST(MixedPrecision, LayersComputeInBFloat16OverFloat32Variables) {
   const Tensor out = model.predict(x, {.verbose = 0});
   EXPECT_EQ(out.dtype(), DType::kFloat32);
   for (float v : out.to_vector<float>()) EXPECT_TRUE(bfloat16_exact(v));  // computed in bfloat16
+}
+
+// MobileNetV2 (ReLU6, depthwise convolutions, ZeroPadding2D, Add, global
+// pooling) trains under mixed_bfloat16: float32 variables, every one
+// moved by the step, float32 outputs computed in bfloat16, a finite loss.
+TEST(MixedPrecision, MobileNetV2TrainsUnderMixedBFloat16) {
+  GlobalPolicy policy("mixed_bfloat16");
+  set_random_seed(5);
+  Model model = applications::MobileNetV2(
+      {.input_shape = Shape{32, 32, 3}, .alpha = 0.35, .classes = 4, .classifier_activation = ""});
+  for (const Variable& v : model.impl()->weights()) EXPECT_EQ(v.dtype(), DType::kFloat32) << v.name();
+  model.compile({.optimizer = "sgd",
+                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+  const Tensor x = random::uniform({4, 32, 32, 3}, {.minval = -1, .seed = 2});
+  const Tensor y = Tensor::from_vector(std::vector<std::int64_t>{0, 1, 2, 3});
+  std::vector<std::vector<float>> before;
+  for (const Variable& v : model.impl()->trainable_weights())
+    before.push_back(v.value().to_vector<float>());
+  const Logs logs = model.train_on_batch(x, y);
+  EXPECT_TRUE(std::isfinite(logs.at("loss"))) << logs.at("loss");
+  // The gradient reaches every trainable variable through the bfloat16 ops.
+  const std::vector<Variable> trainable = model.impl()->trainable_weights();
+  for (std::size_t i = 0; i < trainable.size(); ++i)
+    EXPECT_NE(trainable[i].value().to_vector<float>(), before[i]) << trainable[i].name();
+  const Tensor out = model.predict(x, {.verbose = 0});
+  EXPECT_EQ(out.dtype(), DType::kFloat32);
+  for (float v : out.to_vector<float>()) EXPECT_TRUE(bfloat16_exact(v));
 }
 
 // One SGD step on a mixed-precision model: every float32 master weight

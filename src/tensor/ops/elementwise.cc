@@ -381,6 +381,7 @@ LOCKSTEP_VECTOR_CLONES void relu_grad_kernel(const float* __restrict g, const fl
 
 Tensor relu(const Tensor& x, const ReluOptions& o) {
   check_defined(x, "relu", "input");
+  if (detail::any_bf16({&x})) return detail::narrow(relu(detail::widen(x), o));
   detail::check_float32(x.dtype(), "relu", "input");
   LOCKSTEP_CHECK(o.negative_slope >= 0.0f && o.threshold >= 0.0f &&
                      (!o.max_value || *o.max_value >= 0.0f),
