@@ -96,8 +96,7 @@ int main(int argc, char** argv) {
   std::string dir = "/tmp/lockstep_estimator_bench_" + model + "_" + std::to_string(replicas);
   if (serving) dir += "_" + cluster->task_type() + std::to_string(cluster->task_id());
   std::filesystem::remove_all(dir);
-  est::RunConfig config{
-      .model_dir = dir, .save_checkpoints_secs = 1e9, .log_step_count_steps = 0};
+  est::RunConfig config{.model_dir = dir, .save_checkpoints_secs = 1e9, .log_step_count_steps = 0};
   if (parameter_server && !serving) {
     config.train_distribute = distribute::ParameterServerStrategy();
   } else if (!parameter_server) {
@@ -158,7 +157,6 @@ int main(int argc, char** argv) {
   // Under ParameterServerStrategy a global step is one worker's batch.
   const std::int64_t per_step = per_replica_batch * (parameter_server ? 1 : replicas);
   std::printf("%s%s replicas=%d steps/s=%.1f examples/s=%.0f\n", model.c_str(),
-              parameter_server ? "-ps" : "", replicas, rate,
-              rate * static_cast<double>(per_step));
+              parameter_server ? "-ps" : "", replicas, rate, rate * static_cast<double>(per_step));
   std::filesystem::remove_all(dir);
 }

@@ -226,13 +226,13 @@ ResizingImpl::ResizingImpl(std::int64_t height, std::int64_t width, ResizingOpti
   LOCKSTEP_CHECK(options_.interpolation == "bilinear", "Resizing: interpolation '",
                  options_.interpolation,
                  "' is not implemented; Lockstep has 'bilinear' (tf.image.resize's default)");
-  LOCKSTEP_CHECK(!options_.crop_to_aspect_ratio && !options_.pad_to_aspect_ratio &&
-                     !options_.antialias,
-                 "Resizing: crop_to_aspect_ratio, pad_to_aspect_ratio and antialias are not "
-                 "implemented (got ",
-                 options_.crop_to_aspect_ratio, ", ", options_.pad_to_aspect_ratio, ", ",
-                 options_.antialias, "). Hint: resize without them, or crop with a Cropping step "
-                 "in the input pipeline");
+  LOCKSTEP_CHECK(
+      !options_.crop_to_aspect_ratio && !options_.pad_to_aspect_ratio && !options_.antialias,
+      "Resizing: crop_to_aspect_ratio, pad_to_aspect_ratio and antialias are not "
+      "implemented (got ",
+      options_.crop_to_aspect_ratio, ", ", options_.pad_to_aspect_ratio, ", ", options_.antialias,
+      "). Hint: resize without them, or crop with a Cropping step "
+      "in the input pipeline");
 }
 
 Tensor ResizingImpl::call(const Tensor& x, const CallContext&) {

@@ -103,9 +103,10 @@ TEST(MixedPrecision, MobileNetV2TrainsUnderMixedBFloat16) {
   set_random_seed(5);
   Model model = applications::MobileNetV2(
       {.input_shape = Shape{32, 32, 3}, .alpha = 0.35, .classes = 4, .classifier_activation = ""});
-  for (const Variable& v : model.impl()->weights()) EXPECT_EQ(v.dtype(), DType::kFloat32) << v.name();
-  model.compile({.optimizer = "sgd",
-                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+  for (const Variable& v : model.impl()->weights())
+    EXPECT_EQ(v.dtype(), DType::kFloat32) << v.name();
+  model.compile(
+      {.optimizer = "sgd", .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
   const Tensor x = random::uniform({4, 32, 32, 3}, {.minval = -1, .seed = 2});
   const Tensor y = Tensor::from_vector(std::vector<std::int64_t>{0, 1, 2, 3});
   std::vector<std::vector<float>> before;

@@ -5,9 +5,9 @@
 // kernels; small ones (where a oneDNN call's fixed cost dominates) run in our
 // own loop.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <bit>
 #include <limits>
 #include <string>
 
@@ -383,11 +383,10 @@ Tensor relu(const Tensor& x, const ReluOptions& o) {
   check_defined(x, "relu", "input");
   if (detail::any_bf16({&x})) return detail::narrow(relu(detail::widen(x), o));
   detail::check_float32(x.dtype(), "relu", "input");
-  LOCKSTEP_CHECK(o.negative_slope >= 0.0f && o.threshold >= 0.0f &&
-                     (!o.max_value || *o.max_value >= 0.0f),
-                 "relu: negative_slope, threshold and max_value must be >= 0, got ",
-                 o.negative_slope, ", ", o.threshold, " and ",
-                 o.max_value ? std::to_string(*o.max_value) : std::string("none"));
+  LOCKSTEP_CHECK(
+      o.negative_slope >= 0.0f && o.threshold >= 0.0f && (!o.max_value || *o.max_value >= 0.0f),
+      "relu: negative_slope, threshold and max_value must be >= 0, got ", o.negative_slope, ", ",
+      o.threshold, " and ", o.max_value ? std::to_string(*o.max_value) : std::string("none"));
   const float slope = o.negative_slope, threshold = o.threshold;
   const float top = o.max_value ? *o.max_value : std::numeric_limits<float>::infinity();
   Tensor out = Tensor::empty(x.shape());
