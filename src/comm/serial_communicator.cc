@@ -212,7 +212,8 @@ WorkHandle SerialCommunicator::all_reduce_async(float* data, std::size_t count, 
 
 WorkHandle SerialCommunicator::all_reduce_bf16_async(float* data, std::size_t count, ReduceOp op) {
   auto task = post("all_reduce of " + std::to_string(count) + " floats as bfloat16", [=, this] {
-    std::vector<std::uint16_t> wire(count);
+    std::vector<std::uint16_t>& wire = bf16_wire_;  // this thread's alone
+    wire.resize(count);
     for (std::size_t i = 0; i < count; ++i) wire[i] = bfloat16::round(data[i]);
     do_all_reduce_bf16(wire.data(), count, op == ReduceOp::kMean ? ReduceOp::kSum : op);
     const float scale = op == ReduceOp::kMean ? 1.0f / static_cast<float>(size()) : 1.0f;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "lockstep/comm/communicator.h"
 #include "lockstep/comm/process_group.h"
@@ -99,6 +101,10 @@ class SerialCommunicator : public Communicator {
   std::shared_ptr<SerialExecutor> executor_;
   std::mutex mu_;
   std::string broken_;  // the first failure; later collectives fail with it
+  // all_reduce_bf16_async's bfloat16 copy of the data, kept between calls
+  // (one allocation, not one per gradient bucket); touched only by tasks on
+  // the communication thread, which run one at a time.
+  std::vector<std::uint16_t> bf16_wire_;
 };
 
 }  // namespace lockstep::comm::detail

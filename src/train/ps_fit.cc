@@ -13,6 +13,7 @@
 #include <iostream>
 #include <mutex>
 
+#include "assigned_on_worker.h"
 #include "fit_loops.h"
 #include "keras_config.h"
 #include "lockstep/distribute/parameter_server_strategy.h"
@@ -27,9 +28,7 @@ constexpr char kBuild[] = "lockstep.fit.build";
 constexpr char kSteps[] = "lockstep.fit.train_steps";
 constexpr char kResource[] = "lockstep.fit";
 
-std::string as_string(const Tensor& t) {
-  return data::Element({t}).string(0);
-}
+std::string as_string(const Tensor& t) { return data::Element({t}).string(0); }
 
 // Each metric's name and state (float64 values as int64 bits: Tensor has no
 // float64), in metrics() order.
@@ -49,7 +48,8 @@ void add_metric_states(const Model& m, const std::vector<Tensor>& states) {
   const std::vector<Metric> all = m.metrics();
   for (std::size_t i = 0; i + 1 < states.size(); i += 2) {
     const std::string name = as_string(states[i]);
-    auto it = std::find_if(all.begin(), all.end(), [&](const Metric& x) { return x.name() == name; });
+    auto it =
+        std::find_if(all.begin(), all.end(), [&](const Metric& x) { return x.name() == name; });
     LOCKSTEP_CHECK_AS(InternalError, it != all.end(), "fit: a worker reported metric '", name,
                       "', which this model does not track");
     std::vector<double> state = it->impl()->state();
@@ -76,8 +76,8 @@ std::vector<Tensor> build_on_worker(ld::WorkerContext& ctx) {
   auto fit = std::make_shared<FitOnWorker>();
   const std::string where = ctx.task() + ": fit: the coordinator's model";
   fit->model = model_from_json(as_string(ctx.argument(0)), where);
-  fit->model.compile(keras::compile_options_from_config(
-      nlohmann::json::parse(as_string(ctx.argument(1))), where));
+  fit->model.compile(
+      keras::compile_options_from_config(nlohmann::json::parse(as_string(ctx.argument(1))), where));
   ctx.bind_variables(fit->model.weights(), ctx.argument(2).to_vector<std::int64_t>());
   const std::string dataset_fn = as_string(ctx.argument(3));
   if (!dataset_fn.empty()) {
@@ -104,18 +104,10 @@ std::vector<Tensor> steps_on_worker(ld::WorkerContext& ctx) {
   fit->model.reset_metrics();
   // State a step assigns (moving statistics) goes back to the ps tasks
   // after it, before the next step reads the variables again.
-  const std::vector<Variable> assigned = fit->model.impl()->non_trainable_weights();
-  std::vector<std::uint64_t> versions;
-  for (const Variable& v : assigned) versions.push_back(v.version());
+  detail::AssignedOnWorker assigned(fit->model.impl()->non_trainable_weights());
   auto train = [&](const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
     fit->model.train_step(x, y);
-    std::vector<Variable> changed;
-    for (std::size_t k = 0; k < assigned.size(); ++k) {
-      if (assigned[k].version() == versions[k]) continue;
-      changed.push_back(assigned[k]);
-      versions[k] = assigned[k].version();
-    }
-    ctx.write_variables(changed);
+    assigned.write_changed(ctx);
   };
   if (ctx.num_arguments() == 1) {
     LOCKSTEP_CHECK_AS(InternalError, fit->batches != nullptr, ctx.task(), ": fit: no input");
@@ -134,8 +126,7 @@ std::vector<Tensor> steps_on_worker(ld::WorkerContext& ctx) {
       if (i > 0) ctx.read_variables();
       std::vector<Tensor> x, y;
       const std::size_t first = 2 + static_cast<std::size_t>(i) * per_step;
-      for (std::size_t j = 0; j < per_step; ++j)
-        (j < k ? x : y).push_back(ctx.argument(first + j));
+      for (std::size_t j = 0; j < per_step; ++j) (j < k ? x : y).push_back(ctx.argument(first + j));
       train(x, y);
     }
   }
@@ -227,9 +218,9 @@ History Model::Loops::fit_on_parameter_servers(Model& m, const ld::DatasetCreato
   s.resume.reset();
   int at_epoch = o.initial_epoch;
   s.snapshot = [&](bool full_input_state) {  // at epoch ends only
-    return detail::snapshot_at(m, at_epoch, 0,
-                               source ? source->save_state(at_epoch, full_input_state)
-                                      : data::IteratorState{});
+    return detail::snapshot_at(
+        m, at_epoch, 0,
+        source ? source->save_state(at_epoch, full_input_state) : data::IteratorState{});
   };
   detail::ForgetSnapshot forget{s};
   callbacks.each([](Callback& cb) { cb.on_train_begin({}); });
@@ -264,8 +255,8 @@ History Model::Loops::fit_on_parameter_servers(Model& m, const ld::DatasetCreato
       }
       for (std::int64_t step = 0; step < o.steps_per_epoch && !s.stop; step += per_call) {
         const std::int64_t n = std::min(per_call, o.steps_per_epoch - step);
-        std::vector<ld::RemoteArgument> args = {Tensor::from_vector(std::vector<std::int64_t>{n},
-                                                                    Shape{})};
+        std::vector<ld::RemoteArgument> args = {
+            Tensor::from_vector(std::vector<std::int64_t>{n}, Shape{})};
         for (std::int64_t i = 0; source && i < n; ++i) {
           std::optional<Batch> b = source->next(step + i);
           LOCKSTEP_CHECK(b.has_value(), "the data ran out after ", step + i, " of the ",

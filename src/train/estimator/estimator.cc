@@ -22,6 +22,7 @@
 #include "lockstep/io/event_file.h"
 #include "lockstep/nn/initializers.h"
 #include "lockstep/tensor/ops.h"
+#include "train/assigned_on_worker.h"
 #include "train/estimator/model_dir.h"
 
 namespace lockstep::estimator {
@@ -515,8 +516,7 @@ constexpr char kPsResource[] = "lockstep.estimator";
 // InputContext) and the state a step assigns rather than trains.
 struct EstimatorOnWorker {
   std::unique_ptr<WorkerInput> input;
-  std::vector<Variable> assigned;
-  std::vector<std::uint64_t> versions;
+  lockstep::detail::AssignedOnWorker assigned;
 };
 
 // The Estimator this worker process serves (serve() sets it).
@@ -564,11 +564,11 @@ std::vector<Tensor> build_on_worker(distribute::WorkerContext& ctx) {
                  made.size(), " variables here and ", indices.size(),
                  " on the chief; every task must build the same model");
   ctx.bind_variables(made, indices);
+  std::vector<Variable> non_trainable;
   for (const Variable& v : made) {
-    if (v.trainable()) continue;
-    on->assigned.push_back(v);
-    on->versions.push_back(v.version());
+    if (!v.trainable()) non_trainable.push_back(v);
   }
+  on->assigned = lockstep::detail::AssignedOnWorker(std::move(non_trainable));
   ctx.set_resource(kPsResource, on);
   return {};
 }
@@ -585,15 +585,7 @@ std::vector<Tensor> step_on_worker(distribute::WorkerContext& ctx) {
   Tensor labels;
   split_features_and_labels(*element, features, labels);
   const double loss = served_impl(ctx)->train_step(features, labels, false);
-  // State a step assigns (moving statistics) goes to the parameter servers
-  // after it; the last writer wins, as in TensorFlow.
-  std::vector<Variable> changed;
-  for (std::size_t k = 0; k < on->assigned.size(); ++k) {
-    if (on->assigned[k].version() == on->versions[k]) continue;
-    changed.push_back(on->assigned[k]);
-    on->versions[k] = on->assigned[k].version();
-  }
-  if (!changed.empty()) ctx.write_variables(changed);
+  on->assigned.write_changed(ctx);  // moving statistics, to the parameter servers
   ++served_estimator().steps;
   return {Tensor::scalar(static_cast<float>(loss))};
 }
