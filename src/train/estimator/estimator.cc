@@ -427,11 +427,7 @@ Estimator& Estimator::train(const InputFn& input_fn, TrainOptions o) {
                                           : std::numeric_limits<std::int64_t>::max();
   Impl::Progress progress(m, o);
   if (ext.uses_parameter_servers()) {
-    try {
-      m.train_on_parameter_servers(progress, last);
-    } catch (const Error&) {
-      lockstep::detail::rethrow_with_prefix("Estimator.train: ");
-    }
+    m.train_on_parameter_servers(progress, last);
     progress.finish();
     return *this;
   }
@@ -607,7 +603,16 @@ void Estimator::Impl::train_on_parameter_servers(Progress& progress, std::int64_
   std::vector<std::int64_t> indices;
   for (const Variable& v : state.variables) indices.push_back(ps.variable_index(v));
   distribute::ClusterCoordinator coordinator(ps);
-  coordinator.create_per_worker_resource(kPsBuild, {Tensor::from_vector(indices)});
+  // What the workers raise (named by the coordinator) is said to come from train().
+  const auto on_workers = [](const auto& fn) {
+    try {
+      return fn();
+    } catch (const Error&) {
+      lockstep::detail::rethrow_with_prefix("Estimator.train: ");
+    }
+  };
+  on_workers(
+      [&] { coordinator.create_per_worker_resource(kPsBuild, {Tensor::from_vector(indices)}); });
   // Steps go out in runs that end where a line is logged or a checkpoint
   // is due by steps, so each is taken after exactly that many steps; a
   // run waits for its steps (join), then counts them in order.
@@ -621,14 +626,15 @@ void Estimator::Impl::train_on_parameter_servers(Progress& progress, std::int64_
     // Lines are logged after steps k * log_every + 1.
     if (log_every > 0)
       end = std::min(end, (global_step - 1 + log_every) / log_every * log_every + 1);
-    if (end <= global_step) end = global_step + 1;
-    std::vector<distribute::RemoteValue> values;
-    for (std::int64_t s = global_step; s < end; ++s)
-      values.push_back(coordinator.schedule(kPsStep));
-    coordinator.join();
+    const std::vector<std::vector<Tensor>> results = on_workers([&] {
+      std::vector<distribute::RemoteValue> values;
+      for (std::int64_t s = global_step; s < end; ++s)
+        values.push_back(coordinator.schedule(kPsStep));
+      coordinator.join();
+      return coordinator.fetch(values);
+    });
     bool due = false;
-    for (const distribute::RemoteValue& v : values) {
-      const std::vector<Tensor> out = v.fetch();
+    for (const std::vector<Tensor>& out : results) {
       if (out.empty()) {  // that worker's input ended
         ended = true;
         continue;
