@@ -11,9 +11,16 @@
 //    into both) at the aggregate memcpy rate of 2 threads on buffers of the
 //    same size, measured in the same run (so cache-resident sizes get cache
 //    bandwidth).
+// 4. MobileNetV2 (alpha 0.35, 96 × 96, 1,000 classes; issue #19) at batch 64
+//    per replica: 1 replica on 1 core; two independent replicas training at
+//    once, one per core, with no synchronisation (what sharing the machine
+//    costs); and MirroredStrategy's 2 replicas. Scaling efficiency = 2
+//    replicas' samples/s / (2 × 1 replica's); the two ratios between the
+//    three modes split its loss into contention and synchronisation.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -80,6 +87,99 @@ BENCHMARK(BM_Mirrored_SeedMlp)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0);
+
+// mode 0: 1 replica on 1 core (batch 64); 1: two such replicas, each its
+// own model on its own core, trained at once by two threads with nothing
+// shared; 2: MirroredStrategy over both cores (global batch 128).
+ls::Model mobilenet_for_scaling() {
+  ls::Model model = ls::applications::MobileNetV2(
+      {.input_shape = ls::Shape{96, 96, 3}, .alpha = 0.35, .classifier_activation = ""});
+  model.compile({.optimizer = ls::optimizers::Adam(),
+                 .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true})});
+  return model;
+}
+
+void BM_Mirrored_MobileNetV2(benchmark::State& state) {
+  const int mode = static_cast<int>(state.range(0));
+  const std::int64_t per_replica = 64, replicas = mode == 2 ? 2 : 1;
+  const std::int64_t batch = per_replica * replicas, steps = 6;
+  const auto& devices = ls::logical_devices();
+  const ls::Tensor x = ls::random::uniform({batch * 2, 96, 96, 3}, {.seed = 1});
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(batch * 2));
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 1000);
+  const auto ds = ld::Dataset::from_tensor_slices({x, ls::Tensor::from_vector(labels)})
+                      .batch(batch)
+                      .cache()
+                      .repeat();
+  // One (strategy, model) per training thread: two in mode 1.
+  std::vector<dist::Strategy> strategies;
+  if (mode == 2) {
+    strategies.push_back(dist::MirroredStrategy({.devices = devices}));
+  } else {
+    strategies.push_back(dist::OneDeviceStrategy(*devices[0]));
+    if (mode == 1) strategies.push_back(dist::OneDeviceStrategy(*devices.at(1)));
+  }
+  std::vector<ls::Model> models;
+  for (const dist::Strategy& strategy : strategies) {
+    auto scope = strategy.scope();
+    models.push_back(mobilenet_for_scaling());
+  }
+  // Each model's batch times (fit's batch callbacks), to see what lockstep
+  // would cost two independent replicas: at every step the faster one
+  // would wait for the slower, E[max(a, b)] − E[(a + b) / 2] = E|a − b| / 2.
+  std::vector<std::vector<double>> batch_seconds(models.size());
+  std::vector<Clock::time_point> batch_start(models.size());
+  std::vector<std::vector<std::shared_ptr<ls::Callback>>> callbacks(models.size());
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    callbacks[i].push_back(std::make_shared<ls::LambdaCallback>(ls::LambdaCallback::Functions{
+        .on_train_batch_begin = [&, i](std::int64_t,
+                                       const ls::Logs&) { batch_start[i] = Clock::now(); },
+        .on_train_batch_end =
+            [&, i](std::int64_t, const ls::Logs&) {
+              batch_seconds[i].push_back(
+                  std::chrono::duration<double>(Clock::now() - batch_start[i]).count());
+            }}));
+  }
+  auto train = [&](std::int64_t n) {
+    auto fit = [&](std::size_t i) {
+      models[i].fit(ds, {.verbose = 0, .callbacks = callbacks[i], .steps_per_epoch = n});
+    };
+    std::vector<std::thread> threads;
+    for (std::size_t i = 1; i < models.size(); ++i) threads.emplace_back(fit, i);
+    fit(0);
+    for (std::thread& t : threads) t.join();
+  };
+  train(2);  // build, warm up
+  for (auto& b : batch_seconds) b.clear();
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    train(steps);
+    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  double step_s = 0, wait_s = 0;
+  const std::size_t n = batch_seconds[0].size();
+  for (std::size_t k = 0; k < n; ++k) {
+    step_s += batch_seconds[0][k];
+    if (models.size() == 2) wait_s += std::fabs(batch_seconds[0][k] - batch_seconds[1][k]) / 2;
+  }
+  state.counters["step_ms"] = step_s / static_cast<double>(n) * 1e3;
+  if (models.size() == 2)
+    state.counters["wait_for_slower_ms"] = wait_s / static_cast<double>(n) * 1e3;
+  // Every model trained `steps` batches of `batch` in each iteration.
+  const double samples =
+      static_cast<double>(steps * batch) * static_cast<double>(state.iterations() * models.size());
+  state.counters["samples_per_s"] = benchmark::Counter(samples, benchmark::Counter::kIsRate);
+  static const char* names[] = {"1 replica, 1 core", "2 independent replicas, 1 core each",
+                                "MirroredStrategy, 2 replicas"};
+  state.SetLabel(names[mode]);
+}
+BENCHMARK(BM_Mirrored_MobileNetV2)
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 
 // The optimizer update alone on 2 replicas (one per core): Adam over the
 // seed MLP's 269k parameters, the gradients already summed. Sharded, each
