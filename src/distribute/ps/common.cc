@@ -28,10 +28,11 @@ std::vector<std::shared_ptr<comm::rpc::Channel>> open_channels(const ClusterReso
                                                                std::chrono::milliseconds timeout) {
   std::vector<std::shared_ptr<comm::rpc::Channel>> out;
   for (int i = 0; i < r.cluster_spec().num_tasks(job); ++i) {
-    out.push_back(comm::rpc::Channel::open({.address = r.cluster_spec().task_address(job, i).to_string(),
-                                            .token = token,
-                                            .peer = r.describe_task(job, i),
-                                            .timeout = timeout}));
+    out.push_back(
+        comm::rpc::Channel::open({.address = r.cluster_spec().task_address(job, i).to_string(),
+                                  .token = token,
+                                  .peer = r.describe_task(job, i),
+                                  .timeout = timeout}));
   }
   return out;
 }
@@ -70,6 +71,41 @@ void for_each_ps(const std::vector<int>& tasks, const std::function<void(int tas
     }
   }
   if (first) std::rethrow_exception(first);
+}
+
+void add_shard_entries(const comm::rpc::VariableLayout& l, const Tensor& value,
+                       const std::vector<std::pair<std::string, Tensor>>& slots,
+                       EntriesByTask& by_task) {
+  const bool split = l.shards.size() > 1;
+  auto part = [&](const Tensor& t, std::int64_t row, std::int64_t rows) {
+    return split ? rows_to_wire(t, row, row + rows) : to_wire(t);
+  };
+  std::int64_t row = 0;
+  for (const auto& s : l.shards) {
+    comm::rpc::VariableEntry e{.id = s.id,
+                               .name = l.name,
+                               .trainable = l.trainable,
+                               .value = part(value, row, s.rows),
+                               .slots = {},
+                               .version = 0};
+    for (const auto& [slot, t] : slots) e.slots.push_back({slot, part(t, row, s.rows)});
+    by_task[s.ps_task].push_back(std::move(e));
+    row += s.rows;
+  }
+}
+
+void assign_entries(EntriesByTask by_task, std::optional<std::int64_t> iterations,
+                    const std::vector<std::shared_ptr<comm::rpc::Channel>>& channels) {
+  std::vector<int> tasks;
+  for (const auto& [task, unused] : by_task) tasks.push_back(task);
+  if (tasks.empty()) return;
+  for_each_ps(
+      tasks,
+      [&](int task) {
+        channels.at(static_cast<std::size_t>(task))
+            ->assign(std::move(by_task.at(task)), iterations);
+      },
+      channels);
 }
 
 void pull_into(const std::vector<std::shared_ptr<comm::rpc::Channel>>& ps,
@@ -114,13 +150,13 @@ void pull_into(const std::vector<std::shared_ptr<comm::rpc::Channel>>& ps,
               var.shape().rank() == 0 ? dst.nbytes()
                                       : dst.nbytes() / static_cast<std::size_t>(var.shape()[0]);
           const auto& bytes = got.variables[i].value.bytes;
-          const std::size_t rows = static_cast<std::size_t>(
-              vars[t.var].second.shards[t.shard].rows);
-          LOCKSTEP_CHECK_AS(ShapeError, bytes.size() == (var.shape().rank() == 0 ? dst.nbytes()
-                                                                                 : rows * row_bytes),
-                            ps[static_cast<std::size_t>(task)]->peer(), ": variable '",
-                            var.name(), "' shard ", t.shard, " holds ", bytes.size(),
-                            " bytes, expected ", rows * row_bytes);
+          const std::size_t rows =
+              static_cast<std::size_t>(vars[t.var].second.shards[t.shard].rows);
+          LOCKSTEP_CHECK_AS(
+              ShapeError,
+              bytes.size() == (var.shape().rank() == 0 ? dst.nbytes() : rows * row_bytes),
+              ps[static_cast<std::size_t>(task)]->peer(), ": variable '", var.name(), "' shard ",
+              t.shard, " holds ", bytes.size(), " bytes, expected ", rows * row_bytes);
           std::memcpy(static_cast<char*>(dst.raw_data()) +
                           static_cast<std::size_t>(t.first_row) * row_bytes,
                       bytes.data(), bytes.size());

@@ -8,6 +8,8 @@
 #include "distribute/ps/coordinator.h"
 
 #include <cstdio>
+#include <string>
+#include <string_view>
 
 #include "distribute/ps/wire.h"
 #include "lockstep/core/error.h"
@@ -61,12 +63,25 @@ bool RemoteValue::done() const {
 
 // ---- The coordinator ----
 
+namespace {
+
+// What a worker raised in `function`, as the chief reports it: the worker
+// named once (what a worker says about itself starts with its own name).
+std::string from_worker(const std::string& worker, const std::string& function,
+                        std::string_view what) {
+  if (what.starts_with(worker + ": ")) what.remove_prefix(worker.size() + 2);
+  return worker + ": " + function + ": " + std::string(what);
+}
+
+}  // namespace
+
 CoordinatorImpl::CoordinatorImpl(ParameterServerStrategyImpl* strategy) : strategy_(strategy) {
   const ClusterResolver& r = strategy->resolver();
   const int n = r.cluster_spec().num_tasks("worker");
   const int size = strategy->options().closure_queue_size;
   capacity_ = static_cast<std::size_t>(size > 0 ? size : 256 * n);
-  for (auto& channel : ps::open_channels(r, "worker", strategy->token(), strategy->options().timeout))
+  for (auto& channel :
+       ps::open_channels(r, "worker", strategy->token(), strategy->options().timeout))
     workers_.push_back({std::move(channel)});
   for (int w = 0; w < n; ++w) dispatchers_.emplace_back([this, w] { dispatch(w); });
 }
@@ -127,8 +142,9 @@ RemoteValue CoordinatorImpl::schedule(const std::string& name,
   raise_pending(lk);
   space_cv_.wait(lk, [&] { return stopping_ || error_ || queue_.size() < capacity_; });
   raise_pending(lk);
-  LOCKSTEP_CHECK_AS(CancelledError, !stopping_, "ClusterCoordinator::schedule: the coordinator "
-                                                "has stopped");
+  LOCKSTEP_CHECK_AS(CancelledError, !stopping_,
+                    "ClusterCoordinator::schedule: the coordinator "
+                    "has stopped");
   queue_.push_back({name, std::move(arguments), value.state_});
   ++stats_.scheduled;
   lk.unlock();
@@ -254,7 +270,8 @@ void CoordinatorImpl::catch_up(int w) {
           s.function, std::move(fargs), strategy_->options().function_timeout);
       if (r.failed) {
         if (r.error_kind == "ps_unavailable") throw UnavailableError(r.error_message);
-        detail::throw_error_of_class(r.error_type, r.error_message);
+        detail::throw_error_of_class(
+            r.error_type, from_worker(worker.channel->peer(), s.function, r.error_message));
       }
     }
     ++worker.setup_done;
@@ -287,9 +304,8 @@ void CoordinatorImpl::dispatch(int w) {
           args.push_back({ps::to_wire(a.tensor()), -1});
         }
       }
-      comm::rpc::FunctionResult r =
-          worker.channel->run_function(c.function, std::move(args),
-                                       strategy_->options().function_timeout);
+      comm::rpc::FunctionResult r = worker.channel->run_function(
+          c.function, std::move(args), strategy_->options().function_timeout);
       if (!r.failed) {
         std::vector<Tensor> results;
         for (const auto& t : r.results) results.push_back(ps::from_wire(t, name + ": a result"));
@@ -301,7 +317,7 @@ void CoordinatorImpl::dispatch(int w) {
         c.value->fail("UnavailableError", r.error_message);
         record_error("UnavailableError", r.error_message);
       } else {
-        const std::string message = name + ": " + c.function + ": " + r.error_message;
+        const std::string message = from_worker(name, c.function, r.error_message);
         c.value->fail(r.error_type, message);
         record_error(r.error_type, message);
       }
@@ -328,8 +344,11 @@ void CoordinatorImpl::dispatch(int w) {
         record_error("DistributedError", e.what());
       }
     } catch (const std::exception& e) {
-      // Set-up the worker refused (a dataset function that failed there).
-      const std::string message = name + ": " + e.what();
+      // Set-up the worker refused (a dataset function that failed there),
+      // named by the worker already or not.
+      const std::string_view what = e.what();
+      const std::string message =
+          what.starts_with(name + ": ") ? std::string(what) : name + ": " + std::string(what);
       c.value->fail(detail::error_class_name(e), message);
       record_error(detail::error_class_name(e), message);
     }

@@ -53,8 +53,8 @@ ParameterServerStrategyImpl::ParameterServerStrategyImpl(ClusterResolver resolve
     } catch (const comm::rpc::RpcError& e) {
       detail::throw_error<TimeoutError>("ParameterServerStrategy: ", channel->peer(),
                                         " did not answer within ",
-                                        options_.connect_timeout.count() / 1000.0, " s (",
-                                        e.what(), "); is it running, with this job's token?");
+                                        options_.connect_timeout.count() / 1000.0, " s (", e.what(),
+                                        "); is it running, with this job's token?");
     }
   }
 }
@@ -101,15 +101,16 @@ Variable ParameterServerStrategyImpl::create_variable(const Tensor& initial,
         options_.variable_partitioner(initial.shape(), initial.dtype());
     bool valid = parts.size() == static_cast<std::size_t>(initial.rank()) && parts[0] >= 1;
     for (std::size_t i = 1; i < parts.size(); ++i) valid &= parts[i] == 1;
-    LOCKSTEP_CHECK(valid, "ParameterServerStrategy: variable_partitioner must return one count "
-                          "per axis, 1 but for the first (>= 1), got ",
+    LOCKSTEP_CHECK(valid,
+                   "ParameterServerStrategy: variable_partitioner must return one count "
+                   "per axis, 1 but for the first (>= 1), got ",
                    parts.size(), " counts for variable '", options.name, "' of shape ",
                    initial.shape());
     shards = parts[0];
   }
-  std::vector<std::int64_t> rows = shards > 1 ? shard_rows(initial.dim(0), shards)
-                                              : std::vector<std::int64_t>{
-                                                    initial.rank() == 0 ? 1 : initial.dim(0)};
+  std::vector<std::int64_t> rows =
+      shards > 1 ? shard_rows(initial.dim(0), shards)
+                 : std::vector<std::int64_t>{initial.rank() == 0 ? 1 : initial.dim(0)};
   std::map<int, std::vector<VariableEntry>> by_task;
   {
     std::lock_guard lk(mu_);
@@ -171,9 +172,8 @@ void ParameterServerStrategyImpl::pull_variables(const std::vector<Variable>& va
   ps::pull_into(ps_, pairs, nullptr);
 }
 
-std::vector<VariableEntry> ParameterServerStrategyImpl::read_shards(const VariableLayout& l,
-                                                                    bool with_slots,
-                                                                    std::int64_t* iterations) const {
+std::vector<VariableEntry> ParameterServerStrategyImpl::read_shards(
+    const VariableLayout& l, bool with_slots, std::int64_t* iterations) const {
   std::vector<VariableEntry> out(l.shards.size());
   std::vector<int> tasks;
   for (const auto& s : l.shards) tasks.push_back(s.ps_task);
@@ -192,42 +192,25 @@ std::vector<VariableEntry> ParameterServerStrategyImpl::read_shards(const Variab
         }
         comm::rpc::ReadResult got = ps_[static_cast<std::size_t>(task)]->read(ids, with_slots);
         std::lock_guard lk(out_mu);
-        for (std::size_t i = 0; i < where.size(); ++i) out[where[i]] = std::move(got.variables.at(i));
+        for (std::size_t i = 0; i < where.size(); ++i)
+          out[where[i]] = std::move(got.variables.at(i));
         if (iterations && task == 0) *iterations = got.iterations;
       },
       ps_);
   return out;
 }
 
-void ParameterServerStrategyImpl::assign_shards(const VariableLayout& l, const Tensor& value) const {
+void ParameterServerStrategyImpl::assign_shards(const VariableLayout& l,
+                                                const Tensor& value) const {
   LOCKSTEP_CHECK_AS(ShapeError, value.shape() == Shape(l.shape), "assign of variable '", l.name,
                     "': expected shape ", Shape(l.shape), ", got ", value.shape());
-  std::map<int, std::vector<VariableEntry>> by_task;
-  std::int64_t row = 0;
-  for (const auto& s : l.shards) {
-    by_task[s.ps_task].push_back({.id = s.id,
-                                  .name = l.name,
-                                  .trainable = l.trainable,
-                                  .value = l.shards.size() > 1
-                                               ? ps::rows_to_wire(value, row, row + s.rows)
-                                               : ps::to_wire(value),
-                                  .slots = {},
-                                  .version = 0});
-    row += s.rows;
-  }
-  std::vector<int> tasks;
-  for (const auto& [task, unused] : by_task) tasks.push_back(task);
-  ps::for_each_ps(
-      tasks,
-      [&](int task) {
-        ps_[static_cast<std::size_t>(task)]->assign(std::move(by_task.at(task)), std::nullopt);
-      },
-      ps_);
+  ps::EntriesByTask by_task;
+  ps::add_shard_entries(l, value, {}, by_task);
+  ps::assign_entries(std::move(by_task), std::nullopt, ps_);
 }
 
 void ParameterServerStrategyImpl::push_variables(const std::vector<Variable>& vars) const {
-  for (const Variable& v : vars)
-    assign_shards(layout_of(v, "push_variables"), v.replica_value(0));
+  for (const Variable& v : vars) assign_shards(layout_of(v, "push_variables"), v.replica_value(0));
 }
 
 OptimizerState ParameterServerStrategyImpl::read_optimizer_state(
@@ -252,7 +235,8 @@ OptimizerState ParameterServerStrategyImpl::read_optimizer_state(
     }
   }
   // iterations is counted on ps task 0 (every step's updates name it).
-  ps::for_each_ps({0}, [&](int) { state.iterations = ps_[0]->read({}, false).iterations; }, ps_);
+  ps::for_each_ps(
+      {0}, [&](int) { state.iterations = ps_[0]->read({}, false).iterations; }, ps_);
   return state;
 }
 
@@ -268,39 +252,19 @@ void ParameterServerStrategyImpl::write_optimizer_state(const std::vector<Variab
                       "' of variable ", i, " of ", trainable.size());
     by_var[i].emplace_back(name.substr(slash + 1), t);
   }
-  std::map<int, std::vector<VariableEntry>> by_task;
+  ps::EntriesByTask by_task;
   for (std::size_t i = 0; i < trainable.size(); ++i) {
     const VariableLayout l = layout_of(trainable[i], "write_optimizer_state");
     const Tensor& value = trainable[i].replica_value(0);
-    std::int64_t row = 0;
-    for (const auto& s : l.shards) {
-      VariableEntry e{.id = s.id,
-                      .name = l.name,
-                      .trainable = l.trainable,
-                      .value = l.shards.size() > 1 ? ps::rows_to_wire(value, row, row + s.rows)
-                                                   : ps::to_wire(value),
-                      .slots = {},
-                      .version = 0};
-      for (const auto& [slot, t] : by_var[i]) {
-        LOCKSTEP_CHECK_AS(ShapeError, t.shape() == value.shape(), "write_optimizer_state: slot '",
-                          slot, "' of '", l.name, "' has shape ", t.shape(), ", the variable ",
-                          value.shape());
-        e.slots.push_back({slot, l.shards.size() > 1 ? ps::rows_to_wire(t, row, row + s.rows)
-                                                     : ps::to_wire(t)});
-      }
-      by_task[s.ps_task].push_back(std::move(e));
-      row += s.rows;
+    for (const auto& [slot, t] : by_var[i]) {
+      LOCKSTEP_CHECK_AS(ShapeError, t.shape() == value.shape(), "write_optimizer_state: slot '",
+                        slot, "' of '", l.name, "' has shape ", t.shape(), ", the variable ",
+                        value.shape());
     }
+    ps::add_shard_entries(l, value, by_var[i], by_task);
   }
   by_task[0];  // ps task 0 keeps iterations
-  std::vector<int> tasks;
-  for (const auto& [task, unused] : by_task) tasks.push_back(task);
-  ps::for_each_ps(
-      tasks,
-      [&](int task) {
-        ps_[static_cast<std::size_t>(task)]->assign(std::move(by_task.at(task)), state.iterations);
-      },
-      ps_);
+  ps::assign_entries(std::move(by_task), state.iterations, ps_);
 }
 
 ParameterServerStats ParameterServerStrategyImpl::stats() const {

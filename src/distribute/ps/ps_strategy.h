@@ -6,14 +6,16 @@
 // public face, cluster_coordinator.cc schedules on the workers).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "distribute/strategy_impl.h"
 #include "lockstep/comm/rpc.h"
 #include "lockstep/distribute/parameter_server_strategy.h"
-#include "distribute/strategy_impl.h"
 
 namespace lockstep::distribute {
 
@@ -47,6 +49,18 @@ std::vector<std::shared_ptr<comm::rpc::Channel>> open_channels(const ClusterReso
 // PsUnavailable naming it.
 void for_each_ps(const std::vector<int>& tasks, const std::function<void(int task)>& fn,
                  const std::vector<std::shared_ptr<comm::rpc::Channel>>& channels);
+
+// Per ps task, the entries that assign `value` to the variable laid out by
+// `l` — each shard its rows, with the same rows of each of `slots` (name,
+// tensor of the variable's shape) — appended to `by_task`.
+using EntriesByTask = std::map<int, std::vector<comm::rpc::VariableEntry>>;
+void add_shard_entries(const comm::rpc::VariableLayout& l, const Tensor& value,
+                       const std::vector<std::pair<std::string, Tensor>>& slots,
+                       EntriesByTask& by_task);
+// Sends every task its entries (Channel::assign, with `iterations` if set),
+// the tasks at once.
+void assign_entries(EntriesByTask by_task, std::optional<std::int64_t> iterations,
+                    const std::vector<std::shared_ptr<comm::rpc::Channel>>& channels);
 
 // The variables of a table, pulled from or pushed to their shards: rows of
 // each local variable, by the table's layout.
@@ -84,7 +98,8 @@ class ParameterServerStrategyImpl final : public StrategyImpl {
   ParameterServerStats stats() const;
   // Reads rows of every shard of layout `l` (with their slots).
   std::vector<comm::rpc::VariableEntry> read_shards(const comm::rpc::VariableLayout& l,
-                                                   bool with_slots, std::int64_t* iterations) const;
+                                                    bool with_slots,
+                                                    std::int64_t* iterations) const;
   void assign_shards(const comm::rpc::VariableLayout& l, const Tensor& value) const;
 
   // The strategy's one coordinator (made on first use).

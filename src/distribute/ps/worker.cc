@@ -53,7 +53,8 @@ void register_worker_function(const std::string& name, WorkerFunction fn) {
 }
 
 void register_dataset_function(const std::string& name, DatasetFunction fn) {
-  LOCKSTEP_CHECK(!name.empty() && fn, "register_dataset_function: a name and a function are needed");
+  LOCKSTEP_CHECK(!name.empty() && fn,
+                 "register_dataset_function: a name and a function are needed");
   std::lock_guard lk(registry().mu);
   LOCKSTEP_CHECK(registry().datasets.emplace(name, std::move(fn)).second,
                  "register_dataset_function: '", name, "' is registered already");
@@ -111,7 +112,8 @@ class WorkerState final : public comm::rpc::WorkerService, public GradientAggreg
 
   void create_dataset(comm::rpc::DatasetRequest d) override {
     std::vector<Tensor> args;
-    for (const auto& a : d.arguments) args.push_back(ps::from_wire(a, task_ + ": dataset argument"));
+    for (const auto& a : d.arguments)
+      args.push_back(ps::from_wire(a, task_ + ": dataset argument"));
     const InputContext ctx{.num_input_pipelines = d.num_input_pipelines,
                            .input_pipeline_id = d.input_pipeline_id,
                            .num_replicas_in_sync = d.num_replicas_in_sync};
@@ -136,10 +138,10 @@ class WorkerState final : public comm::rpc::WorkerService, public GradientAggreg
       {
         std::lock_guard lk(registry().mu);
         auto it = registry().functions.find(name);
-        LOCKSTEP_CHECK(it != registry().functions.end(), task_, ": no function '", name,
-                       "' is registered in this process (registered: ",
-                       names_of(registry().functions),
-                       "); register it with register_worker_function in every process of the job");
+        LOCKSTEP_CHECK(
+            it != registry().functions.end(), task_, ": no function '", name,
+            "' is registered in this process (registered: ", names_of(registry().functions),
+            "); register it with register_worker_function in every process of the job");
         fn = it->second;
       }
       std::vector<Tensor> tensors;
@@ -173,8 +175,8 @@ class WorkerState final : public comm::rpc::WorkerService, public GradientAggreg
     return grads;
   }
   bool shares_update(const std::vector<Variable>&) const override { return false; }
-  void run_update(const std::vector<Variable>&, const std::vector<UpdateSpan>&,
-                  std::int64_t total, const UpdateRange& update) override {
+  void run_update(const std::vector<Variable>&, const std::vector<UpdateSpan>&, std::int64_t total,
+                  const UpdateRange& update) override {
     update(0, total);
   }
   bool apply_elsewhere(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
@@ -211,12 +213,11 @@ class WorkerState final : public comm::rpc::WorkerService, public GradientAggreg
                        i, "-th variable, but the coordinator made ", table_.size(),
                        " in its strategy's scope");
         const comm::rpc::VariableLayout& l = table_[static_cast<std::size_t>(i)];
-        LOCKSTEP_CHECK_AS(ShapeError,
-                          Shape(l.shape) == v.shape() && l.dtype == dtype_name(v.dtype()), task_,
-                          ": bind_variables: variable '", v.name(), "' (", v.dtype(), " ",
-                          v.shape(), ") cannot stand for the coordinator's '", l.name, "' (",
-                          l.dtype, " ", Shape(l.shape),
-                          "); build the model on the worker as on the coordinator");
+        LOCKSTEP_CHECK_AS(
+            ShapeError, Shape(l.shape) == v.shape() && l.dtype == dtype_name(v.dtype()), task_,
+            ": bind_variables: variable '", v.name(), "' (", v.dtype(), " ", v.shape(),
+            ") cannot stand for the coordinator's '", l.name, "' (", l.dtype, " ", Shape(l.shape),
+            "); build the model on the worker as on the coordinator");
         LOCKSTEP_CHECK(!by_id_.count(v.id()), task_, ": bind_variables: variable '", v.name(),
                        "' is bound already");
         by_id_[v.id()] = bindings_.size();
@@ -268,38 +269,18 @@ class WorkerState final : public comm::rpc::WorkerService, public GradientAggreg
   // The parameter servers take these bound variables' values.
  public:
   void push(const std::vector<Variable>& vars) {
-    std::map<int, std::vector<comm::rpc::VariableEntry>> by_task;
+    ps::EntriesByTask by_task;
     {
       std::lock_guard lk(mu_);
       for (const Variable& v : vars) {
         auto it = by_id_.find(v.id());
         LOCKSTEP_CHECK(it != by_id_.end(), task_, ": write_variables: variable '", v.name(),
                        "' is not bound to the coordinator's");
-        const auto& l = table_.at(static_cast<std::size_t>(bindings_[it->second].index));
-        const Tensor& value = v.replica_value(0);
-        std::int64_t row = 0;
-        for (const auto& s : l.shards) {
-          by_task[s.ps_task].push_back({.id = s.id,
-                                        .name = l.name,
-                                        .trainable = l.trainable,
-                                        .value = l.shards.size() > 1
-                                                     ? ps::rows_to_wire(value, row, row + s.rows)
-                                                     : ps::to_wire(value),
-                                        .slots = {},
-                                        .version = 0});
-          row += s.rows;
-        }
+        ps::add_shard_entries(table_.at(static_cast<std::size_t>(bindings_[it->second].index)),
+                              v.replica_value(0), {}, by_task);
       }
     }
-    std::vector<int> tasks;
-    for (const auto& [task, unused] : by_task) tasks.push_back(task);
-    if (tasks.empty()) return;
-    ps::for_each_ps(
-        tasks,
-        [&](int task) {
-          ps_.at(static_cast<std::size_t>(task))->assign(std::move(by_task.at(task)), std::nullopt);
-        },
-        ps_);
+    ps::assign_entries(std::move(by_task), std::nullopt, ps_);
   }
 
   // Every bound variable takes the parameter servers' current values.
@@ -319,7 +300,6 @@ class WorkerState final : public comm::rpc::WorkerService, public GradientAggreg
   }
 
  private:
-
   int index_;
   int num_workers_;
   std::string task_;
@@ -351,7 +331,8 @@ bool WorkerState::apply_elsewhere(const std::vector<Tensor>& grads,
       std::int64_t row = 0;
       for (std::size_t s = 0; s < l.shards.size(); ++s) {
         const auto& shard = l.shards[s];
-        by_task[shard.ps_task].push_back({shard.id, ps::rows_to_wire(grads[i], row, row + shard.rows),
+        by_task[shard.ps_task].push_back({shard.id,
+                                          ps::rows_to_wire(grads[i], row, row + shard.rows),
                                           b.read_versions.empty() ? 0 : b.read_versions[s]});
         row += shard.rows;
       }
