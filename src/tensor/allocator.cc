@@ -89,6 +89,11 @@ CachingAllocator::Stats CachingAllocator::stats() const {
   return stats_;
 }
 
+void CachingAllocator::reset_peak_stats() {
+  std::lock_guard lock(mutex_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+}
+
 void CachingAllocator::empty_cache() {
   std::unordered_map<std::size_t, std::vector<void*>> lists;
   {

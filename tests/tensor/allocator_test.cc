@@ -42,6 +42,11 @@ TEST(CachingAllocator, ReusesFreedBuffersWithoutSystemCalls) {
   EXPECT_EQ(s.bytes_in_use, 0u);
   EXPECT_EQ(s.bytes_cached, 2048u);
   EXPECT_EQ(s.peak_bytes_in_use, 2048u);
+  void* d = alloc.allocate(1000);
+  alloc.reset_peak_stats();  // a new peak starts from what is in use now
+  EXPECT_EQ(alloc.stats().peak_bytes_in_use, 1024u);
+  alloc.deallocate(d, 1000);
+  EXPECT_EQ(alloc.stats().peak_bytes_in_use, 1024u);
   alloc.empty_cache();
   EXPECT_EQ(alloc.stats().bytes_cached, 0u);
   EXPECT_EQ(alloc.stats().system_frees, 2u);

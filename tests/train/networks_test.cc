@@ -58,6 +58,32 @@ TEST(Functional, SharedLayersResidualsAndSeveralOutputs) {
   EXPECT_EQ(outs[1].to_vector<float>(), head2(sb).to_vector<float>());
 }
 
+// A graph's intermediate tensor lives until its last reader has run, not
+// until the forward pass ends: a chain of 7 tanh layers with a skip from
+// the first to the end holds 3 of its 16 MiB activations at a time, not 8.
+TEST(Functional, AnIntermediateTensorIsFreedAfterItsLastReader) {
+  constexpr std::int64_t n = std::int64_t{4} << 20;  // floats: 16 MiB an activation
+  constexpr std::size_t bytes = n * sizeof(float);
+  auto in = Input({n});
+  const auto first = layers::Activation("tanh")(in);
+  auto h = first;
+  for (int i = 0; i < 6; ++i) h = layers::Activation("tanh")(h);
+  Model model(in, layers::Add()({h, first}));
+  const Tensor x = random::uniform({1, n}, {.seed = 3});
+  NoGradGuard no_grad;  // no tape keeps anything: only the graph does
+  CachingAllocator& allocator = x.device().allocator();
+  allocator.reset_peak_stats();
+  const std::size_t before = allocator.stats().bytes_in_use;
+  const Tensor out = model(x);
+  const std::size_t peak = allocator.stats().peak_bytes_in_use - before;
+  EXPECT_GE(peak, 3 * bytes);  // the skip, the chain's current input and output
+  EXPECT_LT(peak, 4 * bytes) << peak / bytes << " activations alive at once";
+  Tensor want = tanh(x);
+  Tensor chain = want;
+  for (int i = 0; i < 6; ++i) chain = tanh(chain);
+  EXPECT_EQ(out.to_vector<float>(), add(chain, want).to_vector<float>());
+}
+
 TEST(Functional, OutputsMustDependOnDeclaredInputs) {
   auto a = Input({2}), b = Input({2});
   auto out = layers::Add()({a, b});

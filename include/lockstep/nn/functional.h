@@ -48,6 +48,9 @@ class FunctionalImpl : public LayerImpl {
     std::vector<int> input_slots{};  // where its inputs are
     int output_slot{};               // where its output goes
     KerasTensor output{};
+    // Slots no later step reads and no output is: dropped after this step,
+    // so a tensor lives only as long as the graph or the tape needs it.
+    std::vector<int> last_use_of{};
   };
   const std::vector<Step>& steps() const { return steps_; }
 

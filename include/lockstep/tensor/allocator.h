@@ -53,6 +53,9 @@ class CachingAllocator {
   void deallocate(void* ptr, std::size_t bytes) noexcept;
 
   Stats stats() const;
+  // Starts a new peak from the bytes in use now (PyTorch's
+  // reset_peak_memory_stats), to measure the peak of what follows.
+  void reset_peak_stats();
   // Returns every idle buffer to the system.
   void empty_cache();
 
