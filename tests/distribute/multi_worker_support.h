@@ -19,6 +19,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -95,8 +96,12 @@ inline int free_port() {
   static std::mt19937 rng(static_cast<unsigned>(::getpid()) ^
                           static_cast<unsigned>(std::random_device{}()));
   std::uniform_int_distribution<int> pick(20000, 32000);
+  // Never the same port twice in one process: two tasks of one test's
+  // cluster drew the same port once (a TF_CONFIG naming one address twice).
+  static std::set<int> given;
   for (;;) {
     const int port = pick(rng);
+    if (given.count(port)) continue;
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -104,7 +109,10 @@ inline int free_port() {
     a.sin_port = htons(static_cast<std::uint16_t>(port));
     const bool bindable = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
     ::close(fd);
-    if (bindable) return port;
+    if (bindable) {
+      given.insert(port);
+      return port;
+    }
   }
 }
 
