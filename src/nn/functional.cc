@@ -82,8 +82,8 @@ FunctionalImpl::FunctionalImpl(std::vector<KerasTensor> inputs, std::vector<Kera
   // Each slot's last reader, unless the slot is an output. Without this every
   // intermediate tensor would live until the forward pass ends, those the
   // tape does not keep too (a BatchNormalization's output once its ReLU6 has
-  // run): MobileNetV2 at 224 × 224, batch 32, peaked at 3,044 MiB resident
-  // that way, 2,670 MiB without (docs/benchmarks.md).
+  // run): MobileNetV2 at 224 × 224, batch 32, peaked at 3,068 MiB resident
+  // that way, 2,686 MiB without (docs/benchmarks.md, bench/compare.sh).
   std::vector<int> last_reader(static_cast<std::size_t>(num_slots_), -1);
   for (std::size_t i = 0; i < steps_.size(); ++i) {
     for (int s : steps_[i].input_slots)

@@ -65,12 +65,13 @@ bool RemoteValue::done() const {
 
 namespace {
 
-// What a worker raised in `function`, as the chief reports it: the worker
-// named once (what a worker says about itself starts with its own name).
-std::string from_worker(const std::string& worker, const std::string& function,
-                        std::string_view what) {
+// What a worker raised (in `function`, if given), as the chief reports it:
+// the worker named once — what a worker says about itself starts with its
+// own name already.
+std::string from_worker(const std::string& worker, std::string_view what,
+                        const std::string& function = "") {
   if (what.starts_with(worker + ": ")) what.remove_prefix(worker.size() + 2);
-  return worker + ": " + function + ": " + std::string(what);
+  return worker + ": " + (function.empty() ? "" : function + ": ") + std::string(what);
 }
 
 }  // namespace
@@ -271,7 +272,7 @@ void CoordinatorImpl::catch_up(int w) {
       if (r.failed) {
         if (r.error_kind == "ps_unavailable") throw UnavailableError(r.error_message);
         detail::throw_error_of_class(
-            r.error_type, from_worker(worker.channel->peer(), s.function, r.error_message));
+            r.error_type, from_worker(worker.channel->peer(), r.error_message, s.function));
       }
     }
     ++worker.setup_done;
@@ -317,7 +318,7 @@ void CoordinatorImpl::dispatch(int w) {
         c.value->fail("UnavailableError", r.error_message);
         record_error("UnavailableError", r.error_message);
       } else {
-        const std::string message = from_worker(name, c.function, r.error_message);
+        const std::string message = from_worker(name, r.error_message, c.function);
         c.value->fail(r.error_type, message);
         record_error(r.error_type, message);
       }
@@ -344,11 +345,8 @@ void CoordinatorImpl::dispatch(int w) {
         record_error("DistributedError", e.what());
       }
     } catch (const std::exception& e) {
-      // Set-up the worker refused (a dataset function that failed there),
-      // named by the worker already or not.
-      const std::string_view what = e.what();
-      const std::string message =
-          what.starts_with(name + ": ") ? std::string(what) : name + ": " + std::string(what);
+      // Set-up the worker refused (a dataset function that failed there).
+      const std::string message = from_worker(name, e.what());
       c.value->fail(detail::error_class_name(e), message);
       record_error(detail::error_class_name(e), message);
     }
