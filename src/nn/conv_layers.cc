@@ -22,6 +22,17 @@ Padding parse_padding(const std::string& padding, const char* layer) {
 }
 
 namespace {
+// A convolution's options with the zeros of a ZeroPadding2D that the graph
+// folded into it (CallContext::zero_padding); unchanged otherwise.
+lockstep::Conv2DOptions with_folded_padding(lockstep::Conv2DOptions op, const CallContext& ctx) {
+  if (ctx.zero_padding == nullptr) return op;
+  LOCKSTEP_CHECK_AS(InternalError, op.padding == Padding::kValid,
+                    "a ZeroPadding2D was folded into a convolution without 'valid' padding");
+  op.padding = Padding::kExplicit;
+  op.explicit_padding = *ctx.zero_padding;
+  return op;
+}
+
 void check_image_input(const Shape& s, const LayerImpl& layer) {
   LOCKSTEP_CHECK_AS(ShapeError, s.rank() == 4, layer.class_name(), " '", layer.name(),
                     "': expected input of shape [batch, height, width, channels], got ", s,
@@ -64,10 +75,12 @@ void Conv2DImpl::build(const std::vector<Shape>& input_shapes) {
   }
 }
 
-Tensor Conv2DImpl::call(const Tensor& x, const CallContext&) {
+Tensor Conv2DImpl::call(const Tensor& x, const CallContext& ctx) {
   check_image_input(x.shape(), *this);
-  return activation_(conv2d(x, autocast(kernel_), autocast(bias_), op_));
+  return activation_(conv2d(x, autocast(kernel_), autocast(bias_), with_folded_padding(op_, ctx)));
 }
+
+bool Conv2DImpl::absorbs_zero_padding() const { return op_.padding == Padding::kValid; }
 
 LayerConfig Conv2DImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
@@ -114,7 +127,7 @@ void DepthwiseConv2DImpl::build(const std::vector<Shape>& input_shapes) {
   }
 }
 
-Tensor DepthwiseConv2DImpl::call(const Tensor& x, const CallContext&) {
+Tensor DepthwiseConv2DImpl::call(const Tensor& x, const CallContext& ctx) {
   check_image_input(x.shape(), *this);
   // [kh, kw, c, m] is, byte for byte, a grouped kernel [kh, kw, 1, c·m].
   const Tensor kernel = reshape(autocast(kernel_), {kernel_size_[0], kernel_size_[1], 1,
@@ -123,7 +136,11 @@ Tensor DepthwiseConv2DImpl::call(const Tensor& x, const CallContext&) {
                                    .padding = parse_padding(options_.padding, "DepthwiseConv2D"),
                                    .dilation_rate = options_.dilation_rate,
                                    .groups = channels_};
-  return activation_(conv2d(x, kernel, autocast(bias_), op));
+  return activation_(conv2d(x, kernel, autocast(bias_), with_folded_padding(op, ctx)));
+}
+
+bool DepthwiseConv2DImpl::absorbs_zero_padding() const {
+  return parse_padding(options_.padding, "DepthwiseConv2D") == Padding::kValid;
 }
 
 LayerConfig DepthwiseConv2DImpl::get_config() const {

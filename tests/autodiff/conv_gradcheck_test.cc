@@ -112,6 +112,54 @@ TEST(ConvGradCheck, Conv2DOverStridesPaddingDilationGroups) {
   }
 }
 
+// Zeros {{top, bottom}, {left, right}} around the spatial dimensions.
+Ref ref_zero_pad(const Ref& x, std::int64_t top, std::int64_t bottom, std::int64_t left,
+                 std::int64_t right) {
+  Ref y({x.dims[0], x.dims[1] + top + bottom, x.dims[2] + left + right, x.dims[3]});
+  for (std::int64_t i = 0; i < x.size(); ++i) {
+    const Dims p = unravel(i, x.dims);
+    y[((p[0] * y.dims[1] + p[1] + top) * y.dims[2] + p[2] + left) * y.dims[3] + p[3]] = x[i];
+  }
+  return y;
+}
+
+// Explicit padding (what a functional graph folds a ZeroPadding2D into):
+// a valid convolution of the zero-padded input, asymmetric and strided as
+// MobileNetV2's stride-2 depthwise blocks pad, dilated, and plain.
+TEST(ConvGradCheck, Conv2DWithExplicitPadding) {
+  std::mt19937 rng(106);
+  struct ExplicitCase {
+    ConvCase conv;
+    std::array<std::array<std::int64_t, 2>, 2> pad;
+  };
+  const ExplicitCase cases[] = {
+      {{{2, 6, 6, 3}, {3, 3, 1, 3}, 2, 1, false, 3}, {{{0, 1}, {0, 1}}}},  // MobileNetV2's
+      {{{1, 5, 4, 2}, {3, 2, 2, 3}, 1, 1, false, 1}, {{{2, 0}, {1, 3}}}},
+      {{{1, 5, 5, 2}, {3, 3, 2, 2}, 1, 2, false, 1}, {{{1, 1}, {0, 2}}}},  // dilated
+  };
+  for (const ExplicitCase& ec : cases) {
+    const ConvCase& cc = ec.conv;
+    const auto [pad_h, pad_w] = ec.pad;
+    const std::string name = "conv2d explicit padding x" + Shape(cc.x).to_string() + " k" +
+                             Shape(cc.k).to_string() + " {{" + std::to_string(pad_h[0]) + ", " +
+                             std::to_string(pad_h[1]) + "}, {" + std::to_string(pad_w[0]) + ", " +
+                             std::to_string(pad_w[1]) + "}}";
+    const Conv2DOptions o{.strides = {cc.stride, cc.stride},
+                          .padding = Padding::kExplicit,
+                          .dilation_rate = {cc.dilation, cc.dilation},
+                          .groups = cc.groups,
+                          .explicit_padding = ec.pad};
+    check_gradients(
+        name, [o](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], o); },
+        [&](const std::vector<Ref>& in) {
+          const Ref padded = ref_zero_pad(in[0], pad_h[0], pad_h[1], pad_w[0], pad_w[1]);
+          return ref_binary(ref_conv(padded, in[1], cc.stride, cc.dilation, false, cc.groups),
+                            in[2], [](double a, double b) { return a + b; });
+        },
+        {random_ref(cc.x, rng), random_ref(cc.k, rng), random_ref({cc.k[3]}, rng)});
+  }
+}
+
 TEST(ConvGradCheck, Conv2DWithoutBias) {
   std::mt19937 rng(102);
   check_gradients(
@@ -232,6 +280,23 @@ TEST(ConvBadInput, ShapesAreNamed) {
   EXPECT_THROW(conv2d(Tensor::zeros({1, 2, 2, 1}), Tensor::zeros({3, 3, 1, 1}), Tensor()),
                ShapeError);  // valid, too small
   EXPECT_THROW(max_pool2d(Tensor::zeros({4, 4})), ShapeError);
+  try {
+    conv2d(Tensor::zeros({1, 5, 5, 1}), Tensor::zeros({3, 3, 1, 1}), Tensor(),
+           {.padding = Padding::kExplicit, .explicit_padding = {{{1, -1}, {0, 0}}}});
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_STREQ(e.what(), "conv2d: explicit padding must be >= 0, got {1, -1}");
+  }
+  EXPECT_THROW(conv2d(Tensor::zeros({1, 1, 1, 1}), Tensor::zeros({3, 3, 1, 1}), Tensor(),
+                      {.padding = Padding::kExplicit, .explicit_padding = {{{1, 0}, {1, 1}}}}),
+               ShapeError);  // 1 + 1 + 0 rows for a window of 3
+  try {
+    max_pool2d(Tensor::zeros({1, 4, 4, 1}), {.padding = Padding::kExplicit});
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("explicit padding is for convolutions"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -84,6 +84,90 @@ TEST(Functional, AnIntermediateTensorIsFreedAfterItsLastReader) {
   EXPECT_EQ(out.to_vector<float>(), add(chain, want).to_vector<float>());
 }
 
+const FunctionalImpl& graph_of(const Model& model) {
+  return dynamic_cast<const FunctionalImpl&>(*model.impl());
+}
+
+// The output, the input's gradient and the kernel's of a loss on `call`'s
+// output, for the comparisons below.
+std::vector<std::vector<float>> values_and_gradients(
+    const Tensor& x, const Variable& kernel, const std::function<Tensor(const Tensor&)>& call) {
+  GradientTape tape({.persistent = true});
+  tape.watch(x);
+  const Tensor out = call(x);
+  const Tensor loss = sum(square(out));
+  const std::vector<Tensor> dx = tape.gradient(loss, std::vector<Tensor>{x});
+  const std::vector<Tensor> dk = tape.gradient(loss, std::vector<Variable>{kernel});
+  return {out.to_vector<float>(), dx.at(0).to_vector<float>(), dk.at(0).to_vector<float>()};
+}
+
+void expect_close(const std::vector<std::vector<float>>& got,
+                  const std::vector<std::vector<float>>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    ASSERT_EQ(got[k].size(), want[k].size()) << "part " << k;
+    for (std::size_t i = 0; i < got[k].size(); ++i)
+      ASSERT_NEAR(got[k][i], want[k][i], 1e-5f * (1.0f + std::abs(want[k][i])))
+          << "part " << k << " element " << i;
+  }
+}
+
+// MobileNetV2's stride-2 blocks: ZeroPadding2D then a 'valid' depthwise
+// convolution. The graph does not make the padded copy (the convolution
+// pads with oneDNN), and computes what the two layers called by hand do,
+// forward and backward.
+TEST(Functional, AZeroPaddingBeforeAValidConvolutionIsFoldedIntoIt) {
+  clear_session();
+  constexpr std::int64_t side = 256, channels = 16;
+  auto in = Input({side, side, channels});
+  layers::ZeroPadding2D pad({{{0, 1}, {0, 1}}});
+  layers::DepthwiseConv2D depthwise({3, 3}, {.strides = {2, 2}});
+  Model model(in, depthwise(pad(in)));
+  ASSERT_TRUE(graph_of(model).steps().at(0).folded);
+  ASSERT_TRUE(graph_of(model).steps().at(1).zero_padding.has_value());
+
+  const Tensor x = random::normal({1, side, side, channels}, {.seed = 4});
+  {
+    NoGradGuard no_grad;
+    CachingAllocator& allocator = x.device().allocator();
+    allocator.reset_peak_stats();
+    const std::size_t before = allocator.stats().bytes_in_use;
+    const Tensor out = model(x);
+    const std::size_t peak = allocator.stats().peak_bytes_in_use - before;
+    const std::size_t out_bytes = static_cast<std::size_t>(out.numel()) * sizeof(float);
+    const std::size_t padded_bytes = (side + 1) * (side + 1) * channels * sizeof(float);
+    EXPECT_LT(peak, out_bytes + padded_bytes / 2)
+        << "the 4 MiB padded copy was made: " << peak << " bytes at the peak";
+  }
+  const Variable& kernel = depthwise->depthwise_kernel();
+  expect_close(values_and_gradients(x, kernel, [&](const Tensor& t) { return model(t); }),
+               values_and_gradients(x, kernel, [&](const Tensor& t) { return depthwise(pad(t)); }));
+}
+
+// Not folded where the padded tensor is needed as it is: another layer or
+// the model's outputs read it, or its reader pads 'same' itself.
+TEST(Functional, AZeroPaddingAnotherReaderNeedsIsNotFolded) {
+  clear_session();
+  auto in = Input({9, 8, 3});
+  layers::ZeroPadding2D pad({{{1, 2}, {0, 1}}});
+  layers::Conv2D valid(4, {3, 3}), same(4, {3, 3}, {.padding = "same"});
+  const auto padded = pad(in);
+  const Model two_outputs(std::vector<KerasTensor>{in}, {valid(padded), padded});
+  const Model same_padding(in, same(pad(in)));
+  for (const Model* model : {&two_outputs, &same_padding}) {
+    for (const auto& step : graph_of(*model).steps()) {
+      EXPECT_FALSE(step.folded) << step.node->layer->name();
+      EXPECT_FALSE(step.zero_padding.has_value()) << step.node->layer->name();
+    }
+  }
+  const Tensor x = random::normal({2, 9, 8, 3}, {.seed = 5});
+  const auto outs = two_outputs(std::vector<Tensor>{x});
+  EXPECT_EQ(outs.at(1).shape(), (Shape{2, 12, 9, 3}));
+  EXPECT_EQ(outs.at(1).to_vector<float>(), pad(x).to_vector<float>());
+  EXPECT_EQ(outs.at(0).to_vector<float>(), valid(pad(x)).to_vector<float>());
+  EXPECT_EQ(same_padding(x).to_vector<float>(), same(pad(x)).to_vector<float>());
+}
+
 TEST(Functional, OutputsMustDependOnDeclaredInputs) {
   auto a = Input({2}), b = Input({2});
   auto out = layers::Add()({a, b});

@@ -39,6 +39,7 @@ class Conv2DImpl : public SingleInputLayerImpl {
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   LayerConfig get_config() const override;
+  bool absorbs_zero_padding() const override;
   const Variable& kernel() const { return kernel_; }
   const Variable& bias() const { return bias_; }
 
@@ -77,6 +78,7 @@ class DepthwiseConv2DImpl : public SingleInputLayerImpl {
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   LayerConfig get_config() const override;
+  bool absorbs_zero_padding() const override;
   const Variable& depthwise_kernel() const { return kernel_; }
 
  private:
@@ -148,6 +150,7 @@ class ZeroPadding2DImpl : public SingleInputLayerImpl {
   ZeroPadding2DImpl(std::array<Size2, 2> padding, std::string name);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   LayerConfig get_config() const override;
+  const std::array<Size2, 2>& padding() const { return padding_; }
 
  private:
   std::array<Size2, 2> padding_;

@@ -4,6 +4,7 @@
 // compile / fit / evaluate / predict.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,10 +52,17 @@ class FunctionalImpl : public LayerImpl {
     // Slots no later step reads and no output is: dropped after this step,
     // so a tensor lives only as long as the graph or the tape needs it.
     std::vector<int> last_use_of{};
+    // A ZeroPadding2D whose output only a convolution with 'valid' padding
+    // reads: not run. Its input goes to that reader, which adds the zeros
+    // itself (`zero_padding` below), so the padded copy is never made.
+    bool folded = false;
+    std::optional<std::array<std::array<std::int64_t, 2>, 2>> zero_padding{};
   };
   const std::vector<Step>& steps() const { return steps_; }
 
  private:
+  void fold_zero_padding();
+
   std::vector<KerasTensor> inputs_;
   std::vector<KerasTensor> outputs_;
   std::vector<int> input_slots_;

@@ -21,6 +21,7 @@
 // each call their own copy).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -48,6 +49,11 @@ struct CallContext {
   // keeps it until the next compile, so changing `trainable` in between
   // takes effect only on recompiling (issue #19, tested against Keras 3).
   const std::unordered_set<const LayerImpl*>* frozen_layers = nullptr;
+  // Non-null only in the call of a layer that absorbs_zero_padding(), from
+  // a functional graph that folded a ZeroPadding2D into it: the input
+  // still lacks these zeros, {{top, bottom}, {left, right}}, and the layer
+  // adds them itself.
+  const std::array<std::array<std::int64_t, 2>, 2>* zero_padding = nullptr;
 };
 
 class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
@@ -92,6 +98,12 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
   // The computation. Inputs and outputs are lists because some layers take
   // several (Add, Concatenate) — most use SingleInputLayerImpl.
   virtual std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) = 0;
+
+  // Whether call() honours CallContext::zero_padding. A functional graph
+  // then gives this layer a ZeroPadding2D's input in place of its output,
+  // when the layer is that output's only reader: the convolutions with
+  // 'valid' padding do, and oneDNN adds the zeros without a padded copy.
+  virtual bool absorbs_zero_padding() const { return false; }
 
   // What it takes to rebuild this layer (name and trainable here; each layer
   // adds its arguments). Weights are not part of the config.

@@ -114,12 +114,17 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias,
               const MatmulOptions& options = {});
 
 // ---- convolution, pooling, normalisation (channels-last, NHWC) ----------------
-enum class Padding { kValid, kSame };
+// kExplicit: the zeros Conv2DOptions::explicit_padding names (TensorFlow's
+// conv2d padding="EXPLICIT"); convolutions only.
+enum class Padding { kValid, kSame, kExplicit };
 struct Conv2DOptions {
   std::array<std::int64_t, 2> strides{1, 1};
   Padding padding = Padding::kValid;
   std::array<std::int64_t, 2> dilation_rate{1, 1};
   std::int64_t groups = 1;
+  // With Padding::kExplicit: {{top, bottom}, {left, right}}, each >= 0. The
+  // same result as a valid convolution of pad(x), without the padded copy.
+  std::array<std::array<std::int64_t, 2>, 2> explicit_padding{};
 };
 // x [n, h, w, c], kernel [kh, kw, c / groups, out] (Keras's layout), bias [out]
 // or undefined. "same" pads as TensorFlow (the extra row/column at the end).

@@ -21,10 +21,20 @@ struct Padded {
   std::int64_t out, before, after;
 };
 
-// TensorFlow's output size and padding for one spatial dimension.
+// TensorFlow's output size and padding for one spatial dimension;
+// `explicit_pad` is {before, after} under Padding::kExplicit.
 Padded spatial(std::int64_t in, std::int64_t k, std::int64_t stride, std::int64_t dilation,
-               Padding padding, const char* op) {
+               Padding padding, const char* op, std::array<std::int64_t, 2> explicit_pad = {}) {
   const std::int64_t effective = (k - 1) * dilation + 1;
+  if (padding == Padding::kExplicit) {
+    const auto [before, after] = explicit_pad;
+    LOCKSTEP_CHECK(before >= 0 && after >= 0, op, ": explicit padding must be >= 0, got {", before,
+                   ", ", after, "}");
+    LOCKSTEP_CHECK_AS(ShapeError, in + before + after >= effective, op, ": the window (", effective,
+                      " with dilation) is larger than the padded input (", in, " + ", before, " + ",
+                      after, ")");
+    return {(in + before + after - effective) / stride + 1, before, after};
+  }
   if (padding == Padding::kValid) {
     LOCKSTEP_CHECK_AS(ShapeError, in >= effective, op, ": the window (", effective,
                       " with dilation) is larger than the input (", in,
@@ -67,8 +77,8 @@ backend::onednn::ConvShape conv_shape(const Tensor& x, const Tensor& kernel,
       ", out] with in and out "
       "divisible by groups)");
   s.sh = o.strides[0], s.sw = o.strides[1], s.dh = o.dilation_rate[0], s.dw = o.dilation_rate[1];
-  const Padded ph = spatial(s.h, s.kh, s.sh, s.dh, o.padding, op),
-               pw = spatial(s.w, s.kw, s.sw, s.dw, o.padding, op);
+  const Padded ph = spatial(s.h, s.kh, s.sh, s.dh, o.padding, op, o.explicit_padding[0]),
+               pw = spatial(s.w, s.kw, s.sw, s.dw, o.padding, op, o.explicit_padding[1]);
   s.oh = ph.out, s.pad_t = ph.before, s.pad_b = ph.after;
   s.ow = pw.out, s.pad_l = pw.before, s.pad_r = pw.after;
   return s;
@@ -83,6 +93,8 @@ backend::onednn::PoolShape pool_shape(const Tensor& x, const Pool2DOptions& o, b
   s.sh = o.strides[0] > 0 ? o.strides[0] : s.kh;
   s.sw = o.strides[1] > 0 ? o.strides[1] : s.kw;
   LOCKSTEP_CHECK(s.kh >= 1 && s.kw >= 1, op, ": pool_size must be >= 1");
+  LOCKSTEP_CHECK(o.padding != Padding::kExplicit, op,
+                 ": explicit padding is for convolutions; pooling takes 'valid' or 'same'");
   const Padded ph = spatial(s.h, s.kh, s.sh, 1, o.padding, op),
                pw = spatial(s.w, s.kw, s.sw, 1, o.padding, op);
   s.oh = ph.out, s.pad_t = ph.before, s.pad_b = ph.after;
@@ -142,8 +154,7 @@ backend::onednn::BatchNormShape bn_shape(const Tensor& x, float epsilon) {
 // see BatchNormTraining in the tests).
 LOCKSTEP_VECTOR_CLONES void accumulate_moments(const float* __restrict x, std::int64_t begin,
                                                std::int64_t end, std::int64_t c,
-                                               double* __restrict sum,
-                                               double* __restrict squares) {
+                                               double* __restrict sum, double* __restrict squares) {
   for (std::int64_t r = begin; r < end; ++r) {
     const float* row = x + r * c;
     for (std::int64_t j = 0; j < c; ++j) {
