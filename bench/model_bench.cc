@@ -449,8 +449,18 @@ void BM_Train_MobileNetV2(benchmark::State& state) {
                  .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
                  .metrics = {"accuracy"}});
   model.train_step(x, y);  // build, warm the primitive caches
+  model.train_step(x, y);  // and the allocator's: the first step's frees fill it
+  ls::CachingAllocator& allocator = x.device().allocator();
+  const ls::CachingAllocator::Stats before = allocator.stats();
   for (auto _ : state) benchmark::DoNotOptimize(model.train_step(x, y));
   const double steps = static_cast<double>(state.iterations());
+  const ls::CachingAllocator::Stats after = allocator.stats();
+  // Buffers a steady-state step still takes from the system (fresh pages:
+  // the kernel zeroes them on first touch) and gives back.
+  state.counters["system_allocs_per_step"] =
+      static_cast<double>(after.system_allocations - before.system_allocations) / steps;
+  state.counters["system_frees_per_step"] =
+      static_cast<double>(after.system_frees - before.system_frees) / steps;
   state.counters["samples_per_s"] =
       benchmark::Counter(steps * static_cast<double>(batch), benchmark::Counter::kIsRate);
   if (const auto it = g_mobilenet_floor_s.find("total"); it != g_mobilenet_floor_s.end()) {

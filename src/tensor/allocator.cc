@@ -10,7 +10,12 @@
 namespace lockstep {
 namespace {
 constexpr std::size_t kAlignment = 64;
-}
+// Requests this large may take an idle buffer of up to twice their class
+// (see the header); smaller ones come from the system allocator's heap
+// without page faults, and waste matters more than misses.
+constexpr std::size_t kLargerClassMinimum = std::size_t{1} << 20;
+constexpr std::size_t kLargerClassFactor = 2;
+}  // namespace
 
 CachingAllocator::~CachingAllocator() { empty_cache(); }
 
@@ -28,23 +33,24 @@ void* CachingAllocator::allocate(std::size_t bytes) {
   {
     std::lock_guard lock(mutex_);
     ++stats_.allocations;
-    auto it = free_lists_.find(size);
-    if (it != free_lists_.end() && !it->second.empty()) {
+    const std::size_t largest = size >= kLargerClassMinimum ? size * kLargerClassFactor : size;
+    for (auto it = free_lists_.lower_bound(size); it != free_lists_.end() && it->first <= largest;
+         ++it) {
+      if (it->second.empty()) continue;
       void* ptr = it->second.back();
+      const std::size_t granted = it->first;
+      if (granted != size) larger_.emplace(ptr, granted);  // may throw: before the pop
       it->second.pop_back();
       ++stats_.cache_hits;
-      stats_.bytes_cached -= size;
-      stats_.bytes_in_use += size;
-      if (stats_.bytes_in_use > stats_.peak_bytes_in_use) {
-        stats_.peak_bytes_in_use = stats_.bytes_in_use;
-      }
+      if (granted != size) ++stats_.larger_class_hits;
+      stats_.bytes_cached -= granted;
+      stats_.bytes_in_use += granted;
+      note_in_use();
       return ptr;
     }
     ++stats_.system_allocations;
     stats_.bytes_in_use += size;
-    if (stats_.bytes_in_use > stats_.peak_bytes_in_use) {
-      stats_.peak_bytes_in_use = stats_.bytes_in_use;
-    }
+    note_in_use();
   }
   void* ptr = std::aligned_alloc(kAlignment, size);
   if (ptr == nullptr) {
@@ -63,12 +69,18 @@ void* CachingAllocator::allocate(std::size_t bytes) {
 
 void CachingAllocator::deallocate(void* ptr, std::size_t bytes) noexcept {
   if (ptr == nullptr) return;
-  const std::size_t size = round_size(bytes);
+  std::size_t size = round_size(bytes);
   bool release = false;
   {
     std::lock_guard lock(mutex_);
+    if (!larger_.empty()) {
+      if (auto it = larger_.find(ptr); it != larger_.end()) {
+        size = it->second;
+        larger_.erase(it);
+      }
+    }
     stats_.bytes_in_use -= size;
-    if (stats_.bytes_cached + size > std::max(kDefaultCacheLimit, stats_.peak_bytes_in_use)) {
+    if (stats_.bytes_cached + size > std::max(cache_limit_, most_in_use_ + most_in_use_ / 2)) {
       release = true;
       ++stats_.system_frees;
     } else {
@@ -84,6 +96,11 @@ void CachingAllocator::deallocate(void* ptr, std::size_t bytes) noexcept {
   if (release) std::free(ptr);
 }
 
+void CachingAllocator::note_in_use() {
+  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+  most_in_use_ = std::max(most_in_use_, stats_.bytes_in_use);
+}
+
 CachingAllocator::Stats CachingAllocator::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;
@@ -95,7 +112,7 @@ void CachingAllocator::reset_peak_stats() {
 }
 
 void CachingAllocator::empty_cache() {
-  std::unordered_map<std::size_t, std::vector<void*>> lists;
+  std::map<std::size_t, std::vector<void*>> lists;
   {
     std::lock_guard lock(mutex_);
     lists.swap(free_lists_);

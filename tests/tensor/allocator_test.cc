@@ -52,5 +52,68 @@ TEST(CachingAllocator, ReusesFreedBuffersWithoutSystemCalls) {
   EXPECT_EQ(alloc.stats().system_frees, 2u);
 }
 
+// A large request whose class has no idle buffer takes the smallest idle
+// one of up to twice its class, and the buffer goes back to its own class
+// when freed; small requests, and larger buffers than that, do not.
+TEST(CachingAllocator, ALargeRequestTakesAnIdleBufferOfUpToTwiceItsClass) {
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  CachingAllocator alloc;
+  void* three = alloc.allocate(3 * mib);
+  alloc.deallocate(three, 3 * mib);
+  void* two = alloc.allocate(2 * mib);  // no 2 MiB buffer idle: the 3 MiB one
+  EXPECT_EQ(two, three);
+  auto s = alloc.stats();
+  EXPECT_EQ(s.system_allocations, 1u);
+  EXPECT_EQ(s.larger_class_hits, 1u);
+  EXPECT_EQ(s.bytes_in_use, 3 * mib);  // what it holds, not what was asked
+  EXPECT_EQ(s.bytes_cached, 0u);
+  alloc.deallocate(two, 2 * mib);
+  s = alloc.stats();
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.bytes_cached, 3 * mib);
+  void* again = alloc.allocate(3 * mib);  // back in its own class
+  EXPECT_EQ(again, three);
+  EXPECT_EQ(alloc.stats().larger_class_hits, 1u);
+  alloc.deallocate(again, 3 * mib);
+  void* one = alloc.allocate(mib);  // 3 MiB is more than twice 1 MiB: the system's
+  EXPECT_NE(one, three);
+  EXPECT_EQ(alloc.stats().system_allocations, 2u);
+  alloc.deallocate(one, mib);
+  void* small = alloc.allocate(1000);  // class 1024
+  alloc.deallocate(small, 1000);
+  void* smaller = alloc.allocate(600);  // class 640: small requests take their own class only
+  EXPECT_NE(smaller, small);
+  EXPECT_EQ(alloc.stats().system_allocations, 4u);
+  alloc.deallocate(smaller, 600);
+  EXPECT_EQ(alloc.stats().bytes_in_use, 0u);
+}
+
+// A step whose resident peak holds more than its peak in use (idle buffers
+// of one class beside the live ones of another) keeps its buffers: from
+// the second step on, nothing goes back to the system and nothing comes
+// from it. Bounded by the peak in use, each step gave back a buffer at its
+// end and took a new one (fresh, zeroed pages) in the next.
+TEST(CachingAllocator, AStepThatHoldsMoreThanItsPeakInUseKeepsItsBuffers) {
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  CachingAllocator alloc(/*cache_limit=*/0);  // only the in-use bound applies
+  auto step = [&] {
+    void* a = alloc.allocate(4 * mib);  // the forward pass's size, freed
+    alloc.deallocate(a, 4 * mib);
+    void* b = alloc.allocate(8 * mib);  // the backward pass's: 4 MiB cannot serve it
+    void* c = alloc.allocate(8 * mib);
+    alloc.deallocate(b, 8 * mib);
+    alloc.deallocate(c, 8 * mib);
+  };
+  step();
+  const auto first = alloc.stats();
+  EXPECT_EQ(first.peak_bytes_in_use, 16 * mib);
+  EXPECT_EQ(first.bytes_cached, 20 * mib);  // 4 MiB idle beside the 16 in use
+  for (int i = 0; i < 10; ++i) step();
+  const auto later = alloc.stats();
+  EXPECT_EQ(later.system_allocations, first.system_allocations);
+  EXPECT_EQ(later.system_frees, first.system_frees);
+  EXPECT_EQ(later.bytes_cached, 20 * mib);
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -1,10 +1,13 @@
 // CachingAllocator: the per-device memory pool behind every tensor buffer.
 //
 // A training loop creates and frees the same buffer sizes every step; after
-// the first step every request is served from the cache, so the steady state
-// makes no system allocation. Sizes are rounded to size classes (64-byte
-// multiples up to 4 KiB, then four classes per power of two, at most 25%
-// waste) and buffers are 64-byte aligned for vector loads.
+// the first steps every request is served from the cache, so the steady
+// state makes no system allocation. Sizes are rounded to size classes
+// (64-byte multiples up to 4 KiB, then four classes per power of two, at
+// most 25% waste) and buffers are 64-byte aligned for vector loads.
+//
+// A request of 1 MiB or more whose class has no idle buffer takes the
+// smallest idle one of up to twice its class before asking the system.
 //
 // Thread-safe (one mutex; a tensor may be freed on another thread than the
 // one that made it). Not copyable or movable: tensors hold a reference to it.
@@ -12,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -23,6 +27,7 @@ class CachingAllocator {
   struct Stats {
     std::uint64_t allocations = 0;         // requests served
     std::uint64_t cache_hits = 0;          // requests served from the cache
+    std::uint64_t larger_class_hits = 0;   // of those, by a buffer of a larger class
     std::uint64_t system_allocations = 0;  // requests that reached the system allocator
     std::uint64_t system_frees = 0;
     std::size_t bytes_in_use = 0;  // rounded bytes held by live buffers
@@ -31,14 +36,18 @@ class CachingAllocator {
   };
 
   // Bytes idle in the cache beyond which freed buffers go back to the
-  // system — or the peak in use, if larger: the process's resident peak is
-  // that already, and a training step that needed it needs it again (with
-  // 2 GiB alone, MobileNetV2 at 224 × 224, batch 32 — 2.9 GB of
-  // activations — gave back and faulted in ~1 GB every step: a third of
-  // the step in the kernel; issue #19).
+  // system — or 1.5 × the most ever in use, if larger. A training step that
+  // needed its buffers needs them again, and its resident peak held them
+  // already: in use at its peak, plus the idle buffers of the classes it
+  // was not asking for then. Bounded by the peak in use alone, MobileNetV2
+  // at 224 × 224, batch 32 (2.0 GB in use at the peak, ~0.45 GB idle in
+  // other classes beside it) gave back and faulted in 461 MB every step, a
+  // fifth of the step in the kernel; with 2 GiB alone, ~1 GB (issue #19).
   static constexpr std::size_t kDefaultCacheLimit = std::size_t{2} << 30;
 
-  CachingAllocator() = default;
+  // `cache_limit`: the first bound above (tests set a small one).
+  explicit CachingAllocator(std::size_t cache_limit = kDefaultCacheLimit)
+      : cache_limit_(cache_limit) {}
   ~CachingAllocator();
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
@@ -60,9 +69,15 @@ class CachingAllocator {
   void empty_cache();
 
  private:
+  void note_in_use();  // under mutex_: updates the peaks
+
   mutable std::mutex mutex_;
-  std::unordered_map<std::size_t, std::vector<void*>> free_lists_;
+  std::map<std::size_t, std::vector<void*>> free_lists_;  // by class, ascending
+  // Live buffers handed out for a request of a smaller class: their class.
+  std::unordered_map<void*, std::size_t> larger_;
   Stats stats_;
+  std::size_t cache_limit_;
+  std::size_t most_in_use_ = 0;  // the peak that reset_peak_stats does not reset
 };
 
 }  // namespace lockstep
