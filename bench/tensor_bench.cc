@@ -19,6 +19,14 @@
 //   reads x and writes y; backward reads x and dy for dgamma and dbeta,
 //   then reads them again and writes dx), of_floor = 4 × memcpy / ours
 //   (issue #19).
+// BM_BatchNormRelu6_FusedVsSeparate: what a MobileNetV2 block runs in
+//   training, batch norm with batch statistics then ReLU6, forward and
+//   backward through a tape: batch_norm_relu_training (one op, our own
+//   loops) against batch_norm_training then relu (oneDNN's batch norm, a
+//   separate ReLU6), interleaved with a memcpy of the tensor. Both include
+//   the tape's seed gradient (a tensor of ones). passes_* = time / memcpy;
+//   speedup = separate / fused; dx_error_* = each dx's largest distance from
+//   a float64 oracle, over the largest |dx| (8 channels).
 //
 // Results are validated before they are timed.
 #include <benchmark/benchmark.h>
@@ -254,6 +262,104 @@ void BM_BatchNorm_TrainingVsMemcpy(benchmark::State& state) {
 BENCHMARK(BM_BatchNorm_TrainingVsMemcpy)
     ->Args({32, 112, 112, 96})
     ->Args({64, 48, 48, 96})
+    ->ArgNames({"n", "h", "w", "c"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// args: batch, height, width, channels
+void BM_BatchNormRelu6_FusedVsSeparate(benchmark::State& state) {
+  const ls::Shape shape{state.range(0), state.range(1), state.range(2), state.range(3)};
+  const std::int64_t c = shape[3];
+  const ls::Tensor x = ls::random::normal(shape, {.mean = 0.5f, .stddev = 2.0f, .seed = 1});
+  const ls::Tensor gamma = ls::random::uniform({c}, {.minval = 0.5f, .maxval = 4.0f, .seed = 3});
+  const ls::Tensor beta = ls::random::uniform({c}, {.seed = 4});
+  std::vector<float> copy(static_cast<std::size_t>(shape.numel()));
+  // The output and the three gradients of one variant.
+  auto run = [&](bool fused) {
+    ls::GradientTape tape;
+    for (const ls::Tensor* t : {&x, &gamma, &beta}) tape.watch(*t);
+    const ls::Tensor z =
+        fused ? ls::batch_norm_relu_training(x, gamma, beta, 1e-3f, 6.0f).y
+              : ls::relu(ls::batch_norm_training(x, gamma, beta, 1e-3f).y, {.max_value = 6.0f});
+    std::vector<ls::Tensor> out = tape.gradient(z, {x, gamma, beta});
+    out.insert(out.begin(), z);
+    return out;
+  };
+  {  // Validate: the two agree on the output and on dbeta.
+    const auto a = run(true), b = run(false);
+    const float* za = a[0].data<float>();
+    const float* zb = b[0].data<float>();
+    for (std::int64_t i = 0; i < x.numel(); i += 4099) {
+      if (std::fabs(za[i] - zb[i]) > 1e-5f) {
+        state.SkipWithError("the fused and separate outputs disagree");
+        return;
+      }
+    }
+    const float db_a = a[3].data<float>()[0], db_b = b[3].data<float>()[0];
+    if (std::fabs(db_a - db_b) > 1e-3f * (1.0f + std::fabs(db_b))) {
+      state.SkipWithError("the fused and separate dbeta disagree");
+      return;
+    }
+    // Each dx against a float64 oracle over the first 8 channels (the
+    // tape's seed makes dz all ones): the largest error, over the largest
+    // |dx|. Positions within 1e-4 of a clip bound are left out (float32 may
+    // put them on either side).
+    const std::int64_t rows = x.numel() / c;
+    const float *px = x.data<float>(), *pg = gamma.data<float>(), *pb = beta.data<float>();
+    double worst_a = 0, worst_b = 0, largest = 0;
+    for (std::int64_t j = 0; j < std::min<std::int64_t>(c, 8); ++j) {
+      double m = 0, v = 0, sum = 0, moment = 0;
+      for (std::int64_t r = 0; r < rows; ++r) m += px[r * c + j];
+      m /= static_cast<double>(rows);
+      for (std::int64_t r = 0; r < rows; ++r) v += (px[r * c + j] - m) * (px[r * c + j] - m);
+      v /= static_cast<double>(rows);
+      const double inv = 1.0 / std::sqrt(v + 1e-3);
+      auto y = [&](std::int64_t r) { return pg[j] * (px[r * c + j] - m) * inv + pb[j]; };
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const double dy = y(r) > 0 && y(r) < 6 ? 1.0 : 0.0;
+        sum += dy, moment += dy * (px[r * c + j] - m);
+      }
+      for (std::int64_t r = 0; r < rows; ++r) {
+        if (std::fabs(y(r)) < 1e-4 || std::fabs(y(r) - 6) < 1e-4) continue;
+        const double dy = y(r) > 0 && y(r) < 6 ? 1.0 : 0.0, n = static_cast<double>(rows);
+        const double dx =
+            pg[j] * inv * (dy - sum / n - (px[r * c + j] - m) * inv * inv * moment / n);
+        largest = std::max(largest, std::fabs(dx));
+        worst_a = std::max(worst_a, std::fabs(a[1].data<float>()[r * c + j] - dx));
+        worst_b = std::max(worst_b, std::fabs(b[1].data<float>()[r * c + j] - dx));
+      }
+    }
+    state.counters["dx_error_fused"] = worst_a / largest;
+    state.counters["dx_error_separate"] = worst_b / largest;
+  }
+  double fused_s = 0, separate_s = 0, copy_s = 0;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    benchmark::DoNotOptimize(run(true));
+    const double f = seconds_since(t0);
+    t0 = Clock::now();
+    benchmark::DoNotOptimize(run(false));
+    const double s = seconds_since(t0);
+    fused_s += f, separate_s += s;
+    state.SetIterationTime(f);
+    t0 = Clock::now();
+    std::memcpy(copy.data(), x.raw_data(), copy.size() * sizeof(float));
+    benchmark::ClobberMemory();
+    copy_s += seconds_since(t0);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["fused_ms"] = fused_s / n * 1e3;
+  state.counters["separate_ms"] = separate_s / n * 1e3;
+  state.counters["memcpy_ms"] = copy_s / n * 1e3;
+  state.counters["passes_fused"] = fused_s / copy_s;
+  state.counters["passes_separate"] = separate_s / copy_s;
+  state.counters["speedup"] = separate_s / fused_s;
+}
+BENCHMARK(BM_BatchNormRelu6_FusedVsSeparate)
+    ->Args({32, 112, 112, 96})
+    ->Args({32, 56, 56, 144})
+    ->Args({64, 48, 48, 48})
+    ->Args({32, 14, 14, 384})
     ->ArgNames({"n", "h", "w", "c"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

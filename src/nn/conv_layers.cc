@@ -319,11 +319,18 @@ Tensor BatchNormalizationImpl::call(const Tensor& input, const CallContext& ctx)
   LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 2 && x.shape()[x.rank() - 1] == moving_mean_.shape()[0],
                     "BatchNormalization '", name(), "': expected input with ",
                     moving_mean_.shape()[0], " channels in the last axis, got shape ", x.shape());
+  // A ReLU folded into this call (CallContext::relu) is applied before the
+  // cast to the compute dtype: rounding to bfloat16 is monotonic, so the
+  // values equal those of the ReLU layer run on the cast output (a graph
+  // folds only when the two layers compute in the same dtype).
   if (!ctx.training || !trainable(ctx)) {
-    return out(batch_norm_inference(x, gamma, beta, moving_mean_.value(), moving_variance_.value(),
-                                    options_.epsilon));
+    const Tensor y = batch_norm_inference(x, gamma, beta, moving_mean_.value(),
+                                          moving_variance_.value(), options_.epsilon);
+    return out(ctx.relu ? relu(y, *ctx.relu) : y);
   }
-  BatchNormResult r = batch_norm_training(x, gamma, beta, options_.epsilon);
+  BatchNormResult r =
+      ctx.relu ? batch_norm_relu_training(x, gamma, beta, options_.epsilon, ctx.relu->max_value)
+               : batch_norm_training(x, gamma, beta, options_.epsilon);
   // The cast to the compute dtype is recorded (outside the guard below):
   // under mixed_bfloat16 the gradient goes back through it.
   Tensor y = out(r.y);

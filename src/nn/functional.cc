@@ -98,6 +98,7 @@ FunctionalImpl::FunctionalImpl(std::vector<KerasTensor> inputs, std::vector<Kera
     if (reader >= 0) steps_[static_cast<std::size_t>(reader)].last_use_of.push_back(s);
   }
   fold_zero_padding();
+  fold_relu();
   // Names identify layers in saved models and weights: they must be unique.
   std::map<std::string, const void*> names;
   for (const KerasTensor& in : inputs_) names[in.node()->input_name] = in.node().get();
@@ -145,6 +146,35 @@ void FunctionalImpl::fold_zero_padding() {
   }
 }
 
+// MobileNetV2 follows 35 of its 52 BatchNormalizations with a ReLU6. Run
+// as written, each pair stores the normalised tensor between them, and the
+// backward pass writes and reads its gradient too. A ReLU (unbounded or
+// capped, without slope or threshold) that alone reads the output of a
+// layer that absorbs_relu(), computing in the same dtype, is folded into it
+// instead: the batch norm clips as it normalises (batch_norm_relu_training).
+void FunctionalImpl::fold_relu() {
+  std::vector<int> readers(static_cast<std::size_t>(num_slots_), 0);
+  for (const Step& step : steps_) {
+    for (int s : step.input_slots) ++readers[static_cast<std::size_t>(s)];
+  }
+  for (int s : output_slots_) ++readers[static_cast<std::size_t>(s)];
+  std::vector<Step*> producer(static_cast<std::size_t>(num_slots_), nullptr);
+  for (Step& step : steps_) producer[static_cast<std::size_t>(step.output_slot)] = &step;
+  for (Step& act : steps_) {
+    const std::optional<ReluOptions> relu = act.node->layer->plain_relu();
+    if (!relu || act.input_slots.size() != 1) continue;
+    const int in = act.input_slots[0];
+    Step* before = producer[static_cast<std::size_t>(in)];
+    if (before == nullptr || before->folded || before->relu ||
+        readers[static_cast<std::size_t>(in)] != 1 || !before->node->layer->absorbs_relu() ||
+        before->node->layer->compute_dtype() != act.node->layer->compute_dtype()) {
+      continue;
+    }
+    act.folded = true;
+    before->relu = relu;
+  }
+}
+
 std::vector<Tensor> FunctionalImpl::call(const std::vector<Tensor>& inputs,
                                          const CallContext& ctx) {
   LOCKSTEP_CHECK(inputs.size() == inputs_.size(), "model '", name(), "': expected ", inputs_.size(),
@@ -154,19 +184,21 @@ std::vector<Tensor> FunctionalImpl::call(const std::vector<Tensor>& inputs,
     check_input(name(), i, inputs_[i], inputs[i]);
     slots[static_cast<std::size_t>(input_slots_[i])] = inputs[i];
   }
-  CallContext plain = ctx;  // a graph's own zero_padding is for the graph, not its layers
+  CallContext plain = ctx;  // a graph's own folds are for the graph, not its layers
   plain.zero_padding = nullptr;
+  plain.relu = nullptr;
   for (const Step& step : steps_) {
-    if (step.folded) {  // its reader pads
+    if (step.folded) {  // its reader pads, or the layer before applied it
       slots[static_cast<std::size_t>(step.output_slot)] =
           slots[static_cast<std::size_t>(step.input_slots[0])];
     } else {
       std::vector<Tensor> args;
       args.reserve(step.input_slots.size());
       for (int s : step.input_slots) args.push_back(slots[static_cast<std::size_t>(s)]);
-      CallContext padded = plain;
-      if (step.zero_padding) padded.zero_padding = &*step.zero_padding;
-      auto outs = step.node->layer->apply(args, padded);
+      CallContext folded = plain;
+      if (step.zero_padding) folded.zero_padding = &*step.zero_padding;
+      if (step.relu) folded.relu = &*step.relu;
+      auto outs = step.node->layer->apply(args, folded);
       slots[static_cast<std::size_t>(step.output_slot)] = outs.at(0);
     }
     for (int s : step.last_use_of) slots[static_cast<std::size_t>(s)] = Tensor();
@@ -214,8 +246,24 @@ std::vector<Tensor> SequentialImpl::call(const std::vector<Tensor>& inputs,
                  inputs.size());
   LOCKSTEP_CHECK(!layers_.empty(), "Sequential '", name(), "' has no layers; add some with add()");
   if (input_.defined()) check_input(name(), 0, input_, inputs[0]);
+  // A ReLU after a layer that absorbs it is folded in, as in a functional
+  // graph (FunctionalImpl::fold_relu): no other layer sees the tensor between.
+  CallContext plain = ctx;
+  plain.zero_padding = nullptr;
+  plain.relu = nullptr;
   Tensor x = inputs[0];
-  for (const Layer& l : layers_) x = l(x, ctx);
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const LayerImpl& layer = *layers_[i].impl();
+    std::optional<ReluOptions> relu;
+    if (i + 1 < layers_.size() && layer.absorbs_relu() &&
+        layers_[i + 1].impl()->compute_dtype() == layer.compute_dtype()) {
+      relu = layers_[i + 1].impl()->plain_relu();
+    }
+    CallContext folded = plain;
+    if (relu) folded.relu = &*relu;
+    x = layers_[i](x, folded);
+    if (relu) ++i;
+  }
   return {x};
 }
 

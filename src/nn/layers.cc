@@ -93,6 +93,11 @@ ActivationImpl::ActivationImpl(const std::string& activation, std::string name)
       activation_(activation),
       fn_(get_activation(activation)) {}
 Tensor ActivationImpl::call(const Tensor& x, const CallContext&) { return fn_(x); }
+std::optional<ReluOptions> ActivationImpl::plain_relu() const {
+  if (activation_ == "relu") return ReluOptions{};
+  if (activation_ == "relu6") return ReluOptions{.max_value = 6.0f};
+  return std::nullopt;
+}
 LayerConfig ActivationImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
   c.set("activation", activation_);
@@ -119,6 +124,10 @@ Tensor ReLUImpl::call(const Tensor& x, const CallContext&) {
   return relu(x, {.negative_slope = options_.negative_slope,
                   .max_value = options_.max_value,
                   .threshold = options_.threshold});
+}
+std::optional<ReluOptions> ReLUImpl::plain_relu() const {
+  if (options_.negative_slope != 0.0f || options_.threshold != 0.0f) return std::nullopt;
+  return ReluOptions{.max_value = options_.max_value};
 }
 LayerConfig ReLUImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
@@ -234,7 +243,9 @@ Concatenate::Concatenate(int axis, std::string name)
 // ---- Rescaling --------------------------------------------------------------------------
 
 RescalingImpl::RescalingImpl(float scale, RescalingOptions options)
-    : SingleInputLayerImpl("Rescaling", options.name), scale_(scale), options_(std::move(options)) {}
+    : SingleInputLayerImpl("Rescaling", options.name),
+      scale_(scale),
+      options_(std::move(options)) {}
 Tensor RescalingImpl::call(const Tensor& x, const CallContext&) {
   const Tensor f = x.dtype() == DType::kFloat32 ? x : cast(x, DType::kFloat32);
   Tensor y = mul(f, Tensor::scalar(scale_));

@@ -243,6 +243,124 @@ TEST(ConvGradCheck, BatchNormTrainingAndInference) {
       {random_ref({4, 2}, rng), random_ref({2}, rng), random_ref({2}, rng)});
 }
 
+// Batch norm and a ReLU in one op (our own loops, not oneDNN's): against a
+// float64 batch norm then min(max(·, 0), max_value), a cap that clips some
+// outputs (1) and none. The last shape has more rows than one float32 chunk
+// of the channel sums (64) and a channel tail.
+TEST(ConvGradCheck, BatchNormReluTraining) {
+  std::mt19937 rng(106);
+  const float eps = 1e-3f;
+  for (const std::optional<float> max_value :
+       {std::optional<float>(1.0f), std::optional<float>()}) {
+    for (const Dims& d : {Dims{6, 3}, Dims{3, 4, 5, 19}, Dims{2, 9, 8, 5}}) {
+      const std::int64_t c = d.back();
+      const double top = max_value ? *max_value : std::numeric_limits<double>::infinity();
+      check_gradients(
+          "batch_norm_relu training " + Shape(d).to_string() +
+              (max_value ? " max_value 1" : " unbounded"),
+          [eps, max_value](const std::vector<Tensor>& in) {
+            return batch_norm_relu_training(in[0], in[1], in[2], eps, max_value).y;
+          },
+          [&](const std::vector<Ref>& in) {
+            const Ref& x = in[0];
+            const std::int64_t rows = x.size() / c;
+            Ref y(x.dims);
+            for (std::int64_t ch = 0; ch < c; ++ch) {
+              double m = 0, v = 0;
+              for (std::int64_t r = 0; r < rows; ++r) m += x[r * c + ch];
+              m /= static_cast<double>(rows);
+              for (std::int64_t r = 0; r < rows; ++r)
+                v += (x[r * c + ch] - m) * (x[r * c + ch] - m);
+              v /= static_cast<double>(rows);
+              for (std::int64_t r = 0; r < rows; ++r) {
+                const double n = in[1][ch] * (x[r * c + ch] - m) / std::sqrt(v + eps) + in[2][ch];
+                y[r * c + ch] = std::min(std::max(n, 0.0), top);
+              }
+            }
+            return y;
+          },
+          {random_ref(d, rng, -2, 2), random_ref({c}, rng, 0.5, 1.5),
+           random_ref({c}, rng, -0.5, 0.5)},
+          7, 5e-4, 5e-3);
+    }
+  }
+}
+
+// The fused op against what it replaces, oneDNN's batch norm then relu, at
+// float32: the same outputs, statistics and gradients. 8 × 16 × 16 = 2,048
+// rows fill all 32 blocks of the channel sums with whole 64-row chunks.
+TEST(ConvGradCheck, BatchNormReluEqualsBatchNormThenRelu) {
+  std::mt19937 rng(107);
+  const float eps = 1e-3f;
+  const Tensor x = to_tensor(random_ref({8, 16, 16, 19}, rng, -3, 3)),
+               gamma = to_tensor(random_ref({19}, rng, 0.5, 4)),
+               beta = to_tensor(random_ref({19}, rng, -1, 3)),
+               w = to_tensor(random_ref({8, 16, 16, 19}, rng, -1, 1));
+  std::vector<Tensor> fused, plain;
+  BatchNormResult f, p;
+  Tensor y_plain;
+  {
+    GradientTape tape;
+    for (const Tensor* t : {&x, &gamma, &beta}) tape.watch(*t);
+    f = batch_norm_relu_training(x, gamma, beta, eps, 6.0f);
+    fused = tape.gradient(sum(mul(f.y, w)), {x, gamma, beta});
+  }
+  {
+    GradientTape tape;
+    for (const Tensor* t : {&x, &gamma, &beta}) tape.watch(*t);
+    p = batch_norm_training(x, gamma, beta, eps);
+    y_plain = relu(p.y, {.max_value = 6.0f});
+    plain = tape.gradient(sum(mul(y_plain, w)), {x, gamma, beta});
+  }
+  EXPECT_EQ(f.mean.to_vector<float>(), p.mean.to_vector<float>());
+  EXPECT_EQ(f.variance.to_vector<float>(), p.variance.to_vector<float>());
+  const auto zf = f.y.to_vector<float>(), zp = y_plain.to_vector<float>();
+  int clipped_low = 0, clipped_high = 0;
+  for (std::size_t i = 0; i < zf.size(); ++i) {
+    ASSERT_NEAR(zf[i], zp[i], 2e-6) << "output " << i;
+    clipped_low += zp[i] == 0.0f;
+    clipped_high += zp[i] == 6.0f;
+  }
+  EXPECT_GT(clipped_low, 1000);  // both sides of the ReLU6 are exercised
+  EXPECT_GT(clipped_high, 1000);
+  // Outputs within rounding of a clip boundary may take the other side in
+  // one of the two; their dx differs by a whole dz there, so compare where
+  // both outputs lie clearly inside or outside (0, 6).
+  const auto dxf = fused[0].to_vector<float>(), dxp = plain[0].to_vector<float>();
+  int compared = 0;
+  for (std::size_t i = 0; i < dxf.size(); ++i) {
+    if (std::abs(zp[i]) < 1e-4f || std::abs(zp[i] - 6.0f) < 1e-4f) {
+      if (zp[i] != 0.0f && zp[i] != 6.0f) continue;
+    }
+    ASSERT_NEAR(dxf[i], dxp[i], 1e-5 + 1e-4 * std::abs(dxp[i])) << "dx " << i;
+    ++compared;
+  }
+  EXPECT_GT(compared, 38000);
+  expect_close(to_ref(plain[1]), fused[1], 1e-3, 1e-5, "dgamma");
+  expect_close(to_ref(plain[2]), fused[2], 1e-3, 1e-5, "dbeta");
+}
+
+TEST(ConvGradCheck, BatchNormReluRejectsANegativeCapAnEmptyBatchAndWrongShapes) {
+  const Tensor gamma = Tensor::ones({2}), beta = Tensor::zeros({2});
+  const auto message = [&](const Tensor& x, std::optional<float> max_value) -> std::string {
+    try {
+      batch_norm_relu_training(x, gamma, beta, 1e-3f, max_value);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const auto expect_message = [](const std::string& got, const std::string& want) {
+    EXPECT_NE(got.find(want), std::string::npos) << got;
+  };
+  expect_message(message(Tensor::ones({3, 2}), -1.0f),
+                 "batch_norm_relu: expected max_value >= 0 or none, got -1");
+  expect_message(message(Tensor::ones({0, 2}), 6.0f),
+                 "batch_norm_relu: cannot compute batch statistics of an empty batch");
+  expect_message(message(Tensor::ones({3, 4}), 6.0f),
+                 "batch_norm_relu: expected gamma and beta of shape [4], got [2]");
+}
+
 TEST(ConvGradCheck, Pad) {
   std::mt19937 rng(105);
   check_gradients(

@@ -72,6 +72,9 @@ TEST(Functional, AnIntermediateTensorIsFreedAfterItsLastReader) {
   const Tensor x = random::uniform({1, n}, {.seed = 3});
   NoGradGuard no_grad;  // no tape keeps anything: only the graph does
   CachingAllocator& allocator = x.device().allocator();
+  // Idle buffers left by earlier tests in this process may serve a request
+  // with a buffer up to twice its size (CachingAllocator), counted whole.
+  allocator.empty_cache();
   allocator.reset_peak_stats();
   const std::size_t before = allocator.stats().bytes_in_use;
   const Tensor out = model(x);
@@ -130,6 +133,7 @@ TEST(Functional, AZeroPaddingBeforeAValidConvolutionIsFoldedIntoIt) {
   {
     NoGradGuard no_grad;
     CachingAllocator& allocator = x.device().allocator();
+    allocator.empty_cache();  // as in AnIntermediateTensorIsFreedAfterItsLastReader
     allocator.reset_peak_stats();
     const std::size_t before = allocator.stats().bytes_in_use;
     const Tensor out = model(x);
@@ -142,6 +146,117 @@ TEST(Functional, AZeroPaddingBeforeAValidConvolutionIsFoldedIntoIt) {
   const Variable& kernel = depthwise->depthwise_kernel();
   expect_close(values_and_gradients(x, kernel, [&](const Tensor& t) { return model(t); }),
                values_and_gradients(x, kernel, [&](const Tensor& t) { return depthwise(pad(t)); }));
+}
+
+// MobileNetV2's Conv → BatchNormalization → ReLU6: in training mode the
+// graph runs the ReLU inside the batch norm's call (one op, our own loops),
+// never storing the normalised tensor between, and computes what the three
+// layers called by hand do (oneDNN's batch norm, then the ReLU), forward and
+// backward.
+TEST(Functional, AReLUAfterABatchNormalizationIsFoldedIntoIt) {
+  clear_session();
+  constexpr std::int64_t side = 64, channels = 32;
+  auto in = Input({side, side, 8});
+  layers::Conv2D conv(channels, {1, 1}, {.use_bias = false});
+  // γ = 4 puts a tenth of the outputs above the cap.
+  layers::BatchNormalization bn({.epsilon = 1e-3f, .gamma_initializer = initializers::Constant(4)});
+  layers::ReLU relu6({.max_value = 6.0f});
+  Model model(in, relu6(bn(conv(in))));
+  ASSERT_TRUE(graph_of(model).steps().at(2).folded);
+  ASSERT_TRUE(graph_of(model).steps().at(1).relu.has_value());
+  EXPECT_EQ(graph_of(model).steps().at(1).relu->max_value, 6.0f);
+
+  const Tensor x = mul(random::normal({2, side, side, 8}, {.seed = 6}), Tensor::scalar(3.0f));
+  const CallContext training{.training = true};
+  {
+    GradientTape tape;
+    tape.watch(x);
+    CachingAllocator& allocator = x.device().allocator();
+    allocator.empty_cache();  // as in AnIntermediateTensorIsFreedAfterItsLastReader
+    allocator.reset_peak_stats();
+    const std::size_t before = allocator.stats().bytes_in_use;
+    const Tensor out = model(x, training);
+    const std::size_t peak = allocator.stats().peak_bytes_in_use - before;
+    const std::size_t tensor_bytes = static_cast<std::size_t>(out.numel()) * sizeof(float);
+    // The convolution's output (kept for the batch norm's gradient) and the
+    // ReLU's; a third tensor is the normalised one the fold does not store.
+    EXPECT_LT(peak, tensor_bytes * 5 / 2)
+        << "the 1 MiB normalised tensor was stored: " << peak << " bytes at the peak";
+  }
+  const Variable& kernel = conv->kernel();
+  const auto folded =
+      values_and_gradients(x, kernel, [&](const Tensor& t) { return model(t, training); });
+  const auto by_hand = values_and_gradients(
+      x, kernel, [&](const Tensor& t) { return relu6(bn(conv(t), training)); });
+  int clipped_low = 0, clipped_high = 0;
+  for (float v : by_hand[0]) clipped_low += v == 0.0f, clipped_high += v == 6.0f;
+  EXPECT_GT(clipped_low, 1000);  // both of the ReLU6's bounds are reached
+  EXPECT_GT(clipped_high, 1000);
+  // Each part as close as float32 rounding lets two implementations be,
+  // measured against its largest element: the gradients are sums (over the
+  // batch for the batch norm's dx, over 8,192 positions for the kernel's),
+  // and the two batch norms round theirs differently — oneDNN's float32
+  // sums the farther from a float64 oracle.
+  const char* parts[] = {"output", "input gradient", "kernel gradient"};
+  const float tolerance[] = {2e-6f, 5e-6f, 1e-4f};
+  for (std::size_t k = 0; k < 3; ++k) {
+    ASSERT_EQ(folded[k].size(), by_hand[k].size());
+    float largest = 0, worst = 0;
+    for (std::size_t i = 0; i < by_hand[k].size(); ++i) {
+      largest = std::max(largest, std::abs(by_hand[k][i]));
+      worst = std::max(worst, std::abs(folded[k][i] - by_hand[k][i]));
+    }
+    EXPECT_LE(worst, tolerance[k] * largest) << parts[k] << ": largest element " << largest;
+  }
+}
+
+// Not folded where the normalised tensor is needed as it is (another
+// reader, a model output), where the ReLU is leaky or thresholded, or where
+// the two layers compute in different dtypes; a Sequential folds as a
+// graph does.
+TEST(Functional, AReLUAnotherReaderNeedsOrThatIsNotPlainIsNotFolded) {
+  clear_session();
+  auto in = Input({4, 4, 3});
+  layers::BatchNormalization bn1, bn2, bn3, bn4;
+  layers::ReLU relu1, leaky({.negative_slope = 0.1f}), thresholded({.threshold = 0.5f});
+  layers::ReLU bf16_relu({.name = "bf16_relu"});
+  bf16_relu.impl()->set_dtype_policy("mixed_bfloat16");
+  const auto normalised = bn1(in);
+  const Model two_outputs(std::vector<KerasTensor>{in}, {relu1(normalised), normalised});
+  const Model others(in, layers::Add()({leaky(bn2(in)), thresholded(bn3(in)), bf16_relu(bn4(in))}));
+  for (const Model* model : {&two_outputs, &others}) {
+    for (const auto& step : graph_of(*model).steps()) {
+      EXPECT_FALSE(step.folded) << step.node->layer->name();
+      EXPECT_FALSE(step.relu.has_value()) << step.node->layer->name();
+    }
+  }
+  const Tensor x = random::normal({2, 4, 4, 3}, {.seed = 7});
+  const CallContext training{.training = true};
+  const auto outs = two_outputs(std::vector<Tensor>{x}, training);
+  EXPECT_EQ(outs.at(1).to_vector<float>(), bn1(x, training).to_vector<float>());
+  EXPECT_EQ(outs.at(0).to_vector<float>(), relu1(bn1(x, training)).to_vector<float>());
+
+  // Activation("relu6") folds too, in a Sequential: under a tape the step
+  // stores its output alone, not the normalised tensor before it.
+  layers::BatchNormalization seq_bn;
+  Sequential seq({seq_bn, layers::Activation("relu6")}, {.input_shape = Shape{64, 64, 32}});
+  const Tensor big = random::normal({2, 64, 64, 32}, {.seed = 8});
+  Tensor y;
+  {
+    GradientTape tape;
+    tape.watch(big);
+    CachingAllocator& allocator = big.device().allocator();
+    allocator.empty_cache();
+    allocator.reset_peak_stats();
+    const std::size_t before = allocator.stats().bytes_in_use;
+    y = seq(big, training);
+    const std::size_t peak = allocator.stats().peak_bytes_in_use - before;
+    EXPECT_LT(peak, static_cast<std::size_t>(y.numel()) * sizeof(float) * 3 / 2)
+        << "the normalised tensor was stored: " << peak << " bytes at the peak";
+  }
+  const Tensor z = relu(seq_bn(big, training), {.max_value = 6.0f});
+  const auto a = y.to_vector<float>(), b = z.to_vector<float>();
+  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-6f) << i;
 }
 
 // Not folded where the padded tensor is needed as it is: another layer or

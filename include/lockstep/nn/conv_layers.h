@@ -207,6 +207,7 @@ class BatchNormalizationImpl : public SingleInputLayerImpl {
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   LayerConfig get_config() const override;
+  bool absorbs_relu() const override { return true; }
   const Variable& gamma() const { return gamma_; }
   const Variable& beta() const { return beta_; }
   const Variable& moving_mean() const { return moving_mean_; }

@@ -52,16 +52,20 @@ class FunctionalImpl : public LayerImpl {
     // Slots no later step reads and no output is: dropped after this step,
     // so a tensor lives only as long as the graph or the tape needs it.
     std::vector<int> last_use_of{};
-    // A ZeroPadding2D whose output only a convolution with 'valid' padding
-    // reads: not run. Its input goes to that reader, which adds the zeros
-    // itself (`zero_padding` below), so the padded copy is never made.
+    // Not run: its input is passed on as its output. A ZeroPadding2D whose
+    // output only a convolution with 'valid' padding reads, which adds the
+    // zeros itself (`zero_padding` below), so the padded copy is never made;
+    // or a ReLU that alone reads a BatchNormalization's output, which
+    // applies it (`relu` below), so the tensor between is never stored.
     bool folded = false;
     std::optional<std::array<std::array<std::int64_t, 2>, 2>> zero_padding{};
+    std::optional<ReluOptions> relu{};
   };
   const std::vector<Step>& steps() const { return steps_; }
 
  private:
   void fold_zero_padding();
+  void fold_relu();
 
   std::vector<KerasTensor> inputs_;
   std::vector<KerasTensor> outputs_;

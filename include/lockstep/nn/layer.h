@@ -24,6 +24,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "lockstep/nn/config.h"
 #include "lockstep/nn/initializers.h"
 #include "lockstep/nn/mixed_precision.h"
+#include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/tensor.h"
 
 namespace lockstep {
@@ -54,6 +56,10 @@ struct CallContext {
   // still lacks these zeros, {{top, bottom}, {left, right}}, and the layer
   // adds them itself.
   const std::array<std::array<std::int64_t, 2>, 2>* zero_padding = nullptr;
+  // Non-null only in the call of a layer that absorbs_relu(), from a graph
+  // that folded the ReLU reading its output into it: the layer applies this
+  // ReLU to its output itself (always with negative_slope and threshold 0).
+  const ReluOptions* relu = nullptr;
 };
 
 class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
@@ -104,6 +110,15 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
   // when the layer is that output's only reader: the convolutions with
   // 'valid' padding do, and oneDNN adds the zeros without a padded copy.
   virtual bool absorbs_zero_padding() const { return false; }
+  // Whether call() honours CallContext::relu. A graph then runs a ReLU that
+  // alone reads this layer's output inside this layer's call: a
+  // BatchNormalization in training mode does, normalising and clipping in
+  // one pass and never storing the tensor between (batch_norm_relu_training).
+  virtual bool absorbs_relu() const { return false; }
+  // What a layer that is max(x, 0), capped or not, computes (a ReLU layer
+  // without slope or threshold, Activation("relu") or ("relu6")); none for
+  // every other layer. Such a layer may be folded into the one before it.
+  virtual std::optional<ReluOptions> plain_relu() const { return std::nullopt; }
 
   // What it takes to rebuild this layer (name and trainable here; each layer
   // adds its arguments). Weights are not part of the config.

@@ -65,6 +65,7 @@ class ActivationImpl : public SingleInputLayerImpl {
   ActivationImpl(const std::string& activation, std::string name);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   LayerConfig get_config() const override;
+  std::optional<ReluOptions> plain_relu() const override;
 
  private:
   std::string activation_;
@@ -88,6 +89,7 @@ class ReLUImpl : public SingleInputLayerImpl {
   explicit ReLUImpl(ReLUOptions options);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   LayerConfig get_config() const override;
+  std::optional<ReluOptions> plain_relu() const override;
 
  private:
   ReLUOptions options_;

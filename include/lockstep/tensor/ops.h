@@ -148,6 +148,11 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
 // With given statistics (inference, or a frozen layer).
 Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                             const Tensor& mean, const Tensor& variance, float epsilon);
+// batch_norm_training followed by relu(·, {.max_value = max_value}) in one
+// op: `y` is min(max(batch_norm(x), 0), max_value), the pre-activation never
+// stored, its gradient computed from the output (ReLU6: max_value 6).
+BatchNormResult batch_norm_relu_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                         float epsilon, std::optional<float> max_value);
 
 // ---- shape and layout ---------------------------------------------------------
 // One dimension may be -1 (inferred).

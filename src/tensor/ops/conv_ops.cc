@@ -1,16 +1,12 @@
-// Convolution, pooling and batch normalisation ops (NHWC) on the oneDNN
-// kernels, each with its gradient rule; the batch statistics are our own
-// float64 reduction (batch_moments).
-#include <cmath>
-#include <vector>
+// Convolution and pooling ops (NHWC) on the oneDNN kernels, each with its
+// gradient rule. Batch normalisation is in batch_norm_ops.cc.
+#include <algorithm>
 
-#include "lockstep/core/simd.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/recording.h"
 #include "tensor/backend/onednn/onednn.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops/bf16.h"
-#include "tensor/ops/loops.h"
 
 namespace lockstep {
 namespace {
@@ -127,85 +123,6 @@ Tensor pool(const Tensor& x, const Pool2DOptions& o, bool max, const char* op) {
   return out;
 }
 
-void check_bn(const Tensor& x, const Tensor& gamma, const Tensor& beta, const char* op) {
-  check_defined(x, op, "input");
-  detail::check_float32(x.dtype(), op, "input");
-  LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 2, op, ": expected input of rank >= 2, got ",
-                    x.shape());
-  const std::int64_t c = x.shape()[x.rank() - 1];
-  for (const Tensor* t : {&gamma, &beta}) {
-    check_defined(*t, op, "gamma/beta");
-    LOCKSTEP_CHECK_AS(ShapeError, t->rank() == 1 && t->shape()[0] == c, op,
-                      ": expected gamma and beta of shape [", c, "], got ", t->shape());
-  }
-}
-
-backend::onednn::BatchNormShape bn_shape(const Tensor& x, float epsilon) {
-  const std::int64_t c = x.shape()[x.rank() - 1];
-  return {.examples = std::max<std::int64_t>(x.shape()[0], 1),
-          .rows = x.numel() / std::max<std::int64_t>(c, 1),
-          .channels = c,
-          .epsilon = epsilon};
-}
-
-// Sums of x and x² over rows [begin, end) of [rows, c] into sum / squares
-// (float64: float32 sums of ~10^5 values lose ~10^-4 of the variance, which
-// 52 layers of MobileNetV2 in training mode amplify past Keras's outputs;
-// see BatchNormTraining in the tests).
-LOCKSTEP_VECTOR_CLONES void accumulate_moments(const float* __restrict x, std::int64_t begin,
-                                               std::int64_t end, std::int64_t c,
-                                               double* __restrict sum, double* __restrict squares) {
-  for (std::int64_t r = begin; r < end; ++r) {
-    const float* row = x + r * c;
-    for (std::int64_t j = 0; j < c; ++j) {
-      const double v = row[j];
-      sum[j] += v;
-      squares[j] += v * v;
-    }
-  }
-}
-
-// The batch mean and (biased, as Keras 3's moments) variance of each
-// channel of [rows, c]: one pass over x. Blocks of rows are fixed by the
-// row count, not the thread count, and added in order, so the statistics
-// are the same bits under any number of threads.
-void batch_moments(const float* x, std::int64_t rows, std::int64_t c, float* mean,
-                   float* variance) {
-  constexpr std::int64_t kBlocks = 32;
-  const std::int64_t blocks = std::min(kBlocks, rows);
-  std::vector<double> partial(static_cast<std::size_t>(blocks * 2 * c), 0.0);
-  detail::parallel_for(blocks, rows / blocks * c * 2, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t b = begin; b < end; ++b) {
-      double* sum = partial.data() + b * 2 * c;
-      accumulate_moments(x, rows * b / blocks, rows * (b + 1) / blocks, c, sum, sum + c);
-    }
-  });
-  const double n = static_cast<double>(rows);
-  for (std::int64_t j = 0; j < c; ++j) {
-    double sum = 0, squares = 0;
-    for (std::int64_t b = 0; b < blocks; ++b) {
-      sum += partial[static_cast<std::size_t>(b * 2 * c + j)];
-      squares += partial[static_cast<std::size_t>(b * 2 * c + c + j)];
-    }
-    const double m = sum / n;
-    mean[j] = static_cast<float>(m);
-    // E[x²] − m² in float64: exact enough unless |mean| / stddev > ~10^6.
-    variance[j] = static_cast<float>(std::max(squares / n - m * m, 0.0));
-  }
-}
-
-Grads bn_backward(const backend::onednn::BatchNormShape& s, bool batch_stats, const Tensor& x,
-                  const Tensor& g, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
-                  const Tensor& variance) {
-  Tensor dx = Tensor::empty(x.shape()), dgamma = Tensor::empty({s.channels}),
-         dbeta = Tensor::empty({s.channels});
-  backend::onednn::batchnorm_backward(s, batch_stats, x.data<float>(), g.data<float>(),
-                                      gamma.data<float>(), beta.data<float>(), mean.data<float>(),
-                                      variance.data<float>(), dx.data<float>(),
-                                      dgamma.data<float>(), dbeta.data<float>());
-  return {dx, dgamma, dbeta};
-}
-
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Conv2DOptions& o) {
@@ -270,55 +187,6 @@ Tensor max_pool2d(const Tensor& x, const Pool2DOptions& o) {
 Tensor avg_pool2d(const Tensor& x, const Pool2DOptions& o) {
   if (detail::any_bf16({&x})) return detail::narrow(avg_pool2d(detail::widen(x), o));
   return pool(x, o, false, "avg_pool2d");
-}
-
-BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                    float epsilon) {
-  check_bn(x, gamma, beta, "batch_norm");
-  const auto s = bn_shape(x, epsilon);
-  LOCKSTEP_CHECK(s.rows > 0,
-                 "batch_norm: cannot compute batch statistics of an empty batch (shape ", x.shape(),
-                 ")");
-  BatchNormResult r{Tensor::empty(x.shape()), Tensor::empty({s.channels}),
-                    Tensor::empty({s.channels})};
-  batch_moments(x.data<float>(), s.rows, s.channels, r.mean.data<float>(),
-                r.variance.data<float>());
-  backend::onednn::batchnorm_forward(s, x.data<float>(), gamma.data<float>(), beta.data<float>(),
-                                     r.mean.data<float>(), r.variance.data<float>(),
-                                     r.y.data<float>());
-  if (detail::should_record({x, gamma, beta})) {
-    detail::record("batch_norm", {x, gamma, beta}, r.y,
-                   [s, x, gamma, beta, mean = r.mean, var = r.variance](const Tensor& g) {
-                     return bn_backward(s, true, x, g, gamma, beta, mean, var);
-                   });
-  }
-  return r;
-}
-
-Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                            const Tensor& mean, const Tensor& variance, float epsilon) {
-  check_bn(x, gamma, beta, "batch_norm");
-  for (const Tensor* t : {&mean, &variance}) {
-    check_defined(*t, "batch_norm", "mean/variance");
-    detail::check_float32(t->dtype(), "batch_norm", "mean/variance");
-    LOCKSTEP_CHECK_AS(ShapeError, t->rank() == 1 && t->shape()[0] == gamma.shape()[0],
-                      "batch_norm: expected mean and variance of shape [", gamma.shape()[0],
-                      "], got ", t->shape());
-  }
-  Tensor y = Tensor::empty(x.shape());
-  if (x.numel() == 0) return y;
-  const auto s = bn_shape(x, epsilon);
-  backend::onednn::batchnorm_forward(s, x.data<float>(), gamma.data<float>(), beta.data<float>(),
-                                     mean.data<float>(), variance.data<float>(), y.data<float>());
-  // A frozen layer still passes gradients to its input (fine-tuning), and
-  // to gamma and beta; the statistics are constants.
-  if (detail::should_record({x, gamma, beta})) {
-    detail::record("batch_norm_inference", {x, gamma, beta}, y,
-                   [s, x, gamma, beta, mean, variance](const Tensor& g) {
-                     return bn_backward(s, false, x, g, gamma, beta, mean, variance);
-                   });
-  }
-  return y;
 }
 
 }  // namespace lockstep
