@@ -11,13 +11,16 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "lockstep/lockstep.h"
 #include "seed_mlp.h"
 #include "tensor/backend/onednn/onednn.h"
+#include "tensor/ops/batch_norm_relu.h"
 
 namespace ls = lockstep;
 
@@ -293,13 +296,15 @@ ls::Model mobilenet(const benchmark::State& state) {
                                         .classifier_activation = ""});
 }
 
-// Every oneDNN primitive one training step of `model` runs, with its
+// Every kernel one training step of `model` runs on its tensors, with its
 // shapes, read off the graph: each convolution (depthwise too) forward,
 // backward-data (not the first: the images get no gradient) and
 // backward-weights; each BatchNormalization forward and backward (training
-// mode); the classifier's three GEMMs. Called back to back they are the
-// floor a step could reach with everything else (ReLU6, padding, the
-// residual adds, batch statistics, the optimizer, the tape) free.
+// mode) — oneDNN's, or, where the graph folded its ReLU6 into it, our own
+// batch_norm_relu pair, whose forward includes its batch statistics; the
+// classifier's three GEMMs. Called back to back they are the floor a step
+// could reach with everything else (the residual adds, the statistics of
+// the unfolded batch norms, the optimizer, the tape) free.
 struct Primitives {
   struct Conv {
     ls::backend::onednn::ConvShape shape;
@@ -307,7 +312,13 @@ struct Primitives {
     bool depthwise = false;
   };
   std::vector<Conv> convs;
-  std::vector<ls::backend::onednn::BatchNormShape> norms;
+  struct Norm {
+    ls::backend::onednn::BatchNormShape shape;
+    // A ReLU folded into it (FunctionalImpl::fold_relu): our own
+    // batch_norm_relu kernels run instead of oneDNN's, with this cap.
+    std::optional<float> relu_top{};
+  };
+  std::vector<Norm> norms;
   std::int64_t batch = 0, features = 0, classes = 0;
 };
 
@@ -344,8 +355,11 @@ Primitives primitives_of(const ls::Model& model, std::int64_t batch) {
       p.convs.push_back({s, p.convs.empty(), depthwise});
     } else if (layer.class_name() == "BatchNormalization") {
       const std::int64_t positions = in[0] * in[1];
+      std::optional<float> top;
+      if (step.relu) top = step.relu->max_value.value_or(std::numeric_limits<float>::infinity());
       p.norms.push_back(
-          {.examples = batch, .rows = batch * positions, .channels = in[2], .epsilon = 1e-3f});
+          {{.examples = batch, .rows = batch * positions, .channels = in[2], .epsilon = 1e-3f},
+           top});
     } else if (layer.class_name() == "Dense") {
       p.features = in[0], p.classes = out[0];
     }
@@ -370,7 +384,7 @@ void BM_Floor_MobileNetV2Primitives(benchmark::State& state) {
                      c.shape.n * c.shape.oh * c.shape.ow * c.shape.oc});
     most_w = std::max(most_w, c.shape.kh * c.shape.kw * c.shape.c / c.shape.groups * c.shape.oc);
   }
-  auto x = buffer(most), y = buffer(most), dx = buffer(most), w = buffer(most_w),
+  auto x = buffer(most), y = buffer(most), dy = buffer(most), dx = buffer(most), w = buffer(most_w),
        dw = buffer(most_w), stats = buffer(4 * 1280 * 2), head_w = buffer(p.features * p.classes),
        head_dw = buffer(p.features * p.classes), logits = buffer(batch * p.classes);
   for (float& v : stats) v = 1.0f;  // positive variances
@@ -395,7 +409,17 @@ void BM_Floor_MobileNetV2Primitives(benchmark::State& state) {
     float* beta = gamma + 1280 * 2;
     float* mean = beta + 1280 * 2;
     float* var = mean + 1280 * 2;
-    for (const auto& n : p.norms) {
+    for (const auto& [n, top] : p.norms) {
+      if (top) {  // statistics, normalisation and ReLU; its gradient
+        timed("batchnorm+relu forward", [&] {
+          ls::detail::batch_norm_relu_forward(n, x.data(), gamma, beta, *top, y.data(), mean, var);
+        });
+        timed("batchnorm+relu backward", [&] {
+          ls::detail::batch_norm_relu_backward(n, *top, x.data(), y.data(), dy.data(), gamma, mean,
+                                               var, dx.data(), dw.data(), dw.data() + 1280 * 2);
+        });
+        continue;
+      }
       timed("batchnorm forward",
             [&] { dnn::batchnorm_forward(n, x.data(), gamma, beta, mean, var, y.data()); });
       timed("batchnorm backward", [&] {

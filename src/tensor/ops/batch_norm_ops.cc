@@ -22,6 +22,7 @@
 #include "lockstep/tensor/recording.h"
 #include "tensor/backend/onednn/onednn.h"
 #include "tensor/dispatch.h"
+#include "tensor/ops/batch_norm_relu.h"
 #include "tensor/ops/loops.h"
 
 namespace lockstep {
@@ -180,52 +181,66 @@ LOCKSTEP_VECTOR_CLONES void relu_grad_dx(const float* __restrict x, const float*
   }
 }
 
-// The gradient of z = relu(batch_norm(x), top) with batch statistics. With
-// N rows, x̂ = (x − μ)·r, r = 1 / √(σ² + ε), and dy the ReLU's gradient:
+}  // namespace
+
+namespace detail {
+
+void batch_norm_relu_forward(const backend::onednn::BatchNormShape& s, const float* x,
+                             const float* gamma, const float* beta, float top, float* z,
+                             float* mean, float* variance) {
+  batch_moments(x, s.rows, s.channels, mean, variance);
+  std::vector<float> a(static_cast<std::size_t>(s.channels)), b(a.size());
+  for (std::int64_t j = 0; j < s.channels; ++j) {
+    const auto u = static_cast<std::size_t>(j);
+    const double scale =
+        static_cast<double>(gamma[j]) / std::sqrt(static_cast<double>(variance[j]) + s.epsilon);
+    a[u] = static_cast<float>(scale);
+    b[u] = static_cast<float>(beta[j] - mean[j] * scale);
+  }
+  detail::parallel_for(s.rows, s.channels * 3, [&](std::int64_t begin, std::int64_t end) {
+    normalize_relu(x, z, begin, end, s.channels, a.data(), b.data(), top);
+  });
+}
+
+// With N rows, x̂ = (x − μ)·r, r = 1 / √(σ² + ε), and dy the ReLU's
+// gradient:
 //   dβ = Σ dy,  dγ = r · Σ dy · (x − μ),
 //   dx = γr · (dy − dβ / N − x̂ · dγ / N)
 //      = γr · dy − γr³ (Σ dy (x − μ)) / N · (x − μ) − γr · dβ / N.
-Grads bn_relu_backward(const backend::onednn::BatchNormShape& s, float top, const Tensor& x,
-                       const Tensor& z, const Tensor& dz, const Tensor& gamma, const Tensor& mean,
-                       const Tensor& variance) {
+void batch_norm_relu_backward(const backend::onednn::BatchNormShape& s, float top, const float* x,
+                              const float* z, const float* dz, const float* gamma,
+                              const float* mean, const float* variance, float* dx, float* dgamma,
+                              float* dbeta) {
   const std::int64_t rows = s.rows, c = s.channels;
-  const float *px = x.data<float>(), *pz = z.data<float>(), *pdz = dz.data<float>(),
-              *pm = mean.data<float>();
   const std::vector<double> sums =
       channel_sums(rows, c, c * 4, [&](std::int64_t first, std::int64_t last, double* out) {
         std::vector<float> chunk(static_cast<std::size_t>(2 * c));
         for (std::int64_t r = first; r < last; r += kRowsPerChunk) {
           std::fill(chunk.begin(), chunk.end(), 0.0f);
-          relu_grad_sums(px, pz, pdz, r, std::min(r + kRowsPerChunk, last), c, pm, top,
-                         chunk.data(), chunk.data() + c);
+          relu_grad_sums(x, z, dz, r, std::min(r + kRowsPerChunk, last), c, mean, top, chunk.data(),
+                         chunk.data() + c);
           for (std::int64_t j = 0; j < 2 * c; ++j) out[j] += chunk[static_cast<std::size_t>(j)];
         }
       });
-  Tensor dx = Tensor::empty(x.shape()), dgamma = Tensor::empty({c}), dbeta = Tensor::empty({c});
   std::vector<float> a(static_cast<std::size_t>(c)), k(a.size()), k0(a.size());
-  const float* pg = gamma.data<float>();
-  const float* pv = variance.data<float>();
   const double n = static_cast<double>(rows);
   for (std::int64_t j = 0; j < c; ++j) {
-    const double sum = sums[static_cast<std::size_t>(j)],
-                 moment = sums[static_cast<std::size_t>(c + j)];
-    const double r = 1.0 / std::sqrt(static_cast<double>(pv[j]) + s.epsilon);
-    const double gr = static_cast<double>(pg[j]) * r;
-    dbeta.data<float>()[j] = static_cast<float>(sum);
-    dgamma.data<float>()[j] = static_cast<float>(moment * r);
     const auto u = static_cast<std::size_t>(j);
+    const double sum = sums[u], moment = sums[static_cast<std::size_t>(c + j)];
+    const double r = 1.0 / std::sqrt(static_cast<double>(variance[j]) + s.epsilon);
+    const double gr = static_cast<double>(gamma[j]) * r;
+    dbeta[j] = static_cast<float>(sum);
+    dgamma[j] = static_cast<float>(moment * r);
     a[u] = static_cast<float>(gr);
     k[u] = static_cast<float>(-gr * r * r * moment / n);
     k0[u] = static_cast<float>(-gr * sum / n);
   }
-  float* pdx = dx.data<float>();
   detail::parallel_for(rows, c * 6, [&](std::int64_t begin, std::int64_t end) {
-    relu_grad_dx(px, pz, pdz, pdx, begin, end, c, pm, top, a.data(), k.data(), k0.data());
+    relu_grad_dx(x, z, dz, dx, begin, end, c, mean, top, a.data(), k.data(), k0.data());
   });
-  return {dx, dgamma, dbeta};
 }
 
-}  // namespace
+}  // namespace detail
 
 BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                     float epsilon) {
@@ -289,25 +304,19 @@ BatchNormResult batch_norm_relu_training(const Tensor& x, const Tensor& gamma, c
   const float top = max_value ? *max_value : std::numeric_limits<float>::infinity();
   BatchNormResult r{Tensor::empty(x.shape()), Tensor::empty({s.channels}),
                     Tensor::empty({s.channels})};
-  batch_moments(x.data<float>(), s.rows, s.channels, r.mean.data<float>(),
-                r.variance.data<float>());
-  std::vector<float> a(static_cast<std::size_t>(s.channels)), b(a.size());
-  for (std::int64_t j = 0; j < s.channels; ++j) {
-    const auto u = static_cast<std::size_t>(j);
-    const double scale = static_cast<double>(gamma.data<float>()[j]) /
-                         std::sqrt(static_cast<double>(r.variance.data<float>()[j]) + epsilon);
-    a[u] = static_cast<float>(scale);
-    b[u] = static_cast<float>(beta.data<float>()[j] - r.mean.data<float>()[j] * scale);
-  }
-  const float* px = x.data<float>();
-  float* pz = r.y.data<float>();
-  detail::parallel_for(s.rows, s.channels * 3, [&](std::int64_t begin, std::int64_t end) {
-    normalize_relu(px, pz, begin, end, s.channels, a.data(), b.data(), top);
-  });
+  detail::batch_norm_relu_forward(s, x.data<float>(), gamma.data<float>(), beta.data<float>(), top,
+                                  r.y.data<float>(), r.mean.data<float>(),
+                                  r.variance.data<float>());
   if (detail::should_record({x, gamma, beta})) {
     detail::record("batch_norm_relu", {x, gamma, beta}, r.y,
                    [s, top, x, z = r.y, gamma, mean = r.mean, var = r.variance](const Tensor& g) {
-                     return bn_relu_backward(s, top, x, z, g, gamma, mean, var);
+                     Tensor dx = Tensor::empty(x.shape()), dgamma = Tensor::empty({s.channels}),
+                            dbeta = Tensor::empty({s.channels});
+                     detail::batch_norm_relu_backward(
+                         s, top, x.data<float>(), z.data<float>(), g.data<float>(),
+                         gamma.data<float>(), mean.data<float>(), var.data<float>(),
+                         dx.data<float>(), dgamma.data<float>(), dbeta.data<float>());
+                     return Grads{dx, dgamma, dbeta};
                    });
   }
   return r;
