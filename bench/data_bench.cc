@@ -3,6 +3,12 @@
 // 1. Fashion-MNIST shuffle(60000).batch(64).prefetch(AUTOTUNE): examples/s,
 //    and the pipeline's byte rate as a fraction of this machine's memcpy
 //    bandwidth measured in the same run (bandwidth_fraction).
+// 1b. The same pipeline's own cost, on one thread, without prefetch: the
+//    shuffle alone per element and shuffle + batch per batch — the CPU the
+//    pipeline takes from training on a machine whose cores both train. Each
+//    with the shuffle buffer of indices (shuffle straight over
+//    from_tensor_slices) and of elements (behind an identity map), side by
+//    side in one run; and the bytes of each one's iterator state.
 // 2. Overlap: a map that costs about as much per batch as a training step.
 //    Sequentially the epoch takes compute + input; with a parallel map and
 //    prefetch it should take max(compute, input). Counter `over_max` is
@@ -86,6 +92,55 @@ BENCHMARK(BM_FashionMnist_ShuffleBatchPrefetch)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();
+
+// Fashion-MNIST's 60,000 training images as float32 rows, and labels.
+const ld::Element& fashion_mnist_rows() {
+  static const ld::Element rows = [] {
+    const auto data = ls::datasets::fashion_mnist::load_data();
+    const ls::Tensor& x = data.first.first;
+    return ld::Element{ls::reshape(ls::cast(x, ls::DType::kFloat32) / 255.0f, {x.dim(0), 784}),
+                       data.first.second};
+  }();
+  return rows;
+}
+
+// args: batch (0: single elements); the pipeline: 0 from_tensor_slices →
+// shuffle (a buffer of indices), 1 from_tensor_slices → map(identity) →
+// shuffle (a buffer of elements), 2 and 3 the same without the shuffle.
+void BM_FashionMnist_ShuffleCost(benchmark::State& state) {
+  const std::int64_t batch = state.range(0);
+  const int pipeline = static_cast<int>(state.range(1));
+  const ld::Element& rows = fashion_mnist_rows();
+  ld::Dataset ds = ld::Dataset::from_tensor_slices({rows[0], rows[1]});
+  if (pipeline % 2 == 1) ds = ds.map([](const ld::Element& e) { return e; });
+  if (pipeline < 2) ds = ds.shuffle(60000, {.seed = 1});
+  if (batch > 0) ds = ds.batch(batch);
+  std::int64_t items = 0;
+  std::uint64_t epoch = 0;
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    ld::Iterator it = ds.make_iterator({.epoch = epoch++});
+    while (auto e = it.next()) ++items;
+    seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  state.counters[batch > 0 ? "us_per_batch" : "ns_per_element"] =
+      seconds / static_cast<double>(items) * (batch > 0 ? 1e6 : 1e9);
+  // The iterator's saved state halfway through an epoch.
+  ld::Iterator it = ds.make_iterator();
+  for (std::int64_t i = 0; i < (batch > 0 ? 30000 / batch : 30000); ++i) it.next();
+  double bytes = 0;
+  for (const auto& [name, t] : it.save().tensors) bytes += static_cast<double>(t.nbytes());
+  state.counters["state_MiB"] = bytes / (1 << 20);
+  static const char* const labels[] = {"shuffle: buffer of indices",
+                                       "map, shuffle: buffer of elements", "no shuffle",
+                                       "map, no shuffle"};
+  state.SetLabel(labels[pipeline]);
+}
+BENCHMARK(BM_FashionMnist_ShuffleCost)
+    ->ArgsProduct({{0, 64}, {0, 1, 2, 3}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
 
 void spin_for(double seconds) {
   const auto until = Clock::now() + std::chrono::duration<double>(seconds);

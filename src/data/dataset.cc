@@ -66,6 +66,10 @@ std::size_t Element::nbytes() const {
 
 // ---- Helpers ----
 
+Element DatasetImpl::element_at(std::int64_t) const {
+  detail::throw_error<Error>("element_at: this dataset node reads its elements in order only");
+}
+
 std::uint64_t mix_key(std::uint64_t a, std::uint64_t b) {
   auto fmix = [](std::uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;

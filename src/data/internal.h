@@ -83,6 +83,12 @@ class DatasetImpl {
   virtual std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t key) const = 0;
   // Options attached by with_options (null: none here).
   virtual const Options* attached_options() const { return nullptr; }
+  // Sources that read any of their elements directly, in any order
+  // (from_tensor_slices, range), say so and return element i of
+  // [0, cardinality()). shuffle then shuffles indices and reads each element
+  // when it is drawn, instead of holding buffer_size elements.
+  virtual bool has_random_access() const { return false; }
+  virtual Element element_at(std::int64_t index) const;
   // This node over its input(s) with the file list sharded (FILE
   // auto-sharding); null when that is not possible through this node.
   virtual std::shared_ptr<const DatasetImpl> with_sharded_files(std::int64_t /*num_shards*/,

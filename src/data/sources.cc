@@ -16,6 +16,8 @@ class SlicesDataset final : public DatasetImpl {
       : components_(std::move(components)), names_(std::move(names)) {}
   std::int64_t cardinality() const override { return components_[0].dim(0); }
   std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t) const override;
+  bool has_random_access() const override { return true; }
+  Element element_at(std::int64_t i) const override { return at(i); }
 
   Element at(std::int64_t i) const {
     std::vector<Tensor> parts;
@@ -103,6 +105,10 @@ class RangeDataset final : public DatasetImpl {
     return start_ > stop_ ? (start_ - stop_ - step_ - 1) / -step_ : 0;
   }
   std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t) const override;
+  bool has_random_access() const override { return true; }
+  Element element_at(std::int64_t i) const override {
+    return Element{Tensor::from_vector<std::int64_t>({value(i)}, Shape{})};
+  }
   std::int64_t value(std::int64_t i) const { return start_ + i * step_; }
 
  private:
@@ -114,7 +120,7 @@ class RangeIterator final : public IteratorImpl {
   explicit RangeIterator(const RangeDataset& ds) : IteratorImpl("range"), ds_(ds) {}
   std::optional<Element> next() override {
     if (index_ >= ds_.cardinality()) return std::nullopt;
-    return Element{Tensor::from_vector<std::int64_t>({ds_.value(index_++)}, Shape{})};
+    return ds_.element_at(index_++);
   }
 
  protected:

@@ -198,6 +198,36 @@ TEST(DatasetShuffle, SmallBufferStillEmitsEveryElementOnce) {
   }
 }
 
+// from_tensor_slices and range read any element directly, so shuffle keeps
+// indices in its buffer; behind a map it keeps the elements. The draws are
+// the same, so the orders must be too, whatever the buffer.
+TEST(DatasetShuffle, OverASourceWithRandomAccessGivesTheOrderOfTheElementBuffer) {
+  auto identity = [](const Element& e) { return e; };
+  for (std::int64_t buffer : {1, 3, 100, 257, 1000}) {
+    for (std::uint64_t epoch : {0, 1}) {
+      EXPECT_EQ(scalars(Dataset::range(257).shuffle(buffer, {.seed = 5}), epoch),
+                scalars(Dataset::range(257).map(identity).shuffle(buffer, {.seed = 5}), epoch))
+          << "buffer " << buffer << ", epoch " << epoch;
+    }
+  }
+  // Two components, through repeat (each pass its own key).
+  std::vector<float> rows(300 * 3);
+  std::iota(rows.begin(), rows.end(), 0.0f);
+  const Tensor x = Tensor::from_vector(rows, Shape{300, 3});
+  const Tensor y = Tensor::from_vector(iota(300));
+  auto fingerprints = [](const Dataset& ds) {
+    std::vector<std::string> out;
+    for (const Element& e : ds) out.push_back(e[0].to_string() + e[1].to_string());
+    return out;
+  };
+  const Dataset slices = Dataset::from_tensor_slices({x, y});
+  for (std::int64_t buffer : {7, 300}) {
+    EXPECT_EQ(fingerprints(slices.shuffle(buffer, {.seed = 9}).repeat(2).batch(8)),
+              fingerprints(slices.map(identity).shuffle(buffer, {.seed = 9}).repeat(2).batch(8)))
+        << "buffer " << buffer;
+  }
+}
+
 TEST(DatasetShuffle, FullBufferPermutationsAreUniform) {
   // 4 elements have 24 orders; 4800 epochs give 200 of each in expectation.
   // Chi-square with 23 degrees of freedom: 49.7 is the 0.001 critical value.
