@@ -152,6 +152,20 @@ void FunctionalImpl::fold_zero_padding() {
 // capped, without slope or threshold) that alone reads the output of a
 // layer that absorbs_relu(), computing in the same dtype, is folded into it
 // instead: the batch norm clips as it normalises (batch_norm_relu_training).
+namespace {
+
+// The ReLU that `after` is, if `before` may apply it inside its own call
+// instead: a plain one (LayerImpl::plain_relu), computing in before's dtype.
+// What else must hold (no other reader of the tensor between) is the caller's.
+std::optional<ReluOptions> foldable_relu(const LayerImpl& before, const LayerImpl& after) {
+  if (!before.absorbs_relu() || before.compute_dtype() != after.compute_dtype()) {
+    return std::nullopt;
+  }
+  return after.plain_relu();
+}
+
+}  // namespace
+
 void FunctionalImpl::fold_relu() {
   std::vector<int> readers(static_cast<std::size_t>(num_slots_), 0);
   for (const Step& step : steps_) {
@@ -161,15 +175,15 @@ void FunctionalImpl::fold_relu() {
   std::vector<Step*> producer(static_cast<std::size_t>(num_slots_), nullptr);
   for (Step& step : steps_) producer[static_cast<std::size_t>(step.output_slot)] = &step;
   for (Step& act : steps_) {
-    const std::optional<ReluOptions> relu = act.node->layer->plain_relu();
-    if (!relu || act.input_slots.size() != 1) continue;
+    if (act.input_slots.size() != 1) continue;
     const int in = act.input_slots[0];
     Step* before = producer[static_cast<std::size_t>(in)];
     if (before == nullptr || before->folded || before->relu ||
-        readers[static_cast<std::size_t>(in)] != 1 || !before->node->layer->absorbs_relu() ||
-        before->node->layer->compute_dtype() != act.node->layer->compute_dtype()) {
+        readers[static_cast<std::size_t>(in)] != 1) {
       continue;
     }
+    const std::optional<ReluOptions> relu = foldable_relu(*before->node->layer, *act.node->layer);
+    if (!relu) continue;
     act.folded = true;
     before->relu = relu;
   }
@@ -254,11 +268,8 @@ std::vector<Tensor> SequentialImpl::call(const std::vector<Tensor>& inputs,
   Tensor x = inputs[0];
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const LayerImpl& layer = *layers_[i].impl();
-    std::optional<ReluOptions> relu;
-    if (i + 1 < layers_.size() && layer.absorbs_relu() &&
-        layers_[i + 1].impl()->compute_dtype() == layer.compute_dtype()) {
-      relu = layers_[i + 1].impl()->plain_relu();
-    }
+    const std::optional<ReluOptions> relu =
+        i + 1 < layers_.size() ? foldable_relu(layer, *layers_[i + 1].impl()) : std::nullopt;
     CallContext folded = plain;
     if (relu) folded.relu = &*relu;
     x = layers_[i](x, folded);
