@@ -278,6 +278,49 @@ void BM_Breakdown_SeedMlp(benchmark::State& state) {
 }
 BENCHMARK(BM_Breakdown_SeedMlp)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond)->MinTime(3.0);
 
+// What the ReLU activations cost a step (issue #21's "bias and activation
+// fused into the GEMM"): the seed MLP (arg 0) or the small CNN (arg 1) at
+// batch 64, alternated in every iteration with the same model without
+// activations; each step run twice, the second timed. relu_us is the
+// difference: forward and backward of the ReLUs, all that fusing them into
+// the GEMMs or convolutions could save.
+void BM_ReluCost(benchmark::State& state) {
+  const bool cnn = state.range(0) != 0;
+  ls::Model with_relu = cnn ? ls::zoo::small_cnn() : ls::zoo::seed_mlp();
+  ls::Model linear;
+  if (cnn) {
+    auto in = ls::Input({28, 28, 1});
+    auto h = ls::layers::MaxPooling2D()(ls::layers::Conv2D(32, {3, 3})(in));
+    h = ls::layers::Flatten()(ls::layers::MaxPooling2D()(ls::layers::Conv2D(64, {3, 3})(h)));
+    linear = ls::Model(in, ls::layers::Dense(10)(ls::layers::Dense(128)(h)));
+  } else {
+    auto in = ls::Input({784});
+    auto h = ls::layers::Dense(256)(ls::layers::Dense(256)(in));
+    linear = ls::Model(in, ls::layers::Dense(10)(h));
+  }
+  const ls::Shape example = cnn ? ls::Shape{28, 28, 1} : ls::Shape{784};
+  const auto [x, y] = compile_and_warm(with_relu, example, 64);
+  compile_and_warm(linear, example, 64);
+  double seconds[2] = {};
+  auto timed_step = [&](ls::Model& m, double& total) {
+    m.train_step(x, y);
+    const auto t0 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(m.train_step(x, y));
+    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (auto _ : state) {
+    timed_step(with_relu, seconds[0]);
+    timed_step(linear, seconds[1]);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["step_us"] = seconds[0] / n * 1e6;
+  state.counters["linear_step_us"] = seconds[1] / n * 1e6;
+  state.counters["relu_us"] = (seconds[0] - seconds[1]) / n * 1e6;
+  state.counters["relu_share"] = (seconds[0] - seconds[1]) / seconds[0];
+  state.SetLabel(cnn ? "small CNN, batch 64" : "seed MLP, batch 64");
+}
+BENCHMARK(BM_ReluCost)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(4.0);
+
 void BM_Train_SmallCnn(benchmark::State& state) {
   const double conv1 = 2.0 * 26 * 26 * 32 * 9 * 1, conv2 = 2.0 * 11 * 11 * 64 * 9 * 32;
   const double dense = 2.0 * (1600 * 128 + 128 * 10);
