@@ -77,10 +77,14 @@ void Conv2DImpl::build(const std::vector<Shape>& input_shapes) {
 
 Tensor Conv2DImpl::call(const Tensor& x, const CallContext& ctx) {
   check_image_input(x.shape(), *this);
-  return activation_(conv2d(x, autocast(kernel_), autocast(bias_), with_folded_padding(op_, ctx)));
+  const Tensor y = conv2d(x, autocast(kernel_), autocast(bias_), with_folded_padding(op_, ctx));
+  return ctx.skip_own_relu ? y : activation_(y);
 }
 
 bool Conv2DImpl::absorbs_zero_padding() const { return op_.padding == Padding::kValid; }
+std::optional<ReluOptions> Conv2DImpl::own_relu() const {
+  return plain_relu_activation(options_.activation);
+}
 
 LayerConfig Conv2DImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
@@ -136,7 +140,12 @@ Tensor DepthwiseConv2DImpl::call(const Tensor& x, const CallContext& ctx) {
                                    .padding = parse_padding(options_.padding, "DepthwiseConv2D"),
                                    .dilation_rate = options_.dilation_rate,
                                    .groups = channels_};
-  return activation_(conv2d(x, kernel, autocast(bias_), with_folded_padding(op, ctx)));
+  const Tensor y = conv2d(x, kernel, autocast(bias_), with_folded_padding(op, ctx));
+  return ctx.skip_own_relu ? y : activation_(y);
+}
+
+std::optional<ReluOptions> DepthwiseConv2DImpl::own_relu() const {
+  return plain_relu_activation(options_.activation);
 }
 
 bool DepthwiseConv2DImpl::absorbs_zero_padding() const {
@@ -171,9 +180,11 @@ Pooling2DImpl::Pooling2DImpl(bool max, Size2 pool_size, Pooling2DOptions options
          .padding = parse_padding(options.padding, max ? "MaxPooling2D" : "AveragePooling2D")};
 }
 
-Tensor Pooling2DImpl::call(const Tensor& x, const CallContext&) {
+Tensor Pooling2DImpl::call(const Tensor& x, const CallContext& ctx) {
   check_image_input(x.shape(), *this);
-  return max_ ? max_pool2d(x, op_) : avg_pool2d(x, op_);
+  if (!max_) return avg_pool2d(x, op_);
+  const Tensor y = max_pool2d(x, op_);
+  return ctx.relu ? relu(y, *ctx.relu) : y;
 }
 
 LayerConfig Pooling2DImpl::get_config() const {

@@ -8,6 +8,12 @@
 
 namespace lockstep {
 
+std::optional<ReluOptions> plain_relu_activation(const std::string& name) {
+  if (name == "relu") return ReluOptions{};
+  if (name == "relu6") return ReluOptions{.max_value = 6.0f};
+  return std::nullopt;
+}
+
 ActivationFn get_activation(const std::string& name) {
   if (name.empty() || name == "linear") return [](const Tensor& x) { return x; };
   if (name == "relu") return [](const Tensor& x) { return relu(x); };
@@ -94,9 +100,7 @@ ActivationImpl::ActivationImpl(const std::string& activation, std::string name)
       fn_(get_activation(activation)) {}
 Tensor ActivationImpl::call(const Tensor& x, const CallContext&) { return fn_(x); }
 std::optional<ReluOptions> ActivationImpl::plain_relu() const {
-  if (activation_ == "relu") return ReluOptions{};
-  if (activation_ == "relu6") return ReluOptions{.max_value = 6.0f};
-  return std::nullopt;
+  return plain_relu_activation(activation_);
 }
 LayerConfig ActivationImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();

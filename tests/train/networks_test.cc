@@ -148,6 +148,72 @@ TEST(Functional, AZeroPaddingBeforeAValidConvolutionIsFoldedIntoIt) {
                values_and_gradients(x, kernel, [&](const Tensor& t) { return depthwise(pad(t)); }));
 }
 
+// Conv2D(activation="relu") → MaxPooling2D, and Conv2D → ReLU →
+// MaxPooling2D: the ReLU that only the pooling reads runs after it, on a
+// quarter of the elements, and the model computes what the layers called by
+// hand do — the same values and gradients, not merely close (max pooling
+// routes the gradient to its window's largest input either way).
+TEST(Functional, AReLUOnlyAMaxPoolingReadsRunsAfterIt) {
+  clear_session();
+  const Tensor x = random::normal({2, 10, 10, 3}, {.seed = 9});
+  auto in = Input({10, 10, 3});
+  layers::Conv2D conv(8, {3, 3}, {.padding = "same", .activation = "relu"});
+  layers::MaxPooling2D pool;
+  Model own(in, pool(conv(in)));
+  EXPECT_TRUE(graph_of(own).steps().at(0).skip_own_relu);
+  ASSERT_TRUE(graph_of(own).steps().at(1).relu.has_value());
+  const auto by_hand =
+      values_and_gradients(x, conv->kernel(), [&](const Tensor& t) { return pool(conv(t)); });
+  int zeros = 0;
+  for (float v : by_hand[0]) zeros += v == 0.0f;
+  EXPECT_GT(zeros, 5);  // windows whose inputs are all negative
+  EXPECT_EQ(values_and_gradients(x, conv->kernel(), [&](const Tensor& t) { return own(t); }),
+            by_hand);
+
+  layers::Conv2D linear(8, {3, 3}, {.strides = {2, 2}});
+  layers::ReLU relu6({.max_value = 6.0f});
+  layers::MaxPooling2D pool2({2, 2}, {.strides = {1, 1}, .padding = "same"});
+  Model layer(in, pool2(relu6(linear(in))));
+  EXPECT_TRUE(graph_of(layer).steps().at(1).folded);
+  ASSERT_TRUE(graph_of(layer).steps().at(2).relu.has_value());
+  EXPECT_EQ(graph_of(layer).steps().at(2).relu->max_value, 6.0f);
+  EXPECT_EQ(values_and_gradients(x, linear->kernel(), [&](const Tensor& t) { return layer(t); }),
+            values_and_gradients(x, linear->kernel(),
+                                 [&](const Tensor& t) { return pool2(relu6(linear(t))); }));
+
+  // A Sequential moves it too.
+  Sequential seq({conv, pool});
+  EXPECT_EQ(values_and_gradients(x, conv->kernel(), [&](const Tensor& t) { return seq(t); }),
+            by_hand);
+
+  // Under a tape the full-size ReLU output is never made: the peak holds the
+  // convolution's output (800 KiB here) and quarter-size tensors (the pooled
+  // output, its ReLU, the pooling's workspace), not a second 800 KiB.
+  const Tensor big = random::normal({256, 10, 10, 3}, {.seed = 10});
+  auto peak = [&](const std::function<Tensor(const Tensor&)>& call) {
+    GradientTape tape;
+    tape.watch(big);
+    CachingAllocator& allocator = big.device().allocator();
+    allocator.empty_cache();  // as in AnIntermediateTensorIsFreedAfterItsLastReader
+    allocator.reset_peak_stats();
+    const std::size_t before = allocator.stats().bytes_in_use;
+    const Tensor out = call(big);
+    return allocator.stats().peak_bytes_in_use - before;
+  };
+  const std::size_t conv_bytes = std::size_t{256} * 10 * 10 * 8 * sizeof(float);
+  EXPECT_GE(peak([&](const Tensor& t) { return pool(conv(t)); }), 2 * conv_bytes);  // by hand
+  EXPECT_LT(peak([&](const Tensor& t) { return own(t); }), 2 * conv_bytes);
+  EXPECT_LT(peak([&](const Tensor& t) { return seq(t); }), 2 * conv_bytes);
+
+  // Not when another layer reads the activation, nor before an average pooling.
+  auto act = conv(in);
+  Model two_readers(std::vector<KerasTensor>{in}, {pool(act), act});
+  EXPECT_FALSE(graph_of(two_readers).steps().at(0).skip_own_relu);
+  EXPECT_FALSE(graph_of(two_readers).steps().at(1).relu.has_value());
+  Model average(in, layers::AveragePooling2D()(conv(in)));
+  EXPECT_FALSE(graph_of(average).steps().at(0).skip_own_relu);
+}
+
 // MobileNetV2's Conv → BatchNormalization → ReLU6: in training mode the
 // graph runs the ReLU inside the batch norm's call (one op, our own loops),
 // never storing the normalised tensor between, and computes what the three

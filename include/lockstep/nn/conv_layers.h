@@ -40,6 +40,7 @@ class Conv2DImpl : public SingleInputLayerImpl {
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   LayerConfig get_config() const override;
   bool absorbs_zero_padding() const override;
+  std::optional<ReluOptions> own_relu() const override;
   const Variable& kernel() const { return kernel_; }
   const Variable& bias() const { return bias_; }
 
@@ -79,6 +80,7 @@ class DepthwiseConv2DImpl : public SingleInputLayerImpl {
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   LayerConfig get_config() const override;
   bool absorbs_zero_padding() const override;
+  std::optional<ReluOptions> own_relu() const override;
   const Variable& depthwise_kernel() const { return kernel_; }
 
  private:
@@ -104,6 +106,10 @@ class Pooling2DImpl : public SingleInputLayerImpl {
   Pooling2DImpl(bool max, Size2 pool_size, Pooling2DOptions options);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   LayerConfig get_config() const override;
+  // Max pooling takes a ReLU after it (CallContext::relu) in place of one
+  // before it; average pooling does not commute with a ReLU.
+  bool absorbs_relu() const override { return max_; }
+  bool commutes_with_relu() const override { return max_; }
 
  private:
   bool max_;

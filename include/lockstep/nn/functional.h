@@ -57,7 +57,11 @@ class FunctionalImpl : public LayerImpl {
     // zeros itself (`zero_padding` below), so the padded copy is never made;
     // or a ReLU that alone reads a BatchNormalization's output, which
     // applies it (`relu` below), so the tensor between is never stored.
+    // A ReLU read only by a max pooling also becomes `folded`, or, if it is
+    // this layer's own activation, `skip_own_relu` (the layer runs without
+    // it); either way the pooling applies it to its smaller output (`relu`).
     bool folded = false;
+    bool skip_own_relu = false;
     std::optional<std::array<std::array<std::int64_t, 2>, 2>> zero_padding{};
     std::optional<ReluOptions> relu{};
   };
@@ -66,6 +70,7 @@ class FunctionalImpl : public LayerImpl {
  private:
   void fold_zero_padding();
   void fold_relu();
+  void move_relu_past_max_pooling();
 
   std::vector<KerasTensor> inputs_;
   std::vector<KerasTensor> outputs_;

@@ -60,6 +60,17 @@ struct CallContext {
   // that folded the ReLU reading its output into it: the layer applies this
   // ReLU to its output itself (always with negative_slope and threshold 0).
   const ReluOptions* relu = nullptr;
+  // True only in the call of a layer whose own_relu() a graph moved past the
+  // max pooling that alone reads its output: the layer returns its result
+  // without that activation.
+  bool skip_own_relu = false;
+
+  // This context with `relu` set (a graph's folds).
+  CallContext with_relu(const ReluOptions* r) const {
+    CallContext c = *this;
+    c.relu = r;
+    return c;
+  }
 };
 
 class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
@@ -119,6 +130,15 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
   // without slope or threshold, Activation("relu") or ("relu6")); none for
   // every other layer. Such a layer may be folded into the one before it.
   virtual std::optional<ReluOptions> plain_relu() const { return std::nullopt; }
+  // The plain ReLU this layer applies as its own activation (a convolution
+  // with activation "relu" or "relu6"), which call() leaves out under
+  // CallContext::skip_own_relu; none for every other layer.
+  virtual std::optional<ReluOptions> own_relu() const { return std::nullopt; }
+  // Whether relu(layer(x)) is layer(relu(x)) for every plain ReLU, values and
+  // gradients (max pooling: max and a ReLU are both monotone, and the window's
+  // largest input is the one the gradient reaches either way). A graph then
+  // moves a ReLU that only this layer reads past it, onto its smaller output.
+  virtual bool commutes_with_relu() const { return false; }
 
   // What it takes to rebuild this layer (name and trainable here; each layer
   // adds its arguments). Weights are not part of the config.

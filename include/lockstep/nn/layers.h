@@ -21,6 +21,8 @@ namespace lockstep {
 // listing the valid names otherwise.
 using ActivationFn = std::function<Tensor(const Tensor&)>;
 ActivationFn get_activation(const std::string& name);
+// The plain ReLU an activation name is ("relu", "relu6"); none otherwise.
+std::optional<ReluOptions> plain_relu_activation(const std::string& name);
 
 namespace layers {
 
