@@ -111,6 +111,17 @@ FunctionalImpl::FunctionalImpl(std::vector<KerasTensor> inputs, std::vector<Kera
   }
 }
 
+FunctionalImpl::SlotUse FunctionalImpl::slot_use() {
+  SlotUse use{std::vector<int>(static_cast<std::size_t>(num_slots_), 0),
+              std::vector<Step*>(static_cast<std::size_t>(num_slots_), nullptr)};
+  for (Step& step : steps_) {
+    for (int s : step.input_slots) ++use.readers[static_cast<std::size_t>(s)];
+    use.producer[static_cast<std::size_t>(step.output_slot)] = &step;
+  }
+  for (int s : output_slots_) ++use.readers[static_cast<std::size_t>(s)];
+  return use;
+}
+
 // MobileNetV2 pads before each stride-2 depthwise convolution with a
 // ZeroPadding2D (Keras's layer names and summary keep it). Run as written,
 // the padded copy is made in the forward pass, kept for the convolution's
@@ -120,17 +131,13 @@ FunctionalImpl::FunctionalImpl(std::vector<KerasTensor> inputs, std::vector<Kera
 // reads, and nothing else (no other layer, not a model output), is folded
 // into that convolution instead: the same zeros, added by oneDNN.
 void FunctionalImpl::fold_zero_padding() {
-  std::vector<int> readers(static_cast<std::size_t>(num_slots_), 0);
-  for (const Step& step : steps_) {
-    for (int s : step.input_slots) ++readers[static_cast<std::size_t>(s)];
-  }
-  for (int s : output_slots_) ++readers[static_cast<std::size_t>(s)];
+  const SlotUse use = slot_use();
   for (std::size_t i = 0; i < steps_.size(); ++i) {
     Step& pad = steps_[i];
     const auto* zero_padding =
         dynamic_cast<const layers::ZeroPadding2DImpl*>(pad.node->layer.get());
     if (zero_padding == nullptr || pad.input_slots.size() != 1 ||
-        readers[static_cast<std::size_t>(pad.output_slot)] != 1) {
+        use.readers[static_cast<std::size_t>(pad.output_slot)] != 1) {
       continue;
     }
     const auto reader = std::find_if(
@@ -168,19 +175,13 @@ std::optional<ReluOptions> foldable_relu(const LayerImpl& before, const LayerImp
 }  // namespace
 
 void FunctionalImpl::fold_relu() {
-  std::vector<int> readers(static_cast<std::size_t>(num_slots_), 0);
-  for (const Step& step : steps_) {
-    for (int s : step.input_slots) ++readers[static_cast<std::size_t>(s)];
-  }
-  for (int s : output_slots_) ++readers[static_cast<std::size_t>(s)];
-  std::vector<Step*> producer(static_cast<std::size_t>(num_slots_), nullptr);
-  for (Step& step : steps_) producer[static_cast<std::size_t>(step.output_slot)] = &step;
+  const SlotUse use = slot_use();
   for (Step& act : steps_) {
     if (act.input_slots.size() != 1) continue;
     const int in = act.input_slots[0];
-    Step* before = producer[static_cast<std::size_t>(in)];
+    Step* before = use.producer[static_cast<std::size_t>(in)];
     if (before == nullptr || before->folded || before->relu ||
-        readers[static_cast<std::size_t>(in)] != 1) {
+        use.readers[static_cast<std::size_t>(in)] != 1) {
       continue;
     }
     const std::optional<ReluOptions> relu = foldable_relu(*before->node->layer, *act.node->layer);
@@ -199,19 +200,13 @@ void FunctionalImpl::fold_relu() {
 // a ReLU layer, or the convolution's own activation — is applied after the
 // pooling instead, to a quarter of the elements.
 void FunctionalImpl::move_relu_past_max_pooling() {
-  std::vector<int> readers(static_cast<std::size_t>(num_slots_), 0);
-  for (const Step& step : steps_) {
-    for (int s : step.input_slots) ++readers[static_cast<std::size_t>(s)];
-  }
-  for (int s : output_slots_) ++readers[static_cast<std::size_t>(s)];
-  std::vector<Step*> producer(static_cast<std::size_t>(num_slots_), nullptr);
-  for (Step& step : steps_) producer[static_cast<std::size_t>(step.output_slot)] = &step;
+  const SlotUse use = slot_use();
   for (Step& pool : steps_) {
     const LayerImpl& pooling = *pool.node->layer;
     if (!pooling.commutes_with_relu() || pool.relu || pool.input_slots.size() != 1) continue;
     const int in = pool.input_slots[0];
-    Step* before = producer[static_cast<std::size_t>(in)];
-    if (before == nullptr || before->folded || readers[static_cast<std::size_t>(in)] != 1 ||
+    Step* before = use.producer[static_cast<std::size_t>(in)];
+    if (before == nullptr || before->folded || use.readers[static_cast<std::size_t>(in)] != 1 ||
         before->node->layer->compute_dtype() != pooling.compute_dtype()) {
       continue;
     }

@@ -71,6 +71,13 @@ class FunctionalImpl : public LayerImpl {
   void fold_zero_padding();
   void fold_relu();
   void move_relu_past_max_pooling();
+  // For each slot: how many steps and model outputs read it, and the step
+  // that writes it (null for a model input). What the folds consult.
+  struct SlotUse {
+    std::vector<int> readers;
+    std::vector<Step*> producer;
+  };
+  SlotUse slot_use();
 
   std::vector<KerasTensor> inputs_;
   std::vector<KerasTensor> outputs_;
