@@ -74,8 +74,8 @@ class FunctionalImpl : public LayerImpl {
   // For each slot: how many steps and model outputs read it, and the step
   // that writes it (null for a model input). What the folds consult.
   struct SlotUse {
-    std::vector<int> readers;
-    std::vector<Step*> producer;
+    std::vector<int> readers{};
+    std::vector<Step*> producer{};
   };
   SlotUse slot_use();
 
