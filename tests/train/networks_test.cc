@@ -9,6 +9,20 @@
 namespace lockstep::testing {
 namespace {
 
+// The most bytes the allocator held during `call` beyond those in use before
+// it. Its cache is emptied first: idle buffers left by earlier tests in this
+// process may serve a request with a buffer up to twice its size
+// (CachingAllocator), counted whole.
+template <typename F>
+std::size_t peak_bytes_during(const Tensor& on_device, F&& call) {
+  CachingAllocator& allocator = on_device.device().allocator();
+  allocator.empty_cache();
+  allocator.reset_peak_stats();
+  const std::size_t before = allocator.stats().bytes_in_use;
+  call();
+  return allocator.stats().peak_bytes_in_use - before;
+}
+
 TEST(Layers, WrongInputShapeNamesLayerAndHintsFlatten) {
   clear_session();
   auto inputs = Input({784});
@@ -71,14 +85,8 @@ TEST(Functional, AnIntermediateTensorIsFreedAfterItsLastReader) {
   Model model(in, layers::Add()({h, first}));
   const Tensor x = random::uniform({1, n}, {.seed = 3});
   NoGradGuard no_grad;  // no tape keeps anything: only the graph does
-  CachingAllocator& allocator = x.device().allocator();
-  // Idle buffers left by earlier tests in this process may serve a request
-  // with a buffer up to twice its size (CachingAllocator), counted whole.
-  allocator.empty_cache();
-  allocator.reset_peak_stats();
-  const std::size_t before = allocator.stats().bytes_in_use;
-  const Tensor out = model(x);
-  const std::size_t peak = allocator.stats().peak_bytes_in_use - before;
+  Tensor out;
+  const std::size_t peak = peak_bytes_during(x, [&] { out = model(x); });
   EXPECT_GE(peak, 3 * bytes);  // the skip, the chain's current input and output
   EXPECT_LT(peak, 4 * bytes) << peak / bytes << " activations alive at once";
   Tensor want = tanh(x);
@@ -132,12 +140,8 @@ TEST(Functional, AZeroPaddingBeforeAValidConvolutionIsFoldedIntoIt) {
   const Tensor x = random::normal({1, side, side, channels}, {.seed = 4});
   {
     NoGradGuard no_grad;
-    CachingAllocator& allocator = x.device().allocator();
-    allocator.empty_cache();  // as in AnIntermediateTensorIsFreedAfterItsLastReader
-    allocator.reset_peak_stats();
-    const std::size_t before = allocator.stats().bytes_in_use;
-    const Tensor out = model(x);
-    const std::size_t peak = allocator.stats().peak_bytes_in_use - before;
+    Tensor out;
+    const std::size_t peak = peak_bytes_during(x, [&] { out = model(x); });
     const std::size_t out_bytes = static_cast<std::size_t>(out.numel()) * sizeof(float);
     const std::size_t padded_bytes = (side + 1) * (side + 1) * channels * sizeof(float);
     EXPECT_LT(peak, out_bytes + padded_bytes / 2)
@@ -193,12 +197,8 @@ TEST(Functional, AReLUOnlyAMaxPoolingReadsRunsAfterIt) {
   auto peak = [&](const std::function<Tensor(const Tensor&)>& call) {
     GradientTape tape;
     tape.watch(big);
-    CachingAllocator& allocator = big.device().allocator();
-    allocator.empty_cache();  // as in AnIntermediateTensorIsFreedAfterItsLastReader
-    allocator.reset_peak_stats();
-    const std::size_t before = allocator.stats().bytes_in_use;
-    const Tensor out = call(big);
-    return allocator.stats().peak_bytes_in_use - before;
+    Tensor out;
+    return peak_bytes_during(big, [&] { out = call(big); });
   };
   const std::size_t conv_bytes = std::size_t{256} * 10 * 10 * 8 * sizeof(float);
   EXPECT_GE(peak([&](const Tensor& t) { return pool(conv(t)); }), 2 * conv_bytes);  // by hand
@@ -237,12 +237,8 @@ TEST(Functional, AReLUAfterABatchNormalizationIsFoldedIntoIt) {
   {
     GradientTape tape;
     tape.watch(x);
-    CachingAllocator& allocator = x.device().allocator();
-    allocator.empty_cache();  // as in AnIntermediateTensorIsFreedAfterItsLastReader
-    allocator.reset_peak_stats();
-    const std::size_t before = allocator.stats().bytes_in_use;
-    const Tensor out = model(x, training);
-    const std::size_t peak = allocator.stats().peak_bytes_in_use - before;
+    Tensor out;
+    const std::size_t peak = peak_bytes_during(x, [&] { out = model(x, training); });
     const std::size_t tensor_bytes = static_cast<std::size_t>(out.numel()) * sizeof(float);
     // The convolution's output (kept for the batch norm's gradient) and the
     // ReLU's; a third tensor is the normalised one the fold does not store.
@@ -311,12 +307,7 @@ TEST(Functional, AReLUAnotherReaderNeedsOrThatIsNotPlainIsNotFolded) {
   {
     GradientTape tape;
     tape.watch(big);
-    CachingAllocator& allocator = big.device().allocator();
-    allocator.empty_cache();
-    allocator.reset_peak_stats();
-    const std::size_t before = allocator.stats().bytes_in_use;
-    y = seq(big, training);
-    const std::size_t peak = allocator.stats().peak_bytes_in_use - before;
+    const std::size_t peak = peak_bytes_during(big, [&] { y = seq(big, training); });
     EXPECT_LT(peak, static_cast<std::size_t>(y.numel()) * sizeof(float) * 3 / 2)
         << "the normalised tensor was stored: " << peak << " bytes at the peak";
   }
