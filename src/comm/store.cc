@@ -259,8 +259,7 @@ class StoreServerImpl final : public StoreServer {
     for (auto& c : connections_) {
       if (!c->authenticated && !c->done && !c->evicted) {
         c->evicted = true;
-        c->socket.shutdown();
-        ++rejected_;
+        c->socket.shutdown();  // counted as rejected by its serve()
         return;
       }
     }
@@ -288,13 +287,9 @@ class StoreServerImpl final : public StoreServer {
         !detail::write_all(s, nonce.data(), nonce.size(), deadline, why))
       return false;
     std::array<unsigned char, kMacBytes> mac{};
-    if (!detail::read_exact(s, mac.data(), mac.size(), deadline, why)) {
-      ++rejected_;
-      return false;
-    }
+    if (!detail::read_exact(s, mac.data(), mac.size(), deadline, why)) return false;
     const auto expected = hmac_sha256(o_.token, nonce.data(), nonce.size());
     if (CRYPTO_memcmp(expected.data(), mac.data(), kMacBytes) != 0) {
-      ++rejected_;
       say_auth_failure(s, "a wrong job token: LOCKSTEP_JOB_TOKEN must be the same on every worker");
       return false;
     }
@@ -304,7 +299,12 @@ class StoreServerImpl final : public StoreServer {
 
   void serve(Connection& c) {
     const Socket& s = c.socket;
-    if (!authenticate(s)) return;
+    // A connection is rejected once, however its handshake ended: a wrong
+    // MAC, none before the deadline, or evicted to make room.
+    if (!authenticate(s)) {
+      ++rejected_;
+      return;
+    }
     {
       std::lock_guard lk(mu_);
       c.authenticated = true;

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Issue #23, items 1 and 3: the chief's rendezvous store survives a stranger
 # who exhausts its file descriptors (300 idle connections under ulimit -n
-# 48): it says why it could not accept, closes connections that never
-# authenticated, and the real worker joins and trains. A worker with the
-# wrong job token is named on the chief at once, by address.
+# 48): it closes connections that never authenticated, and the real worker
+# joins and trains. A worker with the wrong job token is named on the chief
+# at once, by address. Whether the chief runs out of descriptors here depends
+# on how fast it reaps the closed ones, so the message it gives when it does
+# is tested where the test fills the table itself:
+# StoreTest.OutOfFileDescriptorsTheStoreSaysWhyAndServesOn.
 #
 # usage: store_under_attack.sh WORKER_BINARY WORK_DIR   (tests/distribute/multi_worker_train)
 source "$(dirname "$0")/lib.sh"
@@ -52,8 +55,6 @@ rc0=$?
 kill $stranger 2>/dev/null
 [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] ||
   fail "the job failed under the attack ($rc0, $rc1): $(cat "$work/chief.log" "$work/worker1.log")"
-grep -q "StoreServer: cannot accept a connection (Too many open files)" "$work/chief.log" ||
-  fail "the chief did not say why it could not accept: $(cat "$work/chief.log")"
 echo "ok: 300 idle connections under ulimit -n 48; the worker joined and the job finished"
 
 # 2. A worker with the wrong token: named on the chief within seconds.

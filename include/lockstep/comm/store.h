@@ -55,7 +55,9 @@ class StoreServer {
   virtual ~StoreServer() = default;
   virtual int port() const = 0;
   virtual std::vector<LostWorker> lost_workers() const = 0;
-  // Connections closed because their HMAC was wrong or their framing bad.
+  // Connections closed without being served to their end, each counted
+  // once: a handshake that failed (a wrong HMAC, none before the deadline,
+  // evicted to make room), a bad frame, or one over the connection cap.
   virtual std::int64_t rejected_connections() const = 0;
 };
 
