@@ -70,6 +70,13 @@ Element DatasetImpl::element_at(std::int64_t) const {
   detail::throw_error<Error>("element_at: this dataset node reads its elements in order only");
 }
 
+Element DatasetImpl::gather(const std::vector<std::int64_t>& indices, const char* op) const {
+  std::vector<Element> rows;
+  rows.reserve(indices.size());
+  for (std::int64_t i : indices) rows.push_back(element_at(i));
+  return stack_elements(op, rows);
+}
+
 std::uint64_t mix_key(std::uint64_t a, std::uint64_t b) {
   auto fmix = [](std::uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;

@@ -61,6 +61,13 @@ class IteratorImpl {
   IteratorImpl& operator=(const IteratorImpl&) = delete;
 
   virtual std::optional<Element> next() = 0;
+  // An iterator that yields a random-access source's elements unchanged
+  // (the source's own, or a shuffle over it) returns that source, and can
+  // then give its next element's index instead of the element, advancing
+  // exactly as next() would: batch gathers the rows straight into the batch
+  // (DatasetImpl::gather) without an Element per row.
+  virtual const DatasetImpl* index_source() const { return nullptr; }
+  virtual std::optional<std::int64_t> next_index() { return std::nullopt; }
   // Writes {"op": op_} then the iterator's own fields.
   void save(StateWriter& w);
   // Checks the op name, then reads the fields.
@@ -89,6 +96,10 @@ class DatasetImpl {
   // when it is drawn, instead of holding buffer_size elements.
   virtual bool has_random_access() const { return false; }
   virtual Element element_at(std::int64_t index) const;
+  // Elements `indices` stacked along a new first dimension, as batch stacks
+  // them (`op` names the caller in errors). The default stacks element_at's;
+  // from_tensor_slices copies each row once into the batch.
+  virtual Element gather(const std::vector<std::int64_t>& indices, const char* op) const;
   // This node over its input(s) with the file list sharded (FILE
   // auto-sharding); null when that is not possible through this node.
   virtual std::shared_ptr<const DatasetImpl> with_sharded_files(std::int64_t /*num_shards*/,

@@ -2,6 +2,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "internal.h"
 
@@ -29,6 +30,27 @@ class SlicesDataset final : public DatasetImpl {
     return Element(std::move(parts), names_);
   }
 
+  // Each component's rows copied once into the batch: what stacking
+  // element_at's would give, without a view and an Element per row.
+  Element gather(const std::vector<std::int64_t>& indices, const char* op) const override {
+    LOCKSTEP_CHECK(!indices.empty(), op, ": nothing to stack");
+    const auto n = static_cast<std::int64_t>(indices.size());
+    std::vector<Tensor> out;
+    out.reserve(components_.size());
+    for (const Tensor& t : components_) {
+      std::vector<std::int64_t> dims(t.shape().dims().begin(), t.shape().dims().end());
+      dims[0] = n;
+      Tensor stacked = Tensor::empty(Shape(dims), t.dtype());
+      const std::size_t row = t.dim(0) == 0 ? 0 : t.nbytes() / static_cast<std::size_t>(t.dim(0));
+      const auto* src = static_cast<const char*>(t.raw_data());
+      auto* dst = static_cast<char*>(stacked.raw_data());
+      for (std::int64_t r = 0; r < n; ++r)
+        if (row) std::memcpy(dst + r * row, src + indices[r] * row, row);
+      out.push_back(std::move(stacked));
+    }
+    return Element(std::move(out), names_);
+  }
+
  private:
   std::vector<Tensor> components_;
   std::vector<std::string> names_;
@@ -40,6 +62,11 @@ class SlicesIterator final : public IteratorImpl {
   std::optional<Element> next() override {
     if (index_ >= ds_.cardinality()) return std::nullopt;
     return ds_.at(index_++);
+  }
+  const DatasetImpl* index_source() const override { return &ds_; }
+  std::optional<std::int64_t> next_index() override {
+    if (index_ >= ds_.cardinality()) return std::nullopt;
+    return index_++;
   }
 
  protected:
@@ -121,6 +148,11 @@ class RangeIterator final : public IteratorImpl {
   std::optional<Element> next() override {
     if (index_ >= ds_.cardinality()) return std::nullopt;
     return ds_.element_at(index_++);
+  }
+  const DatasetImpl* index_source() const override { return &ds_; }
+  std::optional<std::int64_t> next_index() override {
+    if (index_ >= ds_.cardinality()) return std::nullopt;
+    return index_++;
   }
 
  protected:

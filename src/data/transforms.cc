@@ -222,6 +222,8 @@ class BatchIterator final : public UnaryIterator {
       : UnaryIterator(ds.padded() ? "padded_batch" : "batch", std::move(in)), ds_(ds) {}
   std::optional<Element> next() override {
     if (done_) return std::nullopt;
+    if (!ds_.padded())
+      if (const DatasetImpl* source = input_->index_source()) return gather_from(*source);
     std::vector<Element> items;
     // Not the batch size itself: a batch larger than the data (batch(2^31))
     // holds what there is, as Keras's.
@@ -245,6 +247,25 @@ class BatchIterator final : public UnaryIterator {
   void restore_own(const StateReader& r) override { done_ = r.at("done").get<bool>(); }
 
  private:
+  // The same batch as next()'s loop, from the input's indices: the rows
+  // are copied once, from the source into the batch.
+  std::optional<Element> gather_from(const DatasetImpl& source) {
+    std::vector<std::int64_t> indices;
+    indices.reserve(static_cast<std::size_t>(std::min<std::int64_t>(ds_.size(), 4096)));
+    while (static_cast<std::int64_t>(indices.size()) < ds_.size()) {
+      const std::optional<std::int64_t> i = input_->next_index();
+      if (!i) {
+        done_ = true;
+        break;
+      }
+      indices.push_back(*i);
+    }
+    if (indices.empty()) return std::nullopt;
+    if (static_cast<std::int64_t>(indices.size()) < ds_.size() && ds_.drop_remainder())
+      return std::nullopt;
+    return source.gather(indices, op());
+  }
+
   const BatchDataset& ds_;
   bool done_ = false;
 };
@@ -440,12 +461,16 @@ class IndexShuffleIterator final : public IteratorImpl {
         count_(input_.cardinality()),
         buffer_(ds, key) {}
   std::optional<Element> next() override {
-    const std::optional<std::int64_t> i = buffer_.draw([this]() -> std::optional<std::int64_t> {
+    const std::optional<std::int64_t> i = next_index();
+    if (!i) return std::nullopt;
+    return input_.element_at(*i);
+  }
+  const DatasetImpl* index_source() const override { return &input_; }
+  std::optional<std::int64_t> next_index() override {
+    return buffer_.draw([this]() -> std::optional<std::int64_t> {
       if (next_ == count_) return std::nullopt;
       return next_++;
     });
-    if (!i) return std::nullopt;
-    return input_.element_at(*i);
   }
 
  protected:

@@ -1,6 +1,8 @@
 // CachingAllocator: size-class free lists over aligned system allocations.
 #include "lockstep/tensor/allocator.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
@@ -15,6 +17,22 @@ constexpr std::size_t kAlignment = 64;
 // without page faults, and waste matters more than misses.
 constexpr std::size_t kLargerClassMinimum = std::size_t{1} << 20;
 constexpr std::size_t kLargerClassFactor = 2;
+// Buffers this large sit on 2 MiB boundaries and ask the kernel for
+// transparent huge pages (MADV_HUGEPAGE: Debian's default THP mode is
+// "madvise", so nothing is huge unless asked). Their size classes are
+// multiples of 2 MiB (a quarter of 8 MiB), so nothing is wasted; what they
+// buy is one TLB entry and one page fault per 2 MiB instead of 512 — a
+// dataset's random rows, a convnet's activations.
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+constexpr std::size_t kHugePageMinimum = std::size_t{8} << 20;
+
+void* system_allocate(std::size_t size) {
+  if (size < kHugePageMinimum) return std::aligned_alloc(kAlignment, size);
+  void* ptr = std::aligned_alloc(kHugePage, size);
+  // Advice only: where THP is off or unavailable the buffer works as is.
+  if (ptr != nullptr) ::madvise(ptr, size, MADV_HUGEPAGE);
+  return ptr;
+}
 }  // namespace
 
 CachingAllocator::~CachingAllocator() { empty_cache(); }
@@ -52,11 +70,11 @@ void* CachingAllocator::allocate(std::size_t bytes) {
     stats_.bytes_in_use += size;
     note_in_use();
   }
-  void* ptr = std::aligned_alloc(kAlignment, size);
+  void* ptr = system_allocate(size);
   if (ptr == nullptr) {
     // Give the cache back and try once more before failing.
     empty_cache();
-    ptr = std::aligned_alloc(kAlignment, size);
+    ptr = system_allocate(size);
   }
   if (ptr == nullptr) {
     std::lock_guard lock(mutex_);

@@ -146,6 +146,51 @@ TEST(DatasetTransforms, BatchStacksAndKeepsOrDropsTheRemainder) {
   }
 }
 
+// batch over a source with random access (or a shuffle over one) copies the
+// rows straight from the source; behind an identity map it stacks elements.
+// The batches must be the same: values, dtypes, shapes, names, remainders.
+TEST(DatasetTransforms, BatchGathersRowsFromASourceAsStackingElementsWould) {
+  auto identity = [](const Element& e) { return e; };
+  auto fingerprints = [](const Dataset& ds) {
+    std::vector<std::string> out;
+    for (const Element& e : ds) {
+      std::string f;
+      for (std::size_t c = 0; c < e.size(); ++c)
+        f += std::string(dtype_name(e[c].dtype())) + e[c].shape().to_string() +
+             e[c].to_string(1000) + "|";
+      for (const std::string& name : e.names()) f += name + ",";
+      out.push_back(f);
+    }
+    return out;
+  };
+  std::vector<float> values(103 * 6);
+  std::iota(values.begin(), values.end(), 0.0f);
+  const Tensor x = Tensor::from_vector(values, Shape{103, 2, 3});
+  const Tensor y = Tensor::from_vector(iota(103));
+  std::vector<std::uint8_t> bytes(103 * 5);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(i * 7);
+  const Tensor z = Tensor::from_vector(bytes, Shape{103, 5});
+  const Dataset slices = Dataset::from_tensor_slices({x, y, z}, {"x", "y", "z"});
+  for (std::int64_t batch : {1, 8, 10, 103, 500}) {
+    for (bool drop : {false, true}) {
+      const auto plain = fingerprints(slices.batch(batch, drop));
+      EXPECT_EQ(plain, fingerprints(slices.map(identity).batch(batch, drop)))
+          << "batch " << batch << ", drop " << drop;
+      EXPECT_EQ(plain.size(), static_cast<std::size_t>(drop ? 103 / batch : (102 + batch) / batch));
+      for (std::int64_t buffer : {7, 200})
+        EXPECT_EQ(
+            fingerprints(slices.shuffle(buffer, {.seed = 3}).batch(batch, drop)),
+            fingerprints(slices.map(identity).shuffle(buffer, {.seed = 3}).batch(batch, drop)))
+            << "batch " << batch << ", drop " << drop << ", buffer " << buffer;
+    }
+  }
+  // range's rows are made one by one (the default gather), the same way.
+  EXPECT_EQ(fingerprints(Dataset::range(23).shuffle(5, {.seed = 1}).batch(4)),
+            fingerprints(Dataset::range(23).map(identity).shuffle(5, {.seed = 1}).batch(4)));
+  // No rows: no batch.
+  EXPECT_TRUE(fingerprints(Dataset::from_tensor_slices(Tensor::zeros({0, 3})).batch(4)).empty());
+}
+
 TEST(DatasetTransforms, PaddedBatchPadsToTheLargestShape) {
   Dataset ds = Dataset::range(1, 4).map([](const Element& e) {
     const auto n = e[0].item<std::int64_t>();

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 namespace lockstep {
 namespace {
@@ -50,6 +53,55 @@ TEST(CachingAllocator, ReusesFreedBuffersWithoutSystemCalls) {
   alloc.empty_cache();
   EXPECT_EQ(alloc.stats().bytes_cached, 0u);
   EXPECT_EQ(alloc.stats().system_frees, 2u);
+}
+
+// Linux's "THPeligible" for the mapping that holds `p` (/proc/self/smaps):
+// 1 where the kernel may back it with transparent huge pages.
+int thp_eligible(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::uintptr_t begin = 0, end = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> begin >> dash >> end && dash == '-') {
+      inside = begin <= at && at < end;
+    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      return std::stoi(line.substr(12));
+    }
+  }
+  return -1;
+}
+
+// What the system's THP mode is: the bracketed word of "always [madvise] never".
+std::string thp_mode() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto open = all.find('['), close = all.find(']');
+  return open == std::string::npos ? "" : all.substr(open + 1, close - open - 1);
+}
+
+// Buffers of 8 MiB or more sit on 2 MiB boundaries and are advised for
+// transparent huge pages, so that the kernel may back them so under its
+// default "madvise" mode; smaller ones are left to the heap.
+TEST(CachingAllocator, BuffersOf8MiBOrMoreAreAdvisedForHugePages) {
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  CachingAllocator alloc;
+  void* large = alloc.allocate(10 * mib);
+  void* small = alloc.allocate(1 * mib);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(large) % (2 * mib), 0u);
+  const std::string mode = thp_mode();
+  if (mode == "madvise") {
+    EXPECT_EQ(thp_eligible(large), 1);
+    EXPECT_EQ(thp_eligible(small), 0);
+  } else if (mode == "always") {
+    EXPECT_EQ(thp_eligible(large), 1);
+  } else if (mode == "never") {
+    EXPECT_EQ(thp_eligible(large), 0);  // advice the system does not take
+  }  // a kernel without THP: the alignment is all there is to check
+  alloc.deallocate(large, 10 * mib);
+  alloc.deallocate(small, 1 * mib);
 }
 
 // A large request whose class has no idle buffer takes the smallest idle
