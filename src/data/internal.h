@@ -61,12 +61,9 @@ class IteratorImpl {
   IteratorImpl& operator=(const IteratorImpl&) = delete;
 
   virtual std::optional<Element> next() = 0;
-  // An iterator that yields a random-access source's elements unchanged
-  // (the source's own, or a shuffle over it) returns that source, and can
-  // then give its next element's index instead of the element, advancing
-  // exactly as next() would: batch gathers the rows straight into the batch
-  // (DatasetImpl::gather) without an Element per row.
-  virtual const DatasetImpl* index_source() const { return nullptr; }
+  // The iterators of a node whose index_source() is set give their next
+  // element's index in that source instead of the element, advancing
+  // exactly as next() would (others never have it called).
   virtual std::optional<std::int64_t> next_index() { return std::nullopt; }
   // Writes {"op": op_} then the iterator's own fields.
   void save(StateWriter& w);
@@ -96,6 +93,11 @@ class DatasetImpl {
   // when it is drawn, instead of holding buffer_size elements.
   virtual bool has_random_access() const { return false; }
   virtual Element element_at(std::int64_t index) const;
+  // The random-access source whose elements this node's iterators yield
+  // unchanged, in an order of their own (next_index): the source itself, a
+  // shuffle straight over it, a repeat of either. batch then gathers the
+  // rows straight into the batch (gather) without an Element per row.
+  virtual const DatasetImpl* index_source() const { return nullptr; }
   // Elements `indices` stacked along a new first dimension, as batch stacks
   // them (`op` names the caller in errors). The default stacks element_at's;
   // from_tensor_slices copies each row once into the batch.

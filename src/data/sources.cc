@@ -19,6 +19,7 @@ class SlicesDataset final : public DatasetImpl {
   std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t) const override;
   bool has_random_access() const override { return true; }
   Element element_at(std::int64_t i) const override { return at(i); }
+  const DatasetImpl* index_source() const override { return this; }
 
   Element at(std::int64_t i) const {
     std::vector<Tensor> parts;
@@ -63,7 +64,6 @@ class SlicesIterator final : public IteratorImpl {
     if (index_ >= ds_.cardinality()) return std::nullopt;
     return ds_.at(index_++);
   }
-  const DatasetImpl* index_source() const override { return &ds_; }
   std::optional<std::int64_t> next_index() override {
     if (index_ >= ds_.cardinality()) return std::nullopt;
     return index_++;
@@ -136,6 +136,7 @@ class RangeDataset final : public DatasetImpl {
   Element element_at(std::int64_t i) const override {
     return Element{Tensor::from_vector<std::int64_t>({value(i)}, Shape{})};
   }
+  const DatasetImpl* index_source() const override { return this; }
   std::int64_t value(std::int64_t i) const { return start_ + i * step_; }
 
  private:
@@ -149,7 +150,6 @@ class RangeIterator final : public IteratorImpl {
     if (index_ >= ds_.cardinality()) return std::nullopt;
     return ds_.element_at(index_++);
   }
-  const DatasetImpl* index_source() const override { return &ds_; }
   std::optional<std::int64_t> next_index() override {
     if (index_ >= ds_.cardinality()) return std::nullopt;
     return index_++;

@@ -223,7 +223,7 @@ class BatchIterator final : public UnaryIterator {
   std::optional<Element> next() override {
     if (done_) return std::nullopt;
     if (!ds_.padded())
-      if (const DatasetImpl* source = input_->index_source()) return gather_from(*source);
+      if (const DatasetImpl* source = ds_.input().index_source()) return gather_from(*source);
     std::vector<Element> items;
     // Not the batch size itself: a batch larger than the data (batch(2^31))
     // holds what there is, as Keras's.
@@ -350,6 +350,11 @@ class ShuffleDataset final : public UnaryBase<ShuffleDataset> {
         reshuffle_(reshuffle) {}
   std::int64_t cardinality() const override { return input().cardinality(); }
   std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t key) const override;
+  // Straight over a source with random access, it shuffles indices
+  // (IndexShuffleIterator).
+  const DatasetImpl* index_source() const override {
+    return input().has_random_access() ? &input() : nullptr;
+  }
   std::int64_t buffer_size() const { return buffer_size_; }
   std::uint64_t seed() const { return seed_; }
   bool reshuffle() const { return reshuffle_; }
@@ -465,7 +470,6 @@ class IndexShuffleIterator final : public IteratorImpl {
     if (!i) return std::nullopt;
     return input_.element_at(*i);
   }
-  const DatasetImpl* index_source() const override { return &input_; }
   std::optional<std::int64_t> next_index() override {
     return buffer_.draw([this]() -> std::optional<std::int64_t> {
       if (next_ == count_) return std::nullopt;
@@ -522,6 +526,7 @@ class RepeatDataset final : public UnaryBase<RepeatDataset> {
     return n < 0 ? n : n * count_;
   }
   std::unique_ptr<IteratorImpl> make_iterator(std::uint64_t key) const override;
+  const DatasetImpl* index_source() const override { return input().index_source(); }
   std::int64_t count() const { return count_; }
 
  private:
@@ -533,12 +538,23 @@ class RepeatIterator final : public IteratorImpl {
   RepeatIterator(const RepeatDataset& ds, std::uint64_t key)
       : IteratorImpl("repeat"), ds_(ds), key_(key) {}
   std::optional<Element> next() override {
+    return next_of([](IteratorImpl& in) { return in.next(); });
+  }
+  std::optional<std::int64_t> next_index() override {
+    return next_of([](IteratorImpl& in) { return in.next_index(); });
+  }
+
+ protected:
+  // The next element (or index) of the current pass, starting the next
+  // pass when one ends.
+  template <class Next>
+  auto next_of(Next next) -> decltype(next(std::declval<IteratorImpl&>())) {
     while (ds_.count() < 0 || pass_ < ds_.count()) {
       if (!input_) {
         input_ = ds_.input().make_iterator(mix_key(key_, static_cast<std::uint64_t>(pass_)));
         produced_in_pass_ = 0;
       }
-      if (auto e = input_->next()) {
+      if (auto e = next(*input_)) {
         ++produced_in_pass_;
         return e;
       }
@@ -550,7 +566,6 @@ class RepeatIterator final : public IteratorImpl {
     return std::nullopt;
   }
 
- protected:
   void save_fields(StateWriter& w) override {
     w.json()["key"] = key_;
     w.json()["pass"] = pass_;

@@ -146,8 +146,9 @@ TEST(DatasetTransforms, BatchStacksAndKeepsOrDropsTheRemainder) {
   }
 }
 
-// batch over a source with random access (or a shuffle over one) copies the
-// rows straight from the source; behind an identity map it stacks elements.
+// batch over a source with random access (or a shuffle or repeat over one)
+// copies the rows straight from the source; behind an identity map it stacks
+// elements.
 // The batches must be the same: values, dtypes, shapes, names, remainders.
 TEST(DatasetTransforms, BatchGathersRowsFromASourceAsStackingElementsWould) {
   auto identity = [](const Element& e) { return e; };
@@ -184,6 +185,14 @@ TEST(DatasetTransforms, BatchGathersRowsFromASourceAsStackingElementsWould) {
             << "batch " << batch << ", drop " << drop << ", buffer " << buffer;
     }
   }
+  // Through repeat (the multi-worker guide's shuffle → repeat → batch): a
+  // batch spans two passes, each shuffled with its own key.
+  for (std::int64_t batch : {10, 64})
+    EXPECT_EQ(fingerprints(slices.shuffle(50, {.seed = 4}).repeat(3).batch(batch)),
+              fingerprints(slices.map(identity).shuffle(50, {.seed = 4}).repeat(3).batch(batch)))
+        << "batch " << batch;
+  EXPECT_EQ(fingerprints(slices.repeat(2).batch(64, true)),
+            fingerprints(slices.map(identity).repeat(2).batch(64, true)));
   // range's rows are made one by one (the default gather), the same way.
   EXPECT_EQ(fingerprints(Dataset::range(23).shuffle(5, {.seed = 1}).batch(4)),
             fingerprints(Dataset::range(23).map(identity).shuffle(5, {.seed = 1}).batch(4)));

@@ -96,6 +96,18 @@ TEST(IteratorState, UnseededShuffleRecordsItsSeed) {
       3, /*fresh_pipeline=*/false);
 }
 
+// batch gathers these rows from the source by index, through repeat: the
+// state is the same iterators', so resumes are exact at every batch.
+TEST(IteratorState, BatchesGatheredThroughShuffleAndRepeat) {
+  check_resume([] {
+    std::vector<float> rows(90 * 3);
+    for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i);
+    Tensor x = Tensor::from_vector<float>(rows, {90, 3});
+    Tensor y = Tensor::from_vector<std::int64_t>(testing::iota(90));
+    return Dataset::from_tensor_slices({x, y}).shuffle(20, {.seed = 6}).repeat(2).batch(16);
+  });
+}
+
 TEST(IteratorState, InterleaveEnumerate) {
   check_resume([] {
     return Dataset::range(1, 6)
