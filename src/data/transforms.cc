@@ -545,6 +545,25 @@ class RepeatIterator final : public IteratorImpl {
   }
 
  protected:
+  void save_fields(StateWriter& w) override {
+    w.json()["key"] = key_;
+    w.json()["pass"] = pass_;
+    w.json()["produced_in_pass"] = produced_in_pass_;
+    w.json()["has_input"] = input_ != nullptr;
+    if (input_) save_child(w, "input", *input_);
+  }
+  void restore_fields(const StateReader& r) override {
+    key_ = r.at("key").get<std::uint64_t>();
+    pass_ = r.at("pass").get<std::int64_t>();
+    produced_in_pass_ = r.at("produced_in_pass").get<std::int64_t>();
+    input_.reset();
+    if (r.at("has_input").get<bool>()) {
+      input_ = ds_.input().make_iterator(mix_key(key_, static_cast<std::uint64_t>(pass_)));
+      restore_child(r, "input", *input_);
+    }
+  }
+
+ private:
   // The next element (or index) of the current pass, starting the next
   // pass when one ends.
   template <class Next>
@@ -566,25 +585,6 @@ class RepeatIterator final : public IteratorImpl {
     return std::nullopt;
   }
 
-  void save_fields(StateWriter& w) override {
-    w.json()["key"] = key_;
-    w.json()["pass"] = pass_;
-    w.json()["produced_in_pass"] = produced_in_pass_;
-    w.json()["has_input"] = input_ != nullptr;
-    if (input_) save_child(w, "input", *input_);
-  }
-  void restore_fields(const StateReader& r) override {
-    key_ = r.at("key").get<std::uint64_t>();
-    pass_ = r.at("pass").get<std::int64_t>();
-    produced_in_pass_ = r.at("produced_in_pass").get<std::int64_t>();
-    input_.reset();
-    if (r.at("has_input").get<bool>()) {
-      input_ = ds_.input().make_iterator(mix_key(key_, static_cast<std::uint64_t>(pass_)));
-      restore_child(r, "input", *input_);
-    }
-  }
-
- private:
   const RepeatDataset& ds_;
   std::uint64_t key_;
   std::int64_t pass_ = 0, produced_in_pass_ = 0;
