@@ -7,9 +7,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "lockstep/core/checked.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/file.h"
 
@@ -46,9 +48,11 @@ void check_and_record_run_settings(const std::string& checkpoint_dir, const RunS
   const nlohmann::json given = to_json(settings);
   if (holds_a_backup(dir / "backup") && fs::exists(path)) {
     std::ifstream in(path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    check_json_nesting(text, path.string());
     nlohmann::json saved;
     try {
-      in >> saved;
+      saved = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
       detail::throw_error<IOError>(path.string(), ": not the JSON this command writes (", e.what(),
                                    "); remove it to resume without the check");

@@ -5,6 +5,8 @@
 // brought to their input shape by the pipeline.
 #include "train.h"
 
+#include <unistd.h>
+
 #include <array>
 #include <chrono>
 #include <csignal>
@@ -18,6 +20,7 @@
 
 #include "lockstep/core/dir_lock.h"
 #include "lockstep/core/env.h"
+#include "lockstep/core/file.h"
 #include "lockstep/lockstep.h"
 #include "run_settings.h"
 #include "stop_signals.h"
@@ -331,6 +334,29 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
 
 namespace {
 
+// Saves the trained model to --save's target. Checked writable before the
+// first step, the target can still fail at the end (a full disk, a folder
+// made read-only meanwhile): then the model goes to the temporary folder
+// and the error names both places — a run's result is never lost.
+void save_or_rescue(Model& model, const std::string& target) {
+  try {
+    model.save(target);
+  } catch (const std::exception& e) {
+    const std::string why = e.what();
+    const std::filesystem::path rescue = std::filesystem::temp_directory_path() /
+                                         ("lockstep-rescued-" + std::to_string(::getpid()) +
+                                          std::filesystem::path(target).extension().string());
+    try {
+      model.save(rescue.string());
+    } catch (const std::exception& again) {
+      detail::throw_error<IOError>("--save: ", why, "; keeping the model in ", rescue.string(),
+                                   " failed too (", again.what(), ")");
+    }
+    detail::throw_error<IOError>("--save: ", why, "; the trained model was saved to ",
+                                 rescue.string(), " instead");
+  }
+}
+
 // The evaluator task of a parameter-server job: a sidecar beside the
 // cluster that evaluates each backup the chief writes in --checkpoint-dir on
 // the test set, until the backup of the last epoch.
@@ -448,6 +474,7 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
                    "' ends in '", suffix,
                    "'; a model is saved as .keras (Keras's file) or .safetensors (Lockstep's)");
     if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
+    check_writable(a.save);
   }
 
   phase = "building the model";
@@ -567,7 +594,7 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
   }
   if (!a.save.empty() && strategy.is_chief()) {
     phase = "saving the model";
-    model.save(a.save);
+    save_or_rescue(model, a.save);
     std::printf("saved the model to %s\n", a.save.c_str());
   }
   phase = "evaluating";

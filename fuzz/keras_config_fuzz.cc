@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "lockstep/core/checked.h"
 #include "lockstep/core/error.h"
 #include "lockstep/train/model.h"
 
@@ -29,6 +30,11 @@ bool small(const nlohmann::json& j) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
+  try {
+    lockstep::check_json_nesting(text, "config.json");  // small() below recurses
+  } catch (const lockstep::Error&) {
+    return 0;
+  }
   const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !small(parsed)) return 0;
   try {

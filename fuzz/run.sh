@@ -14,7 +14,7 @@ findings=$build/fuzz-findings
 mkdir -p "$findings"
 failed=0
 printf "%-12s %10s %10s %8s %8s\n" target runs "exec/s" cov ft
-for target in safetensors idx npy csv tf_config store_frames keras_config image; do
+for target in safetensors idx npy csv tf_config store_frames keras_config image hdf5; do
   work=$build/fuzz-corpus/$target
   mkdir -p "$work"
   log=$build/fuzz-$target.log
@@ -29,6 +29,8 @@ for target in safetensors idx npy csv tf_config store_frames keras_config image;
   [ "$target" = keras_config ] && max_len=8192
   # Image seeds are up to ~2.5 KiB (small JPEGs and PNGs of the interop fixtures).
   [ "$target" = image ] && max_len=4096
+  # HDF5 seeds are Keras weights files and the probe's variants, up to 72 KiB.
+  [ "$target" = hdf5 ] && max_len=81920
   # -malloc_limit_mb: an allocation past it is a finding (a reader that
   # believes a header); -rss_limit_mb the same for total memory.
   "$build/fuzz/${target}_fuzz" "$work" "$here/corpus/$target" -max_total_time="$seconds" "${extra[@]}" \

@@ -216,6 +216,21 @@ std::uint64_t regular_file_size(const std::string& path) {
   return static_cast<std::uint64_t>(st.st_size);
 }
 
+void check_writable(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    detail::throw_error<IOError>(path, ": is a directory; a file is written here");
+  remove_stale_temporaries(path);
+  const fs::path target(path);
+  const std::string probe =
+      (directory_of(target) / (temporary_prefix(target) + std::to_string(::getpid()) + ".probe"))
+          .string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) sys_error("creating a file in its folder", path);
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
 int remove_stale_temporaries(const std::string& path) {
   const fs::path target(path);
   const std::string prefix = temporary_prefix(target);

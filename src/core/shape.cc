@@ -29,7 +29,12 @@ std::int64_t Shape::dim(int axis) const {
 
 std::int64_t Shape::numel() const {
   std::int64_t n = 1;
-  for (int i = 0; i < rank_; ++i) n *= dims_[static_cast<std::size_t>(i)];
+  for (int i = 0; i < rank_; ++i) {
+    // Dimensions come from files and flags: a product past 2^63 - 1 would
+    // wrap and reach malloc as a small or negative size (issue #41).
+    if (__builtin_mul_overflow(n, dims_[static_cast<std::size_t>(i)], &n))
+      detail::throw_error<ShapeError>("Shape ", to_string(), ": holds more than 2^63 - 1 elements");
+  }
   return n;
 }
 
@@ -38,7 +43,8 @@ std::array<std::int64_t, Shape::kMaxRank> Shape::strides() const {
   std::int64_t stride = 1;
   for (int i = rank_ - 1; i >= 0; --i) {
     s[static_cast<std::size_t>(i)] = stride;
-    stride *= dims_[static_cast<std::size_t>(i)];
+    if (__builtin_mul_overflow(stride, dims_[static_cast<std::size_t>(i)], &stride))
+      detail::throw_error<ShapeError>("Shape ", to_string(), ": holds more than 2^63 - 1 elements");
   }
   return s;
 }

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "internal.h"
+#include "lockstep/core/checked.h"
 #include "lockstep/tensor/random.h"
 
 namespace lockstep::data {
@@ -299,6 +300,7 @@ IteratorState Iterator::save() {
 
 void Iterator::restore(const IteratorState& state) {
   LOCKSTEP_CHECK(impl_ != nullptr, "Iterator: not made from a Dataset");
+  check_json_nesting(state.json, "Iterator::restore: the iterator state");
   const nlohmann::json tree =
       nlohmann::json::parse(state.json, nullptr, /*allow_exceptions=*/false);
   LOCKSTEP_CHECK(!tree.is_discarded(),

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "lockstep/core/checked.h"
 #include "lockstep/core/env.h"
 #include "lockstep/core/error.h"
 
@@ -72,6 +73,7 @@ const TaskAddress& ClusterSpec::task_address(const std::string& job, int index) 
 
 ClusterResolver ClusterResolver::from_tf_config(const std::string& text,
                                                 const std::string& source) {
+  check_json_nesting(text, source);
   json j;
   try {
     j = json::parse(text);

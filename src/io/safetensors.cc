@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "lockstep/core/checked.h"
 #include "lockstep/core/file.h"
 
 namespace lockstep::io {
@@ -231,6 +232,7 @@ TensorFile read_safetensors(const std::string& path) {
                       ": the header is corrupt (header crc32c ", actual, ", stored ", stored, ")");
     header_checked = true;
   }
+  check_json_nesting(text, path + ": the header");
   json header;
   try {
     header = json::parse(text);

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "lockstep/core/checked.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/file.h"
 
@@ -59,6 +60,7 @@ std::vector<ZipMember> read_zip(const std::string& path) {
     detail::throw_error<IOError>(path, ": not a readable zip archive (", why, ")");
   }
   std::vector<ZipMember> members;
+  FileBudget budget(path, file_size);
   try {
     const zip_int64_t count = zip_get_num_entries(archive, 0);
     for (zip_int64_t i = 0; i < count; ++i) {
@@ -72,6 +74,7 @@ std::vector<ZipMember> read_zip(const std::string& path) {
       LOCKSTEP_CHECK_AS(IOError, st.size <= file_size * 1032 + 1024, path, ": member '", name,
                         "' claims ", st.size, " bytes, more than a ", file_size,
                         "-byte archive can hold");
+      budget.take(st.size, "member '" + name + "'");
       members.push_back(
           {name, read_member(archive, static_cast<zip_uint64_t>(i), path, name, st.size)});
     }

@@ -50,6 +50,9 @@ Conv2DImpl::Conv2DImpl(std::int64_t filters, Size2 kernel_size, Conv2DOptions op
       activation_(get_activation(options_.activation)) {
   LOCKSTEP_CHECK(filters > 0 && kernel_size[0] > 0 && kernel_size[1] > 0,
                  "Conv2D: filters and kernel_size must be > 0");
+  // build() divides the input channels by it (a zero from a model file was a SIGFPE).
+  LOCKSTEP_CHECK(options_.groups > 0, "Conv2D '", name(), "': groups must be > 0, got ",
+                 options_.groups);
   op_ = {.strides = options_.strides,
          .padding = parse_padding(options_.padding, "Conv2D"),
          .dilation_rate = options_.dilation_rate,

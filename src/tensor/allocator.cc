@@ -47,6 +47,11 @@ std::size_t CachingAllocator::round_size(std::size_t bytes) {
 }
 
 void* CachingAllocator::allocate(std::size_t bytes) {
+  // Past 2^56 bytes (64 PiB) no system has the memory, and rounding to a
+  // size class could wrap: refuse before either.
+  if (bytes > (std::size_t{1} << 56))
+    detail::throw_error<Error>("out of memory: could not allocate ", bytes,
+                               " bytes for a tensor buffer");
   const std::size_t size = round_size(bytes);
   {
     std::lock_guard lock(mutex_);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "lockstep/core/checked.h"
 #include "lockstep/tensor/device.h"
 #include "lockstep/tensor/ops.h"
 #include "tensor/dispatch.h"
@@ -43,8 +44,11 @@ Tensor::Tensor(std::shared_ptr<detail::Storage> storage, std::size_t offset, con
       id_(detail::next_tensor_id()) {}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
-  const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
-  return Tensor(std::make_shared<detail::Storage>(current_device(), bytes), 0, shape, dtype);
+  const auto bytes =
+      checked_mul<std::size_t>(static_cast<std::size_t>(shape.numel()), dtype_size(dtype));
+  LOCKSTEP_CHECK_AS(ShapeError, bytes.has_value(), "Tensor: a ", dtype, " tensor of shape ", shape,
+                    " needs more than 2^64 bytes");
+  return Tensor(std::make_shared<detail::Storage>(current_device(), *bytes), 0, shape, dtype);
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/core/checked.h"
 #include "lockstep/data/dataset.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/tensor/ops.h"
@@ -21,6 +22,7 @@ namespace lockstep::detail {
 // A saved input position's JSON tree; a ValueError naming `op` when it does
 // not parse (a damaged or foreign checkpoint).
 inline nlohmann::json parse_position(const data::IteratorState& st, const std::string& op) {
+  check_json_nesting(st.json, op + ": the saved input position");
   nlohmann::json j = nlohmann::json::parse(st.json, nullptr, /*allow_exceptions=*/false);
   LOCKSTEP_CHECK(!j.is_discarded() && j.is_object(), op,
                  ": the saved input position is not a JSON object ('", st.json.substr(0, 80), "')");

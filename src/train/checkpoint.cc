@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "lockstep/core/checked.h"
 #include "lockstep/nn/initializers.h"
 #include "train/keras_config.h"
 #include "train/model_internal.h"
@@ -132,8 +133,10 @@ CheckpointInfo Checkpoint::read(const std::string& path) {
     if (const std::string* it = get("iterations")) info.iterations = std::stoll(*it);
     if (const std::string* r = get("replicas")) info.replicas = std::stoi(*r);
     if (const std::string* s = get("strategy")) info.strategy = *s;
-    if (const std::string* t = get("training"))
+    if (const std::string* t = get("training")) {
+      check_json_nesting(*t, info.file.path + ": training");
       info.position = position_from_json(json::parse(*t), info.file);
+    }
   } catch (const IOError&) {
     throw;
   } catch (const std::exception& e) {

@@ -293,7 +293,10 @@ LayerConfig read_leaf_config(const std::string& cls, const json& config, const s
         p.assign(4, v.get<std::int64_t>());
       } else if (v.is_array() && v.size() == 2 && v[0].is_number_integer()) {
         p = {v[0], v[0], v[1], v[1]};
-      } else if (v.is_array() && v.size() == 2 && v[0].is_array()) {
+      } else if (v.is_array() && v.size() == 2 && v[0].is_array() && v[1].is_array() &&
+                 v[0].size() == 2 && v[1].size() == 2 && v[0][0].is_number_integer() &&
+                 v[0][1].is_number_integer() && v[1][0].is_number_integer() &&
+                 v[1][1].is_number_integer()) {
         p = {v[0][0], v[0][1], v[1][0], v[1][1]};
       }
       LOCKSTEP_CHECK(p.size() == 4, where, ": padding = ", v.dump(), " is not a 2-D padding");

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <set>
 
+#include "lockstep/core/checked.h"
 #include "lockstep/core/file.h"
 #include "lockstep/io/zip.h"
 #include "lockstep/nn/functional.h"
@@ -113,6 +114,7 @@ std::string date_saved() {
 }
 
 json parse_member(const std::string& text, const std::string& where) {
+  check_json_nesting(text, where);
   try {
     return json::parse(text);
   } catch (const json::exception& e) {

@@ -16,6 +16,7 @@
 #include "assigned_on_worker.h"
 #include "fit_loops.h"
 #include "keras_config.h"
+#include "lockstep/core/checked.h"
 #include "lockstep/distribute/parameter_server_strategy.h"
 #include "lockstep/distribute/strategy_extended.h"
 
@@ -76,8 +77,10 @@ std::vector<Tensor> build_on_worker(ld::WorkerContext& ctx) {
   auto fit = std::make_shared<FitOnWorker>();
   const std::string where = ctx.task() + ": fit: the coordinator's model";
   fit->model = model_from_json(as_string(ctx.argument(0)), where);
+  const std::string compile_config = as_string(ctx.argument(1));
+  check_json_nesting(compile_config, where);
   fit->model.compile(
-      keras::compile_options_from_config(nlohmann::json::parse(as_string(ctx.argument(1))), where));
+      keras::compile_options_from_config(nlohmann::json::parse(compile_config), where));
   ctx.bind_variables(fit->model.weights(), ctx.argument(2).to_vector<std::int64_t>());
   const std::string dataset_fn = as_string(ctx.argument(3));
   if (!dataset_fn.empty()) {

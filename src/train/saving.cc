@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "lockstep/core/checked.h"
 #include "lockstep/io/hdf5.h"
 #include "lockstep/io/safetensors.h"
 #include "lockstep/io/zip.h"
@@ -253,6 +254,7 @@ std::string Model::to_json() const {
 }
 
 Model model_from_json(const std::string& text, const std::string& source) {
+  check_json_nesting(text, source);
   json config;
   try {
     config = json::parse(text);
@@ -338,6 +340,7 @@ Model load_model(const std::string& path) {
   const int version = std::stoi(meta("format_version"));
   LOCKSTEP_CHECK_AS(IOError, version <= kFormatVersion, path, ": format version ", version,
                     " is newer than this Lockstep reads (", kFormatVersion, "); upgrade Lockstep");
+  check_json_nesting(meta("model_config"), path + ": model_config");
   json config;
   try {
     config = json::parse(meta("model_config"));
@@ -347,6 +350,7 @@ Model load_model(const std::string& path) {
   Model model = version >= 2 ? keras::model_from_config(config, path + ": model_config")
                              : model_from_lockstep_v1_config(config, path);
   if (auto it = file.metadata.find("compile_config"); it != file.metadata.end()) {
+    check_json_nesting(it->second, path + ": compile_config");
     json compile;
     try {
       compile = json::parse(it->second);

@@ -57,6 +57,14 @@ void atomic_write(const std::string& path, const std::string& contents);
 // length a header claims by this size.
 std::uint64_t regular_file_size(const std::string& path);
 
+// Checks, before the work whose result goes to `path`, that it can be
+// written there: an IOError naming `path` when it is a directory or its
+// folder takes no new file (read-only, missing, no permission). Removes the
+// temporary files a killed writer left for `path` on the way. A training
+// run calls it for its --save target before the first step, not after the
+// last (issue #41: the trained model was lost).
+void check_writable(const std::string& path);
+
 // Deletes the temporary files AtomicFileWriter left for `path` whose writing
 // process no longer exists (killed before commit). Returns how many.
 int remove_stale_temporaries(const std::string& path);

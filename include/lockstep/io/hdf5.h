@@ -20,6 +20,7 @@
 #include <variant>
 #include <vector>
 
+#include "lockstep/core/isolated.h"
 #include "lockstep/tensor/tensor.h"
 
 namespace lockstep::io {
@@ -51,8 +52,26 @@ void write_h5(const std::string& path, const H5Group& root);
 // Reads a whole HDF5 file; `source` names it in errors (a path, or
 // "m.keras: model.weights.h5"). An IOError names the source and the object
 // when the bytes are not HDF5, are damaged, or hold what we cannot read.
+//
+// Untrusted bytes never reach libhdf5 in the caller's process: it reads
+// them in a child (core/isolated.h), under h5_read_limits, and a crash or an
+// endless loop there is an IOError naming the file. What one file may make
+// us allocate is bounded by its FileBudget (core/checked.h); a group reached
+// by two links (a cycle), groups nested past 64 levels and a dataset whose
+// values were never stored are refused.
 H5Group read_h5(const std::string& path);
 H5Group read_h5_image(const std::string& bytes, const std::string& source);
+H5Group read_h5_image(const std::string& bytes, const std::string& source,
+                      const IsolationLimits& limits);
+
+// The reader's limits for a file of `file_bytes`: memory twice its budget
+// plus 256 MiB, 10 CPU seconds plus one per 64 MiB, six times that in wall
+// time.
+IsolationLimits h5_read_limits(std::uint64_t file_bytes);
+
+// The same reading in the caller's own process: for the benchmark that
+// measures what the isolation costs, never for a file from outside.
+H5Group read_h5_image_in_process(const std::string& bytes, const std::string& source);
 
 // Whether these bytes start with HDF5's signature (at offset 0: files we and
 // h5py write have no user block).
