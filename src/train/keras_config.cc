@@ -642,7 +642,11 @@ Model functional_from_config(const json& config, const std::string& where) {
         }
         if (!ok) break;
         LOCKSTEP_CHECK(!args.empty(), at, ": call ", p.done, " passes no tensor");
-        outputs_of[p.name].push_back(args.size() == 1 ? p.layer(args[0]) : p.layer(args));
+        try {  // builds the layer: its weights' shapes come from the file
+          outputs_of[p.name].push_back(args.size() == 1 ? p.layer(args[0]) : p.layer(args));
+        } catch (const Error&) {
+          detail::rethrow_with_prefix(at + ": ");
+        }
         ++p.done;
         progress = true;
       }
@@ -696,7 +700,13 @@ Model sequential_from_config(const json& config, const std::string& where) {
   LOCKSTEP_CHECK(shaped, where,
                  ": a Sequential model without an input shape; Lockstep builds it when loaded "
                  "and needs the shape");
-  for (const Layer& l : layers) seq.add(l);
+  for (const Layer& l : layers) {
+    try {  // builds the layer: its weights' shapes come from the file
+      seq.add(l);
+    } catch (const Error&) {
+      detail::rethrow_with_prefix(where + ": layer '" + l.name() + "': ");
+    }
+  }
   return seq;
 }
 
