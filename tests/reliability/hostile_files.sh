@@ -110,4 +110,19 @@ for target in "$work/a-dir.keras" "$work/readonly/model.keras"; do
   grep -q "Epoch 1" "$work/save.log" && fail "--save $target: trained before refusing: $(cat "$work/save.log")"
   echo "ok: --save $(basename "$target") is refused before the first step"
 done
+# A target that fails only after training (its folder removed meanwhile):
+# the trained model is kept in the temporary folder, and the error says where.
+mkdir -p "$work/gone"
+"$bin" train --epochs 3 --verbose 2 --save "$work/gone/model.keras" >"$work/rescue.log" 2>&1 &
+pid=$!
+wait_for "$work/rescue.log" "Epoch 1/" 60 || fail "the run did not start: $(cat "$work/rescue.log")"
+rm -rf "$work/gone"
+wait $pid
+rc=$?
+[ $rc -eq 1 ] || fail "--save to a removed folder: exit $rc: $(cat "$work/rescue.log")"
+rescued=$(sed -n 's/.*the trained model was saved to \([^ ]*\.keras\) instead.*/\1/p' "$work/rescue.log")
+[ -n "$rescued" ] || fail "--save to a removed folder: no rescue named: $(cat "$work/rescue.log")"
+"$bin" inspect "$rescued" >"$work/inspect.log" 2>&1 || fail "the rescued model does not load: $(cat "$work/inspect.log")"
+rm -f "$rescued"
+echo "ok: a --save that fails after training keeps the model in $rescued"
 echo PASS
