@@ -122,6 +122,45 @@ std::string mac_for(int port, const std::string& token, const std::string& metho
   return hex;
 }
 
+// A stranger's request body is never read before authentication: the
+// handshake, the one call open to all, is answered without reading its
+// request, so a body past the server's message limit (which gRPC would
+// refuse once read) still gets the nonce; every other call is refused
+// before its body is read.
+TEST(Rpc, AStrangersBodyIsNeverReadBeforeAuthentication) {
+  FakePs ps;
+  auto server = Server::start({.host = "127.0.0.1",
+                               .token = "secret",
+                               .task = "ps 0",
+                               .max_message_bytes = std::size_t{1} << 20},
+                              &ps, nullptr);
+  const std::string body(std::size_t{4} << 20, 'x');
+  const auto [status, reply] = raw_call(server->port(), "/lockstep.rpc.Control/Handshake", body, "");
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_GE(reply.size(), 34u);
+  const auto [create, none] = raw_call(server->port(), "/lockstep.rpc.ParameterServer/Create", body, "");
+  EXPECT_EQ(create.error_code(), grpc::StatusCode::UNAUTHENTICATED) << create.error_message();
+  EXPECT_EQ(ps.calls.load(), 0);
+}
+
+// gRPC binds with SO_REUSEPORT unless told otherwise: a second task on a
+// live task's port served beside it.
+TEST(Rpc, ASecondServerOnALiveServersPortIsRefused) {
+  FakePs ps, other;
+  auto server = serve(ps);
+  try {
+    auto second = serve(other, "secret", server->port());
+    ADD_FAILURE() << "a second server took port " << server->port();
+  } catch (const IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot serve at 127.0.0.1:" +
+                                         std::to_string(server->port())),
+              std::string::npos)
+        << e.what();
+  }
+  auto channel = open_channel(server->port());
+  EXPECT_EQ(channel->connect(10s), server->incarnation());
+}
+
 TEST(Rpc, CallsRoundTripTheirMessages) {
   FakePs ps;
   auto server = serve(ps);

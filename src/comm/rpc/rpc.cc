@@ -265,6 +265,9 @@ class ServerImpl final : public Server, public grpc::CallbackGenericService {
     grpc::ServerBuilder builder;
     const std::string address = options_.host + ":" + std::to_string(options_.port);
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
+    // gRPC binds with SO_REUSEPORT by default: a second task started on a
+    // live task's port served beside it, and took its calls (issue #41).
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
     builder.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
     builder.RegisterCallbackGenericService(this);
@@ -481,6 +484,14 @@ Call::Call(ServerImpl* server, grpc::GenericCallbackServerContext* context)
   const grpc::Status admitted = server_->admit(*context_, method_);
   if (!admitted.ok()) {
     Finish(admitted);
+    return;
+  }
+  // The handshake is the one call a stranger may make (it hands out the
+  // nonce the MACs are made with), and its request is empty: answered
+  // without reading it, so a stranger's body is never read into memory
+  // (issue #41: six 480 MiB bodies took a ps task to 2.4 GB).
+  if (method_ == kHandshake) {
+    answer();
     return;
   }
   StartRead(&request_);
