@@ -32,9 +32,9 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     for mode in mwms mwms-bf16; do
       p0=$(free_port)
       p1=$(free_port)
-      TF_CONFIG=$(tf_config 1 "$p0" "$p1") LOCKSTEP_JOB_TOKEN=b OMP_NUM_THREADS=1 taskset -c 1 \
+      TF_CONFIG=$(tf_config 1 "$p0" "$p1") LOCKSTEP_JOB_TOKEN=bench-token-0123456789 OMP_NUM_THREADS=1 taskset -c 1 \
         "$BENCH" mlp "$mode" "$batch" "$steps" >/dev/null &
-      TF_CONFIG=$(tf_config 0 "$p0" "$p1") LOCKSTEP_JOB_TOKEN=b OMP_NUM_THREADS=1 taskset -c 0 \
+      TF_CONFIG=$(tf_config 0 "$p0" "$p1") LOCKSTEP_JOB_TOKEN=bench-token-0123456789 OMP_NUM_THREADS=1 taskset -c 0 \
         "$BENCH" mlp "$mode" "$batch" "$steps"
       wait
     done
@@ -74,9 +74,9 @@ for ((round = 1; round <= ROUNDS; ++round)); do
   for batch in 64 512; do
     steps=$((batch == 64 ? 300 : 100))
     for mode in mwms mwms-bf16; do
-      TF_CONFIG=$(link_config 1) LOCKSTEP_JOB_TOKEN=b OMP_NUM_THREADS=1 \
+      TF_CONFIG=$(link_config 1) LOCKSTEP_JOB_TOKEN=bench-token-0123456789 OMP_NUM_THREADS=1 \
         ip netns exec "${TAG}1" taskset -c 1 "$BENCH" mlp "$mode" "$batch" "$steps" >/dev/null &
-      TF_CONFIG=$(link_config 0) LOCKSTEP_JOB_TOKEN=b OMP_NUM_THREADS=1 \
+      TF_CONFIG=$(link_config 0) LOCKSTEP_JOB_TOKEN=bench-token-0123456789 OMP_NUM_THREADS=1 \
         ip netns exec "${TAG}0" taskset -c 0 "$BENCH" mlp "$mode" "$batch" "$steps" |
         sed "s/^mlp /mlp-$LINK_RATE /"
       wait

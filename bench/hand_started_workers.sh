@@ -10,7 +10,7 @@ hand() {  # extra env
   local p0=$((24000 + RANDOM % 4000)) p1
   p1=$((p0 + 1))
   local c=${C/PORT0/$p0}; c=${c/PORT1/$p1}
-  for i in 0 1; do env "$@" TF_CONFIG="${c/IDX/$i}" LOCKSTEP_JOB_TOKEN=t $L train --strategy multi-worker --epochs 1 --steps-per-epoch 200 --verbose 2 > ${TMPDIR:-/tmp}/hw$i.log 2>&1 & done
+  for i in 0 1; do env "$@" TF_CONFIG="${c/IDX/$i}" LOCKSTEP_JOB_TOKEN=bench-token-0123456789 $L train --strategy multi-worker --epochs 1 --steps-per-epoch 200 --verbose 2 > ${TMPDIR:-/tmp}/hw$i.log 2>&1 & done
   wait
   grep -o "[0-9.]*[mu]s/step" ${TMPDIR:-/tmp}/hw0.log | head -1
 }

@@ -50,9 +50,9 @@ for batch in 64 512; do
     "$BENCH" mlp mwms "$batch" "$steps" 2
     p0=$(free_port)
     p1=$(free_port)
-    TF_CONFIG=$(tf_config 1 "$p0" "$p1") LOCKSTEP_JOB_TOKEN=b OMP_NUM_THREADS=1 taskset -c 1 \
+    TF_CONFIG=$(tf_config 1 "$p0" "$p1") LOCKSTEP_JOB_TOKEN=bench-token-0123456789 OMP_NUM_THREADS=1 taskset -c 1 \
       "$BENCH" mlp mwms "$batch" "$steps" >/dev/null &
-    TF_CONFIG=$(tf_config 0 "$p0" "$p1") LOCKSTEP_JOB_TOKEN=b OMP_NUM_THREADS=1 taskset -c 0 \
+    TF_CONFIG=$(tf_config 0 "$p0" "$p1") LOCKSTEP_JOB_TOKEN=bench-token-0123456789 OMP_NUM_THREADS=1 taskset -c 0 \
       "$BENCH" mlp mwms "$batch" "$steps" | sed 's/^mlp mwms/mlp mwms-gloo/'
     wait
     OMP_NUM_THREADS=1 "${MPIRUN[@]}" "$BENCH" mlp mwms "$batch" "$steps" | sed 's/^mlp mwms/mlp mwms-mpi/'
@@ -63,10 +63,10 @@ echo "# time from kill -9 of worker 1 to worker 0's exit (Gloo, 5 trials)"
 for trial in 1 2 3 4 5; do
   p0=$(free_port)
   p1=$(free_port)
-  TF_CONFIG=$(tf_config 0 "$p0" "$p1") LOCKSTEP_JOB_TOKEN=b OMP_NUM_THREADS=1 \
+  TF_CONFIG=$(tf_config 0 "$p0" "$p1") LOCKSTEP_JOB_TOKEN=bench-token-0123456789 OMP_NUM_THREADS=1 \
     "$BENCH" mlp mwms 64 1000000 >/dev/null 2>&1 &
   w0=$!
-  TF_CONFIG=$(tf_config 1 "$p0" "$p1") LOCKSTEP_JOB_TOKEN=b OMP_NUM_THREADS=1 \
+  TF_CONFIG=$(tf_config 1 "$p0" "$p1") LOCKSTEP_JOB_TOKEN=bench-token-0123456789 OMP_NUM_THREADS=1 \
     "$BENCH" mlp mwms 64 1000000 >/dev/null 2>&1 &
   w1=$!
   sleep 2

@@ -13,7 +13,7 @@ set -euo pipefail
 BUILD=${1:-build/release}
 PS_BENCH=$BUILD/bench/ps_bench
 MW_BENCH=$BUILD/bench/multi_worker_bench
-export LOCKSTEP_JOB_TOKEN=bench-token OMP_NUM_THREADS=1
+export LOCKSTEP_JOB_TOKEN=bench-token-0123456789 OMP_NUM_THREADS=1
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

@@ -11,6 +11,7 @@
 #include "host_cores.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/comm/store.h"
+#include "distribute/job_token.h"
 #include "lockstep/core/env.h"
 #include "lockstep/core/error.h"
 #include "strategy_impl.h"
@@ -28,8 +29,10 @@ bool is_loopback(const std::string& host) {
 // The rendezvous store's secret: given, or LOCKSTEP_JOB_TOKEN. A cluster on
 // loopback alone may go without (derived from the cluster spec, said once).
 std::string job_token(const MultiWorkerMirroredStrategyOptions& o, const ClusterResolver& r) {
-  if (!o.job_token.empty()) return o.job_token;
-  if (const auto token = env::job_token()) return *token;
+  const char* who = "MultiWorkerMirroredStrategy";
+  if (!o.job_token.empty()) return checked_job_token(o.job_token, who, "job_token");
+  if (const auto token = env::job_token())
+    return checked_job_token(*token, who, "LOCKSTEP_JOB_TOKEN");
   bool loopback = true;
   for (int w = 0; w < r.num_workers(); ++w) loopback &= is_loopback(r.worker_address(w).host);
   LOCKSTEP_CHECK(loopback,

@@ -200,7 +200,7 @@ class MultiWorkerTest : public ::testing::Test {
       for (const auto& e : extra[i]) a.push_back(e);
       std::map<std::string, std::string> worker_env = env;
       worker_env.insert({{"TF_CONFIG", tf_config(ports, i)},
-                         {"LOCKSTEP_JOB_TOKEN", "test-token-" + tag},
+                         {"LOCKSTEP_JOB_TOKEN", "multi-worker-test-token-" + tag},
                          {"OMP_NUM_THREADS", "1"}});
       ps.push_back(spawn(a, worker_env, path(tag + "-worker" + std::to_string(i) + ".log")));
     }

@@ -48,7 +48,7 @@ class PsJobTest : public MultiWorkerTest {
     a.insert(a.end(), args.begin(), args.end());
     return spawn(a,
                  {{"TF_CONFIG", tf_config(type, index)},
-                  {"LOCKSTEP_JOB_TOKEN", "ps-test-token"},
+                  {"LOCKSTEP_JOB_TOKEN", "ps-test-token-0123"},
                   {"OMP_NUM_THREADS", "1"}},
                  path(tag + "-" + type + std::to_string(index) + ".log"));
   }

@@ -86,4 +86,11 @@ for kib in 94000 120000 260000; do
     fail "ulimit -v $kib: no clear message: $(cat "$work/oom.log")"
   echo "ok: ulimit -v $kib: exit $rc: $(tail -1 "$work/oom.log")"
 done
+# A job token shorter than 16 bytes is refused before any task starts (issue #41).
+one_worker='{"cluster":{"worker":["127.0.0.1:1","127.0.0.1:2"]},"task":{"type":"worker","index":0}}'
+expect 1 "MultiWorkerMirroredStrategy: the job token (LOCKSTEP_JOB_TOKEN) has 5 bytes; it must have at least 16" \
+  env TF_CONFIG="$one_worker" LOCKSTEP_JOB_TOKEN=short "$bin" train --strategy multi-worker --epochs 1
+ps_chief='{"cluster":{"worker":["127.0.0.1:1"],"ps":["127.0.0.1:2"],"chief":["127.0.0.1:3"]},"task":{"type":"chief","index":0}}'
+expect 1 "ParameterServerStrategy: the job token (LOCKSTEP_JOB_TOKEN) has 1 bytes; it must have at least 16" \
+  env TF_CONFIG="$ps_chief" LOCKSTEP_JOB_TOKEN=x "$bin" train --strategy parameter-server --epochs 1
 echo PASS

@@ -30,7 +30,7 @@ PY
 # 1. File descriptors exhausted by a stranger.
 p0=$(port); p1=$((p0 + 1))
 ( ulimit -n 48
-  TF_CONFIG=$(tf_config $p0 $p1 0) LOCKSTEP_JOB_TOKEN=secret exec "$bin" --epochs 1 --timeout-ms 40000
+  TF_CONFIG=$(tf_config $p0 $p1 0) LOCKSTEP_JOB_TOKEN=store-attack-secret-0 exec "$bin" --epochs 1 --timeout-ms 40000
 ) >"$work/chief.log" 2>&1 &
 chief=$!
 listening $p0 || fail "the chief's store did not start: $(cat "$work/chief.log")"
@@ -47,7 +47,7 @@ time.sleep(30)
 PY
 stranger=$!
 wait_for "$work/stranger.log" "holding" 30 || fail "the stranger did not connect"
-TF_CONFIG=$(tf_config $p0 $p1 1) LOCKSTEP_JOB_TOKEN=secret "$bin" --epochs 1 --timeout-ms 40000 \
+TF_CONFIG=$(tf_config $p0 $p1 1) LOCKSTEP_JOB_TOKEN=store-attack-secret-0 "$bin" --epochs 1 --timeout-ms 40000 \
   >"$work/worker1.log" 2>&1
 rc1=$?
 wait $chief
@@ -59,11 +59,11 @@ echo "ok: 300 idle connections under ulimit -n 48; the worker joined and the job
 
 # 2. A worker with the wrong token: named on the chief at once.
 p0=$(port); p1=$((p0 + 1))
-TF_CONFIG=$(tf_config $p0 $p1 0) LOCKSTEP_JOB_TOKEN=secret "$bin" --epochs 1 --timeout-ms 8000 \
+TF_CONFIG=$(tf_config $p0 $p1 0) LOCKSTEP_JOB_TOKEN=store-attack-secret-0 "$bin" --epochs 1 --timeout-ms 8000 \
   >"$work/chief2.log" 2>&1 &
 chief=$!
 listening $p0 || fail "the chief's store did not start"
-TF_CONFIG=$(tf_config $p0 $p1 1) LOCKSTEP_JOB_TOKEN=wrong "$bin" --epochs 1 --timeout-ms 8000 \
+TF_CONFIG=$(tf_config $p0 $p1 1) LOCKSTEP_JOB_TOKEN=store-attack-wrong-00 "$bin" --epochs 1 --timeout-ms 8000 \
   >"$work/wrong.log" 2>&1 &
 wrong=$!
 # "At once": before the chief gives up on worker 1 (its join timeout, 8 s),
