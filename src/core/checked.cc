@@ -21,7 +21,8 @@ void FileBudget::take(std::uint64_t bytes, const std::string& what) {
   taken_ = *total;
 }
 
-void check_json_nesting(std::string_view text, const std::string& source) {
+void check_json_nesting(std::string_view text, const std::string& source,
+                        std::uint64_t first_byte) {
   int depth = 0;
   bool in_string = false;
   for (std::size_t i = 0; i < text.size(); ++i) {
@@ -35,7 +36,7 @@ void check_json_nesting(std::string_view text, const std::string& source) {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      LOCKSTEP_CHECK_AS(IOError, ++depth <= kMaxJsonDepth, source, ": byte ", i,
+      LOCKSTEP_CHECK_AS(IOError, ++depth <= kMaxJsonDepth, source, ": byte ", first_byte + i,
                         ": JSON nested more than ", kMaxJsonDepth,
                         " levels deep; no file Lockstep reads nests so far (damaged or hostile)");
     } else if (c == ']' || c == '}') {

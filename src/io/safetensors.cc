@@ -232,7 +232,7 @@ TensorFile read_safetensors(const std::string& path) {
                       ": the header is corrupt (header crc32c ", actual, ", stored ", stored, ")");
     header_checked = true;
   }
-  check_json_nesting(text, path + ": the header");
+  check_json_nesting(text, path + ": the header", 8);
   json header;
   try {
     header = json::parse(text);

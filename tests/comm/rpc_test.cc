@@ -3,6 +3,8 @@
 // request is read, strangers and junk leave the server serving, deadlines
 // hold, and a restarted server is greeted again. The hostile calls are made
 // with gRPC's generic stub, so that any bytes can be sent.
+#include "lockstep/comm/rpc.h"
+
 #include <arpa/inet.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -15,7 +17,6 @@
 #include <future>
 #include <thread>
 
-#include "lockstep/comm/rpc.h"
 #include "lockstep/comm/store.h"
 #include "support/errors.h"
 
@@ -78,8 +79,8 @@ std::shared_ptr<Channel> open_channel(int port, const std::string& token = "secr
 // none) as its lockstep-auth metadata; the status and the reply's bytes.
 std::pair<grpc::Status, std::string> raw_call(int port, const std::string& method,
                                               const std::string& body, const std::string& mac) {
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + 10s);
@@ -135,10 +136,12 @@ TEST(Rpc, AStrangersBodyIsNeverReadBeforeAuthentication) {
                                .max_message_bytes = std::size_t{1} << 20},
                               &ps, nullptr);
   const std::string body(std::size_t{4} << 20, 'x');
-  const auto [status, reply] = raw_call(server->port(), "/lockstep.rpc.Control/Handshake", body, "");
+  const auto [status, reply] =
+      raw_call(server->port(), "/lockstep.rpc.Control/Handshake", body, "");
   EXPECT_TRUE(status.ok()) << status.error_message();
   EXPECT_GE(reply.size(), 34u);
-  const auto [create, none] = raw_call(server->port(), "/lockstep.rpc.ParameterServer/Create", body, "");
+  const auto [create, none] =
+      raw_call(server->port(), "/lockstep.rpc.ParameterServer/Create", body, "");
   EXPECT_EQ(create.error_code(), grpc::StatusCode::UNAUTHENTICATED) << create.error_message();
   EXPECT_EQ(ps.calls.load(), 0);
 }
@@ -152,9 +155,9 @@ TEST(Rpc, ASecondServerOnALiveServersPortIsRefused) {
     auto second = serve(other, "secret", server->port());
     ADD_FAILURE() << "a second server took port " << server->port();
   } catch (const IOError& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot serve at 127.0.0.1:" +
-                                         std::to_string(server->port())),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("cannot serve at 127.0.0.1:" + std::to_string(server->port())),
+        std::string::npos)
         << e.what();
   }
   auto channel = open_channel(server->port());
@@ -166,7 +169,9 @@ TEST(Rpc, CallsRoundTripTheirMessages) {
   auto server = serve(ps);
   auto channel = open_channel(server->port());
   EXPECT_EQ(channel->connect(10s), server->incarnation());
-  channel->create({{.id = 4, .name = "dense/kernel", .value = floats({1, 2, 3, 4, 5, 6}, {2, 3}),
+  channel->create({{.id = 4,
+                    .name = "dense/kernel",
+                    .value = floats({1, 2, 3, 4, 5, 6}, {2, 3}),
                     .slots = {{"momentum", floats({0.5f}, {1})}},
                     .version = 9}});
   const ReadResult got = channel->read({4}, true);
@@ -312,8 +317,9 @@ TEST(Rpc, ServersRefuseWildcardAddressesAndAMissingToken) {
               Server::start({.host = "0.0.0.0", .token = "t", .task = "ps 0"}, &ps, nullptr);
             }).find("ps 0: will not serve at the wildcard address \"0.0.0.0\""),
             std::string::npos);
-  EXPECT_NE(message_of([&] { Server::start({.host = "127.0.0.1", .task = "ps 0"}, &ps, nullptr); })
-                .find("ps 0: no job token"),
+  EXPECT_NE(message_of([&] {
+              Server::start({.host = "127.0.0.1", .task = "ps 0"}, &ps, nullptr);
+            }).find("ps 0: no job token"),
             std::string::npos);
 }
 

@@ -37,6 +37,22 @@ for kind in dir fifo; do
   echo "ok: a resume falls back past a $kind named like the newest backup"
 done
 
+# A resume past a newest backup whose header nests JSON 200,000 deep (issue
+# #41: the header's walk overflowed the stack, and the resume crashed).
+ck=$work/ck-deep
+LOCKSTEP_CRASH_AT=after_rename:4 "$bin" "${args[@]}" --checkpoint-dir "$ck" >/dev/null 2>&1
+python3 - "$ck/backup/backup-99.safetensors" <<'PY'
+import struct, sys
+header = b"[" * 200000
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(header)) + header)
+PY
+timeout 120 "$bin" "${args[@]}" --checkpoint-dir "$ck" >"$work/deep.log" 2>&1 ||
+  fail "resume past a deep header: $(cat "$work/deep.log")"
+grep -q "skipping a damaged checkpoint: .*backup-99.safetensors: the header: byte 136: JSON nested more than 128 levels deep" \
+  "$work/deep.log" || fail "resume past a deep header: no fallback said: $(cat "$work/deep.log")"
+[ "$(weights_of "$ck/model.safetensors")" = "$reference" ] || fail "resume past a deep header: not bitwise"
+echo "ok: a resume falls back past a newest backup whose JSON nests 200,000 deep"
+
 # An IDX file (gzip'd) claiming 2,000,000 images but holding 100, read under
 # a 1.5 GB address-space limit: the claim alone (1.5 GB) would not fit.
 data=$work/lying-data

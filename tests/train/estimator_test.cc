@@ -14,6 +14,8 @@
 #include <set>
 #include <sstream>
 
+#include "lockstep/core/dir_lock.h"
+#include "lockstep/io/safetensors.h"
 #include "lockstep/lockstep.h"
 #include "support/errors.h"
 #include "support/estimator_inputs.h"
@@ -488,6 +490,64 @@ TEST(Estimator, ANewEstimatorResumesFromModelDirByGlobalStep) {
   // Training past max_steps again does nothing.
   resumed.train(input, {.max_steps = 12});
   EXPECT_EQ(resumed.get_variable_value("global_step").item<std::int64_t>(), 12);
+}
+
+// Issue #41: a damaged newest checkpoint is named and skipped for the one
+// before it (training then goes on as if it had not been there); a number
+// in a checkpoint's metadata past int64 is an IOError naming the file (it
+// was std::out_of_range from stoll); and a second trainer in a model_dir
+// is refused while the first holds it.
+TEST(Estimator, ADamagedNewestCheckpointIsSkippedAndASecondTrainerIsRefused) {
+  TempDir a("lockstep_estimator_damaged_a"), b("lockstep_estimator_damaged_b");
+  auto make = [](const TempDir& dir) {
+    return est::LinearRegressor({.feature_columns = {fc::numeric_column("x")},
+                                 .optimizer = "Adam",
+                                 .config = {.model_dir = dir.path.string(),
+                                            .save_checkpoints_steps = 4,
+                                            .keep_checkpoint_max = 5}});
+  };
+  auto input = [] { return regression_input(20); };
+  make(a).train(input, {.max_steps = 8});
+  make(b).train(input, {.steps = 4});
+  testing_support::spit(b.path / "model.ckpt-6.safetensors", "not a checkpoint");
+  est::LinearRegressor resumed = make(b);
+  testing::internal::CaptureStderr();
+  resumed.train(input, {.max_steps = 8});
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_NE(
+      said.find("skipping a damaged checkpoint: " + (b.path / "model.ckpt-6.safetensors").string()),
+      std::string::npos)
+      << said;
+  EXPECT_NE(
+      said.find("Restoring parameters from " + (b.path / "model.ckpt-4.safetensors").string()),
+      std::string::npos)
+      << said;
+  EXPECT_EQ(trained_variables(resumed), trained_variables(make(a)));
+
+  // Every checkpoint damaged: the newest's error, not a fresh start.
+  TempDir c("lockstep_estimator_damaged_c");
+  testing_support::spit(c.path / "model.ckpt-3.safetensors", "junk");
+  const std::string all_bad = message_of([&] { make(c).train(input, {.steps = 1}); });
+  EXPECT_NE(all_bad.find("model.ckpt-3.safetensors"), std::string::npos) << all_bad;
+
+  // A global_step past int64 in an otherwise valid checkpoint.
+  TempDir d("lockstep_estimator_damaged_d");
+  io::write_safetensors((d.path / "model.ckpt-1.safetensors").string(),
+                        {{"model/x", Tensor::zeros(Shape{1})}},
+                        {{"format", "lockstep.estimator"},
+                         {"format_version", "1"},
+                         {"global_step", "99999999999999999999"}});
+  const std::string big = message_of([&] { make(d).train(input, {.steps = 1}); });
+  EXPECT_NE(big.find("model.ckpt-1.safetensors: its metadata 'global_step' is "
+                     "'99999999999999999999', not an integer"),
+            std::string::npos)
+      << big;
+
+  // A second trainer while the first holds the model_dir.
+  const DirectoryLock held(b.path.string(), "model_dir");
+  const std::string second = message_of([&] { make(b).train(input, {.steps = 1}); });
+  EXPECT_NE(second.find(b.path.string()), std::string::npos) << second;
+  EXPECT_NE(second.find("model_dir"), std::string::npos) << second;
 }
 
 // A hook that asks to stop ends training at that step, which is saved.

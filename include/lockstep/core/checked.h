@@ -77,7 +77,10 @@ inline constexpr int kMaxJsonDepth = 128;
 // An IOError naming `source` and the byte offset when `text` opens more than
 // kMaxJsonDepth arrays and objects at once. Call it before parsing text
 // that came from outside; it reads strings and escapes as JSON does, and
-// leaves every other check to the parser.
-void check_json_nesting(std::string_view text, const std::string& source);
+// leaves every other check to the parser. `first_byte`: where `text`
+// starts in its file (8 for a safetensors header), so the offset named is
+// the file's.
+void check_json_nesting(std::string_view text, const std::string& source,
+                        std::uint64_t first_byte = 0);
 
 }  // namespace lockstep

@@ -45,10 +45,10 @@ constexpr char kRunFunction[] = "/lockstep.rpc.Worker/RunFunction";
 
 std::string random_bytes(std::size_t n) {
   std::string out(n, '\0');
-  LOCKSTEP_CHECK_AS(InternalError,
-                    RAND_bytes(reinterpret_cast<unsigned char*>(out.data()),
-                               static_cast<int>(n)) == 1,
-                    "rpc: no random bytes from OpenSSL");
+  LOCKSTEP_CHECK_AS(
+      InternalError,
+      RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(n)) == 1,
+      "rpc: no random bytes from OpenSSL");
   return out;
 }
 
@@ -272,8 +272,8 @@ class ServerImpl final : public Server, public grpc::CallbackGenericService {
     builder.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
     builder.RegisterCallbackGenericService(this);
     server_ = builder.BuildAndStart();
-    LOCKSTEP_CHECK_AS(IOError, server_ != nullptr && port_ > 0, options_.task,
-                      ": cannot serve at ", address,
+    LOCKSTEP_CHECK_AS(IOError, server_ != nullptr && port_ > 0, options_.task, ": cannot serve at ",
+                      address,
                       " (is another process bound to that port, or is it not an address of this "
                       "host?)");
   }
@@ -296,11 +296,10 @@ class ServerImpl final : public Server, public grpc::CallbackGenericService {
 
   // Whether `method` is served here, and its caller knows the token.
   grpc::Status admit(const grpc::GenericCallbackServerContext& c, const std::string& method) {
-    const bool known = method == kHandshake || method == kHeartbeat || method == kShutdown ||
-                       (ps_ && method.rfind("/lockstep.rpc.ParameterServer/", 0) == 0 &&
-                        macs_.count(method)) ||
-                       (worker_ && method.rfind("/lockstep.rpc.Worker/", 0) == 0 &&
-                        macs_.count(method));
+    const bool known =
+        method == kHandshake || method == kHeartbeat || method == kShutdown ||
+        (ps_ && method.rfind("/lockstep.rpc.ParameterServer/", 0) == 0 && macs_.count(method)) ||
+        (worker_ && method.rfind("/lockstep.rpc.Worker/", 0) == 0 && macs_.count(method));
     if (!known) {
       ++rejected_;
       return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
@@ -570,9 +569,8 @@ class ChannelImpl final : public Channel {
   std::uint64_t connect(std::chrono::milliseconds timeout) override {
     pb::HandshakeReply r;
     invoke(
-        kHandshake, timeout, true, [&](grpc::ClientContext* c) {
-          return control_->Handshake(c, pb::HandshakeRequest(), &r);
-        },
+        kHandshake, timeout, true,
+        [&](grpc::ClientContext* c) { return control_->Handshake(c, pb::HandshakeRequest(), &r); },
         false);
     std::lock_guard lk(mu_);
     nonce_ = r.nonce();
@@ -771,8 +769,9 @@ std::unique_ptr<Server> Server::start(const ServerOptions& o, ParameterServerSer
 }
 
 std::shared_ptr<Channel> Channel::open(const ChannelOptions& o) {
-  LOCKSTEP_CHECK(!o.token.empty(), o.peer, ": no job token to authenticate with (set "
-                                           "LOCKSTEP_JOB_TOKEN)");
+  LOCKSTEP_CHECK(!o.token.empty(), o.peer,
+                 ": no job token to authenticate with (set "
+                 "LOCKSTEP_JOB_TOKEN)");
   return std::make_shared<ChannelImpl>(o);
 }
 

@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/core/dir_lock.h"
 #include "lockstep/core/timer.h"
 #include "lockstep/distribute/cluster_coordinator.h"
 #include "lockstep/distribute/parameter_server_strategy.h"
@@ -101,10 +103,12 @@ struct Estimator::Impl {
   // Takes the optimizer from a TRAIN spec (one optimizer for the model's
   // life).
   void adopt_optimizer(const EstimatorSpec& spec);
-  // The newest checkpoint (or `path`) into the model; false when there is
-  // none. Every worker reads the same file (a barrier after each save
-  // makes sure of it).
-  bool restore(const std::string& path = {});
+  // The newest checkpoint (or `path`) into the model; the file restored,
+  // nullopt when there is none. A damaged newest checkpoint (an IOError:
+  // a disk, a hand, a hostile file) is named and skipped for the one
+  // before it; when every one is damaged, the newest's error. Every worker
+  // reads the same files (a barrier after each save makes sure of it).
+  std::optional<std::string> restore(const std::string& path = {});
   void save();
   distribute::InputContext input_context(const Strategy& s) const {
     return {.num_input_pipelines = s.num_workers(),
@@ -237,12 +241,27 @@ void Estimator::Impl::adopt_optimizer(const EstimatorSpec& spec) {
                  "model_fn");
 }
 
-bool Estimator::Impl::restore(const std::string& path) {
-  const std::optional<std::string> file =
-      path.empty() ? detail::newest_checkpoint(model_dir) : std::optional<std::string>(path);
-  if (!file) return false;
-  global_step = detail::restore_checkpoint(*file, state);
-  return true;
+std::optional<std::string> Estimator::Impl::restore(const std::string& path) {
+  if (!path.empty()) {
+    global_step = detail::restore_checkpoint(path, state);
+    return path;
+  }
+  const auto all = detail::checkpoints_in(model_dir);
+  std::exception_ptr newest_error;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      global_step = detail::restore_checkpoint(it->second, state);  // changes nothing if it throws
+      return it->second;
+    } catch (const IOError& e) {
+      if (!newest_error) newest_error = std::current_exception();
+      if (strategy.is_chief())
+        out() << "WARNING:lockstep:skipping a damaged checkpoint: " << e.what()
+              << "; falling back to the one before it\n"
+              << std::flush;
+    }
+  }
+  if (newest_error) std::rethrow_exception(newest_error);
+  return std::nullopt;
 }
 
 void Estimator::Impl::save() {
@@ -406,6 +425,11 @@ Estimator& Estimator::train(const InputFn& input_fn, TrainOptions o) {
   LOCKSTEP_CHECK(!o.max_steps || *o.max_steps > 0, "Estimator.train: max_steps must be > 0, got ",
                  o.max_steps.value_or(0));
   const Strategy strategy = m.built ? m.strategy : m.model_strategy();
+  // One trainer at a time in a model_dir (the chief writes it): a second
+  // would restore the first's checkpoints and prune its files (issue #41).
+  // evaluate and predict only read, beside a trainer, as TF's evaluators do.
+  std::optional<DirectoryLock> lock;
+  if (strategy.is_chief()) lock.emplace(m.model_dir, "model_dir");
   const auto ext = strategy.extended();
   const int replicas = strategy.num_local_replicas();
   WorkerInput input(input_fn, m.input_context(strategy));
@@ -415,9 +439,7 @@ Estimator& Estimator::train(const InputFn& input_fn, TrainOptions o) {
   Tensor labels;
   split_features_and_labels(*first, features, labels);
   m.adopt_optimizer(m.build(features, labels, ModeKeys::kTrain));
-  if (m.restore()) {
-    m.info("Restoring parameters from " + *detail::newest_checkpoint(m.model_dir));
-  }
+  if (const auto restored = m.restore()) m.info("Restoring parameters from " + *restored);
   if (o.max_steps && m.global_step >= *o.max_steps) {
     m.info("Skipping training since max_steps has already saved.");
     return *this;

@@ -7,6 +7,7 @@
 #include "train/estimator/model_dir.h"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <map>
 
@@ -33,15 +34,31 @@ const std::string& metadata(const io::TensorFile& file, const std::string& key) 
   return it->second;
 }
 
+// A metadata entry that holds a non-negative integer (std::stoll's
+// exceptions escaped as "stoll" with no file named: issue #41).
+std::int64_t integer_metadata(const io::TensorFile& file, const std::string& key) {
+  const std::string& text = metadata(file, key);
+  std::int64_t value = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  LOCKSTEP_CHECK_AS(IOError, ec == std::errc() && end == text.data() + text.size() && value >= 0,
+                    file.path, ": its metadata '", key, "' is '", text,
+                    "', not an integer from 0 to 2^63 - 1");
+  return value;
+}
+
 io::TensorFile read_checked(const std::string& path) {
   io::TensorFile file = io::read_safetensors(path);
   const std::string& format = metadata(file, "format");
   LOCKSTEP_CHECK_AS(IOError, format == kFormat, path,
                     ": not an Estimator checkpoint (its format is '", format, "', expected '",
                     kFormat, "'). Hint: model_dir holds files of something else; use another one");
-  LOCKSTEP_CHECK_AS(IOError, std::stoi(metadata(file, "format_version")) <= kFormatVersion, path,
+  LOCKSTEP_CHECK_AS(IOError, integer_metadata(file, "format_version") <= kFormatVersion, path,
                     ": written by a newer Lockstep (format version ",
                     metadata(file, "format_version"), "); upgrade to restore it");
+  // Checked here, before anything is compared or restored: a damaged file
+  // is an IOError, which a resume skips for the checkpoint before it.
+  (void)integer_metadata(file, "global_step");
+  if (file.metadata.contains("iterations")) (void)integer_metadata(file, "iterations");
   return file;
 }
 
@@ -114,11 +131,7 @@ std::string save_checkpoint(const std::string& model_dir, const ModelState& stat
 CheckpointValues read_checkpoint(const std::string& path) {
   const io::TensorFile file = read_checked(path);
   CheckpointValues out;
-  try {
-    out.global_step = std::stoll(metadata(file, "global_step"));
-  } catch (const std::invalid_argument&) {
-    lockstep::detail::throw_error<IOError>(path, ": its global_step is not a number");
-  }
+  out.global_step = integer_metadata(file, "global_step");
   for (const auto& [name, t] : file.tensors) {
     if (name.starts_with(kModel)) out.variables.emplace_back(name.substr(6), t);
   }
@@ -154,13 +167,9 @@ std::int64_t restore_checkpoint(const std::string& path, const ModelState& state
   LOCKSTEP_CHECK(saved.size() == state.variables.size(), path, ": the checkpoint holds ",
                  saved.size(), " variables (", listing(), "), the model ", state.variables.size(),
                  hint);
-  std::int64_t step = 0, iterations = 0;
-  try {
-    step = std::stoll(metadata(file, "global_step"));
-    if (file.metadata.contains("iterations")) iterations = std::stoll(metadata(file, "iterations"));
-  } catch (const std::invalid_argument&) {
-    lockstep::detail::throw_error<IOError>(path, ": its global_step or iterations is not a number");
-  }
+  const std::int64_t step = integer_metadata(file, "global_step");
+  const std::int64_t iterations =
+      file.metadata.contains("iterations") ? integer_metadata(file, "iterations") : 0;
   if (state.optimizer.defined() && !slots.empty()) {
     const std::string& saved_class = metadata(file, "optimizer");
     LOCKSTEP_CHECK(saved_class == state.optimizer->class_name(), path,
