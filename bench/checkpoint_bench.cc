@@ -13,10 +13,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <vector>
 
+#include "lockstep/io/hdf5.h"
 #include "lockstep/lockstep.h"
 #include "seed_mlp.h"
 
@@ -105,6 +107,44 @@ void BM_Checkpoint_FitWithBackups(benchmark::State& state) {
 BENCHMARK(BM_Checkpoint_FitWithBackups)
     ->Arg(0)
     ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Keras weights files read through the guard (issue #41): libhdf5 in a
+// child process (io::read_h5) against the same reading in this process
+// (io::read_h5_image_in_process, kept for this comparison only).
+// range(0): MobileNetV2's alpha x 100 at 224 (its weights, saved here as
+// Keras's .weights.h5); range(1): 0 in process, 1 isolated. The process
+// also holds the model: fork copies the page tables of what it maps.
+void BM_ReadH5(benchmark::State& state) {
+  ls::clear_session();
+  const ls::Model model = ls::applications::MobileNetV2(
+      {.input_shape = ls::Shape{224, 224, 3}, .alpha = static_cast<double>(state.range(0)) / 100.0});
+  const std::string path =
+      (bench_dir() / ("mobilenet_v2_" + std::to_string(state.range(0)) + ".weights.h5")).string();
+  model.save_weights(path);
+  std::string bytes(fs::file_size(path), '\0');
+  {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr || std::fread(bytes.data(), 1, bytes.size(), f) != bytes.size())
+      state.SkipWithError("cannot read the weights file back");
+    if (f != nullptr) std::fclose(f);
+  }
+  const bool isolated = state.range(1) == 1;
+  for (auto _ : state) {
+    const ls::io::H5Group tree = isolated ? ls::io::read_h5_image(bytes, path)
+                                          : ls::io::read_h5_image_in_process(bytes, path);
+    benchmark::DoNotOptimize(&tree);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(bytes.size()));
+  state.counters["file_MB"] = static_cast<double>(bytes.size()) * 1e-6;
+  state.SetLabel(isolated ? "isolated (child process)" : "in process");
+}
+BENCHMARK(BM_ReadH5)
+    ->Args({35, 0})
+    ->Args({35, 1})
+    ->Args({100, 0})
+    ->Args({100, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
