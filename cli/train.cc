@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -31,11 +32,23 @@ namespace {
 
 namespace ld = lockstep::data;
 
+// --local-replicas' bound: a replica is a pinned thread with cores of its
+// own; a million of them was accepted (issue #41). The worker's own core
+// count is checked when the strategy starts.
+constexpr long long kMaxLocalReplicas = 1024;
+
 bool is_keras_file(const std::string& path) {
   auto ends = [&](const std::string& suffix) {
     return path.size() >= suffix.size() &&
            path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
+  // "m.KERAS" was read as a model JSON file and failed as bad JSON; Keras
+  // itself takes the suffix as written, lower case.
+  std::string lower = std::filesystem::path(path).extension().string();
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  LOCKSTEP_CHECK((lower != ".keras" && lower != ".h5") || ends(lower), "--model: '", path,
+                 "' ends in '", std::filesystem::path(path).extension().string(),
+                 "'; Keras's suffixes are lower case: rename it to end in '", lower, "'");
   return ends(".keras") || ends(".h5");
 }
 
@@ -89,6 +102,19 @@ distribute::Strategy make_strategy(const TrainArgs& a) {
                  " compresses the gradients sent between workers: it needs --strategy "
                  "multi-worker (this run is ",
                  name, ")");
+  // A flag of another strategy would be accepted and do nothing (issue #41).
+  LOCKSTEP_CHECK(a.max_shards == 1 || name == "parameter-server", "--max-shards ", a.max_shards,
+                 " splits variables over the parameter servers: it needs --strategy "
+                 "parameter-server (this run is ",
+                 name, ")");
+  LOCKSTEP_CHECK(a.local_replicas == 0 || name == "multi-worker", "--local-replicas ",
+                 a.local_replicas,
+                 " sets each worker's replicas under --strategy multi-worker (this run is ", name,
+                 "; --devices picks the replicas of one process)");
+  LOCKSTEP_CHECK(a.communication == "auto" || name == "multi-worker", "--communication ",
+                 a.communication,
+                 " picks how workers talk: it needs --strategy multi-worker (this run is ", name,
+                 ")");
   if (name == "multi-worker") {
     distribute::MultiWorkerMirroredStrategyOptions o;
     o.local_replicas = a.local_replicas;
@@ -100,8 +126,10 @@ distribute::Strategy make_strategy(const TrainArgs& a) {
       } catch (const std::exception&) {
         used = 0;
       }
-      LOCKSTEP_CHECK(used == given.size() && o.local_replicas >= 1,
-                     "LOCKSTEP_LOCAL_REPLICAS: expected a count >= 1, got '", given, "'");
+      LOCKSTEP_CHECK(used == given.size() && o.local_replicas >= 1 &&
+                         o.local_replicas <= kMaxLocalReplicas,
+                     "LOCKSTEP_LOCAL_REPLICAS: expected a count from 1 to ", kMaxLocalReplicas,
+                     ", got '", given, "'");
     }
     if (a.communication == "gloo") o.communication = distribute::CommunicationImplementation::kGloo;
     if (a.communication == "mpi") o.communication = distribute::CommunicationImplementation::kMpi;
@@ -264,7 +292,7 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   train
       ->add_option("--local-replicas", a.local_replicas,
                    "multi-worker: replicas per worker (default: LOCKSTEP_LOCAL_REPLICAS or 1)")
-      ->check(at_least(1));
+      ->check(between(1, kMaxLocalReplicas, "a replica is a thread on cores of its own"));
   train
       ->add_option("--communication", a.communication,
                    "multi-worker: auto (MPI under mpirun, else Gloo), gloo or mpi")

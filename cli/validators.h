@@ -28,6 +28,21 @@ inline CLI::Validator at_least(long long min) {
       "INT " + bound);
 }
 
+// An integer in [min, max], with `why` for the upper bound in the message.
+inline CLI::Validator between(long long min, long long max, const std::string& why) {
+  const std::string bound = "from " + std::to_string(min) + " to " + std::to_string(max);
+  return CLI::Validator(
+      [min, max, bound, why](std::string& value) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const long long v = std::strtoll(value.c_str(), &end, 10);
+        if (value.empty() || *end != '\0' || errno == ERANGE || v < min || v > max)
+          return "expected an integer " + bound + " (" + why + "), got " + value;
+        return "";
+      },
+      "INT " + bound);
+}
+
 // An integer in [0, 2^64 - 1] (CLI11 would wrap "-1" and "2^64" silently).
 inline CLI::Validator unsigned_64() {
   return CLI::Validator(

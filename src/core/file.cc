@@ -216,6 +216,39 @@ std::uint64_t regular_file_size(const std::string& path) {
   return static_cast<std::uint64_t>(st.st_size);
 }
 
+std::string read_whole_file(const std::string& path) {
+  const std::uint64_t size = regular_file_size(path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) sys_error("opening", path);
+  std::string bytes;
+  try {
+    bytes.resize(static_cast<std::size_t>(size));
+  } catch (const std::exception&) {  // std::bad_alloc, std::length_error
+    ::close(fd);
+    detail::throw_error<IOError>(path, ": ", size,
+                                 " bytes: more than this process can hold in memory (is it a "
+                                 "sparse or damaged file?)");
+  }
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done,
+                              static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      errno = e;
+      sys_error("reading", path);
+    }
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  LOCKSTEP_CHECK_AS(IOError, done == bytes.size(), path, ": read ", done, " of its ", size,
+                    " bytes (did it shrink while read?)");
+  return bytes;
+}
+
 void check_writable(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))

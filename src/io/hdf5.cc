@@ -8,7 +8,6 @@
 #include <atomic>
 #include <bit>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -690,15 +689,6 @@ H5Group read_h5_image_in_process(const std::string& bytes, const std::string& so
   return decode(records, source);
 }
 
-H5Group read_h5(const std::string& path) {
-  const std::uint64_t size = regular_file_size(path);
-  std::ifstream in(path, std::ios::binary);
-  LOCKSTEP_CHECK_AS(IOError, in.good(), path, ": cannot open (", std::strerror(errno), ")");
-  std::string bytes(size, '\0');
-  in.read(bytes.data(), static_cast<std::streamsize>(size));
-  LOCKSTEP_CHECK_AS(IOError, static_cast<std::uint64_t>(in.gcount()) == size, path, ": read ",
-                    in.gcount(), " of its ", size, " bytes");
-  return read_h5_image(bytes, path);
-}
+H5Group read_h5(const std::string& path) { return read_h5_image(read_whole_file(path), path); }
 
 }  // namespace lockstep::io

@@ -1,6 +1,7 @@
 // Optimizers as Keras's files hold them: the config (class name and
 // arguments) and `optimizer.variables` (iterations, the learning rate, the
 // slots in Keras's order).
+#include <cmath>
 #include <set>
 
 #include "lockstep/core/error.h"
@@ -74,6 +75,9 @@ void OptimizerImpl::set_keras_variables(const std::vector<Variable>& trainable,
   LOCKSTEP_CHECK(steps.numel() == 1 && is_integral(steps.dtype()), source,
                  ": the optimizer's variable 0 (iterations) is ", steps.dtype(), " ", steps.shape(),
                  "; expected one integer");
+  const std::int64_t step = steps.to(DType::kInt64).data<std::int64_t>()[0];
+  LOCKSTEP_CHECK(step >= 0, source, ": the optimizer's variable 0 (iterations) is ", step,
+                 "; a step count is >= 0");
   double rate = 0;
   if (constant) {
     const Tensor& lr = values[1];
@@ -81,6 +85,9 @@ void OptimizerImpl::set_keras_variables(const std::vector<Variable>& trainable,
                    ": the optimizer's variable 1 (learning_rate) is ", lr.dtype(), " ", lr.shape(),
                    "; expected one number");
     rate = lr.to(DType::kFloat32).data<float>()[0];
+    LOCKSTEP_CHECK(std::isfinite(rate) && rate >= 0, source,
+                   ": the optimizer's variable 1 (learning_rate) is ", rate,
+                   "; a learning rate is a number >= 0");
   }
   const std::size_t first_slot = scalars;
   std::map<std::string, Tensor> by_name;
@@ -97,7 +104,7 @@ void OptimizerImpl::set_keras_variables(const std::vector<Variable>& trainable,
     }
   }
   if (!unbuilt) restore_slot_values(trainable, by_name);  // checks everything before it sets
-  set_iterations(steps.to(DType::kInt64).data<std::int64_t>()[0]);
+  set_iterations(step);
   // Keras keeps the rate as a float32 variable: a value that rounds to ours
   // is ours (a round trip keeps every bit of the float64 rate); another one
   // was changed on purpose (a callback) and wins.
@@ -132,9 +139,13 @@ Optimizer from_config(const std::string& class_name,
     LOCKSTEP_CHECK(!args.contains(key), class_name, ": argument '", key, "' is set, but ", why);
   };
   const double default_rate = class_name == "SGD" ? 0.01 : 0.001;
-  const LearningRate lr = learning_rate != nullptr
-                              ? LearningRate(*learning_rate)
-                              : LearningRate(number("learning_rate", default_rate));
+  const double rate = number("learning_rate", default_rate);
+  // A negative or non-finite rate from a file trains uphill or to NaN
+  // (issue #41: a .keras with learning_rate -0.1 was taken).
+  LOCKSTEP_CHECK(std::isfinite(rate) && rate >= 0, class_name, ": learning_rate must be a number >= 0, got ",
+                 rate);
+  const LearningRate lr =
+      learning_rate != nullptr ? LearningRate(*learning_rate) : LearningRate(rate);
   used.insert("learning_rate");
   const ClipOptions clip{.clipnorm = number("clipnorm", 0),
                          .clipvalue = number("clipvalue", 0),

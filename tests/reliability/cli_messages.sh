@@ -86,6 +86,19 @@ for kib in 94000 120000 260000; do
     fail "ulimit -v $kib: no clear message: $(cat "$work/oom.log")"
   echo "ok: ulimit -v $kib: exit $rc: $(tail -1 "$work/oom.log")"
 done
+# Flags another strategy would take are refused, not ignored (issue #41).
+expect 1 "--max-shards 4 splits variables over the parameter servers: it needs --strategy parameter-server (this run is mirrored)" \
+  "$bin" train --max-shards 4
+expect 1 "--local-replicas 2 sets each worker's replicas under --strategy multi-worker (this run is mirrored" \
+  "$bin" train --local-replicas 2
+expect 1 "--communication gloo picks how workers talk: it needs --strategy multi-worker (this run is default)" \
+  "$bin" train --strategy default --communication gloo
+expect 2 "--local-replicas: expected an integer from 1 to 1024 (a replica is a thread on cores of its own), got 1000000" \
+  "$bin" train --strategy multi-worker --local-replicas 1000000
+cp "$(dirname "$0")/../interop/keras_fixtures/sequential.keras" "$work/upper.KERAS"
+expect 1 "--model: '$work/upper.KERAS' ends in '.KERAS'; Keras's suffixes are lower case: rename it to end in '.keras'" \
+  "$bin" train --model "$work/upper.KERAS"
+
 # A job token shorter than 16 bytes is refused before any task starts (issue #41).
 one_worker='{"cluster":{"worker":["127.0.0.1:1","127.0.0.1:2"]},"task":{"type":"worker","index":0}}'
 expect 1 "MultiWorkerMirroredStrategy: the job token (LOCKSTEP_JOB_TOKEN) has 5 bytes; it must have at least 16" \

@@ -94,6 +94,36 @@ refused heap-crash.keras "model.weights.h5: the reader crashed" \
 refused dense-units-2p63.keras "holds more than 2^63 - 1 elements" \
   "$bin" train --model "$work/dense-units-2p63.keras" --epochs 1 --steps-per-epoch 2
 
+# A 1 TiB sparse file: named, with its size, not an anonymous bad_alloc.
+truncate -s 1T "$work/sparse.weights.h5"
+refused sparse.weights.h5 "1099511627776 bytes: more than this process can hold in memory" \
+  "$bin" inspect "$work/sparse.weights.h5"
+rm -f "$work/sparse.weights.h5"
+
+# A negative learning rate in a .keras file's compile config (it trained
+# uphill): refused, naming the file.
+python3 - "$root/tests/interop/keras_fixtures/sequential.keras" "$work/negative-rate.keras" <<'PY'
+import json, sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+members = {n: z.read(n) for n in z.namelist()}
+cfg = json.loads(members["config.json"])
+opt = cfg["compile_config"]["optimizer"]
+opt["config"]["learning_rate"] = -0.1
+members["config.json"] = json.dumps(cfg).encode()
+with zipfile.ZipFile(sys.argv[2], "w") as out:
+    for n, b in members.items():
+        out.writestr(n, b)
+PY
+refused negative-rate.keras "learning_rate must be a number >= 0, got -0.1" \
+  "$bin" train --model "$work/negative-rate.keras" --epochs 1 --steps-per-epoch 2
+
+# A killed save's temporary file is removed by the next run that saves there.
+touch "$work/.kept.keras.tmp999999999.7"
+timeout 120 "$bin" train --epochs 1 --steps-per-epoch 2 --save "$work/kept.keras" >"$work/kept.log" 2>&1 ||
+  fail "a save beside a stale temporary: $(cat "$work/kept.log")"
+[ -e "$work/.kept.keras.tmp999999999.7" ] && fail "a killed save's temporary file was left"
+echo "ok: a killed save's temporary file is removed by the next save"
+
 # --save's target is checked before training: nothing trains for a target
 # that cannot be written, and the error names it.
 mkdir -p "$work/readonly" "$work/a-dir.keras"

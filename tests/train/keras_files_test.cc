@@ -457,6 +457,36 @@ TEST(KerasFiles, SaveWeightsWritesKerasLayoutWithTheOptimizer) {
   EXPECT_EQ(other.optimizer().iterations(), 1);
 }
 
+// Issue #41: a negative step count or learning rate in a weights file is
+// refused naming the file, and nothing is loaded.
+TEST(KerasFiles, ANegativeStepOrLearningRateInAWeightsFileIsRefused) {
+  Model m = trained_mlp(distribute::Strategy(), 4);
+  m.train_on_batch(batch_x(0), batch_y(0));
+  TempDir dir("lockstep_keras");
+  m.save_weights(dir / "w.weights.h5");
+  const io::H5Group tree = io::read_h5(dir / "w.weights.h5");
+  for (const int which : {0, 1}) {
+    io::H5Group bad = tree;
+    Tensor& t = bad.group("optimizer/vars").datasets.at(std::to_string(which));
+    if (which == 0) {
+      t = Tensor::from_vector<std::int64_t>({-5}, t.shape());
+    } else {
+      t = Tensor::from_vector<float>({-0.25f}, t.shape());
+    }
+    const fs::path path = dir.path / ("bad" + std::to_string(which) + ".weights.h5");
+    io::write_h5(path.string(), bad);
+    Model other = trained_mlp(distribute::Strategy(), 5);
+    const auto before = weights(other);
+    const std::string msg = message_of([&] { other.load_weights(path); });
+    EXPECT_NE(msg.find(path.filename().string()), std::string::npos) << msg;
+    EXPECT_NE(msg.find(which == 0 ? "(iterations) is -5; a step count is >= 0"
+                                  : "(learning_rate) is -0.25; a learning rate is a number >= 0"),
+              std::string::npos)
+        << msg;
+    expect_bitwise(weights(other), before, "nothing loaded");
+  }
+}
+
 TEST(KerasFiles, SuffixDecidesAndOthersAreNamed) {
   Model m = fixture_mlp();
   TempDir dir("lockstep_keras");

@@ -57,6 +57,12 @@ void atomic_write(const std::string& path, const std::string& contents);
 // length a header claims by this size.
 std::uint64_t regular_file_size(const std::string& path);
 
+// The whole of the regular file `path`. An IOError names the file when it
+// cannot be opened, is not a regular file, changes size while read, or is
+// larger than this process can hold (a huge sparse file made an allocation
+// failure that named nothing: issue #41).
+std::string read_whole_file(const std::string& path);
+
 // Checks, before the work whose result goes to `path`, that it can be
 // written there: an IOError naming `path` when it is a directory or its
 // folder takes no new file (read-only, missing, no permission). Removes the

@@ -1,7 +1,6 @@
 // decode_image, read_image, encode_jpeg and encode_png (data/image.h): the
 // format sniffed from the first bytes, as tf.io.decode_image does, then the
 // codec adapter of that format (jpeg.cc, png.cc).
-#include <fstream>
 #include <iterator>
 
 #include "data/image/codecs.h"
@@ -56,15 +55,7 @@ Tensor decode_image(std::string_view contents, const DecodeImageOptions& options
 }
 
 Tensor read_image(const std::string& path, int channels) {
-  const std::uint64_t size = regular_file_size(path);
-  std::ifstream in(path, std::ios::binary);
-  LOCKSTEP_CHECK_AS(IOError, in.good(), "read_image: cannot open '", path, "'");
-  std::string bytes(static_cast<std::size_t>(size), '\0');
-  in.read(bytes.data(), static_cast<std::streamsize>(size));
-  LOCKSTEP_CHECK_AS(IOError, static_cast<std::uint64_t>(in.gcount()) == size,
-                    "read_image: could read only ", in.gcount(), " of the ", size, " bytes of '",
-                    path, "'");
-  return decode_image(bytes, {.channels = channels, .filename = path});
+  return decode_image(read_whole_file(path), {.channels = channels, .filename = path});
 }
 
 std::string encode_jpeg(const Tensor& image, const EncodeJpegOptions& options) {
