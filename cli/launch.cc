@@ -413,8 +413,11 @@ int run_launch(const LaunchArgs& a) {
     if (g_stop_signal && !forwarded_signal) {
       forwarded_signal = true;
       std::fprintf(stderr,
-                   "lockstep launch: interrupted (%s); stopping the workers (SIGTERM: each "
-                   "backs up and stops; a second interrupt kills them)\n",
+                   ps_job ? "lockstep launch: interrupted (%s); stopping the tasks (SIGTERM: the "
+                            "chief stops at once, its last backup kept; a second interrupt "
+                            "kills them)\n"
+                          : "lockstep launch: interrupted (%s); stopping the workers (SIGTERM: "
+                            "each backs up and stops; a second interrupt kills them)\n",
                    g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
       stop_others(SIGTERM);
       // Backing up takes a moment (a worker agrees on a step, then writes).

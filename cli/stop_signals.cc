@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <string>
 #include <thread>
 
 #include "lockstep/distribute/strategy_extended.h"
@@ -35,6 +36,9 @@ constexpr std::int64_t kAgreeEvery = 16;
 
 std::atomic<int> g_signal{0};
 std::atomic<bool> g_catching{false};
+// Set (before catching starts) where the first signal ends the process at
+// once, with this said first: a parameter-server chief (see catch_stop_signals).
+std::atomic<const char*> g_exit_at_once{nullptr};
 
 sigset_t stop_set() {
   sigset_t set;
@@ -50,6 +54,15 @@ void wait_for_signals() {
     int sig = 0;
     if (sigwait(&set, &sig) != 0) continue;
     int expected = 0;
+    if (g_catching.load() && g_exit_at_once.load() != nullptr) {
+      const char* note = g_exit_at_once.load();
+      const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      // write(2): this thread may interrupt nothing, but stdio's lock may
+      // be held by another thread at this moment.
+      const std::string line = std::string("lockstep: ") + name + ": " + note + "\n";
+      [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+      ::_exit(128 + sig);
+    }
     if (!g_catching.load() || !g_signal.compare_exchange_strong(expected, sig)) {
       ::_exit(128 + sig);  // outside training, or the second signal
     }
@@ -58,18 +71,9 @@ void wait_for_signals() {
 
 class StopOnSignal : public Callback {
  public:
-  StopOnSignal(std::shared_ptr<BackupAndRestore> backup, bool at_epoch_end)
-      : backup_(std::move(backup)), at_epoch_end_(at_epoch_end) {}
+  explicit StopOnSignal(std::shared_ptr<BackupAndRestore> backup) : backup_(std::move(backup)) {}
 
-  void on_train_batch_end(std::int64_t, const Logs&) override {
-    if (!at_epoch_end_) check();
-  }
-  // Under ParameterServerStrategy the epoch's scheduled steps finish first
-  // (the backup fit takes at the epoch's end is the one a rerun resumes).
-  void on_epoch_end(int, const Logs&) override {
-    if (at_epoch_end_ && g_signal.load() != 0) model()->stop_training();
-  }
-  bool implements_train_batch_hooks() const override { return !at_epoch_end_; }
+  void on_train_batch_end(std::int64_t, const Logs&) override { check(); }
 
  private:
   void check() {
@@ -85,7 +89,6 @@ class StopOnSignal : public Callback {
   }
 
   std::shared_ptr<BackupAndRestore> backup_;
-  bool at_epoch_end_;
 };
 
 }  // namespace
@@ -96,15 +99,17 @@ void take_stop_signals() {
   std::thread(wait_for_signals).detach();
 }
 
-void catch_stop_signals() { g_catching.store(true); }
+void catch_stop_signals(const char* exit_at_once) {
+  g_exit_at_once.store(exit_at_once);
+  g_catching.store(true);
+}
 
 void restore_default_signals() { g_catching.store(false); }
 
 int stop_signal() { return g_signal.load(); }
 
-std::shared_ptr<Callback> stop_on_signal(std::shared_ptr<BackupAndRestore> backup,
-                                         bool at_epoch_end) {
-  return std::make_shared<StopOnSignal>(std::move(backup), at_epoch_end);
+std::shared_ptr<Callback> stop_on_signal(std::shared_ptr<BackupAndRestore> backup) {
+  return std::make_shared<StopOnSignal>(std::move(backup));
 }
 
 }  // namespace lockstep::cli

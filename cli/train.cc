@@ -144,6 +144,7 @@ distribute::Strategy make_strategy(const TrainArgs& a) {
       o.variable_partitioner = distribute::MinSizePartitioner({.max_shards = a.max_shards});
     o.function_timeout =
         std::chrono::milliseconds(static_cast<long long>(a.timeout_seconds * 1000));
+    o.worker_timeout = o.function_timeout;  // a chief whose workers are all gone stops then
     return distribute::ParameterServerStrategy(o);
   }
   if (name == "mirrored") return distribute::MirroredStrategy();
@@ -307,7 +308,8 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   train
       ->add_option("--timeout", a.timeout_seconds,
                    "multi-worker: seconds before a collective is declared failed; "
-                   "parameter-server: before a scheduled function is")
+                   "parameter-server: before a scheduled function is, and before the chief "
+                   "gives up when no worker answers")
       ->check(positive())
       ->capture_default_str();
   train->add_option("--data-dir", a.data_dir,
@@ -571,9 +573,15 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
     callbacks.push_back(backup);
   }
   const bool on_parameter_servers = strategy.extended().uses_parameter_servers();
-  callbacks.push_back(stop_on_signal(backup, on_parameter_servers));
+  if (!on_parameter_servers) callbacks.push_back(stop_on_signal(backup));
   phase = "training";
-  catch_stop_signals();
+  catch_stop_signals(on_parameter_servers
+                         ? (a.checkpoint_dir.empty()
+                                ? "stopping the parameter-server job's chief now (no "
+                                  "--checkpoint-dir: nothing was kept)"
+                                : "stopping the parameter-server job's chief now; the rerun "
+                                  "resumes from the backup of the last whole epoch")
+                         : nullptr);
   if (on_parameter_servers) {
     // Each worker builds its own shuffled, repeated share of the training
     // images (register_training_data); an epoch is a pass's worth of steps.

@@ -66,6 +66,12 @@ struct ParameterServerStrategyOptions {
   // One scheduled function on a worker (a worker that hangs is found by
   // it; one that dies is found at once, its connection closing).
   std::chrono::milliseconds function_timeout{std::chrono::minutes(30)};
+  // How long the coordinator goes on while no worker answers at all — at
+  // start, or after every worker was lost — before the job fails with an
+  // UnavailableError naming them. A worker that comes back within it is
+  // set up again and the job goes on (TensorFlow waits for ever: a chief
+  // whose workers were all gone hung, issue #41).
+  std::chrono::milliseconds worker_timeout{std::chrono::minutes(5)};
   // Scheduled functions waiting for a worker; schedule() blocks while it
   // is full. 0: 256 per worker, TensorFlow's.
   int closure_queue_size = 0;

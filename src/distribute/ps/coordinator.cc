@@ -84,6 +84,9 @@ CoordinatorImpl::CoordinatorImpl(ParameterServerStrategyImpl* strategy) : strate
   for (auto& channel :
        ps::open_channels(r, "worker", strategy->token(), strategy->options().timeout))
     workers_.push_back({std::move(channel)});
+  // Not yet answering: the wait for the first worker counts against
+  // worker_timeout too.
+  down_since_.assign(workers_.size(), Clock::now());
   for (int w = 0; w < n; ++w) dispatchers_.emplace_back([this, w] { dispatch(w); });
 }
 
@@ -217,6 +220,8 @@ bool CoordinatorImpl::bring_up(int w) {
         worker.setup_done = 0;
       }
       worker.ready = true;
+      std::lock_guard lk(mu_);
+      down_since_[static_cast<std::size_t>(w)].reset();
       return true;
     } catch (const comm::rpc::RpcError& e) {
       if (!e.peer_lost()) {
@@ -226,6 +231,12 @@ bool CoordinatorImpl::bring_up(int w) {
         stop_cv_.wait(lk, [&] { return stopping_; });
         return false;
       }
+    }
+    if (const std::optional<std::string> why = no_worker_left(w)) {
+      record_error("UnavailableError", *why);
+      std::unique_lock lk(mu_);
+      stop_cv_.wait(lk, [&] { return stopping_; });
+      return false;
     }
     if (!warned && Clock::now() - started > strategy_->options().connect_timeout) {
       warned = true;
@@ -238,6 +249,29 @@ bool CoordinatorImpl::bring_up(int w) {
     std::unique_lock lk(mu_);
     stop_cv_.wait_for(lk, std::chrono::milliseconds(200), [&] { return stopping_; });
   }
+}
+
+std::optional<std::string> CoordinatorImpl::no_worker_left(int w) {
+  std::lock_guard lk(mu_);
+  auto& since = down_since_[static_cast<std::size_t>(w)];
+  if (!since) since = Clock::now();
+  if (error_ || stopping_) return std::nullopt;
+  // The last time any worker answered: every one down since then.
+  Clock::time_point last_answer = Clock::time_point::min();
+  for (const auto& d : down_since_) {
+    if (!d) return std::nullopt;  // this one answers
+    last_answer = std::max(last_answer, *d);
+  }
+  const auto limit = strategy_->options().worker_timeout;
+  if (Clock::now() - last_answer < limit) return std::nullopt;
+  std::string names;
+  for (const Worker& worker : workers_)
+    names += (names.empty() ? "" : ", ") + worker.channel->peer();
+  return "ClusterCoordinator: no worker has answered for " +
+         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(limit).count()) +
+         " s (" + names +
+         "); the job cannot go on without one. Restart the workers within worker_timeout and it "
+         "goes on; rerun the job and it resumes from its last backup";
 }
 
 void CoordinatorImpl::catch_up(int w) {

@@ -6,6 +6,7 @@
 // (cluster_coordinator.h is its face).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -80,6 +81,9 @@ class CoordinatorImpl {
   // Waits until worker w answers (a new incarnation: set up from scratch);
   // false when stopping.
   bool bring_up(int w);
+  // Marks worker w as not answering; the job's error when no worker has
+  // answered for worker_timeout, else nullopt.
+  std::optional<std::string> no_worker_left(int w);
   // The table and the set-up the worker has not had yet.
   void catch_up(int w);
   // The first error of the job (raised once); the queued functions are
@@ -90,6 +94,9 @@ class CoordinatorImpl {
   ParameterServerStrategyImpl* strategy_;
   std::size_t capacity_;
   std::vector<Worker> workers_;  // fixed size; each touched by its dispatcher only
+  // When each worker stopped answering (under mu_); none: it answers. All
+  // set for longer than worker_timeout: the job cannot go on.
+  std::vector<std::optional<std::chrono::steady_clock::time_point>> down_since_;
   mutable std::mutex mu_;
   std::condition_variable work_cv_, space_cv_, idle_cv_, stop_cv_;
   std::deque<Closure> queue_;
