@@ -6,6 +6,9 @@
 //    and two slots per weight) in MB/s, against 1.
 // 3. Training slowdown with BackupAndRestore(save_freq = 100) against none:
 //    the seed MLP, 400 steps of batch 64 (goal < 5%).
+// 4. Keras weights files (MobileNetV2's) read by libhdf5 in a child process
+//    against the same reading in this one, and what the isolation costs
+//    with nothing to read, by the memory the process holds (issue #41).
 //
 // LOCKSTEP_BENCH_DIR chooses the directory (default: the system temp dir).
 #include <benchmark/benchmark.h>
@@ -18,6 +21,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "lockstep/core/isolated.h"
 #include "lockstep/io/hdf5.h"
 #include "lockstep/lockstep.h"
 #include "seed_mlp.h"
@@ -145,6 +149,33 @@ BENCHMARK(BM_ReadH5)
     ->Args({35, 1})
     ->Args({100, 0})
     ->Args({100, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// What the isolation itself costs (core/isolated.h): a child that returns
+// nothing, from a process that holds range(0) MiB of written memory. fork
+// copies the page tables of what the process maps, and the child's exit
+// tears them down; after it, the parent's first write to each of its pages
+// faults once (copy-on-write, no copy: the child is gone), counted in
+// touch_after_ms.
+void BM_Isolated_EmptyWork(benchmark::State& state) {
+  std::vector<char> held(static_cast<std::size_t>(state.range(0)) << 20, 1);
+  double touch_ms = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(ls::run_isolated("bench", {}, [] { return std::string(); }));
+    state.PauseTiming();
+    const auto t0 = Clock::now();
+    for (std::size_t i = 0; i < held.size(); i += 4096) held[i] = static_cast<char>(held[i] + 1);
+    touch_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    state.ResumeTiming();
+  }
+  state.counters["touch_after_ms"] = touch_ms / static_cast<double>(state.iterations());
+  benchmark::DoNotOptimize(held.data());
+}
+BENCHMARK(BM_Isolated_EmptyWork)
+    ->Arg(0)
+    ->Arg(512)
+    ->Arg(2048)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -125,6 +125,11 @@ std::shared_ptr<Task> SerialCommunicator::post(std::string what, std::function<v
     }
     fn();
   };
+  {
+    std::lock_guard lk(mu_);
+    std::erase_if(pending_, [](const std::weak_ptr<Task>& t) { return t.expired(); });
+    pending_.push_back(task);
+  }
   executor_->post(task);
   return task;
 }
@@ -151,10 +156,19 @@ void SerialCommunicator::wait_task(Task& task) {
   const auto deadline =
       std::chrono::steady_clock::now() + options_.timeout + std::chrono::seconds(2);
   std::unique_lock lk(task.mu);
-  if (!task.cv.wait_until(lk, deadline, [&] { return task.done; })) {
+  if (!task.cv.wait_until(lk, deadline, [&] { return task.done || aborted_.load(); })) {
     lk.unlock();
     executor_->mark_stuck();
     fail(task, "did not finish within " + seconds(options_.timeout), true);
+  }
+  if (!task.done) {
+    // Aborted while the library still waits on a peer: this rank stops
+    // waiting; the library's call ends at its own deadline, on the
+    // communication thread, which is left behind (as after a timeout).
+    lk.unlock();
+    executor_->mark_stuck();
+    std::lock_guard blk(mu_);
+    throw DistributedError(broken_);
   }
   if (task.error) {
     std::string message = "unknown error";
@@ -240,8 +254,20 @@ void SerialCommunicator::barrier() {
 }
 
 void SerialCommunicator::abort(const std::string& reason) {
-  std::lock_guard lk(mu_);
-  if (broken_.empty()) broken_ = lockstep::detail::str_cat("worker ", options_.rank, ": ", reason);
+  std::vector<std::shared_ptr<Task>> waiting;
+  {
+    std::lock_guard lk(mu_);
+    if (broken_.empty())
+      broken_ = lockstep::detail::str_cat("worker ", options_.rank, ": ", reason);
+    aborted_.store(true);
+    for (const auto& t : pending_) {
+      if (auto task = t.lock()) waiting.push_back(std::move(task));
+    }
+  }
+  for (const auto& task : waiting) {
+    std::lock_guard lk(task->mu);  // a waiter between its check and its wait sees the flag
+    task->cv.notify_all();
+  }
 }
 
 }  // namespace lockstep::comm::detail

@@ -91,6 +91,9 @@ class SerialCommunicator : public Communicator {
   void drain();
   // A collective failed or the group was aborted.
   bool broken();
+  // The communication thread is left inside a library call (a timeout, or
+  // an abort while a peer was stopped): the library's state must outlive it.
+  bool stuck() const { return executor_->stuck(); }
 
  private:
   [[noreturn]] void fail(const Task& task, const std::string& message, bool timeout);
@@ -101,6 +104,10 @@ class SerialCommunicator : public Communicator {
   std::shared_ptr<SerialExecutor> executor_;
   std::mutex mu_;
   std::string broken_;  // the first failure; later collectives fail with it
+  // Tasks posted and not yet waited for: abort() wakes their waiters, who
+  // then fail at once with its reason instead of at the deadline.
+  std::vector<std::weak_ptr<Task>> pending_;
+  std::atomic<bool> aborted_{false};
   // all_reduce_bf16_async's bfloat16 copy of the data, kept between calls
   // (one allocation, not one per gradient bucket); touched only by tasks on
   // the communication thread, which run one at a time.

@@ -162,7 +162,13 @@ class StoreServerImpl final : public StoreServer {
 
   ~StoreServerImpl() override {
     {
-      std::lock_guard lk(mu_);
+      std::unique_lock lk(mu_);
+      // A chief that lost a worker stays, up to a heartbeat timeout, until
+      // the others have heard it from here (each asks once a heartbeat
+      // interval) and left: gone at once, it left them to their
+      // collective's deadline and a report that blamed the chief alone.
+      if (!lost_.empty())
+        cv_.wait_for(lk, o_.heartbeat_timeout, [&] { return watching_ == 0; });
       stop_ = true;
       for (auto& c : connections_) c->socket.shutdown();
     }
@@ -435,6 +441,20 @@ class StoreServerImpl final : public StoreServer {
 
   // The liveness connection of `rank`: heartbeats until a goodbye.
   void watch(const Socket& s, int rank) {
+    {
+      std::lock_guard lk(mu_);
+      ++watching_;
+    }
+    struct Done {
+      StoreServerImpl* self;
+      ~Done() {
+        {
+          std::lock_guard lk(self->mu_);
+          --self->watching_;
+        }
+        self->cv_.notify_all();
+      }
+    } done{this};
     std::string why;
     for (;;) {
       char beat = 0;
@@ -467,6 +487,7 @@ class StoreServerImpl final : public StoreServer {
   std::map<std::string, std::vector<char>> data_;
   std::size_t stored_bytes_ = 0;  // keys and values in data_
   std::map<int, LostWorker> lost_;
+  int watching_ = 0;  // under mu_: heartbeat connections being watched
   struct Connection {
     Socket socket;
     std::thread thread;

@@ -3,7 +3,9 @@
 // cluster spec), the Gloo or MPI communicator between them, the split of a
 // shared host's cores — and its replicas on each worker.
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -54,6 +56,52 @@ std::string format_lost(const std::vector<comm::LostWorker>& lost, const Cluster
     s += (s.empty() ? "" : "; ") + r.describe_worker(l.rank) + " was lost: " + l.reason;
   return s.empty() ? s : "the chief reports " + s;
 }
+
+// Aborts this worker's collectives as soon as the chief's store names a
+// lost worker — a heartbeat missed for heartbeat_timeout, or its connection
+// closed — instead of at the collective's deadline: a worker stopped by
+// SIGSTOP (or a host gone without closing its connections) stalled the job
+// for --timeout, 300 s by default, without a word (issue #41). The chief
+// asks its own store; a worker asks the chief, once a heartbeat interval. A
+// chief out of reach is left to the collective's deadline, whose report
+// already says so.
+class LivenessWatcher {
+ public:
+  LivenessWatcher(std::function<std::vector<comm::LostWorker>()> lost, comm::Communicator* comm,
+                  ClusterResolver r, std::chrono::milliseconds every)
+      : thread_([this, lost = std::move(lost), comm, r = std::move(r), every] {
+          std::unique_lock lk(mu_);
+          while (!cv_.wait_for(lk, every, [&] { return stop_; })) {
+            lk.unlock();
+            std::vector<comm::LostWorker> gone;
+            try {
+              gone = lost();
+            } catch (const Error&) {
+            }
+            if (!gone.empty()) {
+              comm->abort(format_lost(gone, r));
+              return;
+            }
+            lk.lock();
+          }
+        }) {}
+  ~LivenessWatcher() {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  LivenessWatcher(const LivenessWatcher&) = delete;
+  LivenessWatcher& operator=(const LivenessWatcher&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts when the members it uses exist
+};
 
 // Waits until every worker has joined through the store; names those that
 // did not, and those given another cluster spec.
@@ -184,6 +232,9 @@ CrossWorker join_workers(const MultiWorkerMirroredStrategyOptions& o, const Clus
   };
   cw.comm = comm::create_gloo_communicator(*cw.store_client, r.worker_address(cw.worker_index).host,
                                            "lockstep/gloo/", po);
+  cw.liveness = std::make_shared<LivenessWatcher>(
+      [server, client] { return server ? server->lost_workers() : client->lost_workers(); },
+      cw.comm.get(), r, so.heartbeat_interval);
   return cw;
 }
 

@@ -33,8 +33,11 @@ struct CrossWorker {
   ClusterResolver resolver = ClusterResolver::single_worker();
   std::shared_ptr<comm::StoreServer> store_server;  // on the chief (Gloo)
   std::shared_ptr<comm::StoreClient> store_client;  // rendezvous and heartbeats (Gloo)
-  // Declared last, destroyed first: it uses the store.
+  // Declared after the store, destroyed before it: it uses the store.
   std::shared_ptr<comm::Communicator> comm;
+  // Aborts `comm` when the chief names a lost worker (multi_worker.cc);
+  // declared last, destroyed first: it uses both.
+  std::shared_ptr<void> liveness;
 };
 
 // How the replicas sum their gradients and apply the update (the strategy

@@ -2,10 +2,13 @@
 // two workers killed at 10 random steps; the survivor exits within the
 // collective timeout + 2 s naming the lost worker, no port stays open, and
 // the restarted job resumes from the chief's backup bitwise equal to an
-// uninterrupted run.
+// uninterrupted run; a worker stopped by SIGSTOP is named at the heartbeat
+// timeout.
 #include <signal.h>
 
+#include <fstream>
 #include <random>
+#include <thread>
 
 #include "distribute/multi_worker_support.h"
 
@@ -57,6 +60,37 @@ TEST_F(MultiWorkerTest, AKilledWorkerStopsTheOthersInBoundedTimeAndARestartResum
     expect_bitwise(read_weights(path(tag + "-0.bin")), expected, tag + " resumed vs uninterrupted");
     expect_bitwise(read_weights(path(tag + "-1.bin")), expected, tag + " worker 1 resumed");
   }
+}
+
+// Issue #41: a worker that stops (SIGSTOP, a hung host) with its
+// connections open is named at the heartbeat timeout — here 10 s, the
+// collective deadline's half capped at 10 s — not at the collective's 60 s.
+TEST_F(MultiWorkerTest, AStoppedWorkerIsNamedAtTheHeartbeatTimeoutNotTheCollectives) {
+  auto ps = start_workers(2, {"--out", path("stop-{rank}.bin"), "--timeout-ms", "60000"}, "stop",
+                          {{1, {"--stop-at-step", "5"}}});
+  Process& stopped = ps[1];
+  // Wait until worker 1 has stopped itself.
+  const auto until = Clock::now() + 60s;
+  for (;;) {
+    std::ifstream stat("/proc/" + std::to_string(stopped.pid) + "/stat");
+    std::string pid, comm, state;
+    stat >> pid >> comm >> state;
+    if (state == "T") break;
+    ASSERT_LT(Clock::now(), until) << slurp(stopped.log);
+    std::this_thread::sleep_for(20ms);
+  }
+  const auto since = Clock::now();
+  const Process& survivor = ps[0];
+  const int code = wait_exit(survivor, 60s);
+  const auto took = Clock::now() - since;
+  ::kill(stopped.pid, SIGKILL);
+  (void)wait_exit(stopped, 30s);
+  EXPECT_EQ(code, 3) << slurp(survivor.log);
+  EXPECT_LT(took, 30s) << "named only after "
+                       << std::chrono::duration_cast<std::chrono::seconds>(took).count() << " s";
+  const std::string log = slurp(survivor.log);
+  EXPECT_NE(log.find("worker 1 (127.0.0.1:"), std::string::npos) << log;
+  EXPECT_NE(log.find("was lost: no heartbeat for 10"), std::string::npos) << log;
 }
 
 TEST_F(MultiWorkerTest, AutoShardFileResumesEveryWorkerInItsOwnFilesBitwise) {

@@ -4,12 +4,13 @@
 //
 //   multi_worker_train --out FILE [--strategy mwms|none] [--epochs N]
 //       [--batch B] [--local-replicas K] [--communication auto|gloo|mpi] [--compress 1]
-//       [--timeout-ms T] [--backup DIR] [--hidden H] [--kill-at-step S]
+//       [--timeout-ms T] [--backup DIR] [--hidden H] [--kill-at-step S] [--stop-at-step S]
 //       [--print-cores 1]   (after the strategy: "cores of every thread: <list>")
 //       [--mixed-precision 1]   (Keras's mixed_bfloat16 policy) [--optimizer adam|sgd]
 //
 // Exit codes: 0 done, 1 a Lockstep error (message on stderr), 3 a lost
-// worker (DistributedError), 9 killed itself at --kill-at-step.
+// worker (DistributedError), 9 killed itself at --kill-at-step; at
+// --stop-at-step it stops itself (SIGSTOP) and stays stopped.
 #include <signal.h>
 #include <unistd.h>
 
@@ -39,6 +40,7 @@ struct Args {
   std::string backup;
   int hidden = 32;
   long kill_at_step = -1;
+  long stop_at_step = -1;
   std::int64_t examples = 512;
   bool custom_loop = false;
   // Input from files (written by --write-files DIR): the pipeline
@@ -81,6 +83,8 @@ Args parse(int argc, char** argv) {
       a.hidden = std::stoi(v);
     else if (k == "--kill-at-step")
       a.kill_at_step = std::stol(v);
+    else if (k == "--stop-at-step")
+      a.stop_at_step = std::stol(v);
     else if (k == "--examples")
       a.examples = std::stoll(v);
     else if (k == "--custom-loop")
@@ -125,11 +129,14 @@ Model mlp(int hidden, double learning_rate, const std::string& optimizer) {
 }
 
 // Kills this process (SIGKILL, like a crash) after the given training step.
+// Or stops it (SIGSTOP: its threads, heartbeats included, freeze; its
+// connections stay open), as a hung host would.
 struct KillAt : Callback {
   long step;
-  explicit KillAt(long s) : step(s) {}
+  int signal;
+  KillAt(long s, int sig) : step(s), signal(sig) {}
   void on_train_batch_end(std::int64_t, const Logs&) override {
-    if (model()->optimizer()->iterations() == step) ::kill(::getpid(), SIGKILL);
+    if (model()->optimizer()->iterations() == step) ::kill(::getpid(), signal);
   }
 };
 
@@ -274,7 +281,10 @@ int main(int argc, char** argv) {
     if (!a.backup.empty())
       callbacks.push_back(std::make_shared<BackupAndRestore>(
           BackupAndRestoreOptions{.backup_dir = a.backup, .save_freq = 3}));
-    if (a.kill_at_step >= 0) callbacks.push_back(std::make_shared<KillAt>(a.kill_at_step));
+    if (a.kill_at_step >= 0)
+      callbacks.push_back(std::make_shared<KillAt>(a.kill_at_step, SIGKILL));
+    if (a.stop_at_step >= 0)
+      callbacks.push_back(std::make_shared<KillAt>(a.stop_at_step, SIGSTOP));
     std::vector<std::int64_t> ids_seen;
     const FitOptions fit_options{.batch_size = a.batch,
                                  .epochs = a.epochs,

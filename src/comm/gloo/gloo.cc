@@ -28,7 +28,10 @@
 #include <csignal>
 #include <cstring>
 #include <deque>
+#include <memory>
+#include <mutex>
 #include <type_traits>
+#include <vector>
 
 #include "comm/serial_communicator.h"
 #include "lockstep/comm/process_group.h"
@@ -229,6 +232,20 @@ class GlooCommunicator final : public detail::SerialCommunicator {
   ~GlooCommunicator() override {
     farewell();
     drain();
+    if (stuck()) {
+      // The communication thread is still inside gloo, waiting on a peer
+      // that stopped without closing its connections (aborted when the
+      // chief named it lost, before gloo's own deadline): the objects it
+      // uses stay alive for it, for the rest of the process (a failed job
+      // exits). Destroying them waited in ~Buffer for gloo's deadline.
+      // Never destroyed, not even at exit (which would wait the same way).
+      static std::mutex kept_mu;
+      static auto* kept = new std::vector<std::shared_ptr<void>>;
+      std::lock_guard lk(kept_mu);
+      kept->push_back(device_);
+      kept->push_back(context_);
+      kept->push_back(std::shared_ptr<HalvingDoublingCache>(std::move(halving_doubling_)));
+    }
   }
 
  protected:
