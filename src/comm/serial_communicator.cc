@@ -150,7 +150,24 @@ void SerialCommunicator::run(std::string what, std::function<void()> fn) {
   wait_task(*task);
 }
 
+std::optional<std::chrono::steady_clock::time_point> SerialCommunicator::waiting_since() const {
+  std::lock_guard lk(wait_mu_);
+  if (waiters_ == 0) return std::nullopt;
+  return wait_began_;
+}
+
 void SerialCommunicator::wait_task(Task& task) {
+  {
+    std::lock_guard lk(wait_mu_);
+    if (waiters_++ == 0) wait_began_ = std::chrono::steady_clock::now();
+  }
+  struct Done {
+    SerialCommunicator* self;
+    ~Done() {
+      std::lock_guard lk(self->wait_mu_);
+      --self->waiters_;
+    }
+  } done{this};
   // The library's own deadline is options_.timeout; ours comes 2 s later so
   // that its message (which names the peer) is the one reported.
   const auto deadline =

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -11,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,6 +69,7 @@ class SerialCommunicator : public Communicator {
   void all_gather(const void* data, std::size_t bytes, void* out) override;
   void barrier() override;
   void abort(const std::string& reason) override;
+  std::optional<std::chrono::steady_clock::time_point> waiting_since() const override;
 
   // Waits for a posted task within the deadline; throws its failure.
   void wait_task(Task& task);
@@ -108,6 +111,10 @@ class SerialCommunicator : public Communicator {
   // then fail at once with its reason instead of at the deadline.
   std::vector<std::weak_ptr<Task>> pending_;
   std::atomic<bool> aborted_{false};
+  // Callers in wait_task, and when the first of them began (under wait_mu_).
+  mutable std::mutex wait_mu_;
+  int waiters_ = 0;
+  std::chrono::steady_clock::time_point wait_began_{};
   // all_reduce_bf16_async's bfloat16 copy of the data, kept between calls
   // (one allocation, not one per gradient bucket); touched only by tasks on
   // the communication thread, which run one at a time.

@@ -6,8 +6,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include "internal.h"
+#include "lockstep/core/checked.h"
 #include "lockstep/core/file.h"
 
 namespace lockstep::data {
@@ -307,12 +309,13 @@ Tensor read_npy(const std::string& path) {
                   "' (supported: <f4 <f8 <i4 <i8 |u1 |i1 |b1, little-endian)");
   // Multiplied out without overflow (a shape like (2^40, 2^40) would wrap);
   // the claim is then held against the file's size below.
-  std::uint64_t values = 1;
+  std::optional<std::uint64_t> bytes = kind->item;
   for (std::int64_t d : dims) {
-    if (d != 0 && values > (std::uint64_t{1} << 62) / kind->item / static_cast<std::uint64_t>(d))
-      npy_error(path, data_start, "the header's shape " + shape_text + " claims over 2^62 bytes");
-    values *= static_cast<std::uint64_t>(d);
+    if (bytes) bytes = checked_mul<std::uint64_t>(*bytes, static_cast<std::uint64_t>(d));
   }
+  if (!bytes || *bytes > (std::uint64_t{1} << 62))
+    npy_error(path, data_start, "the header's shape " + shape_text + " claims over 2^62 bytes");
+  const std::uint64_t values = *bytes / kind->item;
   const Shape shape(dims);
   const std::uint64_t promised = values * kind->item;
   if (size - data_start != promised)

@@ -64,7 +64,10 @@ std::string format_lost(const std::vector<comm::LostWorker>& lost, const Cluster
 // for --timeout, 300 s by default, without a word (issue #41). The chief
 // asks its own store; a worker asks the chief, once a heartbeat interval. A
 // chief out of reach is left to the collective's deadline, whose report
-// already says so.
+// already says so. It asks only while a collective has been waiting for
+// longer than an interval: a healthy job's collectives take milliseconds,
+// so it costs nothing then, and at the job's end (no collective left) it
+// never holds the store's client while the chief goes away.
 class LivenessWatcher {
  public:
   LivenessWatcher(std::function<std::vector<comm::LostWorker>()> lost, comm::Communicator* comm,
@@ -72,6 +75,8 @@ class LivenessWatcher {
       : thread_([this, lost = std::move(lost), comm, r = std::move(r), every] {
           std::unique_lock lk(mu_);
           while (!cv_.wait_for(lk, every, [&] { return stop_; })) {
+            const auto since = comm->waiting_since();
+            if (!since || Clock::now() - *since < every) continue;
             lk.unlock();
             std::vector<comm::LostWorker> gone;
             try {

@@ -137,6 +137,15 @@ TEST_F(ReadersTest, NpyTruncatedOrCorruptNamesOffsetAndPromise) {
   wrong.replace(wrong.find("<f4"), 3, ">f4");
   expect_error<IOError>([&] { read_npy(write("be.npy", wrong)); }, {"unsupported dtype '>f4'"});
   expect_error<IOError>([&] { read_npy(write("junk.npy", "hello world")); }, {"not a .npy file"});
+  // A shape whose size wraps 64 bits (2^40 x 2^40 x 4 bytes): named, never
+  // multiplied out (core/checked.h).
+  std::string huge = bytes;
+  const std::string big_shape = "(1099511627776, 1099511627776)";
+  huge.replace(huge.find("(4, 5)"), 6, big_shape);
+  // The header keeps its length: as many of its padding spaces go.
+  huge.erase(huge.find('\n') - (big_shape.size() - 6), big_shape.size() - 6);
+  expect_error<IOError>([&] { read_npy(write("huge.npy", huge)); },
+                        {"huge.npy", "claims over 2^62 bytes"});
 }
 
 TEST_F(ReadersTest, IdxPlainAndGzipAndTruncated) {

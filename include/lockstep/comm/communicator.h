@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "lockstep/core/error.h"  // the errors collectives throw
@@ -86,6 +87,14 @@ class Communicator {
 
   // Makes every rank's current and future collectives fail with `reason`.
   virtual void abort(const std::string& reason) = 0;
+
+  // Since when this rank has been waiting for a collective to finish (the
+  // start of an unbroken run of waits); nullopt when it waits for none. A
+  // stall inspector asks who is missing only when a wait has lasted (the
+  // multi-worker liveness watch). Backends that do not track it: nullopt.
+  virtual std::optional<std::chrono::steady_clock::time_point> waiting_since() const {
+    return std::nullopt;
+  }
 };
 
 class InProcessGroup {

@@ -8,9 +8,11 @@
 // keeps no checksums and is not built for hostile input. Checking every
 // structure it trusts would mean writing an HDF5 parser of our own; instead
 // the reading runs in a forked child, which sends back the bytes it made
-// through an anonymous memory file (memfd). Forking costs a copy of the page
-// tables and nothing of the data (copy on write): ~1 ms for MobileNetV2's
-// weights read in a small process (checkpoint_bench BM_ReadH5, docs/benchmarks.md).
+// through an anonymous memory file (memfd). Forking copies the page tables,
+// not the data (copy on write); with the extra passes over what comes back,
+// reading MobileNetV2's 14.6 MB of weights takes 50-60 ms more than in
+// process (checkpoint_bench BM_ReadH5 and BM_Isolated_EmptyWork,
+// docs/benchmarks.md).
 //
 // The child is a fork of a possibly multi-threaded process: only the calling
 // thread lives on in it, so `work` must not take a lock another thread may
