@@ -20,11 +20,14 @@
 #include "lockstep/core/error.h"
 
 #if defined(__SANITIZE_ADDRESS__)
-#define LOCKSTEP_ISOLATED_NO_AS_LIMIT 1
+#define LOCKSTEP_ISOLATED_SANITIZED 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define LOCKSTEP_ISOLATED_NO_AS_LIMIT 1
+#define LOCKSTEP_ISOLATED_SANITIZED 1
 #endif
+#endif
+#ifdef LOCKSTEP_ISOLATED_SANITIZED
+#include <sanitizer/common_interface_defs.h>
 #endif
 
 namespace lockstep {
@@ -76,6 +79,13 @@ void set_limit(int resource, rlim_t soft, rlim_t hard) {
   ::signal(SIGINT, SIG_DFL);
   ::signal(SIGTERM, SIG_DFL);
   ::signal(SIGXCPU, SIG_DFL);
+  // A crash ends the child by its signal, whatever handlers the parent had
+  // (a sanitizer's, a fuzzer's that would record the parent's input as a
+  // crash of its own); a sanitizer's report ends it without its callbacks.
+  for (const int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) ::signal(sig, SIG_DFL);
+#ifdef LOCKSTEP_ISOLATED_SANITIZED
+  __sanitizer_set_death_callback(nullptr);
+#endif
   set_limit(RLIMIT_CORE, 0, 0);  // a crash here is expected: no core file
   // What a crashing library prints ("malloc(): unaligned tcache chunk
   // detected") would stand before the error that explains it, and says
@@ -87,7 +97,7 @@ void set_limit(int resource, rlim_t soft, rlim_t hard) {
   }
   set_limit(RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1);
   set_limit(RLIMIT_NOFILE, 64, 64);  // opens nothing of its own: the result goes to `out`
-#ifndef LOCKSTEP_ISOLATED_NO_AS_LIMIT
+#ifndef LOCKSTEP_ISOLATED_SANITIZED
   set_limit(RLIMIT_AS, parent_mapped + limits.memory_bytes, parent_mapped + limits.memory_bytes);
 #else
   (void)parent_mapped;
