@@ -122,8 +122,9 @@ BENCHMARK(BM_Checkpoint_FitWithBackups)
 // also holds the model: fork copies the page tables of what it maps.
 void BM_ReadH5(benchmark::State& state) {
   ls::clear_session();
-  const ls::Model model = ls::applications::MobileNetV2(
-      {.input_shape = ls::Shape{224, 224, 3}, .alpha = static_cast<double>(state.range(0)) / 100.0});
+  const ls::Model model =
+      ls::applications::MobileNetV2({.input_shape = ls::Shape{224, 224, 3},
+                                     .alpha = static_cast<double>(state.range(0)) / 100.0});
   const std::string path =
       (bench_dir() / ("mobilenet_v2_" + std::to_string(state.range(0)) + ".weights.h5")).string();
   model.save_weights(path);

@@ -111,10 +111,9 @@ distribute::Strategy make_strategy(const TrainArgs& a) {
                  a.local_replicas,
                  " sets each worker's replicas under --strategy multi-worker (this run is ", name,
                  "; --devices picks the replicas of one process)");
-  LOCKSTEP_CHECK(a.communication == "auto" || name == "multi-worker", "--communication ",
-                 a.communication,
-                 " picks how workers talk: it needs --strategy multi-worker (this run is ", name,
-                 ")");
+  LOCKSTEP_CHECK(
+      a.communication == "auto" || name == "multi-worker", "--communication ", a.communication,
+      " picks how workers talk: it needs --strategy multi-worker (this run is ", name, ")");
   if (name == "multi-worker") {
     distribute::MultiWorkerMirroredStrategyOptions o;
     o.local_replicas = a.local_replicas;
@@ -126,10 +125,10 @@ distribute::Strategy make_strategy(const TrainArgs& a) {
       } catch (const std::exception&) {
         used = 0;
       }
-      LOCKSTEP_CHECK(used == given.size() && o.local_replicas >= 1 &&
-                         o.local_replicas <= kMaxLocalReplicas,
-                     "LOCKSTEP_LOCAL_REPLICAS: expected a count from 1 to ", kMaxLocalReplicas,
-                     ", got '", given, "'");
+      LOCKSTEP_CHECK(
+          used == given.size() && o.local_replicas >= 1 && o.local_replicas <= kMaxLocalReplicas,
+          "LOCKSTEP_LOCAL_REPLICAS: expected a count from 1 to ", kMaxLocalReplicas, ", got '",
+          given, "'");
     }
     if (a.communication == "gloo") o.communication = distribute::CommunicationImplementation::kGloo;
     if (a.communication == "mpi") o.communication = distribute::CommunicationImplementation::kMpi;

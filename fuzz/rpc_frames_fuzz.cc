@@ -29,10 +29,10 @@ namespace rpc = lockstep::comm::rpc;
 
 constexpr char kToken[] = "rpc-frames-fuzz-token";
 const char* const kMethods[] = {
-    "/lockstep.rpc.ParameterServer/Create",   "/lockstep.rpc.ParameterServer/Read",
-    "/lockstep.rpc.ParameterServer/Assign",   "/lockstep.rpc.ParameterServer/ApplyGradients",
-    "/lockstep.rpc.ParameterServer/Stats",    "/lockstep.rpc.Worker/SetVariables",
-    "/lockstep.rpc.Worker/CreateDataset",     "/lockstep.rpc.Worker/RunFunction",
+    "/lockstep.rpc.ParameterServer/Create", "/lockstep.rpc.ParameterServer/Read",
+    "/lockstep.rpc.ParameterServer/Assign", "/lockstep.rpc.ParameterServer/ApplyGradients",
+    "/lockstep.rpc.ParameterServer/Stats",  "/lockstep.rpc.Worker/SetVariables",
+    "/lockstep.rpc.Worker/CreateDataset",   "/lockstep.rpc.Worker/RunFunction",
     "/lockstep.rpc.Control/Heartbeat"};
 
 class NullPs final : public rpc::ParameterServerService {
@@ -110,8 +110,7 @@ Target& target() {
     // "lockstep-rpc-1" \0 nonce \0 method), the nonce from the handshake
     // reply's field 1 (tag 0x0a, 32 bytes).
     std::string reply;
-    const grpc::Status s =
-        call(*made->channel, "/lockstep.rpc.Control/Handshake", "", "", &reply);
+    const grpc::Status s = call(*made->channel, "/lockstep.rpc.Control/Handshake", "", "", &reply);
     if (!s.ok() || reply.size() < 34) __builtin_trap();
     const std::string nonce = reply.substr(2, 32);
     for (const char* m : kMethods) {

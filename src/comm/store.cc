@@ -167,8 +167,7 @@ class StoreServerImpl final : public StoreServer {
       // the others have heard it from here (each asks once a heartbeat
       // interval) and left: gone at once, it left them to their
       // collective's deadline and a report that blamed the chief alone.
-      if (!lost_.empty())
-        cv_.wait_for(lk, o_.heartbeat_timeout, [&] { return watching_ == 0; });
+      if (!lost_.empty()) cv_.wait_for(lk, o_.heartbeat_timeout, [&] { return watching_ == 0; });
       stop_ = true;
       for (auto& c : connections_) c->socket.shutdown();
     }

@@ -10,10 +10,10 @@
 #include <optional>
 #include <thread>
 
+#include "distribute/job_token.h"
 #include "host_cores.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/comm/store.h"
-#include "distribute/job_token.h"
 #include "lockstep/core/env.h"
 #include "lockstep/core/error.h"
 #include "strategy_impl.h"

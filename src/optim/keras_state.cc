@@ -142,8 +142,8 @@ Optimizer from_config(const std::string& class_name,
   const double rate = number("learning_rate", default_rate);
   // A negative or non-finite rate from a file trains uphill or to NaN
   // (issue #41: a .keras with learning_rate -0.1 was taken).
-  LOCKSTEP_CHECK(std::isfinite(rate) && rate >= 0, class_name, ": learning_rate must be a number >= 0, got ",
-                 rate);
+  LOCKSTEP_CHECK(std::isfinite(rate) && rate >= 0, class_name,
+                 ": learning_rate must be a number >= 0, got ", rate);
   const LearningRate lr =
       learning_rate != nullptr ? LearningRate(*learning_rate) : LearningRate(rate);
   used.insert("learning_rate");

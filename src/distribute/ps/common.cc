@@ -5,9 +5,9 @@
 #include <future>
 #include <map>
 
+#include "distribute/job_token.h"
 #include "distribute/ps/ps_strategy.h"
 #include "distribute/ps/wire.h"
-#include "distribute/job_token.h"
 #include "lockstep/core/env.h"
 #include "lockstep/core/error.h"
 

@@ -268,8 +268,8 @@ std::optional<std::string> CoordinatorImpl::no_worker_left(int w) {
   for (const Worker& worker : workers_)
     names += (names.empty() ? "" : ", ") + worker.channel->peer();
   return "ClusterCoordinator: no worker has answered for " +
-         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(limit).count()) +
-         " s (" + names +
+         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(limit).count()) + " s (" +
+         names +
          "); the job cannot go on without one. Restart the workers within worker_timeout and it "
          "goes on; rerun the job and it resumes from its last backup";
 }
