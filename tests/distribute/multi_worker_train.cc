@@ -281,10 +281,8 @@ int main(int argc, char** argv) {
     if (!a.backup.empty())
       callbacks.push_back(std::make_shared<BackupAndRestore>(
           BackupAndRestoreOptions{.backup_dir = a.backup, .save_freq = 3}));
-    if (a.kill_at_step >= 0)
-      callbacks.push_back(std::make_shared<KillAt>(a.kill_at_step, SIGKILL));
-    if (a.stop_at_step >= 0)
-      callbacks.push_back(std::make_shared<KillAt>(a.stop_at_step, SIGSTOP));
+    if (a.kill_at_step >= 0) callbacks.push_back(std::make_shared<KillAt>(a.kill_at_step, SIGKILL));
+    if (a.stop_at_step >= 0) callbacks.push_back(std::make_shared<KillAt>(a.stop_at_step, SIGSTOP));
     std::vector<std::int64_t> ids_seen;
     const FitOptions fit_options{.batch_size = a.batch,
                                  .epochs = a.epochs,
