@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "fuzz_file.h"
 #include "lockstep/core/error.h"
 #include "lockstep/io/hdf5.h"
 
@@ -22,8 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   try {
     (void)lockstep::io::read_h5_image(bytes, "input.weights.h5", limits);
-  } catch (const lockstep::Error&) {
-    // A clear error: what bad input must get.
+  } catch (const lockstep::Error& e) {
+    lockstep::fuzz::names_source(e, "input.weights.h5");  // a clear error: what bad input must get
   }
   return 0;
 }

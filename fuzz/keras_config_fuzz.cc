@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "fuzz_file.h"
 #include "lockstep/core/checked.h"
 #include "lockstep/core/error.h"
 #include "lockstep/train/model.h"
@@ -37,8 +38,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !small(parsed)) return 0;
+  lockstep::Model m;
   try {
-    const lockstep::Model m = lockstep::model_from_json(text, "config.json");
+    m = lockstep::model_from_json(text, "config.json");
+  } catch (const lockstep::Error& e) {
+    lockstep::fuzz::names_source(e, "config.json");
+    return 0;
+  }
+  try {
     (void)m.to_json();
   } catch (const lockstep::Error&) {
   }

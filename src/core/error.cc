@@ -1,5 +1,7 @@
 #include "lockstep/core/error.h"
 
+#include <string_view>
+
 namespace lockstep::detail {
 
 const char* error_class_name(const std::exception& e) {
@@ -34,6 +36,15 @@ void rethrow_with_prefix(const std::string& prefix) {
     throw;
   } catch (const std::exception& e) {
     throw_error_of_class(error_class_name(e), prefix + e.what());
+  }
+}
+
+void rethrow_naming(const std::string& source) {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    if (std::string_view(e.what()).starts_with(source)) throw;
+    throw_error_of_class(error_class_name(e), source + ": " + e.what());
   }
 }
 

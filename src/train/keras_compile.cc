@@ -2,6 +2,7 @@
 // compiled model as Keras serializes them, and back.
 #include <optional>
 #include <set>
+#include <utility>
 
 #include "train/keras_config.h"
 
@@ -201,6 +202,15 @@ json compile_config(const Optimizer& optimizer, const std::vector<Loss>& losses,
           {"run_eagerly", false},
           {"steps_per_execution", steps_per_execution},
           {"jit_compile", false}};
+}
+
+void compile_from_config(Model& model, const json& config, const std::string& where) {
+  CompileOptions options = compile_options_from_config(config, where);
+  try {
+    model.compile(std::move(options));
+  } catch (const Error&) {
+    detail::rethrow_naming(where + ": compile_config");
+  }
 }
 
 namespace {

@@ -861,6 +861,8 @@ Model model_from_config(const json& j, const std::string& where) {
   } catch (const json::exception& e) {
     // A key of another JSON type than Keras writes (a number for a name, …).
     detail::throw_error<ValueError>(where, ": not a model config Lockstep reads (", e.what(), ")");
+  } catch (const Error&) {  // a layer's or the graph's own check: it names no file
+    detail::rethrow_naming(where);
   }
 }
 

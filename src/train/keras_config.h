@@ -48,6 +48,9 @@ json compile_config(const Optimizer& optimizer, const std::vector<Loss>& losses,
 // The compile() options a compile_config holds; a setting Lockstep cannot
 // honour is a ValueError naming it.
 CompileOptions compile_options_from_config(const json& config, const std::string& where);
+// Compiles `model` as a compile_config says; every error, the model's own
+// checks included (an unknown metric, a loss for no output), names `where`.
+void compile_from_config(Model& model, const json& config, const std::string& where);
 
 // An optimizer as Keras serializes it ({"module", "class_name", "config",
 // "registered_name"}), and back.

@@ -309,7 +309,7 @@ Model load_keras_archive(const std::string& path) {
   const io::H5Group tree = io::read_h5_image(weights_member->data, path + ": model.weights.h5");
   const json compile = config.value("compile_config", json());
   if (compile.is_object() && !compile.empty()) {
-    model.compile(compile_options_from_config(compile, path + ": config.json"));
+    compile_from_config(model, compile, path + ": config.json");
     const Optimizer& optimizer = model.optimizer();
     load_weights_tree(*model.impl(), tree, &optimizer, path + ": model.weights.h5");
   } else {
@@ -332,7 +332,7 @@ Model load_legacy_h5_model(const std::string& path) {
     json t = parse_member(*training, path + ": training_config");
     if (t.contains("optimizer_config") && !t.contains("optimizer"))
       t["optimizer"] = t["optimizer_config"];
-    model.compile(compile_options_from_config(t, path + ": training_config"));
+    compile_from_config(model, t, path + ": training_config");
   }
   load_legacy_weights(*model.impl(), *weights, false, false, path);
   // The optimizer's state: Keras 3's legacy saver lists it in Keras 3's

@@ -79,8 +79,7 @@ std::vector<Tensor> build_on_worker(ld::WorkerContext& ctx) {
   fit->model = model_from_json(as_string(ctx.argument(0)), where);
   const std::string compile_config = as_string(ctx.argument(1));
   check_json_nesting(compile_config, where);
-  fit->model.compile(
-      keras::compile_options_from_config(nlohmann::json::parse(compile_config), where));
+  keras::compile_from_config(fit->model, nlohmann::json::parse(compile_config), where);
   ctx.bind_variables(fit->model.weights(), ctx.argument(2).to_vector<std::int64_t>());
   const std::string dataset_fn = as_string(ctx.argument(3));
   if (!dataset_fn.empty()) {

@@ -66,6 +66,8 @@ Model model_from_lockstep_v1_config(const json& j, const std::string& path) {
     return model_from_lockstep_v1_config_checked(j, path);
   } catch (const json::exception& e) {
     detail::throw_error<IOError>(path, ": model_config: not one Lockstep reads (", e.what(), ")");
+  } catch (const Error&) {  // a layer's or the graph's own check: it names no file
+    detail::rethrow_naming(path + ": model_config");
   }
 }
 
@@ -357,7 +359,7 @@ Model load_model(const std::string& path) {
     } catch (const json::exception& e) {
       detail::throw_error<IOError>(path, ": compile_config is not valid JSON (", e.what(), ")");
     }
-    model.compile(keras::compile_options_from_config(compile, path));
+    keras::compile_from_config(model, compile, path);
   }
   assign_weights(*model.impl(), file, path);
   return model;

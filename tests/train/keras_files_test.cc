@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "lockstep/lockstep.h"
@@ -539,6 +540,48 @@ TEST(KerasFiles, DamagedAndForeignFilesAreNamedAndChangeNothing) {
             std::string::npos)
       << msg;
   expect_bitwise(weights(other), before, "a failed load changes nothing");
+}
+
+// Errors raised by the model's and the layers' own checks (a shape, a dtype,
+// the graph's ends, compile's loss and metrics), not by the config reader,
+// still name the file and the member: the probe of issue #41 found each of
+// these printed with no file at all.
+TEST(KerasFiles, ErrorsFromTheModelsOwnChecksNameTheFile) {
+  TempDir dir("lockstep_keras");
+  const std::vector<io::ZipMember> original = io::read_zip((kFixtures / "mlp.keras").string());
+  struct Case {
+    const char* what;
+    std::function<void(json&)> change;
+    const char* expected;
+  };
+  const std::vector<Case> cases = {
+      {"a negative input dimension",
+       [](json& c) { c["config"]["layers"][0]["config"]["batch_shape"][1] = -1; },
+       "dimensions must be >= 0"},
+      {"an unknown input dtype", [](json& c) { c["config"]["layers"][0]["config"]["dtype"] = "x"; },
+       "unknown dtype 'x'"},
+      {"no input layers", [](json& c) { c["config"]["input_layers"] = json::array(); },
+       "expected at least one input"},
+      {"no output layers", [](json& c) { c["config"]["output_layers"] = json::array(); },
+       "expected at least one output"},
+      {"no loss", [](json& c) { c["compile_config"]["loss"] = json::array(); },
+       "a loss is required"},
+      {"an unknown metric", [](json& c) { c["compile_config"]["metrics"] = {"x"}; },
+       "unknown metric 'x'"},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    std::vector<io::ZipMember> members = original;
+    json config = json::parse(members[1].data);
+    c.change(config);
+    members[1].data = config.dump();
+    const std::string name = "case" + std::to_string(n++) + ".keras";
+    spit(dir.path / name, io::zip_archive_image(members, 0));
+    const std::string msg = message_of([&] { load_model(dir / name); });
+    EXPECT_NE(msg.find(name + ": config.json"), std::string::npos) << c.what << ": " << msg;
+    EXPECT_NE(msg.find(c.expected), std::string::npos) << c.what << ": " << msg;
+    EXPECT_EQ(msg.find(name), msg.rfind(name)) << c.what << ": the file named once: " << msg;
+  }
 }
 
 TEST(KerasFiles, ToJsonIsKerasJson) {

@@ -97,6 +97,11 @@ template <typename E, typename... Args>
 // catch by kind; other std::exceptions become Error.
 [[noreturn]] void rethrow_with_prefix(const std::string& prefix);
 
+// The same for an error met while reading `source` (a file, a member of it):
+// the message gets "<source>: " in front unless it already begins with it, so
+// a reader can wrap a whole parse and every error still names the file once.
+[[noreturn]] void rethrow_naming(const std::string& source);
+
 // An error's class by name ("ShapeError"; "Error" for other exceptions),
 // and an error of the class so named (Error for an unknown name): how an
 // error crosses from one process to another.
