@@ -10,6 +10,7 @@
 #include "lockstep/core/dtype.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/file.h"
+#include "lockstep/core/log.h"
 #include "lockstep/core/shape.h"
 #include "lockstep/core/timer.h"
 #include "lockstep/data/dataset.h"

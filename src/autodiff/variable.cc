@@ -17,6 +17,7 @@ struct Variable::State {
   std::vector<Tensor> replicas;  // a mirrored variable's copies (empty when plain)
   std::string name;
   bool trainable;
+  VariableAggregation aggregation;
   std::vector<std::uint64_t> versions;  // assignments so far, per copy
 
   std::size_t current_index() const {
@@ -39,8 +40,12 @@ struct Variable::State {
 Variable::Variable(const Tensor& initial_value, Options options) {
   check_defined(initial_value, "Variable", "initial value");
   detail::RecordingPause pause;  // creating a variable is not part of any computation
-  state_ = std::make_shared<State>(
-      State{initial_value.copy(), {}, std::move(options.name), options.trainable, {0}});
+  state_ = std::make_shared<State>(State{initial_value.copy(),
+                                         {},
+                                         std::move(options.name),
+                                         options.trainable,
+                                         options.aggregation,
+                                         {0}});
 }
 
 Variable Variable::mirrored(std::vector<Tensor> per_replica, Options options) {
@@ -58,7 +63,8 @@ Variable Variable::mirrored(std::vector<Tensor> per_replica, Options options) {
   Tensor first = per_replica[0];
   const std::size_t n = per_replica.size();
   v.state_ = std::make_shared<State>(State{first, std::move(per_replica), std::move(options.name),
-                                           options.trainable, std::vector<std::uint64_t>(n, 0)});
+                                           options.trainable, options.aggregation,
+                                           std::vector<std::uint64_t>(n, 0)});
   return v;
 }
 
@@ -94,6 +100,11 @@ const std::string& Variable::name() const {
 bool Variable::trainable() const {
   LOCKSTEP_CHECK(defined(), "Variable::trainable: the variable is undefined");
   return state_->trainable;
+}
+
+VariableAggregation Variable::aggregation() const {
+  LOCKSTEP_CHECK(defined(), "Variable::aggregation: the variable is undefined");
+  return state_->aggregation;
 }
 
 void Variable::set_trainable(bool trainable) {

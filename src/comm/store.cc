@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/log.h"
 #include "socket.h"
 
 namespace lockstep::comm {
@@ -211,10 +212,11 @@ class StoreServerImpl final : public StoreServer {
         if (error == 0) return;  // the listener was shut down
         if (!said) {
           said = true;
-          std::fprintf(stderr,
-                       "StoreServer: cannot accept a connection (%s) with %zu open; closing "
-                       "connections that have not authenticated and going on\n",
-                       std::strerror(error), connections_.size());
+          log(LogLevel::kWarning, lockstep::detail::str_cat(
+                                      "StoreServer: cannot accept a connection (",
+                                      std::strerror(error), ") with ", connections_.size(),
+                                      " open; closing connections that have not authenticated and "
+                                      "going on\n"));
         }
         evict_oldest_unauthenticated_locked();
         lk.unlock();
@@ -277,9 +279,11 @@ class StoreServerImpl final : public StoreServer {
   void say_auth_failure(const Socket& s, const char* how) {
     const std::int64_t n = ++auth_failures_;
     if (n > kAuthFailuresSaid) return;
-    std::fprintf(stderr, "StoreServer: a connection from %s failed authentication (%s); closed%s\n",
-                 detail::peer_address(s).c_str(), how,
-                 n == kAuthFailuresSaid ? " (further failures are counted, not said)" : "");
+    log(LogLevel::kWarning,
+        lockstep::detail::str_cat(
+            "StoreServer: a connection from ", detail::peer_address(s), " failed authentication (",
+            how, "); closed",
+            n == kAuthFailuresSaid ? " (further failures are counted, not said)" : "", "\n"));
   }
 
   bool authenticate(const Socket& s) {

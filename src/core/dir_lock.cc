@@ -12,6 +12,7 @@
 #include <string>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/log.h"
 
 namespace lockstep {
 namespace {
@@ -58,8 +59,9 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& what)
   // releasing it cleanly (the kernel released its flock).
   const std::string previous = read_holder(fd_);
   if (!previous.empty()) {
-    std::fprintf(stderr, "lockstep: %s %s: taking over the lock of %s, which is gone\n",
-                 what.c_str(), dir.c_str(), previous.c_str());
+    log(LogLevel::kWarning,
+        detail::str_cat("lockstep: ", what, " ", dir, ": taking over the lock of ", previous,
+                        ", which is gone\n"));
   }
   const std::string me = "pid " + std::to_string(::getpid()) + " on " + hostname();
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) < 0) {

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/log.h"
 #include "lockstep/data/image.h"
 #include "lockstep/tensor/image_ops.h"
 #include "lockstep/tensor/ops.h"
@@ -324,7 +325,7 @@ ImageDataset make_dataset(const Index& index, std::size_t begin, std::size_t end
 struct Prepared {
   ImageDatasetOptions options;
   Index index;
-  std::ostream* out;
+  std::ostream* out;  // the caller's stream, or null: the log sink
 };
 
 Prepared prepare(const std::string& directory, ImageDatasetOptions o) {
@@ -334,12 +335,13 @@ Prepared prepare(const std::string& directory, ImageDatasetOptions o) {
     o.label_mode = std::nullopt;
   }
   if (!o.seed) o.seed = std::random_device{}() % 1000000;  // np.random.randint(1e6)
-  std::ostream* out = o.out ? o.out : &std::cout;
-  Index index = index_directory(directory, o, *out);
+  LogStream fallback(LogLevel::kOutput);
+  Index index = index_directory(directory, o, o.out ? *o.out : fallback);
   LOCKSTEP_CHECK(
       o.label_mode != "binary" || index.class_names.size() == 2,
       "image_dataset_from_directory: label_mode \"binary\" needs exactly 2 classes, got ",
       index.class_names.size());
+  std::ostream* out = o.out;
   return {std::move(o), std::move(index), out};
 }
 
@@ -390,8 +392,9 @@ ImageDataset image_dataset_from_directory(const std::string& directory,
                  "image_dataset_from_directory: subset \"both\" makes two datasets. Hint: call "
                  "image_dataset_from_directory_split, which returns (training, validation)");
   const Prepared p = prepare(directory, options);
+  LogStream fallback(LogLevel::kOutput);
   const auto [begin, end] = split_range(p.index.file_paths.size(), p.options.validation_split,
-                                        p.options.subset, *p.out, directory);
+                                        p.options.subset, p.out ? *p.out : fallback, directory);
   return make_dataset(p.index, begin, end, p.options, p.options.shuffle, directory, "");
 }
 
@@ -408,8 +411,10 @@ std::pair<ImageDataset, ImageDataset> image_dataset_from_directory_split(
   both.subset = "both";
   const Prepared p = prepare(directory, both);
   const std::size_t n = p.index.file_paths.size();
-  const auto train = split_range(n, p.options.validation_split, "training", *p.out, directory);
-  const auto val = split_range(n, p.options.validation_split, "validation", *p.out, directory);
+  LogStream fallback(LogLevel::kOutput);
+  std::ostream& out = p.out ? *p.out : fallback;
+  const auto train = split_range(n, p.options.validation_split, "training", out, directory);
+  const auto val = split_range(n, p.options.validation_split, "validation", out, directory);
   return {make_dataset(p.index, train.first, train.second, p.options, p.options.shuffle, directory,
                        "training "),
           make_dataset(p.index, val.first, val.second, p.options, false, directory, "validation ")};

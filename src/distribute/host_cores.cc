@@ -20,6 +20,7 @@
 
 #include "lockstep/core/env.h"
 #include "lockstep/core/file.h"
+#include "lockstep/core/log.h"
 #include "lockstep/tensor/device.h"
 
 namespace lockstep::distribute {
@@ -99,12 +100,13 @@ void split_host_cores(comm::Communicator& workers, const ClusterResolver& resolv
     share = {cores[i % n]};  // more workers than cores: they take turns
   }
   confine_process_to_cores(share);
-  std::fprintf(stderr,
-               "MultiWorkerMirroredStrategy: %s shares this host with %zu other worker%s; it runs "
-               "on core%s %s of %s (LOCKSTEP_PIN_WORKERS=0 or LOCKSTEP_CPU_DEVICES to choose "
-               "otherwise)\n",
-               resolver.describe_worker(workers.rank()).c_str(), k - 1, k == 2 ? "" : "s",
-               share.size() == 1 ? "" : "s", core_list(share).c_str(), core_list(cores).c_str());
+  log(LogLevel::kInfo,
+      detail::str_cat("MultiWorkerMirroredStrategy: ", resolver.describe_worker(workers.rank()),
+                      " shares this host with ", k - 1, " other worker", k == 2 ? "" : "s",
+                      "; it runs on core", share.size() == 1 ? "" : "s", " ", core_list(share),
+                      " of ", core_list(cores),
+                      " (LOCKSTEP_PIN_WORKERS=0 or LOCKSTEP_CPU_DEVICES to choose "
+                      "otherwise)\n"));
 }
 
 }  // namespace lockstep::distribute

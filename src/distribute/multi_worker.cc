@@ -16,6 +16,7 @@
 #include "lockstep/comm/store.h"
 #include "lockstep/core/env.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/log.h"
 #include "strategy_impl.h"
 
 namespace lockstep::distribute {
@@ -43,9 +44,9 @@ std::string job_token(const MultiWorkerMirroredStrategyOptions& o, const Cluster
                  "processes that know it");
   static std::once_flag said;
   std::call_once(said, [] {
-    std::fprintf(stderr,
-                 "MultiWorkerMirroredStrategy: LOCKSTEP_JOB_TOKEN is not set; on this loopback "
-                 "cluster the store's token is derived from the cluster spec\n");
+    log(LogLevel::kWarning,
+        "MultiWorkerMirroredStrategy: LOCKSTEP_JOB_TOKEN is not set; on this loopback "
+        "cluster the store's token is derived from the cluster spec\n");
   });
   return "lockstep-loopback-job:" + r.canonical_cluster_spec();
 }

@@ -8,7 +8,6 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/tensor/ops.h"
-#include "remote_update_scope.h"
 
 namespace lockstep::distribute {
 namespace {
@@ -18,18 +17,6 @@ namespace {
 // strategy.run, which has no other way to receive it; library code is
 // handed its context instead.
 thread_local ReplicaContext* t_context = nullptr;
-
-// The aggregator of a RemoteUpdateScope on this thread (a parameter-server
-// worker's function: per thread, as the function runs on one).
-thread_local GradientAggregator* t_remote = nullptr;
-
-// What the optimizer sees as the calling thread's aggregator: a remote
-// update's, else only replicas that have others to add with need one.
-GradientAggregator* aggregator_of_this_thread() {
-  if (t_remote) return t_remote;
-  ReplicaContext* ctx = t_context;
-  return ctx && ctx->num_replicas_in_sync() > 1 ? ctx : nullptr;
-}
 
 }  // namespace
 
@@ -67,13 +54,27 @@ void ReplicaContext::sync_non_trainable(const std::vector<Variable>& vars,
   for (std::size_t i = 0; i < vars.size(); ++i)
     changed[i] = vars[i].version() != versions_before[i] ? 1.0f : 0.0f;
   p_.communicator->all_reduce(changed.data(), changed.size(), ReduceOp::kMax);
+  if (std::all_of(changed.begin(), changed.end(), [](float c) { return c == 0.0f; })) return;
+  // Each copy weighs its replica's examples over the step's. Where the step
+  // did not say (strategy.run), the examples are summed here; where nobody
+  // knew them, the copies weigh the same.
+  float local = static_cast<float>(local_batch_size_);
+  float global = static_cast<float>(global_batch_size_);
+  if (global_batch_size_ <= 0) {
+    float total = local;
+    p_.communicator->all_reduce(&total, 1, ReduceOp::kSum);
+    if (total <= 0.0f) {
+      local = 1.0f;
+      total = static_cast<float>(p_.num_replicas);
+    }
+    global = total;
+  }
   for (std::size_t i = 0; i < vars.size(); ++i) {
     if (changed[i] == 0.0f || vars[i].dtype() != DType::kFloat32) continue;
-    Tensor weighted =
-        mul(vars[i].value(), Tensor::scalar(static_cast<float>(local_batch_size_))).copy();
+    Tensor weighted = mul(vars[i].value(), Tensor::scalar(local)).copy();
     all_reduce_tensor(*p_.communicator, weighted, ReduceOp::kSum);
     Variable v = vars[i];
-    v.assign(div(weighted, Tensor::scalar(static_cast<float>(global_batch_size_))));
+    v.assign(div(weighted, Tensor::scalar(global)));
   }
 }
 
@@ -136,17 +137,13 @@ ReplicaContext* current_replica_context() { return t_context; }
 
 ReplicaContextScope::ReplicaContextScope(ReplicaContext* context)
     : previous_(t_context), copy_(context ? context->local_replica_id() : -1) {
-  install_gradient_aggregator_lookup(&aggregator_of_this_thread);
+  // Only replicas that have others to add with need an aggregator; a single
+  // replica leaves the thread's as it is (a parameter-server worker's
+  // remote update, say).
+  if (context && context->num_replicas_in_sync() > 1) aggregator_.emplace(context);
   t_context = context;
 }
 
 ReplicaContextScope::~ReplicaContextScope() { t_context = previous_; }
-
-RemoteUpdateScope::RemoteUpdateScope(GradientAggregator* aggregator) : previous_(t_remote) {
-  install_gradient_aggregator_lookup(&aggregator_of_this_thread);
-  t_remote = aggregator;
-}
-
-RemoteUpdateScope::~RemoteUpdateScope() { t_remote = previous_; }
 
 }  // namespace lockstep::distribute

@@ -89,16 +89,33 @@ Variable StrategyImpl::create_mirrored(const Tensor& initial_value,
                                        Variable::Options options) const {
   Tensor initial = initial_value;
   if (workers_.comm) initial = broadcast_from_chief(initial_value, options.name);
+  Variable v;
   if (size() == 1) {
     DeviceScope on(*devices_[0], {.pin_thread = false});
-    return Variable(initial, std::move(options));
+    v = Variable(initial, std::move(options));
+  } else {
+    std::vector<Tensor> copies;
+    for (Device* d : devices_) {
+      DeviceScope on(*d, {.pin_thread = false});
+      copies.push_back(initial.copy());
+    }
+    v = Variable::mirrored(std::move(copies), std::move(options));
   }
-  std::vector<Tensor> copies;
-  for (Device* d : devices_) {
-    DeviceScope on(*d, {.pin_thread = false});
-    copies.push_back(initial.copy());
+  if (v.aggregation() == VariableAggregation::kMean) {
+    std::lock_guard lk(kept_mu_);
+    std::erase_if(kept_in_sync_, [](const WeakVariable& w) { return w.expired(); });
+    kept_in_sync_.emplace_back(v);
   }
-  return Variable::mirrored(std::move(copies), std::move(options));
+  return v;
+}
+
+std::vector<Variable> StrategyImpl::variables_kept_in_sync() const {
+  std::lock_guard lk(kept_mu_);
+  std::vector<Variable> out;
+  for (const WeakVariable& w : kept_in_sync_) {
+    if (Variable v = w.lock(); v.defined()) out.push_back(v);
+  }
+  return out;
 }
 
 Tensor StrategyImpl::broadcast_from_chief(const Tensor& initial, const std::string& name) const {

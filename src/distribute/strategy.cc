@@ -9,6 +9,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/hash.h"
+#include "lockstep/core/log.h"
 #include "lockstep/distribute/strategy_extended.h"
 #include "lockstep/tensor/ops.h"
 #include "strategy_impl.h"
@@ -57,6 +58,27 @@ Strategy::Scope::~Scope() { t_strategies.pop_back(); }
 
 void Strategy::run_replicas(const std::function<void(ReplicaContext&)>& fn) const {
   impl_->run(fn);
+}
+
+void Strategy::run_step(const std::vector<std::int64_t>& rows,
+                        const std::function<void(ReplicaContext&)>& fn) const {
+  extended().run_step({.global_rows = 0, .sizes = rows, .sync = nullptr}, fn);
+}
+
+void StrategyExtended::run_step(const ReplicaStep& step,
+                                const std::function<void(ReplicaContext&)>& fn) const {
+  const std::vector<Variable> kept =
+      step.sync == nullptr ? strategy_.impl_->variables_kept_in_sync() : std::vector<Variable>{};
+  const std::vector<Variable>& sync = step.sync == nullptr ? kept : *step.sync;
+  strategy_.run_replicas([&](ReplicaContext& ctx) {
+    const auto i = static_cast<std::size_t>(ctx.local_replica_id());
+    ctx.set_batch(step.global_rows, i < step.sizes.size() ? step.sizes[i] : 0);
+    std::vector<std::uint64_t> versions;
+    versions.reserve(sync.size());
+    for (const Variable& v : sync) versions.push_back(v.version());
+    fn(ctx);
+    ctx.sync_non_trainable(sync, versions);
+  });
 }
 
 void Strategy::check_per_replica_size(int size) const {
@@ -226,10 +248,10 @@ MirroredStrategy::MirroredStrategy(MirroredStrategyOptions o) {
   if (shared_core >= 0) {
     // More logical devices than cores (LOCKSTEP_CPU_DEVICES=3 on 2 cores), as
     // TensorFlow allows: their replicas take turns on the shared cores.
-    std::fprintf(stderr,
-                 "MirroredStrategy: %zu devices share %zu cores (core %d is in several); their "
-                 "replicas take turns on them\n",
-                 devices.size(), available_physical_cores().size(), shared_core);
+    log(LogLevel::kWarning,
+        detail::str_cat("MirroredStrategy: ", devices.size(), " devices share ",
+                        available_physical_cores().size(), " cores (core ", shared_core,
+                        " is in several); their replicas take turns on them\n"));
   }
   auto impl = std::make_shared<StrategyImpl>(
       "MirroredStrategy", std::move(devices), o.replicas_per_device,

@@ -73,8 +73,13 @@ class StrategyImpl {
   void run(const std::function<void(ReplicaContext&)>& fn);
 
   // One copy per local replica, each on its replica's device, all from the
-  // chief's initial value.
+  // chief's initial value. A variable with VariableAggregation::kMean is
+  // also listed among those kept in sync.
   Variable create_mirrored(const Tensor& initial_value, Variable::Options options) const;
+  // The live variables made in this strategy with VariableAggregation::kMean,
+  // in the order they were made (the same on every worker): what a replica
+  // step of strategy.run averages.
+  std::vector<Variable> variables_kept_in_sync() const;
 
   // ---- What another execution model overrides (docs/architecture.md,
   // "What a new strategy plugs into"; ParameterServerStrategy's is
@@ -119,6 +124,9 @@ class StrategyImpl {
   CrossWorker workers_;
   std::vector<std::unique_ptr<HierarchicalCommunicator>> hierarchical_;
   std::vector<ReplicaContext> contexts_;  // replica threads hold pointers: never resized
+
+  mutable std::mutex kept_mu_;
+  mutable std::vector<WeakVariable> kept_in_sync_;
 
   std::mutex run_mu_;
   std::mutex mu_;

@@ -312,11 +312,13 @@ void BatchNormalizationImpl::build(const std::vector<Shape>& input_shapes) {
   moving_mean_ = add_weight({.name = "moving_mean",
                              .shape = {c},
                              .initializer = options_.moving_mean_initializer,
-                             .trainable = false});
+                             .trainable = false,
+                             .aggregation = VariableAggregation::kMean});
   moving_variance_ = add_weight({.name = "moving_variance",
                                  .shape = {c},
                                  .initializer = options_.moving_variance_initializer,
-                                 .trainable = false});
+                                 .trainable = false,
+                                 .aggregation = VariableAggregation::kMean});
   ones_ = Tensor::ones({c});
   zeros_ = Tensor::zeros({c});
 }

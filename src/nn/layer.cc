@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/core/log.h"
 #include "lockstep/nn/functional.h"
 #include "lockstep/tensor/ops.h"
 
@@ -116,10 +117,10 @@ void warn_if_bfloat16_is_emulated() {
   static std::once_flag once;
   std::call_once(once, [] {
     if (!native_bfloat16()) {
-      std::fprintf(stderr,
-                   "lockstep: mixed_bfloat16 on a CPU without bfloat16 instructions: bfloat16 ops "
-                   "are emulated in float32 and run slower than float32 (docs/models.md, "
-                   "\"Mixed precision\")\n");
+      log(LogLevel::kWarning,
+          "lockstep: mixed_bfloat16 on a CPU without bfloat16 instructions: bfloat16 ops "
+          "are emulated in float32 and run slower than float32 (docs/models.md, "
+          "\"Mixed precision\")\n");
     }
   });
 }
@@ -167,7 +168,9 @@ Variable LayerImpl::add_weight(const WeightOptions& o) {
   LOCKSTEP_CHECK_AS(InternalError, initial.shape() == o.shape, "initializer '",
                     o.initializer.name(), "' returned shape ", initial.shape(),
                     " for weight of shape ", o.shape);
-  Variable v = create_variable(initial, {.name = name_ + "/" + o.name, .trainable = o.trainable});
+  Variable v = create_variable(
+      initial,
+      {.name = name_ + "/" + o.name, .trainable = o.trainable, .aggregation = o.aggregation});
   own_weights_.push_back({v, o.regularizer});
   return v;
 }

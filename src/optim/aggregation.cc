@@ -1,20 +1,22 @@
-// The installed aggregator lookup (optim/aggregation.h).
+// The calling thread's gradient aggregator (optim/aggregation.h).
 #include "lockstep/optim/aggregation.h"
-
-#include <atomic>
 
 namespace lockstep {
 namespace {
-std::atomic<GradientAggregator* (*)()> g_lookup{nullptr};
+
+// Per thread: each replica runs on its own thread with its own aggregator
+// (and a parameter-server worker's function on the thread that runs it).
+thread_local GradientAggregator* t_aggregator = nullptr;
+
 }  // namespace
 
-GradientAggregator* current_gradient_aggregator() {
-  auto* lookup = g_lookup.load(std::memory_order_acquire);
-  return lookup ? lookup() : nullptr;
+GradientAggregator* current_gradient_aggregator() { return t_aggregator; }
+
+GradientAggregatorScope::GradientAggregatorScope(GradientAggregator* aggregator)
+    : previous_(t_aggregator) {
+  t_aggregator = aggregator;
 }
 
-void install_gradient_aggregator_lookup(GradientAggregator* (*lookup)()) {
-  g_lookup.store(lookup, std::memory_order_release);
-}
+GradientAggregatorScope::~GradientAggregatorScope() { t_aggregator = previous_; }
 
 }  // namespace lockstep

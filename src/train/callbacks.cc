@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/log.h"
 
 namespace lockstep {
 
@@ -55,7 +56,8 @@ void ProgbarLogger::on_epoch_begin(int epoch, const Logs&) {
   o.verbose = verbose_;
   progbar_ = std::make_unique<Progbar>(target_, o);
   if (verbose_ && epochs_ > 1) {
-    std::ostream& out = base_.out ? *base_.out : std::cout;
+    LogStream fallback(LogLevel::kOutput);
+    std::ostream& out = base_.out ? *base_.out : fallback;
     out << "Epoch " << epoch + 1 << "/" << epochs_ << "\n" << std::flush;
   }
 }

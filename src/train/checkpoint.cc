@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/core/checked.h"
+#include "lockstep/core/log.h"
 #include "lockstep/nn/initializers.h"
 #include "train/keras_config.h"
 #include "train/model_internal.h"
@@ -307,8 +308,9 @@ CheckpointManager::~CheckpointManager() {
   try {
     wait();
   } catch (const std::exception& e) {
-    std::cerr << "CheckpointManager: a checkpoint written in the background failed: " << e.what()
-              << "\n";
+    log(LogLevel::kError, detail::str_cat("CheckpointManager: a checkpoint written in the "
+                                          "background failed: ",
+                                          e.what(), "\n"));
   }
 }
 

@@ -1,14 +1,16 @@
 // fit / evaluate / predict: the loops over a batch source, with their
 // callbacks, checkpoint snapshots and resume, and where strategy meets model
 // (each batch split between the replicas, run by the strategy, merged).
+#include "fit_loops.h"
+
 #include <algorithm>
 #include <cmath>
 #include <exception>
 #include <iostream>
 #include <tuple>
 
-#include "fit_loops.h"
 #include "keras_config.h"
+#include "lockstep/core/log.h"
 #include "lockstep/train/model.h"
 #include "lockstep/train/progbar.h"
 #include "model_internal.h"
@@ -199,11 +201,10 @@ Logs Model::Loops::train_batch(Model& m, const Batch& b) {
       detail::trainable_snapshot(s, *m.impl_);
   const CallContext call{.training = true, .frozen_layers = &snap->frozen};
   const std::vector<Variable> non_trainable = m.impl_->non_trainable_weights(call);
-  s.strategy.extended().run_replicas([&](distribute::ReplicaContext& ctx) {
+  const distribute::StrategyExtended::ReplicaStep step{
+      .global_rows = shares.global, .sizes = shares.sizes, .sync = &non_trainable};
+  s.strategy.extended().run_step(step, [&](distribute::ReplicaContext& ctx) {
     const auto i = static_cast<std::size_t>(ctx.local_replica_id());
-    ctx.set_batch(shares.global, shares.sizes[i]);
-    std::vector<std::uint64_t> versions;
-    for (const Variable& v : non_trainable) versions.push_back(v.version());
     if (shares.sizes[i] > 0) {
       m.train_step(shares.x[i], shares.y[i]);
     } else {
@@ -211,7 +212,6 @@ Logs Model::Loops::train_batch(Model& m, const Batch& b) {
       const std::vector<Variable> vars = m.impl_->trainable_weights(call);
       s.optimizer.apply_gradients(std::vector<Tensor>(vars.size()), vars);
     }
-    ctx.sync_non_trainable(non_trainable, versions);
   });
   return m.get_metrics_result();
 }
@@ -442,9 +442,10 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
     train_epoch(m, train, callbacks, epoch, done);
     if (auto* d = dynamic_cast<DatasetBatches*>(&train); d && d->exhausted()) {
       // Keras's behaviour: warn, finish this epoch, stop.
-      std::cerr << "fit: the dataset ran out of data after " << (epoch - o.initial_epoch + 1)
-                << " epoch(s) with steps_per_epoch = " << o.steps_per_epoch
-                << "; interrupting training (repeat() the dataset to train longer)\n";
+      log(LogLevel::kWarning,
+          detail::str_cat("fit: the dataset ran out of data after ", epoch - o.initial_epoch + 1,
+                          " epoch(s) with steps_per_epoch = ", o.steps_per_epoch,
+                          "; interrupting training (repeat() the dataset to train longer)\n"));
       s.stop = true;
     }
     epoch_logs = m.get_metrics_result();

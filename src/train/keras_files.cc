@@ -12,6 +12,7 @@
 
 #include "lockstep/core/checked.h"
 #include "lockstep/core/file.h"
+#include "lockstep/core/log.h"
 #include "lockstep/io/zip.h"
 #include "lockstep/nn/functional.h"
 #include "train/keras_config.h"
@@ -180,7 +181,8 @@ void load_weights_tree(const LayerImpl& net, const io::H5Group& tree, const Opti
         check_fits(g.vars[i], *data[i], source, g.path + "/" + std::to_string(i));
     } catch (const Error& e) {
       if (!skip_mismatch) throw;
-      std::cerr << "load_weights: skipping layer '" << g.layer_name << "': " << e.what() << "\n";
+      log(LogLevel::kWarning,
+          detail::str_cat("load_weights: skipping layer '", g.layer_name, "': ", e.what(), "\n"));
       continue;
     }
     for (std::size_t i = 0; i < data.size(); ++i) assignments.push_back({g.vars[i], *data[i]});
@@ -252,8 +254,8 @@ void load_legacy_weights(const LayerImpl& net, const io::H5Group& file, bool by_
     }
     if (!why.empty()) {
       if (skip_mismatch) {
-        std::cerr << "load_weights: " << source << ": skipping layer '" << f.name << "': " << why
-                  << "\n";
+        log(LogLevel::kWarning, detail::str_cat("load_weights: ", source, ": skipping layer '",
+                                                f.name, "': ", why, "\n"));
         return;
       }
       detail::throw_error<ValueError>(source, ": layer '", f.name, "' ", why);
@@ -351,9 +353,10 @@ Model load_legacy_h5_model(const std::string& path) {
       model.optimizer()->set_keras_variables(keras_trainable_variables(*model.impl()), values,
                                              path + ": optimizer_weights");
     } else if (!names.empty()) {
-      std::cerr << "load_model: " << path << ": the optimizer's state was saved by Keras "
-                << (version ? *version : "2") << ", whose layout Lockstep does not read; the "
-                << "optimizer starts fresh\n";
+      log(LogLevel::kWarning,
+          detail::str_cat("load_model: ", path, ": the optimizer's state was saved by Keras ",
+                          version ? *version : "2",
+                          ", whose layout Lockstep does not read; the optimizer starts fresh\n"));
     }
   }
   return model;

@@ -27,12 +27,12 @@ io::H5Group weights_tree(const LayerImpl& net, const Optimizer* optimizer);
 // has them and `optimizer` is given) from such a tree. Everything is
 // checked first — every group, count and shape, and that the file holds no
 // weights the model has no place for — so nothing changes when it fails.
-// `skip_mismatch` skips a layer whose weights do not fit (named on stderr).
+// `skip_mismatch` skips a layer whose weights do not fit (named in a warning, core/log.h).
 void load_weights_tree(const LayerImpl& net, const io::H5Group& tree, const Optimizer* optimizer,
                        const std::string& source, bool skip_mismatch = false);
 // Keras 2's layout (a legacy `.h5`: the model_weights group, or the root of
 // a legacy weights file), by position or `by_name`; `skip_mismatch` skips
-// layers whose weights do not fit (each named on stderr) instead of failing.
+// layers whose weights do not fit (each named in a warning) instead of failing.
 void load_legacy_weights(const LayerImpl& net, const io::H5Group& file, bool by_name,
                          bool skip_mismatch, const std::string& source);
 

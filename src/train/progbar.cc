@@ -8,11 +8,12 @@
 #include <iostream>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/log.h"
 
 namespace lockstep {
 namespace {
 
-std::string printf_string(const char* fmt, double v) {
+std::string format_number(const char* fmt, double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), fmt, v);
   return buf;
@@ -65,8 +66,16 @@ double Logs::at(const std::string& name) const {
 
 bool stdout_is_terminal() { return ::isatty(STDOUT_FILENO) == 1; }
 
+void Progbar::emit(const std::string& text) const {
+  if (out_ != nullptr) {
+    *out_ << text << std::flush;
+  } else {
+    log(LogLevel::kOutput, text);
+  }
+}
+
 Progbar::Progbar(std::int64_t target, Options options)
-    : target_(target), o_(std::move(options)), out_(o_.out ? o_.out : &std::cout) {
+    : target_(target), o_(std::move(options)), out_(o_.out) {
   start_ = now();
 }
 
@@ -88,9 +97,9 @@ double Progbar::estimate_step_duration(std::int64_t current, double t) {
 }
 
 std::string Progbar::format_time(double t) const {
-  if (t >= 1 || t == 0) return printf_string(" %.0f", t) + "s/" + o_.unit_name;
-  if (t >= 1e-3) return printf_string(" %.0f", t * 1000.0) + "ms/" + o_.unit_name;
-  return printf_string(" %.0f", t * 1000000.0) + "us/" + o_.unit_name;
+  if (t >= 1 || t == 0) return format_number(" %.0f", t) + "s/" + o_.unit_name;
+  if (t >= 1e-3) return format_number(" %.0f", t * 1000.0) + "ms/" + o_.unit_name;
+  return format_number(" %.0f", t * 1000000.0) + "us/" + o_.unit_name;
 }
 
 void Progbar::update(std::int64_t current, const Logs& values, bool finalize) {
@@ -162,31 +171,31 @@ void Progbar::update(std::int64_t current, const Logs& values, bool finalize) {
       }
       info = std::string(" \x1b[1m") + buf + "\x1b[0m";
     } else {
-      info = " \x1b[1m" + printf_string("%.0f", t - start_) + "s\x1b[0m";
+      info = " \x1b[1m" + format_number("%.0f", t - start_) + "s\x1b[0m";
     }
     special += 8;
     info += format_time(time_per_unit);
     for (std::size_t i = 0; i < order_.size(); ++i) {
       const double avg = average(i);
       info +=
-          " - " + order_[i] + ":" + printf_string(std::fabs(avg) > 1e-3 ? " %.4f" : " %.4e", avg);
+          " - " + order_[i] + ":" + format_number(std::fabs(avg) > 1e-3 ? " %.4f" : " %.4e", avg);
     }
     message += info;
     const std::size_t total_width = code_points(bar) + code_points(info) - special;
     if (prev_total_width_ > total_width) message.append(prev_total_width_ - total_width, ' ');
     if (finalize) message += '\n';
-    *out_ << message << std::flush;
+    emit(message);
     prev_total_width_ = total_width;
   } else if (o_.verbose == 2) {
     if (finalize && target_ > 0) {
       std::string info =
-          count_string(current, target_) + " - " + printf_string("%.0f", t - start_) + "s";
+          count_string(current, target_) + " - " + format_number("%.0f", t - start_) + "s";
       info += " -" + format_time(time_per_unit);
       for (std::size_t i = 0; i < order_.size(); ++i) {
         const double avg = average(i);
-        info += " - " + order_[i] + ":" + printf_string(avg > 1e-3 ? " %.4f" : " %.4e", avg);
+        info += " - " + order_[i] + ":" + format_number(avg > 1e-3 ? " %.4f" : " %.4e", avg);
       }
-      *out_ << info << '\n' << std::flush;
+      emit(info + '\n');
     }
   }
   last_update_ = t;

@@ -17,6 +17,7 @@
 #include "fit_loops.h"
 #include "keras_config.h"
 #include "lockstep/core/checked.h"
+#include "lockstep/core/log.h"
 #include "lockstep/distribute/parameter_server_strategy.h"
 #include "lockstep/distribute/strategy_extended.h"
 
@@ -233,9 +234,10 @@ History Model::Loops::fit_on_parameter_servers(Model& m, const ld::DatasetCreato
     first_epoch = resume->epoch;
     detail::set_global_random_state(resume->random_seed, resume->random_stream);
     if (resume->step > 0)
-      std::cerr << "fit: the backup was taken at batch " << resume->step << " of epoch "
-                << resume->epoch + 1
-                << "; under ParameterServerStrategy epochs restart at their first batch\n";
+      log(LogLevel::kWarning,
+          detail::str_cat("fit: the backup was taken at batch ", resume->step, " of epoch ",
+                          resume->epoch + 1,
+                          "; under ParameterServerStrategy epochs restart at their first batch\n"));
   }
   const std::int64_t per_call = s.steps_per_execution;
   ld::ParameterServerStats before = strategy.stats();

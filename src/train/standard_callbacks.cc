@@ -12,6 +12,7 @@
 #include <iterator>
 
 #include "lockstep/comm/communicator.h"
+#include "lockstep/core/log.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/distribute/strategy_extended.h"
 #include "lockstep/train/model.h"
@@ -25,6 +26,13 @@ namespace fs = std::filesystem;
 // (TensorFlow's rule); the other workers compute the same values and skip
 // the files.
 bool writes_files(const Model* m) { return m->distribute_strategy().is_chief(); }
+
+// Python's "%.5f" (ModelCheckpoint's best value).
+std::string fixed5(double v) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.5f", v);
+  return text;
+}
 
 // Python's str(float): the shortest digits that read back as the same
 // double, in scientific notation when the decimal exponent is below -4 or
@@ -73,8 +81,9 @@ double worst(bool maximize) {
 std::optional<double> monitored(const Logs& logs, const std::string& monitor, const char* what) {
   auto v = logs.get(monitor);
   if (!v) {
-    std::cerr << what << " conditioned on metric `" << monitor
-              << "` which is not available. Available metrics are: " << available(logs) << "\n";
+    log(LogLevel::kWarning, detail::str_cat(what, " conditioned on metric `", monitor,
+                                            "` which is not available. Available metrics are: ",
+                                            available(logs), "\n"));
   }
   return v;
 }
@@ -110,7 +119,8 @@ CheckpointManager& BackupAndRestore::manager() {
 }
 
 void BackupAndRestore::on_train_begin(const Logs&) {
-  std::ostream& log = options_.log ? *options_.log : std::cerr;
+  LogStream fallback(LogLevel::kInfo);
+  std::ostream& log = options_.log ? *options_.log : fallback;
   manager_.reset();  // the model may differ from the last fit's
   resumed_from_.clear();
   std::optional<std::pair<std::string, std::optional<TrainingSnapshot>>> restored;
@@ -272,25 +282,27 @@ void ModelCheckpoint::save(int epoch, std::int64_t batch, const Logs& logs) {
   if (options_.save_best_only) {
     const auto current = logs.get(options_.monitor);
     if (!current) {
-      std::cerr << "Can save best model only with " << options_.monitor
-                << " available, skipping.\n";
+      log(LogLevel::kWarning, detail::str_cat("Can save best model only with ", options_.monitor,
+                                              " available, skipping.\n"));
       return;
     }
     const bool improved = maximize_ ? *current > best_ : *current < best_;
     if (!improved) {
       if (options_.verbose > 0) {
-        std::printf("\nEpoch %d: %s did not improve from %.5f\n", epoch + 1,
-                    options_.monitor.c_str(), best_);
+        log(LogLevel::kOutput, detail::str_cat("\nEpoch ", epoch + 1, ": ", options_.monitor,
+                                               " did not improve from ", fixed5(best_), "\n"));
       }
       return;
     }
     if (options_.verbose > 0) {
-      std::printf("\nEpoch %d: %s improved from %.5f to %.5f, saving model to %s\n", epoch + 1,
-                  options_.monitor.c_str(), best_, *current, path.c_str());
+      log(LogLevel::kOutput, detail::str_cat("\nEpoch ", epoch + 1, ": ", options_.monitor,
+                                             " improved from ", fixed5(best_), " to ",
+                                             fixed5(*current), ", saving model to ", path, "\n"));
     }
     best_ = *current;
   } else if (options_.verbose > 0) {
-    std::printf("\nEpoch %d: saving model to %s\n", epoch + 1, path.c_str());
+    log(LogLevel::kOutput,
+        detail::str_cat("\nEpoch ", epoch + 1, ": saving model to ", path, "\n"));
   }
   if (!writes_files(model())) return;
   const fs::path parent = fs::path(path).parent_path();
@@ -361,10 +373,12 @@ void EarlyStopping::on_epoch_end(int epoch, const Logs& logs) {
 
 void EarlyStopping::on_train_end(const Logs&) {
   if (stopped_epoch_ > 0 && options_.verbose > 0)
-    std::printf("Epoch %d: early stopping\n", stopped_epoch_ + 1);
+    log(LogLevel::kOutput, detail::str_cat("Epoch ", stopped_epoch_ + 1, ": early stopping\n"));
   if (options_.restore_best_weights && !best_weights_.empty()) {
     if (options_.verbose > 0)
-      std::printf("Restoring model weights from the end of the best epoch: %d.\n", best_epoch_ + 1);
+      log(LogLevel::kOutput,
+          detail::str_cat(
+              "Restoring model weights from the end of the best epoch: ", best_epoch_ + 1, ".\n"));
     const auto vars = model()->impl()->weights();
     for (std::size_t i = 0; i < vars.size(); ++i) {
       Variable v = vars[i];
@@ -387,8 +401,9 @@ void LearningRateScheduler::on_epoch_begin(int epoch, const Logs&) {
                  " for epoch ", epoch);
   opt->set_learning_rate(lr);
   if (verbose_ > 0)
-    std::printf("\nEpoch %d: LearningRateScheduler setting learning rate to %s.\n", epoch + 1,
-                python_float(lr).c_str());
+    log(LogLevel::kOutput,
+        detail::str_cat("\nEpoch ", epoch + 1, ": LearningRateScheduler setting learning rate to ",
+                        python_float(lr), ".\n"));
 }
 
 // ---- ReduceLROnPlateau ----
@@ -424,8 +439,9 @@ void ReduceLROnPlateau::on_epoch_end(int epoch, const Logs& logs) {
       const double new_lr = std::max(old_lr * options_.factor, options_.min_lr);
       opt->set_learning_rate(new_lr);
       if (options_.verbose > 0)
-        std::printf("\nEpoch %d: ReduceLROnPlateau reducing learning rate to %s.\n", epoch + 1,
-                    python_float(new_lr).c_str());
+        log(LogLevel::kOutput,
+            detail::str_cat("\nEpoch ", epoch + 1, ": ReduceLROnPlateau reducing learning rate to ",
+                            python_float(new_lr), ".\n"));
       cooldown_counter_ = options_.cooldown;
       wait_ = 0;
     }
@@ -524,7 +540,8 @@ void TensorBoard::on_train_end(const Logs&) {
 void TerminateOnNaN::on_train_batch_end(std::int64_t batch, const Logs& logs) {
   const auto loss = logs.get("loss");
   if (loss && !std::isfinite(*loss)) {
-    std::printf("Batch %lld: Invalid loss, terminating training\n", static_cast<long long>(batch));
+    log(LogLevel::kOutput,
+        detail::str_cat("Batch ", batch, ": Invalid loss, terminating training\n"));
     model()->stop_training();
   }
 }

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "lockstep/core/log.h"
 #include "lockstep/nn/functional.h"
 #include "lockstep/train/model.h"
 
@@ -273,6 +274,11 @@ std::string table(const std::string& name, const std::vector<std::string>& heade
 }
 
 }  // namespace
+
+void Model::summary(const SummaryOptions& options) const {
+  LogStream out(LogLevel::kOutput);
+  summary(out, options);
+}
 
 void Model::summary(std::ostream& out, const SummaryOptions& options) const {
   LOCKSTEP_CHECK(defined(), "summary: the model is undefined");

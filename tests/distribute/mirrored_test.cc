@@ -531,3 +531,94 @@ TEST(MirroredStrategy, ALazilyBuiltModelGetsMirroredVariablesAtItsFirstBatch) {
 
 }  // namespace
 }  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+// A model with BatchNormalization whose moving statistics move fast
+// (momentum 0.5), so that a replica that kept its own would show.
+Model bn_mlp() {
+  set_random_seed(11);
+  auto in = Input({8});
+  auto h = layers::Dense(8)(in);
+  h = layers::BatchNormalization({.momentum = 0.5f})(h);
+  return Model(in, layers::Dense(10)(h));
+}
+
+const layers::BatchNormalizationImpl& bn_of(const Model& m) {
+  for (const Layer& l : m.layers()) {
+    if (const auto* bn = dynamic_cast<const layers::BatchNormalizationImpl*>(l.impl().get()))
+      return *bn;
+  }
+  throw std::logic_error("bn_mlp has a BatchNormalization layer");
+}
+
+std::vector<std::vector<float>> values(const Tensor& t) { return {t.to_vector<float>()}; }
+
+// The guide's custom loop (strategy.run with GradientTape) on a model with
+// BatchNormalization: TF keeps the moving statistics per replica and
+// averages them on read (ON_READ / MEAN); here every replica's copy becomes
+// that mean after each step (issue #39). After one step the moving mean is
+// one replica's on the global batch, and the moving variance the mean of
+// the replicas' (each normalises by its own batch, as Keras's BN with
+// synchronized=False). Replicas never drift apart.
+TEST(MirroredStrategy, CustomLoopKeepsBatchNormStatisticsInSyncAcrossReplicas) {
+  auto [x, y] = data(72, {8}, 5);
+  auto step = [](Model& m, Optimizer& opt, const Tensor& xb, const Tensor& yb) {
+    GradientTape tape;
+    const Tensor logits = m(xb, {.training = true});
+    const Tensor per_example = neg(sum(mul(log_softmax(logits), one_hot(yb, 10)), {.axes = {1}}));
+    const Tensor loss = distribute::compute_average_loss(per_example, 24);
+    const auto vars = m.impl()->trainable_weights();
+    opt.apply_gradients(tape.gradient(loss, vars), vars);
+    return loss;
+  };
+  // One replica on the first global batch, and one on each half of it.
+  auto one_step = [&](std::int64_t begin, std::int64_t end) {
+    Model m = bn_mlp();
+    Optimizer opt = optimizers::SGD({.learning_rate = 0.1});
+    step(m, opt, x.view_rows(begin, end), y.view_rows(begin, end));
+    return std::pair{bn_of(m).moving_mean().value().copy(),
+                     bn_of(m).moving_variance().value().copy()};
+  };
+  const auto [global_mean, global_variance] = one_step(0, 24);
+  const auto [first_mean, first_variance] = one_step(0, 12);
+  const auto [second_mean, second_variance] = one_step(12, 24);
+
+  Strategy strategy = with_replicas(2);
+  Model model;
+  Optimizer opt;
+  {
+    auto scope = strategy.scope();
+    model = bn_mlp();
+    opt = optimizers::SGD({.learning_rate = 0.1});
+  }
+  const layers::BatchNormalizationImpl& bn = bn_of(model);
+  for (int b = 0; b < 3; ++b) {
+    const distribute::PerReplica<Tensor> xs(
+        {x.view_rows(b * 24, b * 24 + 12), x.view_rows(b * 24 + 12, b * 24 + 24)});
+    const distribute::PerReplica<Tensor> ys(
+        {y.view_rows(b * 24, b * 24 + 12), y.view_rows(b * 24 + 12, b * 24 + 24)});
+    strategy.run([&](const Tensor& xb, const Tensor& yb) { return step(model, opt, xb, yb); }, xs,
+                 ys);
+    for (const Variable* v : {&bn.moving_mean(), &bn.moving_variance()}) {
+      ASSERT_EQ(v->num_replicas(), 2);
+      ASSERT_EQ(std::memcmp(v->replica_value(0).raw_data(), v->replica_value(1).raw_data(),
+                            v->replica_value(0).nbytes()),
+                0)
+          << v->name() << ": the replicas' copies differ after step " << b + 1;
+    }
+    if (b == 0) {
+      expect_close(values(global_mean), values(bn.moving_mean().replica_value(0)), 1e-6,
+                   "moving mean: one replica's on the global batch");
+      expect_close(values(mul(add(first_variance, second_variance), Tensor::scalar(0.5f))),
+                   values(bn.moving_variance().replica_value(0)), 1e-6,
+                   "moving variance: the mean of the replicas'");
+      EXPECT_GT(max(abs(sub(first_mean, second_mean))).item<float>(), 1e-2f)
+          << "the halves' statistics differ, so a replica that kept its own would show";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lockstep

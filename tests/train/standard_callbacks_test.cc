@@ -278,3 +278,48 @@ TEST(TensorBoard, WritesEventFilesThatReadBackWithValidFramingAndChecksums) {
 
 }  // namespace
 }  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+// A program that embeds Lockstep routes what fit says (the progress bar,
+// Keras's callback lines, warnings) through one sink, or silences it: none
+// of it reaches stdout or stderr past the sink (issue #39).
+TEST(LogSink, FitsOutputAndWarningsGoThroughTheSinkOnly) {
+  Model m = small_model();
+  auto [x, y] = testing_support::blobs(32, 1);
+  std::vector<std::pair<LogLevel, std::string>> said;
+  LogSink previous = set_log_sink(
+      [&](LogLevel level, std::string_view text) { said.emplace_back(level, std::string(text)); });
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  m.fit(x, y,
+        {.batch_size = 16,
+         .epochs = 2,
+         .verbose = 2,
+         .callbacks = {
+             std::make_shared<EarlyStopping>(EarlyStoppingOptions{.monitor = "no_such_metric"})}});
+  const std::string out = testing::internal::GetCapturedStdout();
+  const std::string err = testing::internal::GetCapturedStderr();
+  set_log_sink(std::move(previous));
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(err, "");
+  std::string output, warnings;
+  for (const auto& [level, text] : said) (level == LogLevel::kOutput ? output : warnings) += text;
+  EXPECT_NE(output.find("Epoch 2/2"), std::string::npos) << output;
+  EXPECT_NE(output.find("2/2 - "), std::string::npos) << output;
+  EXPECT_NE(warnings.find("conditioned on metric `no_such_metric`"), std::string::npos) << warnings;
+
+  // Silenced: nothing at all.
+  said.clear();
+  previous = set_log_sink(
+      [&](LogLevel level, std::string_view text) { said.emplace_back(level, std::string(text)); });
+  const LogLevel level = set_log_level(LogLevel::kOff);
+  m.fit(x, y, {.batch_size = 16, .epochs = 2, .verbose = 2});
+  set_log_level(level);
+  set_log_sink(std::move(previous));
+  EXPECT_TRUE(said.empty()) << said.size() << " texts said while silenced";
+}
+
+}  // namespace
+}  // namespace lockstep

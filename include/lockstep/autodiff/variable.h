@@ -29,11 +29,20 @@
 
 namespace lockstep {
 
+// How a strategy combines the copies of a mirrored variable that replicas
+// assign separately (tf.VariableAggregation): kNone, the copies are kept
+// identical by assigning the same value (weights under an optimizer);
+// kMean, each replica assigns its own and after every replica step every
+// copy becomes their mean, weighted by the replicas' examples
+// (BatchNormalization's moving statistics; Keras makes them ON_READ / MEAN).
+enum class VariableAggregation { kNone, kMean };
+
 class Variable {
  public:
   struct Options {
     std::string name{};
     bool trainable = true;
+    VariableAggregation aggregation = VariableAggregation::kNone;
   };
 
   // An undefined variable.
@@ -59,6 +68,7 @@ class Variable {
   const std::string& name() const;
   bool trainable() const;
   void set_trainable(bool trainable);
+  VariableAggregation aggregation() const;
   // Metadata reads never watch the variable.
   const Shape& shape() const;
   DType dtype() const;
@@ -78,6 +88,7 @@ class Variable {
   friend bool operator==(const Variable& a, const Variable& b) { return a.state_ == b.state_; }
 
  private:
+  friend class WeakVariable;
   struct State;
   void check_update(const Tensor& t, const char* op) const;
   // assign(combine(value, delta)) on the calling replica's copy, or on every
@@ -85,6 +96,23 @@ class Variable {
   void update_each_copy(const Tensor& delta, const char* op,
                         Tensor (*combine)(const Tensor&, const Tensor&));
   std::shared_ptr<State> state_;
+};
+
+// A reference to a variable that does not keep it alive: a strategy's list
+// of the variables it keeps in sync outlives the models that own them.
+class WeakVariable {
+ public:
+  explicit WeakVariable(const Variable& v) : state_(v.state_) {}
+  // The variable, or an undefined one once it is gone.
+  Variable lock() const {
+    Variable v;
+    v.state_ = state_.lock();
+    return v;
+  }
+  bool expired() const { return state_.expired(); }
+
+ private:
+  std::weak_ptr<Variable::State> state_;
 };
 
 }  // namespace lockstep

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "lockstep/autodiff/mirrored_copy.h"
@@ -138,6 +139,7 @@ class ReplicaContextScope {
  private:
   ReplicaContext* previous_;
   MirroredCopyScope copy_;
+  std::optional<GradientAggregatorScope> aggregator_;
 };
 
 // A float32 tensor reduced over a communicator's ranks, in place (the

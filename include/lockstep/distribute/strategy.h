@@ -20,7 +20,9 @@
 // one replica.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -92,15 +94,17 @@ class Strategy {
   };
   [[nodiscard]] std::unique_ptr<Scope> scope() const { return std::make_unique<Scope>(*this); }
 
-  // strategy.run(fn): fn() on every local replica; its results, per local replica.
+  // strategy.run(fn): fn() on every local replica; its results, per local
+  // replica. Like fit, a run is one replica step (StrategyExtended::run_step):
+  // the BatchNormalization statistics the replicas moved become their mean.
   template <typename F>
   auto run(F&& fn) const {
     using R = std::invoke_result_t<F&>;
     if constexpr (std::is_void_v<R>) {
-      run_replicas([&](ReplicaContext&) { fn(); });
+      run_step({}, [&](ReplicaContext&) { fn(); });
     } else {
       std::vector<R> results(static_cast<std::size_t>(num_local_replicas()));
-      run_replicas([&](ReplicaContext& ctx) {
+      run_step({}, [&](ReplicaContext& ctx) {
         results[static_cast<std::size_t>(ctx.local_replica_id())] = fn();
       });
       return PerReplica<R>(std::move(results));
@@ -110,16 +114,26 @@ class Strategy {
   // strategy.run(fn, args=(a, b, ...)): fn(a_r, b_r, ...) on local replica
   // r, where a PerReplica argument gives replica r its own value (a
   // distributed dataset's element, say) and any other argument is passed to
-  // every replica as it is.
+  // every replica as it is. The first PerReplica of tensors or elements
+  // gives each replica's examples (its rows): the weights of the replicas'
+  // BatchNormalization statistics in their mean.
   template <typename F, typename... A>
   requires(sizeof...(A) > 0) auto run(F&& fn, const A&... args) const {
     (check_replica_arg(args), ...);
+    std::vector<std::int64_t> rows(static_cast<std::size_t>(num_local_replicas()), -1);
+    for (int r = 0; r < num_local_replicas(); ++r) {
+      for (std::int64_t n : {replica_rows(args, r)...}) {
+        if (rows[static_cast<std::size_t>(r)] < 0) rows[static_cast<std::size_t>(r)] = n;
+      }
+    }
+    if (std::find(rows.begin(), rows.end(), -1) != rows.end()) rows.clear();
     using R = std::invoke_result_t<F&, decltype(replica_arg(args, 0))...>;
     if constexpr (std::is_void_v<R>) {
-      run_replicas([&](ReplicaContext& ctx) { fn(replica_arg(args, ctx.local_replica_id())...); });
+      run_step(rows,
+               [&](ReplicaContext& ctx) { fn(replica_arg(args, ctx.local_replica_id())...); });
     } else {
       std::vector<R> results(static_cast<std::size_t>(num_local_replicas()));
-      run_replicas([&](ReplicaContext& ctx) {
+      run_step(rows, [&](ReplicaContext& ctx) {
         const int r = ctx.local_replica_id();
         results[static_cast<std::size_t>(r)] = fn(replica_arg(args, r)...);
       });
@@ -147,6 +161,23 @@ class Strategy {
   friend class ParameterServerStrategy;
   // Runs fn(context) on every local replica (StrategyExtended::run_replicas).
   void run_replicas(const std::function<void(ReplicaContext&)>& fn) const;
+  // One replica step of run(): each local replica's rows (empty: not known).
+  void run_step(const std::vector<std::int64_t>& rows,
+                const std::function<void(ReplicaContext&)>& fn) const;
+  // A PerReplica argument's rows on replica r (its dim 0; an element's first
+  // component's), or -1 where an argument says nothing of examples.
+  static std::int64_t replica_rows(const PerReplica<Tensor>& arg, int r) {
+    const Tensor& t = arg[r];
+    return t.defined() && t.rank() >= 1 ? t.dim(0) : -1;
+  }
+  static std::int64_t replica_rows(const PerReplica<data::Element>& arg, int r) {
+    const data::Element& e = arg[r];
+    return e.size() > 0 && e[0].defined() && e[0].rank() >= 1 ? e[0].dim(0) : -1;
+  }
+  template <typename T>
+  static std::int64_t replica_rows(const T&, int) {
+    return -1;
+  }
 
   // run()'s arguments: a PerReplica gives each replica its value, anything
   // else is shared.

@@ -34,6 +34,27 @@ class StrategyExtended {
     strategy_.run_replicas(fn);
   }
 
+  // ---- The replica step: the one place where fit, the Estimator and
+  // strategy.run run a training step on the replicas ----
+  struct ReplicaStep {
+    // The step's global batch (every worker's replicas) and each local
+    // replica's share, by local replica id, as the contexts report them
+    // (global_batch_size, local_batch_size); 0 and empty where the caller
+    // does not know them (strategy.run without per-replica tensors).
+    std::int64_t global_rows = 0;
+    std::vector<std::int64_t> sizes{};
+    // The non-trainable state the step may change (fit's and the
+    // Estimator's: the model's non-trainable weights). Null: the variables
+    // made in this strategy's scope with VariableAggregation::kMean.
+    const std::vector<Variable>* sync = nullptr;
+  };
+  // Runs fn(context) on every local replica as run_replicas does, with the
+  // step's batch sizes set on each context first; then every variable of
+  // `step.sync` that the step assigned on some replica becomes, in every
+  // copy on every worker, the mean of the replicas' copies weighted by their
+  // examples (equal weights where the examples are not known).
+  void run_step(const ReplicaStep& step, const std::function<void(ReplicaContext&)>& fn) const;
+
   // ---- Splitting batches (every split goes through even_split) ----
   // Splits a global batch along dim 0: replica r gets global / N examples,
   // one more for the first global % N replicas (tf.distribute's split). One

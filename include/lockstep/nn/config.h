@@ -1,6 +1,6 @@
 // Layer configurations: what a layer needs to be rebuilt (Keras's
-// get_config / from_config), as plain typed values — the io/train layers
-// turn them into JSON.
+// get_config / from_config), as plain typed values — the train layer turns
+// them into Keras's JSON (train/keras_config.cc).
 //
 // Built-in layers are registered by class name; a custom layer becomes
 // loadable with register_layer("MyLayer", factory).

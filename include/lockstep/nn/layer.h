@@ -175,6 +175,8 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
     Initializer initializer = initializers::GlorotUniform();
     bool trainable = true;
     Regularizer regularizer{};  // empty: none
+    // How a strategy combines the replicas' copies (autodiff/variable.h).
+    VariableAggregation aggregation = VariableAggregation::kNone;
   };
   Variable add_weight(const WeightOptions& options);
   // Registers a sublayer so that its weights and losses count as this layer's.

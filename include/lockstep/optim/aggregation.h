@@ -2,9 +2,9 @@
 // replica sums its gradients with the other replicas' and how the update is
 // shared between the replicas of a process.
 //
-// The optimizer has no collective of its own. A strategy installs a lookup
-// that gives each of its replica threads a GradientAggregator
-// (distribute::ReplicaContext is one), so that
+// The optimizer has no collective of its own. A strategy opens a
+// GradientAggregatorScope on each of its replica threads with that replica's
+// GradientAggregator (distribute::ReplicaContext is one), so that
 // `optimizer.apply_gradients(grads, vars)` inside `strategy.run` sums across
 // replicas as in TensorFlow, and `fit` can sum earlier, while backward runs,
 // and say so with ApplyOptions::skip_gradients_aggregation.
@@ -64,12 +64,25 @@ class GradientAggregator {
   }
 };
 
-// The calling thread's aggregator: null outside a strategy's replicas (and
-// with a single replica in sync that needs none).
+// The calling thread's aggregator: the innermost GradientAggregatorScope's,
+// null outside every one (no strategy's replicas, or a single replica in
+// sync that needs none).
 GradientAggregator* current_gradient_aggregator();
 
-// Called by the distribute layer before it runs replicas (idempotent): how
-// to find the calling thread's aggregator.
-void install_gradient_aggregator_lookup(GradientAggregator* (*lookup)());
+// RAII, thread-local, nestable: while alive, `aggregator` is the calling
+// thread's. The one way a strategy hands its aggregator to the optimizer: a
+// replica context opens one on its replica's thread (distribute's
+// ReplicaContextScope), a parameter-server worker's function one for its
+// remote update. Not copyable or movable.
+class GradientAggregatorScope {
+ public:
+  explicit GradientAggregatorScope(GradientAggregator* aggregator);
+  ~GradientAggregatorScope();
+  GradientAggregatorScope(const GradientAggregatorScope&) = delete;
+  GradientAggregatorScope& operator=(const GradientAggregatorScope&) = delete;
+
+ private:
+  GradientAggregator* previous_;
+};
 
 }  // namespace lockstep

@@ -220,8 +220,10 @@ class Model : public Layer {
   const distribute::Strategy& distribute_strategy() const;
 
   // Keras's table of layers, output shapes and parameter counts, then the
-  // total / trainable / non-trainable (and optimizer) parameter counts.
-  void summary(std::ostream& out = std::cout, const SummaryOptions& options = {}) const;
+  // total / trainable / non-trainable (and optimizer) parameter counts:
+  // printed through the log sink (core/log.h, as kOutput), or onto `out`.
+  void summary(const SummaryOptions& options = {}) const;
+  void summary(std::ostream& out, const SummaryOptions& options = {}) const;
 
   // The whole model, written atomically; the suffix decides the format:
   //   .keras        Keras 3's file (a zip of config.json — the architecture

@@ -32,7 +32,7 @@ class Progbar {
     double interval = 0.05;  // minimum seconds between redraws (verbose = 1)
     std::string unit_name = "step";
     bool dynamic_display = true;  // redraw in place; false: one line per update
-    std::ostream* out = nullptr;  // default std::cout
+    std::ostream* out = nullptr;  // default: the log sink (core/log.h), as kOutput
     Clock clock{};                // default steady_clock
   };
 
@@ -43,12 +43,13 @@ class Progbar {
 
  private:
   double now() const;
+  void emit(const std::string& text) const;
   double estimate_step_duration(std::int64_t current, double now);
   std::string format_time(double time_per_unit) const;
 
   std::int64_t target_;
   Options o_;
-  std::ostream* out_;
+  std::ostream* out_;  // null: the log sink
   std::vector<std::string> order_;
   std::vector<std::pair<double, double>> values_;  // per key: (weighted sum, weight)
   std::int64_t seen_so_far_ = 0;

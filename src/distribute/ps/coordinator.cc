@@ -13,6 +13,7 @@
 
 #include "distribute/ps/wire.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/log.h"
 
 namespace lockstep::distribute {
 
@@ -208,10 +209,10 @@ bool CoordinatorImpl::bring_up(int w) {
       const std::uint64_t incarnation = worker.channel->connect(std::chrono::seconds(1));
       if (incarnation != worker.incarnation) {
         if (worker.incarnation != 0) {
-          std::fprintf(stderr,
-                       "ClusterCoordinator: %s rejoined (a new process); its datasets and "
-                       "resources are built again\n",
-                       worker.channel->peer().c_str());
+          log(LogLevel::kWarning,
+              detail::str_cat("ClusterCoordinator: ", worker.channel->peer(),
+                              " rejoined (a new process); its datasets and resources are "
+                              "built again\n"));
           std::lock_guard lk(mu_);
           ++stats_.worker_rejoins;
         }
@@ -240,11 +241,11 @@ bool CoordinatorImpl::bring_up(int w) {
     }
     if (!warned && Clock::now() - started > strategy_->options().connect_timeout) {
       warned = true;
-      std::fprintf(stderr,
-                   "ClusterCoordinator: %s has not answered for %.0f s; the other workers take "
-                   "its share until it does\n",
-                   worker.channel->peer().c_str(),
-                   std::chrono::duration<double>(Clock::now() - started).count());
+      const auto waited =
+          std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started).count();
+      log(LogLevel::kWarning,
+          detail::str_cat("ClusterCoordinator: ", worker.channel->peer(), " has not answered for ",
+                          waited, " s; the other workers take its share until it does\n"));
     }
     std::unique_lock lk(mu_);
     stop_cv_.wait_for(lk, std::chrono::milliseconds(200), [&] { return stopping_; });
@@ -360,8 +361,9 @@ void CoordinatorImpl::dispatch(int w) {
       if (e.peer_lost()) {
         // The worker is gone (or hangs): the function goes back to the
         // front of the queue for any worker, this one included once back.
-        std::fprintf(stderr, "ClusterCoordinator: %s was lost (%s); its function %s is put back\n",
-                     name.c_str(), e.what(), c.function.c_str());
+        log(LogLevel::kWarning,
+            detail::str_cat("ClusterCoordinator: ", name, " was lost (", e.what(),
+                            "); its function ", c.function, " is put back\n"));
         worker.ready = false;
         failed = false;
         {

@@ -3,7 +3,7 @@
 // whole on one ps task or in shards over several), the variable creator of
 // its scope, and the pulls and pushes between its copies and the parameter
 // servers. Internal to distribute/ (parameter_server_strategy.h is the
-// public face, cluster_coordinator.cc schedules on the workers).
+// public face, coordinator.cc schedules on the workers).
 #pragma once
 
 #include <map>

@@ -12,7 +12,6 @@
 #include "distribute/ps/parameter_server.h"
 #include "distribute/ps/ps_strategy.h"
 #include "distribute/ps/wire.h"
-#include "distribute/remote_update_scope.h"
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/distribute/cluster_coordinator.h"
 
@@ -155,7 +154,7 @@ class WorkerState final : public comm::rpc::WorkerService, public GradientAggreg
       WorkerContext context(*this, std::move(tensors), std::move(iterators));
       std::vector<Tensor> out;
       {
-        RemoteUpdateScope remote(this);
+        GradientAggregatorScope remote(this);  // the update runs on the ps tasks
         out = fn(context);
       }
       for (const Tensor& t : out) result.results.push_back(ps::to_wire(t));

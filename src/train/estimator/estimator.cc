@@ -17,6 +17,7 @@
 
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/core/dir_lock.h"
+#include "lockstep/core/log.h"
 #include "lockstep/core/timer.h"
 #include "lockstep/distribute/cluster_coordinator.h"
 #include "lockstep/distribute/parameter_server_strategy.h"
@@ -58,10 +59,14 @@ struct Estimator::Impl {
   detail::ModelState state;
   std::int64_t global_step = 0;
 
-  std::ostream& out() const { return log ? *log : std::cerr; }
-  void info(const std::string& line) const {
-    if (strategy.is_chief()) out() << "INFO:lockstep:" << line << "\n" << std::flush;
+  // TensorFlow's logged lines ("INFO:lockstep:…"), on the chief: onto the
+  // caller's stream, or through the log sink at `level`.
+  void say(LogLevel level, const std::string& line) const {
+    if (!strategy.is_chief()) return;
+    LogStream fallback(level);
+    (log ? *log : fallback) << line << "\n" << std::flush;
   }
+  void info(const std::string& line) const { say(LogLevel::kInfo, "INFO:lockstep:" + line); }
   // The strategy the model lives under: train_distribute, else
   // eval_distribute, else the default (one replica on the calling thread).
   Strategy model_strategy() const {
@@ -254,10 +259,8 @@ std::optional<std::string> Estimator::Impl::restore(const std::string& path) {
       return it->second;
     } catch (const IOError& e) {
       if (!newest_error) newest_error = std::current_exception();
-      if (strategy.is_chief())
-        out() << "WARNING:lockstep:skipping a damaged checkpoint: " << e.what()
-              << "; falling back to the one before it\n"
-              << std::flush;
+      say(LogLevel::kWarning, std::string("WARNING:lockstep:skipping a damaged checkpoint: ") +
+                                  e.what() + "; falling back to the one before it");
     }
   }
   if (newest_error) std::rethrow_exception(newest_error);
@@ -485,20 +488,15 @@ Estimator& Estimator::train(const InputFn& input_fn, TrainOptions o) {
       }
       break;
     }
-    ext.run_replicas([&](ReplicaContext& ctx) {
-      const auto r = static_cast<std::size_t>(ctx.local_replica_id());
-      ctx.set_batch(agreement.total_rows, local_rows[r]);
-      std::vector<Variable> non_trainable;
-      std::vector<std::uint64_t> versions;
-      for (const Variable& v : m.state.variables) {
-        if (!v.trainable()) {
-          non_trainable.push_back(v);
-          versions.push_back(v.version());
-        }
-      }
-      losses[r] = m.train_step(replica_features[r], replica_labels[r], r == 0);
-      if (!non_trainable.empty()) ctx.sync_non_trainable(non_trainable, versions);
-    });
+    std::vector<Variable> non_trainable;
+    for (const Variable& v : m.state.variables) {
+      if (!v.trainable()) non_trainable.push_back(v);
+    }
+    ext.run_step({.global_rows = agreement.total_rows, .sizes = local_rows, .sync = &non_trainable},
+                 [&](ReplicaContext& ctx) {
+                   const auto r = static_cast<std::size_t>(ctx.local_replica_id());
+                   losses[r] = m.train_step(replica_features[r], replica_labels[r], r == 0);
+                 });
     ++m.global_step;
     // The step's loss: the replicas' losses summed (TensorFlow's report);
     // beside it, whether the chief's clock says a checkpoint is due (every
