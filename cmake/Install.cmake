@@ -37,7 +37,7 @@ install(FILES ${PROJECT_BINARY_DIR}/lockstepConfig.cmake
 # so `--prefix` at install time needs no reconfiguring). Libraries in link
 # order: each layer before the layers it uses, then the third-party ones.
 set(pc_libs "")
-foreach(layer train distribute optim comm nn io data autodiff tensor core)
+foreach(layer estimator train distribute optim comm nn io data autodiff tensor core)
   string(APPEND pc_libs " -llockstep_${layer}")
 endforeach()
 get_target_property(gloo_location gloo IMPORTED_LOCATION_RELWITHDEBINFO)

@@ -13,11 +13,11 @@
 #include <iostream>
 #include <mutex>
 
-#include "assigned_on_worker.h"
 #include "fit_loops.h"
 #include "keras_config.h"
 #include "lockstep/core/checked.h"
 #include "lockstep/core/log.h"
+#include "lockstep/distribute/assigned_on_worker.h"
 #include "lockstep/distribute/parameter_server_strategy.h"
 #include "lockstep/distribute/strategy_extended.h"
 
@@ -107,7 +107,7 @@ std::vector<Tensor> steps_on_worker(ld::WorkerContext& ctx) {
   fit->model.reset_metrics();
   // State a step assigns (moving statistics) goes back to the ps tasks
   // after it, before the next step reads the variables again.
-  detail::AssignedOnWorker assigned(fit->model.impl()->non_trainable_weights());
+  distribute::AssignedOnWorker assigned(fit->model.impl()->non_trainable_weights());
   auto train = [&](const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
     fit->model.train_step(x, y);
     assigned.write_changed(ctx);

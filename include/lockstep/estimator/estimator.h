@@ -73,10 +73,10 @@
 #include "lockstep/data/dataset.h"
 #include "lockstep/distribute/cluster_coordinator.h"
 #include "lockstep/distribute/strategy.h"
+#include "lockstep/estimator/features.h"
+#include "lockstep/estimator/run_config.h"
 #include "lockstep/nn/metrics.h"
 #include "lockstep/optim/optimizers.h"
-#include "lockstep/train/estimator/features.h"
-#include "lockstep/train/estimator/run_config.h"
 
 namespace lockstep::estimator {
 

@@ -1,5 +1,5 @@
 // Fingerprint64 from libfarmhash, and TensorFlow's FingerprintCat64.
-#include "train/estimator/fingerprint.h"
+#include "estimator/fingerprint.h"
 
 #include <farmhash.h>
 

@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "lockstep/autodiff/variable.h"
+#include "lockstep/estimator/features.h"
 #include "lockstep/nn/initializers.h"
-#include "lockstep/train/estimator/features.h"
 
 namespace lockstep::feature_column {
 

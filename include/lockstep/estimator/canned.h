@@ -29,9 +29,9 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/estimator/estimator.h"
+#include "lockstep/estimator/feature_column.h"
 #include "lockstep/optim/optimizers.h"
-#include "lockstep/train/estimator/estimator.h"
-#include "lockstep/train/estimator/feature_column.h"
 
 namespace lockstep::estimator {
 

@@ -1,6 +1,6 @@
-"""Writes fixtures/feature_columns.json: what TensorFlow's own feature columns
+"""Writes feature_columns.json: what TensorFlow's own feature columns
 (tf.feature_column, feature_column_v2) make of one small batch, for
-tests/train/estimator_test.cc (FeatureColumns.*).
+tests/estimator/estimator_test.cc (FeatureColumns.*).
 
 For every column: its TensorFlow name and its dense value per example (a
 categorical column through indicator_column, so its ids are the positions of
@@ -9,7 +9,7 @@ i + 0.5 in every dimension), written here, so the combiners are checked
 without random numbers.
 
 Run by hand with TensorFlow installed, never by the build:
-    python3 make_feature_column_fixture.py > fixtures/feature_columns.json
+    python3 make_feature_column_fixture.py > feature_columns.json
 """
 import json
 import os

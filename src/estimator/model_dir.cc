@@ -4,7 +4,7 @@
 // "global_step", "optimizer" (its class) and "iterations". Under
 // ParameterServerStrategy the values come from, and go back to, the
 // parameter servers.
-#include "train/estimator/model_dir.h"
+#include "estimator/model_dir.h"
 
 #include <algorithm>
 #include <charconv>

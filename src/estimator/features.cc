@@ -1,6 +1,6 @@
 // The element an input_fn yields (features and labels side by side, by
 // name) and strings as NUL-padded uint8 tensors.
-#include "lockstep/train/estimator/features.h"
+#include "lockstep/estimator/features.h"
 
 #include <algorithm>
 #include <cstring>

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "lockstep/train/estimator/canned.h"
+#include "lockstep/estimator/canned.h"
 
 namespace lockstep::estimator::detail {
 

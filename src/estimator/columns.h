@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/train/estimator/feature_column.h"
+#include "lockstep/estimator/feature_column.h"
 
 namespace lockstep::feature_column {
 

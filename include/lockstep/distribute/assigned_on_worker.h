@@ -2,7 +2,8 @@
 // moving statistics), on a worker of a ParameterServerStrategy job: after
 // each step, the variables whose value changed go back to the parameter
 // servers (the last writer wins, as in TensorFlow). Used by Model::fit's
-// and the Estimator's worker functions (ps_fit.cc, estimator/estimator.cc).
+// and the Estimator's worker functions (train/ps_fit.cc,
+// estimator/estimator.cc).
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,7 @@
 #include "lockstep/autodiff/variable.h"
 #include "lockstep/distribute/cluster_coordinator.h"
 
-namespace lockstep::detail {
+namespace lockstep::distribute {
 
 class AssignedOnWorker {
  public:
@@ -21,7 +22,7 @@ class AssignedOnWorker {
     for (const Variable& v : vars_) versions_.push_back(v.version());
   }
   // Writes those assigned since the last call (or since construction).
-  void write_changed(distribute::WorkerContext& ctx) {
+  void write_changed(WorkerContext& ctx) {
     std::vector<Variable> changed;
     for (std::size_t k = 0; k < vars_.size(); ++k) {
       if (vars_[k].version() == versions_[k]) continue;
@@ -36,4 +37,4 @@ class AssignedOnWorker {
   std::vector<std::uint64_t> versions_;
 };
 
-}  // namespace lockstep::detail
+}  // namespace lockstep::distribute

@@ -5,7 +5,7 @@
 // (SUM_OVER_BATCH_SIZE); in training a SUM_OVER_BATCH_SIZE loss is also
 // divided by the replicas in sync (TensorFlow's scale_loss_for_distribution),
 // since the replica contexts sum the replicas' gradients.
-#include "train/estimator/heads.h"
+#include "estimator/heads.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,12 +1,12 @@
 // The canned estimators: each a model_fn over feature columns and a head
 // (heads.cc), with TensorFlow's variable names, default optimizers and
 // learning rates (canned/linear.py, canned/dnn.py, canned/optimizers.py).
-#include "lockstep/train/estimator/canned.h"
+#include "lockstep/estimator/canned.h"
 
 #include <cmath>
 
+#include "estimator/heads.h"
 #include "lockstep/nn/layers.h"
-#include "train/estimator/heads.h"
 
 namespace lockstep::estimator {
 namespace {

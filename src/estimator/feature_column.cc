@@ -1,18 +1,18 @@
 // Feature columns (tf.feature_column, feature_column_v2.py's semantics):
 // each column's transform of a batch of features, and the two layers over
 // columns, DenseFeatures and LinearModel.
-#include "lockstep/train/estimator/feature_column.h"
+#include "lockstep/estimator/feature_column.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <set>
 
+#include "estimator/columns.h"
+#include "estimator/fingerprint.h"
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/core/error.h"
 #include "lockstep/tensor/ops.h"
-#include "train/estimator/columns.h"
-#include "train/estimator/fingerprint.h"
 
 namespace lockstep::feature_column {
 

@@ -5,6 +5,8 @@
 // reductions and 1 or 2 replicas; the same weights under 1 and 2 replicas;
 // the canned classifiers' keys and learning; resuming from model_dir; bad
 // input named. (Real processes: estimator_process_test.cc.)
+#include "lockstep/estimator/estimator.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,8 +17,11 @@
 #include <sstream>
 
 #include "lockstep/core/dir_lock.h"
+#include "lockstep/estimator/canned.h"
+#include "lockstep/estimator/feature_column.h"
+#include "lockstep/estimator/features.h"
+#include "lockstep/estimator/run_config.h"
 #include "lockstep/io/safetensors.h"
-#include "lockstep/lockstep.h"
 #include "support/errors.h"
 #include "support/estimator_inputs.h"
 #include "support/files.h"
@@ -34,8 +39,8 @@ using testing_support::TempDir;
 // ---- Feature columns ------------------------------------------------------------------
 
 const json& column_fixture() {
-  static const json j = json::parse(testing_support::slurp(
-      fs::path(LOCKSTEP_SOURCE_DIR) / "tests/train/fixtures/feature_columns.json"));
+  static const json j = json::parse(testing_support::slurp(fs::path(LOCKSTEP_SOURCE_DIR) /
+                                                           "tests/estimator/feature_columns.json"));
   return j;
 }
 

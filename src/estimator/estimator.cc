@@ -2,7 +2,7 @@
 // them, over Lockstep's strategies (one model_fn call per replica and step,
 // gradients summed by the replica contexts, optimizers from optim), with
 // checkpoints under model_dir (model_dir.cc).
-#include "lockstep/train/estimator/estimator.h"
+#include "lockstep/estimator/estimator.h"
 
 #include <atomic>
 #include <charconv>
@@ -15,18 +15,18 @@
 #include <set>
 #include <sstream>
 
+#include "estimator/model_dir.h"
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/core/dir_lock.h"
 #include "lockstep/core/log.h"
 #include "lockstep/core/timer.h"
+#include "lockstep/distribute/assigned_on_worker.h"
 #include "lockstep/distribute/cluster_coordinator.h"
 #include "lockstep/distribute/parameter_server_strategy.h"
 #include "lockstep/distribute/strategy_extended.h"
 #include "lockstep/io/event_file.h"
 #include "lockstep/nn/initializers.h"
 #include "lockstep/tensor/ops.h"
-#include "train/assigned_on_worker.h"
-#include "train/estimator/model_dir.h"
 
 namespace lockstep::estimator {
 
@@ -532,7 +532,7 @@ constexpr char kPsResource[] = "lockstep.estimator";
 // InputContext) and the state a step assigns rather than trains.
 struct EstimatorOnWorker {
   std::unique_ptr<WorkerInput> input;
-  lockstep::detail::AssignedOnWorker assigned;
+  distribute::AssignedOnWorker assigned;
 };
 
 // The Estimator this worker process serves (serve() sets it).
@@ -584,7 +584,7 @@ std::vector<Tensor> build_on_worker(distribute::WorkerContext& ctx) {
   for (const Variable& v : made) {
     if (!v.trainable()) non_trainable.push_back(v);
   }
-  on->assigned = lockstep::detail::AssignedOnWorker(std::move(non_trainable));
+  on->assigned = distribute::AssignedOnWorker(std::move(non_trainable));
   ctx.set_resource(kPsResource, on);
   return {};
 }
