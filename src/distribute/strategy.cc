@@ -189,6 +189,10 @@ void StrategyExtended::sum_across_workers(std::vector<double>& values) const {
     workers->all_reduce(values.data(), values.size(), ReduceOp::kSum);
 }
 
+void StrategyExtended::barrier_across_workers() const {
+  if (comm::Communicator* workers = cross_worker_communicator()) workers->barrier();
+}
+
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
                         std::optional<int> axis) const {
   LOCKSTEP_CHECK(value.size() == num_local_replicas(), "Strategy::reduce: ", value.size(),

@@ -275,10 +275,7 @@ void Estimator::Impl::save() {
   }
   // Every worker leaves only when the chief has written: the next call's
   // restore reads the same file everywhere.
-  if (strategy.num_workers() > 1) {
-    std::vector<double> barrier{0.0};
-    strategy.extended().sum_across_workers(barrier);
-  }
+  strategy.extended().barrier_across_workers();
 }
 
 Estimator::Estimator(ModelFn model_fn, EstimatorOptions options) : impl_(std::make_shared<Impl>()) {
@@ -778,18 +775,11 @@ EvalResults Estimator::evaluate(const InputFn& input_fn, EvaluateOptions o) {
     }
   }
   if (strategy.num_workers() > 1) {
-    std::vector<double> states;
-    for (auto& [name, metric] : merged)
-      states.insert(states.end(), metric.impl()->state().begin(), metric.impl()->state().end());
     ext.check_workers_agree("Estimator.evaluate", {{"metrics", std::to_string(merged.size())}});
-    ext.sum_across_workers(states);
-    std::size_t at = 0;
-    for (auto& [name, metric] : merged) {
-      const std::size_t n = metric.impl()->state().size();
-      metric.impl()->set_state(std::vector<double>(states.begin() + static_cast<long>(at),
-                                                   states.begin() + static_cast<long>(at + n)));
-      at += n;
-    }
+    std::vector<Metric> in_order;
+    for (auto& [name, metric] : merged) in_order.push_back(metric);
+    sum_metric_states(in_order,
+                      [&](std::vector<double>& states) { ext.sum_across_workers(states); });
   }
   EvalResults results;
   for (auto& [name, metric] : merged) results[name] = metric.result();

@@ -204,6 +204,21 @@ void MetricImpl::merge(const MetricImpl& other) {
   for (std::size_t i = 0; i < state_.size(); ++i) state_[i] += other.state_[i];
 }
 
+void sum_metric_states(const std::vector<Metric>& metrics,
+                       const std::function<void(std::vector<double>&)>& sum) {
+  std::vector<double> states;
+  for (const Metric& m : metrics)
+    states.insert(states.end(), m.impl()->state().begin(), m.impl()->state().end());
+  sum(states);
+  std::size_t at = 0;
+  for (const Metric& m : metrics) {
+    const std::size_t n = m.impl()->state().size();
+    m.impl()->set_state(std::vector<double>(states.begin() + static_cast<std::ptrdiff_t>(at),
+                                            states.begin() + static_cast<std::ptrdiff_t>(at + n)));
+    at += n;
+  }
+}
+
 namespace metrics {
 
 Mean::Mean(MetricOptions o)

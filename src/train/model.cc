@@ -200,18 +200,9 @@ Logs Model::get_metrics_result() const {
         for (const auto& replica : s.replica_metrics) all[i].merge(replica.at(i));
       }
       if (s.strategy.num_workers() > 1) {
-        std::vector<double> states;
-        for (const Metric& m : all)
-          states.insert(states.end(), m.impl()->state().begin(), m.impl()->state().end());
-        s.strategy.extended().sum_across_workers(states);
-        std::size_t at = 0;
-        for (const Metric& m : all) {
-          const std::size_t n = m.impl()->state().size();
-          m.impl()->set_state(
-              std::vector<double>(states.begin() + static_cast<std::ptrdiff_t>(at),
-                                  states.begin() + static_cast<std::ptrdiff_t>(at + n)));
-          at += n;
-        }
+        sum_metric_states(all, [&](std::vector<double>& states) {
+          s.strategy.extended().sum_across_workers(states);
+        });
       }
     }
   }

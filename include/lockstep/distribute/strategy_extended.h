@@ -97,6 +97,9 @@ class StrategyExtended {
                            const std::vector<std::pair<std::string, std::string>>& facts) const;
   // Element-wise sum over the workers, in place (metric states, votes).
   void sum_across_workers(std::vector<double>& values) const;
+  // Returns when every worker has called it (the chief's checkpoint is
+  // written before any worker reads it).
+  void barrier_across_workers() const;
   // ---- Variables held elsewhere (ParameterServerStrategy; with every
   // other strategy the variables are here and these do nothing) ----
   // Whether training runs as functions scheduled on workers, the variables

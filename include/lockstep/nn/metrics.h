@@ -12,6 +12,7 @@
 // Not thread-safe: each replica updates its own instance.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,13 @@ class Metric {
  protected:
   std::shared_ptr<MetricImpl> impl_;
 };
+
+// Sync on read across processes: the metrics' states, laid end to end, go
+// through `sum` (a strategy's sum over its workers) and come back as each
+// metric's state — every worker's counts added up. Used by fit's and the
+// Estimator's merge of their replicas' metrics.
+void sum_metric_states(const std::vector<Metric>& metrics,
+                       const std::function<void(std::vector<double>&)>& sum);
 
 namespace metrics {
 
