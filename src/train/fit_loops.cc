@@ -393,7 +393,41 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
   const int verbose = effective_verbose(o.verbose);
   CallbackList callbacks = make_callbacks(
       o.callbacks, &m, {.epochs = o.epochs, .steps = train.steps(), .verbose = verbose}, true);
+  EpochSteps steps{
+      .input_state = [&](int epoch, bool full) { return train.save_state(epoch, full); },
+      // Merges the replicas' metrics into the primary ones. Across workers
+      // that is a collective, and the chief alone takes snapshots: there the
+      // last batch's logs have merged them already.
+      .before_snapshot =
+          [&] {
+            if (s.strategy.num_workers() == 1) (void)m.get_metrics_result();
+          },
+      .run_epoch =
+          [&](int epoch, const data::IteratorState* resume_input, std::int64_t& done) {
+            if (resume_input) {
+              train.restore_state(epoch, done, *resume_input);
+            } else {
+              train.start_epoch(epoch);
+            }
+            train_epoch(m, train, callbacks, epoch, done);
+            if (auto* d = dynamic_cast<DatasetBatches*>(&train); d && d->exhausted()) {
+              // Keras's behaviour: warn, finish this epoch, stop.
+              log(LogLevel::kWarning,
+                  detail::str_cat("fit: the dataset ran out of data after ",
+                                  epoch - o.initial_epoch + 1,
+                                  " epoch(s) with steps_per_epoch = ", o.steps_per_epoch,
+                                  "; interrupting training (repeat() the dataset to train "
+                                  "longer)\n"));
+              s.stop = true;
+            }
+          },
+  };
+  return run_epochs(m, callbacks, val_source.get(), o, steps);
+}
 
+History Model::Loops::run_epochs(Model& m, CallbackList& callbacks, BatchSource* val_source,
+                                 const FitOptions& o, const EpochSteps& steps) {
+  TrainState& s = m.state();
   s.stop = false;
   s.resume.reset();
   // Where training is, for checkpoints taken by callbacks: `done` batches of
@@ -401,20 +435,19 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
   int at_epoch = o.initial_epoch;
   std::int64_t done = 0;
   s.snapshot = [&](bool full_input_state) {
-    // Merges the replicas' metrics into the primary ones. Across workers that
-    // is a collective, and the chief alone takes snapshots: there the last
-    // batch's logs have merged them already.
-    if (s.strategy.num_workers() == 1) (void)m.get_metrics_result();
-    return detail::snapshot_at(m, at_epoch, done, train.save_state(at_epoch, full_input_state));
+    if (steps.before_snapshot) steps.before_snapshot();
+    return detail::snapshot_at(m, at_epoch, done, steps.input_state(at_epoch, full_input_state));
   };
   detail::ForgetSnapshot forget{s};
   callbacks.each([](Callback& cb) { cb.on_train_begin({}); });
+  // A BackupAndRestore callback's on_train_begin may have set where to resume.
   std::optional<TrainingSnapshot> resume = std::move(s.resume);
   s.resume.reset();
   int first_epoch = o.initial_epoch;
   if (resume) {
     LOCKSTEP_CHECK(resume->epoch >= 0 && resume->step >= 0, "fit: cannot resume at epoch ",
                    resume->epoch, ", batch ", resume->step);
+    if (steps.check_resume) steps.check_resume(*resume);
     first_epoch = resume->epoch;
     detail::set_global_random_state(resume->random_seed, resume->random_stream);
   }
@@ -434,21 +467,10 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
       }
     }
     callbacks.each([&](Callback& cb) { cb.on_epoch_begin(epoch, {}); });
-    if (resuming) {
-      train.restore_state(epoch, resume->step, resume->input);
-    } else {
-      train.start_epoch(epoch);
-    }
-    train_epoch(m, train, callbacks, epoch, done);
-    if (auto* d = dynamic_cast<DatasetBatches*>(&train); d && d->exhausted()) {
-      // Keras's behaviour: warn, finish this epoch, stop.
-      log(LogLevel::kWarning,
-          detail::str_cat("fit: the dataset ran out of data after ", epoch - o.initial_epoch + 1,
-                          " epoch(s) with steps_per_epoch = ", o.steps_per_epoch,
-                          "; interrupting training (repeat() the dataset to train longer)\n"));
-      s.stop = true;
-    }
+    if (steps.begin_epoch) steps.begin_epoch(epoch);
+    steps.run_epoch(epoch, resuming ? &resume->input : nullptr, done);
     epoch_logs = m.get_metrics_result();
+    if (steps.end_epoch) steps.end_epoch(epoch, epoch_logs);
     if (val_source && (epoch + 1) % o.validation_freq == 0) {
       // Validation is the evaluate pass, through the same callbacks,
       // silently (as Keras).

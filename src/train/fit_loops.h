@@ -3,6 +3,7 @@
 // loops' declarations. Internal to train/.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,6 +68,35 @@ struct Model::Loops {
                                                         const FitOptions& o);
   static void train_epoch(Model& m, BatchSource& train, CallbackList& callbacks, int epoch,
                           std::int64_t& done);
+
+  // ---- The one epoch driver of fit and the parameter-server fit ----
+  // What differs between them: where the input's state comes from, how an
+  // epoch's batches run, what happens after them. run_epochs does the rest
+  // (the snapshot callbacks take, resuming from one, metrics, validation,
+  // callbacks, stopping) the same way for both.
+  struct EpochSteps {
+    // The training input's state for a snapshot at the start of `epoch`
+    // after `done` batches.
+    std::function<data::IteratorState(int epoch, bool full_input_state)> input_state;
+    // Runs before a snapshot is taken (fit: merge the replicas' metrics).
+    std::function<void()> before_snapshot{};
+    // Checks a resume point this fit can take, and may move it (the
+    // parameter-server fit restarts the epoch at its first batch).
+    std::function<void(TrainingSnapshot&)> check_resume{};
+    // After on_epoch_begin, before the batches (the parameter-server fit:
+    // the optimizer's settings are unchanged).
+    std::function<void(int epoch)> begin_epoch{};
+    // Runs epoch `epoch`'s batches, from `done` on (non-zero when resuming
+    // in the middle of it); `resume_input` is the input's state to resume
+    // from, null when the epoch starts afresh. Advances `done`.
+    std::function<void(int epoch, const data::IteratorState* resume_input, std::int64_t& done)>
+        run_epoch;
+    // After the epoch's metrics are read, before validation (the
+    // parameter-server fit: pull the weights, report staleness).
+    std::function<void(int epoch, Logs& logs)> end_epoch{};
+  };
+  static History run_epochs(Model& m, CallbackList& callbacks, BatchSource* val_source,
+                            const FitOptions& o, const EpochSteps& steps);
 
   // ---- Where strategy meets model ----
   static bool distributed(const Model& m) { return !m.state().strategy.is_default(); }

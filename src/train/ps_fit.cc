@@ -217,88 +217,74 @@ History Model::Loops::fit_on_parameter_servers(Model& m, const ld::DatasetCreato
   const int verbose = o.verbose == 0 ? 0 : 2;
   CallbackList callbacks = detail::make_callbacks(
       o.callbacks, &m, {.epochs = o.epochs, .steps = o.steps_per_epoch, .verbose = verbose}, true);
-  s.stop = false;
-  s.resume.reset();
-  int at_epoch = o.initial_epoch;
-  s.snapshot = [&](bool full_input_state) {  // at epoch ends only
-    return detail::snapshot_at(
-        m, at_epoch, 0,
-        source ? source->save_state(at_epoch, full_input_state) : data::IteratorState{});
-  };
-  detail::ForgetSnapshot forget{s};
-  callbacks.each([](Callback& cb) { cb.on_train_begin({}); });
-  std::optional<TrainingSnapshot> resume = std::move(s.resume);
-  s.resume.reset();
-  int first_epoch = o.initial_epoch;
-  if (resume) {
-    first_epoch = resume->epoch;
-    detail::set_global_random_state(resume->random_seed, resume->random_stream);
-    if (resume->step > 0)
-      log(LogLevel::kWarning,
-          detail::str_cat("fit: the backup was taken at batch ", resume->step, " of epoch ",
-                          resume->epoch + 1,
-                          "; under ParameterServerStrategy epochs restart at their first batch\n"));
-  }
   const std::int64_t per_call = s.steps_per_execution;
   ld::ParameterServerStats before = strategy.stats();
-  Logs epoch_logs;
-  for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
-    at_epoch = epoch;
-    m.reset_metrics();
-    callbacks.each([&](Callback& cb) { cb.on_epoch_begin(epoch, {}); });
-    check_settings_unchanged(epoch);
-    const std::string at = "fit: epoch " + std::to_string(epoch + 1) + ": ";
-    std::vector<ld::RemoteValue> values;
-    try {
-      if (source) {
-        if (resume && epoch == resume->epoch) {
-          source->restore_state(epoch, 0, resume->input);
-        } else {
-          source->start_epoch(epoch);
-        }
-      }
-      for (std::int64_t step = 0; step < o.steps_per_epoch && !s.stop; step += per_call) {
-        const std::int64_t n = std::min(per_call, o.steps_per_epoch - step);
-        std::vector<ld::RemoteArgument> args = {
-            Tensor::from_vector(std::vector<std::int64_t>{n}, Shape{})};
-        for (std::int64_t i = 0; source && i < n; ++i) {
-          std::optional<Batch> b = source->next(step + i);
-          LOCKSTEP_CHECK(b.has_value(), "the data ran out after ", step + i, " of the ",
-                         o.steps_per_epoch, " steps_per_epoch batches");
-          if (i == 0)
-            args.emplace_back(Tensor::from_vector(
-                std::vector<std::int64_t>{static_cast<std::int64_t>(b->x.size())}, Shape{}));
-          for (const Tensor& t : b->x) args.emplace_back(t.copy());
-          for (const Tensor& t : b->y) args.emplace_back(t.copy());
-        }
-        values.push_back(coordinator.schedule(kSteps, std::move(args)));
-      }
-      coordinator.join();
-      for (const ld::RemoteValue& v : values) add_metric_states(m, v.fetch());
-    } catch (const Error&) {
-      detail::rethrow_with_prefix(at);
-    }
-    epoch_logs = m.get_metrics_result();
-    // The trained weights and step count, here, for validation, callbacks
-    // and checkpoints.
-    s.strategy.extended().pull_variables(m.impl_->weights());
-    const ld::ParameterServerStats after = strategy.stats();
-    s.optimizer->set_iterations(after.iterations);
-    const std::int64_t updates = after.updates - before.updates;
-    const double staleness = after.mean_staleness * static_cast<double>(after.updates) -
-                             before.mean_staleness * static_cast<double>(before.updates);
-    epoch_logs.set("staleness", updates > 0 ? staleness / static_cast<double>(updates) : 0.0);
-    before = after;
-    if (val_source && (epoch + 1) % o.validation_freq == 0) {
-      const Logs val_logs = test_pass(m, *val_source, callbacks, at + "validation, ");
-      for (const auto& [k, v] : val_logs) epoch_logs.set("val_" + k, v);
-    }
-    at_epoch = epoch + 1;
-    callbacks.each([&](Callback& cb) { cb.on_epoch_end(epoch, epoch_logs); });
-    if (s.stop) break;
-  }
-  callbacks.each([&](Callback& cb) { cb.on_train_end(epoch_logs); });
-  return *callbacks.history;
+  EpochSteps steps{
+      .input_state =
+          [&](int epoch, bool full) {
+            return source ? source->save_state(epoch, full) : data::IteratorState{};
+          },
+      .check_resume =
+          [](TrainingSnapshot& resume) {
+            if (resume.step == 0) return;
+            log(LogLevel::kWarning,
+                detail::str_cat("fit: the backup was taken at batch ", resume.step, " of epoch ",
+                                resume.epoch + 1,
+                                "; under ParameterServerStrategy epochs restart at their first "
+                                "batch\n"));
+            resume.step = 0;
+          },
+      .begin_epoch = check_settings_unchanged,
+      .run_epoch =
+          [&](int epoch, const data::IteratorState* resume_input, std::int64_t&) {
+            std::vector<ld::RemoteValue> values;
+            try {
+              if (source) {
+                if (resume_input) {
+                  source->restore_state(epoch, 0, *resume_input);
+                } else {
+                  source->start_epoch(epoch);
+                }
+              }
+              for (std::int64_t step = 0; step < o.steps_per_epoch && !s.stop; step += per_call) {
+                const std::int64_t n = std::min(per_call, o.steps_per_epoch - step);
+                std::vector<ld::RemoteArgument> args = {
+                    Tensor::from_vector(std::vector<std::int64_t>{n}, Shape{})};
+                for (std::int64_t i = 0; source && i < n; ++i) {
+                  std::optional<Batch> b = source->next(step + i);
+                  LOCKSTEP_CHECK(b.has_value(), "the data ran out after ", step + i, " of the ",
+                                 o.steps_per_epoch, " steps_per_epoch batches");
+                  if (i == 0)
+                    args.emplace_back(Tensor::from_vector(
+                        std::vector<std::int64_t>{static_cast<std::int64_t>(b->x.size())},
+                        Shape{}));
+                  for (const Tensor& t : b->x) args.emplace_back(t.copy());
+                  for (const Tensor& t : b->y) args.emplace_back(t.copy());
+                }
+                values.push_back(coordinator.schedule(kSteps, std::move(args)));
+              }
+              coordinator.join();
+              for (const ld::RemoteValue& v : values) add_metric_states(m, v.fetch());
+            } catch (const Error&) {
+              detail::rethrow_with_prefix("fit: epoch " + std::to_string(epoch + 1) + ": ");
+            }
+          },
+      .end_epoch =
+          [&](int, Logs& epoch_logs) {
+            // The trained weights and step count, here, for validation,
+            // callbacks and checkpoints.
+            s.strategy.extended().pull_variables(m.impl_->weights());
+            const ld::ParameterServerStats after = strategy.stats();
+            s.optimizer->set_iterations(after.iterations);
+            const std::int64_t updates = after.updates - before.updates;
+            const double staleness = after.mean_staleness * static_cast<double>(after.updates) -
+                                     before.mean_staleness * static_cast<double>(before.updates);
+            epoch_logs.set("staleness",
+                           updates > 0 ? staleness / static_cast<double>(updates) : 0.0);
+            before = after;
+          },
+  };
+  return run_epochs(m, callbacks, val_source.get(), o, steps);
 }
 
 }  // namespace lockstep
