@@ -1,6 +1,7 @@
 // Input for custom loops: InputContext and DistributedDataset, whose
 // iterator gives each local replica its part of every global batch (through
-// the strategy's one batch splitter) or its own pipeline's batch.
+// the strategy's one batch splitter) or its own pipeline's batch, until the
+// input of some worker ends (the workers vote each step, as fit's do).
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/distribute/strategy_extended.h"
@@ -55,20 +56,30 @@ DistributedDataset::Iterator DistributedDataset::make_iterator(std::uint64_t epo
 std::optional<PerReplica<data::Element>> DistributedDataset::Iterator::next() {
   const int n = strategy_.num_replicas_in_sync();
   std::vector<data::Element> parts;
+  bool have = true;
   if (its_.size() == 1 && n > 1) {
     // Every worker reads the global batches and keeps its replicas' rows
     // (auto-shard policy DATA).
-    auto e = its_[0].next();
-    if (!e) return std::nullopt;
-    StrategyExtended::LocalBatches local = strategy_.extended().split_batch(e->components());
-    for (auto& views : local.parts) parts.emplace_back(std::move(views), e->names());
+    if (auto e = its_[0].next()) {
+      StrategyExtended::LocalBatches local = strategy_.extended().split_batch(e->components());
+      for (auto& views : local.parts) parts.emplace_back(std::move(views), e->names());
+    } else {
+      have = false;
+    }
   } else {
     for (auto& it : its_) {
       auto e = it.next();
-      if (!e) return std::nullopt;
+      if (!e) {
+        have = false;
+        break;
+      }
       parts.push_back(std::move(*e));
     }
   }
+  // The input ends for every worker when it ends for one, as fit's does:
+  // pipelines of uneven length (distribute_datasets_from_function) never
+  // leave a worker waiting in a step the others do not take.
+  if (!strategy_.extended().agree_on_step(have, 0).all_have_batch) return std::nullopt;
   return PerReplica<data::Element>(std::move(parts));
 }
 

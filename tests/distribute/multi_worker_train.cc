@@ -43,6 +43,10 @@ struct Args {
   long stop_at_step = -1;
   std::int64_t examples = 512;
   bool custom_loop = false;
+  // The custom loop on distribute_datasets_from_function pipelines of uneven
+  // length: worker 0's replicas get every batch of their shard, the others
+  // two batches fewer (the loop must end on every worker, not hang).
+  bool uneven = false;
   // Input from files (written by --write-files DIR): the pipeline
   // list_files -> interleave -> map -> batch with this auto-shard policy;
   // the ids of the examples this worker trained on go to --ids-out.
@@ -88,7 +92,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--examples")
       a.examples = std::stoll(v);
     else if (k == "--custom-loop")
-      a.custom_loop = v == "1";
+      a.custom_loop = v == "1" || v == "uneven", a.uneven = v == "uneven";
     else if (k == "--files")
       a.files = v;
     else if (k == "--policy")
@@ -251,11 +255,24 @@ int main(int argc, char** argv) {
         if (strategy) scope = strategy->scope();
         opt = optimizers::SGD({.learning_rate = 0.1});
       }
-      const auto dist = distribute::experimental_distribute_dataset(
-          s, data::Dataset::from_tensor_slices({x, y}).batch(a.batch));
+      const auto dist =
+          a.uneven
+              ? distribute::distribute_datasets_from_function(
+                    s,
+                    [&](const distribute::InputContext& ctx) {
+                      const std::int64_t per_replica = ctx.get_per_replica_batch_size(a.batch);
+                      data::Dataset ds = data::Dataset::from_tensor_slices({x, y})
+                                             .shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+                                             .batch(per_replica, /*drop_remainder=*/true);
+                      return s.worker_index() == 0 ? ds : ds.take(ds.cardinality() - 2);
+                    })
+              : distribute::experimental_distribute_dataset(
+                    s, data::Dataset::from_tensor_slices({x, y}).batch(a.batch));
       double total = 0;
+      std::int64_t steps = 0;
       for (int epoch = 0; epoch < a.epochs; ++epoch) {
         for (const auto& batch : dist) {
+          ++steps;
           auto per_replica = s.run(
               [&](const data::Element& e) {
                 GradientTape tape;
@@ -272,6 +289,7 @@ int main(int argc, char** argv) {
         }
       }
       logs.emplace_back("loss_sum", total);
+      if (a.uneven) logs.emplace_back("steps", static_cast<double>(steps));
       if (!a.out.empty()) {
         testing_support::write_weights(model.impl()->weights(), with_rank(a.out, strategy), logs);
       }
