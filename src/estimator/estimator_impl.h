@@ -12,8 +12,11 @@
 #include <utility>
 
 #include "estimator/model_dir.h"
+#include "lockstep/autodiff/variable.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/log.h"
+#include "lockstep/core/timer.h"
+#include "lockstep/data/dataset.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/estimator/estimator.h"
 

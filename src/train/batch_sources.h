@@ -205,26 +205,12 @@ class DatasetBatches final : public BatchSource {
   // A fixed step count that the data could not supply.
   bool exhausted() const { return exhausted_; }
 
-  // The policy of the dataset's options: DATA leaves the dataset whole;
-  // FILE shards its file list; FILE and OFF cut every batch into parts.
+  // The policy of the dataset's options (StrategyExtended::auto_shard, the
+  // same as a custom loop's DistributedDataset).
   void apply_auto_shard(const distribute::Strategy& strategy) {
-    const int workers = strategy.num_workers();
-    const data::AutoShardPolicy policy = ds_.options().experimental_distribute.auto_shard_policy;
-    if (policy == data::AutoShardPolicy::kData) return;
-    if (policy == data::AutoShardPolicy::kFile || policy == data::AutoShardPolicy::kAuto) {
-      data::Dataset sharded = ds_.with_sharded_files(workers, strategy.worker_index());
-      if (!sharded.defined()) {
-        LOCKSTEP_CHECK(policy == data::AutoShardPolicy::kAuto, op_,
-                       ": auto-shard policy FILE needs a pipeline that reads a file list "
-                       "(Dataset::from_files / list_files) with at least one file for each of the ",
-                       workers,
-                       " workers, through transformations that can follow it (not zip, "
-                       "concatenate or cache to a file); use DATA or OFF");
-        return;  // AUTO: DATA
-      }
-      ds_ = sharded;
-    }
-    parts_ = workers;
+    distribute::StrategyExtended::AutoShard shard = strategy.extended().auto_shard(ds_, op_);
+    ds_ = std::move(shard.dataset);
+    parts_ = shard.parts;
   }
   data::IteratorState save_state(int, bool full) override {
     if (!full) {

@@ -137,6 +137,38 @@ TEST_F(AutoShardTest, DataAndOffReadEverythingOnEveryWorker) {
   }
 }
 
+// A custom loop's experimental_distribute_dataset takes the dataset's
+// auto-shard policy as fit does (one rule, StrategyExtended::auto_shard;
+// issue #39): FILE gives each worker its own files, OFF has each read
+// everything and take its part of every batch. The workers stay bitwise
+// in sync.
+TEST_F(AutoShardTest, ACustomLoopShardsItsInputByThePolicyAsFitDoes) {
+  ASSERT_NO_FATAL_FAILURE(write_input_files());
+  for (const std::string policy : {"file", "off"}) {
+    const std::string tag = "loop-" + policy;
+    auto ps = start_workers(
+        2,
+        {"--files", dir_.string(), "--policy", policy, "--epochs", "1", "--custom-loop", "1",
+         "--out", path(tag + "-{rank}.bin"), "--ids-out", path(tag + "-ids-{rank}.txt")},
+        tag);
+    for (auto& p : ps) ASSERT_EQ(wait_exit(p), 0) << slurp(p.log);
+    expect_bitwise(read_weights(path(tag + "-1.bin")), read_weights(path(tag + "-0.bin")),
+                   tag + ": worker 1 vs worker 0");
+    const auto ids0 = read_ids(path(tag + "-ids-0.txt"));
+    const auto ids1 = read_ids(path(tag + "-ids-1.txt"));
+    if (policy == "file") {
+      std::vector<std::int64_t> both = ids0;
+      both.insert(both.end(), ids1.begin(), ids1.end());
+      std::sort(both.begin(), both.end());
+      EXPECT_EQ(ids0.size(), 256u);
+      EXPECT_EQ(both, iota_ids(512)) << "FILE: disjoint halves that make up the input";
+    } else {
+      EXPECT_EQ(ids0, iota_ids(512)) << "OFF: every worker reads everything";
+      EXPECT_EQ(ids1, iota_ids(512)) << "OFF: every worker reads everything";
+    }
+  }
+}
+
 TEST_F(MultiWorkerTest, LocalReplicasInEveryWorkerReduceHierarchically) {
   const Trained ref = reference({}, "ref");
   // One bucket, and 64-byte buckets (one per variable, several in flight

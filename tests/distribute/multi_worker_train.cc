@@ -245,6 +245,29 @@ int main(int argc, char** argv) {
       model = mlp(a.hidden, a.learning_rate, a.optimizer);
     }
     std::vector<std::pair<std::string, double>> logs;
+    // Input from files under the auto-shard policy: list_files ->
+    // interleave -> map -> batch. The map runs on the thread that trains
+    // (fit) or iterates (a custom loop): it sees exactly the examples this
+    // worker reads.
+    std::vector<std::int64_t> ids_seen;
+    auto files_dataset = [&] {
+      data::Options options;
+      options.experimental_distribute.auto_shard_policy = policy_named(a.policy);
+      return data::Dataset::list_files(a.files + "/part-*.bin")
+          .interleave([](const data::Element& e) { return read_file(e.string(0)); },
+                      {.cycle_length = 2})
+          .map([&ids_seen](const data::Element& e) {
+            ids_seen.push_back(e[0].item<std::int64_t>());
+            return data::Element({e[1], e[2]});
+          })
+          .batch(a.batch)
+          .with_options(options);
+    };
+    auto write_ids = [&] {
+      if (a.ids_out.empty()) return;
+      std::ofstream ids(with_rank(a.ids_out, strategy));
+      for (std::int64_t id : ids_seen) ids << id << "\n";
+    };
     if (a.custom_loop) {
       // The guide's custom loop: GradientTape in strategy.run, the loss
       // scaled by the global batch, per-replica losses reduced with SUM.
@@ -267,7 +290,8 @@ int main(int argc, char** argv) {
                       return s.worker_index() == 0 ? ds : ds.take(ds.cardinality() - 2);
                     })
               : distribute::experimental_distribute_dataset(
-                    s, data::Dataset::from_tensor_slices({x, y}).batch(a.batch));
+                    s, a.files.empty() ? data::Dataset::from_tensor_slices({x, y}).batch(a.batch)
+                                       : files_dataset());
       double total = 0;
       std::int64_t steps = 0;
       for (int epoch = 0; epoch < a.epochs; ++epoch) {
@@ -290,6 +314,7 @@ int main(int argc, char** argv) {
       }
       logs.emplace_back("loss_sum", total);
       if (a.uneven) logs.emplace_back("steps", static_cast<double>(steps));
+      write_ids();
       if (!a.out.empty()) {
         testing_support::write_weights(model.impl()->weights(), with_rank(a.out, strategy), logs);
       }
@@ -301,7 +326,6 @@ int main(int argc, char** argv) {
           BackupAndRestoreOptions{.backup_dir = a.backup, .save_freq = 3}));
     if (a.kill_at_step >= 0) callbacks.push_back(std::make_shared<KillAt>(a.kill_at_step, SIGKILL));
     if (a.stop_at_step >= 0) callbacks.push_back(std::make_shared<KillAt>(a.stop_at_step, SIGSTOP));
-    std::vector<std::int64_t> ids_seen;
     const FitOptions fit_options{.batch_size = a.batch,
                                  .epochs = a.epochs,
                                  .verbose = 2,
@@ -311,28 +335,12 @@ int main(int argc, char** argv) {
     if (a.files.empty()) {
       h = model.fit(x, y, fit_options);
     } else {
-      // The map runs on the thread that trains: it sees exactly the
-      // examples this worker reads.
-      data::Options options;
-      options.experimental_distribute.auto_shard_policy = policy_named(a.policy);
-      const data::Dataset ds =
-          data::Dataset::list_files(a.files + "/part-*.bin")
-              .interleave([](const data::Element& e) { return read_file(e.string(0)); },
-                          {.cycle_length = 2})
-              .map([&ids_seen](const data::Element& e) {
-                ids_seen.push_back(e[0].item<std::int64_t>());
-                return data::Element({e[1], e[2]});
-              })
-              .batch(a.batch)
-              .with_options(options);
+      const data::Dataset ds = files_dataset();
       FitOptions o = fit_options;
       o.batch_size = 0;
       h = model.fit(ds, o);
     }
-    if (!a.ids_out.empty()) {
-      std::ofstream ids(with_rank(a.ids_out, strategy));
-      for (std::int64_t id : ids_seen) ids << id << "\n";
-    }
+    write_ids();
     if (!a.out.empty()) {
       for (const auto& [k, values] : h.history()) logs.emplace_back(k, values.back());
       testing_support::write_weights(model.impl()->weights(), with_rank(a.out, strategy), logs);

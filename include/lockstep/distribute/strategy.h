@@ -310,7 +310,9 @@ std::vector<std::int64_t> even_split(std::int64_t rows, int parts);
 // Iterates per-replica elements: for (const PerReplica<data::Element>& batch : dist).
 class DistributedDataset {
  public:
-  // Global batches split along dim 0 into each replica's share.
+  // Global batches split along dim 0 into each replica's share; across
+  // workers, as the dataset's auto-shard policy says
+  // (StrategyExtended::auto_shard, the same as fit's).
   static DistributedDataset from_global(const Strategy& strategy, data::Dataset global_batches);
   // One dataset per replica, each yielding that replica's batches.
   static DistributedDataset from_function(
@@ -326,6 +328,10 @@ class DistributedDataset {
     friend class DistributedDataset;
     Strategy strategy_;
     std::vector<data::Iterator> its_;
+    // Auto-shard FILE / OFF: the batch being cut into parts, one per step.
+    int parts_ = 1;
+    std::optional<data::Element> current_;
+    int part_ = 0;
   };
   Iterator make_iterator(std::uint64_t epoch = 0) const;
 
@@ -354,6 +360,7 @@ class DistributedDataset {
  private:
   Strategy strategy_;
   std::vector<data::Dataset> datasets_;  // one (global) or one per replica
+  int parts_ = 1;                        // a global dataset's auto-shard parts (FILE / OFF)
 };
 
 inline DistributedDataset experimental_distribute_dataset(const Strategy& strategy,

@@ -80,6 +80,22 @@ class StrategyExtended {
   LocalBatches split_batch(const std::vector<Tensor>& batch, bool worker_part = false,
                            std::int64_t global_rows = 0) const;
 
+  // ---- Input across workers (fit and custom loops alike) ----
+  // The auto-shard policy of `dataset`'s options
+  // (experimental_distribute.auto_shard_policy) under this strategy's
+  // workers: DATA leaves the dataset whole (every worker reads the global
+  // batches and keeps its replicas' rows: `parts` 1); FILE shards its file
+  // list by worker; AUTO is FILE where the pipeline reads a file list it
+  // can shard, else DATA; FILE and OFF cut every batch of this worker's
+  // pipeline into `parts` (one per worker), taken one per step
+  // (tf.distribute's rebatching). FILE on a pipeline without a file list to
+  // shard is a ValueError naming `op`. One worker: the dataset, 1 part.
+  struct AutoShard {
+    data::Dataset dataset;
+    int parts = 1;
+  };
+  AutoShard auto_shard(data::Dataset dataset, const std::string& op) const;
+
   // ---- Agreement across workers (one worker: nothing to agree on) ----
   // Whether every worker has a next batch (an epoch ends for all when one
   // runs out, so uneven input never hangs), and the sum of `rows` over the
