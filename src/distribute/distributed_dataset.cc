@@ -38,6 +38,17 @@ StrategyExtended::AutoShard StrategyExtended::auto_shard(data::Dataset dataset,
   return {std::move(dataset), workers};  // OFF
 }
 
+data::Element StrategyExtended::batch_part(const data::Element& batch, int parts, int part) {
+  const std::int64_t rows = batch.size() > 0 ? batch[0].dim(0) : 0;
+  const std::vector<std::int64_t> sizes = even_split(rows, parts);
+  std::int64_t begin = 0;
+  for (int k = 0; k < part; ++k) begin += sizes[static_cast<std::size_t>(k)];
+  const std::int64_t end = begin + sizes[static_cast<std::size_t>(part)];
+  std::vector<Tensor> views;
+  for (const Tensor& t : batch.components()) views.push_back(t.view_rows(begin, end));
+  return data::Element(std::move(views), batch.names());
+}
+
 DistributedDataset DistributedDataset::from_global(const Strategy& strategy,
                                                    data::Dataset global_batches) {
   LOCKSTEP_CHECK(global_batches.defined(), "experimental_distribute_dataset: undefined dataset");
@@ -93,15 +104,7 @@ std::optional<PerReplica<data::Element>> DistributedDataset::Iterator::next() {
       part_ = 0;
     }
     if (current_) {
-      const std::int64_t rows = current_->size() > 0 ? (*current_)[0].dim(0) : 0;
-      const std::vector<std::int64_t> sizes = even_split(rows, parts_);
-      std::int64_t begin = 0;
-      for (int k = 0; k < part_; ++k) begin += sizes[static_cast<std::size_t>(k)];
-      std::vector<Tensor> views;
-      for (const Tensor& t : current_->components())
-        views.push_back(t.view_rows(begin, begin + sizes[static_cast<std::size_t>(part_)]));
-      worker_part = data::Element(std::move(views), current_->names());
-      ++part_;
+      worker_part = StrategyExtended::batch_part(*current_, parts_, part_++);
     } else {
       have = false;
     }

@@ -14,8 +14,10 @@ namespace {
 
 // The context of the replica the calling thread runs. Per thread because
 // TensorFlow's get_replica_context() is asked by user code inside
-// strategy.run, which has no other way to receive it; library code is
-// handed its context instead.
+// strategy.run, which has no other way to receive it. Library code whose
+// signature is Keras's (Model::train_step, test_step, compute_loss,
+// get_metrics_result) reads it here too; the strategy's own code is handed
+// its context (run_step's and run_replicas' function argument).
 thread_local ReplicaContext* t_context = nullptr;
 
 }  // namespace

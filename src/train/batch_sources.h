@@ -189,16 +189,7 @@ class DatasetBatches final : public BatchSource {
         return std::nullopt;
       }
     }
-    const std::int64_t rows = current_->size() > 0 ? (*current_)[0].dim(0) : 0;
-    const std::vector<std::int64_t> sizes = distribute::even_split(rows, parts_);
-    std::int64_t begin = 0;
-    for (int k = 0; k < part_; ++k) begin += sizes[static_cast<std::size_t>(k)];
-    const std::int64_t size = sizes[static_cast<std::size_t>(part_)];
-    std::vector<Tensor> views;
-    for (const Tensor& t : current_->components())
-      views.push_back(t.view_rows(begin, begin + size));
-    ++part_;
-    Batch b = split(data::Element(std::move(views), current_->names()), step);
+    Batch b = split(distribute::StrategyExtended::batch_part(*current_, parts_, part_++), step);
     b.worker_part = true;
     return b;
   }

@@ -91,10 +91,13 @@ class StrategyExtended {
   // (tf.distribute's rebatching). FILE on a pipeline without a file list to
   // shard is a ValueError naming `op`. One worker: the dataset, 1 part.
   struct AutoShard {
-    data::Dataset dataset;
+    data::Dataset dataset{};
     int parts = 1;
   };
   AutoShard auto_shard(data::Dataset dataset, const std::string& op) const;
+  // Part `part` of `parts` of a batch's rows (even_split), as zero-copy
+  // views: under FILE and OFF a step takes one part of a batch.
+  static data::Element batch_part(const data::Element& batch, int parts, int part);
 
   // ---- Agreement across workers (one worker: nothing to agree on) ----
   // Whether every worker has a next batch (an epoch ends for all when one
