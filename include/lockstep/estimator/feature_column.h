@@ -38,7 +38,7 @@ namespace lockstep::feature_column {
 
 using estimator::Features;
 
-class ColumnImpl;  // the columns' internals (src/train/estimator/columns.h)
+class ColumnImpl;  // the columns' internals (src/estimator/columns.h)
 
 class FeatureColumn {
  public:
