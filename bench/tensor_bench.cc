@@ -27,6 +27,11 @@
 //   the tape's seed gradient (a tensor of ones). passes_* = time / memcpy;
 //   speedup = separate / fused; dx_error_* = each dx's largest distance from
 //   a float64 oracle, over the largest |dx| (8 channels).
+// BM_BatchNormRelu6_BFloat16VsFloat32: the same fused op, forward and
+//   backward through a tape, on bfloat16 activations (mixed precision: our
+//   loops on widened blocks, tensor/ops/batch_norm_ops.cc) against float32
+//   ones, interleaved; speedup = float32 time / bfloat16 time, and the
+//   largest |dbeta| difference over the largest |dbeta|.
 //
 // Results are validated before they are timed.
 #include <benchmark/benchmark.h>
@@ -355,14 +360,63 @@ void BM_BatchNormRelu6_FusedVsSeparate(benchmark::State& state) {
   state.counters["passes_separate"] = separate_s / copy_s;
   state.counters["speedup"] = separate_s / fused_s;
 }
-BENCHMARK(BM_BatchNormRelu6_FusedVsSeparate)
-    ->Args({32, 112, 112, 96})
-    ->Args({32, 56, 56, 144})
-    ->Args({64, 48, 48, 48})
-    ->Args({32, 14, 14, 384})
-    ->ArgNames({"n", "h", "w", "c"})
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond);
+// MobileNetV2's batch-norm shapes (batch, height, width, channels), timed by hand.
+void mobilenet_bn_shapes(benchmark::internal::Benchmark* b) {
+  b->Args({32, 112, 112, 96})
+      ->Args({32, 56, 56, 144})
+      ->Args({64, 48, 48, 48})
+      ->Args({32, 14, 14, 384})
+      ->ArgNames({"n", "h", "w", "c"})
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_BatchNormRelu6_FusedVsSeparate)->Apply(mobilenet_bn_shapes);
+
+// args: batch, height, width, channels
+void BM_BatchNormRelu6_BFloat16VsFloat32(benchmark::State& state) {
+  const ls::Shape shape{state.range(0), state.range(1), state.range(2), state.range(3)};
+  const std::int64_t c = shape[3];
+  const ls::Tensor x = ls::random::normal(shape, {.mean = 0.5f, .stddev = 2.0f, .seed = 1});
+  const ls::Tensor x16 = ls::cast(x, ls::DType::kBFloat16);
+  const ls::Tensor gamma = ls::random::uniform({c}, {.minval = 0.5f, .maxval = 4.0f, .seed = 3});
+  const ls::Tensor beta = ls::random::uniform({c}, {.seed = 4});
+  auto run = [&](const ls::Tensor& input) {
+    ls::GradientTape tape;
+    for (const ls::Tensor* t : {&input, &gamma, &beta}) tape.watch(*t);
+    const ls::Tensor z = ls::batch_norm_relu_training(input, gamma, beta, 1e-3f, 6.0f).y;
+    return tape.gradient(z, {input, gamma, beta});
+  };
+  {  // Validate: dbeta (the count of unclipped positions) agrees within bf16 rounding.
+    const auto a = run(x), b = run(x16);
+    const float* da = a[2].data<float>();
+    const float* db = b[2].data<float>();
+    double worst = 0, largest = 0;
+    for (std::int64_t j = 0; j < c; ++j) {
+      worst = std::max(worst, static_cast<double>(std::fabs(da[j] - db[j])));
+      largest = std::max(largest, static_cast<double>(std::fabs(da[j])));
+    }
+    state.counters["dbeta_difference"] = worst / std::max(largest, 1.0);
+    if (worst > 0.05 * std::max(largest, 1.0)) {
+      state.SkipWithError("the bfloat16 and float32 dbeta disagree");
+      return;
+    }
+  }
+  double f32_s = 0, bf16_s = 0;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    benchmark::DoNotOptimize(run(x16));
+    const double b = seconds_since(t0);
+    t0 = Clock::now();
+    benchmark::DoNotOptimize(run(x));
+    f32_s += seconds_since(t0), bf16_s += b;
+    state.SetIterationTime(b);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["bfloat16_ms"] = bf16_s / n * 1e3;
+  state.counters["float32_ms"] = f32_s / n * 1e3;
+  state.counters["speedup"] = f32_s / bf16_s;
+}
+BENCHMARK(BM_BatchNormRelu6_BFloat16VsFloat32)->Apply(mobilenet_bn_shapes);
 
 }  // namespace
 

@@ -325,8 +325,12 @@ void BatchNormalizationImpl::build(const std::vector<Shape>& input_shapes) {
 
 Tensor BatchNormalizationImpl::call(const Tensor& input, const CallContext& ctx) {
   // Statistics and normalisation in float32 whatever the policy computes in
-  // (Keras's rule for mixed precision); the output in the compute dtype.
-  const Tensor x = input.dtype() == DType::kFloat32 ? input : cast(input, DType::kFloat32);
+  // (Keras's rule for mixed precision); the output in the compute dtype. The
+  // ops take bfloat16 data as it is and compute in float32 inside (no
+  // float32 copy of the activations: tensor/ops/batch_norm_ops.cc).
+  const Tensor x = input.dtype() == DType::kFloat32 || input.dtype() == DType::kBFloat16
+                       ? input
+                       : cast(input, DType::kFloat32);
   const auto out = [&](const Tensor& y) {
     return y.dtype() == compute_dtype() ? y : cast(y, compute_dtype());
   };

@@ -12,8 +12,16 @@
 // forward + backward 1.15-1.43x faster on MobileNetV2's shapes, its dx the
 // closer to a float64 oracle (docs/benchmarks.md, "Batch norm and ReLU6 in
 // one"); tests compare the two.
+//
+// bfloat16 data (mixed precision) runs the same loops compiled for it, with
+// or without the ReLU (a floor of −∞ makes them plain batch norm): values
+// are widened as they are loaded and rounded as they are stored, so no
+// float32 copy of the activations or of their gradient is ever made.
+// Statistics, gamma, beta and their gradients stay float32.
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -23,6 +31,7 @@
 #include "tensor/backend/onednn/onednn.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops/batch_norm_relu.h"
+#include "tensor/ops/bf16.h"
 #include "tensor/ops/loops.h"
 
 namespace lockstep {
@@ -32,12 +41,13 @@ using detail::Grads;
 
 void check_bn(const Tensor& x, const Tensor& gamma, const Tensor& beta, const char* op) {
   check_defined(x, op, "input");
-  detail::check_float32(x.dtype(), op, "input");
+  detail::check_floating(x.dtype(), op, "input");
   LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 2, op, ": expected input of rank >= 2, got ",
                     x.shape());
   const std::int64_t c = x.shape()[x.rank() - 1];
   for (const Tensor* t : {&gamma, &beta}) {
     check_defined(*t, op, "gamma/beta");
+    detail::check_float32(t->dtype(), op, "gamma and beta");
     LOCKSTEP_CHECK_AS(ShapeError, t->rank() == 1 && t->shape()[0] == c, op,
                       ": expected gamma and beta of shape [", c, "], got ", t->shape());
   }
@@ -51,21 +61,52 @@ backend::onednn::BatchNormShape bn_shape(const Tensor& x, float epsilon) {
           .epsilon = epsilon};
 }
 
+// Element access of the loops below on float32 or bfloat16 data: a load
+// widens (a shift), a store rounds to nearest even (bf16.h's rule, branch
+// free so that the loops vectorise). bfloat16 activations are read and
+// written as they are: no float32 copy of them is made.
+[[gnu::always_inline]] inline float load(float v) { return v; }
+[[gnu::always_inline]] inline float load(bfloat16 v) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(v.bits) << 16);
+}
+[[gnu::always_inline]] inline void store(float& to, float v) { to = v; }
+[[gnu::always_inline]] inline void store(bfloat16& to, float v) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(v);
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  to.bits =
+      static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+}
+
+// Each loop below is a template body, compiled into one
+// LOCKSTEP_VECTOR_CLONES function per element type (function multiversioning
+// takes no templates).
+
 // Sums of x and x² over rows [begin, end) of [rows, c] into sum / squares
 // (float64: float32 sums of ~10^5 values lose ~10^-4 of the variance, which
 // 52 layers of MobileNetV2 in training mode amplify past Keras's outputs;
 // see BatchNormTraining in the tests).
-LOCKSTEP_VECTOR_CLONES void accumulate_moments(const float* __restrict x, std::int64_t begin,
-                                               std::int64_t end, std::int64_t c,
-                                               double* __restrict sum, double* __restrict squares) {
+template <typename T>
+[[gnu::always_inline]] inline void accumulate_moments_body(const T* __restrict x,
+                                                           std::int64_t begin, std::int64_t end,
+                                                           std::int64_t c, double* __restrict sum,
+                                                           double* __restrict squares) {
   for (std::int64_t r = begin; r < end; ++r) {
-    const float* row = x + r * c;
+    const T* row = x + r * c;
     for (std::int64_t j = 0; j < c; ++j) {
-      const double v = row[j];
+      const double v = load(row[j]);
       sum[j] += v;
       squares[j] += v * v;
     }
   }
+}
+LOCKSTEP_VECTOR_CLONES void accumulate_moments(const float* x, std::int64_t begin, std::int64_t end,
+                                               std::int64_t c, double* sum, double* squares) {
+  accumulate_moments_body(x, begin, end, c, sum, squares);
+}
+LOCKSTEP_VECTOR_CLONES void accumulate_moments(const bfloat16* x, std::int64_t begin,
+                                               std::int64_t end, std::int64_t c, double* sum,
+                                               double* squares) {
+  accumulate_moments_body(x, begin, end, c, sum, squares);
 }
 
 // Rows are cut into this many blocks, fixed by the row count and not the
@@ -97,8 +138,8 @@ std::vector<double> channel_sums(std::int64_t rows, std::int64_t c, std::int64_t
 
 // The batch mean and (biased, as Keras 3's moments) variance of each
 // channel of [rows, c]: one pass over x.
-void batch_moments(const float* x, std::int64_t rows, std::int64_t c, float* mean,
-                   float* variance) {
+template <typename T>
+void batch_moments(const T* x, std::int64_t rows, std::int64_t c, float* mean, float* variance) {
   const std::vector<double> sums =
       channel_sums(rows, c, c * 2, [&](std::int64_t first, std::int64_t last, double* out) {
         accumulate_moments(x, first, last, c, out, out + c);
@@ -129,65 +170,104 @@ Grads bn_backward(const backend::onednn::BatchNormShape& s, bool batch_stats, co
 // vector speed, and a float64 total over ~10^5 rows.
 constexpr std::int64_t kRowsPerChunk = 64;
 
-// z = min(max(a · x + b, 0), top) over rows [begin, end) of [rows, c], with
-// a = γ / √(σ² + ε) and b = β − μ·a per channel.
-LOCKSTEP_VECTOR_CLONES void normalize_relu(const float* __restrict x, float* __restrict z,
-                                           std::int64_t begin, std::int64_t end, std::int64_t c,
-                                           const float* __restrict a, const float* __restrict b,
-                                           float top) {
+// z = min(max(a · x + b, bottom), top) over rows [begin, end) of [rows, c],
+// with a = γ / √(σ² + ε) and b = β − μ·a per channel; bottom is 0 after a
+// ReLU, −∞ for none.
+template <typename T>
+[[gnu::always_inline]] inline void normalize_relu_body(const T* __restrict x, T* __restrict z,
+                                                       std::int64_t begin, std::int64_t end,
+                                                       std::int64_t c, const float* __restrict a,
+                                                       const float* __restrict b, float bottom,
+                                                       float top) {
   for (std::int64_t r = begin; r < end; ++r) {
-    const float* xr = x + r * c;
-    float* zr = z + r * c;
-    for (std::int64_t j = 0; j < c; ++j) zr[j] = std::min(std::max(a[j] * xr[j] + b[j], 0.0f), top);
+    const T* xr = x + r * c;
+    T* zr = z + r * c;
+    for (std::int64_t j = 0; j < c; ++j)
+      store(zr[j], std::min(std::max(a[j] * load(xr[j]) + b[j], bottom), top));
   }
 }
+LOCKSTEP_VECTOR_CLONES void normalize_relu(const float* x, float* z, std::int64_t begin,
+                                           std::int64_t end, std::int64_t c, const float* a,
+                                           const float* b, float bottom, float top) {
+  normalize_relu_body(x, z, begin, end, c, a, b, bottom, top);
+}
+LOCKSTEP_VECTOR_CLONES void normalize_relu(const bfloat16* x, bfloat16* z, std::int64_t begin,
+                                           std::int64_t end, std::int64_t c, const float* a,
+                                           const float* b, float bottom, float top) {
+  normalize_relu_body(x, z, begin, end, c, a, b, bottom, top);
+}
 
-// dy = dz where 0 < z < top (the ReLU's gradient, from its output), else 0;
-// adds Σ dy and Σ dy · (x − μ) over rows [begin, end) into sum / moment.
-LOCKSTEP_VECTOR_CLONES void relu_grad_sums(const float* __restrict x, const float* __restrict z,
-                                           const float* __restrict dz, std::int64_t begin,
-                                           std::int64_t end, std::int64_t c,
-                                           const float* __restrict mean, float top,
-                                           float* __restrict sum, float* __restrict moment) {
+// dy = dz where bottom < z < top (the ReLU's gradient, from its output),
+// else 0; adds Σ dy and Σ dy · (x − μ) over rows [begin, end) into sum /
+// moment.
+template <typename T>
+[[gnu::always_inline]] inline void relu_grad_sums_body(const T* __restrict x, const T* __restrict z,
+                                                       const T* __restrict dz, std::int64_t begin,
+                                                       std::int64_t end, std::int64_t c,
+                                                       const float* __restrict mean, float bottom,
+                                                       float top, float* __restrict sum,
+                                                       float* __restrict moment) {
   for (std::int64_t r = begin; r < end; ++r) {
-    const float *xr = x + r * c, *zr = z + r * c, *gr = dz + r * c;
+    const T *xr = x + r * c, *zr = z + r * c, *gr = dz + r * c;
     for (std::int64_t j = 0; j < c; ++j) {
       // Loaded whatever the mask says: a conditional load compiles to a
       // masked one (vmaskmovps), slow on this AMD core — the backward took
       // 77 ms on [32, 112, 112, 96] that way, 66 ms this way.
-      const float g = gr[j], v = zr[j];
-      const float dy = v > 0.0f && v < top ? g : 0.0f;
+      const float g = load(gr[j]), v = load(zr[j]);
+      const float dy = v > bottom && v < top ? g : 0.0f;
       sum[j] += dy;
-      moment[j] += dy * (xr[j] - mean[j]);
+      moment[j] += dy * (load(xr[j]) - mean[j]);
     }
   }
+}
+LOCKSTEP_VECTOR_CLONES void relu_grad_sums(const float* x, const float* z, const float* dz,
+                                           std::int64_t begin, std::int64_t end, std::int64_t c,
+                                           const float* mean, float bottom, float top, float* sum,
+                                           float* moment) {
+  relu_grad_sums_body(x, z, dz, begin, end, c, mean, bottom, top, sum, moment);
+}
+LOCKSTEP_VECTOR_CLONES void relu_grad_sums(const bfloat16* x, const bfloat16* z, const bfloat16* dz,
+                                           std::int64_t begin, std::int64_t end, std::int64_t c,
+                                           const float* mean, float bottom, float top, float* sum,
+                                           float* moment) {
+  relu_grad_sums_body(x, z, dz, begin, end, c, mean, bottom, top, sum, moment);
 }
 
 // dx = a · dy + k · (x − μ) + k0 over rows [begin, end), per channel.
-LOCKSTEP_VECTOR_CLONES void relu_grad_dx(const float* __restrict x, const float* __restrict z,
-                                         const float* __restrict dz, float* __restrict dx,
-                                         std::int64_t begin, std::int64_t end, std::int64_t c,
-                                         const float* __restrict mean, float top,
-                                         const float* __restrict a, const float* __restrict k,
-                                         const float* __restrict k0) {
+template <typename T>
+[[gnu::always_inline]] inline void relu_grad_dx_body(
+    const T* __restrict x, const T* __restrict z, const T* __restrict dz, T* __restrict dx,
+    std::int64_t begin, std::int64_t end, std::int64_t c, const float* __restrict mean,
+    float bottom, float top, const float* __restrict a, const float* __restrict k,
+    const float* __restrict k0) {
   for (std::int64_t r = begin; r < end; ++r) {
-    const float *xr = x + r * c, *zr = z + r * c, *gr = dz + r * c;
-    float* dr = dx + r * c;
+    const T *xr = x + r * c, *zr = z + r * c, *gr = dz + r * c;
+    T* dr = dx + r * c;
     for (std::int64_t j = 0; j < c; ++j) {
-      const float g = gr[j], v = zr[j];  // both loaded, as in relu_grad_sums
-      const float dy = v > 0.0f && v < top ? g : 0.0f;
-      dr[j] = a[j] * dy + k[j] * (xr[j] - mean[j]) + k0[j];
+      const float g = load(gr[j]), v = load(zr[j]);  // both loaded, as in relu_grad_sums
+      const float dy = v > bottom && v < top ? g : 0.0f;
+      store(dr[j], a[j] * dy + k[j] * (load(xr[j]) - mean[j]) + k0[j]);
     }
   }
 }
+LOCKSTEP_VECTOR_CLONES void relu_grad_dx(const float* x, const float* z, const float* dz, float* dx,
+                                         std::int64_t begin, std::int64_t end, std::int64_t c,
+                                         const float* mean, float bottom, float top, const float* a,
+                                         const float* k, const float* k0) {
+  relu_grad_dx_body(x, z, dz, dx, begin, end, c, mean, bottom, top, a, k, k0);
+}
+LOCKSTEP_VECTOR_CLONES void relu_grad_dx(const bfloat16* x, const bfloat16* z, const bfloat16* dz,
+                                         bfloat16* dx, std::int64_t begin, std::int64_t end,
+                                         std::int64_t c, const float* mean, float bottom, float top,
+                                         const float* a, const float* k, const float* k0) {
+  relu_grad_dx_body(x, z, dz, dx, begin, end, c, mean, bottom, top, a, k, k0);
+}
 
-}  // namespace
-
-namespace detail {
-
-void batch_norm_relu_forward(const backend::onednn::BatchNormShape& s, const float* x,
-                             const float* gamma, const float* beta, float top, float* z,
-                             float* mean, float* variance) {
+// The forward of batch_norm_relu (below) over float32 or bfloat16 data.
+template <typename T>
+void bn_relu_forward(const backend::onednn::BatchNormShape& s, const T* x, const float* gamma,
+                     const float* beta, float bottom, float top, T* z, float* mean,
+                     float* variance) {
   batch_moments(x, s.rows, s.channels, mean, variance);
   std::vector<float> a(static_cast<std::size_t>(s.channels)), b(a.size());
   for (std::int64_t j = 0; j < s.channels; ++j) {
@@ -197,8 +277,9 @@ void batch_norm_relu_forward(const backend::onednn::BatchNormShape& s, const flo
     a[u] = static_cast<float>(scale);
     b[u] = static_cast<float>(beta[j] - mean[j] * scale);
   }
-  detail::parallel_for(s.rows, s.channels * 3, [&](std::int64_t begin, std::int64_t end) {
-    normalize_relu(x, z, begin, end, s.channels, a.data(), b.data(), top);
+  const std::int64_t c = s.channels;
+  detail::parallel_for(s.rows, c * 3, [&](std::int64_t begin, std::int64_t end) {
+    normalize_relu(x, z, begin, end, c, a.data(), b.data(), bottom, top);
   });
 }
 
@@ -207,18 +288,19 @@ void batch_norm_relu_forward(const backend::onednn::BatchNormShape& s, const flo
 //   dβ = Σ dy,  dγ = r · Σ dy · (x − μ),
 //   dx = γr · (dy − dβ / N − x̂ · dγ / N)
 //      = γr · dy − γr³ (Σ dy (x − μ)) / N · (x − μ) − γr · dβ / N.
-void batch_norm_relu_backward(const backend::onednn::BatchNormShape& s, float top, const float* x,
-                              const float* z, const float* dz, const float* gamma,
-                              const float* mean, const float* variance, float* dx, float* dgamma,
-                              float* dbeta) {
+template <typename T>
+void bn_relu_backward(const backend::onednn::BatchNormShape& s, float bottom, float top, const T* x,
+                      const T* z, const T* dz, const float* gamma, const float* mean,
+                      const float* variance, T* dx, float* dgamma, float* dbeta) {
   const std::int64_t rows = s.rows, c = s.channels;
   const std::vector<double> sums =
       channel_sums(rows, c, c * 4, [&](std::int64_t first, std::int64_t last, double* out) {
+        // float32 sums over chunks of kRowsPerChunk rows, added into float64.
         std::vector<float> chunk(static_cast<std::size_t>(2 * c));
         for (std::int64_t r = first; r < last; r += kRowsPerChunk) {
           std::fill(chunk.begin(), chunk.end(), 0.0f);
-          relu_grad_sums(x, z, dz, r, std::min(r + kRowsPerChunk, last), c, mean, top, chunk.data(),
-                         chunk.data() + c);
+          relu_grad_sums(x, z, dz, r, std::min(r + kRowsPerChunk, last), c, mean, bottom, top,
+                         chunk.data(), chunk.data() + c);
           for (std::int64_t j = 0; j < 2 * c; ++j) out[j] += chunk[static_cast<std::size_t>(j)];
         }
       });
@@ -236,11 +318,60 @@ void batch_norm_relu_backward(const backend::onednn::BatchNormShape& s, float to
     k0[u] = static_cast<float>(-gr * sum / n);
   }
   detail::parallel_for(rows, c * 6, [&](std::int64_t begin, std::int64_t end) {
-    relu_grad_dx(x, z, dz, dx, begin, end, c, mean, top, a.data(), k.data(), k0.data());
+    relu_grad_dx(x, z, dz, dx, begin, end, c, mean, bottom, top, a.data(), k.data(), k0.data());
   });
 }
 
+}  // namespace
+
+namespace detail {
+
+void batch_norm_relu_forward(const backend::onednn::BatchNormShape& s, const float* x,
+                             const float* gamma, const float* beta, float top, float* z,
+                             float* mean, float* variance) {
+  bn_relu_forward(s, x, gamma, beta, 0.0f, top, z, mean, variance);
+}
+
+void batch_norm_relu_backward(const backend::onednn::BatchNormShape& s, float top, const float* x,
+                              const float* z, const float* dz, const float* gamma,
+                              const float* mean, const float* variance, float* dx, float* dgamma,
+                              float* dbeta) {
+  bn_relu_backward(s, 0.0f, top, x, z, dz, gamma, mean, variance, dx, dgamma, dbeta);
+}
+
 }  // namespace detail
+
+namespace {
+
+// Training-mode batch norm of bfloat16 data, followed by a ReLU clipped to
+// [bottom, top] (−∞, ∞: none): our loops on widened blocks, output and
+// input gradient in bfloat16.
+BatchNormResult bn_relu_training_bf16(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                      const backend::onednn::BatchNormShape& s, float bottom,
+                                      float top, const char* op) {
+  BatchNormResult r{Tensor::empty(x.shape(), DType::kBFloat16), Tensor::empty({s.channels}),
+                    Tensor::empty({s.channels})};
+  bn_relu_forward(s, x.data<bfloat16>(), gamma.data<float>(), beta.data<float>(), bottom, top,
+                  r.y.data<bfloat16>(), r.mean.data<float>(), r.variance.data<float>());
+  if (detail::should_record({x, gamma, beta})) {
+    detail::record(op, {x, gamma, beta}, r.y,
+                   [s, bottom, top, x, z = r.y, gamma, mean = r.mean,
+                    var = r.variance](const Tensor& upstream) {
+                     const Tensor g = detail::to_bf16(upstream);
+                     Tensor dx = Tensor::empty(x.shape(), DType::kBFloat16),
+                            dgamma = Tensor::empty({s.channels}),
+                            dbeta = Tensor::empty({s.channels});
+                     bn_relu_backward(s, bottom, top, x.data<bfloat16>(), z.data<bfloat16>(),
+                                      g.data<bfloat16>(), gamma.data<float>(), mean.data<float>(),
+                                      var.data<float>(), dx.data<bfloat16>(), dgamma.data<float>(),
+                                      dbeta.data<float>());
+                     return Grads{dx, dgamma, dbeta};
+                   });
+  }
+  return r;
+}
+
+}  // namespace
 
 BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                     float epsilon) {
@@ -249,6 +380,10 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
   LOCKSTEP_CHECK(s.rows > 0,
                  "batch_norm: cannot compute batch statistics of an empty batch (shape ", x.shape(),
                  ")");
+  if (x.dtype() == DType::kBFloat16) {
+    const float inf = std::numeric_limits<float>::infinity();
+    return bn_relu_training_bf16(x, gamma, beta, s, -inf, inf, "batch_norm");
+  }
   BatchNormResult r{Tensor::empty(x.shape()), Tensor::empty({s.channels}),
                     Tensor::empty({s.channels})};
   batch_moments(x.data<float>(), s.rows, s.channels, r.mean.data<float>(),
@@ -268,6 +403,9 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
 Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                             const Tensor& mean, const Tensor& variance, float epsilon) {
   check_bn(x, gamma, beta, "batch_norm");
+  if (x.dtype() == DType::kBFloat16)  // emulated: inference runs once per batch, not per step
+    return detail::narrow(
+        batch_norm_inference(detail::widen(x), gamma, beta, mean, variance, epsilon));
   for (const Tensor* t : {&mean, &variance}) {
     check_defined(*t, "batch_norm", "mean/variance");
     detail::check_float32(t->dtype(), "batch_norm", "mean/variance");
@@ -302,6 +440,8 @@ BatchNormResult batch_norm_relu_training(const Tensor& x, const Tensor& gamma, c
                  "batch_norm_relu: cannot compute batch statistics of an empty batch (shape ",
                  x.shape(), ")");
   const float top = max_value ? *max_value : std::numeric_limits<float>::infinity();
+  if (x.dtype() == DType::kBFloat16)
+    return bn_relu_training_bf16(x, gamma, beta, s, 0.0f, top, "batch_norm_relu");
   BatchNormResult r{Tensor::empty(x.shape()), Tensor::empty({s.channels}),
                     Tensor::empty({s.channels})};
   detail::batch_norm_relu_forward(s, x.data<float>(), gamma.data<float>(), beta.data<float>(), top,

@@ -1,5 +1,6 @@
-// Convolution and pooling ops (NHWC) on the oneDNN kernels, each with its
-// gradient rule. Batch normalisation is in batch_norm_ops.cc.
+// Convolution and pooling ops (NHWC) on the oneDNN kernels, in float32 or
+// natively in bfloat16 (tensor/ops/bf16.h), each with its gradient rule.
+// Batch normalisation is in batch_norm_ops.cc.
 #include <algorithm>
 
 #include "lockstep/tensor/ops.h"
@@ -45,7 +46,7 @@ Padded spatial(std::int64_t in, std::int64_t k, std::int64_t stride, std::int64_
 
 void check_nhwc(const Tensor& x, const char* op) {
   check_defined(x, op, "input");
-  detail::check_float32(x.dtype(), op, "input");
+  detail::check_floating(x.dtype(), op, "input");
   LOCKSTEP_CHECK_AS(ShapeError, x.rank() == 4, op,
                     ": expected input of shape [batch, height, width, channels], got ", x.shape(),
                     ". Hint: add a Reshape layer (e.g. to [28, 28, 1] for grayscale images)");
@@ -56,7 +57,8 @@ backend::onednn::ConvShape conv_shape(const Tensor& x, const Tensor& kernel,
   constexpr const char* op = "conv2d";
   check_nhwc(x, op);
   check_defined(kernel, op, "kernel");
-  detail::check_float32(kernel.dtype(), op, "kernel");
+  LOCKSTEP_CHECK(kernel.dtype() == x.dtype(), op, ": the input is ", x.dtype(),
+                 " but the kernel is ", kernel.dtype());
   LOCKSTEP_CHECK_AS(ShapeError, kernel.rank() == 4, op,
                     ": expected a kernel [kh, kw, in / groups, out], got ", kernel.shape());
   LOCKSTEP_CHECK(o.groups >= 1 && o.strides[0] >= 1 && o.strides[1] >= 1 &&
@@ -77,6 +79,7 @@ backend::onednn::ConvShape conv_shape(const Tensor& x, const Tensor& kernel,
                pw = spatial(s.w, s.kw, s.sw, s.dw, o.padding, op, o.explicit_padding[1]);
   s.oh = ph.out, s.pad_t = ph.before, s.pad_b = ph.after;
   s.ow = pw.out, s.pad_l = pw.before, s.pad_r = pw.after;
+  s.precision = detail::precision_of(x);
   return s;
 }
 
@@ -96,27 +99,27 @@ backend::onednn::PoolShape pool_shape(const Tensor& x, const Pool2DOptions& o, b
   s.oh = ph.out, s.pad_t = ph.before, s.pad_b = ph.after;
   s.ow = pw.out, s.pad_l = pw.before, s.pad_r = pw.after;
   s.max = max;
+  s.precision = detail::precision_of(x);
   return s;
 }
 
 Tensor pool(const Tensor& x, const Pool2DOptions& o, bool max, const char* op) {
   const auto s = pool_shape(x, o, max, op);
-  Tensor out = Tensor::empty({s.n, s.oh, s.ow, s.c});
+  Tensor out = Tensor::empty({s.n, s.oh, s.ow, s.c}, x.dtype());
   if (out.numel() == 0) return out;
   const bool record = detail::should_record({x});
   Tensor workspace;
   if (record && max)
     workspace = Tensor::empty({static_cast<std::int64_t>(backend::onednn::pool_workspace_bytes(s))},
                               DType::kUInt8);
-  backend::onednn::pool_forward(s, x.data<float>(), out.data<float>(),
+  backend::onednn::pool_forward(s, x.raw_data(), out.raw_data(),
                                 workspace.defined() ? workspace.raw_data() : nullptr);
   if (record) {
-    detail::record(op, {x}, out, [s, workspace](const Tensor& g) {
-      Tensor dx = Tensor::empty({s.n, s.h, s.w, s.c});
-      const Tensor gc = g;
-      backend::onednn::pool_backward(s, gc.data<float>(),
-                                     workspace.defined() ? workspace.raw_data() : nullptr,
-                                     dx.data<float>());
+    detail::record(op, {x}, out, [s, workspace, dtype = x.dtype()](const Tensor& g) {
+      Tensor dx = Tensor::empty({s.n, s.h, s.w, s.c}, dtype);
+      const Tensor gc = g.dtype() == dtype ? g : cast(g, dtype);
+      backend::onednn::pool_backward(
+          s, gc.raw_data(), workspace.defined() ? workspace.raw_data() : nullptr, dx.raw_data());
       return Grads{dx};
     });
   }
@@ -126,19 +129,24 @@ Tensor pool(const Tensor& x, const Pool2DOptions& o, bool max, const char* op) {
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Conv2DOptions& o) {
-  if (detail::any_bf16({&x, &kernel, &bias}))
-    return detail::narrow(conv2d(detail::widen(x), detail::widen(kernel), detail::widen(bias), o));
+  if (detail::any_bf16({&x, &kernel, &bias})) {
+    if (!detail::native_bf16())
+      return detail::narrow(
+          conv2d(detail::widen(x), detail::widen(kernel), detail::widen(bias), o));
+    if (x.dtype() != kernel.dtype() || (bias.defined() && bias.dtype() != x.dtype()))
+      return conv2d(detail::to_bf16(x), detail::to_bf16(kernel), detail::to_bf16(bias), o);
+  }
   const auto s = conv_shape(x, kernel, o);
   if (bias.defined()) {
-    detail::check_float32(bias.dtype(), "conv2d", "bias");
+    LOCKSTEP_CHECK(bias.dtype() == x.dtype(), "conv2d: the input is ", x.dtype(),
+                   " but the bias is ", bias.dtype());
     LOCKSTEP_CHECK_AS(ShapeError, bias.rank() == 1 && bias.shape()[0] == s.oc,
                       "conv2d: expected bias of shape [", s.oc, "], got ", bias.shape());
   }
-  Tensor out = Tensor::empty({s.n, s.oh, s.ow, s.oc});
+  Tensor out = Tensor::empty({s.n, s.oh, s.ow, s.oc}, x.dtype());
   if (out.numel() > 0) {
-    backend::onednn::conv2d_forward(s, x.data<float>(), kernel.data<float>(),
-                                    bias.defined() ? bias.data<float>() : nullptr,
-                                    out.data<float>());
+    backend::onednn::conv2d_forward(s, x.raw_data(), kernel.raw_data(),
+                                    bias.defined() ? bias.raw_data() : nullptr, out.raw_data());
   }
   const bool with_bias = bias.defined();
   const bool record =
@@ -146,25 +154,25 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const C
   if (record) {
     // Only what the tape needs: no input gradient for the first layer, no
     // weight gradients for a frozen one (detail::needs_input_grad).
-    auto backward = [s, x, kernel, with_bias](const Tensor& g) {
+    auto backward = [s, x, kernel, with_bias](const Tensor& upstream) {
+      const Tensor g = upstream.dtype() == x.dtype() ? upstream : cast(upstream, x.dtype());
       const bool want_x = detail::needs_input_grad(0);
       const bool want_w = detail::needs_input_grad(1) || (with_bias && detail::needs_input_grad(2));
       Tensor dx, dw, db;
       if (g.numel() == 0) {
         if (want_x) dx = zeros_like(x);
-        if (want_w) dw = zeros_like(kernel), db = with_bias ? Tensor::zeros({s.oc}) : Tensor();
+        if (want_w)
+          dw = zeros_like(kernel), db = with_bias ? Tensor::zeros({s.oc}, x.dtype()) : Tensor();
       } else {
         if (want_x) {
-          dx = Tensor::empty(x.shape());
-          backend::onednn::conv2d_backward_data(s, g.data<float>(), kernel.data<float>(),
-                                                dx.data<float>());
+          dx = Tensor::empty(x.shape(), x.dtype());
+          backend::onednn::conv2d_backward_data(s, g.raw_data(), kernel.raw_data(), dx.raw_data());
         }
         if (want_w) {
-          dw = Tensor::empty(kernel.shape());
-          db = with_bias ? Tensor::empty({s.oc}) : Tensor();
-          backend::onednn::conv2d_backward_weights(s, x.data<float>(), g.data<float>(),
-                                                   dw.data<float>(),
-                                                   with_bias ? db.data<float>() : nullptr);
+          dw = Tensor::empty(kernel.shape(), x.dtype());
+          db = with_bias ? Tensor::empty({s.oc}, x.dtype()) : Tensor();
+          backend::onednn::conv2d_backward_weights(s, x.raw_data(), g.raw_data(), dw.raw_data(),
+                                                   with_bias ? db.raw_data() : nullptr);
         }
       }
       Grads grads{dx, dw};
@@ -181,11 +189,13 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const C
 }
 
 Tensor max_pool2d(const Tensor& x, const Pool2DOptions& o) {
-  if (detail::any_bf16({&x})) return detail::narrow(max_pool2d(detail::widen(x), o));
+  if (detail::any_bf16({&x}) && !detail::native_bf16())
+    return detail::narrow(max_pool2d(detail::widen(x), o));
   return pool(x, o, true, "max_pool2d");
 }
 Tensor avg_pool2d(const Tensor& x, const Pool2DOptions& o) {
-  if (detail::any_bf16({&x})) return detail::narrow(avg_pool2d(detail::widen(x), o));
+  if (detail::any_bf16({&x}) && !detail::native_bf16())
+    return detail::narrow(avg_pool2d(detail::widen(x), o));
   return pool(x, o, false, "avg_pool2d");
 }
 

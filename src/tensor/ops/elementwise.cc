@@ -3,7 +3,11 @@
 //
 // Transcendental unary ops on large tensors run on oneDNN's JIT eltwise
 // kernels; small ones (where a oneDNN call's fixed cost dominates) run in our
-// own loop.
+// own loop. Arithmetic, relu, clip and the backward maps run on bfloat16
+// data directly (mixed precision: widened and rounded block by block in L1,
+// tensor/ops/bf16.h), bitwise as the float32 op on the widened operands
+// followed by one rounding; transcendental ones on bfloat16 are emulated
+// through float32 tensors.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -81,12 +85,47 @@ void run_binary(const Tensor& a, const Tensor& b, Tensor& out, F f) {
                        });
 }
 
-// Arithmetic over float32/int32/int64 (or float32 only), result of a's dtype.
+// out = f(a, b) over the broadcast of two bfloat16 tensors, computed in
+// float32 and rounded once per element.
+template <typename F>
+void run_binary_bf16(const Tensor& a, const Tensor& b, Tensor& out, F f) {
+  const auto plan = detail::make_broadcast_plan<2>(out.shape(), {a.shape(), b.shape()});
+  const bfloat16* pa = a.data<bfloat16>();
+  const bfloat16* pb = b.data<bfloat16>();
+  bfloat16* po = out.data<bfloat16>();
+  constexpr std::int64_t kBlock = detail::kBf16Block;
+  detail::for_each_run(plan, 1,
+                       [&](const auto& off, std::int64_t o, std::int64_t n, const auto& s) {
+                         alignas(64) float x[kBlock], y[kBlock], z[kBlock];
+                         for (std::int64_t start = 0; start < n; start += kBlock) {
+                           const std::int64_t len = std::min(kBlock, n - start);
+                           if (s[0] == 1) {
+                             detail::widen_from_bf16(pa + off[0] + start, x, len);
+                           } else {
+                             std::fill(x, x + len, static_cast<float>(pa[off[0]]));
+                           }
+                           if (s[1] == 1) {
+                             detail::widen_from_bf16(pb + off[1] + start, y, len);
+                           } else {
+                             std::fill(y, y + len, static_cast<float>(pb[off[1]]));
+                           }
+                           for (std::int64_t i = 0; i < len; ++i) z[i] = f(x[i], y[i]);
+                           detail::round_to_bf16(z, po + o + start, len);
+                         }
+                       });
+}
+
+// Arithmetic over float32/bfloat16/int32/int64 (or floating only), result
+// of a's dtype.
 template <typename F>
 Tensor binary_arith(const char* op, const Tensor& a, const Tensor& b, bool float_only, F f) {
   check_binary(op, a, b);
-  if (float_only) detail::check_float32(a.dtype(), op, "operands");
+  if (float_only) detail::check_floating(a.dtype(), op, "operands");
   Tensor out = Tensor::empty(detail::broadcast_shapes(a.shape(), b.shape(), op), a.dtype());
+  if (a.dtype() == DType::kBFloat16) {
+    run_binary_bf16(a, b, out, [&](float x, float y) { return static_cast<float>(f(x, y)); });
+    return out;
+  }
   detail::visit_numeric(a.dtype(), op, [&]<typename T>() { run_binary<T, T>(a, b, out, f); });
   return out;
 }
@@ -101,10 +140,26 @@ Tensor comparison(const char* op, const Tensor& a, const Tensor& b, F f) {
   return out;
 }
 
-// Same-shape float32 map over two tensors: out[i] = f(x[i], y[i]). The fused
-// backward kernels of unary ops use it (one pass instead of several ops).
+// Same-shape map over two float32 (or two bfloat16) tensors: out[i] =
+// f(x[i], y[i]). The fused backward kernels of unary ops use it (one pass
+// instead of several ops).
 template <typename F>
 Tensor map2(const Tensor& x, const Tensor& y, F f) {
+  if (x.dtype() == DType::kBFloat16 && y.dtype() == DType::kBFloat16) {
+    Tensor out = Tensor::empty(x.shape(), DType::kBFloat16);
+    const bfloat16* px = x.data<bfloat16>();
+    const bfloat16* py = y.data<bfloat16>();
+    bfloat16* po = out.data<bfloat16>();
+    detail::parallel_for(x.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
+      detail::run_bf16_blocks<2>(end - begin, {px + begin, py + begin}, po + begin,
+                                 [&](const auto& in, float* o, std::int64_t n) {
+                                   for (std::int64_t i = 0; i < n; ++i)
+                                     o[i] = f(in[0][i], in[1][i]);
+                                 });
+    });
+    return out;
+  }
+  if (x.dtype() != y.dtype()) return map2(detail::widen(x), detail::widen(y), f);
   Tensor out = Tensor::empty(x.shape());
   const float* px = x.data<float>();
   const float* py = y.data<float>();
@@ -138,23 +193,48 @@ Tensor unary_float(const char* op, const Tensor& x, backend::onednn::Eltwise kin
   return out;
 }
 
-// Unary op over float32/int32/int64.
+// out[i] = f(x[i]) over bfloat16, computed in float32, rounded once.
+template <typename F>
+void map_bf16_into(const Tensor& x, Tensor& out, F f) {
+  const bfloat16* px = x.data<bfloat16>();
+  bfloat16* po = out.data<bfloat16>();
+  detail::parallel_for(x.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
+    detail::run_bf16_blocks<1>(end - begin, {px + begin}, po + begin,
+                               [&](const auto& in, float* o, std::int64_t n) {
+                                 for (std::int64_t i = 0; i < n; ++i) o[i] = f(in[0][i]);
+                               });
+  });
+}
+
+// Unary op over float32/bfloat16/int32/int64.
 template <typename F>
 Tensor unary_numeric(const char* op, const Tensor& x, F f) {
   check_defined(x, op, "input");
   Tensor out = Tensor::empty(x.shape(), x.dtype());
+  if (x.dtype() == DType::kBFloat16) {
+    map_bf16_into(x, out, [&](float v) { return static_cast<float>(f(v)); });
+    return out;
+  }
   detail::visit_numeric(x.dtype(), op, [&]<typename T>() { map_into<T>(x, out, f); });
   return out;
 }
 
-bool is_float(const Tensor& t) { return t.dtype() == DType::kFloat32; }
+bool is_floating(const Tensor& t) {
+  return t.dtype() == DType::kFloat32 || t.dtype() == DType::kBFloat16;
+}
+
+// Binary ops on a float32 and a bfloat16 operand: both widened, the result
+// rounded (Keras casts such operands; an op given both computes in float32).
+bool mixed_floats(const Tensor& a, const Tensor& b) {
+  return detail::any_bf16({&a, &b}) && a.dtype() != b.dtype();
+}
 
 }  // namespace
 
 // ---- binary arithmetic --------------------------------------------------------
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  if (detail::any_bf16({&a, &b})) return detail::narrow(add(detail::widen(a), detail::widen(b)));
+  if (mixed_floats(a, b)) return detail::narrow(add(detail::widen(a), detail::widen(b)));
   Tensor out = binary_arith("add", a, b, false, [](auto x, auto y) { return x + y; });
   if (detail::should_record({a, b})) {
     detail::record("add", {a, b}, out, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
@@ -165,7 +245,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  if (detail::any_bf16({&a, &b})) return detail::narrow(sub(detail::widen(a), detail::widen(b)));
+  if (mixed_floats(a, b)) return detail::narrow(sub(detail::widen(a), detail::widen(b)));
   Tensor out = binary_arith("sub", a, b, false, [](auto x, auto y) { return x - y; });
   if (detail::should_record({a, b})) {
     detail::record("sub", {a, b}, out, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
@@ -176,7 +256,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  if (detail::any_bf16({&a, &b})) return detail::narrow(mul(detail::widen(a), detail::widen(b)));
+  if (mixed_floats(a, b)) return detail::narrow(mul(detail::widen(a), detail::widen(b)));
   Tensor out = binary_arith("mul", a, b, false, [](auto x, auto y) { return x * y; });
   if (detail::should_record({a, b})) {
     detail::record("mul", {a, b}, out, [a, b](const Tensor& g) {
@@ -187,7 +267,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  if (detail::any_bf16({&a, &b})) return detail::narrow(div(detail::widen(a), detail::widen(b)));
+  if (mixed_floats(a, b)) return detail::narrow(div(detail::widen(a), detail::widen(b)));
   Tensor out = binary_arith("div", a, b, true, [](auto x, auto y) { return x / y; });
   if (detail::should_record({a, b})) {
     detail::record("div", {a, b}, out, [a, b](const Tensor& g) {
@@ -215,8 +295,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 }
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  if (detail::any_bf16({&a, &b}))
-    return detail::narrow(maximum(detail::widen(a), detail::widen(b)));
+  if (mixed_floats(a, b)) return detail::narrow(maximum(detail::widen(a), detail::widen(b)));
   Tensor out = binary_arith("maximum", a, b, false, [](auto x, auto y) { return x >= y ? x : y; });
   if (detail::should_record({a, b})) {
     detail::record("maximum", {a, b}, out, [a, b](const Tensor& g) {
@@ -230,8 +309,7 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  if (detail::any_bf16({&a, &b}))
-    return detail::narrow(minimum(detail::widen(a), detail::widen(b)));
+  if (mixed_floats(a, b)) return detail::narrow(minimum(detail::widen(a), detail::widen(b)));
   Tensor out = binary_arith("minimum", a, b, false, [](auto x, auto y) { return x <= y ? x : y; });
   if (detail::should_record({a, b})) {
     detail::record("minimum", {a, b}, out, [a, b](const Tensor& g) {
@@ -247,7 +325,6 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 // ---- unary --------------------------------------------------------------------
 
 Tensor neg(const Tensor& x) {
-  if (detail::any_bf16({&x})) return detail::narrow(neg(detail::widen(x)));
   Tensor out = unary_numeric("neg", x, [](auto v) { return -v; });
   if (detail::should_record({x})) {
     detail::record("neg", {x}, out, [](const Tensor& g) { return Grads{neg(g)}; });
@@ -311,7 +388,6 @@ Tensor sqrt(const Tensor& x) {
 }
 
 Tensor square(const Tensor& x) {
-  if (detail::any_bf16({&x})) return detail::narrow(square(detail::widen(x)));
   Tensor out = unary_numeric("square", x, [](auto v) { return v * v; });
   if (detail::should_record({x})) {
     detail::record("square", {x}, out, [x](const Tensor& g) {
@@ -322,7 +398,6 @@ Tensor square(const Tensor& x) {
 }
 
 Tensor abs(const Tensor& x) {
-  if (detail::any_bf16({&x})) return detail::narrow(abs(detail::widen(x)));
   Tensor out = unary_numeric("abs", x, [](auto v) { return v < 0 ? -v : v; });
   if (detail::should_record({x})) {
     detail::record("abs", {x}, out, [x](const Tensor& g) {
@@ -333,7 +408,6 @@ Tensor abs(const Tensor& x) {
 }
 
 Tensor relu(const Tensor& x) {
-  if (detail::any_bf16({&x})) return detail::narrow(relu(detail::widen(x)));
   Tensor out = unary_numeric("relu", x, [](auto v) { return v > 0 ? v : decltype(v){0}; });
   if (detail::should_record({x})) {
     detail::record("relu", {x}, out, [out](const Tensor& g) {
@@ -381,23 +455,46 @@ LOCKSTEP_VECTOR_CLONES void relu_grad_kernel(const float* __restrict g, const fl
 
 Tensor relu(const Tensor& x, const ReluOptions& o) {
   check_defined(x, "relu", "input");
-  if (detail::any_bf16({&x})) return detail::narrow(relu(detail::widen(x), o));
-  detail::check_float32(x.dtype(), "relu", "input");
+  detail::check_floating(x.dtype(), "relu", "input");
   LOCKSTEP_CHECK(
       o.negative_slope >= 0.0f && o.threshold >= 0.0f && (!o.max_value || *o.max_value >= 0.0f),
       "relu: negative_slope, threshold and max_value must be >= 0, got ", o.negative_slope, ", ",
       o.threshold, " and ", o.max_value ? std::to_string(*o.max_value) : std::string("none"));
   const float slope = o.negative_slope, threshold = o.threshold;
   const float top = o.max_value ? *o.max_value : std::numeric_limits<float>::infinity();
-  Tensor out = Tensor::empty(x.shape());
-  const float* px = x.data<float>();
-  float* py = out.data<float>();
-  detail::parallel_for(x.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
-    relu_kernel(px, py, begin, end, slope, top, threshold);
-  });
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  if (x.dtype() == DType::kBFloat16) {
+    const bfloat16* px = x.data<bfloat16>();
+    bfloat16* py = out.data<bfloat16>();
+    detail::parallel_for(x.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
+      detail::run_bf16_blocks<1>(end - begin, {px + begin}, py + begin,
+                                 [&](const auto& in, float* o, std::int64_t n) {
+                                   relu_kernel(in[0], o, 0, n, slope, top, threshold);
+                                 });
+    });
+  } else {
+    const float* px = x.data<float>();
+    float* py = out.data<float>();
+    detail::parallel_for(x.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
+      relu_kernel(px, py, begin, end, slope, top, threshold);
+    });
+  }
   if (detail::should_record({x})) {
-    detail::record("relu", {x}, out, [out, slope, top](const Tensor& g) {
-      Tensor dx = Tensor::empty(out.shape());
+    detail::record("relu", {x}, out, [out, slope, top](const Tensor& upstream) {
+      const Tensor g = upstream.dtype() == out.dtype() ? upstream : cast(upstream, out.dtype());
+      Tensor dx = Tensor::empty(out.shape(), out.dtype());
+      if (out.dtype() == DType::kBFloat16) {
+        const bfloat16* pg = g.data<bfloat16>();
+        const bfloat16* po = out.data<bfloat16>();
+        bfloat16* pd = dx.data<bfloat16>();
+        detail::parallel_for(out.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
+          detail::run_bf16_blocks<2>(end - begin, {pg + begin, po + begin}, pd + begin,
+                                     [&](const auto& in, float* o, std::int64_t n) {
+                                       relu_grad_kernel(in[0], in[1], o, 0, n, slope, top);
+                                     });
+        });
+        return Grads{dx};
+      }
       const float* pg = g.data<float>();
       const float* po = out.data<float>();
       float* pd = dx.data<float>();
@@ -435,14 +532,19 @@ Tensor tanh(const Tensor& x) {
 }
 
 Tensor clip(const Tensor& x, float min_value, float max_value) {
-  if (detail::any_bf16({&x})) return detail::narrow(clip(detail::widen(x), min_value, max_value));
   check_defined(x, "clip", "input");
-  detail::check_float32(x.dtype(), "clip", "input");
+  detail::check_floating(x.dtype(), "clip", "input");
   LOCKSTEP_CHECK(min_value <= max_value, "clip: min_value ", min_value,
                  " must not exceed max_value ", max_value);
-  Tensor out = Tensor::empty(x.shape());
-  map_into<float>(
-      x, out, [=](float v) { return v < min_value ? min_value : (v > max_value ? max_value : v); });
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  const auto f = [=](float v) {
+    return v < min_value ? min_value : (v > max_value ? max_value : v);
+  };
+  if (x.dtype() == DType::kBFloat16) {
+    map_bf16_into(x, out, f);
+  } else {
+    map_into<float>(x, out, f);
+  }
   if (detail::should_record({x})) {
     detail::record("clip", {x}, out, [x, min_value, max_value](const Tensor& g) {
       return Grads{map2(
@@ -496,7 +598,7 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
           }
         });
   });
-  if (is_float(x) && detail::should_record({x, y})) {
+  if (is_floating(x) && detail::should_record({x, y})) {
     detail::record("where", {x, y}, out, [cond, sx = x.shape(), sy = y.shape()](const Tensor& g) {
       const Tensor zero = zeros_like(g);
       return Grads{sum_to(where(cond, g, zero), sx), sum_to(where(cond, zero, g), sy)};

@@ -1,5 +1,6 @@
-// matmul (with transposes and fused bias) on oneDNN, with its gradient
-// rules (softmax and log_softmax: softmax_ops.cc).
+// matmul (with transposes and fused bias) on oneDNN, in float32 or natively
+// in bfloat16 (tensor/ops/bf16.h), with its gradient rules (softmax and
+// log_softmax: softmax_ops.cc).
 #include <cstring>
 
 #include "lockstep/tensor/ops.h"
@@ -17,8 +18,8 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const Tensor* bias, const M
   constexpr const char* op = "matmul";
   check_defined(a, op, "a");
   check_defined(b, op, "b");
-  detail::check_float32(a.dtype(), op, "a");
-  detail::check_float32(b.dtype(), op, "b");
+  detail::check_floating(a.dtype(), op, "a");
+  LOCKSTEP_CHECK(b.dtype() == a.dtype(), op, ": a is ", a.dtype(), " but b is ", b.dtype());
   LOCKSTEP_CHECK_AS(ShapeError, a.rank() == 2 || a.rank() == 3, op,
                     ": expected a of rank 2 or 3, got shape ", a.shape());
   LOCKSTEP_CHECK_AS(ShapeError, b.rank() == 2 || (b.rank() == 3 && a.rank() == 3), op,
@@ -27,6 +28,7 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const Tensor* bias, const M
   backend::onednn::MatmulShape s;
   s.transpose_a = o.transpose_a;
   s.transpose_b = o.transpose_b;
+  s.precision = detail::precision_of(a);
   s.batch = a.rank() == 3 ? a.shape()[0] : 1;
   s.b_shared = a.rank() == 3 && b.rank() == 2;
   const int ra = a.rank(), rb = b.rank();
@@ -43,19 +45,20 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const Tensor* bias, const M
   }
   if (bias) {
     check_defined(*bias, op, "bias");
-    detail::check_float32(bias->dtype(), op, "bias");
+    LOCKSTEP_CHECK(bias->dtype() == a.dtype(), op, ": a is ", a.dtype(), " but bias is ",
+                   bias->dtype());
     LOCKSTEP_CHECK_AS(ShapeError, bias->rank() == 1 && bias->shape()[0] == s.n, op,
                       ": expected bias of shape [", s.n, "], got ", bias->shape());
   }
   const Shape out_shape = ra == 3 ? Shape{s.batch, s.m, s.n} : Shape{s.m, s.n};
-  Tensor out = Tensor::empty(out_shape);
+  Tensor out = Tensor::empty(out_shape, a.dtype());
   if (out.numel() == 0) return out;
   if (s.k == 0) {  // an empty sum: the bias alone (oneDNN rejects zero dims)
-    out = bias ? broadcast_to(*bias, out_shape).copy() : Tensor::zeros(out_shape);
+    out = bias ? broadcast_to(*bias, out_shape).copy() : Tensor::zeros(out_shape, a.dtype());
     return out;
   }
-  backend::onednn::matmul(s, a.data<float>(), b.data<float>(), bias ? bias->data<float>() : nullptr,
-                          out.data<float>());
+  backend::onednn::matmul(s, a.raw_data(), b.raw_data(), bias ? bias->raw_data() : nullptr,
+                          out.raw_data());
   return out;
 }
 
@@ -87,8 +90,11 @@ Grads matmul_grads(const Tensor& g, const Tensor& a, const Tensor& b, const Matm
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
-  if (detail::any_bf16({&a, &b}))
-    return detail::narrow(matmul(detail::widen(a), detail::widen(b), options));
+  if (detail::any_bf16({&a, &b})) {
+    if (!detail::native_bf16())
+      return detail::narrow(matmul(detail::widen(a), detail::widen(b), options));
+    if (a.dtype() != b.dtype()) return matmul(detail::to_bf16(a), detail::to_bf16(b), options);
+  }
   Tensor out = matmul_impl(a, b, nullptr, options);
   if (detail::should_record({a, b})) {
     detail::record("matmul", {a, b}, out,
@@ -98,8 +104,13 @@ Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const MatmulOptions& options) {
-  if (detail::any_bf16({&a, &b, &bias}))
-    return detail::narrow(matmul(detail::widen(a), detail::widen(b), detail::widen(bias), options));
+  if (detail::any_bf16({&a, &b, &bias})) {
+    if (!detail::native_bf16())
+      return detail::narrow(
+          matmul(detail::widen(a), detail::widen(b), detail::widen(bias), options));
+    if (a.dtype() != b.dtype() || a.dtype() != bias.dtype())
+      return matmul(detail::to_bf16(a), detail::to_bf16(b), detail::to_bf16(bias), options);
+  }
   Tensor out = matmul_impl(a, b, &bias, options);
   if (detail::should_record({a, b, bias})) {
     detail::record("matmul", {a, b, bias}, out, [a, b, options, n = bias.shape()](const Tensor& g) {

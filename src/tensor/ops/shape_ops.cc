@@ -337,14 +337,14 @@ Tensor cast(const Tensor& x, DType dtype) {
   } else if (x.dtype() == DType::kFloat32 && dtype == DType::kBFloat16) {
     const float* px = x.data<float>();
     bfloat16* po = out.data<bfloat16>();
-    detail::parallel_for(x.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t i = begin; i < end; ++i) po[i].bits = bfloat16::round(px[i]);
+    detail::parallel_for(x.numel(), 1, [&](std::int64_t begin, std::int64_t end) {
+      detail::round_to_bf16(px + begin, po + begin, end - begin);
     });
   } else if (x.dtype() == DType::kBFloat16 && dtype == DType::kFloat32) {
     const bfloat16* px = x.data<bfloat16>();
     float* po = out.data<float>();
     detail::parallel_for(x.numel(), 1, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t i = begin; i < end; ++i) po[i] = static_cast<float>(px[i]);
+      detail::widen_from_bf16(px + begin, po + begin, end - begin);
     });
   } else {
     detail::visit_dtype(x.dtype(), "cast", [&]<typename S>() {

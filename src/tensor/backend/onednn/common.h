@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "lockstep/core/error.h"
+#include "tensor/backend/onednn/onednn.h"
 #include "tensor/denormals.h"
 
 namespace lockstep::backend::onednn::detail_onednn {
@@ -50,6 +51,10 @@ void guarded(const char* what, F&& f) {
     detail::throw_error<InternalError>("oneDNN ", what, " failed: ", e.what(), " (status ",
                                        static_cast<int>(e.status), ")");
   }
+}
+
+inline memory::data_type data_type(Precision p) {
+  return p == Precision::kBFloat16 ? memory::data_type::bf16 : memory::data_type::f32;
 }
 
 inline void* mut(const void* p) { return const_cast<void*>(p); }  // oneDNN takes non-const handles

@@ -4,6 +4,10 @@
 // handed to oneDNN as "any" so it can pick its fastest implementation, and
 // reordered from (and, for gradients, back to) Keras's layout on each call —
 // a copy the size of the kernel, small next to the convolution itself.
+// Convolution and pooling run in float32 or natively in bfloat16 (the
+// shape's precision: data, kernel, bias and their gradients alike, with
+// float32 accumulation inside oneDNN); batch normalisation is float32.
+#include <cstddef>
 #include <unordered_map>
 #include <vector>
 
@@ -37,11 +41,18 @@ Key conv_key(const ConvShape& s, int kind) {
              s.pad_r,
              s.oh,
              s.ow,
-             kind};
+             kind + (s.precision == Precision::kBFloat16 ? 8 : 0)};
 }
 
-memory::desc nhwc(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
-  return memory::desc(Dims{n, c, h, w}, memory::data_type::f32, memory::format_tag::nhwc);
+memory::desc nhwc(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w,
+                  Precision p = Precision::kFloat32) {
+  return memory::desc(Dims{n, c, h, w}, data_type(p), memory::format_tag::nhwc);
+}
+memory::desc src(const ConvShape& s) { return nhwc(s.n, s.c, s.h, s.w, s.precision); }
+memory::desc dst(const ConvShape& s) { return nhwc(s.n, s.oc, s.oh, s.ow, s.precision); }
+memory::desc bias_desc(const ConvShape& s, bool bias) {
+  return bias ? memory::desc(Dims{s.oc}, data_type(s.precision), memory::format_tag::a)
+              : memory::desc();
 }
 
 // Keras's kernel [kh, kw, ic_g, oc] described in oneDNN's logical order
@@ -49,19 +60,19 @@ memory::desc nhwc(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w
 memory::desc user_weights(const ConvShape& s) {
   const std::int64_t icg = s.c / s.groups, ocg = s.oc / s.groups;
   if (s.groups == 1) {
-    return memory::desc(Dims{s.oc, s.c, s.kh, s.kw}, memory::data_type::f32,
+    return memory::desc(Dims{s.oc, s.c, s.kh, s.kw}, data_type(s.precision),
                         Dims{1, s.oc, s.kw * s.c * s.oc, s.c * s.oc});
   }
-  return memory::desc(Dims{s.groups, ocg, icg, s.kh, s.kw}, memory::data_type::f32,
+  return memory::desc(Dims{s.groups, ocg, icg, s.kh, s.kw}, data_type(s.precision),
                       Dims{ocg, 1, s.oc, s.kw * icg * s.oc, icg * s.oc});
 }
 
 memory::desc any_weights(const ConvShape& s) {
   const std::int64_t icg = s.c / s.groups, ocg = s.oc / s.groups;
   if (s.groups == 1)
-    return memory::desc(Dims{s.oc, s.c, s.kh, s.kw}, memory::data_type::f32,
+    return memory::desc(Dims{s.oc, s.c, s.kh, s.kw}, data_type(s.precision),
                         memory::format_tag::any);
-  return memory::desc(Dims{s.groups, ocg, icg, s.kh, s.kw}, memory::data_type::f32,
+  return memory::desc(Dims{s.groups, ocg, icg, s.kh, s.kw}, data_type(s.precision),
                       memory::format_tag::any);
 }
 
@@ -71,13 +82,9 @@ Dims pad_l(const ConvShape& s) { return {s.pad_t, s.pad_l}; }
 Dims pad_r(const ConvShape& s) { return {s.pad_b, s.pad_r}; }
 
 dnnl::convolution_forward::primitive_desc forward_pd(const ConvShape& s, bool bias) {
-  memory::desc bias_md =
-      bias ? memory::desc(Dims{s.oc}, memory::data_type::f32, memory::format_tag::a)
-           : memory::desc();
-  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
-                                    dnnl::algorithm::convolution_direct, nhwc(s.n, s.c, s.h, s.w),
-                                    any_weights(s), bias_md, nhwc(s.n, s.oc, s.oh, s.ow),
-                                    strides(s), dilates(s), pad_l(s), pad_r(s));
+  dnnl::convolution_forward::desc d(
+      dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src(s),
+      any_weights(s), bias_desc(s, bias), dst(s), strides(s), dilates(s), pad_l(s), pad_r(s));
   return {d, engine()};
 }
 
@@ -85,7 +92,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(const ConvShape& s, bool bi
 // from (or empties it to) Keras's layout when the two differ.
 struct WeightsBuffer {
   memory user, internal;
-  std::vector<float> storage;
+  std::vector<std::byte> storage;
   dnnl::reorder reorder;  // user -> internal, or internal -> user for gradients
   bool needs_reorder = false;
 
@@ -93,7 +100,7 @@ struct WeightsBuffer {
     user = memory(user_weights(s), engine(), DNNL_MEMORY_NONE);
     needs_reorder = wanted != user.get_desc();
     if (needs_reorder) {
-      storage.resize(wanted.get_size() / sizeof(float) + 1);
+      storage.resize(wanted.get_size());
       internal = memory(wanted, engine(), storage.data());
       reorder = to_user ? dnnl::reorder(internal, user) : dnnl::reorder(user, internal);
     } else {
@@ -101,12 +108,12 @@ struct WeightsBuffer {
     }
   }
   // Points the user side at `data`; for inputs, converts into the primitive's layout.
-  memory& load(const float* data) {
+  memory& load(const void* data) {
     user.set_data_handle(mut(data));
     if (needs_reorder) reorder.execute(stream(), user, internal);
     return internal;
   }
-  memory& target(float* data) {
+  memory& target(void* data) {
     user.set_data_handle(data);
     return internal;
   }
@@ -117,8 +124,7 @@ struct WeightsBuffer {
 
 }  // namespace
 
-void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias,
-                    float* y) {
+void conv2d_forward(const ConvShape& s, const void* x, const void* w, const void* bias, void* y) {
   struct Entry {
     dnnl::convolution_forward prim;
     memory src, dst, bias;
@@ -154,7 +160,7 @@ void conv2d_forward(const ConvShape& s, const float* x, const float* w, const fl
   });
 }
 
-void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx) {
+void conv2d_backward_data(const ConvShape& s, const void* dy, const void* w, void* dx) {
   struct Entry {
     dnnl::convolution_backward_data prim;
     memory diff_dst, diff_src;
@@ -167,9 +173,9 @@ void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, f
     auto it = cache.find(key);
     if (it == cache.end()) {
       auto hint = forward_pd(s, false);
-      dnnl::convolution_backward_data::desc d(
-          dnnl::algorithm::convolution_direct, nhwc(s.n, s.c, s.h, s.w), any_weights(s),
-          nhwc(s.n, s.oc, s.oh, s.ow), strides(s), dilates(s), pad_l(s), pad_r(s));
+      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src(s),
+                                              any_weights(s), dst(s), strides(s), dilates(s),
+                                              pad_l(s), pad_r(s));
       dnnl::convolution_backward_data::primitive_desc pd(d, engine(), hint);
       Entry e{dnnl::convolution_backward_data(pd),
               memory(pd.diff_dst_desc(), engine(), DNNL_MEMORY_NONE),
@@ -188,8 +194,8 @@ void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, f
   });
 }
 
-void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw,
-                             float* dbias) {
+void conv2d_backward_weights(const ConvShape& s, const void* x, const void* dy, void* dw,
+                             void* dbias) {
   struct Entry {
     dnnl::convolution_backward_weights prim;
     memory src, diff_dst, diff_bias;
@@ -202,12 +208,9 @@ void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy
     auto it = cache.find(key);
     if (it == cache.end()) {
       auto hint = forward_pd(s, dbias != nullptr);
-      memory::desc bias_md =
-          dbias ? memory::desc(Dims{s.oc}, memory::data_type::f32, memory::format_tag::a)
-                : memory::desc();
       dnnl::convolution_backward_weights::desc d(
-          dnnl::algorithm::convolution_direct, nhwc(s.n, s.c, s.h, s.w), any_weights(s), bias_md,
-          nhwc(s.n, s.oc, s.oh, s.ow), strides(s), dilates(s), pad_l(s), pad_r(s));
+          dnnl::algorithm::convolution_direct, src(s), any_weights(s),
+          bias_desc(s, dbias != nullptr), dst(s), strides(s), dilates(s), pad_l(s), pad_r(s));
       dnnl::convolution_backward_weights::primitive_desc pd(d, engine(), hint);
       Entry e{dnnl::convolution_backward_weights(pd),
               memory(pd.src_desc(), engine(), DNNL_MEMORY_NONE),
@@ -255,15 +258,15 @@ Key pool_key(const PoolShape& s, int kind) {
              s.pad_r,
              s.oh,
              s.ow,
-             kind * 2 + (s.max ? 1 : 0)};
+             kind * 2 + (s.max ? 1 : 0) + (s.precision == Precision::kBFloat16 ? 8 : 0)};
 }
 
 dnnl::pooling_forward::primitive_desc pool_pd(const PoolShape& s, bool training) {
   dnnl::pooling_forward::desc d(
       training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
       s.max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding,
-      nhwc(s.n, s.c, s.h, s.w), nhwc(s.n, s.c, s.oh, s.ow), Dims{s.sh, s.sw}, Dims{s.kh, s.kw},
-      Dims{s.pad_t, s.pad_l}, Dims{s.pad_b, s.pad_r});
+      nhwc(s.n, s.c, s.h, s.w, s.precision), nhwc(s.n, s.c, s.oh, s.ow, s.precision),
+      Dims{s.sh, s.sw}, Dims{s.kh, s.kw}, Dims{s.pad_t, s.pad_l}, Dims{s.pad_b, s.pad_r});
   return {d, engine()};
 }
 
@@ -276,7 +279,7 @@ std::size_t pool_workspace_bytes(const PoolShape& s) {
   return bytes;
 }
 
-void pool_forward(const PoolShape& s, const float* x, float* y, void* workspace) {
+void pool_forward(const PoolShape& s, const void* x, void* y, void* workspace) {
   struct Entry {
     dnnl::pooling_forward prim;
     memory src, dst, ws;
@@ -307,7 +310,7 @@ void pool_forward(const PoolShape& s, const float* x, float* y, void* workspace)
   });
 }
 
-void pool_backward(const PoolShape& s, const float* dy, const void* workspace, float* dx) {
+void pool_backward(const PoolShape& s, const void* dy, const void* workspace, void* dx) {
   struct Entry {
     dnnl::pooling_backward prim;
     memory diff_dst, diff_src, ws;
@@ -321,8 +324,8 @@ void pool_backward(const PoolShape& s, const float* dy, const void* workspace, f
       auto hint = pool_pd(s, true);
       dnnl::pooling_backward::desc d(
           s.max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding,
-          nhwc(s.n, s.c, s.h, s.w), nhwc(s.n, s.c, s.oh, s.ow), Dims{s.sh, s.sw}, Dims{s.kh, s.kw},
-          Dims{s.pad_t, s.pad_l}, Dims{s.pad_b, s.pad_r});
+          nhwc(s.n, s.c, s.h, s.w, s.precision), nhwc(s.n, s.c, s.oh, s.ow, s.precision),
+          Dims{s.sh, s.sw}, Dims{s.kh, s.kw}, Dims{s.pad_t, s.pad_l}, Dims{s.pad_b, s.pad_r});
       dnnl::pooling_backward::primitive_desc pd(d, engine(), hint);
       Entry e{dnnl::pooling_backward(pd), memory(pd.diff_dst_desc(), engine(), DNNL_MEMORY_NONE),
               memory(pd.diff_src_desc(), engine(), DNNL_MEMORY_NONE), memory()};

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 
@@ -16,11 +17,46 @@
 namespace lockstep::backend::onednn {
 using namespace detail_onednn;
 
-bool native_bfloat16() { return dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16; }
+bool native_bfloat16() {
+  static const bool native = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16;
+  return native;
+}
 
-void matmul(const MatmulShape& s, const float* a, const float* b, const float* bias, float* c) {
-  using Key =
-      std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool, bool, bool>;
+namespace {
+
+// The matmul primitive's descriptor: transposes expressed as strides (no copy
+// is ever made), the bias broadcast over rows.
+dnnl::matmul::primitive_desc matmul_pd(const MatmulShape& s, bool bias) {
+  const memory::data_type t = data_type(s.precision);
+  const std::int64_t bb = s.b_shared ? 1 : s.batch;
+  memory::desc a_md(Dims{s.batch, s.m, s.k}, t,
+                    s.transpose_a ? Dims{s.m * s.k, 1, s.m} : Dims{s.m * s.k, s.k, 1});
+  memory::desc b_md(Dims{bb, s.k, s.n}, t,
+                    s.transpose_b ? Dims{s.k * s.n, 1, s.k} : Dims{s.k * s.n, s.n, 1});
+  memory::desc c_md(Dims{s.batch, s.m, s.n}, t, memory::format_tag::abc);
+  if (!bias) return {dnnl::matmul::desc(a_md, b_md, c_md), engine()};
+  memory::desc bias_md(Dims{1, 1, s.n}, t, memory::format_tag::abc);
+  return {dnnl::matmul::desc(a_md, b_md, bias_md, c_md), engine()};
+}
+
+}  // namespace
+
+const char* bfloat16_matmul_implementation() {
+  static const std::string name = [] {
+    std::string n = "none";
+    if (!native_bfloat16()) return n;
+    guarded("matmul", [&] {
+      MatmulShape s{.batch = 1, .m = 64, .k = 64, .n = 64, .precision = Precision::kBFloat16};
+      n = matmul_pd(s, true).impl_info_str();
+    });
+    return n;
+  }();
+  return name.c_str();
+}
+
+void matmul(const MatmulShape& s, const void* a, const void* b, const void* bias, void* c) {
+  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool, bool,
+                         bool, int>;
   // The primitive plus its memory objects and argument map: a call only
   // swaps data handles, so a small GEMM pays no allocation in the adapter.
   struct Entry {
@@ -29,21 +65,23 @@ void matmul(const MatmulShape& s, const float* a, const float* b, const float* b
     std::unordered_map<int, memory> args;
   };
   KernelScope scope;
-  if (s.batch == 1) {
-    // Unbatched products go straight to oneDNN's sgemm: the same JIT kernels
-    // without the primitive's per-call dispatch, which is what small GEMMs
-    // (the classifier head, N = 10) are made of. Bias is fused as beta = 1
-    // over an output pre-filled with it.
+  if (s.batch == 1 && s.precision == Precision::kFloat32) {
+    // Unbatched float32 products go straight to oneDNN's sgemm: the same JIT
+    // kernels without the primitive's per-call dispatch, which is what small
+    // GEMMs (the classifier head, N = 10) are made of. Bias is fused as
+    // beta = 1 over an output pre-filled with it.
+    float* cf = static_cast<float*>(c);
     float beta = 0.0f;
     if (bias) {
       for (std::int64_t i = 0; i < s.m; ++i)
-        std::memcpy(c + i * s.n, bias, static_cast<std::size_t>(s.n) * sizeof(float));
+        std::memcpy(cf + i * s.n, bias, static_cast<std::size_t>(s.n) * sizeof(float));
       beta = 1.0f;
     }
     const std::int64_t lda = s.transpose_a ? s.m : s.k;
     const std::int64_t ldb = s.transpose_b ? s.k : s.n;
     const dnnl_status_t status = dnnl_sgemm(s.transpose_a ? 'T' : 'N', s.transpose_b ? 'T' : 'N',
-                                            s.m, s.n, s.k, 1.0f, a, lda, b, ldb, beta, c, s.n);
+                                            s.m, s.n, s.k, 1.0f, static_cast<const float*>(a), lda,
+                                            static_cast<const float*>(b), ldb, beta, cf, s.n);
     LOCKSTEP_CHECK_AS(InternalError, status == dnnl_success, "oneDNN sgemm failed with status ",
                       static_cast<int>(status), " for M=", s.m, " K=", s.k, " N=", s.n);
     return;
@@ -52,32 +90,28 @@ void matmul(const MatmulShape& s, const float* a, const float* b, const float* b
   // thread runs its own kernels with its own memory objects bound to them,
   // and a shared cache would put a lock on every op.
   thread_local std::unordered_map<Key, Entry, TupleHash> cache;
-  const Key key{s.batch, s.m, s.k, s.n, s.transpose_a, s.transpose_b, s.b_shared, bias != nullptr};
+  const Key key{s.batch,
+                s.m,
+                s.k,
+                s.n,
+                s.transpose_a,
+                s.transpose_b,
+                s.b_shared,
+                bias != nullptr,
+                static_cast<int>(s.precision)};
   guarded("matmul", [&] {
     auto it = cache.find(key);
     if (it == cache.end()) {
-      const std::int64_t bb = s.b_shared ? 1 : s.batch;
-      // Transposes are expressed as strides: no copy is ever made.
-      memory::desc a_md(Dims{s.batch, s.m, s.k}, memory::data_type::f32,
-                        s.transpose_a ? Dims{s.m * s.k, 1, s.m} : Dims{s.m * s.k, s.k, 1});
-      memory::desc b_md(Dims{bb, s.k, s.n}, memory::data_type::f32,
-                        s.transpose_b ? Dims{s.k * s.n, 1, s.k} : Dims{s.k * s.n, s.n, 1});
-      memory::desc c_md(Dims{s.batch, s.m, s.n}, memory::data_type::f32, memory::format_tag::abc);
-      memory::desc bias_md;
-      if (bias)
-        bias_md = memory::desc(Dims{1, 1, s.n}, memory::data_type::f32, memory::format_tag::abc);
-      auto desc = bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
-                       : dnnl::matmul::desc(a_md, b_md, c_md);
-      dnnl::matmul::primitive_desc pd(desc, engine());
+      const auto pd = matmul_pd(s, bias != nullptr);
       Entry e{dnnl::matmul(pd),
-              memory(a_md, engine(), DNNL_MEMORY_NONE),
-              memory(b_md, engine(), DNNL_MEMORY_NONE),
-              memory(c_md, engine(), DNNL_MEMORY_NONE),
+              memory(pd.src_desc(), engine(), DNNL_MEMORY_NONE),
+              memory(pd.weights_desc(), engine(), DNNL_MEMORY_NONE),
+              memory(pd.dst_desc(), engine(), DNNL_MEMORY_NONE),
               {},
               {}};
       e.args = {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}};
       if (bias) {
-        e.bias = memory(bias_md, engine(), DNNL_MEMORY_NONE);
+        e.bias = memory(pd.bias_desc(), engine(), DNNL_MEMORY_NONE);
         e.args.emplace(DNNL_ARG_BIAS, e.bias);
       }
       it = cache.emplace(key, std::move(e)).first;

@@ -8,8 +8,23 @@
 
 namespace lockstep::backend::onednn {
 
-// C[b] = op(A[b]) · op(B[b]) (+ bias), row-major float32. Unbatched products
-// run on oneDNN's sgemm, batched ones on its matmul primitive.
+// The element type of a kernel's operands and result: float32, or bfloat16
+// with float32 accumulation inside the kernel (mixed precision). bfloat16
+// kernels are oneDNN's native ones (avx512_core_bf16, AMX): the ops call them
+// only where native_bfloat16() and emulate in float32 elsewhere. Data
+// pointers are `void*` and point to float or lockstep::bfloat16 by it.
+enum class Precision : std::uint8_t { kFloat32, kBFloat16 };
+
+// Whether oneDNN runs bfloat16 natively here (avx512_bf16 or AMX).
+bool native_bfloat16();
+
+// The name of the implementation oneDNN picks for a bfloat16 matmul here
+// (e.g. "brg:avx512_core_bf16"): what the mixed-precision header reports.
+const char* bfloat16_matmul_implementation();
+
+// C[b] = op(A[b]) · op(B[b]) (+ bias), row-major. Unbatched float32 products
+// run on oneDNN's sgemm, batched ones and every bfloat16 one on its matmul
+// primitive (bias in the operands' precision).
 // A is [batch, M, K] ([batch, K, M] if transpose_a), B is [batch_b, K, N]
 // ([batch_b, N, K] if transpose_b) with batch_b = batch or 1 (shared).
 struct MatmulShape {
@@ -18,11 +33,10 @@ struct MatmulShape {
   bool transpose_a = false;
   bool transpose_b = false;
   bool b_shared = false;  // B has batch 1 and is used for every batch entry
+  Precision precision = Precision::kFloat32;
 };
-// Whether oneDNN runs bfloat16 natively here (avx512_bf16 or AMX).
-bool native_bfloat16();
 
-void matmul(const MatmulShape& shape, const float* a, const float* b, const float* bias, float* c);
+void matmul(const MatmulShape& shape, const void* a, const void* b, const void* bias, void* c);
 
 // Softmax (or log-softmax) over the middle dimension of [outer, axis, inner].
 void softmax(const float* x, float* y, std::int64_t outer, std::int64_t axis, std::int64_t inner,
@@ -49,13 +63,13 @@ struct ConvShape {
   std::int64_t sh = 1, sw = 1, dh = 1, dw = 1;
   std::int64_t pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0;
   std::int64_t oh = 0, ow = 0;  // output
+  Precision precision = Precision::kFloat32;  // of data, kernel, bias and their gradients
 };
-void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias,
-                    float* y);
-void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx);
+void conv2d_forward(const ConvShape& s, const void* x, const void* w, const void* bias, void* y);
+void conv2d_backward_data(const ConvShape& s, const void* dy, const void* w, void* dx);
 // dbias may be null.
-void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw,
-                             float* dbias);
+void conv2d_backward_weights(const ConvShape& s, const void* x, const void* dy, void* dw,
+                             void* dbias);
 
 // Max or average (padding excluded, as TensorFlow) pooling over NHWC data.
 struct PoolShape {
@@ -64,12 +78,13 @@ struct PoolShape {
   std::int64_t pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0;
   std::int64_t oh = 0, ow = 0;
   bool max = true;
+  Precision precision = Precision::kFloat32;
 };
 // Bytes of workspace max pooling needs to run backward (0 for average).
 std::size_t pool_workspace_bytes(const PoolShape& s);
 // `workspace` null: inference (no backward possible for max pooling).
-void pool_forward(const PoolShape& s, const float* x, float* y, void* workspace);
-void pool_backward(const PoolShape& s, const float* dy, const void* workspace, float* dx);
+void pool_forward(const PoolShape& s, const void* x, void* y, void* workspace);
+void pool_backward(const PoolShape& s, const void* dy, const void* workspace, void* dx);
 
 // Batch normalisation over the last dimension of [rows, channels] data
 // (rows = every position of every example; `examples` divides rows).
