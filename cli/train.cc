@@ -480,10 +480,7 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
   std::printf("Number of devices: %d\n", strategy.num_replicas_in_sync());
   if (a.mixed_precision == "bfloat16") {
     mixed_precision::set_global_policy("mixed_bfloat16");
-    std::printf("Mixed precision: mixed_bfloat16 (%s)\n",
-                native_bfloat16() ? "native bfloat16"
-                                  : "this CPU has no bfloat16 instructions: emulated in float32, "
-                                    "slower than float32");
+    std::printf("Mixed precision: mixed_bfloat16 (%s)\n", bfloat16_kernels().c_str());
   }
   std::fflush(stdout);
   // One run at a time in a checkpoint directory (the chief's: it alone writes).

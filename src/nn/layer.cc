@@ -117,10 +117,8 @@ void warn_if_bfloat16_is_emulated() {
   static std::once_flag once;
   std::call_once(once, [] {
     if (!native_bfloat16()) {
-      log(LogLevel::kWarning,
-          "lockstep: mixed_bfloat16 on a CPU without bfloat16 instructions: bfloat16 ops "
-          "are emulated in float32 and run slower than float32 (docs/models.md, "
-          "\"Mixed precision\")\n");
+      log(LogLevel::kWarning, "lockstep: mixed_bfloat16 is " + bfloat16_kernels() +
+                                  " (docs/models.md, \"Mixed precision\")\n");
     }
   });
 }

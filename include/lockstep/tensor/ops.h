@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -171,10 +172,17 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape);
 // Sums `x` down to `shape` (the inverse of broadcasting; used by gradients).
 Tensor sum_to(const Tensor& x, const Shape& shape);
 // Whether this CPU computes bfloat16 natively (oneDNN sees avx512_bf16 or
-// AMX). Without it, an op on bfloat16 operands widens them to float32, runs
-// its float32 kernel and rounds the result to bfloat16 (the same values, up
-// to the order of float32 sums; slower than float32).
+// AMX): then matmul, convolution and pooling run oneDNN's bfloat16 kernels
+// with float32 accumulation. Without it, such an op on bfloat16 operands
+// widens them to float32, runs its float32 kernel and rounds the result to
+// bfloat16 (the same values, up to the order of float32 sums; slower than
+// float32). Elementwise ops and batch normalisation read and write
+// bfloat16 directly either way.
 bool native_bfloat16();
+// How bfloat16 ops run here, in words for a log or a header: "native
+// bfloat16: oneDNN <its matmul implementation>" (e.g. brg:avx512_core_bf16)
+// or "emulated: <why>; float32 is faster here".
+std::string bfloat16_kernels();
 // Changes dtype; differentiable between float32 and bfloat16 (the gradient
 // is cast back). float32 -> bfloat16 rounds to nearest, ties to even.
 Tensor cast(const Tensor& x, DType dtype);

@@ -329,6 +329,16 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
 
 bool native_bfloat16() { return backend::onednn::native_bfloat16(); }
 
+std::string bfloat16_kernels() {
+  if (backend::onednn::native_bfloat16())
+    return std::string("native bfloat16: oneDNN ") +
+           backend::onednn::bfloat16_matmul_implementation();
+  if (backend::onednn::cpu_has_bfloat16())
+    return "emulated: ONEDNN_MAX_CPU_ISA keeps oneDNN from this CPU's bfloat16 instructions; "
+           "float32 is faster here";
+  return "emulated: this CPU has no bfloat16 instructions; float32 is faster here";
+}
+
 Tensor cast(const Tensor& x, DType dtype) {
   check_defined(x, "cast", "input");
   Tensor out = Tensor::empty(x.shape(), dtype);

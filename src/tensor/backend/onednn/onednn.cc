@@ -6,6 +6,10 @@
 // maps need no lock, and replica threads never share one.
 #include "tensor/backend/onednn/onednn.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
@@ -20,6 +24,17 @@ using namespace detail_onednn;
 bool native_bfloat16() {
   static const bool native = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16;
   return native;
+}
+
+bool cpu_has_bfloat16() {
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)))
+    return true;  // AVX512_BF16
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << 22)))
+    return true;  // AMX-BF16
+#endif
+  return false;
 }
 
 namespace {

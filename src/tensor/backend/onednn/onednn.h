@@ -17,6 +17,9 @@ enum class Precision : std::uint8_t { kFloat32, kBFloat16 };
 
 // Whether oneDNN runs bfloat16 natively here (avx512_bf16 or AMX).
 bool native_bfloat16();
+// Whether the CPU itself has bfloat16 instructions (CPUID: AVX512_BF16 or
+// AMX-BF16), whatever oneDNN is allowed to use (ONEDNN_MAX_CPU_ISA).
+bool cpu_has_bfloat16();
 
 // The name of the implementation oneDNN picks for a bfloat16 matmul here
 // (e.g. "brg:avx512_core_bf16"): what the mixed-precision header reports.
