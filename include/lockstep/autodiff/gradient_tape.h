@@ -61,8 +61,8 @@ class GradientTape : private detail::TapeRecorder {
   GradientTape(const GradientTape&) = delete;
   GradientTape& operator=(const GradientTape&) = delete;
 
-  // Starts tracing `t` (and everything computed from it). Only float32
-  // tensors can be watched.
+  // Starts tracing `t` (and everything computed from it). Only float32 and
+  // bfloat16 tensors can be watched.
   void watch(const Tensor& t);
   void watch(const Variable& v);
 
