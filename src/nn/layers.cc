@@ -70,14 +70,17 @@ Tensor DenseImpl::call(const Tensor& x, const CallContext&) {
   }
   // Dense acts on the last axis: fold the others into the batch.
   const Tensor flat = x.rank() == 2 ? x : reshape(x, {-1, in});
-  Tensor y = options_.use_bias ? matmul(flat, autocast(kernel_), autocast(bias_))
-                               : matmul(flat, autocast(kernel_));
+  // "relu" runs inside the matmul's kernel (MatmulOptions::relu).
+  const bool fused_relu = options_.activation == "relu";
+  const MatmulOptions o{.relu = fused_relu};
+  Tensor y = options_.use_bias ? matmul(flat, autocast(kernel_), autocast(bias_), o)
+                               : matmul(flat, autocast(kernel_), o);
   if (x.rank() != 2) {
     std::vector<std::int64_t> shape = x.shape().to_vector();
     shape.back() = units_;
     y = reshape(y, shape);
   }
-  return activation_(y);
+  return fused_relu ? y : activation_(y);
 }
 
 LayerConfig DenseImpl::get_config() const {

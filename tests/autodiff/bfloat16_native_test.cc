@@ -106,6 +106,13 @@ TEST(NativeBFloat16, MatmulAndItsGradientsAgreeWithFloat32) {
           [&](std::vector<Tensor> in) { return matmul(in[0], in[1], in[2], o); }, what);
     }
   }
+  // With the relu fused in (Dense's "relu": a oneDNN post-op).
+  expect_agrees(
+      {bf16_values({40, 96}, 8), bf16_values({96, 24}, 9), bf16_values({24}, 10)},
+      [](std::vector<Tensor> in) {
+        return matmul(b16(in[0]), b16(in[1]), b16(in[2]), {.relu = true});
+      },
+      [](std::vector<Tensor> in) { return relu(matmul(in[0], in[1], in[2])); }, "matmul with relu");
   // Batched, and batched against one shared b (attention's and Dense's on
   // sequences).
   expect_agrees(

@@ -268,6 +268,18 @@ TEST(GradCheck, Matmul) {
                               [](double a, double b) { return a + b; });
           },
           {random_ref(da, rng), random_ref(db, rng), random_ref({n}, rng)});
+      check_gradients(
+          "matmul+bias+relu ta=" + std::to_string(ta) + " tb=" + std::to_string(tb),
+          [ta, tb](const std::vector<Tensor>& x) {
+            return matmul(x[0], x[1], x[2], {.transpose_a = ta, .transpose_b = tb, .relu = true});
+          },
+          [ta, tb](const std::vector<Ref>& x) {
+            Ref y = ref_binary(ref_matmul(x[0], x[1], ta, tb), x[2],
+                               [](double a, double b) { return a + b; });
+            for (std::int64_t i = 0; i < y.size(); ++i) y[i] = std::max(y[i], 0.0);
+            return y;
+          },
+          {random_ref(da, rng), random_ref(db, rng), random_ref({n}, rng)});
     }
   }
 }

@@ -106,6 +106,9 @@ Tensor log_softmax(const Tensor& x, int axis = -1);
 struct MatmulOptions {
   bool transpose_a = false;
   bool transpose_b = false;
+  // max(·, 0) of the product (+ bias), in the same kernel (a oneDNN post-op,
+  // or a pass over the output while it is in cache): Dense's "relu".
+  bool relu = false;
 };
 // a: [..., M, K] (or [..., K, M] transposed), b: [..., K, N]; rank 2 or 3
 // (batched, equal batch sizes or a rank-2 b shared by every batch entry).

@@ -22,6 +22,7 @@
 #include "tensor/dispatch.h"
 #include "tensor/ops/bf16.h"
 #include "tensor/ops/loops.h"
+#include "tensor/ops/relu_grad.h"
 
 namespace lockstep {
 namespace detail {
@@ -407,12 +408,16 @@ Tensor abs(const Tensor& x) {
   return out;
 }
 
+Tensor detail::relu_grad_from_output(const Tensor& g, const Tensor& y) {
+  return map2(g.dtype() == y.dtype() ? g : cast(g, y.dtype()), y,
+              [](float gv, float v) { return v > 0 ? gv : 0.0f; });
+}
+
 Tensor relu(const Tensor& x) {
   Tensor out = unary_numeric("relu", x, [](auto v) { return v > 0 ? v : decltype(v){0}; });
   if (detail::should_record({x})) {
-    detail::record("relu", {x}, out, [out](const Tensor& g) {
-      return Grads{map2(g, out, [](float gv, float y) { return y > 0 ? gv : 0.0f; })};
-    });
+    detail::record("relu", {x}, out,
+                   [out](const Tensor& g) { return Grads{detail::relu_grad_from_output(g, out)}; });
   }
   return out;
 }

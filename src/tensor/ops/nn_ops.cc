@@ -8,6 +8,7 @@
 #include "tensor/backend/onednn/onednn.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops/bf16.h"
+#include "tensor/ops/relu_grad.h"
 
 namespace lockstep {
 namespace {
@@ -28,6 +29,7 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const Tensor* bias, const M
   backend::onednn::MatmulShape s;
   s.transpose_a = o.transpose_a;
   s.transpose_b = o.transpose_b;
+  s.relu = o.relu;
   s.precision = detail::precision_of(a);
   s.batch = a.rank() == 3 ? a.shape()[0] : 1;
   s.b_shared = a.rank() == 3 && b.rank() == 2;
@@ -55,7 +57,7 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const Tensor* bias, const M
   if (out.numel() == 0) return out;
   if (s.k == 0) {  // an empty sum: the bias alone (oneDNN rejects zero dims)
     out = bias ? broadcast_to(*bias, out_shape).copy() : Tensor::zeros(out_shape, a.dtype());
-    return out;
+    return o.relu ? relu(out) : out;
   }
   backend::onednn::matmul(s, a.raw_data(), b.raw_data(), bias ? bias->raw_data() : nullptr,
                           out.raw_data());
@@ -112,8 +114,13 @@ Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
   }
   Tensor out = matmul_impl(a, b, nullptr, options);
   if (detail::should_record({a, b})) {
+    // A fused relu's mask is read from the output, kept for it alone.
     detail::record("matmul", {a, b}, out,
-                   [a, b, options](const Tensor& g) { return matmul_grads(g, a, b, options); });
+                   [a, b, y = options.relu ? out : Tensor(), options](const Tensor& upstream) {
+                     const Tensor g =
+                         options.relu ? detail::relu_grad_from_output(upstream, y) : upstream;
+                     return matmul_grads(g, a, b, options);
+                   });
   }
   return out;
 }
@@ -128,11 +135,15 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Matmul
   }
   Tensor out = matmul_impl(a, b, &bias, options);
   if (detail::should_record({a, b, bias})) {
-    detail::record("matmul", {a, b, bias}, out, [a, b, options, n = bias.shape()](const Tensor& g) {
-      Grads grads = matmul_grads(g, a, b, options);
-      grads.push_back(detail::needs_input_grad(2) ? sum_to(g, n) : Tensor());
-      return grads;
-    });
+    detail::record("matmul", {a, b, bias}, out,
+                   [a, b, y = options.relu ? out : Tensor(), options,
+                    n = bias.shape()](const Tensor& upstream) {
+                     const Tensor g =
+                         options.relu ? detail::relu_grad_from_output(upstream, y) : upstream;
+                     Grads grads = matmul_grads(g, a, b, options);
+                     grads.push_back(detail::needs_input_grad(2) ? sum_to(g, n) : Tensor());
+                     return grads;
+                   });
   }
   return out;
 }

@@ -49,9 +49,15 @@ dnnl::matmul::primitive_desc matmul_pd(const MatmulShape& s, bool bias) {
   memory::desc b_md(Dims{bb, s.k, s.n}, t,
                     s.transpose_b ? Dims{s.k * s.n, 1, s.k} : Dims{s.k * s.n, s.n, 1});
   memory::desc c_md(Dims{s.batch, s.m, s.n}, t, memory::format_tag::abc);
-  if (!bias) return {dnnl::matmul::desc(a_md, b_md, c_md), engine()};
+  dnnl::primitive_attr attr;
+  if (s.relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  if (!bias) return {dnnl::matmul::desc(a_md, b_md, c_md), attr, engine()};
   memory::desc bias_md(Dims{1, 1, s.n}, t, memory::format_tag::abc);
-  return {dnnl::matmul::desc(a_md, b_md, bias_md, c_md), engine()};
+  return {dnnl::matmul::desc(a_md, b_md, bias_md, c_md), attr, engine()};
 }
 
 }  // namespace
@@ -71,7 +77,7 @@ const char* bfloat16_matmul_implementation() {
 
 void matmul(const MatmulShape& s, const void* a, const void* b, const void* bias, void* c) {
   using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool, bool,
-                         bool, int>;
+                         bool, bool, int>;
   // The primitive plus its memory objects and argument map: a call only
   // swaps data handles, so a small GEMM pays no allocation in the adapter.
   struct Entry {
@@ -99,21 +105,20 @@ void matmul(const MatmulShape& s, const void* a, const void* b, const void* bias
                                             static_cast<const float*>(b), ldb, beta, cf, s.n);
     LOCKSTEP_CHECK_AS(InternalError, status == dnnl_success, "oneDNN sgemm failed with status ",
                       static_cast<int>(status), " for M=", s.m, " K=", s.k, " N=", s.n);
+    if (s.relu) {
+      for (std::int64_t i = 0; i < s.m * s.n; ++i) cf[i] = cf[i] > 0.0f ? cf[i] : 0.0f;
+    }
     return;
   }
   // Primitive caches are per thread (here and in conv.cc): each replica
   // thread runs its own kernels with its own memory objects bound to them,
   // and a shared cache would put a lock on every op.
   thread_local std::unordered_map<Key, Entry, TupleHash> cache;
-  const Key key{s.batch,
-                s.m,
-                s.k,
-                s.n,
-                s.transpose_a,
-                s.transpose_b,
-                s.b_shared,
-                bias != nullptr,
-                static_cast<int>(s.precision)};
+  const Key key{s.batch,       s.m,
+                s.k,           s.n,
+                s.transpose_a, s.transpose_b,
+                s.b_shared,    bias != nullptr,
+                s.relu,        static_cast<int>(s.precision)};
   guarded("matmul", [&] {
     auto it = cache.find(key);
     if (it == cache.end()) {

@@ -36,6 +36,7 @@ struct MatmulShape {
   bool transpose_a = false;
   bool transpose_b = false;
   bool b_shared = false;  // B has batch 1 and is used for every batch entry
+  bool relu = false;      // C = max(C, 0), a post-op (after sgemm: one pass while C is hot)
   Precision precision = Precision::kFloat32;
 };
 
