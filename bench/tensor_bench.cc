@@ -4,6 +4,11 @@
 //   buffers, interleaved in every iteration so both see the same machine
 //   state. Counters: GFLOP/s of each and ratio = sgemm time / our time
 //   (goal >= 0.95: the wrapper adds nothing).
+// BM_Matmul_BFloat16VsFloat32: our matmul on bfloat16 operands (oneDNN's
+//   native bfloat16 kernel, float32 accumulation) against float32, on the
+//   same values, interleaved: GFLOP/s of each and speedup = float32 time /
+//   bfloat16 time. Skipped, saying why, where the CPU has no bfloat16
+//   instructions (issue #36).
 // BM_Op_AddTiny: per-op overhead on 16 floats (ns per op).
 // BM_Elementwise_VsMemcpy: an op's GB/s against memcpy of the same bytes,
 //   interleaved (goal >= 0.8 of memcpy at 4 MiB).
@@ -29,8 +34,8 @@
 //   a float64 oracle, over the largest |dx| (8 channels).
 // BM_BatchNormRelu6_BFloat16VsFloat32: the same fused op, forward and
 //   backward through a tape, on bfloat16 activations (mixed precision: our
-//   loops on widened blocks, tensor/ops/batch_norm_ops.cc) against float32
-//   ones, interleaved; speedup = float32 time / bfloat16 time, and the
+//   loops reading and writing bfloat16, tensor/ops/batch_norm_ops.cc)
+//   against float32 ones, interleaved; speedup = float32 time / bfloat16 time, and the
 //   largest |dbeta| difference over the largest |dbeta|.
 //
 // Results are validated before they are timed.
@@ -107,6 +112,54 @@ void matmul_shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "K", "N", "ta", "tb"});
 }
 BENCHMARK(BM_Matmul_VsSgemm)->Apply(matmul_shapes)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+void BM_Matmul_BFloat16VsFloat32(benchmark::State& state) {
+  if (!ls::native_bfloat16()) {
+    state.SkipWithError(("no native bfloat16 here: " + ls::bfloat16_kernels()).c_str());
+    return;
+  }
+  const auto m = state.range(0), k = state.range(1), n = state.range(2);
+  const bool ta = state.range(3) != 0, tb = state.range(4) != 0;
+  const ls::MatmulOptions o{.transpose_a = ta, .transpose_b = tb};
+  const ls::Tensor a16 =
+      ls::cast(ls::random::uniform(ta ? ls::Shape{k, m} : ls::Shape{m, k}, {.seed = 1}),
+               ls::DType::kBFloat16);
+  const ls::Tensor b16 =
+      ls::cast(ls::random::uniform(tb ? ls::Shape{n, k} : ls::Shape{k, n}, {.seed = 2}),
+               ls::DType::kBFloat16);
+  const ls::Tensor a = ls::cast(a16, ls::DType::kFloat32), b = ls::cast(b16, ls::DType::kFloat32);
+  {  // Validate: within bfloat16 rounding of the float32 product of the same values.
+    const std::vector<float> want = ls::matmul(a, b, o).to_vector<float>();
+    const std::vector<float> got =
+        ls::cast(ls::matmul(a16, b16, o), ls::DType::kFloat32).to_vector<float>();
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      if (std::fabs(got[i] - want[i]) > 0x1p-8f * std::fabs(want[i]) + 1e-3f) {
+        state.SkipWithError("the bfloat16 product is off the float32 one");
+        return;
+      }
+    }
+  }
+  double f32_s = 0, bf16_s = 0;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    benchmark::DoNotOptimize(ls::matmul(a16, b16, o));
+    const double dt = seconds_since(t0);
+    bf16_s += dt;
+    t0 = Clock::now();
+    benchmark::DoNotOptimize(ls::matmul(a, b, o));
+    f32_s += seconds_since(t0);
+    state.SetIterationTime(dt);
+  }
+  const double flops =
+      2.0 * static_cast<double>(m * k * n) * static_cast<double>(state.iterations());
+  state.counters["gflops_bf16"] = flops / bf16_s / 1e9;
+  state.counters["gflops_f32"] = flops / f32_s / 1e9;
+  state.counters["speedup"] = f32_s / bf16_s;
+}
+BENCHMARK(BM_Matmul_BFloat16VsFloat32)
+    ->Apply(matmul_shapes)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_Op_AddTiny(benchmark::State& state) {
   const ls::Tensor a = ls::random::uniform({16}, {.seed = 1});
