@@ -20,12 +20,13 @@
 // mixed_bfloat16, as Keras's guide says), "bfloat16" (variables in bfloat16,
 // which the optimizers do not update).
 //
-// Speed: with native bfloat16 instructions (avx512_bf16) oneDNN's bfloat16
-// kernels would run at about twice float32; without them (this machine's
-// AVX2) every bfloat16 op is emulated in float32 with two conversions, which
-// is slower than float32. lockstep::native_bfloat16() (tensor/ops.h) tells which; the first layer
-// that computes in bfloat16 warns once when it is emulated (docs/models.md, "Mixed precision", has
-// the measurements).
+// Speed: on a CPU with bfloat16 instructions (avx512_bf16 or AMX) matmul,
+// convolution and pooling run oneDNN's native bfloat16 kernels and a step
+// runs 1.4-1.7x float32's (docs/benchmarks.md); without them (AVX2) those
+// ops are emulated in float32 and mixed_bfloat16 is slower than float32.
+// lockstep::bfloat16_kernels() (tensor/ops.h) says which, and the first
+// layer that computes in bfloat16 warns once when it is emulated
+// (docs/models.md, "Mixed precision").
 #pragma once
 
 #include <string>
