@@ -244,6 +244,18 @@ TEST(BFloat16Data, ElementwiseOpsAreTheFloat32OpRoundedOnce) {
   for (const auto& [name, op] : unary) {
     EXPECT_EQ(bits(op(b16(b * a))), bits(b16(op(cast(b16(b * a), DType::kFloat32))))) << name;
   }
+  // where on bfloat16 operands passes its gradient on (it once recorded
+  // none for them: the gradient stopped there, silently).
+  {
+    const Tensor x = a * 2.0f;
+    const auto pick = [](const Tensor& v) { return where(greater(v, zeros_like(v)), v, v * 0.5f); };
+    const Traced n = run(
+        {x}, [&](std::vector<Tensor> in) { return pick(b16(in[0])); }, 44);
+    const Traced r = run(
+        {x}, [&](std::vector<Tensor> in) { return pick(in[0]); }, 44);
+    ASSERT_TRUE(n.grads[0].defined()) << "no gradient through where on bfloat16";
+    EXPECT_EQ(n.grads[0].to_vector<float>(), r.grads[0].to_vector<float>());
+  }
   // relu's gradient, from its output, on bfloat16 data.
   for (const ReluOptions& o :
        {ReluOptions{}, ReluOptions{.negative_slope = 0.3f, .max_value = 1.5f}}) {
