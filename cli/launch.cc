@@ -7,6 +7,16 @@
 // (SIGTERM, SIGKILL 5 s later) and launch exits with the failed worker's
 // code (128 + signal when it was killed).
 //
+// With --max-restarts R, a worker's failure (an exit code other than 0, or
+// a signal; not the user's interrupt) stops every worker as above and
+// starts the whole job again — fresh ports and job token, the same
+// command, LOCKSTEP_RESTART_COUNT set to the restart's number — up to R
+// times. Workers of `lockstep train --checkpoint-dir` (any program with
+// BackupAndRestore) resume from their last backup. The log names each
+// failure (worker, exit code or signal) and the restart; when R restarts
+// are used up, launch exits with the *first* failure's code and names it
+// (in a crash loop the first cause is the one that matters).
+//
 // With --ps M, a ParameterServerStrategy job: a chief, N workers, M ps
 // tasks and, with --evaluator, an evaluator outside the cluster, all running
 // the command with their own TF_CONFIG ("[chief] ", "[ps 0] " prefixes), one
@@ -34,6 +44,7 @@
 #include <cstring>
 #include <optional>
 #include <random>
+#include <string>
 
 #include "lockstep/core/error.h"
 
@@ -175,6 +186,13 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
       ->check(CLI::Range(0, 65535));
   launch->add_flag("!--no-pin", a.pin,
                    "let every worker use every core (sets LOCKSTEP_PIN_WORKERS=0 in the workers)");
+  launch
+      ->add_option("--max-restarts", a.max_restarts,
+                   "multi-worker job: when a worker fails, stop every worker and start the job "
+                   "again, up to N times; workers resume from their last backup "
+                   "(--checkpoint-dir)")
+      ->check(CLI::Range(0, 1000))
+      ->excludes("--ps");
   launch->add_option("command", a.command, "the worker command (after --)")->required();
   return launch;
 }
@@ -184,7 +202,7 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
 // (empty: every core), its stdout and stderr into a pipe launch reads.
 Worker spawn_worker(const LaunchArgs& a, const std::vector<std::string>& command,
                     const std::string& tf_config, const std::string& token,
-                    const std::vector<int>& share, const std::string& label) {
+                    const std::vector<int>& share, const std::string& label, int restart) {
   int fds[2];
   LOCKSTEP_CHECK_AS(IOError, ::pipe2(fds, O_CLOEXEC) == 0, "launch: pipe: ", std::strerror(errno));
   std::fflush(stdout);
@@ -205,6 +223,7 @@ Worker spawn_worker(const LaunchArgs& a, const std::vector<std::string>& command
     ::setenv("TF_CONFIG", tf_config.c_str(), 1);
     ::setenv("LOCKSTEP_JOB_TOKEN", token.c_str(), 1);
     ::setenv("LOCKSTEP_LOCAL_REPLICAS", std::to_string(a.local_replicas).c_str(), 1);
+    ::setenv("LOCKSTEP_RESTART_COUNT", std::to_string(restart).c_str(), 1);
     // --no-pin: the workers keep every core, and do not split them
     // themselves either (distribute/host_cores.cc).
     if (!a.pin) ::setenv("LOCKSTEP_PIN_WORKERS", "0", 1);
@@ -333,32 +352,52 @@ std::vector<Task> parameter_server_tasks(const LaunchArgs& a, const std::vector<
 
 }  // namespace
 
-int run_launch(const LaunchArgs& a) {
-  LOCKSTEP_CHECK(a.host != "0.0.0.0",
-                 "launch: --host 0.0.0.0 is the wildcard address (every "
-                 "interface), not one the workers can dial; give this machine's address, e.g. "
-                 "127.0.0.1");
-  const bool ps_job = a.ps > 0;
-  std::vector<std::string> command = with_job_strategy(a.command, ps_job);
+namespace {
+
+// How one run of the job's processes ended.
+struct Outcome {
+  int failed = -1;    // the first worker that failed; a parameter-server job's chief when it ended
+  int exit_code = 0;  // its code (128 + signal when it was killed)
+  std::string cause;  // "worker 1 was killed by signal 9 (Killed)", "worker 0 exited with code 3"
+};
+
+std::string describe_exit(const std::string& label, int status) {
+  if (WIFSIGNALED(status)) {
+    return label + " was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+           ::strsignal(WTERMSIG(status)) + ")";
+  }
+  return label + " exited with code " + std::to_string(WEXITSTATUS(status));
+}
+
+// Whether the workers keep backups a restart resumes from: `lockstep train
+// --checkpoint-dir`. Of another program launch cannot tell.
+std::string resume_note(const std::vector<std::string>& command) {
+  const std::string program = command[0].substr(command[0].find_last_of('/') + 1);
+  if (program != "lockstep" && program != "exe")
+    return " (they resume from their backups if the program keeps them)";
+  for (const std::string& arg : command) {
+    if (arg == "--checkpoint-dir" || arg.rfind("--checkpoint-dir=", 0) == 0)
+      return " and resumes from its last backup (--checkpoint-dir)";
+  }
+  return " from the beginning (the command has no --checkpoint-dir to resume from)";
+}
+
+// Starts the job's tasks (one fresh job token) and supervises them until
+// every one has exited: forwards their output, stops the others when one
+// fails (or, in a parameter-server job, after the chief), and passes the
+// user's interrupt on.
+Outcome supervise(const LaunchArgs& a, const std::vector<std::string>& command,
+                  const std::vector<Task>& tasks, bool ps_job, int restart) {
   const std::string token = fresh_token();
-  const std::vector<int> cores = my_cores();
-  const std::vector<Task> tasks =
-      ps_job ? parameter_server_tasks(a, cores) : multi_worker_tasks(a, cores);
   const int n = static_cast<int>(tasks.size());
-
-  // `lockstep` as the command means this very program.
-  if (command[0] == "lockstep") command[0] = "/proc/self/exe";
-
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
   std::vector<Worker> workers(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
     const Task& t = tasks[static_cast<std::size_t>(i)];
     workers[static_cast<std::size_t>(i)] =
-        spawn_worker(a, command, t.tf_config, token, t.share, t.label);
+        spawn_worker(a, command, t.tf_config, token, t.share, t.label, restart);
   }
 
-  int failed = -1;                                       // the first worker that failed
+  Outcome outcome;
   Clock::time_point kill_at = Clock::time_point::max();  // max: no SIGKILL due
   bool forwarded_signal = false;
   bool sigterm_at_kill = false;  // at kill_at, SIGTERM first (a parameter-server job's end)
@@ -386,12 +425,12 @@ int run_launch(const LaunchArgs& a) {
         // The chief decides: the others were told the job is over, or, when
         // the chief failed, are of no use.
         if (i == 0 && !forwarded_signal) {
-          failed = 0;
+          outcome = {0, w.exit_code, describe_exit(w.label, status)};
           if (w.exit_code != 0)
             std::fprintf(stderr, "lockstep launch: the chief exited with code %d\n", w.exit_code);
           kill_at = std::min(kill_at, Clock::now() + std::chrono::seconds(10));
           sigterm_at_kill = true;
-        } else if (w.exit_code != 0 && !forwarded_signal && failed < 0) {
+        } else if (w.exit_code != 0 && !forwarded_signal && outcome.failed < 0) {
           std::fprintf(stderr,
                        "lockstep launch: %s exited with code %d; the chief's coordinator handles "
                        "it\n",
@@ -400,12 +439,10 @@ int run_launch(const LaunchArgs& a) {
         continue;
       }
       // Workers stopped because the user interrupted launch are not failures.
-      if (w.exit_code != 0 && failed < 0 && !forwarded_signal) {
-        failed = i;
-        std::fprintf(stderr,
-                     "lockstep launch: worker %d exited with code %d; stopping the other "
-                     "workers\n",
-                     i, w.exit_code);
+      if (w.exit_code != 0 && outcome.failed < 0 && !forwarded_signal) {
+        outcome = {i, w.exit_code, describe_exit(w.label, status)};
+        std::fprintf(stderr, "lockstep launch: %s; stopping the other workers\n",
+                     outcome.cause.c_str());
         stop_others(SIGTERM);
         kill_at = Clock::now() + std::chrono::seconds(5);
       }
@@ -439,12 +476,48 @@ int run_launch(const LaunchArgs& a) {
       }
     }
   }
-  if (failed >= 0) return workers[static_cast<std::size_t>(failed)].exit_code;
-  if (g_stop_signal) {
-    std::fprintf(stderr, "lockstep launch: stopped by the user's interrupt\n");
-    return 128 + g_stop_signal;
+  return outcome;
+}
+
+}  // namespace
+
+int run_launch(const LaunchArgs& a) {
+  LOCKSTEP_CHECK(a.host != "0.0.0.0",
+                 "launch: --host 0.0.0.0 is the wildcard address (every "
+                 "interface), not one the workers can dial; give this machine's address, e.g. "
+                 "127.0.0.1");
+  const bool ps_job = a.ps > 0;
+  std::vector<std::string> command = with_job_strategy(a.command, ps_job);
+  const std::vector<int> cores = my_cores();
+  // `lockstep` as the command means this very program.
+  if (command[0] == "lockstep") command[0] = "/proc/self/exe";
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::optional<Outcome> first_failure;
+  for (int restart = 0;; ++restart) {
+    // Fresh ports (unless --port) and a fresh token for every start.
+    const std::vector<Task> tasks =
+        ps_job ? parameter_server_tasks(a, cores) : multi_worker_tasks(a, cores);
+    const Outcome o = supervise(a, command, tasks, ps_job, restart);
+    if (o.failed < 0 && g_stop_signal) {
+      std::fprintf(stderr, "lockstep launch: stopped by the user's interrupt\n");
+      return 128 + g_stop_signal;
+    }
+    if (o.failed < 0 || ps_job) return o.exit_code;
+    if (!first_failure) first_failure = o;
+    if (restart == a.max_restarts || g_stop_signal) {
+      if (a.max_restarts > 0) {
+        std::fprintf(stderr,
+                     "lockstep launch: giving up after %d restart%s; the first failure: %s\n",
+                     restart, restart == 1 ? "" : "s", first_failure->cause.c_str());
+      }
+      return first_failure->exit_code;
+    }
+    std::fprintf(stderr,
+                 "lockstep launch: restart %d of %d after %s: every worker starts again%s\n",
+                 restart + 1, a.max_restarts, o.cause.c_str(), resume_note(command).c_str());
   }
-  return 0;
 }
 
 }  // namespace lockstep::cli

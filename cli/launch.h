@@ -1,6 +1,7 @@
 // `lockstep launch --workers N [--local-replicas K] -- COMMAND...`: starts N
 // local workers of a MultiWorkerMirroredStrategy job; with --ps M
-// [--evaluator], a ParameterServerStrategy job (see launch.cc).
+// [--evaluator], a ParameterServerStrategy job; --max-restarts R restarts a
+// failed multi-worker job (see launch.cc).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -19,6 +20,9 @@ struct LaunchArgs {
   std::string host = "127.0.0.1";
   int port = 0;     // first port; 0: free ports chosen by the system
   bool pin = true;  // give each worker its share of this process's cores
+  // A multi-worker job: when a worker fails, stop every worker and start the
+  // whole job again, up to this many times (they resume from their backups).
+  int max_restarts = 0;
   std::vector<std::string> command;
 };
 
