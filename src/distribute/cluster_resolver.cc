@@ -1,4 +1,5 @@
-// TF_CONFIG and MPI launch environments -> ClusterResolver.
+// TF_CONFIG and MPI launch environments -> ClusterResolver (Slurm's:
+// slurm.cc).
 #include "lockstep/distribute/cluster_resolver.h"
 
 #include <algorithm>
@@ -157,8 +158,7 @@ std::optional<ClusterResolver> ClusterResolver::from_mpi_environment(
     const std::function<const char*(const char*)>& getenv) {
   static const std::pair<const char*, const char*> kLaunchers[] = {
       {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},  // OpenMPI's mpirun
-      {"PMI_RANK", "PMI_SIZE"},                          // MPICH, Intel MPI (hydra)
-      {"SLURM_PROCID", "SLURM_NTASKS"},                  // srun
+      {"PMI_RANK", "PMI_SIZE"},                          // MPICH, Intel MPI, srun --mpi=pmi2
   };
   for (const auto& [rank_var, size_var] : kLaunchers) {
     const char* rank_text = getenv(rank_var);
@@ -192,7 +192,8 @@ std::optional<ClusterResolver> ClusterResolver::from_mpi_environment(
 
 std::optional<ClusterResolver> ClusterResolver::from_environment() {
   if (const auto tf_config = env::tf_config()) return from_tf_config(*tf_config);
-  return from_mpi_environment(env::launcher_variable);
+  if (auto mpi = from_mpi_environment(env::launcher_variable)) return mpi;
+  return from_slurm_environment(env::launcher_variable);
 }
 
 int ClusterResolver::num_workers() const {

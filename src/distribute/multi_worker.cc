@@ -196,7 +196,9 @@ CrossWorker join_workers(const MultiWorkerMirroredStrategyOptions& o, const Clus
   if (how == CommunicationImplementation::kMpi) {
     LOCKSTEP_CHECK(mpi_launch,
                    "MultiWorkerMirroredStrategy: communication = MPI needs processes started by "
-                   "mpirun or srun; this one was configured by TF_CONFIG (use Gloo)");
+                   "mpirun or srun with an MPI plugin (--mpi=pmi2); this one's cluster came from ",
+                   r.launcher() == Launcher::kSlurm ? "Slurm's node list" : "TF_CONFIG",
+                   " (use Gloo)");
     cw.comm = comm::create_mpi_communicator(po);
     return cw;
   }

@@ -1,6 +1,7 @@
 // TF_CONFIG and MPI launch environments.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 
 #include "lockstep/lockstep.h"
@@ -91,9 +92,7 @@ TEST(ClusterResolver, DetectsAnMpiLaunchFromItsEnvironment) {
   };
   EXPECT_FALSE(ClusterResolver::from_mpi_environment(env({})).has_value());
   for (auto [rank_var, size_var] : std::vector<std::pair<std::string, std::string>>{
-           {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-           {"PMI_RANK", "PMI_SIZE"},
-           {"SLURM_PROCID", "SLURM_NTASKS"}}) {
+           {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"}}) {
     const auto r = ClusterResolver::from_mpi_environment(env({{rank_var, "2"}, {size_var, "3"}}));
     ASSERT_TRUE(r.has_value()) << rank_var;
     EXPECT_EQ(r->launcher(), Launcher::kMpi);
@@ -112,6 +111,101 @@ TEST(ClusterResolver, DetectsAnMpiLaunchFromItsEnvironment) {
         << e.what();
   }
   EXPECT_THROW(ClusterResolver::from_mpi_environment(env({{"PMI_RANK", "0"}})), ValueError);
+}
+
+std::function<const char*(const char*)> fake_env(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(SlurmClusterResolver, ExpandsHostListsAndTasksPerNodeAsSlurmWritesThem) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(expand_slurm_hostlist("node01"), V({"node01"}));
+  EXPECT_EQ(expand_slurm_hostlist("node[01-03,07],gpu5"),
+            V({"node01", "node02", "node03", "node07", "gpu5"}));
+  EXPECT_EQ(expand_slurm_hostlist("n[8-10]"), V({"n8", "n9", "n10"}));
+  EXPECT_EQ(expand_slurm_hostlist("rack[1-2]-n[0-1].cluster"),
+            V({"rack1-n0.cluster", "rack1-n1.cluster", "rack2-n0.cluster", "rack2-n1.cluster"}));
+  EXPECT_EQ(expand_slurm_tasks_per_node("2(x3),1"), std::vector<int>({2, 2, 2, 1}));
+  EXPECT_EQ(expand_slurm_tasks_per_node("4"), std::vector<int>({4}));
+  for (const char* bad : {"node[01-03", "node]1", "node[3-1]", "node[a-b]", "a,,b", "n[[1]]"}) {
+    try {
+      expand_slurm_hostlist(bad, "SLURM_STEP_NODELIST");
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("SLURM_STEP_NODELIST"), std::string::npos) << e.what();
+    }
+  }
+  for (const char* bad : {"2(x", "2(3)", "x", "2(x)"}) {
+    EXPECT_THROW(expand_slurm_tasks_per_node(bad), ValueError) << bad;
+  }
+}
+
+TEST(SlurmClusterResolver, PlacesTheStepsTasksOnItsNodesInOrder) {
+  EXPECT_FALSE(ClusterResolver::from_slurm_environment(fake_env({})).has_value());
+  // 5 tasks: 2 on n1, 2 on n2, 1 on n3; this process is task 3 (n2's second).
+  const auto r =
+      ClusterResolver::from_slurm_environment(fake_env({{"SLURM_PROCID", "3"},
+                                                        {"SLURM_NTASKS", "5"},
+                                                        {"SLURM_STEP_NODELIST", "n[1-3]"},
+                                                        {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"},
+                                                        {"SLURM_JOB_NODELIST", "ignored[1-9]"},
+                                                        {"LOCKSTEP_SLURM_PORT_BASE", "9000"}}));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->launcher(), Launcher::kSlurm);
+  EXPECT_EQ(r->task_type(), "worker");
+  EXPECT_EQ(r->task_id(), 3);
+  EXPECT_EQ(r->num_workers(), 5);
+  EXPECT_FALSE(r->is_chief());
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 5; ++i) addresses.push_back(r->worker_address(i).to_string());
+  EXPECT_EQ(addresses,
+            std::vector<std::string>({"n1:9000", "n1:9001", "n2:9000", "n2:9001", "n3:9000"}));
+  // The job's variables when the step's are missing; TensorFlow's port 8888.
+  const auto job =
+      ClusterResolver::from_slurm_environment(fake_env({{"SLURM_PROCID", "0"},
+                                                        {"SLURM_NTASKS", "2"},
+                                                        {"SLURM_JOB_NODELIST", "a,b"},
+                                                        {"SLURM_TASKS_PER_NODE", "1(x2)"}}));
+  ASSERT_TRUE(job.has_value());
+  EXPECT_TRUE(job->is_chief());
+  EXPECT_EQ(job->worker_address(1).to_string(), "b:8888");
+}
+
+TEST(SlurmClusterResolver, AnInconsistentEnvironmentIsAnErrorNamingTheVariables) {
+  const std::map<std::string, std::string> good = {{"SLURM_PROCID", "1"},
+                                                   {"SLURM_NTASKS", "2"},
+                                                   {"SLURM_STEP_NODELIST", "n[1-2]"},
+                                                   {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}};
+  const auto expect_refused = [&](std::map<std::string, std::string> changes,
+                                  const std::string& named) {
+    std::map<std::string, std::string> vars = good;
+    for (auto& [k, v] : changes) {
+      if (v.empty()) {
+        vars.erase(k);
+      } else {
+        vars[k] = v;
+      }
+    }
+    try {
+      ClusterResolver::from_slurm_environment(fake_env(vars));
+      ADD_FAILURE() << "accepted: " << named;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+    }
+  };
+  expect_refused({{"SLURM_STEP_TASKS_PER_NODE", "1(x3)"}}, "names 2 node(s) but");
+  expect_refused({{"SLURM_NTASKS", "3"}}, "places 2 task(s) but SLURM_NTASKS=3");
+  expect_refused({{"SLURM_PROCID", "2"}}, "SLURM_PROCID=2 is out of range");
+  expect_refused({{"SLURM_STEP_NODELIST", ""}},
+                 "neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST");
+  expect_refused({{"SLURM_NTASKS", ""}}, "SLURM_NTASKS is not");
+  expect_refused({{"LOCKSTEP_SLURM_PORT_BASE", "65535"},
+                  {"SLURM_STEP_TASKS_PER_NODE", "2"},
+                  {"SLURM_STEP_NODELIST", "n1"}},
+                 "past 65535");
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Cluster resolution for multi-worker training (issue #7): who the workers
 // are and which one this process is, from a TF_CONFIG cluster spec (each
-// worker started on its own, as Kubeflow-style launchers do) or from the
-// environment an MPI launcher (mpirun, srun) gives its processes.
+// worker started on its own, as Kubeflow-style launchers do), from the
+// environment an MPI launcher (mpirun, srun with an MPI plugin) gives its
+// processes, or from Slurm's (srun: TensorFlow's SlurmClusterResolver).
 //
 //   TF_CONFIG='{"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]},
 //               "task": {"type": "worker", "index": 0}}'
@@ -48,8 +49,19 @@ class ClusterSpec {
 
 enum class Launcher {
   kTfConfig,  // TF_CONFIG: addresses known, each worker started on its own
-  kMpi,       // mpirun / srun: ranks known, the collectives are MPI's
+  kMpi,       // mpirun / srun with PMI: ranks known, the collectives are MPI's
+  kSlurm,     // srun: addresses from the step's node list, collectives over TCP (Gloo)
 };
+
+// Slurm's compressed host lists, expanded in order: "node[01-03,07],gpu5"
+// -> node01 node02 node03 node07 gpu5 (zero padding kept; several bracket
+// groups in one name expand as a product). ValueError naming `what` for a
+// malformed list.
+std::vector<std::string> expand_slurm_hostlist(const std::string& list,
+                                               const std::string& what = "SLURM_JOB_NODELIST");
+// Slurm's tasks per node: "2(x3),1" -> 2 2 2 1.
+std::vector<int> expand_slurm_tasks_per_node(const std::string& list,
+                                             const std::string& what = "SLURM_TASKS_PER_NODE");
 
 class ClusterResolver {
  public:
@@ -57,11 +69,22 @@ class ClusterResolver {
   static ClusterResolver from_tf_config(const std::string& json_text,
                                         const std::string& source = "TF_CONFIG");
   // A process started by an MPI launcher: OpenMPI's OMPI_COMM_WORLD_RANK /
-  // _SIZE, PMI_RANK / PMI_SIZE (MPICH, Intel MPI), or SLURM_PROCID /
-  // SLURM_NTASKS (srun). `getenv` is injectable for tests.
+  // _SIZE, or PMI_RANK / PMI_SIZE (MPICH, Intel MPI, srun --mpi=pmi2).
+  // `getenv` is injectable for tests.
   static std::optional<ClusterResolver> from_mpi_environment(
       const std::function<const char*(const char*)>& getenv);
-  // TF_CONFIG if set, else an MPI launch, else nullopt (a single worker).
+  // A process started by Slurm's srun (TensorFlow's SlurmClusterResolver):
+  // the workers are the step's SLURM_NTASKS tasks, placed on the nodes of
+  // SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST) as SLURM_STEP_TASKS_PER_NODE
+  // (or SLURM_TASKS_PER_NODE) says, in order (srun's block distribution);
+  // the i-th task of a node listens at port_base + i, port_base from
+  // LOCKSTEP_SLURM_PORT_BASE or 8888 (TensorFlow's). This process is task
+  // SLURM_PROCID. nullopt without SLURM_PROCID; each inconsistency a
+  // ValueError naming the variables.
+  static std::optional<ClusterResolver> from_slurm_environment(
+      const std::function<const char*(const char*)>& getenv);
+  // TF_CONFIG if set, else an MPI launch (OpenMPI's or PMI's variables),
+  // else a Slurm one, else nullopt (a single worker).
   static std::optional<ClusterResolver> from_environment();
   // One worker, this process ("worker" 0 at localhost, port 0).
   static ClusterResolver single_worker();

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# `srun lockstep train --strategy multi-worker` without srun: two processes
+# given the environment srun gives a 2-task step on one node (SLURM_PROCID,
+# SLURM_NTASKS, SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE) find each
+# other through it (SlurmClusterResolver: the node's name, ports from
+# LOCKSTEP_SLURM_PORT_BASE), train one model together over Gloo and agree
+# on the test accuracy.
+#
+# usage: slurm_test.sh LOCKSTEP_BINARY WORK_DIR
+set -uo pipefail
+bin=$1
+work=$2
+rm -rf "$work"
+mkdir -p "$work"
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$work"/*.log; do echo "--- $f" >&2; tail -20 "$f" >&2; done
+  exit 1
+}
+base=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# Two consecutive free ports: the base's neighbour is checked too.
+python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',$base + 1))" 2>/dev/null ||
+  fail "port $((base + 1)) is taken; rerun"
+export SLURM_NTASKS=2 SLURM_STEP_NODELIST=localhost SLURM_STEP_TASKS_PER_NODE=2 \
+  SLURM_JOB_NODELIST=localhost SLURM_TASKS_PER_NODE=2 LOCKSTEP_SLURM_PORT_BASE=$base \
+  LOCKSTEP_JOB_TOKEN=slurm-test-token-0123456789 OMP_NUM_THREADS=1
+for rank in 0 1; do
+  SLURM_PROCID=$rank timeout 120 "$bin" train --strategy multi-worker --epochs 1 \
+    --steps-per-epoch 20 --verbose 0 >"$work/task$rank.log" 2>&1 &
+  pids[$rank]=$!
+done
+for rank in 0 1; do wait "${pids[$rank]}" || fail "task $rank exited with $?"; done
+grep -q "Worker 0 of 2 (chief)" "$work/task0.log" || fail "task 0 is not the chief of 2 workers"
+grep -q "Worker 1 of 2" "$work/task1.log" || fail "task 1 is not worker 1 of 2"
+a0=$(grep -o "test accuracy: [0-9.]*" "$work/task0.log")
+a1=$(grep -o "test accuracy: [0-9.]*" "$work/task1.log")
+[[ -n $a0 && $a0 == "$a1" ]] || fail "the tasks disagree on the test accuracy ($a0 / $a1)"
+echo "2 Slurm tasks on localhost:$base-$((base + 1)) trained one model: $a0"
