@@ -112,19 +112,16 @@ std::vector<int> expand_slurm_tasks_per_node(const std::string& list, const std:
 
 std::optional<ClusterResolver> ClusterResolver::from_slurm_environment(
     const std::function<const char*(const char*)>& getenv) {
+  // A step that srun started: srun alone sets SLURM_STEP_NODELIST. A batch
+  // script (sbatch) has SLURM_PROCID and the job's node list too, but it is
+  // one process, not the job's tasks: it trains alone.
   const char* procid = getenv("SLURM_PROCID");
-  if (!procid) return std::nullopt;
-  // The first of the variables that is set: a step's own, else the job's.
-  const auto first_set = [&](const char* a, const char* b) -> std::pair<std::string, std::string> {
-    for (const char* name : {a, b}) {
-      if (const char* v = getenv(name)) return {name, v};
-    }
-    detail::throw_error<ValueError>("SLURM_PROCID is set but neither ", a, " nor ", b,
-                                    " is: not a Slurm step lockstep can place its workers in");
-  };
-  const auto [nodes_var, nodes_text] = first_set("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST");
-  const auto [tasks_var, tasks_text] =
-      first_set("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE");
+  const char* nodes = getenv("SLURM_STEP_NODELIST");
+  if (!procid || !nodes) return std::nullopt;
+  const char* tasks = getenv("SLURM_STEP_TASKS_PER_NODE");
+  LOCKSTEP_CHECK(tasks, "SLURM_STEP_NODELIST is set but SLURM_STEP_TASKS_PER_NODE is not");
+  const std::string nodes_var = "SLURM_STEP_NODELIST", nodes_text = nodes;
+  const std::string tasks_var = "SLURM_STEP_TASKS_PER_NODE", tasks_text = tasks;
   const char* ntasks_text = getenv("SLURM_NTASKS");
   LOCKSTEP_CHECK(ntasks_text, "SLURM_PROCID is set but SLURM_NTASKS is not");
   const int rank = small_number(procid, "SLURM_PROCID");

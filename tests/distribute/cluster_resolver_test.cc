@@ -163,15 +163,23 @@ TEST(SlurmClusterResolver, PlacesTheStepsTasksOnItsNodesInOrder) {
   for (int i = 0; i < 5; ++i) addresses.push_back(r->worker_address(i).to_string());
   EXPECT_EQ(addresses,
             std::vector<std::string>({"n1:9000", "n1:9001", "n2:9000", "n2:9001", "n3:9000"}));
-  // The job's variables when the step's are missing; TensorFlow's port 8888.
-  const auto job =
+  // TensorFlow's port 8888 by default.
+  const auto step =
+      ClusterResolver::from_slurm_environment(fake_env({{"SLURM_PROCID", "0"},
+                                                        {"SLURM_NTASKS", "2"},
+                                                        {"SLURM_STEP_NODELIST", "a,b"},
+                                                        {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}}));
+  ASSERT_TRUE(step.has_value());
+  EXPECT_TRUE(step->is_chief());
+  EXPECT_EQ(step->worker_address(1).to_string(), "b:8888");
+  // A batch script (sbatch: the job's variables, no step's) is one process
+  // that trains alone, not a task of a step.
+  EXPECT_FALSE(
       ClusterResolver::from_slurm_environment(fake_env({{"SLURM_PROCID", "0"},
                                                         {"SLURM_NTASKS", "2"},
                                                         {"SLURM_JOB_NODELIST", "a,b"},
-                                                        {"SLURM_TASKS_PER_NODE", "1(x2)"}}));
-  ASSERT_TRUE(job.has_value());
-  EXPECT_TRUE(job->is_chief());
-  EXPECT_EQ(job->worker_address(1).to_string(), "b:8888");
+                                                        {"SLURM_TASKS_PER_NODE", "1(x2)"}}))
+          .has_value());
 }
 
 TEST(SlurmClusterResolver, AnInconsistentEnvironmentIsAnErrorNamingTheVariables) {
@@ -199,8 +207,7 @@ TEST(SlurmClusterResolver, AnInconsistentEnvironmentIsAnErrorNamingTheVariables)
   expect_refused({{"SLURM_STEP_TASKS_PER_NODE", "1(x3)"}}, "names 2 node(s) but");
   expect_refused({{"SLURM_NTASKS", "3"}}, "places 2 task(s) but SLURM_NTASKS=3");
   expect_refused({{"SLURM_PROCID", "2"}}, "SLURM_PROCID=2 is out of range");
-  expect_refused({{"SLURM_STEP_NODELIST", ""}},
-                 "neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST");
+  expect_refused({{"SLURM_STEP_TASKS_PER_NODE", ""}}, "SLURM_STEP_TASKS_PER_NODE is not");
   expect_refused({{"SLURM_NTASKS", ""}}, "SLURM_NTASKS is not");
   expect_refused({{"LOCKSTEP_SLURM_PORT_BASE", "65535"},
                   {"SLURM_STEP_TASKS_PER_NODE", "2"},

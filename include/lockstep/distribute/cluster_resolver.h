@@ -75,12 +75,12 @@ class ClusterResolver {
       const std::function<const char*(const char*)>& getenv);
   // A process started by Slurm's srun (TensorFlow's SlurmClusterResolver):
   // the workers are the step's SLURM_NTASKS tasks, placed on the nodes of
-  // SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST) as SLURM_STEP_TASKS_PER_NODE
-  // (or SLURM_TASKS_PER_NODE) says, in order (srun's block distribution);
-  // the i-th task of a node listens at port_base + i, port_base from
-  // LOCKSTEP_SLURM_PORT_BASE or 8888 (TensorFlow's). This process is task
-  // SLURM_PROCID. nullopt without SLURM_PROCID; each inconsistency a
-  // ValueError naming the variables.
+  // SLURM_STEP_NODELIST as SLURM_STEP_TASKS_PER_NODE says, in order (srun's
+  // block distribution); the i-th task of a node listens at port_base + i,
+  // port_base from LOCKSTEP_SLURM_PORT_BASE or 8888 (TensorFlow's). This
+  // process is task SLURM_PROCID. nullopt outside an srun step (no
+  // SLURM_PROCID or no SLURM_STEP_NODELIST: a batch script trains alone);
+  // each inconsistency a ValueError naming the variables.
   static std::optional<ClusterResolver> from_slurm_environment(
       const std::function<const char*(const char*)>& getenv);
   // TF_CONFIG if set, else an MPI launch (OpenMPI's or PMI's variables),
