@@ -17,10 +17,27 @@ fail() {
   for f in "$work"/*.log; do echo "--- $f" >&2; tail -20 "$f" >&2; done
   exit 1
 }
-base=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-# Two consecutive free ports: the base's neighbour is checked too.
-python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',$base + 1))" 2>/dev/null ||
-  fail "port $((base + 1)) is taken; rerun"
+# Two consecutive free ports (the node's tasks get base and base + 1): a
+# free port from the system whose neighbour is free too, tried until one is.
+base=$(python3 - <<'PY'
+import socket
+for _ in range(200):
+    a = socket.socket()
+    a.bind(("127.0.0.1", 0))
+    port = a.getsockname()[1]
+    b = socket.socket()
+    try:
+        b.bind(("127.0.0.1", port + 1))
+    except OSError:
+        continue
+    finally:
+        a.close()
+        b.close()
+    print(port)
+    break
+PY
+)
+[[ -n $base ]] || fail "found no two consecutive free ports"
 export SLURM_NTASKS=2 SLURM_STEP_NODELIST=localhost SLURM_STEP_TASKS_PER_NODE=2 \
   SLURM_JOB_NODELIST=localhost SLURM_TASKS_PER_NODE=2 LOCKSTEP_SLURM_PORT_BASE=$base \
   LOCKSTEP_JOB_TOKEN=slurm-test-token-0123456789 OMP_NUM_THREADS=1
