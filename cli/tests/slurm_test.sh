@@ -4,7 +4,8 @@
 # SLURM_NTASKS, SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE) find each
 # other through it (SlurmClusterResolver: the node's name, ports from
 # LOCKSTEP_SLURM_PORT_BASE), train one model together over Gloo and agree
-# on the test accuracy.
+# on the test accuracy. The node is named by its address, 127.0.0.1: the
+# fresh root CI builds in has no /etc/hosts, so "localhost" resolves nowhere.
 #
 # usage: slurm_test.sh LOCKSTEP_BINARY WORK_DIR
 set -uo pipefail
@@ -38,8 +39,8 @@ for _ in range(200):
 PY
 )
 [[ -n $base ]] || fail "found no two consecutive free ports"
-export SLURM_NTASKS=2 SLURM_STEP_NODELIST=localhost SLURM_STEP_TASKS_PER_NODE=2 \
-  SLURM_JOB_NODELIST=localhost SLURM_TASKS_PER_NODE=2 LOCKSTEP_SLURM_PORT_BASE=$base \
+export SLURM_NTASKS=2 SLURM_STEP_NODELIST=127.0.0.1 SLURM_STEP_TASKS_PER_NODE=2 \
+  SLURM_JOB_NODELIST=127.0.0.1 SLURM_TASKS_PER_NODE=2 LOCKSTEP_SLURM_PORT_BASE=$base \
   LOCKSTEP_JOB_TOKEN=slurm-test-token-0123456789 OMP_NUM_THREADS=1
 for rank in 0 1; do
   SLURM_PROCID=$rank timeout 120 "$bin" train --strategy multi-worker --epochs 1 \
@@ -52,4 +53,4 @@ grep -q "Worker 1 of 2" "$work/task1.log" || fail "task 1 is not worker 1 of 2"
 a0=$(grep -o "test accuracy: [0-9.]*" "$work/task0.log")
 a1=$(grep -o "test accuracy: [0-9.]*" "$work/task1.log")
 [[ -n $a0 && $a0 == "$a1" ]] || fail "the tasks disagree on the test accuracy ($a0 / $a1)"
-echo "2 Slurm tasks on localhost:$base-$((base + 1)) trained one model: $a0"
+echo "2 Slurm tasks on 127.0.0.1:$base-$((base + 1)) trained one model: $a0"
