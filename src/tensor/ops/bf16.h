@@ -16,9 +16,11 @@
 // rule. It costs two conversion passes per op, which is why mixed_bfloat16
 // is slower than float32 there and says so (nn/mixed_precision.h).
 //
-// Elementwise arithmetic needs no instructions of its own: it runs on
-// bfloat16 data directly on every CPU (elementwise.cc), converting in
-// registers.
+// Elementwise arithmetic and batch norm need no instructions of their own:
+// they run on bfloat16 data on every CPU — elementwise ops widen blocks into
+// L1 buffers and round their output blocks (run_bf16_blocks below,
+// elementwise.cc), batch norm's loops widen as they load and round as they
+// store (batch_norm_ops.cc).
 #pragma once
 
 #include <algorithm>
