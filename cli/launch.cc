@@ -177,9 +177,10 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
                    "ps tasks: a parameter-server job (a chief that coordinates, the workers, the "
                    "ps tasks)")
       ->check(CLI::Range(0, 64));
-  launch->add_flag("--evaluator", a.evaluator,
-                   "parameter-server job: add an evaluator outside the cluster, a sidecar that "
-                   "evaluates each new checkpoint")
+  launch
+      ->add_flag("--evaluator", a.evaluator,
+                 "parameter-server job: add an evaluator outside the cluster, a sidecar that "
+                 "evaluates each new checkpoint")
       ->needs("--ps");
   launch->add_option("--host", a.host, "the workers' address (IPv4)")->capture_default_str();
   launch->add_option("--port", a.port, "first port (worker i gets port + i); 0: free ports")
@@ -292,7 +293,8 @@ struct Task {
 
 std::string address_list(const std::string& host, const std::vector<int>& ports) {
   std::string list;
-  for (int p : ports) list += (list.empty() ? "\"" : ", \"") + host + ":" + std::to_string(p) + "\"";
+  for (int p : ports)
+    list += (list.empty() ? "\"" : ", \"") + host + ":" + std::to_string(p) + "\"";
   return list;
 }
 
@@ -330,8 +332,8 @@ std::vector<Task> parameter_server_tasks(const LaunchArgs& a, const std::vector<
   for (int i = 0; i < a.workers; ++i) workers.push_back(port());
   for (int i = 0; i < a.ps; ++i) ps.push_back(port());
   const std::string cluster = "{\"cluster\": {\"chief\": [" + address_list(a.host, {chief}) +
-                              "], \"worker\": [" + address_list(a.host, workers) +
-                              "], \"ps\": [" + address_list(a.host, ps) + "]}, ";
+                              "], \"worker\": [" + address_list(a.host, workers) + "], \"ps\": [" +
+                              address_list(a.host, ps) + "]}, ";
   std::vector<Task> tasks = {{"chief", cluster + task_json("chief", 0) + "}", {}}};
   for (int i = 0; i < a.workers; ++i)
     tasks.push_back({"worker " + std::to_string(i), cluster + task_json("worker", i) + "}", {}});

@@ -31,14 +31,15 @@ inline nlohmann::json parse_position(const data::IteratorState& st, const std::s
 
 // Rows `idx` of t (a copy), or rows [begin, end) as a view when idx is empty.
 inline Tensor take_rows(const Tensor& t, const std::vector<std::int64_t>& order, std::int64_t begin,
-                 std::int64_t end) {
+                        std::int64_t end) {
   if (order.empty()) return t.view_rows(begin, end);
   std::vector<std::int64_t> idx(order.begin() + begin, order.begin() + end);
   return gather(t, Tensor::from_vector(idx), 0);
 }
 
-inline std::vector<Tensor> rows_of(const std::vector<Tensor>& ts, const std::vector<std::int64_t>& order,
-                            std::int64_t begin, std::int64_t end) {
+inline std::vector<Tensor> rows_of(const std::vector<Tensor>& ts,
+                                   const std::vector<std::int64_t>& order, std::int64_t begin,
+                                   std::int64_t end) {
   std::vector<Tensor> out;
   for (const Tensor& t : ts) out.push_back(take_rows(t, order, begin, end));
   return out;

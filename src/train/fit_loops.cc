@@ -50,7 +50,6 @@ int effective_verbose(int verbose) {
   return verbose;
 }
 
-
 CallbackList make_callbacks(const std::vector<std::shared_ptr<Callback>>& user, Model* model,
                             const CallbackParams& params, bool add_history) {
   CallbackList list;
@@ -98,7 +97,6 @@ void restore_metrics(const Model& m,
 }
 
 }  // namespace
-
 
 // A model is built (its variables created) on the calling thread, inside the
 // strategy's scope, before replicas run it: building on replica threads would
@@ -318,7 +316,8 @@ History Model::fit(const distribute::DatasetCreator& creator, const FitOptions& 
   check_fit_options(o);
   LOCKSTEP_CHECK(state().strategy.extended().uses_parameter_servers(),
                  "fit: a DatasetCreator is the input of ParameterServerStrategy's workers; this "
-                 "model is under ", state().strategy.name(),
+                 "model is under ",
+                 state().strategy.name(),
                  " (give it a Dataset, or create and compile it in a ParameterServerStrategy's "
                  "scope)");
   LOCKSTEP_CHECK(o.validation_split == 0.0,

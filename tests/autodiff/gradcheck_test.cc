@@ -146,10 +146,10 @@ TEST(GradCheck, ReluWithKerasArguments) {
     const char* name;
     ReluOptions options;
   };
-  for (const Case& c : {Case{"relu6-like cap", {.max_value = 0.6f}},
-                        Case{"leaky", {.negative_slope = 0.2f}},
-                        Case{"threshold", {.threshold = 0.3f}},
-                        Case{"all three", {.negative_slope = 0.1f, .max_value = 0.7f, .threshold = 0.2f}}}) {
+  for (const Case& c :
+       {Case{"relu6-like cap", {.max_value = 0.6f}}, Case{"leaky", {.negative_slope = 0.2f}},
+        Case{"threshold", {.threshold = 0.3f}},
+        Case{"all three", {.negative_slope = 0.1f, .max_value = 0.7f, .threshold = 0.2f}}}) {
     const double slope = c.options.negative_slope, threshold = c.options.threshold;
     const double cap = c.options.max_value ? *c.options.max_value : 1e300;
     check_gradients(

@@ -358,8 +358,8 @@ using BnKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, float, int>;
 // [32, 112, 112, 96] before (issue #19), see tensor_bench
 // BM_BatchNorm_TrainingVsMemcpy for today's figures (docs/benchmarks.md).
 memory::desc bn_data(const BatchNormShape& s) {
-  return memory::desc(Dims{s.examples, s.channels, s.rows / s.examples, 1},
-                      memory::data_type::f32, memory::format_tag::nhwc);
+  return memory::desc(Dims{s.examples, s.channels, s.rows / s.examples, 1}, memory::data_type::f32,
+                      memory::format_tag::nhwc);
 }
 
 const auto kScaleShift =

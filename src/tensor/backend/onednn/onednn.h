@@ -66,7 +66,7 @@ struct ConvShape {
   std::int64_t kh = 0, kw = 0, oc = 0, groups = 1;
   std::int64_t sh = 1, sw = 1, dh = 1, dw = 1;
   std::int64_t pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0;
-  std::int64_t oh = 0, ow = 0;  // output
+  std::int64_t oh = 0, ow = 0;                // output
   Precision precision = Precision::kFloat32;  // of data, kernel, bias and their gradients
 };
 void conv2d_forward(const ConvShape& s, const void* x, const void* w, const void* bias, void* y);
