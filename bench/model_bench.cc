@@ -517,7 +517,7 @@ void BM_Train_MobileNetV2(benchmark::State& state) {
                  .metrics = {"accuracy"}});
   model.train_step(x, y);  // build, warm the primitive caches
   model.train_step(x, y);  // and the allocator's: the first step's frees fill it
-  ls::CachingAllocator& allocator = x.device().allocator();
+  ls::Allocator& allocator = x.device().allocator();
   const ls::CachingAllocator::Stats before = allocator.stats();
   for (auto _ : state) benchmark::DoNotOptimize(model.train_step(x, y));
   const double steps = static_cast<double>(state.iterations());

@@ -9,6 +9,10 @@
 //   workloads --workload allreduce [--sizes-mib 1,4,16,64]   (2 replica threads)
 //   workloads --workload input --batch 64
 //   workloads --workload mobilenet --alpha 1.0 --size 224 --batch 32 [--steps 5 --warmup 2]
+//   --mode gpu: OneDeviceStrategy("/gpu:0"); --mode gpu-logical2: MirroredStrategy
+//   over two logical GPUs of GPU 0 (set_logical_gpu_devices(2)); --mode fake:
+//   OneDeviceStrategy on the fake accelerator (scripts/gpu-check.sh)
+//   [--data-dir D]: the Fashion-MNIST files (default: Debian's package's)
 //   [--policy mixed_bfloat16]: Keras's global dtype policy for mlp, cnn and
 //   mobilenet (default float32; bench/mixed_precision.sh compares them)
 //   (MobileNetV2 with its top, 1000 classes, on random images; issue #19)
@@ -46,6 +50,7 @@ struct Args {
   double alpha = 1.0;       // mobilenet: width, input size, timed and untimed steps
   std::int64_t size = 224, steps = 5, warmup = 2;
   std::string policy = "float32";  // mixed_precision::set_global_policy
+  std::string data_dir = ls::datasets::fashion_mnist::kDefaultDir;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -84,12 +89,24 @@ dist::Strategy make_strategy(const std::string& mode) {
   if (mode == "one-replica") return dist::MirroredStrategy({.devices = {&ls::host_device()}});
   if (mode == "per-core-unsharded")  // every replica runs the whole update
     return dist::MirroredStrategy({.shard_optimizer_update = false});
+  if (mode == "gpu") return dist::OneDeviceStrategy(ls::device("/gpu:0"));
+  if (mode == "gpu-logical2") {
+    ls::set_logical_gpu_devices(2);
+    return dist::MirroredStrategy({.devices = ls::gpu_devices()});
+  }
+  if (mode == "fake") {
+    ls::set_fake_devices(1);
+    return dist::OneDeviceStrategy(ls::device("/device:FAKE:0"));
+  }
   return {};
 }
 
 std::string mode_name(const std::string& mode, const dist::Strategy& strategy) {
   if (mode == "single")  // oneDNN and our loops run on the OpenMP team (OMP_NUM_THREADS)
     return "no strategy (" + std::to_string(omp_get_max_threads()) + " threads)";
+  if (mode == "gpu" || mode == "gpu-logical2" || mode == "fake")
+    return strategy.replica_devices()[0]->description() + ": " +
+           std::to_string(strategy.num_replicas_in_sync()) + " replica(s)";
   return std::string(mode == "one-replica"          ? "MirroredStrategy(host device): "
                      : mode == "per-core-unsharded" ? "MirroredStrategy(), unsharded: "
                                                     : "MirroredStrategy(): ") +
@@ -98,7 +115,7 @@ std::string mode_name(const std::string& mode, const dist::Strategy& strategy) {
 }
 
 void train(const Args& args) {
-  auto [train_set, test_set] = ls::datasets::fashion_mnist::load_data();
+  auto [train_set, test_set] = ls::datasets::fashion_mnist::load_data(args.data_dir);
   // The MLP holds out the last 10k training images, as the guide does.
   const std::int64_t n = args.workload == "mlp" ? 50000 : 60000;
   const ls::Tensor x = prepare(train_set.first, args.workload).view_rows(0, n);
@@ -208,7 +225,7 @@ void all_reduce(const Args& args) {
 // The guide's input pipeline alone: from_tensor_slices → shuffle → batch →
 // prefetch over the 60k pre-scaled images, one epoch.
 void input_pipeline(const Args& args) {
-  auto [train_set, test_set] = ls::datasets::fashion_mnist::load_data();
+  auto [train_set, test_set] = ls::datasets::fashion_mnist::load_data(args.data_dir);
   const ls::Tensor x = prepare(train_set.first, "mlp");
   const auto ds = ls::data::Dataset::from_tensor_slices({x, train_set.second})
                       .shuffle(60000, {.seed = 42})
@@ -237,7 +254,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch", args.batch);
   app.add_option("--epochs", args.epochs);
   app.add_option("--mode", args.mode)
-      ->check(CLI::IsMember({"mirrored", "one-replica", "per-core-unsharded", "single"}));
+      ->check(CLI::IsMember({"mirrored", "one-replica", "per-core-unsharded", "single", "gpu",
+                             "gpu-logical2", "fake"}));
+  app.add_option("--data-dir", args.data_dir, "the Fashion-MNIST files");
   app.add_option("--sizes-mib", args.sizes_mib);
   app.add_option("--seed", args.seed, "initialisation and shuffling");
   app.add_option("--alpha", args.alpha, "mobilenet: width multiplier");

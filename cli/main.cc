@@ -10,7 +10,8 @@
 //   lockstep ps / worker serve a task of a parameter-server job (TF_CONFIG)
 //   lockstep inspect F   lists a checkpoint's tensors and metadata and
 //                        verifies every checksum (exit 1 when damaged)
-//   lockstep devices     lists the logical CPU devices and their cores
+//   lockstep devices     lists the logical CPU devices and their cores, and the
+//                        GPUs (or why there are none)
 //   lockstep version     prints the version
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -37,6 +38,12 @@ int devices() {
     }
     std::printf("%s  cores=%s  threads=%d\n", d->name().c_str(), cores.c_str(), d->num_threads());
   }
+  const std::vector<lockstep::Device*>& gpus = lockstep::gpu_devices();
+  if (gpus.empty()) std::printf("no GPU: %s\n", lockstep::gpu_unavailable_reason().c_str());
+  for (lockstep::Device* d : gpus)
+    std::printf("%s  %s\n", d->name().c_str(), d->description().c_str());
+  for (lockstep::Device* d : lockstep::fake_devices())
+    std::printf("%s  %s\n", d->name().c_str(), d->description().c_str());
   return 0;
 }
 
@@ -84,7 +91,9 @@ int main(int argc, char** argv) {
   CLI::App* worker_cmd = nullptr;
   lockstep::cli::add_serve_commands(app, serve_args, ps_cmd, worker_cmd);
   CLI::App* devices_cmd = app.add_subcommand(
-      "devices", "list the logical CPU devices (LOCKSTEP_CPU_DEVICES changes them)");
+      "devices",
+      "list the logical CPU devices (LOCKSTEP_CPU_DEVICES changes them) and the GPUs, or why "
+      "there are none");
   CLI::App* version = app.add_subcommand("version", "print the version");
   // A misspelt command gets the nearest one (CLI11 would say only that a
   // subcommand is required).

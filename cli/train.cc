@@ -95,8 +95,42 @@ Model build_model(const std::string& which) {
   return model_from_json(text.str(), which);
 }
 
+bool named_devices_form(const std::string& spec) {
+  return spec.find_first_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") !=
+         std::string::npos;
+}
+
+// --devices as accelerator names ("gpu", "/gpu:0,/gpu:1", "fake:0"); empty
+// for the CPU forms (a count, core sets), which set_logical_cpu_devices takes.
+std::vector<Device*> named_devices(const std::string& spec) {
+  if (!named_devices_form(spec)) return {};
+  if (spec == "gpu" || spec == "GPU") {
+    const std::vector<Device*>& gpus = gpu_devices();
+    LOCKSTEP_CHECK_AS(DeviceError, !gpus.empty(),
+                      "--devices gpu: no GPU: ", gpu_unavailable_reason());
+    return gpus;
+  }
+  std::vector<Device*> out;
+  std::stringstream ss(spec);
+  std::string name;
+  while (std::getline(ss, name, ',')) {
+    try {
+      out.push_back(&device(name));
+    } catch (const Error&) {
+      detail::rethrow_with_prefix("--devices " + spec + ": ");
+    }
+  }
+  return out;
+}
+
 distribute::Strategy make_strategy(const TrainArgs& a) {
   const std::string& name = a.strategy;
+  const std::vector<Device*> named = named_devices(a.devices);
+  LOCKSTEP_CHECK(named.empty() || name == "mirrored" || name == "one-device", "--devices ",
+                 a.devices,
+                 ": accelerator devices serve --strategy mirrored or one-device (this "
+                 "run is ",
+                 name, ")");
   LOCKSTEP_CHECK(a.gradient_compression == "none" || name == "multi-worker",
                  "--gradient-compression ", a.gradient_compression,
                  " compresses the gradients sent between workers: it needs --strategy "
@@ -146,8 +180,9 @@ distribute::Strategy make_strategy(const TrainArgs& a) {
     o.worker_timeout = o.function_timeout;  // a chief whose workers are all gone stops then
     return distribute::ParameterServerStrategy(o);
   }
-  if (name == "mirrored") return distribute::MirroredStrategy();
-  if (name == "one-device") return distribute::OneDeviceStrategy(*logical_devices().at(0));
+  if (name == "mirrored") return distribute::MirroredStrategy({.devices = named});
+  if (name == "one-device")
+    return distribute::OneDeviceStrategy(named.empty() ? *logical_devices().at(0) : *named[0]);
   return distribute::Strategy();  // "default"
 }
 
@@ -277,7 +312,13 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
                     "save the trained model here; the suffix picks the format (.keras for Keras, "
                     ".safetensors)");
   train->add_option("--devices", a.devices,
-                    "logical devices: a count (\"2\") or core sets (\"0,1;2-3\")");
+                    "the replicas' devices: a count of CPU devices (\"2\"), core sets "
+                    "(\"0,1;2-3\"), \"gpu\" (every GPU) or device names (\"/gpu:0,/gpu:1\")");
+  train
+      ->add_option("--logical-gpus", a.logical_gpus,
+                   "split each GPU into this many logical GPUs, each with its own stream "
+                   "(tf.config.set_logical_device_configuration)")
+      ->check(CLI::Range(1, 64));
   train
       ->add_option("--strategy", a.strategy,
                    "mirrored, multi-worker, parameter-server, one-device or default")
@@ -443,7 +484,10 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
   phase = "starting up";
   take_stop_signals();  // before the strategy's and the pipeline's threads start
   phase = "choosing the devices";
-  if (!a.devices.empty()) {
+  if (a.logical_gpus > 0) set_logical_gpu_devices(a.logical_gpus);
+  if (!a.devices.empty() && named_devices_form(a.devices)) {
+    // Accelerator names: make_strategy places the replicas.
+  } else if (!a.devices.empty()) {
     const auto sets = parse_cpu_devices(a.devices, available_physical_cores(), "--devices");
     try {
       set_logical_cpu_devices(sets);

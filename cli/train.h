@@ -13,7 +13,10 @@ struct TrainArgs {
   // mlp | cnn | mobilenet_v2 | a model JSON file (Model::to_json) | a Keras
   // file (.keras, .h5)
   std::string model = "mlp";
-  std::string devices;  // LOCKSTEP_CPU_DEVICES syntax; empty: the default devices
+  // LOCKSTEP_CPU_DEVICES syntax, "gpu" (every logical GPU) or device names
+  // ("/gpu:0,/gpu:1"); empty: the default devices.
+  std::string devices;
+  int logical_gpus = 0;  // logical GPUs per GPU; 0: LOCKSTEP_LOGICAL_GPUS or 1
   // mirrored | multi-worker | parameter-server | one-device | default
   std::string strategy = "mirrored";
   // parameter-server: variables of at least 512 KiB split into up to this

@@ -7,6 +7,7 @@
 
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/autodiff/mirrored_copy.h"
+#include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/recording.h"
 
@@ -145,10 +146,7 @@ void Variable::check_update(const Tensor& t, const char* op) const {
 
 void Variable::assign(const Tensor& value) {
   check_update(value, "assign");
-  auto write = [&](Tensor& dst) {
-    if (value.raw_data() != dst.raw_data())
-      std::memmove(dst.raw_data(), value.raw_data(), value.nbytes());
-  };
+  auto write = [&](Tensor& dst) { detail::copy_into(dst, value); };
   if (!state_->replicas.empty() && current_mirrored_copy() < 0) {
     for (Tensor& copy : state_->replicas) write(copy);  // cross-replica: every copy
     for (auto& v : state_->versions) ++v;

@@ -16,6 +16,12 @@ std::optional<std::string> get(const char* name) {
 
 std::optional<std::string> cpu_devices() { return get("LOCKSTEP_CPU_DEVICES"); }
 
+std::optional<std::string> fake_devices() { return get("LOCKSTEP_FAKE_DEVICES"); }
+
+std::optional<std::string> logical_gpus() { return get("LOCKSTEP_LOGICAL_GPUS"); }
+
+std::optional<std::string> cuda_library() { return get("LOCKSTEP_CUDA_LIBRARY"); }
+
 std::optional<std::string> tf_config() { return get("TF_CONFIG"); }
 
 const char* launcher_variable(const char* name) {

@@ -14,6 +14,7 @@ const char* error_class_name(const std::exception& e) {
   if (dynamic_cast<const CancelledError*>(&e)) return "CancelledError";
   if (dynamic_cast<const DistributedError*>(&e)) return "DistributedError";
   if (dynamic_cast<const IOError*>(&e)) return "IOError";
+  if (dynamic_cast<const DeviceError*>(&e)) return "DeviceError";
   if (dynamic_cast<const InternalError*>(&e)) return "InternalError";
   return "Error";
 }
@@ -27,6 +28,7 @@ void throw_error_of_class(const std::string& name, const std::string& message) {
   if (name == "CancelledError") throw CancelledError(message);
   if (name == "DistributedError") throw DistributedError(message);
   if (name == "IOError") throw IOError(message);
+  if (name == "DeviceError") throw DeviceError(message);
   if (name == "InternalError") throw InternalError(message);
   throw Error(message);
 }

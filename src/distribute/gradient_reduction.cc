@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "lockstep/core/error.h"
+#include "lockstep/tensor/device.h"
+#include "lockstep/tensor/device_kernels.h"
 
 namespace lockstep::distribute {
 namespace {
@@ -11,7 +13,8 @@ namespace {
 // Lays the arena out in reverse variable order (backward's order), cutting
 // a bucket before a gradient that would take it past the cap. Each bucket is
 // one contiguous range: its gradients, then its variables' flags.
-void lay_out(GradientBuckets& b, const std::vector<Variable>& vars, std::size_t bytes_per_pack) {
+void lay_out(GradientBuckets& b, const std::vector<Variable>& vars, std::size_t bytes_per_pack,
+             bool in_device) {
   const std::size_t n = vars.size();
   b.var_ids.clear();
   for (const Variable& v : vars) b.var_ids.push_back(v.id());
@@ -47,20 +50,32 @@ void lay_out(GradientBuckets& b, const std::vector<Variable>& vars, std::size_t 
     bucket.vars = std::move(group);
     b.buckets.push_back(std::move(bucket));
   }
-  b.arena = Tensor::empty({at});
+  if (in_device) {
+    // On this replica's device: its gradients, and the sums of everyone's.
+    b.arena = Tensor::empty({at});
+    b.sums = Tensor::empty({at});
+  } else {
+    // In host memory: replicas on accelerators copy their gradients here and
+    // the host's collectives sum them (TensorFlow's ReductionToOneDevice to
+    // "/cpu:0"); the sums go back to each device in the update.
+    b.arena = Tensor::empty_on(host_device(), {at});
+    b.sums = Tensor();
+  }
+  b.has_gradient.assign(n, 0.0f);
 }
 
 }  // namespace
 
 GradientReduction::GradientReduction(GradientBuckets* buckets, comm::Communicator* comm,
                                      const std::vector<Variable>& vars, std::size_t bytes_per_pack,
-                                     bool compress)
-    : buckets_(buckets), comm_(comm), vars_(vars), compress_(compress) {
+                                     bool compress, bool in_device)
+    : buckets_(buckets), comm_(comm), vars_(vars), compress_(compress), in_device_(in_device) {
   GradientBuckets& b = *buckets_;
-  bool same =
-      b.arena.defined() && b.bytes_per_pack == bytes_per_pack && b.var_ids.size() == vars.size();
+  bool same = b.arena.defined() && b.bytes_per_pack == bytes_per_pack &&
+              b.var_ids.size() == vars.size() && b.sums.defined() == in_device &&
+              &b.arena.device() == &(in_device ? current_device() : host_device());
   for (std::size_t i = 0; same && i < vars.size(); ++i) same = b.var_ids[i] == vars[i].id();
-  if (!same) lay_out(b, vars, bytes_per_pack);
+  if (!same) lay_out(b, vars, bytes_per_pack, in_device);
   b.added.assign(vars.size(), 0);
   for (auto& bucket : b.buckets) {
     bucket.pending = static_cast<int>(bucket.vars.size());
@@ -92,13 +107,32 @@ void GradientReduction::add(std::size_t i, const Tensor& grad) {
   LOCKSTEP_CHECK_AS(IndexError, i < vars_.size(), "GradientReduction: variable index ", i,
                     " out of range for ", vars_.size(), " variables");
   if (b.added[i]) return;
-  float* arena = b.arena.data<float>();
   const Variable& v = vars_[i];
   const auto n = static_cast<std::size_t>(v.shape().numel());
+  if (in_device_) {
+    // Queued on this replica's stream; summed at finish().
+    const auto begin = b.offset[i], end = b.offset[i] + static_cast<std::int64_t>(n);
+    if (grad.defined()) {
+      LOCKSTEP_CHECK_AS(ShapeError, grad.shape() == v.shape(), "gradient ", grad.shape(),
+                        " does not match variable '", v.name(), "' of shape ", v.shape());
+      if (n > 0) detail::copy_into(b.arena.view_rows(begin, end), grad);
+    } else if (n > 0) {
+      detail::copy_into(b.arena.view_rows(begin, end), Tensor::zeros({end - begin}));
+    }
+    b.has_gradient[i] = grad.defined() ? 1.0f : 0.0f;
+    b.added[i] = 1;
+    return;
+  }
+  float* arena = b.arena.data<float>();
   if (grad.defined()) {
     LOCKSTEP_CHECK_AS(ShapeError, grad.shape() == v.shape(), "gradient ", grad.shape(),
                       " does not match variable '", v.name(), "' of shape ", v.shape());
-    if (n > 0) std::memcpy(arena + b.offset[i], grad.data<float>(), n * sizeof(float));
+    if (n > 0 && grad.device().host_accessible()) {
+      std::memcpy(arena + b.offset[i], grad.data<float>(), n * sizeof(float));
+    } else if (n > 0) {
+      detail::copy_into(b.arena.view_rows(b.offset[i], b.offset[i] + static_cast<std::int64_t>(n)),
+                        grad);
+    }
     arena[b.flag[i]] = 1.0f;
   } else {
     if (n > 0) std::memset(arena + b.offset[i], 0, n * sizeof(float));
@@ -121,6 +155,34 @@ void GradientReduction::post_ready_buckets() {
   }
 }
 
+std::vector<Tensor> GradientReduction::finish_in_device() {
+  GradientBuckets& b = *buckets_;
+  Device& device = current_device();
+  detail::DeviceKernels* kernels = device.kernels();
+  // This replica's arena is complete once its stream has run; the flags'
+  // sum is then the barrier after which every arena may be read.
+  kernels->synchronize(device);
+  const void* mine = detail::device_pointer(b.arena);
+  std::vector<const void*> arenas(static_cast<std::size_t>(comm_->size()));
+  comm_->all_gather(&mine, sizeof mine, arenas.data());
+  comm_->all_reduce(b.has_gradient.data(), b.has_gradient.size(), comm::ReduceOp::kSum);
+  std::vector<const float*> sources;
+  for (const void* p : arenas) sources.push_back(static_cast<const float*>(p));
+  kernels->sum_buffers(device, sources, static_cast<float*>(detail::device_pointer(b.sums)),
+                       b.arena.numel());
+  // Nobody's arena is written again (the next step's gradients) before
+  // everyone has read it.
+  kernels->synchronize(device);
+  comm_->barrier();
+  std::vector<Tensor> summed(vars_.size());
+  for (std::size_t i = 0; i < vars_.size(); ++i) {
+    if (b.has_gradient[i] > 0)
+      summed[i] = b.sums.view_rows(b.offset[i], b.offset[i] + vars_[i].shape().numel())
+                      .view_as(vars_[i].shape());
+  }
+  return summed;
+}
+
 std::vector<Tensor> GradientReduction::finish(std::vector<Tensor> local) {
   if (!active()) return local;
   GradientBuckets& b = *buckets_;
@@ -129,6 +191,7 @@ std::vector<Tensor> GradientReduction::finish(std::vector<Tensor> local) {
   for (std::size_t i = 0; i < vars_.size(); ++i) {
     if (!b.added[i]) add(i, local[i]);
   }
+  if (in_device_) return finish_in_device();
   for (auto& bucket : b.buckets) {
     bucket.work->wait();
     bucket.work.reset();

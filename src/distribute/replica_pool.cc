@@ -9,6 +9,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/spin_wait.h"
+#include "lockstep/tensor/device_kernels.h"
 #include "strategy_impl.h"
 
 namespace lockstep::distribute {
@@ -137,6 +138,14 @@ Tensor StrategyImpl::broadcast_from_chief(const Tensor& initial, const std::stri
   return value;
 }
 
+bool StrategyImpl::devices_share_accelerator_memory() const {
+  for (const Device* d : devices_) {
+    if (d->kernels() == nullptr || !d->kernels()->shares_memory_with(*devices_[0]->kernels()))
+      return false;
+  }
+  return true;
+}
+
 void StrategyImpl::reset_group() {
   const int k = size();
   if (k > 1) group_ = comm::InProcessGroup::create(k, comm_options_);
@@ -163,6 +172,7 @@ void StrategyImpl::reset_group() {
     p.bytes_per_pack = replica_options_.bytes_per_pack;
     p.shard_optimizer_update = replica_options_.shard_optimizer_update;
     p.compress_gradients = replica_options_.compress_gradients && workers_.num_workers > 1;
+    p.in_device_reduction = !workers_.comm && k > 1 && devices_share_accelerator_memory();
     // In place: replica threads hold a pointer to their context.
     contexts_[static_cast<std::size_t>(r)] = ReplicaContext(p);
   }

@@ -233,7 +233,8 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
 MirroredStrategy::MirroredStrategy(MirroredStrategyOptions o) {
   // Every logical device, one per physical core unless the program chose
   // them (DESIGN.md; the guide prints "Number of devices: 2" here).
-  std::vector<Device*> devices = o.devices.empty() ? logical_devices() : o.devices;
+  std::vector<Device*> devices = o.devices;
+  if (devices.empty()) devices = gpu_devices().empty() ? logical_devices() : gpu_devices();
   LOCKSTEP_CHECK(!devices.empty(), "MirroredStrategy: no devices");
   LOCKSTEP_CHECK(o.replicas_per_device >= 1,
                  "MirroredStrategy: replicas_per_device must be >= 1, got ", o.replicas_per_device);
@@ -249,7 +250,7 @@ MirroredStrategy::MirroredStrategy(MirroredStrategyOptions o) {
       }
     }
   }
-  if (shared_core >= 0) {
+  if (shared_core >= 0 && devices[0]->kernels() == nullptr) {
     // More logical devices than cores (LOCKSTEP_CPU_DEVICES=3 on 2 cores), as
     // TensorFlow allows: their replicas take turns on the shared cores.
     log(LogLevel::kWarning,

@@ -105,6 +105,8 @@ class StrategyImpl {
   // group, the cross-worker communicator, or (several of each) both in a
   // hierarchy. Made again after a failure (an aborted group is done).
   void reset_group();
+  // Every replica's device is an accelerator and all share one memory.
+  bool devices_share_accelerator_memory() const;
   // Waits for a new task (polling briefly: steps follow each other closely).
   bool wait_start(std::uint64_t& seen);
   void wait_done();

@@ -11,6 +11,7 @@
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/core/log.h"
 #include "lockstep/nn/functional.h"
+#include "lockstep/tensor/device.h"
 #include "lockstep/tensor/ops.h"
 
 namespace lockstep {
@@ -299,10 +300,24 @@ KerasTensor Layer::operator()(const std::vector<KerasTensor>& inputs) const {
     for (std::int64_t d : k.sample_shape().dims()) s.push_back(d);
     probes.push_back(Tensor::zeros(s, k.dtype()));
   }
-  std::vector<Tensor> outs;
-  {
+  auto probe = [&] {
     NoGradGuard no_grad;
-    outs = impl_->apply(probes, {.training = false});
+    return impl_->apply(probes, {.training = false});
+  };
+  std::vector<Tensor> outs;
+  try {
+    outs = probe();
+  } catch (const DeviceError&) {
+    // Built under a strategy whose replicas are on accelerators: the new
+    // weights live there, so the probe runs there too (on the host it may
+    // not read them).
+    Device* on = nullptr;
+    for (const Variable& v : impl_->weights()) {
+      if (!v.value().device().host_accessible()) on = &v.value().device();
+    }
+    if (on == nullptr) throw;
+    DeviceScope scope(*on, {.pin_thread = false});
+    outs = probe();
   }
   LOCKSTEP_CHECK(outs.size() == 1, impl_->class_name(), " '", impl_->name(),
                  "': symbolic calls support one output, the layer returned ", outs.size());

@@ -61,16 +61,19 @@ class SparseCCE : public LossImpl {
     LOCKSTEP_CHECK_AS(ShapeError, y_true.numel() == batch, op,
                       ": expected one label per example (shape [", batch, "] or [", batch,
                       ", 1]), got y_true ", y_true.shape());
-    Tensor labels = y_true.dtype() == DType::kInt64 ? y_true : cast(y_true, DType::kInt64);
+    // Checked on the host (labels on a GPU are copied back for it): a bad
+    // label is an error naming it, never a silent read out of range.
+    const std::vector<double> host_labels = y_true.to_vector<double>();
     if (y_true.dtype() == DType::kFloat32) {  // float labels must hold integers
-      const float* p = y_true.data<float>();
       for (std::int64_t i = 0; i < batch; ++i) {
-        LOCKSTEP_CHECK_AS(IndexError, p[i] == static_cast<float>(static_cast<std::int64_t>(p[i])),
-                          op, ": label ", p[i], " at position ", i, " is not an integer class id");
+        const double p = host_labels[static_cast<std::size_t>(i)];
+        LOCKSTEP_CHECK_AS(IndexError, p == static_cast<double>(static_cast<std::int64_t>(p)), op,
+                          ": label ", p, " at position ", i, " is not an integer class id");
       }
     }
+    Tensor labels = y_true.dtype() == DType::kInt64 ? y_true : cast(y_true, DType::kInt64);
     labels = labels.view_as({batch, 1});
-    const std::int64_t* pl = labels.data<std::int64_t>();
+    std::vector<std::int64_t> pl(host_labels.begin(), host_labels.end());
     for (std::int64_t i = 0; i < batch; ++i) {
       LOCKSTEP_CHECK_AS(IndexError, pl[i] >= 0 && pl[i] < classes, op, ": label ", pl[i],
                         " at position ", i, " is out of range for ", classes,

@@ -11,6 +11,7 @@
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/autodiff/mirrored_copy.h"
 #include "lockstep/core/simd.h"
+#include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/parallel.h"
 
@@ -71,7 +72,8 @@ OptimizerImpl::VarSlots& OptimizerImpl::slots_for(ReplicaState& rs, int replica,
       Variable slot = create_variable(
           initial, {.name = name_ + "/" + v.name() + "_" + slot_name(i), .trainable = false});
       it->second.slots.push_back(slot);
-      it->second.buffers.push_back(static_cast<float*>(slot.value().raw_data()));
+      // Device memory when the slot is on a GPU: only update kernels use it.
+      it->second.buffers.push_back(static_cast<float*>(detail::device_pointer(slot.value())));
       if (replica == 0) slots_.push_back(slot);
     }
   }
@@ -151,8 +153,7 @@ void OptimizerImpl::restore_slot_values(const std::vector<Variable>& vars,
       auto r = restored.find(id);
       if (r == restored.end()) continue;
       for (std::size_t i = 0; i < var_slots.slots.size(); ++i) {
-        const Tensor& src = r->second[i];
-        std::memcpy(var_slots.buffers[i], src.raw_data(), src.nbytes());
+        detail::copy_into(var_slots.slots[i].value(), r->second[i]);
       }
     }
   }
@@ -245,6 +246,11 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
   }
   const double lr = learning_rate_.at(rs.iterations);
   const std::int64_t step = rs.iterations + 1;  // 1-based, for bias correction
+  if (!vars.empty() && vars[0].defined() && !vars[0].value().device().host_accessible()) {
+    apply_on_device(grads, vars, rs, replica, lr, step);
+    ++rs.iterations;
+    return;
+  }
   // Every rule is elementwise, so the variables are laid end to end and the
   // whole update is one parallel region over the calling thread's intra-op
   // threads, each thread taking one contiguous range (which may span
@@ -311,6 +317,45 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
     parallel_update(0, total);
   }
   ++rs.iterations;
+}
+
+bool OptimizerImpl::device_update(double, std::int64_t, detail::DeviceUpdate&) const {
+  return false;
+}
+
+void OptimizerImpl::apply_on_device(const std::vector<Tensor>& grads,
+                                    const std::vector<Variable>& vars, ReplicaState& rs,
+                                    int replica, double lr, std::int64_t step) {
+  // Each replica updates its own copy on its device (no sharded update: the
+  // copies live in separate memories), one kernel per variable.
+  detail::DeviceUpdate u;
+  LOCKSTEP_CHECK_AS(DeviceError, device_update(lr, step, u), name_,
+                    ": this optimizer has no update kernel on ", vars[0].value().device().name(),
+                    " yet (SGD, SGD with momentum, Adam and AdamW have)");
+  if (weight_decay_ > 0) u.decay = static_cast<float>(1.0 - weight_decay_ * lr);
+  Device& device = vars[0].value().device();
+  const detail::OnDevice on;  // the fake accelerator's: its update is the CPU's loop
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    const Tensor& value = vars[i].value();
+    LOCKSTEP_CHECK_AS(DeviceError, &value.device() == &device, name_, ": variable '",
+                      vars[i].name(), "' is on ", value.device().name(), ", the first on ",
+                      device.name(), "; one replica's variables live on one device");
+    VarSlots& slots = slots_for(rs, replica, vars[i]);
+    const Tensor g = detail::on_current_device(grads[i]);
+    auto* var = static_cast<float*>(detail::device_pointer(value));
+    const auto* gp = static_cast<const float*>(detail::device_pointer(g));
+    if (on.kernels()) {
+      on.kernels()->apply_update(u, var, gp, slots.buffers, value.numel());
+    } else {
+      float* slot_ptrs[kMaxSlots];
+      for (std::size_t s = 0; s < slots.buffers.size(); ++s) slot_ptrs[s] = slots.buffers[s];
+      if (weight_decay_ > 0) {
+        for (std::int64_t j = 0; j < value.numel(); ++j) var[j] *= u.decay;
+      }
+      update(var, gp, value.numel(), slot_ptrs, lr, step);
+    }
+  }
 }
 
 namespace optimizers {
@@ -395,6 +440,14 @@ class SGDImpl : public OptimizerImpl {
   OptimizerConfig own_config() const override {
     return {{"momentum", o_.momentum}, {"nesterov", o_.nesterov}};
   }
+  bool device_update(double lr, std::int64_t, detail::DeviceUpdate& u) const override {
+    u.rule =
+        o_.momentum > 0 ? detail::DeviceUpdate::Rule::kMomentum : detail::DeviceUpdate::Rule::kSgd;
+    u.lr = static_cast<float>(lr);
+    u.momentum = static_cast<float>(o_.momentum);
+    u.nesterov = o_.nesterov;
+    return true;
+  }
   void update(float* var, const float* g, std::int64_t n, float** slots, double lr,
               std::int64_t) override {
     const float l = static_cast<float>(lr), mom = static_cast<float>(o_.momentum);
@@ -420,6 +473,15 @@ class AdamImpl : public OptimizerImpl {
   const char* slot_name(int i) const override { return i == 0 ? "momentum" : "velocity"; }
   OptimizerConfig own_config() const override {
     return {{"beta_1", b1_}, {"beta_2", b2_}, {"epsilon", eps_}, {"amsgrad", false}};
+  }
+  bool device_update(double lr, std::int64_t step, detail::DeviceUpdate& u) const override {
+    const double t = static_cast<double>(step);
+    u.rule = detail::DeviceUpdate::Rule::kAdam;
+    u.alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(b2_, t)) / (1.0 - std::pow(b1_, t)));
+    u.c1 = static_cast<float>(1.0 - b1_);
+    u.c2 = static_cast<float>(1.0 - b2_);
+    u.epsilon = static_cast<float>(eps_);
+    return true;
   }
   void update(float* var, const float* g, std::int64_t n, float** slots, double lr,
               std::int64_t step) override {

@@ -1,4 +1,5 @@
-// Logical CPU devices: discovery of physical cores, the device list, and the
+// Devices: logical CPU devices (discovery of physical cores, the device
+// list), the fake accelerator's and the GPUs' lists, device names, and the
 // thread-local current device.
 #include "lockstep/tensor/device.h"
 
@@ -19,6 +20,8 @@
 
 #include "lockstep/core/env.h"
 #include "lockstep/core/error.h"
+#include "lockstep/tensor/device_kernels.h"
+#include "tensor/accelerators.h"
 
 namespace lockstep {
 namespace {
@@ -99,11 +102,42 @@ thread_local Device* t_current_device = nullptr;
 
 }  // namespace
 
+const char* device_type_name(DeviceType type) {
+  switch (type) {
+    case DeviceType::kCPU:
+      return "CPU";
+    case DeviceType::kGPU:
+      return "GPU";
+    case DeviceType::kFake:
+      return "FAKE";
+  }
+  return "?";
+}
+
 Device::Device(int index, std::vector<int> cores, int num_threads)
-    : index_(index), cores_(std::move(cores)), num_threads_(std::max(1, num_threads)) {}
+    : index_(index),
+      cores_(std::move(cores)),
+      num_threads_(std::max(1, num_threads)),
+      allocator_(std::make_unique<CachingAllocator>()) {}
+
+Device::Device(DeviceType type, int index, std::vector<int> cores, int num_threads,
+               std::unique_ptr<Allocator> allocator, detail::DeviceKernels* kernels)
+    : type_(type),
+      index_(index),
+      cores_(std::move(cores)),
+      num_threads_(std::max(1, num_threads)),
+      allocator_(std::move(allocator)),
+      kernels_(kernels) {}
+
+Device::~Device() = default;
+
+std::string Device::description() const {
+  return kernels_ ? kernels_->describe() : "oneDNN and Lockstep's loops";
+}
 
 std::string Device::name() const {
-  return index_ < 0 ? std::string("/device:CPU:host") : "/device:CPU:" + std::to_string(index_);
+  if (index_ < 0) return "/device:CPU:host";
+  return std::string("/device:") + device_type_name(type_) + ":" + std::to_string(index_);
 }
 
 std::vector<int> available_physical_cores() {
@@ -272,6 +306,154 @@ Device& confine_process_to_cores(const std::vector<int>& cores) {
   }
   omp_set_num_threads(static_cast<int>(cores.size()));
   return *r.host.load(std::memory_order_relaxed);
+}
+
+namespace {
+
+struct AcceleratorRegistry {
+  std::mutex mutex;
+  bool fake_frozen = false;
+  int fake_requested = -1;
+  std::vector<std::unique_ptr<Device>> fake_owned;
+  std::vector<Device*> fake;
+  bool gpu_frozen = false;
+  int gpu_per_physical = 0;  // 0: LOCKSTEP_LOGICAL_GPUS or 1
+  detail::GpuDiscovery gpus;
+};
+
+AcceleratorRegistry& accelerators() {
+  static AcceleratorRegistry* r = new AcceleratorRegistry();  // immortal: tensors may outlive main
+  return *r;
+}
+
+int parse_count(const std::optional<std::string>& text, const char* what, int fallback) {
+  if (!text) return fallback;
+  int n = -1;
+  try {
+    std::size_t used = 0;
+    n = std::stoi(*text, &used);
+    if (used != text->size()) n = -1;
+  } catch (const std::exception&) {
+    n = -1;
+  }
+  LOCKSTEP_CHECK(n >= 0 && n <= 64, what, ": expected a count from 0 to 64, got '", *text, "'");
+  return n;
+}
+
+}  // namespace
+
+const std::vector<Device*>& fake_devices() {
+  AcceleratorRegistry& r = accelerators();
+  std::lock_guard lock(r.mutex);
+  if (!r.fake_frozen) {
+    const int n = r.fake_requested >= 0
+                      ? r.fake_requested
+                      : parse_count(env::fake_devices(), "LOCKSTEP_FAKE_DEVICES", 0);
+    const std::vector<Device*>& cpus = logical_devices();
+    for (int i = 0; i < n; ++i) {
+      // The host side of fake device i runs on CPU device i's cores (the CPU
+      // kernels run there too).
+      const Device& cpu = *cpus[static_cast<std::size_t>(i) % cpus.size()];
+      r.fake_owned.push_back(detail::make_fake_device(i, cpu.cores(), cpu.num_threads()));
+      r.fake.push_back(r.fake_owned.back().get());
+    }
+    r.fake_frozen = true;
+  }
+  return r.fake;
+}
+
+void set_fake_devices(int count) {
+  AcceleratorRegistry& r = accelerators();
+  std::lock_guard lock(r.mutex);
+  LOCKSTEP_CHECK(count >= 0 && count <= 64, "set_fake_devices: expected 0 to 64, got ", count);
+  LOCKSTEP_CHECK(!r.fake_frozen || static_cast<int>(r.fake.size()) == count, "set_fake_devices(",
+                 count, "): the fake devices are already made (", r.fake.size(), " of them)");
+  r.fake_requested = count;
+}
+
+namespace {
+detail::GpuDiscovery& gpus_locked(AcceleratorRegistry& r) {
+  if (!r.gpu_frozen) {
+    const int per = r.gpu_per_physical > 0
+                        ? r.gpu_per_physical
+                        : std::max(1, parse_count(env::logical_gpus(), "LOCKSTEP_LOGICAL_GPUS", 1));
+    r.gpus = detail::discover_gpus(per, allowed_cpus());
+    r.gpu_frozen = true;
+  }
+  return r.gpus;
+}
+}  // namespace
+
+const std::vector<Device*>& gpu_devices() {
+  AcceleratorRegistry& r = accelerators();
+  std::lock_guard lock(r.mutex);
+  return gpus_locked(r).devices;
+}
+
+std::string gpu_unavailable_reason() {
+  AcceleratorRegistry& r = accelerators();
+  std::lock_guard lock(r.mutex);
+  return gpus_locked(r).unavailable;
+}
+
+void set_logical_gpu_devices(int per_gpu) {
+  AcceleratorRegistry& r = accelerators();
+  std::lock_guard lock(r.mutex);
+  LOCKSTEP_CHECK(!r.gpu_frozen,
+                 "set_logical_gpu_devices: the GPUs are already initialised; call it before "
+                 "anything reads them");
+  LOCKSTEP_CHECK(per_gpu >= 1 && per_gpu <= 64,
+                 "set_logical_gpu_devices: expected 1 to 64 logical GPUs per GPU, got ", per_gpu);
+  r.gpu_per_physical = per_gpu;
+}
+
+std::vector<std::string> list_physical_devices(const std::string& type) {
+  std::vector<std::string> out;
+  if (type.empty() || type == "CPU") out.push_back("/physical_device:CPU:0");
+  if (type.empty() || type == "GPU") {
+    AcceleratorRegistry& r = accelerators();
+    std::lock_guard lock(r.mutex);
+    for (int i = 0; i < gpus_locked(r).physical_count; ++i)
+      out.push_back("/physical_device:GPU:" + std::to_string(i));
+  }
+  return out;
+}
+
+Device& device(const std::string& name) {
+  // The part after the last "device:" (TensorFlow's long names), or after a
+  // leading '/': "GPU:0", "gpu:0", "CPU:1".
+  std::string spec = name;
+  if (const auto at = spec.rfind("device:"); at != std::string::npos) {
+    spec = spec.substr(at + 7);
+  } else if (!spec.empty() && spec[0] == '/') {
+    spec = spec.substr(1);
+  }
+  const auto colon = spec.find(':');
+  std::string type = spec.substr(0, colon);
+  for (char& c : type) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  int index = -1;
+  if (colon != std::string::npos) {
+    try {
+      std::size_t used = 0;
+      index = std::stoi(spec.substr(colon + 1), &used);
+      if (used != spec.size() - colon - 1) index = -1;
+    } catch (const std::exception&) {
+      index = -1;
+    }
+  }
+  LOCKSTEP_CHECK(index >= 0 && (type == "CPU" || type == "GPU" || type == "FAKE"),
+                 "device: cannot parse '", name,
+                 "'; expected a name like \"/device:GPU:0\", \"/gpu:0\", \"GPU:0\" or "
+                 "\"/cpu:1\"");
+  const std::vector<Device*>& list = type == "CPU"   ? logical_devices()
+                                     : type == "GPU" ? gpu_devices()
+                                                     : fake_devices();
+  if (index < static_cast<int>(list.size())) return *list[static_cast<std::size_t>(index)];
+  if (type == "GPU" && list.empty())
+    detail::throw_error<DeviceError>("device '", name, "': no GPU: ", gpu_unavailable_reason());
+  detail::throw_error<DeviceError>("device '", name, "': there are ", list.size(), " ", type,
+                                   " devices (", type, ":0 to ", type, ":",
+                                   static_cast<int>(list.size()) - 1, ")");
 }
 
 Device& current_device() { return t_current_device ? *t_current_device : host_device(); }

@@ -8,6 +8,7 @@
 
 #include "lockstep/core/checked.h"
 #include "lockstep/tensor/device.h"
+#include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
 #include "tensor/dispatch.h"
 
@@ -43,23 +44,25 @@ Tensor::Tensor(std::shared_ptr<detail::Storage> storage, std::size_t offset, con
       dtype_(dtype),
       id_(detail::next_tensor_id()) {}
 
-Tensor Tensor::empty(const Shape& shape, DType dtype) {
+Tensor Tensor::empty_on(Device& device, const Shape& shape, DType dtype) {
   const auto bytes =
       checked_mul<std::size_t>(static_cast<std::size_t>(shape.numel()), dtype_size(dtype));
   LOCKSTEP_CHECK_AS(ShapeError, bytes.has_value(), "Tensor: a ", dtype, " tensor of shape ", shape,
                     " needs more than 2^64 bytes");
-  return Tensor(std::make_shared<detail::Storage>(current_device(), *bytes), 0, shape, dtype);
+  return Tensor(std::make_shared<detail::Storage>(device, *bytes), 0, shape, dtype);
 }
 
-Tensor Tensor::zeros(const Shape& shape, DType dtype) {
-  Tensor t = empty(shape, dtype);
-  std::memset(t.raw_data(), 0, t.nbytes());
-  return t;
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  return empty_on(current_device(), shape, dtype);
 }
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
 
 Tensor Tensor::ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
+  detail::OnDevice on;
+  if (on.kernels()) return on.kernels()->fill(shape, dtype, value);
   Tensor t = empty(shape, dtype);
   detail::visit_dtype(dtype, "Tensor::full", [&]<typename T>() {
     T* p = t.data<T>();
@@ -75,10 +78,12 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
   LOCKSTEP_CHECK_AS(ShapeError, static_cast<std::int64_t>(values.size()) == shape.numel(),
                     "Tensor::from_vector: shape ", shape, " holds ", shape.numel(),
                     " elements, got ", values.size(), " values");
-  Tensor t = empty(shape, kDTypeOf<T>);
+  // On a GPU: written on the host, then copied.
+  const detail::OnDevice on;
+  Tensor t = empty_on(on.kernels() ? host_device() : current_device(), shape, kDTypeOf<T>);
   T* p = t.data<T>();
   for (std::size_t i = 0; i < values.size(); ++i) p[i] = values[i];
-  return t;
+  return on.kernels() ? t.copy_to(current_device()) : t;
 }
 
 Device& Tensor::device() const {
@@ -88,6 +93,7 @@ Device& Tensor::device() const {
 
 void* Tensor::raw_data() const {
   if (!storage_) return nullptr;
+  check_host_access("Tensor::raw_data");
   return static_cast<char*>(storage_->data()) + offset_;
 }
 
@@ -95,6 +101,67 @@ void Tensor::check_access(DType requested) const {
   check_defined(*this, "Tensor::data", "tensor");
   LOCKSTEP_CHECK(requested == dtype_, "Tensor::data: tensor has dtype ", dtype_, ", requested ",
                  requested, " (shape ", shape_, ")");
+  check_host_access("Tensor::data");
+}
+
+void Tensor::check_host_access(const char* op) const {
+  const Device& d = storage_->device();
+  if (d.host_accessible() || detail::in_device_code()) return;
+  detail::throw_error<DeviceError>(
+      op, ": host code reached for a ", dtype_, " tensor of shape ", shape_, " on ", d.name(),
+      ", whose memory only device kernels may touch; copy it to the host with .cpu() first, or "
+      "run the op under a DeviceScope on that device");
+}
+
+Tensor Tensor::copy_to(Device& device) const {
+  check_defined(*this, "Tensor::copy_to", "tensor");
+  Tensor out = empty_on(device, shape_, dtype_);
+  const std::size_t bytes = nbytes();
+  if (bytes == 0) return out;
+  Device& from = storage_->device();
+  const void* src = static_cast<const char*>(storage_->data()) + offset_;
+  void* dst = out.storage_->data();
+  if (from.host_accessible() && device.host_accessible()) {
+    std::memcpy(dst, src, bytes);
+  } else if (from.host_accessible()) {
+    device.kernels()->copy_from_host(device, dst, src, bytes);
+  } else if (device.host_accessible()) {
+    from.kernels()->copy_to_host(from, dst, src, bytes);
+  } else {
+    // Two accelerator devices: the destination's backend copies (two logical
+    // GPUs share one GPU's memory; across GPUs the copy goes peer to peer).
+    LOCKSTEP_CHECK_AS(DeviceError, from.kernels() == device.kernels(),
+                      "Tensor::copy_to: cannot copy from ", from.name(), " to ", device.name(),
+                      " directly; copy through the host with .cpu()");
+    device.kernels()->copy_on_device(device, dst, src, bytes);
+  }
+  return out;
+}
+
+namespace detail {
+void copy_into(const Tensor& dst, const Tensor& src) {
+  LOCKSTEP_CHECK(dst.nbytes() == src.nbytes(), "copy_into: ", dst.nbytes(), " bytes from ",
+                 src.nbytes());
+  Device& to = dst.device();
+  Device& from = src.device();
+  void* d = device_pointer(dst);
+  const void* s = device_pointer(src);
+  if (d == s || src.nbytes() == 0) return;
+  if (from.host_accessible() && to.host_accessible()) {
+    std::memmove(d, s, src.nbytes());
+  } else if (from.host_accessible()) {
+    to.kernels()->copy_from_host(to, d, s, src.nbytes());
+  } else if (to.host_accessible()) {
+    from.kernels()->copy_to_host(from, d, s, src.nbytes());
+  } else {
+    to.kernels()->copy_on_device(to, d, s, src.nbytes());
+  }
+}
+}  // namespace detail
+
+Tensor Tensor::cpu() const {
+  check_defined(*this, "Tensor::cpu", "tensor");
+  return storage_->device().host_accessible() ? *this : copy_to(host_device());
 }
 
 Tensor Tensor::view_rows(std::int64_t begin, std::int64_t end) const {
@@ -125,8 +192,9 @@ T Tensor::item() const {
   LOCKSTEP_CHECK(numel() == 1, "Tensor::item: expected a tensor with one element, got shape ",
                  shape_);
   T out{};
+  const Tensor host = cpu();
   detail::visit_dtype(dtype_, "Tensor::item", [&]<typename S>() {
-    out = static_cast<T>(*static_cast<const S*>(raw_data()));
+    out = static_cast<T>(*static_cast<const S*>(host.raw_data()));
   });
   return out;
 }
@@ -135,8 +203,9 @@ template <typename T>
 std::vector<T> Tensor::to_vector() const {
   check_defined(*this, "Tensor::to_vector", "tensor");
   std::vector<T> out(static_cast<std::size_t>(numel()));
+  const Tensor host = cpu();
   detail::visit_dtype(dtype_, "Tensor::to_vector", [&]<typename S>() {
-    const S* p = static_cast<const S*>(raw_data());
+    const S* p = static_cast<const S*>(host.raw_data());
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(p[i]);
   });
   return out;

@@ -15,7 +15,7 @@ TEST(SteadyState, ThousandTrainingStepsAllocateNothingNewAfterTheFirst) {
   Variable w1(gen.normal({20, 16}, 0.0f, 0.1f)), b1(Tensor::zeros({16}));
   Variable w2(gen.normal({16, 4}, 0.0f, 0.1f)), b2(Tensor::zeros({4}));
   const std::vector<Variable> params{w1, b1, w2, b2};
-  CachingAllocator& alloc = current_device().allocator();
+  Allocator& alloc = current_device().allocator();
 
   auto step = [&] {
     GradientTape tape;

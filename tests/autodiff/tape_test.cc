@@ -47,7 +47,7 @@ TEST(Tape, MatmulComputesOnlyTheGradientsTheTapeNeeds) {
   random::Generator gen(3);
   const Tensor x = gen.normal({8, 5});
   Variable w(gen.normal({5, 3}));
-  CachingAllocator& alloc = current_device().allocator();
+  Allocator& alloc = current_device().allocator();
   auto allocations_in_gradient = [&](bool watch_x) {
     GradientTape tape;
     if (watch_x) tape.watch(x);

@@ -152,6 +152,44 @@ void check_equivalence(const std::function<Model()>& make, const Shape& example)
   }
 }
 
+// Two devices of the fake accelerator (the GPU's rules on host memory):
+// the MLP trains there bit for bit as on two CPU replicas.
+const std::vector<Device*>& fakes() {
+  static const bool made = [] {
+    set_fake_devices(2);
+    return true;
+  }();
+  (void)made;
+  return fake_devices();
+}
+
+TEST(FakeDevice, MlpOnTwoFakeDevicesTrainsLikeTwoCpuReplicas) {
+  const Tensor x = random::uniform({8 * 24, 20}, {.seed = 4});
+  std::vector<std::int64_t> labels(8 * 24);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i * 7 % 10);
+  const Tensor y = Tensor::from_vector(labels);
+  auto fit = [&](std::vector<Device*> devices, int per_device) {
+    MirroredStrategy strategy({.devices = std::move(devices), .replicas_per_device = per_device});
+    Model model;
+    {
+      auto scope = strategy.scope();
+      model = mlp();
+    }
+    const History h =
+        model.fit(x, y, {.batch_size = 24, .epochs = 2, .verbose = 0, .shuffle = false});
+    std::vector<double> losses;
+    for (const auto& [name, values] : h.history()) {
+      if (name == "loss") losses = values;
+    }
+    return std::make_pair(weights(model), losses);
+  };
+  const auto on_cpus = fit({logical_devices()[0]}, 2);
+  const auto on_fakes = fit(fakes(), 1);
+  ASSERT_EQ(on_fakes.second.size(), 2u);
+  expect_bitwise(on_cpus.first, on_fakes.first, "2 fake devices vs 2 CPU replicas");
+  EXPECT_EQ(on_cpus.second, on_fakes.second);
+}
+
 TEST(MirroredStrategy, MlpOnNReplicasTrainsLikeOneDevice) { check_equivalence(mlp, {20}); }
 
 TEST(MirroredStrategy, CnnOnNReplicasTrainsLikeOneDevice) { check_equivalence(cnn, {8, 8, 1}); }

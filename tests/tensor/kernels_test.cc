@@ -70,7 +70,7 @@ TEST(Kernels, BinaryBroadcastLargeTakesParallelPathCorrectly) {
 TEST(Kernels, ScalarArithmeticOnATemporaryReusesItsBufferAndOnlyThen) {
   random::Generator gen(5);
   const Tensor x = gen.uniform({100003});  // odd, above the parallel threshold
-  CachingAllocator& alloc = current_device().allocator();
+  Allocator& alloc = current_device().allocator();
   const std::vector<std::pair<Tensor (*)(Tensor&&, float), Tensor (*)(const Tensor&, float)>> ops =
       {{operator+, operator+ },
         {operator-, operator- }, {operator*, operator* }, {operator/, operator/ } };

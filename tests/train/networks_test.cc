@@ -15,7 +15,7 @@ namespace {
 // (CachingAllocator), counted whole.
 template <typename F>
 std::size_t peak_bytes_during(const Tensor& on_device, F&& call) {
-  CachingAllocator& allocator = on_device.device().allocator();
+  Allocator& allocator = on_device.device().allocator();
   allocator.empty_cache();
   allocator.reset_peak_stats();
   const std::size_t before = allocator.stats().bytes_in_use;

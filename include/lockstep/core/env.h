@@ -14,6 +14,17 @@ namespace lockstep::env {
 // core lists separated by ';'). Unset: one device per physical core.
 std::optional<std::string> cpu_devices();
 
+// LOCKSTEP_FAKE_DEVICES: how many fake accelerator devices to make (the
+// GPU's rules on host memory, for CI). Unset: none.
+std::optional<std::string> fake_devices();
+
+// LOCKSTEP_LOGICAL_GPUS: logical GPUs per physical GPU (default 1).
+std::optional<std::string> logical_gpus();
+
+// LOCKSTEP_CUDA_LIBRARY: the path of liblockstep_cuda.so, the CUDA kernels,
+// when it is not beside the program or on the loader's path.
+std::optional<std::string> cuda_library();
+
 // TF_CONFIG: the multi-worker cluster spec (distribute/cluster_resolver.cc).
 std::optional<std::string> tf_config();
 

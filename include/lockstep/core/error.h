@@ -72,6 +72,13 @@ class CancelledError : public DistributedError {
   using DistributedError::DistributedError;
 };
 
+// A device that does not exist or cannot be used (no CUDA driver), device
+// memory that ran out, or host code that reached for device memory.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A bug in Lockstep or a failure inside a backend library (oneDNN).
 class InternalError : public Error {
  public:

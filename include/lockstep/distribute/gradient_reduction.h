@@ -17,6 +17,16 @@
 //
 // A default-constructed one (a single replica in sync) is inactive: the
 // listener is empty and finish() returns the gradients it is given.
+//
+// Replicas on accelerator devices that share one memory (logical GPUs of
+// one GPU, the fake accelerator's devices) and no other worker reduce in
+// the device instead: each packs its gradients into its arena on its own
+// stream, and at finish() — after one host collective that is also the
+// barrier — every replica sums all arenas in rank order into its own sums
+// with one kernel, so every replica holds the same bits and no gradient
+// crosses to the host. Elsewhere gradients on an accelerator are copied to
+// a host arena and summed by the communicator (TensorFlow's
+// ReductionToOneDevice to "/cpu:0").
 #pragma once
 
 #include <cstddef>
@@ -40,6 +50,8 @@ struct GradientBuckets {
   std::vector<std::uint64_t> var_ids{};
   std::size_t bytes_per_pack = 0;
   Tensor arena{};
+  Tensor sums{};                         // in-device reduction: this replica's sums (device)
+  std::vector<float> has_gradient{};     // in-device reduction: the flags, on the host
   std::vector<std::int64_t> offset{};    // per variable: its gradient's place in the arena
   std::vector<std::int64_t> flag{};      // per variable: its "has a gradient" flag's place
   std::vector<std::size_t> bucket_of{};  // per variable
@@ -54,9 +66,11 @@ class GradientReduction {
   // `bytes_per_pack` 0 (automatic): one bucket for all gradients.
   // `compress`: each bucket's all-reduce sends bfloat16
   // (Communicator::all_reduce_bf16_async).
+  // `in_device`: reduce in the device's memory (see above); `comm` then
+  // joins this process's replicas only.
   GradientReduction(GradientBuckets* buckets, comm::Communicator* comm,
                     const std::vector<Variable>& vars, std::size_t bytes_per_pack,
-                    bool compress = false);
+                    bool compress = false, bool in_device = false);
   GradientReduction(GradientReduction&&) = default;
   GradientReduction& operator=(GradientReduction&&) = default;
   // Waits for what was posted, so no collective is left half-seen by the
@@ -76,11 +90,13 @@ class GradientReduction {
 
  private:
   void post_ready_buckets();
+  std::vector<Tensor> finish_in_device();
 
   GradientBuckets* buckets_ = nullptr;
   comm::Communicator* comm_ = nullptr;
   std::vector<Variable> vars_;
   bool compress_ = false;
+  bool in_device_ = false;
 };
 
 }  // namespace lockstep::distribute

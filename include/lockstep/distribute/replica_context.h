@@ -70,6 +70,9 @@ class ReplicaContext final : public GradientAggregator {
     // Gradients cross between workers as bfloat16
     // (MultiWorkerMirroredStrategyOptions::gradient_compression).
     bool compress_gradients = false;
+    // The replicas are on accelerator devices that share one memory, in one
+    // process: gradients are summed in the device (GradientReduction).
+    bool in_device_reduction = false;
   };
 
   ReplicaContext() = default;  // the cross-replica context: replica 0 of 1

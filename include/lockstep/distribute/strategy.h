@@ -201,8 +201,9 @@ class Strategy {
 };
 
 struct MirroredStrategyOptions {
-  // Empty: every logical device — one per physical core unless the program
-  // chose them (set_logical_cpu_devices, LOCKSTEP_CPU_DEVICES). One replica
+  // Empty: every logical GPU when there is one (as TensorFlow), else every
+  // logical CPU device — one per physical core unless the program chose
+  // them (set_logical_cpu_devices, LOCKSTEP_CPU_DEVICES). One replica
   // on every core: {.devices = {&host_device()}} (docs/distribute.md
   // compares the two layouts). Devices may share cores (more devices than
   // cores): their replicas then take turns, and the strategy says so.

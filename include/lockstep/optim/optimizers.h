@@ -27,6 +27,10 @@
 #include "lockstep/optim/aggregation.h"
 #include "lockstep/optim/schedules.h"
 
+namespace lockstep::detail {
+struct DeviceUpdate;
+}  // namespace lockstep::detail
+
 namespace lockstep {
 
 // Options every optimizer shares (Keras's base Optimizer arguments).
@@ -132,6 +136,9 @@ class OptimizerImpl {
   // must not change the optimizer's own state. At most 4 slots.
   virtual void update(float* var, const float* grad, std::int64_t n, float** slots, double lr,
                       std::int64_t step) = 0;
+  // The same step as a device kernel's parameters (variables on a GPU or the
+  // fake accelerator); false for a rule that has no device kernel yet.
+  virtual bool device_update(double lr, std::int64_t step, detail::DeviceUpdate& out) const;
 
  private:
   // A variable's slot variables and raw pointers to their buffers (stable:
@@ -155,6 +162,9 @@ class OptimizerImpl {
   // mirrored variable `v`, found in this replica's own map after the first
   // step (made once, under a lock, in shared_slots_).
   VarSlots& shared_slots_for(ReplicaState& rs, const Variable& v);
+  // apply_gradients for variables on an accelerator: device_update's kernel.
+  void apply_on_device(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                       ReplicaState& rs, int replica, double lr, std::int64_t step);
 
   std::string name_;
   LearningRate learning_rate_;

@@ -1,4 +1,7 @@
-// CachingAllocator: the per-device memory pool behind every tensor buffer.
+// Allocator: the interface of a device's memory pool (host memory for CPUs
+// and the fake accelerator, a stream-ordered pool on GPUs), with the same
+// statistics everywhere; and CachingAllocator, the host's pool behind every
+// CPU tensor buffer.
 //
 // A training loop creates and frees the same buffer sizes every step; after
 // the first steps every request is served from the cache, so the steady
@@ -22,19 +25,38 @@
 
 namespace lockstep {
 
-class CachingAllocator {
- public:
-  struct Stats {
-    std::uint64_t allocations = 0;         // requests served
-    std::uint64_t cache_hits = 0;          // requests served from the cache
-    std::uint64_t larger_class_hits = 0;   // of those, by a buffer of a larger class
-    std::uint64_t system_allocations = 0;  // requests that reached the system allocator
-    std::uint64_t system_frees = 0;
-    std::size_t bytes_in_use = 0;  // rounded bytes held by live buffers
-    std::size_t peak_bytes_in_use = 0;
-    std::size_t bytes_cached = 0;  // rounded bytes idle in the cache
-  };
+struct AllocatorStats {
+  std::uint64_t allocations = 0;         // requests served
+  std::uint64_t cache_hits = 0;          // requests served from the cache
+  std::uint64_t larger_class_hits = 0;   // of those, by a buffer of a larger class
+  std::uint64_t system_allocations = 0;  // requests that reached the system (or driver) allocator
+  std::uint64_t system_frees = 0;
+  std::size_t bytes_in_use = 0;  // rounded bytes held by live buffers
+  std::size_t peak_bytes_in_use = 0;
+  std::size_t bytes_cached = 0;  // rounded bytes idle in the cache
+};
 
+// A device's memory pool. Thread-safe; a buffer may be freed on another
+// thread than the one that asked for it.
+class Allocator {
+ public:
+  using Stats = AllocatorStats;
+  virtual ~Allocator() = default;
+  // A buffer of at least `bytes` (never null). Running out throws
+  // lockstep::Error naming the size asked and what is free.
+  virtual void* allocate(std::size_t bytes) = 0;
+  // `bytes` must be the value passed to allocate.
+  virtual void deallocate(void* ptr, std::size_t bytes) noexcept = 0;
+  virtual Stats stats() const = 0;
+  // Starts a new peak from the bytes in use now (PyTorch's
+  // reset_peak_memory_stats), to measure the peak of what follows.
+  virtual void reset_peak_stats() = 0;
+  // Returns every idle buffer to the system.
+  virtual void empty_cache() = 0;
+};
+
+class CachingAllocator final : public Allocator {
+ public:
   // Bytes idle in the cache beyond which freed buffers go back to the
   // system — or 1.5 × the most ever in use, if larger. A training step that
   // needed its buffers needs them again, and its resident peak held them
@@ -48,7 +70,7 @@ class CachingAllocator {
   // `cache_limit`: the first bound above (tests set a small one).
   explicit CachingAllocator(std::size_t cache_limit = kDefaultCacheLimit)
       : cache_limit_(cache_limit) {}
-  ~CachingAllocator();
+  ~CachingAllocator() override;
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
@@ -57,16 +79,11 @@ class CachingAllocator {
 
   // Returns a 64-byte aligned buffer of at least `bytes` (never null; throws
   // lockstep::Error when the system is out of memory).
-  void* allocate(std::size_t bytes);
-  // `bytes` must be the value passed to allocate.
-  void deallocate(void* ptr, std::size_t bytes) noexcept;
-
-  Stats stats() const;
-  // Starts a new peak from the bytes in use now (PyTorch's
-  // reset_peak_memory_stats), to measure the peak of what follows.
-  void reset_peak_stats();
-  // Returns every idle buffer to the system.
-  void empty_cache();
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* ptr, std::size_t bytes) noexcept override;
+  Stats stats() const override;
+  void reset_peak_stats() override;
+  void empty_cache() override;
 
  private:
   void note_in_use();  // under mutex_: updates the peaks

@@ -58,6 +58,8 @@ class Tensor {
 
   // Uninitialised buffer on the current device.
   static Tensor empty(const Shape& shape, DType dtype = DType::kFloat32);
+  // Uninitialised buffer on `device`.
+  static Tensor empty_on(Device& device, const Shape& shape, DType dtype = DType::kFloat32);
   static Tensor zeros(const Shape& shape, DType dtype = DType::kFloat32);
   static Tensor ones(const Shape& shape, DType dtype = DType::kFloat32);
   static Tensor full(const Shape& shape, double value, DType dtype = DType::kFloat32);
@@ -80,7 +82,9 @@ class Tensor {
   std::uint64_t id() const { return id_; }
   Device& device() const;
 
-  // Typed pointer to the first element; throws ValueError on a dtype mismatch.
+  // Typed pointer to the first element; throws ValueError on a dtype
+  // mismatch, and DeviceError when the tensor is on a device host code may
+  // not touch (a GPU, the fake accelerator): copy it with cpu() first.
   template <typename T>
   T* data() {
     check_access(kDTypeOf<T>);
@@ -91,6 +95,7 @@ class Tensor {
     check_access(kDTypeOf<T>);
     return static_cast<const T*>(raw_data());
   }
+  // The same pointer, untyped (and refused the same way).
   void* raw_data() const;
   // True when no other tensor, view or variable refers to this tensor's
   // buffer: an op given it as a temporary may write its result there.
@@ -107,8 +112,14 @@ class Tensor {
   Tensor copy() const;
   // The values converted to `dtype` (differentiable between float types).
   Tensor to(DType dtype) const;
+  // A copy on `device` (not recorded on gradient tapes).
+  Tensor copy_to(Device& device) const;
+  // This tensor when host code may read it, else a copy on the host device
+  // (PyTorch's .cpu(); TensorFlow's .numpy() copies the same way).
+  Tensor cpu() const;
 
-  // The single value of a one-element tensor, converted to T.
+  // The single value of a one-element tensor, converted to T (copied from
+  // the device first when it is on one, as item() and to_vector() are).
   template <typename T>
   T item() const;
   // All values, converted to T.
@@ -122,6 +133,7 @@ class Tensor {
   Tensor(std::shared_ptr<detail::Storage> storage, std::size_t offset, const Shape& shape,
          DType dtype);
   void check_access(DType requested) const;
+  void check_host_access(const char* op) const;
 
   std::shared_ptr<detail::Storage> storage_;
   std::size_t offset_ = 0;  // bytes from the start of storage_

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "lockstep/core/simd.h"
+#include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/recording.h"
 #include "tensor/backend/onednn/onednn.h"
@@ -119,10 +120,14 @@ void run_binary_bf16(const Tensor& a, const Tensor& b, Tensor& out, F f) {
 // Arithmetic over float32/bfloat16/int32/int64 (or floating only), result
 // of a's dtype.
 template <typename F>
-Tensor binary_arith(const char* op, const Tensor& a, const Tensor& b, bool float_only, F f) {
+Tensor binary_arith(const char* op, detail::BinaryKind kind, const Tensor& a, const Tensor& b,
+                    bool float_only, F f) {
   check_binary(op, a, b);
   if (float_only) detail::check_floating(a.dtype(), op, "operands");
-  Tensor out = Tensor::empty(detail::broadcast_shapes(a.shape(), b.shape(), op), a.dtype());
+  const Shape shape = detail::broadcast_shapes(a.shape(), b.shape(), op);
+  const detail::OnDevice on;
+  if (on.kernels()) return on.kernels()->binary(kind, a, b, shape);
+  Tensor out = Tensor::empty(shape, a.dtype());
   if (a.dtype() == DType::kBFloat16) {
     run_binary_bf16(a, b, out, [&](float x, float y) { return static_cast<float>(f(x, y)); });
     return out;
@@ -132,11 +137,14 @@ Tensor binary_arith(const char* op, const Tensor& a, const Tensor& b, bool float
 }
 
 template <typename F>
-Tensor comparison(const char* op, const Tensor& a, const Tensor& b, F f) {
+Tensor comparison(const char* op, detail::BinaryKind kind, const Tensor& a, const Tensor& b, F f) {
   if (detail::any_bf16({&a, &b}) && a.dtype() != b.dtype())
-    return comparison(op, detail::widen(a), detail::widen(b), f);
+    return comparison(op, kind, detail::widen(a), detail::widen(b), f);
   check_binary(op, a, b);
-  Tensor out = Tensor::empty(detail::broadcast_shapes(a.shape(), b.shape(), op), DType::kBool);
+  const Shape shape = detail::broadcast_shapes(a.shape(), b.shape(), op);
+  const detail::OnDevice on;
+  if (on.kernels()) return on.kernels()->binary(kind, a, b, shape);
+  Tensor out = Tensor::empty(shape, DType::kBool);
   detail::visit_dtype(a.dtype(), op, [&]<typename T>() { run_binary<T, bool>(a, b, out, f); });
   return out;
 }
@@ -144,8 +152,16 @@ Tensor comparison(const char* op, const Tensor& a, const Tensor& b, F f) {
 // Same-shape map over two float32 (or two bfloat16) tensors: out[i] =
 // f(x[i], y[i]). The fused backward kernels of unary ops use it (one pass
 // instead of several ops).
+// `kind`: the GPU's kernel for it, where there is one.
 template <typename F>
-Tensor map2(const Tensor& x, const Tensor& y, F f) {
+Tensor map2(const Tensor& x, const Tensor& y, F f,
+            std::optional<detail::Map2Kind> kind = std::nullopt) {
+  const detail::OnDevice on;
+  if (on.kernels()) {
+    if (kind && x.dtype() == DType::kFloat32 && y.dtype() == DType::kFloat32)
+      return on.kernels()->map2(*kind, x, y);
+    detail::no_device_kernel("this op's gradient (a fused map)");
+  }
   if (x.dtype() == DType::kBFloat16 && y.dtype() == DType::kBFloat16) {
     Tensor out = Tensor::empty(x.shape(), DType::kBFloat16);
     const bfloat16* px = x.data<bfloat16>();
@@ -160,7 +176,7 @@ Tensor map2(const Tensor& x, const Tensor& y, F f) {
     });
     return out;
   }
-  if (x.dtype() != y.dtype()) return map2(detail::widen(x), detail::widen(y), f);
+  if (x.dtype() != y.dtype()) return map2(detail::widen(x), detail::widen(y), f, kind);
   Tensor out = Tensor::empty(x.shape());
   const float* px = x.data<float>();
   const float* py = y.data<float>();
@@ -182,9 +198,12 @@ void map_into(const Tensor& x, Tensor& out, F f) {
 
 // Unary float32 op with a oneDNN path for large tensors.
 template <typename F>
-Tensor unary_float(const char* op, const Tensor& x, backend::onednn::Eltwise kind, F f) {
+Tensor unary_float(const char* op, detail::UnaryKind device_kind, const Tensor& x,
+                   backend::onednn::Eltwise kind, F f) {
   check_defined(x, op, "input");
   detail::check_float32(x.dtype(), op, "input");
+  const detail::OnDevice on;
+  if (on.kernels()) return on.kernels()->unary(device_kind, x);
   Tensor out = Tensor::empty(x.shape());
   if (x.numel() >= kOneDnnEltwiseMin) {
     backend::onednn::eltwise(kind, x.data<float>(), out.data<float>(), x.numel());
@@ -209,8 +228,10 @@ void map_bf16_into(const Tensor& x, Tensor& out, F f) {
 
 // Unary op over float32/bfloat16/int32/int64.
 template <typename F>
-Tensor unary_numeric(const char* op, const Tensor& x, F f) {
+Tensor unary_numeric(const char* op, detail::UnaryKind kind, const Tensor& x, F f) {
   check_defined(x, op, "input");
+  const detail::OnDevice on;
+  if (on.kernels()) return on.kernels()->unary(kind, x);
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   if (x.dtype() == DType::kBFloat16) {
     map_bf16_into(x, out, [&](float v) { return static_cast<float>(f(v)); });
@@ -236,7 +257,8 @@ bool mixed_floats(const Tensor& a, const Tensor& b) {
 
 Tensor add(const Tensor& a, const Tensor& b) {
   if (mixed_floats(a, b)) return detail::narrow(add(detail::widen(a), detail::widen(b)));
-  Tensor out = binary_arith("add", a, b, false, [](auto x, auto y) { return x + y; });
+  Tensor out = binary_arith("add", detail::BinaryKind::kAdd, a, b, false,
+                            [](auto x, auto y) { return x + y; });
   if (detail::should_record({a, b})) {
     detail::record("add", {a, b}, out, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
       return Grads{sum_to(g, sa), sum_to(g, sb)};
@@ -247,7 +269,8 @@ Tensor add(const Tensor& a, const Tensor& b) {
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   if (mixed_floats(a, b)) return detail::narrow(sub(detail::widen(a), detail::widen(b)));
-  Tensor out = binary_arith("sub", a, b, false, [](auto x, auto y) { return x - y; });
+  Tensor out = binary_arith("sub", detail::BinaryKind::kSub, a, b, false,
+                            [](auto x, auto y) { return x - y; });
   if (detail::should_record({a, b})) {
     detail::record("sub", {a, b}, out, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
       return Grads{sum_to(g, sa), sum_to(neg(g), sb)};
@@ -258,7 +281,8 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   if (mixed_floats(a, b)) return detail::narrow(mul(detail::widen(a), detail::widen(b)));
-  Tensor out = binary_arith("mul", a, b, false, [](auto x, auto y) { return x * y; });
+  Tensor out = binary_arith("mul", detail::BinaryKind::kMul, a, b, false,
+                            [](auto x, auto y) { return x * y; });
   if (detail::should_record({a, b})) {
     detail::record("mul", {a, b}, out, [a, b](const Tensor& g) {
       return Grads{sum_to(mul(g, b), a.shape()), sum_to(mul(g, a), b.shape())};
@@ -269,7 +293,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 
 Tensor div(const Tensor& a, const Tensor& b) {
   if (mixed_floats(a, b)) return detail::narrow(div(detail::widen(a), detail::widen(b)));
-  Tensor out = binary_arith("div", a, b, true, [](auto x, auto y) { return x / y; });
+  Tensor out = binary_arith("div", detail::BinaryKind::kDiv, a, b, true,
+                            [](auto x, auto y) { return x / y; });
   if (detail::should_record({a, b})) {
     detail::record("div", {a, b}, out, [a, b](const Tensor& g) {
       const Tensor ga = div(g, b);
@@ -281,7 +306,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 Tensor pow(const Tensor& a, const Tensor& b) {
   if (detail::any_bf16({&a, &b})) return detail::narrow(pow(detail::widen(a), detail::widen(b)));
-  Tensor out = binary_arith("pow", a, b, true, [](float x, float y) { return std::pow(x, y); });
+  Tensor out = binary_arith("pow", detail::BinaryKind::kPow, a, b, true,
+                            [](float x, float y) { return std::pow(x, y); });
   if (detail::should_record({a, b})) {
     detail::record("pow", {a, b}, out, [a, b, out](const Tensor& g) {
       // d/da a^b = b·a^(b-1); d/db a^b = a^b·log(a), taken as 0 where a <= 0.
@@ -297,7 +323,8 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
   if (mixed_floats(a, b)) return detail::narrow(maximum(detail::widen(a), detail::widen(b)));
-  Tensor out = binary_arith("maximum", a, b, false, [](auto x, auto y) { return x >= y ? x : y; });
+  Tensor out = binary_arith("maximum", detail::BinaryKind::kMaximum, a, b, false,
+                            [](auto x, auto y) { return x >= y ? x : y; });
   if (detail::should_record({a, b})) {
     detail::record("maximum", {a, b}, out, [a, b](const Tensor& g) {
       const Tensor to_a = greater_equal(a, b);  // ties go to a, as TensorFlow
@@ -311,7 +338,8 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
   if (mixed_floats(a, b)) return detail::narrow(minimum(detail::widen(a), detail::widen(b)));
-  Tensor out = binary_arith("minimum", a, b, false, [](auto x, auto y) { return x <= y ? x : y; });
+  Tensor out = binary_arith("minimum", detail::BinaryKind::kMinimum, a, b, false,
+                            [](auto x, auto y) { return x <= y ? x : y; });
   if (detail::should_record({a, b})) {
     detail::record("minimum", {a, b}, out, [a, b](const Tensor& g) {
       const Tensor to_a = less_equal(a, b);
@@ -326,7 +354,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 // ---- unary --------------------------------------------------------------------
 
 Tensor neg(const Tensor& x) {
-  Tensor out = unary_numeric("neg", x, [](auto v) { return -v; });
+  Tensor out = unary_numeric("neg", detail::UnaryKind::kNeg, x, [](auto v) { return -v; });
   if (detail::should_record({x})) {
     detail::record("neg", {x}, out, [](const Tensor& g) { return Grads{neg(g)}; });
   }
@@ -335,8 +363,8 @@ Tensor neg(const Tensor& x) {
 
 Tensor exp(const Tensor& x) {
   if (detail::any_bf16({&x})) return detail::narrow(exp(detail::widen(x)));
-  Tensor out =
-      unary_float("exp", x, backend::onednn::Eltwise::kExp, [](float v) { return std::exp(v); });
+  Tensor out = unary_float("exp", detail::UnaryKind::kExp, x, backend::onednn::Eltwise::kExp,
+                           [](float v) { return std::exp(v); });
   if (detail::should_record({x})) {
     detail::record("exp", {x}, out, [out](const Tensor& g) { return Grads{mul(g, out)}; });
   }
@@ -352,8 +380,10 @@ Tensor log(const Tensor& x) {
   // ulp.
   check_defined(x, "log", "input");
   detail::check_float32(x.dtype(), "log", "input");
-  Tensor out = Tensor::empty(x.shape());
-  map_into<float>(x, out, [](float v) { return std::log(v); });
+  const detail::OnDevice on;
+  Tensor out =
+      on.kernels() ? on.kernels()->unary(detail::UnaryKind::kLog, x) : Tensor::empty(x.shape());
+  if (!on.kernels()) map_into<float>(x, out, [](float v) { return std::log(v); });
   if (detail::should_record({x})) {
     detail::record("log", {x}, out, [x](const Tensor& g) { return Grads{div(g, x)}; });
   }
@@ -366,11 +396,14 @@ Tensor log1p(const Tensor& x) {
   detail::check_float32(x.dtype(), "log1p", "input");
   // Our loop at every size: oneDNN has no log1p, and its log of 1 + x
   // would lose what this op is for.
-  Tensor out = Tensor::empty(x.shape());
-  map_into<float>(x, out, [](float v) { return std::log1p(v); });
+  const detail::OnDevice on;
+  Tensor out =
+      on.kernels() ? on.kernels()->unary(detail::UnaryKind::kLog1p, x) : Tensor::empty(x.shape());
+  if (!on.kernels()) map_into<float>(x, out, [](float v) { return std::log1p(v); });
   if (detail::should_record({x})) {
     detail::record("log1p", {x}, out, [x](const Tensor& g) {
-      return Grads{map2(g, x, [](float gv, float v) { return gv / (1.0f + v); })};
+      return Grads{map2(
+          g, x, [](float gv, float v) { return gv / (1.0f + v); }, detail::Map2Kind::kLog1pGrad)};
     });
   }
   return out;
@@ -378,43 +411,50 @@ Tensor log1p(const Tensor& x) {
 
 Tensor sqrt(const Tensor& x) {
   if (detail::any_bf16({&x})) return detail::narrow(sqrt(detail::widen(x)));
-  Tensor out =
-      unary_float("sqrt", x, backend::onednn::Eltwise::kSqrt, [](float v) { return std::sqrt(v); });
+  Tensor out = unary_float("sqrt", detail::UnaryKind::kSqrt, x, backend::onednn::Eltwise::kSqrt,
+                           [](float v) { return std::sqrt(v); });
   if (detail::should_record({x})) {
     detail::record("sqrt", {x}, out, [out](const Tensor& g) {
-      return Grads{map2(g, out, [](float gv, float y) { return 0.5f * gv / y; })};
+      return Grads{map2(
+          g, out, [](float gv, float y) { return 0.5f * gv / y; }, detail::Map2Kind::kSqrtGrad)};
     });
   }
   return out;
 }
 
 Tensor square(const Tensor& x) {
-  Tensor out = unary_numeric("square", x, [](auto v) { return v * v; });
+  Tensor out = unary_numeric("square", detail::UnaryKind::kSquare, x, [](auto v) { return v * v; });
   if (detail::should_record({x})) {
     detail::record("square", {x}, out, [x](const Tensor& g) {
-      return Grads{map2(g, x, [](float gv, float v) { return 2.0f * v * gv; })};
+      return Grads{map2(
+          g, x, [](float gv, float v) { return 2.0f * v * gv; }, detail::Map2Kind::kSquareGrad)};
     });
   }
   return out;
 }
 
 Tensor abs(const Tensor& x) {
-  Tensor out = unary_numeric("abs", x, [](auto v) { return v < 0 ? -v : v; });
+  Tensor out =
+      unary_numeric("abs", detail::UnaryKind::kAbs, x, [](auto v) { return v < 0 ? -v : v; });
   if (detail::should_record({x})) {
     detail::record("abs", {x}, out, [x](const Tensor& g) {
-      return Grads{map2(g, x, [](float gv, float v) { return v > 0 ? gv : (v < 0 ? -gv : 0.0f); })};
+      return Grads{map2(
+          g, x, [](float gv, float v) { return v > 0 ? gv : (v < 0 ? -gv : 0.0f); },
+          detail::Map2Kind::kAbsGrad)};
     });
   }
   return out;
 }
 
 Tensor detail::relu_grad_from_output(const Tensor& g, const Tensor& y) {
-  return map2(g.dtype() == y.dtype() ? g : cast(g, y.dtype()), y,
-              [](float gv, float v) { return v > 0 ? gv : 0.0f; });
+  return map2(
+      g.dtype() == y.dtype() ? g : cast(g, y.dtype()), y,
+      [](float gv, float v) { return v > 0 ? gv : 0.0f; }, detail::Map2Kind::kReluGradFromOutput);
 }
 
 Tensor relu(const Tensor& x) {
-  Tensor out = unary_numeric("relu", x, [](auto v) { return v > 0 ? v : decltype(v){0}; });
+  Tensor out = unary_numeric("relu", detail::UnaryKind::kRelu, x,
+                             [](auto v) { return v > 0 ? v : decltype(v){0}; });
   if (detail::should_record({x})) {
     detail::record("relu", {x}, out,
                    [out](const Tensor& g) { return Grads{detail::relu_grad_from_output(g, out)}; });
@@ -465,8 +505,11 @@ Tensor relu(const Tensor& x, const ReluOptions& o) {
       o.negative_slope >= 0.0f && o.threshold >= 0.0f && (!o.max_value || *o.max_value >= 0.0f),
       "relu: negative_slope, threshold and max_value must be >= 0, got ", o.negative_slope, ", ",
       o.threshold, " and ", o.max_value ? std::to_string(*o.max_value) : std::string("none"));
+  if (o.negative_slope == 0.0f && o.threshold == 0.0f && !o.max_value) return relu(x);
   const float slope = o.negative_slope, threshold = o.threshold;
   const float top = o.max_value ? *o.max_value : std::numeric_limits<float>::infinity();
+  const detail::OnDevice on;
+  if (on.kernels()) detail::no_device_kernel("relu with a slope, threshold or max_value");
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   if (x.dtype() == DType::kBFloat16) {
     const bfloat16* px = x.data<bfloat16>();
@@ -487,6 +530,7 @@ Tensor relu(const Tensor& x, const ReluOptions& o) {
   if (detail::should_record({x})) {
     detail::record("relu", {x}, out, [out, slope, top](const Tensor& upstream) {
       const Tensor g = upstream.dtype() == out.dtype() ? upstream : cast(upstream, out.dtype());
+      const detail::OnDevice on;  // the fake accelerator's (a GPU never recorded this op)
       Tensor dx = Tensor::empty(out.shape(), out.dtype());
       if (out.dtype() == DType::kBFloat16) {
         const bfloat16* pg = g.data<bfloat16>();
@@ -514,11 +558,14 @@ Tensor relu(const Tensor& x, const ReluOptions& o) {
 
 Tensor sigmoid(const Tensor& x) {
   if (detail::any_bf16({&x})) return detail::narrow(sigmoid(detail::widen(x)));
-  Tensor out = unary_float("sigmoid", x, backend::onednn::Eltwise::kSigmoid,
-                           [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
+  Tensor out =
+      unary_float("sigmoid", detail::UnaryKind::kSigmoid, x, backend::onednn::Eltwise::kSigmoid,
+                  [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
   if (detail::should_record({x})) {
     detail::record("sigmoid", {x}, out, [out](const Tensor& g) {
-      return Grads{map2(g, out, [](float gv, float y) { return gv * y * (1.0f - y); })};
+      return Grads{map2(
+          g, out, [](float gv, float y) { return gv * y * (1.0f - y); },
+          detail::Map2Kind::kSigmoidGrad)};
     });
   }
   return out;
@@ -526,11 +573,13 @@ Tensor sigmoid(const Tensor& x) {
 
 Tensor tanh(const Tensor& x) {
   if (detail::any_bf16({&x})) return detail::narrow(tanh(detail::widen(x)));
-  Tensor out =
-      unary_float("tanh", x, backend::onednn::Eltwise::kTanh, [](float v) { return std::tanh(v); });
+  Tensor out = unary_float("tanh", detail::UnaryKind::kTanh, x, backend::onednn::Eltwise::kTanh,
+                           [](float v) { return std::tanh(v); });
   if (detail::should_record({x})) {
     detail::record("tanh", {x}, out, [out](const Tensor& g) {
-      return Grads{map2(g, out, [](float gv, float y) { return gv * (1.0f - y * y); })};
+      return Grads{map2(
+          g, out, [](float gv, float y) { return gv * (1.0f - y * y); },
+          detail::Map2Kind::kTanhGrad)};
     });
   }
   return out;
@@ -541,6 +590,18 @@ Tensor clip(const Tensor& x, float min_value, float max_value) {
   detail::check_floating(x.dtype(), "clip", "input");
   LOCKSTEP_CHECK(min_value <= max_value, "clip: min_value ", min_value,
                  " must not exceed max_value ", max_value);
+  const detail::OnDevice on;
+  if (on.kernels() && x.dtype() == DType::kFloat32) {
+    Tensor out = on.kernels()->clip(x, min_value, max_value);
+    if (detail::should_record({x})) {
+      detail::record("clip", {x}, out, [x, min_value, max_value](const Tensor& g) {
+        const Tensor zero = zeros_like(g);
+        return Grads{where(greater_equal(x, Tensor::scalar(min_value)),
+                           where(less_equal(x, Tensor::scalar(max_value)), g, zero), zero)};
+      });
+    }
+    return out;
+  }
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   const auto f = [=](float v) {
     return v < min_value ? min_value : (v > max_value ? max_value : v);
@@ -562,22 +623,27 @@ Tensor clip(const Tensor& x, float min_value, float max_value) {
 // ---- comparisons and where ----------------------------------------------------
 
 Tensor equal(const Tensor& a, const Tensor& b) {
-  return comparison("equal", a, b, [](auto x, auto y) { return x == y; });
+  return comparison("equal", detail::BinaryKind::kEqual, a, b,
+                    [](auto x, auto y) { return x == y; });
 }
 Tensor not_equal(const Tensor& a, const Tensor& b) {
-  return comparison("not_equal", a, b, [](auto x, auto y) { return x != y; });
+  return comparison("not_equal", detail::BinaryKind::kNotEqual, a, b,
+                    [](auto x, auto y) { return x != y; });
 }
 Tensor less(const Tensor& a, const Tensor& b) {
-  return comparison("less", a, b, [](auto x, auto y) { return x < y; });
+  return comparison("less", detail::BinaryKind::kLess, a, b, [](auto x, auto y) { return x < y; });
 }
 Tensor less_equal(const Tensor& a, const Tensor& b) {
-  return comparison("less_equal", a, b, [](auto x, auto y) { return x <= y; });
+  return comparison("less_equal", detail::BinaryKind::kLessEqual, a, b,
+                    [](auto x, auto y) { return x <= y; });
 }
 Tensor greater(const Tensor& a, const Tensor& b) {
-  return comparison("greater", a, b, [](auto x, auto y) { return x > y; });
+  return comparison("greater", detail::BinaryKind::kGreater, a, b,
+                    [](auto x, auto y) { return x > y; });
 }
 Tensor greater_equal(const Tensor& a, const Tensor& b) {
-  return comparison("greater_equal", a, b, [](auto x, auto y) { return x >= y; });
+  return comparison("greater_equal", detail::BinaryKind::kGreaterEqual, a, b,
+                    [](auto x, auto y) { return x >= y; });
 }
 
 Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
@@ -589,20 +655,24 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
                  cond.dtype(), ". Hint: build it with a comparison such as lockstep::greater");
   const Shape shape = detail::broadcast_shapes(
       cond.shape(), detail::broadcast_shapes(x.shape(), y.shape(), "where"), "where");
-  Tensor out = Tensor::empty(shape, x.dtype());
+  const detail::OnDevice on;
+  Tensor out =
+      on.kernels() ? on.kernels()->where(cond, x, y, shape) : Tensor::empty(shape, x.dtype());
   const auto plan = detail::make_broadcast_plan<3>(shape, {cond.shape(), x.shape(), y.shape()});
-  detail::visit_dtype(x.dtype(), "where", [&]<typename T>() {
-    const bool* pc = cond.data<bool>();
-    const T* px = static_cast<const T*>(x.raw_data());
-    const T* py = static_cast<const T*>(y.raw_data());
-    T* po = static_cast<T*>(out.raw_data());
-    detail::for_each_run(
-        plan, 1, [&](const auto& off, std::int64_t o, std::int64_t n, const auto& s) {
-          for (std::int64_t i = 0; i < n; ++i) {
-            po[o + i] = pc[off[0] + i * s[0]] ? px[off[1] + i * s[1]] : py[off[2] + i * s[2]];
-          }
-        });
-  });
+  if (!on.kernels()) {
+    detail::visit_dtype(x.dtype(), "where", [&]<typename T>() {
+      const bool* pc = cond.data<bool>();
+      const T* px = static_cast<const T*>(x.raw_data());
+      const T* py = static_cast<const T*>(y.raw_data());
+      T* po = static_cast<T*>(out.raw_data());
+      detail::for_each_run(
+          plan, 1, [&](const auto& off, std::int64_t o, std::int64_t n, const auto& s) {
+            for (std::int64_t i = 0; i < n; ++i) {
+              po[o + i] = pc[off[0] + i * s[0]] ? px[off[1] + i * s[1]] : py[off[2] + i * s[2]];
+            }
+          });
+    });
+  }
   if (is_floating(x) && detail::should_record({x, y})) {
     detail::record("where", {x, y}, out, [cond, sx = x.shape(), sy = y.shape()](const Tensor& g) {
       const Tensor zero = zeros_like(g);

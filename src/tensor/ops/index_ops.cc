@@ -3,6 +3,7 @@
 // an IndexError naming its position and value, never a read out of bounds.
 #include <cstring>
 
+#include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/recording.h"
 #include "tensor/dispatch.h"
@@ -43,7 +44,10 @@ Tensor gather(const Tensor& params, const Tensor& indices, int axis) {
   check_defined(indices, "gather", "indices");
   const int a = normalize_axis(axis, params.rank(), "gather");
   const std::int64_t n = params.shape()[a];
-  const std::vector<std::int64_t> idx = checked_indices(indices, n, "gather", params.shape(), a);
+  const std::vector<std::int64_t> idx =
+      checked_indices(indices.cpu(), n, "gather", params.shape(), a);
+  const detail::OnDevice on;
+  if (on.kernels()) detail::no_device_kernel("gather");
   Shape out_shape;
   for (int i = 0; i < a; ++i) out_shape.push_back(params.shape()[i]);
   for (std::int64_t d : indices.shape().dims()) out_shape.push_back(d);
@@ -66,6 +70,7 @@ Tensor gather(const Tensor& params, const Tensor& indices, int axis) {
   if (params.dtype() == DType::kFloat32 && detail::should_record({params})) {
     detail::record("gather", {params}, out,
                    [sp = params.shape(), idx, outer, inner, n, m](const Tensor& g) {
+                     const detail::OnDevice on_g;  // the fake accelerator's scope
                      Tensor grad = Tensor::zeros(sp);
                      float* pg = grad.data<float>();
                      const float* src = g.data<float>();
@@ -98,11 +103,26 @@ Tensor take_along_axis(const Tensor& x, const Tensor& indices, int axis) {
                       a, " may differ)");
   }
   const std::int64_t n = x.shape()[a];
+  // Checked on the host (a copy of the indices when they are on a GPU):
+  // an index out of range is an error, never a silent read.
   const std::vector<std::int64_t> idx =
-      checked_indices(indices, n, "take_along_axis", x.shape(), a);
+      checked_indices(indices.cpu(), n, "take_along_axis", x.shape(), a);
   const std::int64_t m = indices.shape()[a];
   std::int64_t outer = 0, inner = 0;
   dims_around(x.shape(), a, outer, inner);
+  const detail::OnDevice on;
+  if (on.kernels()) {
+    if (x.dtype() != DType::kFloat32) detail::no_device_kernel("take_along_axis of non-floats");
+    const Tensor idx64 = cast(indices, DType::kInt64);
+    Tensor out = on.kernels()->take_along_axis(x, idx64, a);
+    if (detail::should_record({x})) {
+      detail::record("take_along_axis", {x}, out, [sx = x.shape(), idx64, a](const Tensor& g) {
+        const detail::OnDevice on_g;
+        return Grads{on_g.kernels()->scatter_along_axis(g, idx64, a, sx)};
+      });
+    }
+    return out;
+  }
   Tensor out = Tensor::empty(indices.shape(), x.dtype());
   detail::visit_dtype(x.dtype(), "take_along_axis", [&]<typename T>() {
     const T* px = static_cast<const T*>(x.raw_data());
@@ -119,6 +139,7 @@ Tensor take_along_axis(const Tensor& x, const Tensor& indices, int axis) {
   if (x.dtype() == DType::kFloat32 && detail::should_record({x})) {
     detail::record("take_along_axis", {x}, out,
                    [sx = x.shape(), idx, outer, inner, n, m](const Tensor& g) {
+                     const detail::OnDevice on_g;  // the fake accelerator's scope
                      Tensor grad = Tensor::zeros(sx);
                      float* pg = grad.data<float>();
                      const float* src = g.data<float>();
@@ -139,7 +160,12 @@ Tensor take_along_axis(const Tensor& x, const Tensor& indices, int axis) {
 Tensor one_hot(const Tensor& indices, std::int64_t depth, const OneHotOptions& options) {
   check_defined(indices, "one_hot", "indices");
   LOCKSTEP_CHECK(depth > 0, "one_hot: depth must be > 0, got ", depth);
-  const std::vector<std::int64_t> idx = checked_indices(indices, depth, "one_hot", Shape{depth}, 0);
+  const std::vector<std::int64_t> idx =
+      checked_indices(indices.cpu(), depth, "one_hot", Shape{depth}, 0);
+  const detail::OnDevice on;
+  if (on.kernels())
+    return on.kernels()->one_hot(cast(indices, DType::kInt64), depth, options.on_value,
+                                 options.off_value);
   Shape out_shape = indices.shape();
   out_shape.push_back(depth);
   Tensor out = Tensor::full(out_shape, options.off_value);

@@ -3,6 +3,7 @@
 // log_softmax: softmax_ops.cc).
 #include <cstring>
 
+#include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/recording.h"
 #include "tensor/backend/onednn/onednn.h"
@@ -53,6 +54,8 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const Tensor* bias, const M
                       ": expected bias of shape [", s.n, "], got ", bias->shape());
   }
   const Shape out_shape = ra == 3 ? Shape{s.batch, s.m, s.n} : Shape{s.m, s.n};
+  const detail::OnDevice on;
+  if (on.kernels() && s.k > 0) return on.kernels()->matmul(a, b, bias ? *bias : Tensor(), o);
   Tensor out = Tensor::empty(out_shape, a.dtype());
   if (out.numel() == 0) return out;
   if (s.k == 0) {  // an empty sum: the bias alone (oneDNN rejects zero dims)

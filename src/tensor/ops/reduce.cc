@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 
+#include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/recording.h"
 #include "tensor/dispatch.h"
@@ -160,8 +161,19 @@ Tensor reduce_keepdims(const Tensor& x, const std::vector<int>& axes, ReduceKind
     while (j > 0 && axes[j - 1] + 1 == axes[j]) --j;
     const int begin = axes[j];
     const int end = axes[i - 1] + 1;
-    detail::visit_numeric(x.dtype(), op,
-                          [&]<typename T>() { cur = reduce_run<T>(cur, begin, end, kind); });
+    const detail::OnDevice on;
+    if (on.kernels() && cur.dtype() == DType::kFloat32) {
+      Shape kept = cur.shape();
+      for (int d = begin; d < end; ++d) kept[d] = 1;
+      const auto device_kind = kind == ReduceKind::kSum   ? detail::ReduceKind::kSum
+                               : kind == ReduceKind::kMax ? detail::ReduceKind::kMax
+                                                          : detail::ReduceKind::kMin;
+      cur = on.kernels()->reduce(device_kind, cur, begin, end, kept);
+    } else {
+      if (on.kernels()) detail::no_device_kernel("a reduction of integers");
+      detail::visit_numeric(x.dtype(), op,
+                            [&]<typename T>() { cur = reduce_run<T>(cur, begin, end, kind); });
+    }
     i = j;
   }
   return cur;
@@ -239,6 +251,11 @@ Tensor argmax(const Tensor& x, int axis) {
   std::int64_t outer = 1, n = s[a], inner = 1;
   for (int i = 0; i < a; ++i) outer *= s[i];
   for (int i = a + 1; i < s.rank(); ++i) inner *= s[i];
+  const detail::OnDevice on;
+  if (on.kernels()) {
+    if (x.dtype() != DType::kFloat32) detail::no_device_kernel("argmax of integers");
+    return on.kernels()->argmax(x, a);
+  }
   Tensor out = Tensor::empty(dropped_shape(s, {a}), DType::kInt64);
   std::int64_t* po = out.data<std::int64_t>();
   detail::visit_numeric(x.dtype(), "argmax", [&]<typename T>() {

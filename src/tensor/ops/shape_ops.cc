@@ -3,6 +3,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/recording.h"
 #include "tensor/backend/onednn/onednn.h"
@@ -126,8 +127,10 @@ Tensor transpose(const Tensor& x, const std::vector<int>& perm_in) {
     strides[static_cast<std::size_t>(i)] =
         in_strides[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])];
   }
-  Tensor out = Tensor::empty(out_shape, x.dtype());
-  if (x.numel() > 0) {
+  const detail::OnDevice on;
+  Tensor out =
+      on.kernels() ? on.kernels()->transpose(x, perm) : Tensor::empty(out_shape, x.dtype());
+  if (x.numel() > 0 && !on.kernels()) {
     if (r == 0) {
       std::memcpy(out.raw_data(), x.raw_data(), x.nbytes());
     } else {
@@ -306,20 +309,25 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   LOCKSTEP_CHECK_AS(ShapeError, joint == shape, "broadcast_to: cannot broadcast ", x.shape(),
                     " to ", shape);
   if (x.shape() == shape) return x;
-  Tensor out = Tensor::empty(shape, x.dtype());
+  const detail::OnDevice on;
+  // On a GPU: x · 1 over the broadcast (exact, -0 and NaN kept).
+  Tensor out = on.kernels() ? on.kernels()->binary(detail::BinaryKind::kMul, x,
+                                                   Tensor::ones({}, x.dtype()), shape)
+                            : Tensor::empty(shape, x.dtype());
   const auto plan = detail::make_broadcast_plan<1>(shape, {x.shape()});
-  detail::visit_dtype(x.dtype(), "broadcast_to", [&]<typename T>() {
-    const T* px = static_cast<const T*>(x.raw_data());
-    T* po = static_cast<T*>(out.raw_data());
-    detail::for_each_run(
-        plan, 1, [&](const auto& off, std::int64_t o, std::int64_t n, const auto& s) {
-          if (s[0] == 1) {
-            std::memcpy(po + o, px + off[0], static_cast<std::size_t>(n) * sizeof(T));
-          } else {
-            std::fill(po + o, po + o + n, px[off[0]]);
-          }
-        });
-  });
+  if (!on.kernels())
+    detail::visit_dtype(x.dtype(), "broadcast_to", [&]<typename T>() {
+      const T* px = static_cast<const T*>(x.raw_data());
+      T* po = static_cast<T*>(out.raw_data());
+      detail::for_each_run(
+          plan, 1, [&](const auto& off, std::int64_t o, std::int64_t n, const auto& s) {
+            if (s[0] == 1) {
+              std::memcpy(po + o, px + off[0], static_cast<std::size_t>(n) * sizeof(T));
+            } else {
+              std::fill(po + o, po + o + n, px[off[0]]);
+            }
+          });
+    });
   if (detail::should_record({x})) {
     detail::record("broadcast_to", {x}, out,
                    [sx = x.shape()](const Tensor& g) { return Grads{sum_to(g, sx)}; });
@@ -341,8 +349,10 @@ std::string bfloat16_kernels() {
 
 Tensor cast(const Tensor& x, DType dtype) {
   check_defined(x, "cast", "input");
-  Tensor out = Tensor::empty(x.shape(), dtype);
-  if (dtype == x.dtype()) {
+  const detail::OnDevice on;
+  Tensor out = on.kernels() ? on.kernels()->cast(x, dtype) : Tensor::empty(x.shape(), dtype);
+  if (on.kernels()) {
+  } else if (dtype == x.dtype()) {
     std::memcpy(out.raw_data(), x.raw_data(), x.nbytes());
   } else if (x.dtype() == DType::kFloat32 && dtype == DType::kBFloat16) {
     const float* px = x.data<float>();

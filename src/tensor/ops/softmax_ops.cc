@@ -19,6 +19,7 @@
 #include <limits>
 #include <vector>
 
+#include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/parallel.h"
 #include "lockstep/tensor/recording.h"
@@ -75,6 +76,11 @@ Outputs softmax_kernel(const Tensor& x, int axis, bool want_log, bool want_prob,
   for (int i = a + 1; i < x.rank(); ++i) inner *= x.shape()[i];
   const std::int64_t n = x.shape()[a];
   Outputs out;
+  const detail::OnDevice on;
+  if (on.kernels()) {
+    on.kernels()->softmax(x, a, want_log ? &out.log : nullptr, want_prob ? &out.prob : nullptr);
+    return out;
+  }
   if (want_log) out.log = Tensor::empty(x.shape());
   if (want_prob) out.prob = Tensor::empty(x.shape());
   if (x.numel() == 0) return out;

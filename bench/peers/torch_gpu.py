@@ -1,0 +1,102 @@
+"""The GPU check's PyTorch side: the seed MLP (and the small CNN) on one GPU,
+written the way a PyTorch user writes them at their fastest in eager mode.
+
+  python3 torch_gpu.py --workload mlp --batch 64 --epochs 2 --data-dir DIR
+
+The data is read from Fashion-MNIST's IDX files (gzip) and put on the GPU
+once; every epoch draws a new permutation on the GPU and gathers batches by
+index (no DataLoader, no host copies); Keras's initialisation (Glorot
+uniform, zero bias), Adam (lr 1e-3, eps 1e-7, fused), TF32 off (float32 as
+Lockstep runs it by default). The MLP holds out the last 10k training
+images, as the guide does; the CNN is channels_last. Timing: the epochs'
+wall time after a synchronize, without the warm-up epoch's first steps
+(one untimed pass of 20 steps first). Prints `RESULT {json}` as the other
+peers do.
+"""
+import argparse
+import gzip
+import json
+import os
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+from torch_workloads import make_model  # the same models as the CPU peers
+
+
+def idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--workload", default="mlp", choices=["mlp", "cnn"])
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--data-dir", required=True)
+    a = p.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(a.seed)
+    dev = torch.device("cuda")
+    d = a.data_dir
+    x = idx(os.path.join(d, "train-images-idx3-ubyte.gz"))
+    y = idx(os.path.join(d, "train-labels-idx1-ubyte.gz"))
+    xt = idx(os.path.join(d, "t10k-images-idx3-ubyte.gz"))
+    yt = idx(os.path.join(d, "t10k-labels-idx1-ubyte.gz"))
+    n = 50000 if a.workload == "mlp" else 60000
+    shape = (-1, 784) if a.workload == "mlp" else (-1, 1, 28, 28)
+
+    def prep(images):
+        t = torch.from_numpy(images.astype(np.float32).reshape(shape) / 255.0).to(dev)
+        return t.contiguous(memory_format=torch.channels_last) if a.workload == "cnn" else t
+
+    x, y = prep(x[:n]), torch.from_numpy(y[:n].astype(np.int64)).to(dev)
+    xt, yt = prep(xt), torch.from_numpy(yt.astype(np.int64)).to(dev)
+    model = make_model(a.workload).to(dev)
+    if a.workload == "cnn":
+        model = model.to(memory_format=torch.channels_last)
+    # fused: one kernel for the whole update, PyTorch's fastest eager Adam on CUDA.
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7, fused=True)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step(xb, yb):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(xb), yb)
+        loss.backward()
+        opt.step()
+        return loss
+
+    model.train()
+    for i in range(20):  # warm-up: cuBLAS handles, kernels' first launches
+        step(x[i * a.batch:(i + 1) * a.batch], y[i * a.batch:(i + 1) * a.batch])
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    gen = torch.Generator(device=dev).manual_seed(a.seed + 1)
+    for _ in range(a.epochs):
+        perm = torch.randperm(n, device=dev, generator=gen)
+        for i in range(0, n, a.batch):
+            b = perm[i:i + a.batch]
+            step(x[b], y[b])
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    model.eval()
+    with torch.no_grad():
+        correct = sum((model(xt[i:i + 512]).argmax(1) == yt[i:i + 512]).sum().item()
+                      for i in range(0, len(xt), 512))
+    print("RESULT " + json.dumps({
+        "system": "pytorch " + torch.__version__, "workload": a.workload,
+        "mode": "eager on " + torch.cuda.get_device_name(0), "batch": a.batch,
+        "epochs": a.epochs, "seconds": seconds, "samples_per_s": n * a.epochs / seconds,
+        "test_accuracy": correct / len(xt)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+// The seam between ops and accelerator devices (implementer-facing, as
+// recording.h: ops, optimizers and the gradient reduction use it; users
+// write DeviceScope and Tensor::cpu()).
+//
+// An op's own code is the CPU's kernel. Each op helper asks `OnDevice`
+// first: on a GPU it hands the computation to the device's DeviceKernels
+// (tensor/gpu_kernels.cc, which calls the CUDA adapter); on the fake
+// accelerator it runs the op's CPU code as device code (DeviceCodeScope),
+// where host code may touch the fake device's memory; on a CPU it does
+// nothing. Outside device code, `Tensor::data()` and `raw_data()` refuse a
+// tensor whose device is not host-accessible — so an op or a trainer that
+// forgot its device path fails on the fake device in CI, and with the same
+// error (never a segfault) on a GPU.
+//
+// Placement follows TensorFlow's eager rule: an op runs on the current
+// device (DeviceScope) and its outputs are made there; an input on the host
+// is copied to the accelerator first (a batch, a constant); an input on an
+// accelerator given to an op on a CPU is an error that says to copy it with
+// `.cpu()`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/tensor/device.h"
+#include "lockstep/tensor/ops.h"
+#include "lockstep/tensor/tensor.h"
+
+namespace lockstep::detail {
+
+enum class BinaryKind {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMaximum,
+  kMinimum,
+  kEqual,
+  kNotEqual,
+  kLess,
+  kLessEqual,
+  kGreater,
+  kGreaterEqual,
+};
+
+enum class UnaryKind { kNeg, kExp, kLog, kLog1p, kSqrt, kSquare, kAbs, kRelu, kSigmoid, kTanh };
+
+// Same-shape maps of two float32 tensors (the fused backward kernels).
+enum class Map2Kind {
+  kReluGradFromOutput,  // y > 0 ? g : 0                  (g, y: the output)
+  kLog1pGrad,           // g / (1 + x)                    (g, x)
+  kSqrtGrad,            // 0.5 · g / y                    (g, y)
+  kSquareGrad,          // 2 · x · g                      (g, x)
+  kAbsGrad,             // x > 0 ? g : (x < 0 ? −g : 0)   (g, x)
+  kSigmoidGrad,         // g · y · (1 − y)                (g, y)
+  kTanhGrad,            // g · (1 − y²)                   (g, y)
+};
+
+enum class ReduceKind { kSum, kMean, kMax, kMin };
+
+// One step of an update rule that has a device kernel, with the numbers the
+// CPU's loop uses (optim/optimizers.cc), so both give the same bits:
+//   kSgd:      var -= lr·g
+//   kMomentum: m = momentum·m − lr·g; var += m (Nesterov: var += momentum·m − lr·g)
+//   kAdam:     m += (g − m)·c1; v += (g² − v)·c2; var −= alpha·m/(√v + ε)
+// and first, when decay != 1, var *= decay (decoupled weight decay).
+struct DeviceUpdate {
+  enum class Rule { kSgd, kMomentum, kAdam } rule = Rule::kSgd;
+  float lr = 0, momentum = 0, alpha = 0, c1 = 0, c2 = 0, epsilon = 0, decay = 1;
+  bool nesterov = false;
+};
+
+class DeviceKernels {
+ public:
+  virtual ~DeviceKernels() = default;
+
+  // What runs: "CUDA (cuBLAS 13.1, sm_90)", "the CPU's kernels (fake accelerator)".
+  virtual std::string describe() const = 0;
+  // True for the fake accelerator: ops run their CPU code as device code.
+  virtual bool runs_host_kernels() const { return false; }
+  // True when this backend's kernels may read `other`'s memory directly
+  // (two logical GPUs of one GPU; the fake devices, all host memory).
+  virtual bool shares_memory_with(const DeviceKernels& other) const { return this == &other; }
+
+  // Memory. `device` is this backend's; pointers are its memory or the host's.
+  virtual void copy_from_host(Device& device, void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void copy_to_host(Device& device, void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void copy_on_device(Device& device, void* dst, const void* src, std::size_t bytes) = 0;
+  // Waits for everything queued on `device`.
+  virtual void synchronize(Device& device) = 0;
+
+  // Computation (GPU). Inputs are on the current device (the caller copied
+  // them there); outputs are made there. Each default throws DeviceError
+  // naming the op: it has no kernel on this device yet.
+  virtual Tensor fill(const Shape& shape, DType dtype, double value);
+  virtual Tensor cast(const Tensor& x, DType dtype);
+  virtual Tensor binary(BinaryKind kind, const Tensor& a, const Tensor& b, const Shape& out_shape);
+  virtual Tensor unary(UnaryKind kind, const Tensor& x);
+  virtual Tensor clip(const Tensor& x, float lo, float hi);
+  virtual Tensor map2(Map2Kind kind, const Tensor& x, const Tensor& y);
+  virtual Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y,
+                       const Shape& out_shape);
+  // Over axes [begin, end) of x, which must be consecutive once size-1 axes
+  // are dropped; `out_shape` as the op makes it (keepdims or not).
+  virtual Tensor reduce(ReduceKind kind, const Tensor& x, int begin, int end,
+                        const Shape& out_shape);
+  virtual Tensor argmax(const Tensor& x, int axis);
+  // log-softmax and/or softmax along `axis`, float64 row sums as the CPU's.
+  virtual void softmax(const Tensor& x, int axis, Tensor* log_out, Tensor* prob_out);
+  virtual Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias,
+                        const MatmulOptions& options);
+  virtual Tensor take_along_axis(const Tensor& x, const Tensor& indices, int axis);
+  // The backward of take_along_axis: zeros of `shape` with g added at the indices.
+  virtual Tensor scatter_along_axis(const Tensor& g, const Tensor& indices, int axis,
+                                    const Shape& shape);
+  virtual Tensor one_hot(const Tensor& indices, std::int64_t depth, float on, float off);
+  virtual Tensor transpose(const Tensor& x, const std::vector<int>& perm);
+  // One optimizer step on `n` float32 values: value, gradient, slots (m, v).
+  virtual void apply_update(const DeviceUpdate& update, float* value, const float* grad,
+                            const std::vector<float*>& slots, std::int64_t n);
+  // dst = Σ srcs (in their order, so every replica gets the same bits).
+  virtual void sum_buffers(Device& device, const std::vector<const float*>& srcs, float* dst,
+                           std::int64_t n);
+};
+
+// Throws DeviceError: `op` has no kernel on the current device yet.
+[[noreturn]] void no_device_kernel(const char* op);
+
+// True while the calling thread runs device code (an op's kernel on the
+// fake accelerator): host-inaccessible memory may then be touched.
+bool in_device_code();
+
+class DeviceCodeScope {
+ public:
+  DeviceCodeScope();
+  ~DeviceCodeScope();
+  DeviceCodeScope(const DeviceCodeScope&) = delete;
+  DeviceCodeScope& operator=(const DeviceCodeScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// What an op helper does on the current device. `kernels()` is non-null on
+// a GPU (call it); on the fake accelerator the scope runs the CPU code that
+// follows as device code; on a CPU, nothing.
+class OnDevice {
+ public:
+  OnDevice();
+  DeviceKernels* kernels() const { return kernels_; }
+
+ private:
+  DeviceKernels* kernels_ = nullptr;
+  std::optional<DeviceCodeScope> scope_;
+};
+
+// dst's buffer ← src's values (same shape and dtype), whatever their devices.
+void copy_into(const Tensor& dst, const Tensor& src);
+
+// `t` on the current accelerator: itself when it is there, else a copy
+// (a host batch, a constant). Used by GPU kernels on their inputs.
+Tensor on_current_device(const Tensor& t);
+
+// Host memory's pointer of a tensor on any device, unchecked: for device
+// kernels and copies only.
+void* device_pointer(const Tensor& t);
+
+}  // namespace lockstep::detail

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The GPU check (issue #34): one prepared command for a machine with an
+# NVIDIA GPU, sized to finish in about 7 minutes.
+#
+#   scripts/gpu-check.sh pack      here (no GPU needed): builds the release
+#                                  preset and packs into .gpu-carry/ what the
+#                                  GPU machine lacks — our binaries, the CUDA
+#                                  adapter, the Debian libraries they load, and
+#                                  Fashion-MNIST
+#   scripts/gpu-check.sh run OUT   there: versions (failing fast when a library
+#                                  is missing), every device op against the CPU,
+#                                  compute-sanitizer's memcheck over training
+#                                  steps, the seed MLP on /gpu:0 and on two
+#                                  logical GPUs against the CPU run of the same
+#                                  binary, and samples/s beside PyTorch eager
+#                                  on the same GPU, alternating rounds. Logs go
+#                                  to OUT; the summary is printed last.
+#
+# CUDA's libraries come from the GPU machine's PyTorch wheels (cuBLAS in
+# site-packages/nvidia/cu13/lib or nvidia/cublas/lib).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+carry=$here/.gpu-carry
+
+pack() {
+  cmake --build --preset release -j2 --target lockstep lockstep_cuda workloads device_tests >/dev/null
+  rm -rf "$carry" && mkdir -p "$carry/bin" "$carry/lib" "$carry/data"
+  local b=$here/build/release
+  cp "$b/cli/lockstep" "$b/bench/workloads" "$b/tests/device_tests" "$carry/bin/"
+  cp "$b/lib/liblockstep_cuda.so" "$carry/lib/"
+  # The Debian libraries the binaries load, but not glibc's, the compiler's
+  # runtime or CUDA's (the GPU machine has newer ones of each).
+  ldd "$carry"/bin/* "$carry/lib/liblockstep_cuda.so" | awk '/=> \//{print $3}' | sort -u |
+    grep -Ev '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|libcublas|libcudart' |
+    while read -r lib; do cp -L "$lib" "$carry/lib/"; done
+  tar -C "$carry" -cJf "$carry/lockstep.tar.xz" bin lib
+  rm -rf "$carry/bin" "$carry/lib"
+  cp /usr/share/datasets/fashion-mnist/*.gz "$carry/data/"
+  cp "$here"/bench/peers/{torch_gpu,torch_workloads,common}.py "$carry/"
+  du -sh "$carry"
+}
+
+run() {
+  local out=${1:?an output folder}
+  mkdir -p "$out" /tmp/ls
+  tar -C /tmp/ls -xJf "$carry/lockstep.tar.xz"
+  local py=python3
+  local site
+  site=$($py -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))' 2>/dev/null || true)
+  local cuda_libs
+  cuda_libs=$(find "$site/nvidia" -name 'libcublas.so*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
+  export LD_LIBRARY_PATH="/tmp/ls/lib:${cuda_libs}${LD_LIBRARY_PATH:-}"
+  export LOCKSTEP_CUDA_LIBRARY=/tmp/ls/lib/liblockstep_cuda.so
+  local bin=/tmp/ls/bin data=$carry/data summary=$out/summary.txt
+  : >"$summary"
+  say() { echo "$*" | tee -a "$summary"; }
+
+  say "== versions"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$summary"
+  $py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' | tee -a "$summary"
+  ldd "$bin/lockstep" "$LOCKSTEP_CUDA_LIBRARY" | grep 'not found' && { say "FAIL: a library is missing"; exit 1; }
+  "$bin/lockstep" devices | tee -a "$summary"
+  "$bin/lockstep" devices | grep -q '/device:GPU:0' || { say "FAIL: no GPU seen"; exit 1; }
+  nproc | sed 's/^/host cores: /' | tee -a "$summary"
+
+  say "== device ops against the CPU, the optimizers bit for bit, the seed MLP (1 and 2 logical GPUs)"
+  if LOCKSTEP_TEST_DEVICE=/gpu:0 "$bin/device_tests" >"$out/device_tests.log" 2>&1; then
+    say "device_tests: $(grep -c '^\[       OK' "$out/device_tests.log") passed"
+  else
+    say "device_tests: FAILED"; grep -E 'FAILED|Failure|error' "$out/device_tests.log" | head -20 | tee -a "$summary"
+  fi
+
+  say "== compute-sanitizer memcheck over device ops and training steps"
+  if command -v compute-sanitizer >/dev/null; then
+    LOCKSTEP_TEST_DEVICE=/gpu:0 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$bin/device_tests" --gtest_filter='DeviceOps.Matmul*:DeviceOps.Optimizer*:DeviceOps.Shape*:DeviceOps.SeedMlp*' \
+      >"$out/memcheck.log" 2>&1 && say "memcheck: clean" || say "memcheck: rc $? (see memcheck.log)"
+    tail -3 "$out/memcheck.log" | tee -a "$summary"
+  fi
+
+  say "== seed MLP on Fashion-MNIST: accuracy against the CPU run of this binary, samples/s against PyTorch"
+  local results=$out/results.jsonl
+  : >"$results"
+  timeout 120 "$bin/workloads" --workload mlp --batch 64 --epochs 2 --mode one-replica --data-dir "$data" \
+    2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results"
+  for round in 1 2; do
+    for batch in 64 512; do
+      timeout 120 "$bin/workloads" --workload mlp --batch $batch --epochs 2 --mode gpu --data-dir "$data" \
+        2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads gpu b$batch: failed"
+      timeout 120 $py "$carry/torch_gpu.py" --workload mlp --batch $batch --epochs 2 --data-dir "$data" \
+        2>>"$out/torch.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "torch b$batch: failed"
+    done
+    timeout 120 "$bin/workloads" --workload mlp --batch 64 --epochs 2 --mode gpu-logical2 --data-dir "$data" \
+      2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads gpu-logical2: failed"
+  done
+  $py - "$results" <<'EOF' | tee -a "$summary"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+for r in rows:
+    print(f"{r['system'][:16]:16} {r['mode'][:60]:60} batch {r['batch']:4}  "
+          f"{r['samples_per_s']:10.0f} samples/s  test acc {r['test_accuracy']:.4f}")
+EOF
+}
+
+case "${1:-}" in
+  pack) pack ;;
+  run) shift; run "$@" ;;
+  *) echo "usage: $0 pack | run OUT" >&2; exit 2 ;;
+esac

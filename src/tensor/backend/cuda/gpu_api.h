@@ -1,0 +1,105 @@
+// The CUDA adapter's interface: what liblockstep_cuda.so (this folder's .cu
+// files, the only place CUDA headers appear) offers the library, which loads
+// it with dlopen when a program first asks for GPUs — so CPU-only programs
+// never pay CUDA's start-up (~0.15 s and ~220 MB per process here).
+//
+// Plain types only: pointers are device memory unless named `host`; every
+// kernel is queued on `stream` (a logical GPU's) and returns at once, except
+// copies to the host, which wait. Errors are thrown as std::runtime_error
+// with CUDA's message (tensor/gpu_kernels.cc makes them DeviceErrors).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace lockstep::backend::cuda {
+
+constexpr int kApiVersion = 1;
+constexpr int kMaxRank = 8;
+
+// Element types, as lockstep::DType numbers them.
+enum class Type : int { kFloat32 = 0, kInt32 = 1, kInt64 = 2, kUInt8 = 3, kBool = 4, kBf16 = 5 };
+
+// out[i] over the broadcast: rank, out dims, each operand's element strides
+// (0 along broadcast axes).
+struct Broadcast {
+  int rank = 0;
+  std::int64_t dims[kMaxRank] = {};
+  std::int64_t strides[3][kMaxRank] = {};
+};
+
+// detail::DeviceUpdate's numbers (lockstep/tensor/device_kernels.h).
+struct UpdateParams {
+  int rule = 0;  // 0: SGD, 1: SGD with momentum, 2: Adam
+  float lr = 0, momentum = 0, alpha = 0, c1 = 0, c2 = 0, epsilon = 0, decay = 1;
+  bool nesterov = false;
+};
+
+class GpuApi {
+ public:
+  virtual ~GpuApi() = default;
+
+  // Physical GPUs; 0 with `why` set when there are none.
+  virtual int device_count(std::string& why) = 0;
+  // "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)".
+  virtual std::string describe(int gpu) = 0;
+  // "CUDA runtime 13.0, driver 13.0, cuBLAS 13.1".
+  virtual std::string versions() = 0;
+  virtual void* create_stream(int gpu) = 0;
+
+  virtual void* allocate(int gpu, void* stream, std::size_t bytes) = 0;
+  virtual void deallocate(int gpu, void* stream, void* ptr) = 0;
+  virtual void memory_info(int gpu, std::size_t& free, std::size_t& total) = 0;
+  virtual void copy_from_host(void* stream, void* dst, const void* host, std::size_t bytes) = 0;
+  virtual void copy_to_host(void* stream, void* host, const void* src, std::size_t bytes) = 0;
+  virtual void copy_on_device(void* stream, void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void synchronize(void* stream) = 0;
+
+  virtual void fill(void* stream, Type type, void* out, std::int64_t n, double value) = 0;
+  virtual void cast(void* stream, Type from, Type to, const void* x, void* out, std::int64_t n) = 0;
+  // kind: detail::BinaryKind's number; comparisons write bool.
+  virtual void binary(void* stream, int kind, Type type, const Broadcast& b, const void* x,
+                      const void* y, void* out) = 0;
+  virtual void unary(void* stream, int kind, Type type, const void* x, void* out,
+                     std::int64_t n) = 0;
+  virtual void clip(void* stream, const float* x, float* out, std::int64_t n, float lo,
+                    float hi) = 0;
+  virtual void map2(void* stream, int kind, const float* x, const float* y, float* out,
+                    std::int64_t n) = 0;
+  virtual void where(void* stream, const Broadcast& b, const bool* cond, const float* x,
+                     const float* y, float* out) = 0;
+  // Over the middle of [outer, n, inner].
+  virtual void reduce(void* stream, int kind, const float* x, float* out, std::int64_t outer,
+                      std::int64_t n, std::int64_t inner) = 0;
+  virtual void argmax(void* stream, const float* x, std::int64_t* out, std::int64_t outer,
+                      std::int64_t n, std::int64_t inner) = 0;
+  virtual void softmax(void* stream, const float* x, float* log_out, float* prob_out,
+                       std::int64_t outer, std::int64_t n, std::int64_t inner) = 0;
+  // Row-major C[batch][m][n] = op(A)·op(B) (+ bias[n]) (relu), strides in
+  // elements between batch entries (0: shared). TF32 when `tf32`.
+  virtual void gemm(int gpu, void* stream, bool ta, bool tb, std::int64_t m, std::int64_t n,
+                    std::int64_t k, const float* a, const float* b, float* c, std::int64_t batch,
+                    std::int64_t stride_a, std::int64_t stride_b, const float* bias, bool relu,
+                    bool tf32) = 0;
+  // [outer, n, inner] gathered at [outer, k, inner] int64 indices along n.
+  virtual void take_along_axis(void* stream, const float* x, const std::int64_t* idx, float* out,
+                               std::int64_t outer, std::int64_t n, std::int64_t k,
+                               std::int64_t inner) = 0;
+  virtual void scatter_along_axis(void* stream, const float* g, const std::int64_t* idx, float* out,
+                                  std::int64_t outer, std::int64_t n, std::int64_t k,
+                                  std::int64_t inner) = 0;
+  virtual void one_hot(void* stream, const std::int64_t* idx, float* out, std::int64_t count,
+                       std::int64_t depth, float on, float off) = 0;
+  virtual void transpose(void* stream, int elem_bytes, int rank, const std::int64_t* out_dims,
+                         const std::int64_t* in_strides, const void* x, void* out) = 0;
+  virtual void apply_update(void* stream, const UpdateParams& p, float* value, const float* grad,
+                            float* const* slots, int num_slots, std::int64_t n) = 0;
+  virtual void sum_buffers(void* stream, const float* const* srcs, int count, float* dst,
+                           std::int64_t n) = 0;
+};
+
+}  // namespace lockstep::backend::cuda
+
+// The adapter's one exported symbol; null when `version` is not its own.
+extern "C" lockstep::backend::cuda::GpuApi* lockstep_cuda_api(int version);

@@ -1,0 +1,595 @@
+// The CUDA adapter's own kernels: fills and casts, broadcasting elementwise
+// ops, reductions, softmax, index ops, transposes and the optimizers'
+// updates. Deterministic by construction: no atomics; every sum runs in one
+// fixed order (a serial loop per output, or one block's fixed tree), so a
+// step gives the same bits every run. Compiled without fused multiply-adds
+// (src/CMakeLists.txt), as the CPU's update loops are, so an update rule
+// gives the CPU's bits; sums and transcendental functions match the CPU's
+// within float32 rounding (docs/distribute.md, "GPUs").
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "tensor/backend/cuda/kernels.h"
+
+namespace lockstep::backend::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(std::int64_t n) {
+  const std::int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 16 ? 65535 * 16 : b));
+}
+
+// A grid-stride loop over [0, n).
+#define LOCKSTEP_FOR_EACH(i, n)                                                                    \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+
+// bfloat16 storage as Lockstep's (a uint16 with float32's top bits), rounded
+// to nearest even as the CPU's round_to_bf16.
+struct Bf16 {
+  std::uint16_t bits;
+};
+__device__ inline float bf16_to_float(Bf16 v) {
+  return __uint_as_float(static_cast<std::uint32_t>(v.bits) << 16);
+}
+__device__ inline Bf16 float_to_bf16(float f) {
+  const std::uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return Bf16{static_cast<std::uint16_t>((u >> 16) | 0x40)};
+  const std::uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
+  return Bf16{static_cast<std::uint16_t>(rounded >> 16)};
+}
+
+template <typename D, typename S>
+__device__ inline D convert(S v) {
+  if constexpr (std::is_same_v<S, Bf16>) {
+    return convert<D>(bf16_to_float(v));
+  } else if constexpr (std::is_same_v<D, Bf16>) {
+    return float_to_bf16(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<D, bool>) {
+    return v != S{};
+  } else {
+    return static_cast<D>(v);
+  }
+}
+
+// Calls f.template operator()<T>() for a Type.
+template <typename F>
+void visit(Type t, F&& f) {
+  switch (t) {
+    case Type::kFloat32:
+      f.template operator()<float>();
+      return;
+    case Type::kInt32:
+      f.template operator()<std::int32_t>();
+      return;
+    case Type::kInt64:
+      f.template operator()<std::int64_t>();
+      return;
+    case Type::kUInt8:
+      f.template operator()<std::uint8_t>();
+      return;
+    case Type::kBool:
+      f.template operator()<bool>();
+      return;
+    case Type::kBf16:
+      f.template operator()<Bf16>();
+      return;
+  }
+  throw std::runtime_error("unknown element type");
+}
+
+template <typename T>
+__global__ void fill_kernel(T* out, std::int64_t n, T v) {
+  LOCKSTEP_FOR_EACH(i, n) out[i] = v;
+}
+
+template <typename S, typename D>
+__global__ void cast_kernel(const S* x, D* out, std::int64_t n) {
+  LOCKSTEP_FOR_EACH(i, n) out[i] = convert<D>(x[i]);
+}
+
+// Offsets of output element i in each operand.
+template <int K>
+__device__ inline void offsets(const Broadcast& b, std::int64_t i, std::int64_t (&off)[K]) {
+  for (int k = 0; k < K; ++k) off[k] = 0;
+  for (int d = b.rank - 1; d >= 0; --d) {
+    const std::int64_t c = i % b.dims[d];
+    i /= b.dims[d];
+    for (int k = 0; k < K; ++k) off[k] += c * b.strides[k][d];
+  }
+}
+
+// detail::BinaryKind's numbers.
+template <typename T>
+__device__ inline T arith(int kind, T x, T y) {
+  switch (kind) {
+    case 0:
+      return x + y;
+    case 1:
+      return x - y;
+    case 2:
+      return x * y;
+    case 3:
+      return x / y;
+    case 4:
+      if constexpr (std::is_same_v<T, float>) return powf(x, y);
+      return T{};
+    case 5:
+      return x >= y ? x : y;
+    default:
+      return x <= y ? x : y;
+  }
+}
+template <typename T>
+__device__ inline bool compare(int kind, T x, T y) {
+  switch (kind) {
+    case 7:
+      return x == y;
+    case 8:
+      return x != y;
+    case 9:
+      return x < y;
+    case 10:
+      return x <= y;
+    case 11:
+      return x > y;
+    default:
+      return x >= y;
+  }
+}
+
+template <typename T>
+__global__ void binary_kernel(int kind, Broadcast b, const T* x, const T* y, void* out,
+                              std::int64_t n) {
+  LOCKSTEP_FOR_EACH(i, n) {
+    std::int64_t off[2];
+    offsets<2>(b, i, off);
+    if (kind >= 7) {
+      static_cast<bool*>(out)[i] = compare(kind, x[off[0]], y[off[1]]);
+    } else {
+      static_cast<T*>(out)[i] = arith(kind, x[off[0]], y[off[1]]);
+    }
+  }
+}
+
+// detail::UnaryKind's numbers.
+template <typename T>
+__device__ inline T unary_op(int kind, T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    switch (kind) {
+      case 1:
+        return expf(v);
+      case 2:
+        return logf(v);
+      case 3:
+        return log1pf(v);
+      case 4:
+        return sqrtf(v);
+      case 8:
+        return 1.0f / (1.0f + expf(-v));
+      case 9:
+        return tanhf(v);
+      default:
+        break;
+    }
+  }
+  switch (kind) {
+    case 0:
+      return static_cast<T>(-v);
+    case 5:
+      return static_cast<T>(v * v);
+    case 6:
+      if constexpr (std::is_unsigned_v<T>) {
+        return v;
+      } else {
+        return v < T{} ? static_cast<T>(-v) : v;
+      }
+    case 7:
+      return v > T{} ? v : T{};
+    default:
+      return v;
+  }
+}
+
+template <typename T>
+__global__ void unary_kernel(int kind, const T* x, T* out, std::int64_t n) {
+  LOCKSTEP_FOR_EACH(i, n) out[i] = unary_op(kind, x[i]);
+}
+
+__global__ void clip_kernel(const float* x, float* out, std::int64_t n, float lo, float hi) {
+  LOCKSTEP_FOR_EACH(i, n) {
+    const float v = x[i];
+    out[i] = v < lo ? lo : (v > hi ? hi : v);
+  }
+}
+
+// detail::Map2Kind's numbers, each the CPU's expression in the CPU's order.
+__device__ inline float map2_op(int kind, float gv, float v) {
+  switch (kind) {
+    case 0:
+      return v > 0.0f ? gv : 0.0f;
+    case 1:
+      return gv / (1.0f + v);
+    case 2:
+      return 0.5f * gv / v;
+    case 3:
+      return 2.0f * v * gv;
+    case 4:
+      return v > 0.0f ? gv : (v < 0.0f ? -gv : 0.0f);
+    case 5:
+      return gv * v * (1.0f - v);
+    default:
+      return gv * (1.0f - v * v);
+  }
+}
+
+__global__ void map2_kernel(int kind, const float* g, const float* y, float* out, std::int64_t n) {
+  LOCKSTEP_FOR_EACH(i, n) out[i] = map2_op(kind, g[i], y[i]);
+}
+
+__global__ void where_kernel(Broadcast b, const bool* c, const float* x, const float* y, float* out,
+                             std::int64_t n) {
+  LOCKSTEP_FOR_EACH(i, n) {
+    std::int64_t off[3];
+    offsets<3>(b, i, off);
+    out[i] = c[off[0]] ? x[off[1]] : y[off[2]];
+  }
+}
+
+// detail::ReduceKind: 0 sum, 1 mean, 2 max, 3 min. Sums in float64.
+__device__ inline double combine(int kind, double acc, double v) {
+  if (kind <= 1) return acc + v;
+  if (kind == 2) return v > acc ? v : acc;
+  return v < acc ? v : acc;
+}
+
+// One block per row of a contiguous [rows, n]: a fixed tree over the block.
+__global__ void reduce_rows_kernel(int kind, const float* x, float* out, std::int64_t n) {
+  __shared__ double part[kThreads];
+  const float* row = x + blockIdx.x * n;
+  double acc = kind <= 1 ? 0.0 : static_cast<double>(row[0]);
+  for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) acc = combine(kind, acc, row[j]);
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w)
+      part[threadIdx.x] = combine(kind, part[threadIdx.x], part[threadIdx.x + w]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    double r = part[0];
+    if (kind == 1) r /= static_cast<double>(n);
+    out[blockIdx.x] = static_cast<float>(r);
+  }
+}
+
+// One thread per output of [outer, n, inner], inner > 1: a serial sum.
+__global__ void reduce_strided_kernel(int kind, const float* x, float* out, std::int64_t outer,
+                                      std::int64_t n, std::int64_t inner) {
+  LOCKSTEP_FOR_EACH(t, outer * inner) {
+    const std::int64_t o = t / inner, i = t % inner;
+    const float* base = x + o * n * inner + i;
+    double acc = kind <= 1 ? 0.0 : static_cast<double>(base[0]);
+    for (std::int64_t j = 0; j < n; ++j) acc = combine(kind, acc, base[j * inner]);
+    if (kind == 1) acc /= static_cast<double>(n);
+    out[t] = static_cast<float>(acc);
+  }
+}
+
+__global__ void argmax_kernel(const float* x, std::int64_t* out, std::int64_t outer, std::int64_t n,
+                              std::int64_t inner) {
+  LOCKSTEP_FOR_EACH(t, outer * inner) {
+    const std::int64_t o = t / inner, i = t % inner;
+    const float* base = x + o * n * inner + i;
+    std::int64_t best = 0;
+    for (std::int64_t r = 1; r < n; ++r) {
+      if (base[r * inner] > base[best * inner]) best = r;
+    }
+    out[t] = best;
+  }
+}
+
+// The CPU's rule (tensor/ops/softmax_ops.cc): d_i = x_i − max in float64,
+// lse = log1p(Σ_{i≠top} exp(d_i)), each output rounded once. One thread per
+// row: rows are short (classes) and many (examples).
+__global__ void softmax_kernel(const float* x, float* log_out, float* prob_out, std::int64_t outer,
+                               std::int64_t n, std::int64_t inner) {
+  LOCKSTEP_FOR_EACH(t, outer * inner) {
+    const std::int64_t o = t / inner, i = t % inner;
+    const float* row = x + o * n * inner + i;
+    float m = -INFINITY;
+    std::int64_t top = 0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      if (row[j * inner] > m) {
+        m = row[j * inner];
+        top = j;
+      }
+    }
+    double rest = 0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      if (j != top) rest += exp(static_cast<double>(row[j * inner]) - m);
+    }
+    const double lse = log1p(rest), s = 1.0 + rest;
+    const std::int64_t base = o * n * inner + i;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const double d = static_cast<double>(row[j * inner]) - m;
+      if (log_out) log_out[base + j * inner] = static_cast<float>(d - lse);
+      if (prob_out) prob_out[base + j * inner] = static_cast<float>(exp(d) / s);
+    }
+  }
+}
+
+__global__ void bias_relu_kernel(float* c, const float* bias, std::int64_t total, std::int64_t n,
+                                 bool relu) {
+  LOCKSTEP_FOR_EACH(i, total) {
+    float v = c[i];
+    if (bias) v += bias[i % n];
+    if (relu) v = v > 0.0f ? v : 0.0f;
+    c[i] = v;
+  }
+}
+
+__global__ void take_kernel(const float* x, const std::int64_t* idx, float* out, std::int64_t outer,
+                            std::int64_t n, std::int64_t k, std::int64_t inner) {
+  LOCKSTEP_FOR_EACH(t, outer * k * inner) {
+    const std::int64_t i = t % inner, o = t / (k * inner);
+    out[t] = x[(o * n + idx[t]) * inner + i];
+  }
+}
+
+// One thread per (outer, inner) column: zeros, then the k gradients added in
+// order (the CPU's order; no atomics).
+__global__ void scatter_kernel(const float* g, const std::int64_t* idx, float* out,
+                               std::int64_t outer, std::int64_t n, std::int64_t k,
+                               std::int64_t inner) {
+  LOCKSTEP_FOR_EACH(t, outer * inner) {
+    const std::int64_t o = t / inner, i = t % inner;
+    for (std::int64_t r = 0; r < n; ++r) out[(o * n + r) * inner + i] = 0.0f;
+    for (std::int64_t j = 0; j < k; ++j) {
+      const std::int64_t at = (o * k + j) * inner + i;
+      out[(o * n + idx[at]) * inner + i] += g[at];
+    }
+  }
+}
+
+__global__ void one_hot_kernel(const std::int64_t* idx, float* out, std::int64_t count,
+                               std::int64_t depth, float on, float off) {
+  LOCKSTEP_FOR_EACH(t, count * depth) out[t] = idx[t / depth] == t % depth ? on : off;
+}
+
+struct Dims {
+  int rank;
+  std::int64_t out[kMaxRank];
+  std::int64_t in_strides[kMaxRank];
+};
+
+template <typename T>
+__global__ void transpose_kernel(Dims d, const T* x, T* out, std::int64_t n) {
+  LOCKSTEP_FOR_EACH(t, n) {
+    std::int64_t rest = t, src = 0;
+    for (int a = d.rank - 1; a >= 0; --a) {
+      src += (rest % d.out[a]) * d.in_strides[a];
+      rest /= d.out[a];
+    }
+    out[t] = x[src];
+  }
+}
+
+// The update rules of optim/optimizers.cc, the same operations in the same
+// order (no contraction on either side), so the same bits.
+__global__ void update_kernel(UpdateParams p, float* var, const float* g, float* m, float* v,
+                              std::int64_t n) {
+  LOCKSTEP_FOR_EACH(i, n) {
+    if (p.decay != 1.0f) var[i] *= p.decay;
+    if (p.rule == 0) {
+      var[i] -= p.lr * g[i];
+    } else if (p.rule == 1) {
+      m[i] = p.momentum * m[i] - p.lr * g[i];
+      if (p.nesterov) {
+        var[i] += p.momentum * m[i] - p.lr * g[i];
+      } else {
+        var[i] += m[i];
+      }
+    } else {
+      m[i] += (g[i] - m[i]) * p.c1;
+      v[i] += (g[i] * g[i] - v[i]) * p.c2;
+      var[i] -= p.alpha * m[i] / (sqrtf(v[i]) + p.epsilon);
+    }
+  }
+}
+
+struct Sources {
+  const float* p[16];
+};
+
+__global__ void sum_buffers_kernel(Sources s, int count, float* dst, std::int64_t n) {
+  LOCKSTEP_FOR_EACH(i, n) {
+    float acc = s.p[0][i];
+    for (int r = 1; r < count; ++r) acc += s.p[r][i];
+    dst[i] = acc;
+  }
+}
+
+}  // namespace
+
+void launch_fill(cudaStream_t s, Type type, void* out, std::int64_t n, double value) {
+  visit(type, [&]<typename T>() {
+    T v;
+    if constexpr (std::is_same_v<T, Bf16>) {
+      const float f = static_cast<float>(value);
+      std::uint32_t u;
+      std::memcpy(&u, &f, 4);
+      v = Bf16{static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+    } else {
+      v = static_cast<T>(value);
+    }
+    fill_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<T*>(out), n, v);
+  });
+  check_launch("fill");
+}
+
+void launch_cast(cudaStream_t s, Type from, Type to, const void* x, void* out, std::int64_t n) {
+  visit(from, [&]<typename S>() {
+    visit(to, [&]<typename D>() {
+      cast_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const S*>(x), static_cast<D*>(out),
+                                                     n);
+    });
+  });
+  check_launch("cast");
+}
+
+void launch_binary(cudaStream_t s, int kind, Type type, const Broadcast& b, const void* x,
+                   const void* y, void* out) {
+  std::int64_t n = 1;
+  for (int d = 0; d < b.rank; ++d) n *= b.dims[d];
+  visit(type, [&]<typename T>() {
+    if constexpr (std::is_same_v<T, Bf16>) {
+      throw std::runtime_error("bfloat16 elementwise ops have no GPU kernel yet");
+    } else {
+      binary_kernel<<<blocks_for(n), kThreads, 0, s>>>(kind, b, static_cast<const T*>(x),
+                                                       static_cast<const T*>(y), out, n);
+    }
+  });
+  check_launch("binary op");
+}
+
+void launch_unary(cudaStream_t s, int kind, Type type, const void* x, void* out, std::int64_t n) {
+  visit(type, [&]<typename T>() {
+    if constexpr (std::is_same_v<T, Bf16> || std::is_same_v<T, bool>) {
+      throw std::runtime_error("this dtype has no GPU kernel for unary ops yet");
+    } else {
+      unary_kernel<<<blocks_for(n), kThreads, 0, s>>>(kind, static_cast<const T*>(x),
+                                                      static_cast<T*>(out), n);
+    }
+  });
+  check_launch("unary op");
+}
+
+void launch_clip(cudaStream_t s, const float* x, float* out, std::int64_t n, float lo, float hi) {
+  clip_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, out, n, lo, hi);
+  check_launch("clip");
+}
+
+void launch_map2(cudaStream_t s, int kind, const float* x, const float* y, float* out,
+                 std::int64_t n) {
+  map2_kernel<<<blocks_for(n), kThreads, 0, s>>>(kind, x, y, out, n);
+  check_launch("map2");
+}
+
+void launch_where(cudaStream_t s, const Broadcast& b, const bool* c, const float* x, const float* y,
+                  float* out) {
+  std::int64_t n = 1;
+  for (int d = 0; d < b.rank; ++d) n *= b.dims[d];
+  where_kernel<<<blocks_for(n), kThreads, 0, s>>>(b, c, x, y, out, n);
+  check_launch("where");
+}
+
+void launch_reduce(cudaStream_t s, int kind, const float* x, float* out, std::int64_t outer,
+                   std::int64_t n, std::int64_t inner) {
+  if (n == 0) {
+    launch_fill(s, Type::kFloat32, out, outer * inner, 0.0);
+    return;
+  }
+  if (inner == 1 && outer <= 65535 * 16) {
+    reduce_rows_kernel<<<static_cast<unsigned>(outer), kThreads, 0, s>>>(kind, x, out, n);
+  } else {
+    reduce_strided_kernel<<<blocks_for(outer * inner), kThreads, 0, s>>>(kind, x, out, outer, n,
+                                                                         inner);
+  }
+  check_launch("reduce");
+}
+
+void launch_argmax(cudaStream_t s, const float* x, std::int64_t* out, std::int64_t outer,
+                   std::int64_t n, std::int64_t inner) {
+  argmax_kernel<<<blocks_for(outer * inner), kThreads, 0, s>>>(x, out, outer, n, inner);
+  check_launch("argmax");
+}
+
+void launch_softmax(cudaStream_t s, const float* x, float* log_out, float* prob_out,
+                    std::int64_t outer, std::int64_t n, std::int64_t inner) {
+  softmax_kernel<<<blocks_for(outer * inner), kThreads, 0, s>>>(x, log_out, prob_out, outer, n,
+                                                                inner);
+  check_launch("softmax");
+}
+
+void launch_bias_relu(cudaStream_t s, float* c, const float* bias, std::int64_t rows,
+                      std::int64_t n, bool relu) {
+  bias_relu_kernel<<<blocks_for(rows * n), kThreads, 0, s>>>(c, bias, rows * n, n, relu);
+  check_launch("bias and relu");
+}
+
+void launch_take_along_axis(cudaStream_t s, const float* x, const std::int64_t* idx, float* out,
+                            std::int64_t outer, std::int64_t n, std::int64_t k,
+                            std::int64_t inner) {
+  take_kernel<<<blocks_for(outer * k * inner), kThreads, 0, s>>>(x, idx, out, outer, n, k, inner);
+  check_launch("take_along_axis");
+}
+
+void launch_scatter_along_axis(cudaStream_t s, const float* g, const std::int64_t* idx, float* out,
+                               std::int64_t outer, std::int64_t n, std::int64_t k,
+                               std::int64_t inner) {
+  scatter_kernel<<<blocks_for(outer * inner), kThreads, 0, s>>>(g, idx, out, outer, n, k, inner);
+  check_launch("take_along_axis's gradient");
+}
+
+void launch_one_hot(cudaStream_t s, const std::int64_t* idx, float* out, std::int64_t count,
+                    std::int64_t depth, float on, float off) {
+  one_hot_kernel<<<blocks_for(count * depth), kThreads, 0, s>>>(idx, out, count, depth, on, off);
+  check_launch("one_hot");
+}
+
+void launch_transpose(cudaStream_t s, int elem_bytes, int rank, const std::int64_t* out_dims,
+                      const std::int64_t* in_strides, const void* x, void* out) {
+  if (rank > kMaxRank) throw std::runtime_error("transpose: rank above 8");
+  Dims d{};
+  d.rank = rank;
+  std::int64_t n = 1;
+  for (int a = 0; a < rank; ++a) {
+    d.out[a] = out_dims[a];
+    d.in_strides[a] = in_strides[a];
+    n *= out_dims[a];
+  }
+  auto go = [&]<typename T>() {
+    transpose_kernel<<<blocks_for(n), kThreads, 0, s>>>(d, static_cast<const T*>(x),
+                                                        static_cast<T*>(out), n);
+  };
+  switch (elem_bytes) {
+    case 1:
+      go.template operator()<std::uint8_t>();
+      break;
+    case 2:
+      go.template operator()<std::uint16_t>();
+      break;
+    case 4:
+      go.template operator()<std::uint32_t>();
+      break;
+    default:
+      go.template operator()<std::uint64_t>();
+      break;
+  }
+  check_launch("transpose");
+}
+
+void launch_update(cudaStream_t s, const UpdateParams& p, float* value, const float* grad,
+                   float* const* slots, int num_slots, std::int64_t n) {
+  update_kernel<<<blocks_for(n), kThreads, 0, s>>>(
+      p, value, grad, num_slots > 0 ? slots[0] : nullptr, num_slots > 1 ? slots[1] : nullptr, n);
+  check_launch("the optimizer's update");
+}
+
+void launch_sum_buffers(cudaStream_t s, const float* const* srcs, int count, float* dst,
+                        std::int64_t n) {
+  if (count < 1 || count > 16) throw std::runtime_error("sum_buffers: 1 to 16 buffers");
+  Sources src{};
+  for (int r = 0; r < count; ++r) src.p[r] = srcs[r];
+  sum_buffers_kernel<<<blocks_for(n), kThreads, 0, s>>>(src, count, dst, n);
+  check_launch("sum of replicas' buffers");
+}
+
+}  // namespace lockstep::backend::cuda

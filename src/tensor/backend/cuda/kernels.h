@@ -1,0 +1,56 @@
+// The CUDA adapter's kernels, each queued on a stream (kernels.cu, gemm.cu);
+// runtime.cu's GpuApi calls them. Every launch is checked: a failure throws
+// std::runtime_error with CUDA's message.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "tensor/backend/cuda/gpu_api.h"
+
+namespace lockstep::backend::cuda {
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(e) + " (" +
+                             cudaGetErrorString(e) + ")");
+}
+// After a launch: a bad configuration shows here, a fault at the next sync.
+inline void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+void launch_fill(cudaStream_t s, Type type, void* out, std::int64_t n, double value);
+void launch_cast(cudaStream_t s, Type from, Type to, const void* x, void* out, std::int64_t n);
+void launch_binary(cudaStream_t s, int kind, Type type, const Broadcast& b, const void* x,
+                   const void* y, void* out);
+void launch_unary(cudaStream_t s, int kind, Type type, const void* x, void* out, std::int64_t n);
+void launch_clip(cudaStream_t s, const float* x, float* out, std::int64_t n, float lo, float hi);
+void launch_map2(cudaStream_t s, int kind, const float* x, const float* y, float* out,
+                 std::int64_t n);
+void launch_where(cudaStream_t s, const Broadcast& b, const bool* c, const float* x, const float* y,
+                  float* out);
+void launch_reduce(cudaStream_t s, int kind, const float* x, float* out, std::int64_t outer,
+                   std::int64_t n, std::int64_t inner);
+void launch_argmax(cudaStream_t s, const float* x, std::int64_t* out, std::int64_t outer,
+                   std::int64_t n, std::int64_t inner);
+void launch_softmax(cudaStream_t s, const float* x, float* log_out, float* prob_out,
+                    std::int64_t outer, std::int64_t n, std::int64_t inner);
+void launch_bias_relu(cudaStream_t s, float* c, const float* bias, std::int64_t rows,
+                      std::int64_t n, bool relu);
+void launch_take_along_axis(cudaStream_t s, const float* x, const std::int64_t* idx, float* out,
+                            std::int64_t outer, std::int64_t n, std::int64_t k, std::int64_t inner);
+void launch_scatter_along_axis(cudaStream_t s, const float* g, const std::int64_t* idx, float* out,
+                               std::int64_t outer, std::int64_t n, std::int64_t k,
+                               std::int64_t inner);
+void launch_one_hot(cudaStream_t s, const std::int64_t* idx, float* out, std::int64_t count,
+                    std::int64_t depth, float on, float off);
+void launch_transpose(cudaStream_t s, int elem_bytes, int rank, const std::int64_t* out_dims,
+                      const std::int64_t* in_strides, const void* x, void* out);
+void launch_update(cudaStream_t s, const UpdateParams& p, float* value, const float* grad,
+                   float* const* slots, int num_slots, std::int64_t n);
+void launch_sum_buffers(cudaStream_t s, const float* const* srcs, int count, float* dst,
+                        std::int64_t n);
+
+}  // namespace lockstep::backend::cuda

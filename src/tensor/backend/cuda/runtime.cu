@@ -1,0 +1,288 @@
+// The CUDA adapter's entry point: GpuApi over the CUDA runtime and cuBLAS —
+// devices, streams (one per logical GPU), the stream-ordered memory pool
+// (cudaMallocAsync, kept between steps as PyTorch's caching allocator keeps
+// its blocks), copies, and the matrix product. Kernels are in kernels.cu.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "tensor/backend/cuda/gpu_api.h"
+#include "tensor/backend/cuda/kernels.h"
+
+namespace lockstep::backend::cuda {
+namespace {
+
+const char* cublas_name(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default:
+      return "a cuBLAS error";
+  }
+}
+
+void check_cublas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": " + cublas_name(s));
+}
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+class CudaApi final : public GpuApi {
+ public:
+  int device_count(std::string& why) override {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      why = std::string("CUDA found no usable GPU: ") + cudaGetErrorString(e);
+      return 0;
+    }
+    if (n == 0) why = "CUDA found no GPU";
+    return n;
+  }
+
+  std::string describe(int gpu) override {
+    cudaDeviceProp p{};
+    check(cudaGetDeviceProperties(&p, gpu), "cudaGetDeviceProperties");
+    char buf[400];
+    std::snprintf(buf, sizeof buf, "%.256s (sm_%d%d, %.1f GiB)", p.name, p.major, p.minor,
+                  static_cast<double>(p.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+    return buf;
+  }
+
+  std::string versions() override {
+    int runtime = 0, driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    int blas = 0;
+    cublasGetProperty(MAJOR_VERSION, &blas);
+    int blas_minor = 0;
+    cublasGetProperty(MINOR_VERSION, &blas_minor);
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "CUDA runtime %d.%d, driver %d.%d, cuBLAS %d.%d", runtime / 1000,
+                  runtime % 1000 / 10, driver / 1000, driver % 1000 / 10, blas, blas_minor);
+    return buf;
+  }
+
+  void* create_stream(int gpu) override {
+    check(cudaSetDevice(gpu), "cudaSetDevice");
+    init_pool(gpu);
+    cudaStream_t s = nullptr;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    std::lock_guard lock(mutex_);
+    gpu_of_[s] = gpu;
+    return s;
+  }
+
+  // Out of memory is reported here, never at a later launch: a request
+  // beyond the GPU's memory is refused before the driver sees it (a
+  // stream-ordered allocation may otherwise fail late), and a failed call's
+  // error is cleared so the next kernel does not inherit it.
+  void* allocate(int gpu, void* stream, std::size_t bytes) override {
+    check(cudaSetDevice(gpu), "cudaSetDevice");
+    if (bytes > (std::size_t{1} << 30)) {
+      std::size_t free = 0, total = 0;
+      check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+      if (bytes > total)
+        throw std::runtime_error("cudaMallocAsync: more than the GPU's " + std::to_string(total) +
+                                 " bytes");
+    }
+    void* p = nullptr;
+    const cudaError_t e = cudaMallocAsync(&p, bytes, as_stream(stream));
+    if (e != cudaSuccess || p == nullptr) {
+      (void)cudaGetLastError();
+      check(e == cudaSuccess ? cudaErrorMemoryAllocation : e, "cudaMallocAsync");
+    }
+    return p;
+  }
+  void deallocate(int gpu, void* stream, void* ptr) override {
+    check(cudaSetDevice(gpu), "cudaSetDevice");
+    check(cudaFreeAsync(ptr, as_stream(stream)), "cudaFreeAsync");
+  }
+  void memory_info(int gpu, std::size_t& free, std::size_t& total) override {
+    check(cudaSetDevice(gpu), "cudaSetDevice");
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  }
+
+  // From pageable host memory the call returns once the source is staged,
+  // so the caller may free it at once.
+  void copy_from_host(void* stream, void* dst, const void* host, std::size_t bytes) override {
+    select(stream);
+    check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, as_stream(stream)),
+          "copy to the GPU");
+  }
+  void copy_to_host(void* stream, void* host, const void* src, std::size_t bytes) override {
+    select(stream);
+    check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, as_stream(stream)),
+          "copy to the host");
+    check(cudaStreamSynchronize(as_stream(stream)), "copy to the host");
+  }
+  void copy_on_device(void* stream, void* dst, const void* src, std::size_t bytes) override {
+    select(stream);
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream)),
+          "copy on the GPU");
+  }
+  void synchronize(void* stream) override {
+    select(stream);
+    check(cudaStreamSynchronize(as_stream(stream)), "synchronize");
+  }
+
+  void fill(void* stream, Type type, void* out, std::int64_t n, double value) override {
+    launch_fill(on(stream), type, out, n, value);
+  }
+  void cast(void* stream, Type from, Type to, const void* x, void* out, std::int64_t n) override {
+    launch_cast(on(stream), from, to, x, out, n);
+  }
+  void binary(void* stream, int kind, Type type, const Broadcast& b, const void* x, const void* y,
+              void* out) override {
+    launch_binary(on(stream), kind, type, b, x, y, out);
+  }
+  void unary(void* stream, int kind, Type type, const void* x, void* out, std::int64_t n) override {
+    launch_unary(on(stream), kind, type, x, out, n);
+  }
+  void clip(void* stream, const float* x, float* out, std::int64_t n, float lo, float hi) override {
+    launch_clip(on(stream), x, out, n, lo, hi);
+  }
+  void map2(void* stream, int kind, const float* x, const float* y, float* out,
+            std::int64_t n) override {
+    launch_map2(on(stream), kind, x, y, out, n);
+  }
+  void where(void* stream, const Broadcast& b, const bool* c, const float* x, const float* y,
+             float* out) override {
+    launch_where(on(stream), b, c, x, y, out);
+  }
+  void reduce(void* stream, int kind, const float* x, float* out, std::int64_t outer,
+              std::int64_t n, std::int64_t inner) override {
+    launch_reduce(on(stream), kind, x, out, outer, n, inner);
+  }
+  void argmax(void* stream, const float* x, std::int64_t* out, std::int64_t outer, std::int64_t n,
+              std::int64_t inner) override {
+    launch_argmax(on(stream), x, out, outer, n, inner);
+  }
+  void softmax(void* stream, const float* x, float* log_out, float* prob_out, std::int64_t outer,
+               std::int64_t n, std::int64_t inner) override {
+    launch_softmax(on(stream), x, log_out, prob_out, outer, n, inner);
+  }
+
+  // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: cuBLAS
+  // gets B first. TF32 only when asked (enable_tensor_float_32_execution).
+  void gemm(int gpu, void* stream, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+            const float* a, const float* b, float* c, std::int64_t batch, std::int64_t stride_a,
+            std::int64_t stride_b, const float* bias, bool relu, bool tf32) override {
+    cudaStream_t s = on(stream);
+    cublasHandle_t h = handle(gpu, s);
+    check_cublas(cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
+                 "cublasSetMathMode");
+    const float one = 1.0f, zero = 0.0f;
+    const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const auto ldb = static_cast<int>(tb ? k : n);
+    const auto lda = static_cast<int>(ta ? m : k);
+    if (batch == 1) {
+      check_cublas(
+          cublasSgemm(h, op_b, op_a, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+                      &one, b, ldb, a, lda, &zero, c, static_cast<int>(n)),
+          "cublasSgemm");
+    } else {
+      check_cublas(
+          cublasSgemmStridedBatched(h, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
+                                    static_cast<int>(k), &one, b, ldb, stride_b, a, lda, stride_a,
+                                    &zero, c, static_cast<int>(n), m * n, static_cast<int>(batch)),
+          "cublasSgemmStridedBatched");
+    }
+    if (bias || relu) launch_bias_relu(s, c, bias, batch * m, n, relu);
+  }
+
+  void take_along_axis(void* stream, const float* x, const std::int64_t* idx, float* out,
+                       std::int64_t outer, std::int64_t n, std::int64_t k,
+                       std::int64_t inner) override {
+    launch_take_along_axis(on(stream), x, idx, out, outer, n, k, inner);
+  }
+  void scatter_along_axis(void* stream, const float* g, const std::int64_t* idx, float* out,
+                          std::int64_t outer, std::int64_t n, std::int64_t k,
+                          std::int64_t inner) override {
+    launch_scatter_along_axis(on(stream), g, idx, out, outer, n, k, inner);
+  }
+  void one_hot(void* stream, const std::int64_t* idx, float* out, std::int64_t count,
+               std::int64_t depth, float on_value, float off_value) override {
+    launch_one_hot(on(stream), idx, out, count, depth, on_value, off_value);
+  }
+  void transpose(void* stream, int elem_bytes, int rank, const std::int64_t* out_dims,
+                 const std::int64_t* in_strides, const void* x, void* out) override {
+    launch_transpose(on(stream), elem_bytes, rank, out_dims, in_strides, x, out);
+  }
+  void apply_update(void* stream, const UpdateParams& p, float* value, const float* grad,
+                    float* const* slots, int num_slots, std::int64_t n) override {
+    launch_update(on(stream), p, value, grad, slots, num_slots, n);
+  }
+  void sum_buffers(void* stream, const float* const* srcs, int count, float* dst,
+                   std::int64_t n) override {
+    launch_sum_buffers(on(stream), srcs, count, dst, n);
+  }
+
+ private:
+  // The stream's GPU made current on the calling thread (a replica thread
+  // may run on any GPU).
+  void select(void* stream) {
+    int gpu = 0;
+    {
+      std::lock_guard lock(mutex_);
+      gpu = gpu_of_.at(as_stream(stream));
+    }
+    check(cudaSetDevice(gpu), "cudaSetDevice");
+  }
+  cudaStream_t on(void* stream) {
+    select(stream);
+    return as_stream(stream);
+  }
+  // One cuBLAS handle per stream (a handle is not shared between threads).
+  cublasHandle_t handle(int gpu, cudaStream_t s) {
+    std::lock_guard lock(mutex_);
+    auto it = handles_.find(s);
+    if (it != handles_.end()) return it->second;
+    check(cudaSetDevice(gpu), "cudaSetDevice");
+    cublasHandle_t h = nullptr;
+    check_cublas(cublasCreate(&h), "cublasCreate");
+    check_cublas(cublasSetStream(h, s), "cublasSetStream");
+    handles_[s] = h;
+    return h;
+  }
+  // The pool keeps what a step freed for the next one instead of handing it
+  // back to the driver at every synchronisation.
+  void init_pool(int gpu) {
+    cudaMemPool_t pool = nullptr;
+    check(cudaDeviceGetDefaultMemPool(&pool, gpu), "cudaDeviceGetDefaultMemPool");
+    std::uint64_t keep = UINT64_MAX;
+    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+          "cudaMemPoolSetAttribute");
+  }
+
+  std::mutex mutex_;
+  std::map<cudaStream_t, int> gpu_of_;
+  std::map<cudaStream_t, cublasHandle_t> handles_;
+};
+
+}  // namespace
+}  // namespace lockstep::backend::cuda
+
+extern "C" __attribute__((visibility("default"))) lockstep::backend::cuda::GpuApi*
+lockstep_cuda_api(int version) {
+  if (version != lockstep::backend::cuda::kApiVersion) return nullptr;
+  static auto* api = new lockstep::backend::cuda::CudaApi();  // immortal, as the devices
+  return api;
+}

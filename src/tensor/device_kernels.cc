@@ -1,0 +1,87 @@
+// The seam between ops and accelerator devices (tensor/device_kernels.h):
+// device code scopes, the op helpers' routing, and the kernels' defaults
+// (an op with no kernel on a device says so, naming both).
+#include "lockstep/tensor/device_kernels.h"
+
+#include "lockstep/core/error.h"
+
+namespace lockstep::detail {
+namespace {
+
+thread_local bool t_device_code = false;
+
+[[noreturn]] void no_kernel(const char* op) {
+  Device& d = current_device();
+  throw_error<DeviceError>(op, ": no kernel on ", d.name(), " (", d.kernels()->describe(),
+                           ") yet; run this op under a DeviceScope on a CPU device, with its "
+                           "inputs copied there by .cpu()");
+}
+
+}  // namespace
+
+void no_device_kernel(const char* op) { no_kernel(op); }
+
+bool in_device_code() { return t_device_code; }
+
+DeviceCodeScope::DeviceCodeScope() : previous_(t_device_code) { t_device_code = true; }
+DeviceCodeScope::~DeviceCodeScope() { t_device_code = previous_; }
+
+OnDevice::OnDevice() {
+  if (t_device_code) return;
+  DeviceKernels* k = current_device().kernels();
+  if (k == nullptr) return;
+  if (k->runs_host_kernels()) {
+    scope_.emplace();
+  } else {
+    kernels_ = k;
+  }
+}
+
+void* device_pointer(const Tensor& t) {
+  DeviceCodeScope scope;
+  return t.raw_data();
+}
+
+Tensor on_current_device(const Tensor& t) {
+  if (!t.defined() || &t.device() == &current_device()) return t;
+  return t.copy_to(current_device());
+}
+
+Tensor DeviceKernels::fill(const Shape&, DType, double) { no_kernel("fill"); }
+Tensor DeviceKernels::cast(const Tensor&, DType) { no_kernel("cast"); }
+Tensor DeviceKernels::binary(BinaryKind, const Tensor&, const Tensor&, const Shape&) {
+  no_kernel("a binary elementwise op");
+}
+Tensor DeviceKernels::unary(UnaryKind, const Tensor&) { no_kernel("a unary elementwise op"); }
+Tensor DeviceKernels::clip(const Tensor&, float, float) { no_kernel("clip"); }
+Tensor DeviceKernels::map2(Map2Kind, const Tensor&, const Tensor&) {
+  no_kernel("a fused backward map");
+}
+Tensor DeviceKernels::where(const Tensor&, const Tensor&, const Tensor&, const Shape&) {
+  no_kernel("where");
+}
+Tensor DeviceKernels::reduce(ReduceKind, const Tensor&, int, int, const Shape&) {
+  no_kernel("a reduction");
+}
+Tensor DeviceKernels::argmax(const Tensor&, int) { no_kernel("argmax"); }
+void DeviceKernels::softmax(const Tensor&, int, Tensor*, Tensor*) { no_kernel("softmax"); }
+Tensor DeviceKernels::matmul(const Tensor&, const Tensor&, const Tensor&, const MatmulOptions&) {
+  no_kernel("matmul");
+}
+Tensor DeviceKernels::take_along_axis(const Tensor&, const Tensor&, int) {
+  no_kernel("take_along_axis");
+}
+Tensor DeviceKernels::scatter_along_axis(const Tensor&, const Tensor&, int, const Shape&) {
+  no_kernel("take_along_axis's gradient");
+}
+Tensor DeviceKernels::one_hot(const Tensor&, std::int64_t, float, float) { no_kernel("one_hot"); }
+Tensor DeviceKernels::transpose(const Tensor&, const std::vector<int>&) { no_kernel("transpose"); }
+void DeviceKernels::apply_update(const DeviceUpdate&, float*, const float*,
+                                 const std::vector<float*>&, std::int64_t) {
+  no_kernel("the optimizer's update");
+}
+void DeviceKernels::sum_buffers(Device&, const std::vector<const float*>&, float*, std::int64_t) {
+  no_kernel("the replicas' gradient sum");
+}
+
+}  // namespace lockstep::detail

@@ -1,0 +1,464 @@
+// GPUs: finding them (loading the CUDA adapter, liblockstep_cuda.so, with
+// dlopen on first use), their logical devices (each with its own stream and
+// memory statistics), their stream-ordered memory pool, and the DeviceKernels
+// that turn ops into the adapter's kernels (tensor/backend/cuda/gpu_api.h).
+// No CUDA header is included here: the adapter is the only place.
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <filesystem>
+#include <mutex>
+#include <stdexcept>
+
+#include "lockstep/core/env.h"
+#include "lockstep/core/error.h"
+#include "lockstep/tensor/device_kernels.h"
+#include "tensor/accelerators.h"
+#include "tensor/backend/cuda/gpu_api.h"
+
+namespace lockstep::detail {
+namespace {
+
+using backend::cuda::Broadcast;
+using backend::cuda::GpuApi;
+using backend::cuda::Type;
+
+Type type_of(DType d) { return static_cast<Type>(static_cast<int>(d)); }
+
+// Runs an adapter call, turning its failure into a DeviceError naming the
+// device and the op.
+template <typename F>
+auto guarded(const Device& device, const char* op, F&& f) {
+  try {
+    return f();
+  } catch (const std::runtime_error& e) {
+    if (dynamic_cast<const Error*>(&e)) throw;
+    throw_error<DeviceError>(op, " on ", device.name(), ": ", e.what());
+  }
+}
+
+Broadcast broadcast_of(const Shape& out, std::initializer_list<const Shape*> inputs) {
+  Broadcast b;
+  b.rank = out.rank();
+  LOCKSTEP_CHECK_AS(DeviceError, b.rank <= backend::cuda::kMaxRank,
+                    "GPU kernels take rank <= ", backend::cuda::kMaxRank, ", got shape ", out);
+  for (int i = 0; i < b.rank; ++i) b.dims[i] = out[i];
+  int k = 0;
+  for (const Shape* s : inputs) {
+    std::int64_t stride = 1;
+    for (int i = b.rank - 1; i >= 0; --i) {
+      const int j = i - (b.rank - s->rank());
+      if (j < 0) {
+        b.strides[k][i] = 0;
+        continue;
+      }
+      const std::int64_t d = (*s)[j];
+      b.strides[k][i] = d == 1 ? 0 : stride;
+      stride *= d;
+    }
+    ++k;
+  }
+  return b;
+}
+
+class GpuAllocator final : public Allocator {
+ public:
+  GpuAllocator(GpuApi* api, int gpu, void* stream, std::string name)
+      : api_(api), gpu_(gpu), stream_(stream), name_(std::move(name)) {}
+  void* allocate(std::size_t bytes) override {
+    void* p = nullptr;
+    try {
+      p = api_->allocate(gpu_, stream_, bytes == 0 ? 1 : bytes);
+    } catch (const std::runtime_error& e) {
+      std::size_t free = 0, total = 0;
+      try {
+        api_->memory_info(gpu_, free, total);
+      } catch (const std::runtime_error&) {
+      }
+      throw_error<DeviceError>("out of memory on ", name_, ": asked for ", bytes, " bytes with ",
+                               free, " of ", total, " bytes free (", stats().bytes_in_use,
+                               " in use by this device's tensors): ", e.what());
+    }
+    std::lock_guard lock(mutex_);
+    ++stats_.allocations;
+    ++stats_.system_allocations;
+    stats_.bytes_in_use += bytes;
+    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+    return p;
+  }
+  void deallocate(void* ptr, std::size_t bytes) noexcept override {
+    try {
+      api_->deallocate(gpu_, stream_, ptr);
+    } catch (const std::runtime_error&) {  // a context torn down at exit: nothing to free
+    }
+    std::lock_guard lock(mutex_);
+    ++stats_.system_frees;
+    stats_.bytes_in_use -= bytes;
+  }
+  Stats stats() const override {
+    std::lock_guard lock(mutex_);
+    return stats_;
+  }
+  void reset_peak_stats() override {
+    std::lock_guard lock(mutex_);
+    stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  }
+  // The pool of cudaMallocAsync keeps freed memory for the next step; it is
+  // trimmed by the driver, not here.
+  void empty_cache() override {}
+
+ private:
+  GpuApi* api_;
+  int gpu_;
+  void* stream_;
+  std::string name_;
+  mutable std::mutex mutex_;
+  Stats stats_;
+};
+
+class GpuKernels final : public DeviceKernels {
+ public:
+  GpuKernels(GpuApi* api, int gpu, void* stream, std::string what)
+      : api_(api), gpu_(gpu), stream_(stream), what_(std::move(what)) {}
+  std::string describe() const override { return what_; }
+  bool shares_memory_with(const DeviceKernels& other) const override {
+    const auto* g = dynamic_cast<const GpuKernels*>(&other);
+    return g != nullptr && g->api_ == api_ && g->gpu_ == gpu_;
+  }
+
+  void copy_from_host(Device& d, void* dst, const void* src, std::size_t bytes) override {
+    guarded(d, "copy to the device", [&] { api_->copy_from_host(stream_, dst, src, bytes); });
+  }
+  void copy_to_host(Device& d, void* dst, const void* src, std::size_t bytes) override {
+    guarded(d, "copy to the host", [&] { api_->copy_to_host(stream_, dst, src, bytes); });
+  }
+  void copy_on_device(Device& d, void* dst, const void* src, std::size_t bytes) override {
+    guarded(d, "copy on the device", [&] { api_->copy_on_device(stream_, dst, src, bytes); });
+  }
+  void synchronize(Device& d) override {
+    guarded(d, "synchronize", [&] { api_->synchronize(stream_); });
+  }
+
+  Tensor fill(const Shape& shape, DType dtype, double value) override {
+    Tensor out = Tensor::empty(shape, dtype);
+    run("fill", [&] { api_->fill(stream_, type_of(dtype), p(out), out.numel(), value); });
+    return out;
+  }
+  Tensor cast(const Tensor& x_in, DType dtype) override {
+    const Tensor x = on_current_device(x_in);
+    Tensor out = Tensor::empty(x.shape(), dtype);
+    if (x.numel() == 0) return out;
+    if (x.dtype() == dtype) {
+      run("copy", [&] { api_->copy_on_device(stream_, p(out), p(x), x.nbytes()); });
+    } else {
+      run("cast", [&] {
+        api_->cast(stream_, type_of(x.dtype()), type_of(dtype), p(x), p(out), x.numel());
+      });
+    }
+    return out;
+  }
+  Tensor binary(BinaryKind kind, const Tensor& a_in, const Tensor& b_in,
+                const Shape& out_shape) override {
+    const Tensor a = on_current_device(a_in), b = on_current_device(b_in);
+    const bool compare = kind >= BinaryKind::kEqual;
+    Tensor out = Tensor::empty(out_shape, compare ? DType::kBool : a.dtype());
+    if (out.numel() == 0) return out;
+    const Broadcast plan = broadcast_of(out_shape, {&a.shape(), &b.shape()});
+    run("binary op", [&] {
+      api_->binary(stream_, static_cast<int>(kind), type_of(a.dtype()), plan, p(a), p(b), p(out));
+    });
+    return out;
+  }
+  Tensor unary(UnaryKind kind, const Tensor& x_in) override {
+    const Tensor x = on_current_device(x_in);
+    Tensor out = Tensor::empty(x.shape(), x.dtype());
+    if (x.numel() == 0) return out;
+    run("unary op", [&] {
+      api_->unary(stream_, static_cast<int>(kind), type_of(x.dtype()), p(x), p(out), x.numel());
+    });
+    return out;
+  }
+  Tensor clip(const Tensor& x_in, float lo, float hi) override {
+    const Tensor x = on_current_device(x_in);
+    Tensor out = Tensor::empty(x.shape(), x.dtype());
+    run("clip", [&] { api_->clip(stream_, f(x), f(out), x.numel(), lo, hi); });
+    return out;
+  }
+  Tensor map2(Map2Kind kind, const Tensor& x_in, const Tensor& y_in) override {
+    const Tensor x = on_current_device(x_in), y = on_current_device(y_in);
+    Tensor out = Tensor::empty(x.shape());
+    run("map2",
+        [&] { api_->map2(stream_, static_cast<int>(kind), f(x), f(y), f(out), x.numel()); });
+    return out;
+  }
+  Tensor where(const Tensor& c_in, const Tensor& x_in, const Tensor& y_in,
+               const Shape& out_shape) override {
+    const Tensor c = on_current_device(c_in), x = on_current_device(x_in),
+                 y = on_current_device(y_in);
+    Tensor out = Tensor::empty(out_shape, x.dtype());
+    if (out.numel() == 0) return out;
+    const Broadcast plan = broadcast_of(out_shape, {&c.shape(), &x.shape(), &y.shape()});
+    run("where",
+        [&] { api_->where(stream_, plan, static_cast<const bool*>(p(c)), f(x), f(y), f(out)); });
+    return out;
+  }
+  Tensor reduce(ReduceKind kind, const Tensor& x_in, int begin, int end,
+                const Shape& out_shape) override {
+    const Tensor x = on_current_device(x_in);
+    Tensor out = Tensor::empty(out_shape);
+    std::int64_t outer = 1, n = 1, inner = 1;
+    for (int i = 0; i < x.rank(); ++i) (i < begin ? outer : i < end ? n : inner) *= x.shape()[i];
+    if (out.numel() == 0) return out;
+    run("reduce",
+        [&] { api_->reduce(stream_, static_cast<int>(kind), f(x), f(out), outer, n, inner); });
+    return out;
+  }
+  Tensor argmax(const Tensor& x_in, int axis) override {
+    const Tensor x = on_current_device(x_in);
+    std::int64_t outer = 1, inner = 1;
+    std::vector<std::int64_t> dims;
+    for (int i = 0; i < x.rank(); ++i) {
+      if (i < axis) outer *= x.shape()[i];
+      if (i > axis) inner *= x.shape()[i];
+      if (i != axis) dims.push_back(x.shape()[i]);
+    }
+    Tensor out = Tensor::empty(Shape(dims), DType::kInt64);
+    if (out.numel() == 0) return out;
+    run("argmax", [&] {
+      api_->argmax(stream_, f(x), static_cast<std::int64_t*>(p(out)), outer, x.shape()[axis],
+                   inner);
+    });
+    return out;
+  }
+  void softmax(const Tensor& x_in, int axis, Tensor* log_out, Tensor* prob_out) override {
+    const Tensor x = on_current_device(x_in);
+    std::int64_t outer = 1, inner = 1;
+    for (int i = 0; i < x.rank(); ++i) {
+      if (i < axis) outer *= x.shape()[i];
+      if (i > axis) inner *= x.shape()[i];
+    }
+    if (log_out) *log_out = Tensor::empty(x.shape());
+    if (prob_out) *prob_out = Tensor::empty(x.shape());
+    if (x.numel() == 0) return;
+    run("softmax", [&] {
+      api_->softmax(stream_, f(x), log_out ? f(*log_out) : nullptr,
+                    prob_out ? f(*prob_out) : nullptr, outer, x.shape()[axis], inner);
+    });
+  }
+  Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& bias_in,
+                const MatmulOptions& o) override {
+    const Tensor a = on_current_device(a_in), b = on_current_device(b_in),
+                 bias = on_current_device(bias_in);
+    LOCKSTEP_CHECK_AS(DeviceError, a.dtype() == DType::kFloat32, "matmul on ",
+                      current_device().name(), ": only float32 has a GPU kernel yet, got ",
+                      a.dtype());
+    const int ra = a.rank(), rb = b.rank();
+    const std::int64_t batch = ra == 3 ? a.shape()[0] : 1;
+    const std::int64_t m = o.transpose_a ? a.shape()[ra - 1] : a.shape()[ra - 2];
+    const std::int64_t k = o.transpose_a ? a.shape()[ra - 2] : a.shape()[ra - 1];
+    const std::int64_t n = o.transpose_b ? b.shape()[rb - 2] : b.shape()[rb - 1];
+    const Shape out_shape = ra == 3 ? Shape{batch, m, n} : Shape{m, n};
+    Tensor out = Tensor::empty(out_shape);
+    if (out.numel() == 0) return out;
+    run("matmul", [&] {
+      api_->gemm(gpu_, stream_, o.transpose_a, o.transpose_b, m, n, k, f(a), f(b), f(out), batch,
+                 ra == 3 ? m * k : 0, rb == 3 ? k * n : 0, bias.defined() ? f(bias) : nullptr,
+                 o.relu, tensor_float_32_execution_enabled());
+    });
+    return out;
+  }
+  Tensor take_along_axis(const Tensor& x_in, const Tensor& idx_in, int axis) override {
+    const Tensor x = on_current_device(x_in), idx = on_current_device(idx_in);
+    std::int64_t outer = 1, inner = 1;
+    for (int i = 0; i < x.rank(); ++i) {
+      if (i < axis) outer *= x.shape()[i];
+      if (i > axis) inner *= x.shape()[i];
+    }
+    Tensor out = Tensor::empty(idx.shape());
+    if (out.numel() == 0) return out;
+    run("take_along_axis", [&] {
+      api_->take_along_axis(stream_, f(x), static_cast<const std::int64_t*>(p(idx)), f(out), outer,
+                            x.shape()[axis], idx.shape()[axis], inner);
+    });
+    return out;
+  }
+  Tensor scatter_along_axis(const Tensor& g_in, const Tensor& idx_in, int axis,
+                            const Shape& shape) override {
+    const Tensor g = on_current_device(g_in), idx = on_current_device(idx_in);
+    std::int64_t outer = 1, inner = 1;
+    for (int i = 0; i < shape.rank(); ++i) {
+      if (i < axis) outer *= shape[i];
+      if (i > axis) inner *= shape[i];
+    }
+    Tensor out = Tensor::empty(shape);
+    if (out.numel() == 0) return out;
+    run("take_along_axis's gradient", [&] {
+      api_->scatter_along_axis(stream_, f(g), static_cast<const std::int64_t*>(p(idx)), f(out),
+                               outer, shape[axis], idx.shape()[axis], inner);
+    });
+    return out;
+  }
+  Tensor one_hot(const Tensor& idx_in, std::int64_t depth, float on, float off) override {
+    const Tensor idx = on_current_device(idx_in);
+    std::vector<std::int64_t> dims(idx.shape().dims().begin(), idx.shape().dims().end());
+    dims.push_back(depth);
+    Tensor out = Tensor::empty(Shape(dims));
+    if (out.numel() == 0) return out;
+    run("one_hot", [&] {
+      api_->one_hot(stream_, static_cast<const std::int64_t*>(p(idx)), f(out), idx.numel(), depth,
+                    on, off);
+    });
+    return out;
+  }
+  Tensor transpose(const Tensor& x_in, const std::vector<int>& perm) override {
+    const Tensor x = on_current_device(x_in);
+    std::vector<std::int64_t> in_strides(static_cast<std::size_t>(x.rank()));
+    std::int64_t s = 1;
+    for (int i = x.rank() - 1; i >= 0; --i) {
+      in_strides[static_cast<std::size_t>(i)] = s;
+      s *= x.shape()[i];
+    }
+    std::vector<std::int64_t> out_dims, strides;
+    for (int d : perm) {
+      out_dims.push_back(x.shape()[d]);
+      strides.push_back(in_strides[static_cast<std::size_t>(d)]);
+    }
+    Tensor out = Tensor::empty(Shape(out_dims), x.dtype());
+    if (out.numel() == 0) return out;
+    run("transpose", [&] {
+      api_->transpose(stream_, static_cast<int>(dtype_size(x.dtype())), x.rank(), out_dims.data(),
+                      strides.data(), p(x), p(out));
+    });
+    return out;
+  }
+  void apply_update(const DeviceUpdate& u, float* value, const float* grad,
+                    const std::vector<float*>& slots, std::int64_t n) override {
+    backend::cuda::UpdateParams params;
+    params.rule = static_cast<int>(u.rule);
+    params.lr = u.lr;
+    params.momentum = u.momentum;
+    params.alpha = u.alpha;
+    params.c1 = u.c1;
+    params.c2 = u.c2;
+    params.epsilon = u.epsilon;
+    params.decay = u.decay;
+    params.nesterov = u.nesterov;
+    run("the optimizer's update", [&] {
+      api_->apply_update(stream_, params, value, grad, slots.data(), static_cast<int>(slots.size()),
+                         n);
+    });
+  }
+  void sum_buffers(Device& d, const std::vector<const float*>& srcs, float* dst,
+                   std::int64_t n) override {
+    guarded(d, "the replicas' gradient sum", [&] {
+      api_->sum_buffers(stream_, srcs.data(), static_cast<int>(srcs.size()), dst, n);
+    });
+  }
+
+ private:
+  template <typename F>
+  void run(const char* op, F&& fn) {
+    guarded(current_device(), op, std::forward<F>(fn));
+  }
+  static void* p(const Tensor& t) { return device_pointer(t); }
+  static float* f(const Tensor& t) { return static_cast<float*>(device_pointer(t)); }
+
+  GpuApi* api_;
+  int gpu_;
+  void* stream_;
+  std::string what_;
+};
+
+GpuApi* load_api(std::string& why) {
+  // No driver, no dlopen: CPU-only machines never load CUDA's libraries.
+  struct stat st {};
+  if (::stat("/dev/nvidiactl", &st) != 0 && ::stat("/proc/driver/nvidia/version", &st) != 0) {
+    why = "no CUDA driver (no /dev/nvidiactl)";
+    return nullptr;
+  }
+  // LOCKSTEP_CUDA_LIBRARY, else lib/ beside the program's folder (the build
+  // tree's and an install's layout), else the loader's path.
+  std::vector<std::string> candidates;
+  if (auto named = env::cuda_library()) {
+    candidates.push_back(*named);
+  } else {
+    std::error_code ec;
+    const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+      candidates.push_back((exe.parent_path() / "liblockstep_cuda.so").string());
+      candidates.push_back(
+          (exe.parent_path().parent_path() / "lib" / "liblockstep_cuda.so").string());
+    }
+    candidates.push_back("liblockstep_cuda.so");
+  }
+  void* handle = nullptr;
+  std::string path, first_error;
+  for (const std::string& c : candidates) {
+    if (c.find('/') != std::string::npos && !std::filesystem::exists(c)) continue;
+    handle = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle != nullptr) {
+      path = c;
+      break;
+    }
+    if (first_error.empty()) first_error = ::dlerror();
+  }
+  if (handle == nullptr) {
+    why = str_cat(
+        "the CUDA adapter liblockstep_cuda.so could not be loaded (Lockstep built "
+        "without CUDA, or cuBLAS not on the loader's path; LOCKSTEP_CUDA_LIBRARY "
+        "names the adapter)",
+        first_error.empty() ? "" : ": ", first_error);
+    return nullptr;
+  }
+  using Entry = GpuApi* (*)(int);
+  auto entry = reinterpret_cast<Entry>(::dlsym(handle, "lockstep_cuda_api"));
+  GpuApi* api = entry ? entry(backend::cuda::kApiVersion) : nullptr;
+  if (api == nullptr) why = str_cat(path, " is not a CUDA adapter of this Lockstep version");
+  return api;
+}
+
+}  // namespace
+
+namespace {
+std::atomic<bool> g_tf32{false};
+}  // namespace
+
+GpuDiscovery discover_gpus(int per_physical, const std::vector<int>& cores) {
+  GpuDiscovery out;
+  GpuApi* api = load_api(out.unavailable);
+  if (api == nullptr) return out;
+  try {
+    out.physical_count = api->device_count(out.unavailable);
+    for (int gpu = 0; gpu < out.physical_count; ++gpu) {
+      const std::string what = str_cat("CUDA on ", api->describe(gpu), "; ", api->versions());
+      for (int k = 0; k < per_physical; ++k) {
+        const int index = static_cast<int>(out.devices.size());
+        void* stream = api->create_stream(gpu);
+        static std::vector<std::unique_ptr<GpuKernels>>* kernels =
+            new std::vector<std::unique_ptr<GpuKernels>>();  // immortal, as the devices
+        kernels->push_back(std::make_unique<GpuKernels>(api, gpu, stream, what));
+        out.owned.push_back(
+            std::make_unique<Device>(DeviceType::kGPU, index, cores, 1,
+                                     std::make_unique<GpuAllocator>(
+                                         api, gpu, stream, "/device:GPU:" + std::to_string(index)),
+                                     kernels->back().get()));
+        out.devices.push_back(out.owned.back().get());
+      }
+    }
+  } catch (const std::runtime_error& e) {
+    out.devices.clear();
+    out.physical_count = 0;
+    out.unavailable = e.what();
+  }
+  return out;
+}
+
+}  // namespace lockstep::detail
+
+namespace lockstep {
+
+void enable_tensor_float_32_execution(bool enabled) { detail::g_tf32.store(enabled); }
+bool tensor_float_32_execution_enabled() { return detail::g_tf32.load(); }
+
+}  // namespace lockstep

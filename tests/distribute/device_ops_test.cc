@@ -1,0 +1,306 @@
+// Every device op against the CPU's, forward and backward, on random inputs;
+// the optimizers' updates bit for bit; the seed MLP trained on the device
+// (one device, and two logical devices) against the CPU. One binary for
+// both accelerators: CTest runs it on the fake accelerator on every push
+// (LOCKSTEP_TEST_DEVICE unset), scripts/gpu-check.sh on a GPU with
+// LOCKSTEP_TEST_DEVICE=/gpu:0 (docs/distribute.md, "GPUs").
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <random>
+
+#include "lockstep/lockstep.h"
+#include "support/weights.h"
+
+namespace lockstep {
+namespace {
+
+using distribute::MirroredStrategy;
+using distribute::OneDeviceStrategy;
+
+std::string device_name() {
+  const char* name = std::getenv("LOCKSTEP_TEST_DEVICE");  // NOLINT(concurrency-mt-unsafe)
+  return name ? name : "/device:FAKE:0";
+}
+
+// The device under test and a second logical device beside it (two fake
+// devices, or two logical GPUs of GPU 0).
+std::vector<Device*> devices() {
+  static const std::vector<Device*> list = [] {
+    const std::string name = device_name();
+    if (name.find("FAKE") != std::string::npos) {
+      set_fake_devices(2);
+      return fake_devices();
+    }
+    set_logical_gpu_devices(2);
+    return std::vector<Device*>{&device("/gpu:0"), &device("/gpu:1")};
+  }();
+  return list;
+}
+Device& dev() { return *devices()[0]; }
+
+Tensor random_tensor(const Shape& shape, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<std::size_t>(shape.numel()));
+  for (float& x : v) x = d(rng);
+  return Tensor::from_vector(v, shape);
+}
+
+void expect_near(const Tensor& want, const Tensor& got, double tol, const std::string& what) {
+  ASSERT_TRUE(got.defined()) << what;
+  ASSERT_EQ(want.shape(), got.shape()) << what;
+  ASSERT_EQ(want.dtype(), got.dtype()) << what;
+  const std::vector<double> a = want.to_vector<double>(), b = got.to_vector<double>();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ASSERT_FALSE(std::isnan(b[i]) && !std::isnan(a[i])) << what << " element " << i;
+    ASSERT_NEAR(a[i], b[i], tol * std::max(1.0, std::abs(a[i]))) << what << " element " << i;
+  }
+}
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// f on the CPU and on the device, and the gradient of Σ f·w for every
+// float input, compared within `tol` (relative, floored at 1).
+void check_op(const std::string& name, const Fn& f, const std::vector<Tensor>& inputs,
+              double tol = 1e-5) {
+  auto run = [&](const std::vector<Tensor>& xs) {
+    GradientTape tape;
+    for (const Tensor& x : xs)
+      if (x.dtype() == DType::kFloat32) tape.watch(x);
+    const Tensor y = f(xs);
+    std::vector<Tensor> out{y};
+    if (y.dtype() == DType::kFloat32) {
+      std::vector<float> w(static_cast<std::size_t>(y.numel()));
+      for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.5f + static_cast<float>(i % 7) * 0.25f;
+      const Tensor loss = sum(mul(y, Tensor::from_vector(w, y.shape())));
+      std::vector<Tensor> sources;
+      for (const Tensor& x : xs)
+        if (x.dtype() == DType::kFloat32) sources.push_back(x);
+      for (const Tensor& g : tape.gradient(loss, sources)) out.push_back(g.cpu());
+    }
+    out[0] = out[0].cpu();
+    return out;
+  };
+  const std::vector<Tensor> want = run(inputs);
+  std::vector<Tensor> got;
+  {
+    DeviceScope on(dev(), {.pin_thread = false});
+    std::vector<Tensor> moved;
+    for (const Tensor& x : inputs) moved.push_back(x.copy_to(dev()));
+    got = run(moved);
+  }
+  ASSERT_EQ(want.size(), got.size()) << name;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    expect_near(want[i], got[i], tol,
+                name + (i == 0 ? " forward" : " gradient " + std::to_string(i)));
+}
+
+TEST(DeviceOps, ElementwiseWithBroadcastingMatchCpu) {
+  std::mt19937 rng(1);
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{4, 5}, {4, 5}}, {{4, 5}, {5}}, {{3, 1, 4}, {2, 1}}, {{6}, {}}, {{2, 3, 4}, {2, 1, 4}}};
+  for (const auto& [sa, sb] : shapes) {
+    const std::string at = " " + sa.to_string() + " x " + sb.to_string();
+    const Tensor a = random_tensor(sa, rng), b = random_tensor(sb, rng, 0.5f, 2.0f);
+    check_op("add" + at, [](const auto& x) { return add(x[0], x[1]); }, {a, b});
+    check_op("sub" + at, [](const auto& x) { return sub(x[0], x[1]); }, {a, b});
+    check_op("mul" + at, [](const auto& x) { return mul(x[0], x[1]); }, {a, b});
+    check_op("div" + at, [](const auto& x) { return div(x[0], x[1]); }, {a, b});
+    check_op("maximum" + at, [](const auto& x) { return maximum(x[0], x[1]); }, {a, b});
+    check_op("minimum" + at, [](const auto& x) { return minimum(x[0], x[1]); }, {a, b});
+    check_op("greater" + at, [](const auto& x) { return greater(x[0], x[1]); }, {a, b});
+    check_op("equal" + at, [](const auto& x) { return equal(x[0], x[0]); }, {a, b});
+    check_op("where" + at, [](const auto& x) { return where(less(x[0], x[1]), x[0], x[1]); },
+             {a, b});
+  }
+}
+
+TEST(DeviceOps, UnaryMatchCpu) {
+  std::mt19937 rng(2);
+  const Tensor x = random_tensor({7, 9}, rng, -3.0f, 3.0f);
+  const Tensor pos = random_tensor({7, 9}, rng, 0.1f, 4.0f);
+  check_op("neg", [](const auto& v) { return neg(v[0]); }, {x});
+  check_op("relu", [](const auto& v) { return relu(v[0]); }, {x});
+  check_op("square", [](const auto& v) { return square(v[0]); }, {x});
+  check_op("abs", [](const auto& v) { return abs(v[0]); }, {x});
+  check_op("clip", [](const auto& v) { return clip(v[0], -1.0f, 0.5f); }, {x});
+  // Transcendental functions: CUDA's and libm's each within 2 ulp.
+  check_op(
+      "exp", [](const auto& v) { return exp(v[0]); }, {x}, 1e-6);
+  check_op(
+      "log", [](const auto& v) { return log(v[0]); }, {pos}, 1e-6);
+  check_op(
+      "log1p", [](const auto& v) { return log1p(v[0]); }, {pos}, 1e-6);
+  check_op(
+      "sqrt", [](const auto& v) { return sqrt(v[0]); }, {pos}, 1e-6);
+  check_op(
+      "sigmoid", [](const auto& v) { return sigmoid(v[0]); }, {x}, 1e-6);
+  check_op(
+      "tanh", [](const auto& v) { return tanh(v[0]); }, {x}, 1e-6);
+}
+
+TEST(DeviceOps, ReductionsAndSoftmaxMatchCpu) {
+  std::mt19937 rng(3);
+  const Tensor x = random_tensor({5, 6, 7}, rng, -4.0f, 4.0f);
+  for (const std::vector<int>& axes : std::vector<std::vector<int>>{{0}, {1}, {2}, {0, 1}, {}}) {
+    const std::string at =
+        " axes " + std::to_string(axes.size() ? axes[0] : -1) + "/" + std::to_string(axes.size());
+    check_op("sum" + at, [axes](const auto& v) { return sum(v[0], {.axes = axes}); }, {x});
+    check_op("mean" + at, [axes](const auto& v) { return mean(v[0], {.axes = axes}); }, {x});
+    check_op("max" + at, [axes](const auto& v) { return max(v[0], {.axes = axes}); }, {x});
+  }
+  check_op("argmax", [](const auto& v) { return argmax(v[0], -1); }, {x});
+  check_op("argmax axis 1", [](const auto& v) { return argmax(v[0], 1); }, {x});
+  check_op("softmax", [](const auto& v) { return softmax(v[0], -1); }, {x});
+  check_op("log_softmax", [](const auto& v) { return log_softmax(v[0], -1); }, {x});
+  check_op("log_softmax axis 1", [](const auto& v) { return log_softmax(v[0], 1); }, {x});
+}
+
+TEST(DeviceOps, MatmulMatchesCpu) {
+  std::mt19937 rng(4);
+  const Tensor a = random_tensor({33, 17}, rng), b = random_tensor({17, 9}, rng);
+  const Tensor at = random_tensor({17, 33}, rng), bt = random_tensor({9, 17}, rng);
+  const Tensor bias = random_tensor({9}, rng);
+  check_op("matmul", [](const auto& v) { return matmul(v[0], v[1]); }, {a, b});
+  check_op("matmul a^T", [](const auto& v) { return matmul(v[0], v[1], {.transpose_a = true}); },
+           {at, b});
+  check_op("matmul b^T", [](const auto& v) { return matmul(v[0], v[1], {.transpose_b = true}); },
+           {a, bt});
+  check_op("matmul bias relu",
+           [](const auto& v) { return matmul(v[0], v[1], v[2], {.relu = true}); }, {a, b, bias});
+  const Tensor ba = random_tensor({3, 8, 5}, rng), bb = random_tensor({3, 5, 4}, rng);
+  const Tensor shared = random_tensor({5, 4}, rng);
+  check_op("batched matmul", [](const auto& v) { return matmul(v[0], v[1]); }, {ba, bb});
+  check_op("batched matmul, shared b", [](const auto& v) { return matmul(v[0], v[1]); },
+           {ba, shared});
+}
+
+TEST(DeviceOps, ShapeIndexAndCastOpsMatchCpu) {
+  std::mt19937 rng(5);
+  const Tensor x = random_tensor({4, 6}, rng);
+  check_op("transpose", [](const auto& v) { return transpose(v[0]); }, {x});
+  check_op("transpose 3-d",
+           [](const auto& v) {
+             return transpose(v[0], {2, 0, 1});
+           },
+           {random_tensor({2, 3, 4}, rng)});
+  check_op("broadcast_to", [](const auto& v) { return broadcast_to(v[0], {3, 4, 6}); }, {x});
+  check_op("sum_to", [](const auto& v) { return sum_to(v[0], {1, 6}); }, {x});
+  check_op("reshape", [](const auto& v) { return reshape(v[0], {6, 4}); }, {x});
+  const Tensor labels = Tensor::from_vector<std::int64_t>({5, 0, 3, 2}, {4, 1});
+  check_op("take_along_axis", [](const auto& v) { return take_along_axis(v[0], v[1], 1); },
+           {x, labels});
+  check_op("one_hot", [](const auto& v) { return one_hot(v[0], 6); },
+           {Tensor::from_vector<std::int64_t>({5, 0, 3, 2})});
+  check_op("cast uint8 to float32", [](const auto& v) { return cast(v[0], DType::kFloat32); },
+           {Tensor::from_vector<std::uint8_t>({0, 7, 255})});
+  check_op("cast float32 to int64", [](const auto& v) { return cast(v[0], DType::kInt64); },
+           {Tensor::from_vector<float>({-2.5f, 0.0f, 3.75f})});
+  check_op("sparse crossentropy",
+           [](const auto& v) {
+             return losses::SparseCategoricalCrossentropy({.from_logits = true})(v[1], v[0]);
+           },
+           {x, Tensor::from_vector<std::uint8_t>({5, 0, 3, 2})});
+  // A label out of range is an error on the device too, never a silent read.
+  DeviceScope on(dev(), {.pin_thread = false});
+  EXPECT_THROW(
+      take_along_axis(x.copy_to(dev()), Tensor::from_vector<std::int64_t>({6, 0, 0, 0}, {4, 1}), 1),
+      IndexError);
+}
+
+TEST(DeviceOps, HostCodeGetsAClearErrorNotACrash) {
+  DeviceScope on(dev(), {.pin_thread = false});
+  const Tensor t = Tensor::ones({3});
+  EXPECT_THROW((void)t.data<float>(), DeviceError);
+  EXPECT_EQ(t.cpu().to_vector<float>(), (std::vector<float>{1, 1, 1}));
+}
+
+TEST(DeviceOps, RunningOutOfMemoryIsAnErrorNamingTheSize) {
+  DeviceScope on(dev(), {.pin_thread = false});
+  try {
+    (void)Tensor::empty({std::int64_t{1} << 55});  // 128 PiB
+    FAIL() << "a 128 PiB tensor was made";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+  }
+  const Allocator::Stats before = dev().allocator().stats();
+  {
+    const Tensor t = Tensor::zeros({1024, 1024});
+    EXPECT_GE(dev().allocator().stats().bytes_in_use, before.bytes_in_use + (4u << 20));
+  }
+  EXPECT_EQ(dev().allocator().stats().bytes_in_use, before.bytes_in_use);
+}
+
+// Each rule's update on the device gives the CPU's bits (same operations in
+// the same order, no contraction on either side).
+TEST(DeviceOps, OptimizerUpdatesAreBitwiseTheCpus) {
+  std::mt19937 rng(6);
+  const Tensor init = random_tensor({300}, rng);
+  std::vector<Tensor> grads;
+  for (int s = 0; s < 3; ++s) grads.push_back(random_tensor({300}, rng));
+  const std::vector<std::pair<std::string, std::function<Optimizer()>>> rules = {
+      {"SGD", [] { return optimizers::SGD({.learning_rate = 0.1}); }},
+      {"SGD momentum", [] { return optimizers::SGD({.learning_rate = 0.1, .momentum = 0.9}); }},
+      {"SGD nesterov",
+       [] { return optimizers::SGD({.learning_rate = 0.1, .momentum = 0.9, .nesterov = true}); }},
+      {"Adam", [] { return optimizers::Adam({.learning_rate = 0.01}); }},
+      {"AdamW", [] { return optimizers::AdamW({.learning_rate = 0.01, .weight_decay = 0.1}); }},
+  };
+  for (const auto& [name, make] : rules) {
+    auto train = [&](Device& d) {
+      DeviceScope on(d, {.pin_thread = false});
+      Variable v(init.copy_to(d));
+      Optimizer opt = make();
+      for (const Tensor& g : grads) opt.apply_gradients({g.copy_to(d)}, {v});
+      return v.value().to_vector<float>();
+    };
+    EXPECT_EQ(train(host_device()), train(dev())) << name;
+  }
+}
+
+Model mlp() {
+  set_random_seed(7);
+  Model m = zoo::seed_mlp();
+  m.compile({.optimizer = optimizers::Adam({.learning_rate = 0.001}),
+             .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+             .metrics = {metrics::SparseCategoricalAccuracy()}});
+  return m;
+}
+
+// The seed MLP on the device trains as on the CPU (within float32 rounding
+// of a different summation order), and two logical devices as one.
+TEST(DeviceOps, SeedMlpTrainsOnTheDeviceAsOnTheCpu) {
+  std::mt19937 rng(8);
+  const Tensor x = random_tensor({512, 784}, rng, 0.0f, 1.0f);
+  std::vector<std::uint8_t> labels(512);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::uint8_t>(i * 7 % 10);
+  const Tensor y = Tensor::from_vector(labels);
+  auto fit = [&](const distribute::Strategy& strategy) {
+    Model model;
+    {
+      auto scope = strategy.scope();
+      model = mlp();
+    }
+    const History h =
+        model.fit(x, y, {.batch_size = 64, .epochs = 2, .verbose = 0, .shuffle = false});
+    std::vector<double> loss;
+    for (const auto& [name, values] : h.history())
+      if (name == "loss") loss = values;
+    return std::make_pair(testing_support::weights(model), loss);
+  };
+  const auto cpu = fit(OneDeviceStrategy(*logical_devices()[0]));
+  const auto one = fit(OneDeviceStrategy(dev()));
+  const auto two = fit(MirroredStrategy({.devices = devices()}));
+  testing_support::expect_close(cpu.first, one.first, 1e-4, "1 device vs the CPU");
+  testing_support::expect_close(one.first, two.first, 1e-4, "2 logical devices vs 1");
+  ASSERT_EQ(cpu.second.size(), 2u);
+  for (std::size_t e = 0; e < 2; ++e) {
+    EXPECT_NEAR(cpu.second[e], one.second[e], 1e-4) << "epoch " << e;
+    EXPECT_NEAR(one.second[e], two.second[e], 1e-4) << "epoch " << e;
+  }
+}
+
+}  // namespace
+}  // namespace lockstep
