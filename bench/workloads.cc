@@ -104,9 +104,11 @@ dist::Strategy make_strategy(const std::string& mode) {
 std::string mode_name(const std::string& mode, const dist::Strategy& strategy) {
   if (mode == "single")  // oneDNN and our loops run on the OpenMP team (OMP_NUM_THREADS)
     return "no strategy (" + std::to_string(omp_get_max_threads()) + " threads)";
-  if (mode == "gpu" || mode == "gpu-logical2" || mode == "fake")
-    return strategy.replica_devices()[0]->description() + ": " +
-           std::to_string(strategy.num_replicas_in_sync()) + " replica(s)";
+  if (mode == "gpu" || mode == "fake")
+    return "OneDeviceStrategy(" + strategy.replica_devices()[0]->name() + ")";
+  if (mode == "gpu-logical2")
+    return "MirroredStrategy(" + std::to_string(strategy.num_replicas_in_sync()) +
+           " logical GPUs of GPU 0)";
   return std::string(mode == "one-replica"          ? "MirroredStrategy(host device): "
                      : mode == "per-core-unsharded" ? "MirroredStrategy(), unsharded: "
                                                     : "MirroredStrategy(): ") +
@@ -149,6 +151,7 @@ void train(const Args& args) {
           {"examples", examples},
           {"samples_per_s", examples / seconds},
           {"policy", args.policy},
+          {"device", strategy.replica_devices()[0]->description()},
           {"test_accuracy", results.at("sparse_categorical_accuracy")}});
 }
 

@@ -116,6 +116,11 @@ std::vector<Device*> named_devices(const std::string& spec) {
   while (std::getline(ss, name, ',')) {
     try {
       out.push_back(&device(name));
+    } catch (const ValueError& e) {
+      detail::throw_error<ValueError>("--devices ", spec,
+                                      ": expected a device count >= 1, core sets (\"0,1;2-3\"), "
+                                      "\"gpu\" or device names (\"/gpu:0,/gpu:1\"); ",
+                                      e.what());
     } catch (const Error&) {
       detail::rethrow_with_prefix("--devices " + spec + ": ");
     }

@@ -21,6 +21,11 @@ install(TARGETS ${lockstep_layers} lockstep EXPORT lockstepTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS lockstep_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The CUDA adapter where it was built: a module the library finds in the
+# install's library folder (src/tensor/gpu_kernels.cc).
+if(TARGET lockstep_cuda)
+  install(TARGETS lockstep_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 install(DIRECTORY include/lockstep DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT lockstepTargets NAMESPACE lockstep:: DESTINATION ${lockstep_cmake_dir})
 

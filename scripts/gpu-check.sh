@@ -16,8 +16,8 @@
 #                                  on the same GPU, alternating rounds. Logs go
 #                                  to OUT; the summary is printed last.
 #
-# CUDA's libraries come from the GPU machine's PyTorch wheels (cuBLAS in
-# site-packages/nvidia/cu13/lib or nvidia/cublas/lib).
+# CUDA's libraries come from the GPU machine's PyTorch wheels (cuBLAS and
+# cuDNN under site-packages/nvidia/).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 carry=$here/.gpu-carry
@@ -31,7 +31,7 @@ pack() {
   # The Debian libraries the binaries load, but not glibc's, the compiler's
   # runtime or CUDA's (the GPU machine has newer ones of each).
   ldd "$carry"/bin/* "$carry/lib/liblockstep_cuda.so" | awk '/=> \//{print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|libcublas|libcudart' |
+    grep -Ev '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|libcublas|libcudart|libcudnn' |
     while read -r lib; do cp -L "$lib" "$carry/lib/"; done
   tar -C "$carry" -cJf "$carry/lockstep.tar.xz" bin lib
   rm -rf "$carry/bin" "$carry/lib"
@@ -48,7 +48,8 @@ run() {
   local site
   site=$($py -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))' 2>/dev/null || true)
   local cuda_libs
-  cuda_libs=$(find "$site/nvidia" -name 'libcublas.so*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
+  cuda_libs=$(find "$site/nvidia" \( -name 'libcublas.so*' -o -name 'libcudnn.so*' \) -printf '%h\n' 2>/dev/null |
+    sort -u | tr '\n' ':')
   export LD_LIBRARY_PATH="/tmp/ls/lib:${cuda_libs}${LD_LIBRARY_PATH:-}"
   export LOCKSTEP_CUDA_LIBRARY=/tmp/ls/lib/liblockstep_cuda.so
   local bin=/tmp/ls/bin data=$carry/data summary=$out/summary.txt
@@ -92,12 +93,19 @@ run() {
     done
     timeout 120 "$bin/workloads" --workload mlp --batch 64 --epochs 2 --mode gpu-logical2 --data-dir "$data" \
       2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads gpu-logical2: failed"
+    timeout 120 "$bin/workloads" --workload cnn --batch 64 --epochs 1 --mode gpu --data-dir "$data" \
+      2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads cnn gpu: failed"
+    timeout 120 $py "$carry/torch_gpu.py" --workload cnn --batch 64 --epochs 1 --data-dir "$data" \
+      2>>"$out/torch.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "torch cnn: failed"
   done
+  timeout 120 "$bin/workloads" --workload cnn --batch 64 --epochs 1 --mode one-replica --data-dir "$data" \
+    2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads cnn cpu: failed"
   $py - "$results" <<'EOF' | tee -a "$summary"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 for r in rows:
-    print(f"{r['system'][:16]:16} {r['mode'][:60]:60} batch {r['batch']:4}  "
+    mode = r['mode'].replace('eager on NVIDIA ', 'eager, ')
+    print(f"{r['system'][:16]:16} {r['workload']:4} {mode[:44]:44} batch {r['batch']:4}  "
           f"{r['samples_per_s']:10.0f} samples/s  test acc {r['test_accuracy']:.4f}")
 EOF
 }

@@ -68,6 +68,20 @@ void DeviceKernels::softmax(const Tensor&, int, Tensor*, Tensor*) { no_kernel("s
 Tensor DeviceKernels::matmul(const Tensor&, const Tensor&, const Tensor&, const MatmulOptions&) {
   no_kernel("matmul");
 }
+Tensor DeviceKernels::conv2d(const Tensor&, const Tensor&, const Tensor&, const ConvGeometry&) {
+  no_kernel("conv2d");
+}
+Tensor DeviceKernels::conv2d_backward_data(const Tensor&, const Tensor&, const ConvGeometry&) {
+  no_kernel("conv2d's input gradient");
+}
+Tensor DeviceKernels::conv2d_backward_kernel(const Tensor&, const Tensor&, const ConvGeometry&) {
+  no_kernel("conv2d's kernel gradient");
+}
+Tensor DeviceKernels::pool2d(const Tensor&, const PoolGeometry&) { no_kernel("pooling"); }
+Tensor DeviceKernels::pool2d_backward(const Tensor&, const Tensor&, const Tensor&,
+                                      const PoolGeometry&) {
+  no_kernel("pooling's gradient");
+}
 Tensor DeviceKernels::take_along_axis(const Tensor&, const Tensor&, int) {
   no_kernel("take_along_axis");
 }

@@ -268,6 +268,96 @@ class GpuKernels final : public DeviceKernels {
     });
     return out;
   }
+  // cuDNN pads symmetrically: TensorFlow's asymmetric "same" padding is an
+  // explicit zero-padded copy of the input (and a crop of its gradient).
+  static bool symmetric(const ConvGeometry& g) { return g.pad_t == g.pad_b && g.pad_l == g.pad_r; }
+  static backend::cuda::ConvParams params(const ConvGeometry& g) {
+    backend::cuda::ConvParams p;
+    const bool sym = symmetric(g);
+    p.n = g.n, p.c = g.c, p.kh = g.kh, p.kw = g.kw, p.oc = g.oc, p.oh = g.oh, p.ow = g.ow;
+    p.h = sym ? g.h : g.h + g.pad_t + g.pad_b;
+    p.w = sym ? g.w : g.w + g.pad_l + g.pad_r;
+    p.pad_h = sym ? g.pad_t : 0;
+    p.pad_w = sym ? g.pad_l : 0;
+    p.sh = g.sh, p.sw = g.sw, p.dh = g.dh, p.dw = g.dw, p.groups = g.groups;
+    return p;
+  }
+  Tensor padded_input(const Tensor& x, const ConvGeometry& g) {
+    if (symmetric(g)) return x;
+    const backend::cuda::ConvParams p = params(g);
+    Tensor out = Tensor::empty({g.n, p.h, p.w, g.c});
+    run("conv2d's padding", [&] {
+      api_->nhwc_window(stream_, f(x), g.n, g.h, g.w, g.c, f(out), p.h, p.w, -g.pad_t, -g.pad_l);
+    });
+    return out;
+  }
+  Tensor conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias_in,
+                const ConvGeometry& g) override {
+    const Tensor x = padded_input(on_current_device(x_in), g);
+    // HWIO (Keras's kernel) to cuDNN's [oc, kh, kw, c / groups].
+    const Tensor filter = transpose(on_current_device(kernel_in), {3, 0, 1, 2});
+    Tensor out = Tensor::empty({g.n, g.oh, g.ow, g.oc});
+    if (out.numel() == 0) return out;
+    const backend::cuda::ConvParams p = params(g);
+    run("conv2d", [&] { api_->conv_forward(gpu_, stream_, p, f(x), f(filter), f(out)); });
+    if (bias_in.defined()) {
+      const Tensor bias = on_current_device(bias_in);
+      return binary(BinaryKind::kAdd, out, bias, out.shape());
+    }
+    return out;
+  }
+  Tensor conv2d_backward_data(const Tensor& dy_in, const Tensor& kernel_in,
+                              const ConvGeometry& g) override {
+    const Tensor dy = on_current_device(dy_in);
+    const Tensor filter = transpose(on_current_device(kernel_in), {3, 0, 1, 2});
+    const backend::cuda::ConvParams p = params(g);
+    Tensor dxp = Tensor::empty({g.n, p.h, p.w, g.c});
+    run("conv2d's input gradient",
+        [&] { api_->conv_backward_data(gpu_, stream_, p, f(dy), f(filter), f(dxp)); });
+    if (symmetric(g)) return dxp;
+    Tensor dx = Tensor::empty({g.n, g.h, g.w, g.c});
+    run("conv2d's input gradient", [&] {
+      api_->nhwc_window(stream_, f(dxp), g.n, p.h, p.w, g.c, f(dx), g.h, g.w, g.pad_t, g.pad_l);
+    });
+    return dx;
+  }
+  Tensor conv2d_backward_kernel(const Tensor& x_in, const Tensor& dy_in,
+                                const ConvGeometry& g) override {
+    const Tensor x = padded_input(on_current_device(x_in), g);
+    const Tensor dy = on_current_device(dy_in);
+    const backend::cuda::ConvParams p = params(g);
+    Tensor dfilter = Tensor::empty({g.oc, g.kh, g.kw, g.c / g.groups});
+    run("conv2d's kernel gradient",
+        [&] { api_->conv_backward_filter(gpu_, stream_, p, f(x), f(dy), f(dfilter)); });
+    return transpose(dfilter, {1, 2, 3, 0});
+  }
+  static backend::cuda::PoolParams params(const PoolGeometry& g) {
+    LOCKSTEP_CHECK_AS(DeviceError, g.pad_t == g.pad_b && g.pad_l == g.pad_r,
+                      "pooling with TensorFlow's asymmetric 'same' padding (", g.pad_t, "/",
+                      g.pad_b, ", ", g.pad_l, "/", g.pad_r, ") has no GPU kernel yet");
+    backend::cuda::PoolParams p;
+    p.n = g.n, p.h = g.h, p.w = g.w, p.c = g.c, p.kh = g.kh, p.kw = g.kw, p.oh = g.oh, p.ow = g.ow;
+    p.sh = g.sh, p.sw = g.sw, p.pad_h = g.pad_t, p.pad_w = g.pad_l, p.max = g.max;
+    return p;
+  }
+  Tensor pool2d(const Tensor& x_in, const PoolGeometry& g) override {
+    const Tensor x = on_current_device(x_in);
+    const backend::cuda::PoolParams p = params(g);
+    Tensor out = Tensor::empty({g.n, g.oh, g.ow, g.c});
+    if (out.numel() == 0) return out;
+    run("pooling", [&] { api_->pool_forward(gpu_, stream_, p, f(x), f(out)); });
+    return out;
+  }
+  Tensor pool2d_backward(const Tensor& x_in, const Tensor& y_in, const Tensor& dy_in,
+                         const PoolGeometry& g) override {
+    const Tensor x = on_current_device(x_in), y = on_current_device(y_in),
+                 dy = on_current_device(dy_in);
+    const backend::cuda::PoolParams p = params(g);
+    Tensor dx = Tensor::empty(x.shape());
+    run("pooling's gradient",
+        [&] { api_->pool_backward(gpu_, stream_, p, f(x), f(y), f(dy), f(dx)); });
+    return dx;
+  }
   Tensor take_along_axis(const Tensor& x_in, const Tensor& idx_in, int axis) override {
     const Tensor x = on_current_device(x_in), idx = on_current_device(idx_in);
     std::int64_t outer = 1, inner = 1;
@@ -378,7 +468,7 @@ GpuApi* load_api(std::string& why) {
     return nullptr;
   }
   // LOCKSTEP_CUDA_LIBRARY, else lib/ beside the program's folder (the build
-  // tree's and an install's layout), else the loader's path.
+  // tree's layout) or an install's library folder, else the loader's path.
   std::vector<std::string> candidates;
   if (auto named = env::cuda_library()) {
     candidates.push_back(*named);
@@ -389,6 +479,8 @@ GpuApi* load_api(std::string& why) {
       candidates.push_back((exe.parent_path() / "liblockstep_cuda.so").string());
       candidates.push_back(
           (exe.parent_path().parent_path() / "lib" / "liblockstep_cuda.so").string());
+      candidates.push_back(
+          (exe.parent_path().parent_path() / LOCKSTEP_LIBDIR / "liblockstep_cuda.so").string());
     }
     candidates.push_back("liblockstep_cuda.so");
   }

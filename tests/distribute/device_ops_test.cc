@@ -177,6 +177,33 @@ TEST(DeviceOps, MatmulMatchesCpu) {
            {ba, shared});
 }
 
+TEST(DeviceOps, ConvolutionAndPoolingMatchCpu) {
+  std::mt19937 rng(9);
+  const Tensor x = random_tensor({2, 9, 8, 3}, rng);
+  const Tensor k = random_tensor({3, 3, 3, 4}, rng), bias = random_tensor({4}, rng);
+  check_op("conv2d valid", [](const auto& v) { return conv2d(v[0], v[1], v[2]); }, {x, k, bias});
+  // TensorFlow's "same" with stride 2: asymmetric padding on the GPU too.
+  check_op("conv2d same stride 2",
+           [](const auto& v) {
+             return conv2d(v[0], v[1], v[2], {.strides = {2, 2}, .padding = Padding::kSame});
+           },
+           {x, k, bias});
+  check_op("conv2d same 4x4 (even window)",
+           [](const auto& v) { return conv2d(v[0], v[1], Tensor(), {.padding = Padding::kSame}); },
+           {x, random_tensor({4, 4, 3, 4}, rng)});
+  check_op("depthwise conv2d",
+           [](const auto& v) {
+             return conv2d(v[0], v[1], Tensor(), {.padding = Padding::kSame, .groups = 3});
+           },
+           {x, random_tensor({3, 3, 1, 3}, rng)});
+  check_op("max_pool2d", [](const auto& v) { return max_pool2d(v[0]); }, {x});
+  check_op("avg_pool2d",
+           [](const auto& v) {
+             return avg_pool2d(v[0], {.pool_size = {3, 3}});
+           },
+           {x});
+}
+
 TEST(DeviceOps, ShapeIndexAndCastOpsMatchCpu) {
   std::mt19937 rng(5);
   const Tensor x = random_tensor({4, 6}, rng);
@@ -300,6 +327,30 @@ TEST(DeviceOps, SeedMlpTrainsOnTheDeviceAsOnTheCpu) {
     EXPECT_NEAR(cpu.second[e], one.second[e], 1e-4) << "epoch " << e;
     EXPECT_NEAR(one.second[e], two.second[e], 1e-4) << "epoch " << e;
   }
+}
+
+// The small CNN (convolutions, pooling, flatten, dense) likewise on one
+// device.
+TEST(DeviceOps, SmallCnnTrainsOnTheDeviceAsOnTheCpu) {
+  std::mt19937 rng(10);
+  const Tensor x = random_tensor({128, 28, 28, 1}, rng, 0.0f, 1.0f);
+  std::vector<std::uint8_t> labels(128);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::uint8_t>(i * 3 % 10);
+  const Tensor y = Tensor::from_vector(labels);
+  auto fit = [&](const distribute::Strategy& strategy) {
+    Model model;
+    {
+      auto scope = strategy.scope();
+      set_random_seed(7);
+      model = zoo::small_cnn();
+      model.compile({.optimizer = optimizers::Adam({.learning_rate = 0.001}),
+                     .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+    }
+    model.fit(x, y, {.batch_size = 32, .epochs = 1, .verbose = 0, .shuffle = false});
+    return testing_support::weights(model);
+  };
+  testing_support::expect_close(fit(OneDeviceStrategy(*logical_devices()[0])),
+                                fit(OneDeviceStrategy(dev())), 1e-4, "small CNN, device vs CPU");
 }
 
 }  // namespace

@@ -28,7 +28,9 @@ expect 2 "--seed: expected an integer from 0 to 18446744073709551615, got 184467
 expect 2 "unknown command 'trian'; did you mean 'train'?" "$bin" trian
 mkdir -p "$work/a-directory"
 expect 1 "--model: '$work/a-directory' is a directory" "$bin" train --model "$work/a-directory"
-expect 1 "--devices: expected a device count >= 1 or core lists" "$bin" train --devices garbage
+expect 1 "--devices garbage: expected a device count >= 1, core sets" "$bin" train --devices garbage
+expect 1 "--devices: expected a device count >= 1 or core lists" "$bin" train --devices 0
+expect 1 "no GPU: no CUDA driver" "$bin" train --devices /gpu:0
 
 # Data sets too small for the guide's split name their counts.
 python3 - "$work" <<'PY'

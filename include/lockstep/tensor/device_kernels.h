@@ -73,6 +73,21 @@ struct DeviceUpdate {
   bool nesterov = false;
 };
 
+// A convolution as conv2d checked it (NHWC input, HWIO kernel, TensorFlow's
+// padding worked out: before and after may differ).
+struct ConvGeometry {
+  std::int64_t n = 0, h = 0, w = 0, c = 0, kh = 0, kw = 0, oc = 0, groups = 1;
+  std::int64_t sh = 1, sw = 1, dh = 1, dw = 1;
+  std::int64_t pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0, oh = 0, ow = 0;
+};
+
+// A pooling window as max_pool2d / avg_pool2d checked it (NHWC).
+struct PoolGeometry {
+  std::int64_t n = 0, h = 0, w = 0, c = 0, kh = 0, kw = 0, sh = 1, sw = 1;
+  std::int64_t pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0, oh = 0, ow = 0;
+  bool max = true;
+};
+
 class DeviceKernels {
  public:
   virtual ~DeviceKernels() = default;
@@ -112,6 +127,15 @@ class DeviceKernels {
   virtual void softmax(const Tensor& x, int axis, Tensor* log_out, Tensor* prob_out);
   virtual Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias,
                         const MatmulOptions& options);
+  // conv2d's forward (with the bias, when defined) and its gradients.
+  virtual Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+                        const ConvGeometry& g);
+  virtual Tensor conv2d_backward_data(const Tensor& dy, const Tensor& kernel,
+                                      const ConvGeometry& g);
+  virtual Tensor conv2d_backward_kernel(const Tensor& x, const Tensor& dy, const ConvGeometry& g);
+  virtual Tensor pool2d(const Tensor& x, const PoolGeometry& g);
+  virtual Tensor pool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                 const PoolGeometry& g);
   virtual Tensor take_along_axis(const Tensor& x, const Tensor& indices, int axis);
   // The backward of take_along_axis: zeros of `shape` with g added at the indices.
   virtual Tensor scatter_along_axis(const Tensor& g, const Tensor& indices, int axis,

@@ -3,6 +3,7 @@
 // Batch normalisation is in batch_norm_ops.cc.
 #include <algorithm>
 
+#include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/recording.h"
 #include "tensor/backend/onednn/onednn.h"
@@ -103,8 +104,90 @@ backend::onednn::PoolShape pool_shape(const Tensor& x, const Pool2DOptions& o, b
   return s;
 }
 
+detail::ConvGeometry geometry(const backend::onednn::ConvShape& s) {
+  return {.n = s.n,
+          .h = s.h,
+          .w = s.w,
+          .c = s.c,
+          .kh = s.kh,
+          .kw = s.kw,
+          .oc = s.oc,
+          .groups = s.groups,
+          .sh = s.sh,
+          .sw = s.sw,
+          .dh = s.dh,
+          .dw = s.dw,
+          .pad_t = s.pad_t,
+          .pad_l = s.pad_l,
+          .pad_b = s.pad_b,
+          .pad_r = s.pad_r,
+          .oh = s.oh,
+          .ow = s.ow};
+}
+
+detail::PoolGeometry geometry(const backend::onednn::PoolShape& s) {
+  return {.n = s.n,
+          .h = s.h,
+          .w = s.w,
+          .c = s.c,
+          .kh = s.kh,
+          .kw = s.kw,
+          .sh = s.sh,
+          .sw = s.sw,
+          .pad_t = s.pad_t,
+          .pad_l = s.pad_l,
+          .pad_b = s.pad_b,
+          .pad_r = s.pad_r,
+          .oh = s.oh,
+          .ow = s.ow,
+          .max = s.max};
+}
+
+// conv2d on a GPU: the adapter's kernels forward and backward (bias's
+// gradient: a sum over every output position).
+Tensor conv2d_on_device(detail::DeviceKernels& k, const Tensor& x, const Tensor& kernel,
+                        const Tensor& bias, const backend::onednn::ConvShape& s) {
+  LOCKSTEP_CHECK_AS(DeviceError, x.dtype() == DType::kFloat32, "conv2d on ",
+                    current_device().name(), ": only float32 has a GPU kernel yet, got ",
+                    x.dtype());
+  const detail::ConvGeometry geo = geometry(s);
+  Tensor out = k.conv2d(x, kernel, bias, geo);
+  const bool with_bias = bias.defined();
+  const bool record =
+      with_bias ? detail::should_record({x, kernel, bias}) : detail::should_record({x, kernel});
+  if (!record) return out;
+  auto backward = [geo, x, kernel, with_bias](const Tensor& g) {
+    const detail::OnDevice on;
+    Tensor dx, dw, db;
+    if (detail::needs_input_grad(0)) dx = on.kernels()->conv2d_backward_data(g, kernel, geo);
+    if (detail::needs_input_grad(1)) dw = on.kernels()->conv2d_backward_kernel(x, g, geo);
+    if (with_bias && detail::needs_input_grad(2)) db = sum(reshape(g, {-1, geo.oc}), {.axes = {0}});
+    Grads grads{dx, dw};
+    if (with_bias) grads.push_back(db);
+    return grads;
+  };
+  if (with_bias) {
+    detail::record("conv2d", {x, kernel, bias}, out, backward);
+  } else {
+    detail::record("conv2d", {x, kernel}, out, backward);
+  }
+  return out;
+}
+
 Tensor pool(const Tensor& x, const Pool2DOptions& o, bool max, const char* op) {
   const auto s = pool_shape(x, o, max, op);
+  const detail::OnDevice on;
+  if (on.kernels()) {
+    const detail::PoolGeometry geo = geometry(s);
+    Tensor out = on.kernels()->pool2d(x, geo);
+    if (detail::should_record({x})) {
+      detail::record(op, {x}, out, [x, out, geo](const Tensor& g) {
+        const detail::OnDevice on_g;
+        return Grads{on_g.kernels()->pool2d_backward(x, out, g, geo)};
+      });
+    }
+    return out;
+  }
   Tensor out = Tensor::empty({s.n, s.oh, s.ow, s.c}, x.dtype());
   if (out.numel() == 0) return out;
   const bool record = detail::should_record({x});
@@ -116,6 +199,7 @@ Tensor pool(const Tensor& x, const Pool2DOptions& o, bool max, const char* op) {
                                 workspace.defined() ? workspace.raw_data() : nullptr);
   if (record) {
     detail::record(op, {x}, out, [s, workspace, dtype = x.dtype()](const Tensor& g) {
+      const detail::OnDevice on;  // the fake accelerator's scope
       Tensor dx = Tensor::empty({s.n, s.h, s.w, s.c}, dtype);
       const Tensor gc = g.dtype() == dtype ? g : cast(g, dtype);
       backend::onednn::pool_backward(
@@ -143,6 +227,8 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const C
     LOCKSTEP_CHECK_AS(ShapeError, bias.rank() == 1 && bias.shape()[0] == s.oc,
                       "conv2d: expected bias of shape [", s.oc, "], got ", bias.shape());
   }
+  const detail::OnDevice on;
+  if (on.kernels()) return conv2d_on_device(*on.kernels(), x, kernel, bias, s);
   Tensor out = Tensor::empty({s.n, s.oh, s.ow, s.oc}, x.dtype());
   if (out.numel() > 0) {
     backend::onednn::conv2d_forward(s, x.raw_data(), kernel.raw_data(),
@@ -155,6 +241,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const C
     // Only what the tape needs: no input gradient for the first layer, no
     // weight gradients for a frozen one (detail::needs_input_grad).
     auto backward = [s, x, kernel, with_bias](const Tensor& upstream) {
+      const detail::OnDevice on;  // the fake accelerator's scope
       const Tensor g = upstream.dtype() == x.dtype() ? upstream : cast(upstream, x.dtype());
       const bool want_x = detail::needs_input_grad(0);
       const bool want_w = detail::needs_input_grad(1) || (with_bias && detail::needs_input_grad(2));

@@ -36,6 +36,20 @@ struct UpdateParams {
   bool nesterov = false;
 };
 
+// A convolution for cuDNN: NHWC data, a [oc, kh, kw, c / groups] filter
+// (cuDNN's NHWC filter layout), symmetric padding.
+struct ConvParams {
+  std::int64_t n = 0, h = 0, w = 0, c = 0, kh = 0, kw = 0, oc = 0, oh = 0, ow = 0;
+  std::int64_t sh = 1, sw = 1, dh = 1, dw = 1, pad_h = 0, pad_w = 0, groups = 1;
+};
+
+// Pooling for cuDNN: NHWC data, symmetric padding.
+struct PoolParams {
+  std::int64_t n = 0, h = 0, w = 0, c = 0, kh = 0, kw = 0, oh = 0, ow = 0;
+  std::int64_t sh = 1, sw = 1, pad_h = 0, pad_w = 0;
+  bool max = true;
+};
+
 class GpuApi {
  public:
   virtual ~GpuApi() = default;
@@ -82,6 +96,22 @@ class GpuApi {
                     std::int64_t k, const float* a, const float* b, float* c, std::int64_t batch,
                     std::int64_t stride_a, std::int64_t stride_b, const float* bias, bool relu,
                     bool tf32) = 0;
+  // cuDNN's deterministic algorithms only, float32 without TF32.
+  virtual void conv_forward(int gpu, void* stream, const ConvParams& p, const float* x,
+                            const float* filter, float* y) = 0;
+  virtual void conv_backward_data(int gpu, void* stream, const ConvParams& p, const float* dy,
+                                  const float* filter, float* dx) = 0;
+  virtual void conv_backward_filter(int gpu, void* stream, const ConvParams& p, const float* x,
+                                    const float* dy, float* dfilter) = 0;
+  virtual void pool_forward(int gpu, void* stream, const PoolParams& p, const float* x,
+                            float* y) = 0;
+  virtual void pool_backward(int gpu, void* stream, const PoolParams& p, const float* x,
+                             const float* y, const float* dy, float* dx) = 0;
+  // dst[b, i, j, ch] = src[b, i + off_h, j + off_w, ch], 0 outside src: a
+  // padded copy (negative offsets) or a crop (positive ones).
+  virtual void nhwc_window(void* stream, const float* src, std::int64_t n, std::int64_t sh,
+                           std::int64_t sw, std::int64_t c, float* dst, std::int64_t dh,
+                           std::int64_t dw, std::int64_t off_h, std::int64_t off_w) = 0;
   // [outer, n, inner] gathered at [outer, k, inner] int64 indices along n.
   virtual void take_along_axis(void* stream, const float* x, const std::int64_t* idx, float* out,
                                std::int64_t outer, std::int64_t n, std::int64_t k,

@@ -282,6 +282,36 @@ __global__ void reduce_strided_kernel(int kind, const float* x, float* out, std:
   }
 }
 
+// Long sums with few outputs (a bias's gradient over every position of a
+// batch): chunks of kChunk rows summed in parallel, then the chunks' sums
+// in order — the same fixed order every run.
+constexpr std::int64_t kChunk = 256;
+
+__global__ void reduce_chunks_kernel(int kind, const float* x, double* partial, std::int64_t outer,
+                                     std::int64_t n, std::int64_t inner, std::int64_t chunks) {
+  LOCKSTEP_FOR_EACH(t, outer * chunks * inner) {
+    const std::int64_t i = t % inner, ch = t / inner % chunks, o = t / (inner * chunks);
+    const std::int64_t begin = ch * kChunk, end = begin + kChunk < n ? begin + kChunk : n;
+    const float* base = x + o * n * inner + i;
+    double acc = kind <= 1 ? 0.0 : static_cast<double>(base[begin * inner]);
+    for (std::int64_t j = begin; j < end; ++j) acc = combine(kind, acc, base[j * inner]);
+    partial[t] = acc;
+  }
+}
+
+__global__ void reduce_partials_kernel(int kind, const double* partial, float* out,
+                                       std::int64_t outer, std::int64_t n, std::int64_t inner,
+                                       std::int64_t chunks) {
+  LOCKSTEP_FOR_EACH(t, outer * inner) {
+    const std::int64_t o = t / inner, i = t % inner;
+    const double* base = partial + o * chunks * inner + i;
+    double acc = base[0];
+    for (std::int64_t ch = 1; ch < chunks; ++ch) acc = combine(kind, acc, base[ch * inner]);
+    if (kind == 1) acc /= static_cast<double>(n);
+    out[t] = static_cast<float>(acc);
+  }
+}
+
 __global__ void argmax_kernel(const float* x, std::int64_t* out, std::int64_t outer, std::int64_t n,
                               std::int64_t inner) {
   LOCKSTEP_FOR_EACH(t, outer * inner) {
@@ -332,6 +362,17 @@ __global__ void bias_relu_kernel(float* c, const float* bias, std::int64_t total
     if (bias) v += bias[i % n];
     if (relu) v = v > 0.0f ? v : 0.0f;
     c[i] = v;
+  }
+}
+
+__global__ void window_kernel(const float* src, std::int64_t sh, std::int64_t sw, std::int64_t c,
+                              float* dst, std::int64_t dh, std::int64_t dw, std::int64_t off_h,
+                              std::int64_t off_w, std::int64_t total) {
+  LOCKSTEP_FOR_EACH(t, total) {
+    const std::int64_t ch = t % c, j = t / c % dw, i = t / (c * dw) % dh, b = t / (c * dw * dh);
+    const std::int64_t si = i + off_h, sj = j + off_w;
+    dst[t] =
+        si >= 0 && si < sh && sj >= 0 && sj < sw ? src[((b * sh + si) * sw + sj) * c + ch] : 0.0f;
   }
 }
 
@@ -498,6 +539,16 @@ void launch_reduce(cudaStream_t s, int kind, const float* x, float* out, std::in
   }
   if (inner == 1 && outer <= 65535 * 16) {
     reduce_rows_kernel<<<static_cast<unsigned>(outer), kThreads, 0, s>>>(kind, x, out, n);
+  } else if (n > 4 * kChunk && outer * inner < 4 * 65536) {
+    const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+    void* partial = nullptr;
+    check(cudaMallocAsync(&partial, static_cast<std::size_t>(outer * chunks * inner) * 8, s),
+          "reduce's partial sums");
+    reduce_chunks_kernel<<<blocks_for(outer * chunks * inner), kThreads, 0, s>>>(
+        kind, x, static_cast<double*>(partial), outer, n, inner, chunks);
+    reduce_partials_kernel<<<blocks_for(outer * inner), kThreads, 0, s>>>(
+        kind, static_cast<const double*>(partial), out, outer, n, inner, chunks);
+    check(cudaFreeAsync(partial, s), "reduce's partial sums");
   } else {
     reduce_strided_kernel<<<blocks_for(outer * inner), kThreads, 0, s>>>(kind, x, out, outer, n,
                                                                          inner);
@@ -522,6 +573,15 @@ void launch_bias_relu(cudaStream_t s, float* c, const float* bias, std::int64_t 
                       std::int64_t n, bool relu) {
   bias_relu_kernel<<<blocks_for(rows * n), kThreads, 0, s>>>(c, bias, rows * n, n, relu);
   check_launch("bias and relu");
+}
+
+void launch_nhwc_window(cudaStream_t s, const float* src, std::int64_t n, std::int64_t sh,
+                        std::int64_t sw, std::int64_t c, float* dst, std::int64_t dh,
+                        std::int64_t dw, std::int64_t off_h, std::int64_t off_w) {
+  const std::int64_t total = n * dh * dw * c;
+  window_kernel<<<blocks_for(total), kThreads, 0, s>>>(src, sh, sw, c, dst, dh, dw, off_h, off_w,
+                                                       total);
+  check_launch("padding or cropping");
 }
 
 void launch_take_along_axis(cudaStream_t s, const float* x, const std::int64_t* idx, float* out,

@@ -39,6 +39,9 @@ void launch_softmax(cudaStream_t s, const float* x, float* log_out, float* prob_
                     std::int64_t outer, std::int64_t n, std::int64_t inner);
 void launch_bias_relu(cudaStream_t s, float* c, const float* bias, std::int64_t rows,
                       std::int64_t n, bool relu);
+void launch_nhwc_window(cudaStream_t s, const float* src, std::int64_t n, std::int64_t sh,
+                        std::int64_t sw, std::int64_t c, float* dst, std::int64_t dh,
+                        std::int64_t dw, std::int64_t off_h, std::int64_t off_w);
 void launch_take_along_axis(cudaStream_t s, const float* x, const std::int64_t* idx, float* out,
                             std::int64_t outer, std::int64_t n, std::int64_t k, std::int64_t inner);
 void launch_scatter_along_axis(cudaStream_t s, const float* g, const std::int64_t* idx, float* out,

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "tensor/backend/cuda/conv.h"
 #include "tensor/backend/cuda/gpu_api.h"
 #include "tensor/backend/cuda/kernels.h"
 
@@ -74,9 +75,10 @@ class CudaApi final : public GpuApi {
     int blas_minor = 0;
     cublasGetProperty(MINOR_VERSION, &blas_minor);
     char buf[160];
-    std::snprintf(buf, sizeof buf, "CUDA runtime %d.%d, driver %d.%d, cuBLAS %d.%d", runtime / 1000,
-                  runtime % 1000 / 10, driver / 1000, driver % 1000 / 10, blas, blas_minor);
-    return buf;
+    std::snprintf(buf, sizeof buf, "CUDA runtime %d.%d, driver %d.%d, cuBLAS %d.%d, ",
+                  runtime / 1000, runtime % 1000 / 10, driver / 1000, driver % 1000 / 10, blas,
+                  blas_minor);
+    return buf + CudnnState::version();
   }
 
   void* create_stream(int gpu) override {
@@ -208,6 +210,30 @@ class CudaApi final : public GpuApi {
     if (bias || relu) launch_bias_relu(s, c, bias, batch * m, n, relu);
   }
 
+  void conv_forward(int, void* stream, const ConvParams& p, const float* x, const float* filter,
+                    float* y) override {
+    cudnn_.conv_forward(on(stream), p, x, filter, y);
+  }
+  void conv_backward_data(int, void* stream, const ConvParams& p, const float* dy,
+                          const float* filter, float* dx) override {
+    cudnn_.conv_backward_data(on(stream), p, dy, filter, dx);
+  }
+  void conv_backward_filter(int, void* stream, const ConvParams& p, const float* x, const float* dy,
+                            float* dfilter) override {
+    cudnn_.conv_backward_filter(on(stream), p, x, dy, dfilter);
+  }
+  void pool_forward(int, void* stream, const PoolParams& p, const float* x, float* y) override {
+    cudnn_.pool_forward(on(stream), p, x, y);
+  }
+  void pool_backward(int, void* stream, const PoolParams& p, const float* x, const float* y,
+                     const float* dy, float* dx) override {
+    cudnn_.pool_backward(on(stream), p, x, y, dy, dx);
+  }
+  void nhwc_window(void* stream, const float* src, std::int64_t n, std::int64_t sh, std::int64_t sw,
+                   std::int64_t c, float* dst, std::int64_t dh, std::int64_t dw, std::int64_t off_h,
+                   std::int64_t off_w) override {
+    launch_nhwc_window(on(stream), src, n, sh, sw, c, dst, dh, dw, off_h, off_w);
+  }
   void take_along_axis(void* stream, const float* x, const std::int64_t* idx, float* out,
                        std::int64_t outer, std::int64_t n, std::int64_t k,
                        std::int64_t inner) override {
@@ -272,6 +298,7 @@ class CudaApi final : public GpuApi {
           "cudaMemPoolSetAttribute");
   }
 
+  CudnnState cudnn_;
   std::mutex mutex_;
   std::map<cudaStream_t, int> gpu_of_;
   std::map<cudaStream_t, cublasHandle_t> handles_;

@@ -1,0 +1,289 @@
+// Convolution and pooling on cuDNN (its legacy API, kept in cuDNN 9): NHWC
+// data end to end, float32 without TF32 (CUDNN_FMA_MATH), and for each pass
+// the fastest of cuDNN's deterministic algorithms, chosen once per shape and
+// remembered. Workspaces come from the stream's pool (cudaMallocAsync).
+#include <cudnn.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "tensor/backend/cuda/conv.h"
+#include "tensor/backend/cuda/kernels.h"
+
+namespace lockstep::backend::cuda {
+namespace {
+
+void check_cudnn(cudnnStatus_t s, const char* what) {
+  if (s != CUDNN_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": " + cudnnGetErrorString(s));
+}
+
+int i32(std::int64_t v) {
+  if (v > 0x7fffffff) throw std::runtime_error("cuDNN: a dimension above 2^31");
+  return static_cast<int>(v);
+}
+
+// The descriptors of one convolution, made per call (cheap host objects).
+struct ConvDescriptors {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  explicit ConvDescriptors(const ConvParams& p) {
+    check_cudnn(cudnnCreateTensorDescriptor(&x), "cudnnCreateTensorDescriptor");
+    check_cudnn(cudnnCreateTensorDescriptor(&y), "cudnnCreateTensorDescriptor");
+    check_cudnn(cudnnCreateFilterDescriptor(&w), "cudnnCreateFilterDescriptor");
+    check_cudnn(cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
+    check_cudnn(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, i32(p.n),
+                                           i32(p.c), i32(p.h), i32(p.w)),
+                "input descriptor");
+    check_cudnn(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, i32(p.n),
+                                           i32(p.oc), i32(p.oh), i32(p.ow)),
+                "output descriptor");
+    check_cudnn(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, i32(p.oc),
+                                           i32(p.c / p.groups), i32(p.kh), i32(p.kw)),
+                "filter descriptor");
+    check_cudnn(cudnnSetConvolution2dDescriptor(conv, i32(p.pad_h), i32(p.pad_w), i32(p.sh),
+                                                i32(p.sw), i32(p.dh), i32(p.dw),
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                "convolution descriptor");
+    check_cudnn(cudnnSetConvolutionGroupCount(conv, i32(p.groups)), "group count");
+    check_cudnn(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH), "math type");
+  }
+  ~ConvDescriptors() {
+    cudnnDestroyTensorDescriptor(x);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyConvolutionDescriptor(conv);
+  }
+  ConvDescriptors(const ConvDescriptors&) = delete;
+  ConvDescriptors& operator=(const ConvDescriptors&) = delete;
+};
+
+using ShapeKey = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                            std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                            std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
+ShapeKey key(int pass, const ConvParams& p) {
+  return {pass,
+          p.n,
+          p.h,
+          p.w,
+          p.c,
+          p.kh,
+          p.kw,
+          p.oc,
+          p.sh,
+          p.sw,
+          p.dh,
+          p.dw,
+          p.pad_h * 65536 + p.pad_w,
+          p.groups};
+}
+
+// A workspace from the stream's pool, freed in stream order after the call.
+struct Workspace {
+  void* ptr = nullptr;
+  cudaStream_t stream;
+  Workspace(std::size_t bytes, cudaStream_t s) : stream(s) {
+    if (bytes > 0) check(cudaMallocAsync(&ptr, bytes, s), "cuDNN workspace");
+  }
+  ~Workspace() {
+    if (ptr) cudaFreeAsync(ptr, stream);
+  }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+};
+
+}  // namespace
+
+struct CudnnState::Impl {
+  std::mutex mutex;
+  std::map<cudaStream_t, cudnnHandle_t> handles;
+  std::map<ShapeKey, int> algorithms;  // the deterministic algorithm chosen per pass and shape
+};
+
+CudnnState::CudnnState() : impl_(new Impl()) {}
+CudnnState::~CudnnState() = default;
+
+cudnnHandle_t CudnnState::handle(cudaStream_t s) {
+  std::lock_guard lock(impl_->mutex);
+  auto it = impl_->handles.find(s);
+  if (it != impl_->handles.end()) return it->second;
+  cudnnHandle_t h = nullptr;
+  check_cudnn(cudnnCreate(&h), "cudnnCreate");
+  check_cudnn(cudnnSetStream(h, s), "cudnnSetStream");
+  impl_->handles[s] = h;
+  return h;
+}
+
+void CudnnState::conv_forward(cudaStream_t s, const ConvParams& p, const float* x,
+                              const float* filter, float* y) {
+  cudnnHandle_t h = handle(s);
+  ConvDescriptors d(p);
+  const ShapeKey k = key(0, p);
+  int algo = -1;
+  {
+    std::lock_guard lock(impl_->mutex);
+    auto it = impl_->algorithms.find(k);
+    if (it != impl_->algorithms.end()) algo = it->second;
+  }
+  if (algo < 0) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int found = 0;
+    check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(
+                    h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf),
+                "choosing a convolution algorithm");
+    for (int i = 0; i < found && algo < 0; ++i) {
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
+          perf[i].mathType != CUDNN_TENSOR_OP_MATH)
+        algo = perf[i].algo;
+    }
+    if (algo < 0)
+      throw std::runtime_error("cuDNN offers no deterministic convolution for this shape");
+    std::lock_guard lock(impl_->mutex);
+    impl_->algorithms[k] = algo;
+  }
+  const auto a = static_cast<cudnnConvolutionFwdAlgo_t>(algo);
+  std::size_t bytes = 0;
+  check_cudnn(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, a, &bytes),
+              "convolution workspace");
+  Workspace ws(bytes, s);
+  const float one = 1.0f, zero = 0.0f;
+  check_cudnn(cudnnConvolutionForward(h, &one, d.x, x, d.w, filter, d.conv, a, ws.ptr, bytes, &zero,
+                                      d.y, y),
+              "cudnnConvolutionForward");
+}
+
+void CudnnState::conv_backward_data(cudaStream_t s, const ConvParams& p, const float* dy,
+                                    const float* filter, float* dx) {
+  cudnnHandle_t h = handle(s);
+  ConvDescriptors d(p);
+  const ShapeKey k = key(1, p);
+  int algo = -1;
+  {
+    std::lock_guard lock(impl_->mutex);
+    auto it = impl_->algorithms.find(k);
+    if (it != impl_->algorithms.end()) algo = it->second;
+  }
+  if (algo < 0) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int found = 0;
+    check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                    h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf),
+                "choosing a backward-data algorithm");
+    for (int i = 0; i < found && algo < 0; ++i) {
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
+          perf[i].mathType != CUDNN_TENSOR_OP_MATH)
+        algo = perf[i].algo;
+    }
+    if (algo < 0) throw std::runtime_error("cuDNN offers no deterministic backward-data pass here");
+    std::lock_guard lock(impl_->mutex);
+    impl_->algorithms[k] = algo;
+  }
+  const auto a = static_cast<cudnnConvolutionBwdDataAlgo_t>(algo);
+  std::size_t bytes = 0;
+  check_cudnn(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, a, &bytes),
+              "backward-data workspace");
+  Workspace ws(bytes, s);
+  const float one = 1.0f, zero = 0.0f;
+  check_cudnn(cudnnConvolutionBackwardData(h, &one, d.w, filter, d.y, dy, d.conv, a, ws.ptr, bytes,
+                                           &zero, d.x, dx),
+              "cudnnConvolutionBackwardData");
+}
+
+void CudnnState::conv_backward_filter(cudaStream_t s, const ConvParams& p, const float* x,
+                                      const float* dy, float* dfilter) {
+  cudnnHandle_t h = handle(s);
+  ConvDescriptors d(p);
+  const ShapeKey k = key(2, p);
+  int algo = -1;
+  {
+    std::lock_guard lock(impl_->mutex);
+    auto it = impl_->algorithms.find(k);
+    if (it != impl_->algorithms.end()) algo = it->second;
+  }
+  if (algo < 0) {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int found = 0;
+    check_cudnn(
+        cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, perf),
+        "choosing a backward-filter algorithm");
+    for (int i = 0; i < found && algo < 0; ++i) {
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
+          perf[i].mathType != CUDNN_TENSOR_OP_MATH)
+        algo = perf[i].algo;
+    }
+    if (algo < 0)
+      throw std::runtime_error("cuDNN offers no deterministic backward-filter pass here");
+    std::lock_guard lock(impl_->mutex);
+    impl_->algorithms[k] = algo;
+  }
+  const auto a = static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo);
+  std::size_t bytes = 0;
+  check_cudnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, a, &bytes),
+              "backward-filter workspace");
+  Workspace ws(bytes, s);
+  const float one = 1.0f, zero = 0.0f;
+  check_cudnn(cudnnConvolutionBackwardFilter(h, &one, d.x, x, d.y, dy, d.conv, a, ws.ptr, bytes,
+                                             &zero, d.w, dfilter),
+              "cudnnConvolutionBackwardFilter");
+}
+
+namespace {
+
+struct PoolDescriptors {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnPoolingDescriptor_t pool = nullptr;
+  explicit PoolDescriptors(const PoolParams& p) {
+    check_cudnn(cudnnCreateTensorDescriptor(&x), "cudnnCreateTensorDescriptor");
+    check_cudnn(cudnnCreateTensorDescriptor(&y), "cudnnCreateTensorDescriptor");
+    check_cudnn(cudnnCreatePoolingDescriptor(&pool), "cudnnCreatePoolingDescriptor");
+    check_cudnn(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, i32(p.n),
+                                           i32(p.c), i32(p.h), i32(p.w)),
+                "pooling input descriptor");
+    check_cudnn(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, i32(p.n),
+                                           i32(p.c), i32(p.oh), i32(p.ow)),
+                "pooling output descriptor");
+    // Average pooling leaves the padding out of the count, as TensorFlow.
+    check_cudnn(cudnnSetPooling2dDescriptor(pool,
+                                            p.max ? CUDNN_POOLING_MAX_DETERMINISTIC
+                                                  : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+                                            CUDNN_NOT_PROPAGATE_NAN, i32(p.kh), i32(p.kw),
+                                            i32(p.pad_h), i32(p.pad_w), i32(p.sh), i32(p.sw)),
+                "pooling descriptor");
+  }
+  ~PoolDescriptors() {
+    cudnnDestroyTensorDescriptor(x);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyPoolingDescriptor(pool);
+  }
+  PoolDescriptors(const PoolDescriptors&) = delete;
+  PoolDescriptors& operator=(const PoolDescriptors&) = delete;
+};
+
+}  // namespace
+
+void CudnnState::pool_forward(cudaStream_t s, const PoolParams& p, const float* x, float* y) {
+  PoolDescriptors d(p);
+  const float one = 1.0f, zero = 0.0f;
+  check_cudnn(cudnnPoolingForward(handle(s), d.pool, &one, d.x, x, &zero, d.y, y),
+              "cudnnPoolingForward");
+}
+
+void CudnnState::pool_backward(cudaStream_t s, const PoolParams& p, const float* x, const float* y,
+                               const float* dy, float* dx) {
+  PoolDescriptors d(p);
+  const float one = 1.0f, zero = 0.0f;
+  check_cudnn(
+      cudnnPoolingBackward(handle(s), d.pool, &one, d.y, y, d.y, dy, d.x, x, &zero, d.x, dx),
+      "cudnnPoolingBackward");
+}
+
+std::string CudnnState::version() {
+  const std::size_t v = cudnnGetVersion();
+  return "cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100);
+}
+
+}  // namespace lockstep::backend::cuda

@@ -1,0 +1,40 @@
+// cuDNN's convolutions and pooling for runtime.cu's GpuApi (conv.cu): a
+// handle per stream and the deterministic algorithm chosen per shape.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <memory>
+#include <string>
+
+#include "tensor/backend/cuda/gpu_api.h"
+
+namespace lockstep::backend::cuda {
+
+class CudnnState {
+ public:
+  CudnnState();
+  ~CudnnState();
+  CudnnState(const CudnnState&) = delete;
+  CudnnState& operator=(const CudnnState&) = delete;
+
+  void conv_forward(cudaStream_t s, const ConvParams& p, const float* x, const float* filter,
+                    float* y);
+  void conv_backward_data(cudaStream_t s, const ConvParams& p, const float* dy, const float* filter,
+                          float* dx);
+  void conv_backward_filter(cudaStream_t s, const ConvParams& p, const float* x, const float* dy,
+                            float* dfilter);
+  void pool_forward(cudaStream_t s, const PoolParams& p, const float* x, float* y);
+  void pool_backward(cudaStream_t s, const PoolParams& p, const float* x, const float* y,
+                     const float* dy, float* dx);
+  // "cuDNN 9.19".
+  static std::string version();
+
+ private:
+  cudnnHandle_t handle(cudaStream_t s);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lockstep::backend::cuda
