@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "lockstep/tensor/device.h"
 #include "lockstep/tensor/ops.h"
 
 namespace lockstep {
@@ -71,9 +72,15 @@ class SparseCCE : public LossImpl {
                           ": label ", p, " at position ", i, " is not an integer class id");
       }
     }
-    Tensor labels = y_true.dtype() == DType::kInt64 ? y_true : cast(y_true, DType::kInt64);
-    labels = labels.view_as({batch, 1});
     std::vector<std::int64_t> pl(host_labels.begin(), host_labels.end());
+    // In host memory (checked there; an op on a GPU copies them over
+    // without waiting, where a GPU tensor's check would have to).
+    Tensor labels = y_true;
+    if (y_true.dtype() != DType::kInt64 || !y_true.device().host_accessible()) {
+      labels = Tensor::empty_on(host_device(), {batch}, DType::kInt64);
+      std::copy(pl.begin(), pl.end(), labels.data<std::int64_t>());
+    }
+    labels = labels.view_as({batch, 1});
     for (std::int64_t i = 0; i < batch; ++i) {
       LOCKSTEP_CHECK_AS(IndexError, pl[i] >= 0 && pl[i] < classes, op, ": label ", pl[i],
                         " at position ", i, " is out of range for ", classes,

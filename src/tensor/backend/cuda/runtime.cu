@@ -5,9 +5,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
-#include <map>
 #include <mutex>
 #include <string>
 
@@ -42,7 +42,25 @@ void check_cublas(cublasStatus_t s, const char* what) {
     throw std::runtime_error(std::string(what) + ": " + cublas_name(s));
 }
 
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+// A logical GPU's stream as the library holds it: the stream, its GPU and
+// its cuBLAS handle (made at its first matmul). Immortal, as the devices.
+struct Stream {
+  cudaStream_t stream = nullptr;
+  int gpu = 0;
+  std::atomic<cublasHandle_t> blas{nullptr};
+};
+
+Stream& as(void* s) { return *static_cast<Stream*>(s); }
+cudaStream_t as_stream(void* s) { return as(s).stream; }
+
+// cudaSetDevice only when the calling thread's GPU changes (each call is a
+// driver round trip; replica threads keep to one GPU).
+void use_gpu(int gpu) {
+  thread_local int current = -1;
+  if (current == gpu) return;
+  check(cudaSetDevice(gpu), "cudaSetDevice");
+  current = gpu;
+}
 
 class CudaApi final : public GpuApi {
  public:
@@ -82,12 +100,11 @@ class CudaApi final : public GpuApi {
   }
 
   void* create_stream(int gpu) override {
-    check(cudaSetDevice(gpu), "cudaSetDevice");
+    use_gpu(gpu);
     init_pool(gpu);
-    cudaStream_t s = nullptr;
-    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-    std::lock_guard lock(mutex_);
-    gpu_of_[s] = gpu;
+    auto* s = new Stream();
+    check(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    s->gpu = gpu;
     return s;
   }
 
@@ -96,7 +113,7 @@ class CudaApi final : public GpuApi {
   // stream-ordered allocation may otherwise fail late), and a failed call's
   // error is cleared so the next kernel does not inherit it.
   void* allocate(int gpu, void* stream, std::size_t bytes) override {
-    check(cudaSetDevice(gpu), "cudaSetDevice");
+    use_gpu(gpu);
     if (bytes > (std::size_t{1} << 30)) {
       std::size_t free = 0, total = 0;
       check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
@@ -113,11 +130,11 @@ class CudaApi final : public GpuApi {
     return p;
   }
   void deallocate(int gpu, void* stream, void* ptr) override {
-    check(cudaSetDevice(gpu), "cudaSetDevice");
+    use_gpu(gpu);
     check(cudaFreeAsync(ptr, as_stream(stream)), "cudaFreeAsync");
   }
   void memory_info(int gpu, std::size_t& free, std::size_t& total) override {
-    check(cudaSetDevice(gpu), "cudaSetDevice");
+    use_gpu(gpu);
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
   }
 
@@ -187,7 +204,7 @@ class CudaApi final : public GpuApi {
             const float* a, const float* b, float* c, std::int64_t batch, std::int64_t stride_a,
             std::int64_t stride_b, const float* bias, bool relu, bool tf32) override {
     cudaStream_t s = on(stream);
-    cublasHandle_t h = handle(gpu, s);
+    cublasHandle_t h = handle(gpu, as(stream));
     check_cublas(cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
                  "cublasSetMathMode");
     const float one = 1.0f, zero = 0.0f;
@@ -264,28 +281,21 @@ class CudaApi final : public GpuApi {
  private:
   // The stream's GPU made current on the calling thread (a replica thread
   // may run on any GPU).
-  void select(void* stream) {
-    int gpu = 0;
-    {
-      std::lock_guard lock(mutex_);
-      gpu = gpu_of_.at(as_stream(stream));
-    }
-    check(cudaSetDevice(gpu), "cudaSetDevice");
-  }
+  void select(void* stream) { use_gpu(as(stream).gpu); }
   cudaStream_t on(void* stream) {
     select(stream);
     return as_stream(stream);
   }
-  // One cuBLAS handle per stream (a handle is not shared between threads).
-  cublasHandle_t handle(int gpu, cudaStream_t s) {
+  // One cuBLAS handle per stream, made at its first matmul.
+  cublasHandle_t handle(int gpu, Stream& s) {
+    if (cublasHandle_t h = s.blas.load(std::memory_order_acquire)) return h;
     std::lock_guard lock(mutex_);
-    auto it = handles_.find(s);
-    if (it != handles_.end()) return it->second;
-    check(cudaSetDevice(gpu), "cudaSetDevice");
+    if (cublasHandle_t h = s.blas.load(std::memory_order_relaxed)) return h;
+    use_gpu(gpu);
     cublasHandle_t h = nullptr;
     check_cublas(cublasCreate(&h), "cublasCreate");
-    check_cublas(cublasSetStream(h, s), "cublasSetStream");
-    handles_[s] = h;
+    check_cublas(cublasSetStream(h, s.stream), "cublasSetStream");
+    s.blas.store(h, std::memory_order_release);
     return h;
   }
   // The pool keeps what a step freed for the next one instead of handing it
@@ -299,9 +309,7 @@ class CudaApi final : public GpuApi {
   }
 
   CudnnState cudnn_;
-  std::mutex mutex_;
-  std::map<cudaStream_t, int> gpu_of_;
-  std::map<cudaStream_t, cublasHandle_t> handles_;
+  std::mutex mutex_;  // cuBLAS handles' creation
 };
 
 }  // namespace
