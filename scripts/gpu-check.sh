@@ -64,6 +64,25 @@ run() {
   "$bin/lockstep" devices | grep -q '/device:GPU:0' || { say "FAIL: no GPU seen"; exit 1; }
   nproc | sed 's/^/host cores: /' | tee -a "$summary"
 
+  say "== the GPU's ceilings (PyTorch, TF32 off): float32 matmul 8192^3, device-to-device copy of 4 GiB"
+  $py - <<'EOF' | tee -a "$summary"
+import torch
+torch.backends.cuda.matmul.allow_tf32 = False
+a, b = torch.randn(8192, 8192, device="cuda"), torch.randn(8192, 8192, device="cuda")
+x = torch.randn(2**30, device="cuda"); y = torch.empty_like(x)
+def timed(f, n):
+    for _ in range(2): f()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(n): f()
+    e.record(); torch.cuda.synchronize()
+    return s.elapsed_time(e) / 1000 / n
+t = timed(lambda: a @ b, 10)
+print(f"sgemm 8192^3: {2 * 8192**3 / t / 1e12:.1f} TFLOP/s")
+t = timed(lambda: y.copy_(x), 10)
+print(f"copy: {2 * x.numel() * 4 / t / 1e12:.2f} TB/s (bytes read + written)")
+EOF
+
   say "== device ops against the CPU, the optimizers bit for bit, the seed MLP (1 and 2 logical GPUs)"
   if LOCKSTEP_TEST_DEVICE=/gpu:0 "$bin/device_tests" >"$out/device_tests.log" 2>&1; then
     say "device_tests: $(grep -c '^\[       OK' "$out/device_tests.log") passed"
