@@ -591,7 +591,8 @@ Tensor clip(const Tensor& x, float min_value, float max_value) {
   LOCKSTEP_CHECK(min_value <= max_value, "clip: min_value ", min_value,
                  " must not exceed max_value ", max_value);
   const detail::OnDevice on;
-  if (on.kernels() && x.dtype() == DType::kFloat32) {
+  if (on.kernels() && x.dtype() != DType::kFloat32) detail::no_device_kernel("clip of bfloat16");
+  if (on.kernels()) {
     Tensor out = on.kernels()->clip(x, min_value, max_value);
     if (detail::should_record({x})) {
       detail::record("clip", {x}, out, [x, min_value, max_value](const Tensor& g) {
@@ -656,6 +657,8 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
   const Shape shape = detail::broadcast_shapes(
       cond.shape(), detail::broadcast_shapes(x.shape(), y.shape(), "where"), "where");
   const detail::OnDevice on;
+  if (on.kernels() && x.dtype() != DType::kFloat32)
+    detail::no_device_kernel("where on values other than float32");
   Tensor out =
       on.kernels() ? on.kernels()->where(cond, x, y, shape) : Tensor::empty(shape, x.dtype());
   const auto plan = detail::make_broadcast_plan<3>(shape, {cond.shape(), x.shape(), y.shape()});
