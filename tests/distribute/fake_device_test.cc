@@ -6,35 +6,28 @@
 
 #include "lockstep/lockstep.h"
 #include "lockstep/tensor/device_kernels.h"
+#include "support/fake_devices.h"
 
 namespace lockstep {
 namespace {
 
-// Two fake devices, made once for this test binary.
-const std::vector<Device*>& two_fakes() {
-  static const bool made = [] {
-    set_fake_devices(2);
-    return true;
-  }();
-  (void)made;
-  return fake_devices();
-}
+using testing_support::two_fake_devices;
 
 TEST(FakeDevice, NamesParseAsTensorFlowsAndOurs) {
-  ASSERT_EQ(two_fakes().size(), 2u);
-  EXPECT_EQ(&device("/device:FAKE:1"), two_fakes()[1]);
-  EXPECT_EQ(&device("fake:0"), two_fakes()[0]);
+  ASSERT_EQ(two_fake_devices().size(), 2u);
+  EXPECT_EQ(&device("/device:FAKE:1"), two_fake_devices()[1]);
+  EXPECT_EQ(&device("fake:0"), two_fake_devices()[0]);
   EXPECT_EQ(&device("/job:localhost/replica:0/task:0/device:CPU:0"), logical_devices()[0]);
   EXPECT_EQ(&device("/cpu:0"), logical_devices()[0]);
-  EXPECT_EQ(two_fakes()[1]->name(), "/device:FAKE:1");
+  EXPECT_EQ(two_fake_devices()[1]->name(), "/device:FAKE:1");
   EXPECT_THROW(device("/device:TPU:0"), ValueError);
   EXPECT_THROW(device("/device:FAKE:2"), DeviceError);
 }
 
 TEST(FakeDevice, HostCodeCannotTouchItsMemory) {
-  DeviceScope on(*two_fakes()[0]);
+  DeviceScope on(*two_fake_devices()[0]);
   const Tensor t = Tensor::from_vector<float>({1, 2, 3});
-  EXPECT_EQ(&t.device(), two_fakes()[0]);
+  EXPECT_EQ(&t.device(), two_fake_devices()[0]);
   try {
     (void)t.data<float>();
     FAIL() << "data() on a fake device's tensor returned";
@@ -56,9 +49,9 @@ TEST(FakeDevice, OpsOnTheDeviceEqualTheCpu) {
   const Tensor want = log_softmax(relu(sub(matmul(a, b, bias), Tensor::scalar(0.5f))), -1);
   Tensor got;
   {
-    DeviceScope on(*two_fakes()[1]);
+    DeviceScope on(*two_fake_devices()[1]);
     got = log_softmax(relu(sub(matmul(a, b, bias), Tensor::scalar(0.5f))), -1);
-    EXPECT_EQ(&got.device(), two_fakes()[1]);
+    EXPECT_EQ(&got.device(), two_fake_devices()[1]);
   }
   EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>());
   // An op on the CPU given a fake device's tensor: an error, not a read.

@@ -8,6 +8,7 @@
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/distribute/strategy_extended.h"
 #include "lockstep/lockstep.h"
+#include "support/fake_devices.h"
 #include "support/weights.h"
 
 namespace lockstep {
@@ -154,15 +155,6 @@ void check_equivalence(const std::function<Model()>& make, const Shape& example)
 
 // Two devices of the fake accelerator (the GPU's rules on host memory):
 // the MLP trains there bit for bit as on two CPU replicas.
-const std::vector<Device*>& fakes() {
-  static const bool made = [] {
-    set_fake_devices(2);
-    return true;
-  }();
-  (void)made;
-  return fake_devices();
-}
-
 TEST(FakeDevice, MlpOnTwoFakeDevicesTrainsLikeTwoCpuReplicas) {
   const Tensor x = random::uniform({8 * 24, 20}, {.seed = 4});
   std::vector<std::int64_t> labels(8 * 24);
@@ -184,7 +176,7 @@ TEST(FakeDevice, MlpOnTwoFakeDevicesTrainsLikeTwoCpuReplicas) {
     return std::make_pair(weights(model), losses);
   };
   const auto on_cpus = fit({logical_devices()[0]}, 2);
-  const auto on_fakes = fit(fakes(), 1);
+  const auto on_fakes = fit(testing_support::two_fake_devices(), 1);
   ASSERT_EQ(on_fakes.second.size(), 2u);
   expect_bitwise(on_cpus.first, on_fakes.first, "2 fake devices vs 2 CPU replicas");
   EXPECT_EQ(on_cpus.second, on_fakes.second);

@@ -143,6 +143,17 @@ detail::PoolGeometry geometry(const backend::onednn::PoolShape& s) {
           .max = s.max};
 }
 
+// Records conv2d on the tape: its inputs are x, the kernel and the bias
+// when there is one.
+void record_conv(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& out,
+                 detail::BackwardFn backward) {
+  if (bias.defined()) {
+    detail::record("conv2d", {x, kernel, bias}, out, std::move(backward));
+  } else {
+    detail::record("conv2d", {x, kernel}, out, std::move(backward));
+  }
+}
+
 // conv2d on a GPU: the adapter's kernels forward and backward (bias's
 // gradient: a sum over every output position).
 Tensor conv2d_on_device(detail::DeviceKernels& k, const Tensor& x, const Tensor& kernel,
@@ -166,11 +177,7 @@ Tensor conv2d_on_device(detail::DeviceKernels& k, const Tensor& x, const Tensor&
     if (with_bias) grads.push_back(db);
     return grads;
   };
-  if (with_bias) {
-    detail::record("conv2d", {x, kernel, bias}, out, backward);
-  } else {
-    detail::record("conv2d", {x, kernel}, out, backward);
-  }
+  record_conv(x, kernel, bias, out, std::move(backward));
   return out;
 }
 
@@ -266,11 +273,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const C
       if (with_bias) grads.push_back(db);
       return grads;
     };
-    if (with_bias) {
-      detail::record("conv2d", {x, kernel, bias}, out, backward);
-    } else {
-      detail::record("conv2d", {x, kernel}, out, backward);
-    }
+    record_conv(x, kernel, bias, out, std::move(backward));
   }
   return out;
 }

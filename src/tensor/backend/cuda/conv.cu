@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "tensor/backend/cuda/conv.h"
 #include "tensor/backend/cuda/kernels.h"
@@ -117,34 +118,43 @@ cudnnHandle_t CudnnState::handle(cudaStream_t s) {
   return h;
 }
 
+// The fastest of the algorithms cuDNN ranks for this pass and shape that is
+// deterministic and keeps float32 (no tensor-op math), found once and
+// remembered. `rank(perf, count, &found)` is the pass's Get*Algorithm_v7.
+template <typename Perf, typename Rank>
+int CudnnState::choose(int pass, const ConvParams& p, int count, const char* what, Rank&& rank) {
+  const ShapeKey k = key(pass, p);
+  {
+    std::lock_guard lock(impl_->mutex);
+    auto it = impl_->algorithms.find(k);
+    if (it != impl_->algorithms.end()) return it->second;
+  }
+  std::vector<Perf> perf(static_cast<std::size_t>(count));
+  int found = 0;
+  check_cudnn(rank(perf.data(), count, &found), what);
+  int algo = -1;
+  for (int i = 0; i < found && algo < 0; ++i) {
+    const Perf& c = perf[static_cast<std::size_t>(i)];
+    if (c.status == CUDNN_STATUS_SUCCESS && c.determinism == CUDNN_DETERMINISTIC &&
+        c.mathType != CUDNN_TENSOR_OP_MATH)
+      algo = static_cast<int>(c.algo);
+  }
+  if (algo < 0)
+    throw std::runtime_error(std::string(what) + ": cuDNN offers no deterministic algorithm here");
+  std::lock_guard lock(impl_->mutex);
+  impl_->algorithms[k] = algo;
+  return algo;
+}
+
 void CudnnState::conv_forward(cudaStream_t s, const ConvParams& p, const float* x,
                               const float* filter, float* y) {
   cudnnHandle_t h = handle(s);
   ConvDescriptors d(p);
-  const ShapeKey k = key(0, p);
-  int algo = -1;
-  {
-    std::lock_guard lock(impl_->mutex);
-    auto it = impl_->algorithms.find(k);
-    if (it != impl_->algorithms.end()) algo = it->second;
-  }
-  if (algo < 0) {
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int found = 0;
-    check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(
-                    h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf),
-                "choosing a convolution algorithm");
-    for (int i = 0; i < found && algo < 0; ++i) {
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-          perf[i].mathType != CUDNN_TENSOR_OP_MATH)
-        algo = perf[i].algo;
-    }
-    if (algo < 0)
-      throw std::runtime_error("cuDNN offers no deterministic convolution for this shape");
-    std::lock_guard lock(impl_->mutex);
-    impl_->algorithms[k] = algo;
-  }
-  const auto a = static_cast<cudnnConvolutionFwdAlgo_t>(algo);
+  const auto a = static_cast<cudnnConvolutionFwdAlgo_t>(choose<cudnnConvolutionFwdAlgoPerf_t>(
+      0, p, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, "choosing a convolution algorithm",
+      [&](cudnnConvolutionFwdAlgoPerf_t* perf, int n, int* found) {
+        return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, found, perf);
+      }));
   std::size_t bytes = 0;
   check_cudnn(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, a, &bytes),
               "convolution workspace");
@@ -159,29 +169,13 @@ void CudnnState::conv_backward_data(cudaStream_t s, const ConvParams& p, const f
                                     const float* filter, float* dx) {
   cudnnHandle_t h = handle(s);
   ConvDescriptors d(p);
-  const ShapeKey k = key(1, p);
-  int algo = -1;
-  {
-    std::lock_guard lock(impl_->mutex);
-    auto it = impl_->algorithms.find(k);
-    if (it != impl_->algorithms.end()) algo = it->second;
-  }
-  if (algo < 0) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    int found = 0;
-    check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                    h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf),
-                "choosing a backward-data algorithm");
-    for (int i = 0; i < found && algo < 0; ++i) {
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-          perf[i].mathType != CUDNN_TENSOR_OP_MATH)
-        algo = perf[i].algo;
-    }
-    if (algo < 0) throw std::runtime_error("cuDNN offers no deterministic backward-data pass here");
-    std::lock_guard lock(impl_->mutex);
-    impl_->algorithms[k] = algo;
-  }
-  const auto a = static_cast<cudnnConvolutionBwdDataAlgo_t>(algo);
+  const auto a =
+      static_cast<cudnnConvolutionBwdDataAlgo_t>(choose<cudnnConvolutionBwdDataAlgoPerf_t>(
+          1, p, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, "choosing a backward-data algorithm",
+          [&](cudnnConvolutionBwdDataAlgoPerf_t* perf, int n, int* found) {
+            return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, found,
+                                                               perf);
+          }));
   std::size_t bytes = 0;
   check_cudnn(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, a, &bytes),
               "backward-data workspace");
@@ -196,31 +190,13 @@ void CudnnState::conv_backward_filter(cudaStream_t s, const ConvParams& p, const
                                       const float* dy, float* dfilter) {
   cudnnHandle_t h = handle(s);
   ConvDescriptors d(p);
-  const ShapeKey k = key(2, p);
-  int algo = -1;
-  {
-    std::lock_guard lock(impl_->mutex);
-    auto it = impl_->algorithms.find(k);
-    if (it != impl_->algorithms.end()) algo = it->second;
-  }
-  if (algo < 0) {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    int found = 0;
-    check_cudnn(
-        cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-            h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, perf),
-        "choosing a backward-filter algorithm");
-    for (int i = 0; i < found && algo < 0; ++i) {
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-          perf[i].mathType != CUDNN_TENSOR_OP_MATH)
-        algo = perf[i].algo;
-    }
-    if (algo < 0)
-      throw std::runtime_error("cuDNN offers no deterministic backward-filter pass here");
-    std::lock_guard lock(impl_->mutex);
-    impl_->algorithms[k] = algo;
-  }
-  const auto a = static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo);
+  const auto a =
+      static_cast<cudnnConvolutionBwdFilterAlgo_t>(choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          2, p, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, "choosing a backward-filter algorithm",
+          [&](cudnnConvolutionBwdFilterAlgoPerf_t* perf, int n, int* found) {
+            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, found,
+                                                                 perf);
+          }));
   std::size_t bytes = 0;
   check_cudnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, a, &bytes),
               "backward-filter workspace");

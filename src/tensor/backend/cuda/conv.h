@@ -33,6 +33,8 @@ class CudnnState {
 
  private:
   cudnnHandle_t handle(cudaStream_t s);
+  template <typename Perf, typename Rank>
+  int choose(int pass, const ConvParams& p, int count, const char* what, Rank&& rank);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
