@@ -513,7 +513,14 @@ GpuApi* load_api(std::string& why) {
 }  // namespace
 
 namespace {
+// enable_tensor_float_32_execution's setting: process-wide, as TensorFlow's.
 std::atomic<bool> g_tf32{false};
+
+// Every logical GPU's kernels, kept as long as the devices (for ever).
+std::vector<std::unique_ptr<GpuKernels>>& all_kernels() {
+  static auto* kernels = new std::vector<std::unique_ptr<GpuKernels>>();
+  return *kernels;
+}
 }  // namespace
 
 GpuDiscovery discover_gpus(int per_physical, const std::vector<int>& cores) {
@@ -527,14 +534,12 @@ GpuDiscovery discover_gpus(int per_physical, const std::vector<int>& cores) {
       for (int k = 0; k < per_physical; ++k) {
         const int index = static_cast<int>(out.devices.size());
         void* stream = api->create_stream(gpu);
-        static std::vector<std::unique_ptr<GpuKernels>>* kernels =
-            new std::vector<std::unique_ptr<GpuKernels>>();  // immortal, as the devices
-        kernels->push_back(std::make_unique<GpuKernels>(api, gpu, stream, what));
+        all_kernels().push_back(std::make_unique<GpuKernels>(api, gpu, stream, what));
         out.owned.push_back(
             std::make_unique<Device>(DeviceType::kGPU, index, cores, 1,
                                      std::make_unique<GpuAllocator>(
                                          api, gpu, stream, "/device:GPU:" + std::to_string(index)),
-                                     kernels->back().get()));
+                                     all_kernels().back().get()));
         out.devices.push_back(out.owned.back().get());
       }
     }

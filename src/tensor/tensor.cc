@@ -113,32 +113,8 @@ void Tensor::check_host_access(const char* op) const {
       "run the op under a DeviceScope on that device");
 }
 
-Tensor Tensor::copy_to(Device& device) const {
-  check_defined(*this, "Tensor::copy_to", "tensor");
-  Tensor out = empty_on(device, shape_, dtype_);
-  const std::size_t bytes = nbytes();
-  if (bytes == 0) return out;
-  Device& from = storage_->device();
-  const void* src = static_cast<const char*>(storage_->data()) + offset_;
-  void* dst = out.storage_->data();
-  if (from.host_accessible() && device.host_accessible()) {
-    std::memcpy(dst, src, bytes);
-  } else if (from.host_accessible()) {
-    device.kernels()->copy_from_host(device, dst, src, bytes);
-  } else if (device.host_accessible()) {
-    from.kernels()->copy_to_host(from, dst, src, bytes);
-  } else {
-    // Two accelerator devices: the destination's backend copies (two logical
-    // GPUs share one GPU's memory; across GPUs the copy goes peer to peer).
-    LOCKSTEP_CHECK_AS(DeviceError, from.kernels() == device.kernels(),
-                      "Tensor::copy_to: cannot copy from ", from.name(), " to ", device.name(),
-                      " directly; copy through the host with .cpu()");
-    device.kernels()->copy_on_device(device, dst, src, bytes);
-  }
-  return out;
-}
-
 namespace detail {
+// Whichever backend owns the memory copies (memmove between host buffers).
 void copy_into(const Tensor& dst, const Tensor& src) {
   LOCKSTEP_CHECK(dst.nbytes() == src.nbytes(), "copy_into: ", dst.nbytes(), " bytes from ",
                  src.nbytes());
@@ -154,10 +130,22 @@ void copy_into(const Tensor& dst, const Tensor& src) {
   } else if (to.host_accessible()) {
     from.kernels()->copy_to_host(from, d, s, src.nbytes());
   } else {
+    // Two accelerator devices of one backend: the destination's copies (two
+    // logical GPUs share one GPU's memory; across GPUs the copy goes peer to
+    // peer).
+    LOCKSTEP_CHECK_AS(DeviceError, from.kernels() == to.kernels(), "cannot copy from ", from.name(),
+                      " to ", to.name(), " directly; copy through the host with .cpu()");
     to.kernels()->copy_on_device(to, d, s, src.nbytes());
   }
 }
 }  // namespace detail
+
+Tensor Tensor::copy_to(Device& device) const {
+  check_defined(*this, "Tensor::copy_to", "tensor");
+  Tensor out = empty_on(device, shape_, dtype_);
+  detail::copy_into(out, *this);
+  return out;
+}
 
 Tensor Tensor::cpu() const {
   check_defined(*this, "Tensor::cpu", "tensor");
