@@ -5,11 +5,13 @@
      std::cout, std::cerr, std::clog, printf, fprintf, puts or writes to
      stdout/stderr in src/ but in src/core/log.cc. (snprintf formats into a
      buffer and is not a write.) The `lockstep` command (cli/) may print.
-  2. Every file that docs/architecture.md names in backticks exists: a path
-     with a folder and a file suffix ("train/fit_loops.cc",
+  2. Every file that the README and docs/*.md name in backticks exists: a
+     path with a folder and a file suffix ("train/fit_loops.cc",
      "scripts/check_layers.py") is looked up from the repository root, src/,
      include/lockstep/ and include/. Paths with braces or wildcards are
-     patterns, not files, and are skipped.
+     patterns, not files, and are skipped; so are upstream projects' files
+     (keras/..., tensorflow/..., canned/... as TensorFlow's estimator names
+     them).
 
     check_claims.py [--root DIR]   (exit 1 and one line per violation)"""
 import argparse
@@ -23,6 +25,7 @@ WRITE = re.compile(r"std::cout|std::cerr|std::clog|(?<![sn])printf\s*\(|\bfprint
                    r"\b(STDOUT|STDERR)_FILENO\b.*\bwrite\s*\(")
 SUFFIXES = (".h", ".hpp", ".cc", ".cpp", ".py", ".sh", ".md", ".cmake", ".txt", ".json", ".toml")
 TICKED = re.compile(r"`([^`\s]+)`")
+UPSTREAM = ("keras/", "tensorflow/", "tensorflow_estimator/", "canned/", "torch/", "tf_keras/")
 
 
 def library_writes(root):
@@ -50,7 +53,7 @@ def stale_references(root, doc):
             ref = ref.split(":", 1)[0].rstrip(".,;")
             if "/" not in ref or not ref.endswith(SUFFIXES) or re.search(r"[{}*<>]", ref):
                 continue
-            if ref.startswith(("http", "/", "../")):
+            if ref.startswith(("http", "/", "../") + UPSTREAM):
                 continue
             if not any((b / ref).exists() for b in bases):
                 problems.append(f"{doc}:{n}: names `{ref}`, which is not in the tree")
@@ -62,13 +65,18 @@ def main():
     parser.add_argument("--root", default=pathlib.Path(__file__).resolve().parent.parent,
                         type=pathlib.Path)
     args = parser.parse_args()
-    problems = library_writes(args.root) + stale_references(args.root, "docs/architecture.md")
+    docs = ["README.md"] + sorted(p.relative_to(args.root).as_posix()
+                                  for p in (args.root / "docs").glob("*.md"))
+    problems = library_writes(args.root)
+    for doc in docs:
+        if (args.root / doc).is_file():
+            problems += stale_references(args.root, doc)
     for p in problems:
         print(p)
     if problems:
         return 1
     print("check_claims: the library writes through the log sink only; every file "
-          "docs/architecture.md names exists")
+          "the README and docs/*.md name exists")
     return 0
 
 

@@ -14,7 +14,6 @@
 #include "host_cores.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/comm/store.h"
-#include "lockstep/core/env.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/log.h"
 #include "strategy_impl.h"
@@ -33,9 +32,7 @@ bool is_loopback(const std::string& host) {
 // loopback alone may go without (derived from the cluster spec, said once).
 std::string job_token(const MultiWorkerMirroredStrategyOptions& o, const ClusterResolver& r) {
   const char* who = "MultiWorkerMirroredStrategy";
-  if (!o.job_token.empty()) return checked_job_token(o.job_token, who, "job_token");
-  if (const auto token = env::job_token())
-    return checked_job_token(*token, who, "LOCKSTEP_JOB_TOKEN");
+  if (auto token = given_job_token(o.job_token, who)) return *token;
   bool loopback = true;
   for (int w = 0; w < r.num_workers(); ++w) loopback &= is_loopback(r.worker_address(w).host);
   LOCKSTEP_CHECK(loopback,

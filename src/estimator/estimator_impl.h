@@ -56,13 +56,16 @@ struct Estimator::Impl {
     if (config.eval_distribute) return *config.eval_distribute;
     return Strategy();
   }
-  // evaluate()'s: eval_distribute when it is the model's strategy, the
-  // default strategy when unset.
+  // evaluate()'s: eval_distribute when it is the model's strategy (the one
+  // it was built under, or will be), the default strategy when unset (each
+  // worker evaluates alone, its input_fn told of one pipeline, as
+  // TensorFlow's undistributed evaluation).
   Strategy eval_strategy() const {
     if (!config.eval_distribute) return Strategy();
-    LOCKSTEP_CHECK(*config.eval_distribute == strategy, "Estimator: eval_distribute (",
+    const Strategy model = built ? strategy : model_strategy();
+    LOCKSTEP_CHECK(*config.eval_distribute == model, "Estimator: eval_distribute (",
                    config.eval_distribute->name(), ") is not the strategy the model trains under (",
-                   strategy.name(),
+                   model.name(),
                    "); Lockstep evaluates under the training strategy or none. "
                    "Hint: set eval_distribute to train_distribute, or leave it unset");
     return strategy;
@@ -97,11 +100,6 @@ struct Estimator::Impl {
   // reads the same files (a barrier after each save makes sure of it).
   std::optional<std::string> restore(const std::string& path = {});
   void save();
-  distribute::InputContext input_context(const Strategy& s) const {
-    return {.num_input_pipelines = s.num_workers(),
-            .input_pipeline_id = s.worker_index(),
-            .num_replicas_in_sync = s.num_replicas_in_sync()};
-  }
 };
 
 // The functions a parameter-server job's workers run for an Estimator
@@ -125,26 +123,6 @@ class NoNewVariables {
 
  private:
   VariableCreatorScope scope_;
-};
-
-// A worker's input: input_fn's dataset, and the element build() looked at
-// first (it is trained on all the same).
-class WorkerInput {
- public:
-  WorkerInput(const InputFn& input_fn, const distribute::InputContext& context)
-      : it_(input_fn(context).make_iterator()) {}
-  std::optional<data::Element> next() {
-    if (pending_) return std::exchange(pending_, std::nullopt);
-    return it_.next();
-  }
-  const std::optional<data::Element>& peek() {
-    if (!pending_) pending_ = it_.next();
-    return pending_;
-  }
-
- private:
-  data::Iterator it_;
-  std::optional<data::Element> pending_;
 };
 
 inline std::int64_t rows_of(const Features& features) {

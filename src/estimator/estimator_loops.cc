@@ -68,9 +68,12 @@ Estimator& Estimator::train(const InputFn& input_fn, TrainOptions o) {
   if (strategy.is_chief()) lock.emplace(m.model_dir, "model_dir");
   const auto ext = strategy.extended();
   const int replicas = strategy.num_local_replicas();
-  WorkerInput input(input_fn, m.input_context(strategy));
-  const std::optional<data::Element>& first = input.peek();
-  LOCKSTEP_CHECK(first.has_value(), "Estimator.train: input_fn's dataset is empty");
+  // input_fn once per worker, its batches to the replicas in turn
+  // (TensorFlow's PER_WORKER input replication).
+  distribute::DistributedDataset::Iterator input =
+      distribute::DistributedDataset::from_worker_function(strategy, input_fn).make_iterator();
+  const data::Element* first = input.peek();
+  LOCKSTEP_CHECK(first != nullptr, "Estimator.train: input_fn's dataset is empty");
   Features features;
   Tensor labels;
   split_features_and_labels(*first, features, labels);
@@ -89,43 +92,32 @@ Estimator& Estimator::train(const InputFn& input_fn, TrainOptions o) {
     progress.finish();
     return *this;
   }
-  std::vector<data::Element> batches(static_cast<std::size_t>(replicas));
   std::vector<double> losses(static_cast<std::size_t>(replicas));
   while (m.global_step < last) {
     // Each replica takes its own next batch (per-replica batches). A hook's
     // stop is agreed like the end of the input, so every worker stops at
     // the same step.
-    bool have = !progress.stop_requested();
-    std::int64_t rows = 0;
-    std::vector<std::int64_t> local_rows(static_cast<std::size_t>(replicas), 0);
-    for (int r = 0; r < replicas && have; ++r) {
-      auto element = input.next();
-      if (!element) {
-        have = false;
-        break;
-      }
-      batches[static_cast<std::size_t>(r)] = std::move(*element);
-    }
-    std::vector<Features> replica_features(static_cast<std::size_t>(replicas));
-    std::vector<Tensor> replica_labels(static_cast<std::size_t>(replicas));
-    for (int r = 0; r < replicas && have; ++r) {
-      const auto i = static_cast<std::size_t>(r);
-      split_features_and_labels(batches[i], replica_features[i], replica_labels[i]);
-      local_rows[i] = rows_of(replica_features[i]);
-      rows += local_rows[i];
-    }
-    const auto agreement = ext.agree_on_step(have, rows);
-    if (!agreement.all_have_batch) {
-      if (!progress.stop_requested()) {
+    const bool stop = progress.stop_requested();
+    std::optional<distribute::PerReplica<data::Element>> batches = input.next(stop);
+    if (!batches) {
+      if (!stop) {
         m.info("input_fn's dataset ended at global step " + std::to_string(m.global_step) + ".");
       }
       break;
+    }
+    std::vector<Features> replica_features(static_cast<std::size_t>(replicas));
+    std::vector<Tensor> replica_labels(static_cast<std::size_t>(replicas));
+    std::vector<std::int64_t> local_rows(static_cast<std::size_t>(replicas), 0);
+    for (int r = 0; r < replicas; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      split_features_and_labels((*batches)[r], replica_features[i], replica_labels[i]);
+      local_rows[i] = rows_of(replica_features[i]);
     }
     std::vector<Variable> non_trainable;
     for (const Variable& v : m.state.variables) {
       if (!v.trainable()) non_trainable.push_back(v);
     }
-    ext.run_step({.global_rows = agreement.total_rows, .sizes = local_rows, .sync = &non_trainable},
+    ext.run_step({.global_rows = input.global_rows(), .sizes = local_rows, .sync = &non_trainable},
                  [&](ReplicaContext& ctx) {
                    const auto r = static_cast<std::size_t>(ctx.local_replica_id());
                    losses[r] = m.train_step(replica_features[r], replica_labels[r], r == 0);
@@ -148,16 +140,17 @@ EvalResults Estimator::evaluate(const InputFn& input_fn, EvaluateOptions o) {
   Impl& m = *impl_;
   LOCKSTEP_CHECK(!o.steps || *o.steps > 0, "Estimator.evaluate: steps must be > 0, got ",
                  o.steps.value_or(0));
-  WorkerInput input(input_fn, m.input_context(m.built ? m.strategy : m.model_strategy()));
-  const std::optional<data::Element>& first = input.peek();
-  LOCKSTEP_CHECK(first.has_value(), "Estimator.evaluate: input_fn's dataset is empty");
+  const Strategy strategy = m.eval_strategy();
+  distribute::DistributedDataset::Iterator input =
+      distribute::DistributedDataset::from_worker_function(strategy, input_fn).make_iterator();
+  const data::Element* first = input.peek();
+  LOCKSTEP_CHECK(first != nullptr, "Estimator.evaluate: input_fn's dataset is empty");
   {
     Features features;
     Tensor labels;
     split_features_and_labels(*first, features, labels);
     m.build(features, labels, ModeKeys::kEval);
   }
-  const Strategy strategy = m.eval_strategy();
   const auto ext = strategy.extended();
   const int replicas = strategy.num_local_replicas();
   if (!m.restore(o.checkpoint_path)) {
@@ -168,20 +161,16 @@ EvalResults Estimator::evaluate(const InputFn& input_fn, EvaluateOptions o) {
   std::vector<std::map<std::string, Metric>> replica_metrics(static_cast<std::size_t>(replicas));
   std::int64_t step = 0;
   while (!o.steps || step < *o.steps) {
-    std::vector<std::optional<data::Element>> batches(static_cast<std::size_t>(replicas));
-    std::vector<double> have{0.0};
-    for (auto& b : batches) {
-      b = input.next();
-      if (b) have[0] += 1;
-    }
-    ext.sum_across_workers(have);
-    if (have[0] == 0) break;
+    // Every example is evaluated: a step runs while any replica of any
+    // worker has a batch (the others sit it out).
+    std::optional<std::vector<std::optional<data::Element>>> batches = input.next_partial();
+    if (!batches) break;
     ext.run_replicas([&](ReplicaContext& ctx) {
       const auto r = static_cast<std::size_t>(ctx.local_replica_id());
-      if (!batches[r]) return;
+      if (!(*batches)[r]) return;
       Features features;
       Tensor labels;
-      split_features_and_labels(*batches[r], features, labels);
+      split_features_and_labels(*(*batches)[r], features, labels);
       NoGradGuard no_grad;
       EstimatorSpec spec;
       {
@@ -243,13 +232,16 @@ EvalResults Estimator::evaluate(const InputFn& input_fn, EvaluateOptions o) {
 
 std::vector<Predictions> Estimator::predict(const InputFn& input_fn, PredictOptions o) {
   Impl& m = *impl_;
-  WorkerInput input(input_fn, m.input_context(Strategy()));
+  // On the calling thread, every worker reading all of input_fn's dataset
+  // (the default strategy: one replica, no vote).
+  distribute::DistributedDataset::Iterator input =
+      distribute::DistributedDataset::from_worker_function(Strategy(), input_fn).make_iterator();
   std::vector<Predictions> out;
   bool restored = false;
   while (auto element = input.next()) {
     Features features;
     Tensor labels;
-    split_features_and_labels(*element, features, labels);
+    split_features_and_labels((*element)[0], features, labels);
     if (!m.built) m.build(features, Tensor(), ModeKeys::kPredict);
     if (!restored) {
       if (!m.restore(o.checkpoint_path)) {

@@ -48,6 +48,27 @@ constexpr char kPsBuild[] = "lockstep.estimator.build";
 constexpr char kPsStep[] = "lockstep.estimator.train_step";
 constexpr char kPsResource[] = "lockstep.estimator";
 
+// A worker's input: input_fn's dataset (one pipeline per worker: each
+// trains on its own, asynchronously, so nothing is split or agreed), and
+// the element build() looked at first (it is trained on all the same).
+class WorkerInput {
+ public:
+  WorkerInput(const InputFn& input_fn, const distribute::InputContext& context)
+      : it_(input_fn(context).make_iterator()) {}
+  std::optional<data::Element> next() {
+    if (pending_) return std::exchange(pending_, std::nullopt);
+    return it_.next();
+  }
+  const std::optional<data::Element>& peek() {
+    if (!pending_) pending_ = it_.next();
+    return pending_;
+  }
+
+ private:
+  data::Iterator it_;
+  std::optional<data::Element> pending_;
+};
+
 // What a worker keeps: its input (input_fn called once, with its
 // InputContext) and the state a step assigns rather than trains.
 struct EstimatorOnWorker {

@@ -1,7 +1,8 @@
 // Where the batches of fit / evaluate / predict come from: tensors sliced in
-// memory (shuffled per epoch or not), or a Dataset (with the auto-shard
-// policy of a multi-worker strategy); each can save and restore its position
-// for checkpoints. Internal to train/ (fit_loops.cc).
+// memory (shuffled per epoch or not), or a Dataset read through
+// distribute's WorkerBatches (the auto-shard policy of a multi-worker
+// strategy); each writes its position into a checkpoint's JSON and back.
+// Internal to train/ (fit_loops.cc, ps_fit.cc).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "lockstep/core/checked.h"
 #include "lockstep/data/dataset.h"
 #include "lockstep/distribute/strategy.h"
+#include "lockstep/distribute/worker_batches.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/random.h"
 #include "model_internal.h"
@@ -145,82 +147,51 @@ class DatasetBatches final : public BatchSource {
   DatasetBatches(const char* op, data::Dataset ds, const LayerImpl& net, std::int64_t steps,
                  bool needs_targets, const distribute::Strategy* strategy = nullptr)
       : op_(op),
-        ds_(std::move(ds)),
+        input_(strategy, std::move(ds), op),
         n_in_(declared_inputs(net)),
         n_out_(declared_outputs(net)),
         in_names_(input_names(net)),
         out_names_(output_names(net, declared_outputs(net))),
         fixed_steps_(steps),
         needs_targets_(needs_targets) {
-    LOCKSTEP_CHECK(ds_.defined(), op_, ": the dataset is undefined");
-    if (strategy && strategy->num_workers() > 1) apply_auto_shard(*strategy);
-    const std::int64_t c = ds_.cardinality();
+    const std::int64_t c = input_.dataset().cardinality();
     LOCKSTEP_CHECK(steps > 0 || c != data::kInfiniteCardinality, op_,
                    ": the dataset is infinite (repeat() without a count); give steps_per_epoch "
                    "(or steps) to say how many batches make an epoch");
     LOCKSTEP_CHECK(c != 0, op_, ": the dataset is empty");
-    steps_ = steps > 0 ? steps : (c > 0 ? c * parts_ : 0);
+    steps_ = steps > 0 ? steps : (c > 0 ? c * input_.parts() : 0);
   }
   std::int64_t steps() const override { return steps_; }
   void start_epoch(int epoch) override {
     // Without a step count every epoch is a full pass over a new iterator
     // (keyed by the epoch); with one, a single iterator runs on across epochs.
-    if (fixed_steps_ == 0 || !it_) {
-      it_epoch_ = static_cast<std::uint64_t>(epoch);
-      it_ = ds_.make_iterator({.epoch = it_epoch_});
-    }
+    if (fixed_steps_ == 0 || !input_.started()) input_.start(static_cast<std::uint64_t>(epoch));
   }
   std::optional<Batch> next(std::int64_t step) override {
     if (steps_ > 0 && step >= steps_) return std::nullopt;
-    if (parts_ == 1) {
-      auto e = it_->next();
-      if (!e) {
-        exhausted_ = fixed_steps_ > 0;
-        return std::nullopt;
-      }
-      return split(*e, step);
+    std::optional<data::Element> e = input_.next();
+    if (!e) {
+      exhausted_ = fixed_steps_ > 0;
+      return std::nullopt;
     }
-    // FILE / OFF: each batch of this worker's pipeline is cut into one part
-    // per worker, taken one per step (tf.distribute's rebatching).
-    if (!current_ || part_ == parts_) {
-      current_ = it_->next();
-      part_ = 0;
-      if (!current_) {
-        exhausted_ = fixed_steps_ > 0;
-        return std::nullopt;
-      }
-    }
-    Batch b = split(distribute::StrategyExtended::batch_part(*current_, parts_, part_++), step);
-    b.worker_part = true;
+    Batch b = split(*e);
+    b.worker_part = input_.worker_part();
     return b;
   }
   // A fixed step count that the data could not supply.
   bool exhausted() const { return exhausted_; }
 
-  // The policy of the dataset's options (StrategyExtended::auto_shard, the
-  // same as a custom loop's DistributedDataset).
-  void apply_auto_shard(const distribute::Strategy& strategy) {
-    distribute::StrategyExtended::AutoShard shard = strategy.extended().auto_shard(ds_, op_);
-    ds_ = std::move(shard.dataset);
-    parts_ = shard.parts;
-  }
   data::IteratorState save_state(int, bool full) override {
+    const distribute::WorkerBatches::Position p = input_.position();
     if (!full) {
       nlohmann::json j = {
-          {"source", "dataset"}, {"iterator_epoch", it_epoch_}, {"replay", it_->position()}};
-      // Every worker has taken as many elements and parts as the chief
-      // (they step together): the chief's numbers replay each worker's own
-      // pipeline.
-      if (parts_ > 1) j["part"] = part_;
+          {"source", "dataset"}, {"iterator_epoch", p.epoch_key}, {"replay", p.elements}};
+      if (input_.parts() > 1) j["part"] = p.part;
       return {.json = j.dump()};
     }
-    LOCKSTEP_CHECK(parts_ == 1, op_,
-                   ": the full input state cannot be saved under auto-shard FILE or OFF (each "
-                   "worker's pipeline is its own); the default replay position resumes every "
-                   "worker");
-    data::IteratorState st = it_->save();
+    data::IteratorState st = input_.save_full();
     const nlohmann::json j = {{"source", "dataset"},
-                              {"iterator_epoch", it_epoch_},
+                              {"iterator_epoch", p.epoch_key},
                               {"iterator", nlohmann::json::parse(st.json)}};
     st.json = j.dump();
     return st;
@@ -233,42 +204,20 @@ class DatasetBatches final : public BatchSource {
       start_epoch(epoch);  // a whole new pass: nothing to restore
       return;
     }
-    it_epoch_ = j.at("iterator_epoch").get<std::uint64_t>();
-    it_ = ds_.make_iterator({.epoch = it_epoch_});
+    const auto key = j.at("iterator_epoch").get<std::uint64_t>();
     if (j.contains("replay")) {
-      // Every random choice is a function of the seeds and the iteration key
-      // (data/dataset.h), so the same elements come again: skip them.
-      auto skip = j.at("replay").get<std::int64_t>();
-      const int part = j.value("part", 0);
-      current_.reset();
-      part_ = 0;
-      const bool mid_element = parts_ > 1 && part > 0 && part < parts_;
-      if (mid_element) --skip;  // the element being cut is read again below
-      for (std::int64_t i = 0; i < skip; ++i) {
-        LOCKSTEP_CHECK(it_->next().has_value(), op_, ": cannot resume: the dataset ended after ", i,
-                       " of the ", skip, " elements used before the checkpoint");
-      }
-      if (mid_element) {
-        current_ = it_->next();
-        LOCKSTEP_CHECK(current_.has_value(), op_,
-                       ": cannot resume: the dataset ended before the element being cut");
-        part_ = part;
-      }
+      input_.restore({.epoch_key = key,
+                      .elements = j.at("replay").get<std::int64_t>(),
+                      .part = j.value("part", 0)});
       return;
     }
-    it_->restore({j.at("iterator").dump(), st.tensors});
+    input_.restore_full(key, {j.at("iterator").dump(), st.tensors});
   }
 
  private:
-  // FILE / OFF: the element being cut into parts, and the next part.
-  int parts_ = 1;
-  int part_ = 0;
-  std::optional<data::Element> current_;
-
-  Batch split(const data::Element& e, std::int64_t step) const {
+  Batch split(const data::Element& e) const {
     Batch b;
-    b.where = " (dataset element " + std::to_string(it_->position() - 1) + ")";
-    (void)step;
+    b.where = " (dataset element " + std::to_string(input_.elements_read() - 1) + ")";
     auto named = [&](const std::vector<std::string>& names, std::vector<Tensor>& out) {
       if (e.names().empty() || names.empty()) return false;
       for (const auto& n : names) {
@@ -305,14 +254,12 @@ class DatasetBatches final : public BatchSource {
   }
 
   const char* op_;
-  data::Dataset ds_;
+  distribute::WorkerBatches input_;
   std::size_t n_in_, n_out_;
   std::vector<std::string> in_names_, out_names_;
   std::int64_t fixed_steps_, steps_ = 0;
   bool needs_targets_;
   bool exhausted_ = false;
-  std::optional<data::Iterator> it_;
-  std::uint64_t it_epoch_ = 0;  // the key the iterator was made with
 };
 
 }  // namespace lockstep::detail

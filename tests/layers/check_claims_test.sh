@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Proves that scripts/check_claims.py catches what it is there to catch: on a
 # small synthetic tree, a library source that prints (std::cout, fprintf to
-# stderr) and an architecture document that names a missing file each fail,
-# named by file and line, while snprintf, a comment, the sink itself and a
-# brace pattern pass; without those the tree passes.
+# stderr), an architecture document and a README that name a missing file
+# each fail, named by file and line, while snprintf, a comment, the sink
+# itself, a brace pattern and an upstream project's file pass; without those
+# the tree passes.
 #
 # usage: check_claims_test.sh CHECK_CLAIMS_PY
 set -euo pipefail
@@ -32,6 +33,9 @@ CC
 cat >"$work/docs/architecture.md" <<'MD'
 `train/quiet.cc` and `comm/{inprocess,mpi}/x.cc` and `Model::fit/evaluate/predict`
 MD
+cat >"$work/README.md" <<'MD'
+As Keras's `keras/src/utils/progbar.py`; see `docs/architecture.md`.
+MD
 run
 [ "$rc" = 0 ] || fail "a clean tree fails (exit $rc): $out"
 cat >"$work/src/train/loud.cc" <<'CC'
@@ -41,10 +45,12 @@ void g() {
 }
 CC
 echo 'See `train/missing.cc`.' >>"$work/docs/architecture.md"
+echo 'And `src/gone.cc`.' >>"$work/README.md"
 run
 [ "$rc" = 1 ] || fail "planted violations pass (exit $rc): $out"
 expect "src/train/loud.cc:2: writes past the log sink"
 expect "src/train/loud.cc:3: writes past the log sink"
 expect "docs/architecture.md:2: names \`train/missing.cc\`"
-[ "$(grep -c . <<<"$out")" = 3 ] || fail "expected exactly 3 findings: $out"
+expect "README.md:2: names \`src/gone.cc\`"
+[ "$(grep -c . <<<"$out")" = 4 ] || fail "expected exactly 4 findings: $out"
 echo PASS

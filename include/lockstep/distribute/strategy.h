@@ -55,6 +55,7 @@ class PerReplica {
 
 class StrategyImpl;
 class StrategyExtended;
+class WorkerBatches;
 
 class Strategy {
  public:
@@ -309,30 +310,60 @@ struct InputContext {
 std::vector<std::int64_t> even_split(std::int64_t rows, int parts);
 
 // Iterates per-replica elements: for (const PerReplica<data::Element>& batch : dist).
+// Every worker takes a step only when every worker has input for it (the
+// workers vote at each step, as fit's do), so uneven inputs never leave one
+// in a collective alone.
 class DistributedDataset {
  public:
   // Global batches split along dim 0 into each replica's share; across
   // workers, as the dataset's auto-shard policy says
-  // (StrategyExtended::auto_shard, the same as fit's).
+  // (StrategyExtended::auto_shard and WorkerBatches, the same as fit's).
   static DistributedDataset from_global(const Strategy& strategy, data::Dataset global_batches);
   // One dataset per replica, each yielding that replica's batches.
   static DistributedDataset from_function(
       const Strategy& strategy, const std::function<data::Dataset(const InputContext&)>& fn);
+  // One dataset per worker, whose successive elements go to the worker's
+  // replicas in turn, each a replica's batch (TensorFlow's
+  // make_input_fn_iterator with InputReplicationMode.PER_WORKER: the
+  // Estimator's input_fn).
+  static DistributedDataset from_worker_function(
+      const Strategy& strategy, const std::function<data::Dataset(const InputContext&)>& fn);
 
   class Iterator {
    public:
-    // The next per-replica batch, or nullopt at the end (when any replica's
-    // input ends).
-    std::optional<PerReplica<data::Element>> next();
+    Iterator();
+    ~Iterator();
+    Iterator(Iterator&&) noexcept;
+    Iterator& operator=(Iterator&&) noexcept;
+    // The next per-replica batch, or nullopt at the end: when any replica's
+    // input ends, on any worker, or when any worker passes `stop` (a stop
+    // asked on one worker, as a hook's, ends the input for all at the same
+    // step).
+    std::optional<PerReplica<data::Element>> next(bool stop = false);
+    // The rows of the last step's batches over every replica of every
+    // worker (the global batch).
+    std::int64_t global_rows() const { return global_rows_; }
+    // Evaluation's rule, for inputs with one dataset per replica or per
+    // worker: the next batch of each local replica that has one (nullopt
+    // for those whose input has ended), until no replica of any worker has
+    // one, so that every example is counted.
+    std::optional<std::vector<std::optional<data::Element>>> next_partial();
+    // The first element this worker will hand out (its first replica's
+    // batch, or the global batch or its part before the split), read ahead
+    // but not taken: for looking at shapes before the first step. Null when
+    // this worker's input is empty. Takes no vote.
+    const data::Element* peek();
 
    private:
     friend class DistributedDataset;
+    struct Local;
+    Local read_local(bool partial);
     Strategy strategy_;
-    std::vector<data::Iterator> its_;
-    // Auto-shard FILE / OFF: the batch being cut into parts, one per step.
-    int parts_ = 1;
-    std::optional<data::Element> current_;
-    int part_ = 0;
+    int mode_ = 0;
+    std::unique_ptr<WorkerBatches> global_;  // from_global
+    std::vector<data::Iterator> its_;        // one per replica, or one per worker
+    std::unique_ptr<Local> pending_;         // read by peek(), not yet taken
+    std::int64_t global_rows_ = 0;
   };
   Iterator make_iterator(std::uint64_t epoch = 0) const;
 
@@ -359,9 +390,11 @@ class DistributedDataset {
   RangeIterator end() const { return {}; }
 
  private:
+  enum Mode { kGlobal, kPerReplica, kPerWorker };
   Strategy strategy_;
-  std::vector<data::Dataset> datasets_;  // one (global) or one per replica
-  int parts_ = 1;                        // a global dataset's auto-shard parts (FILE / OFF)
+  Mode mode_ = kGlobal;
+  std::shared_ptr<const WorkerBatches> global_;  // kGlobal: sharded, never started
+  std::vector<data::Dataset> datasets_;          // one per replica, or this worker's
 };
 
 inline DistributedDataset experimental_distribute_dataset(const Strategy& strategy,

@@ -8,15 +8,12 @@
 #include "distribute/job_token.h"
 #include "distribute/ps/ps_strategy.h"
 #include "distribute/ps/wire.h"
-#include "lockstep/core/env.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::distribute::ps {
 
 std::string job_token(const std::string& given, const std::string& who) {
-  if (!given.empty()) return checked_job_token(given, who, "job_token");
-  if (auto token = env::job_token(); token && !token->empty())
-    return checked_job_token(*token, who, "LOCKSTEP_JOB_TOKEN");
+  if (auto token = given_job_token(given, who)) return *token;
   detail::throw_error<ValueError>(
       who,
       ": no job token: every call between the tasks of a parameter-server job is authenticated "
