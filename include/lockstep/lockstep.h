@@ -13,6 +13,7 @@
 #include "lockstep/core/log.h"
 #include "lockstep/core/shape.h"
 #include "lockstep/core/timer.h"
+#include "lockstep/data/csv_table.h"
 #include "lockstep/data/dataset.h"
 #include "lockstep/data/datasets.h"
 #include "lockstep/data/idx.h"

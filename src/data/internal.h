@@ -17,6 +17,10 @@
 
 namespace lockstep::data {
 
+// Splits one CSV line into fields; quotes follow RFC 4180 within a line.
+// Returns false on an unterminated quote (readers.cc).
+bool split_csv_fields(const std::string& line, char delim, std::vector<std::string>& fields);
+
 class StateWriter {
  public:
   StateWriter(IteratorState& state, nlohmann::json& node, std::string prefix)

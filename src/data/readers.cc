@@ -13,13 +13,10 @@
 #include "lockstep/core/file.h"
 
 namespace lockstep::data {
-namespace {
-
-// ---- CSV ----
 
 // Splits one line into fields; quotes follow RFC 4180 within a line.
 // Returns false on an unterminated quote.
-bool split_fields(const std::string& line, char delim, std::vector<std::string>& fields) {
+bool split_csv_fields(const std::string& line, char delim, std::vector<std::string>& fields) {
   fields.clear();
   std::string field;
   bool quoted = false, was_quoted = false;
@@ -50,6 +47,10 @@ bool split_fields(const std::string& line, char delim, std::vector<std::string>&
   fields.push_back(std::move(field));
   return true;
 }
+
+namespace {
+
+// ---- CSV ----
 
 class CsvDataset final : public DatasetImpl {
  public:
@@ -123,7 +124,7 @@ class CsvIterator final : public IteratorImpl {
 
   Element parse(const std::string& line) {
     const CsvOptions& o = ds_.options();
-    if (!split_fields(line, o.field_delim, fields_)) bad(line.size(), "unterminated quote");
+    if (!split_csv_fields(line, o.field_delim, fields_)) bad(line.size(), "unterminated quote");
     const std::size_t expected_fields = o.select_cols.empty() ? o.columns.size() : 0;
     if (expected_fields != 0 && fields_.size() != expected_fields)
       bad(0, "expected " + std::to_string(expected_fields) + " fields, got " +

@@ -84,6 +84,8 @@ std::vector<double> numbers(const LayerConfig& c, const std::string& key) {
     if (k != key) continue;
     if (const auto* d = std::get_if<double>(&v)) return {*d};
     if (const auto* i = std::get_if<std::int64_t>(&v)) return {static_cast<double>(*i)};
+    if (const auto* is = std::get_if<std::vector<std::int64_t>>(&v))
+      return std::vector<double>(is->begin(), is->end());
     return c.get<std::vector<double>>(key);
   }
   detail::throw_error<ValueError>("layer config: missing key '", key, "'");
@@ -133,6 +135,20 @@ std::map<std::string, LayerFactory> builtin_factories() {
     return layers::Rescaling(
         static_cast<float>(c.get<double>("scale")),
         {.offset = static_cast<float>(c.get_or<double>("offset", 0)), .name = name(c)});
+  };
+  f["Normalization"] = [](const LayerConfig& c) -> Layer {
+    // Keras writes the axis as a list ([-1]) or a number; Lockstep
+    // normalises over the last axis only.
+    const std::vector<double> axis = c.has("axis") ? numbers(c, "axis") : std::vector{-1.0};
+    LOCKSTEP_CHECK(axis == std::vector{-1.0}, "Normalization '", name(c),
+                   "': Lockstep normalises over the last axis (axis=-1) only");
+    LOCKSTEP_CHECK(c.has("mean") && c.has("variance"), "Normalization '", name(c),
+                   "': the config has no mean and variance (an adapted layer keeps them as "
+                   "weights, which Lockstep does not read yet); build it with mean and variance");
+    return layers::Normalization({.mean = numbers(c, "mean"),
+                                  .variance = numbers(c, "variance"),
+                                  .invert = c.get_or<bool>("invert", false),
+                                  .name = name(c)});
   };
   f["Embedding"] = [](const LayerConfig& c) -> Layer {
     return layers::Embedding(

@@ -2,6 +2,9 @@
 // Reshape, Add, Concatenate, Rescaling, Embedding.
 #include "lockstep/nn/layers.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/random.h"
 #include "nn/config_helpers.h"
@@ -266,6 +269,76 @@ LayerConfig RescalingImpl::get_config() const {
 }
 Rescaling::Rescaling(float scale, RescalingOptions options)
     : Layer(std::make_shared<RescalingImpl>(scale, std::move(options))) {}
+
+// ---- Normalization -----------------------------------------------------------------
+
+NormalizationImpl::NormalizationImpl(NormalizationOptions options)
+    : SingleInputLayerImpl("Normalization", options.name), options_(std::move(options)) {
+  LOCKSTEP_CHECK(options_.mean.size() == options_.variance.size(), "Normalization",
+                 options_.name.empty() ? "" : " '" + options_.name + "'",
+                 ": mean and variance must have the same shape; got ", options_.mean.size(),
+                 " and ", options_.variance.size(), " values");
+  for (double v : options_.variance)
+    LOCKSTEP_CHECK(v >= 0 && std::isfinite(v), "Normalization: a variance of ", v,
+                   " (variances are finite and >= 0)");
+}
+
+Tensor NormalizationImpl::call(const Tensor& x, const CallContext&) {
+  LOCKSTEP_CHECK(!options_.mean.empty(), "Normalization '", name(),
+                 "': no mean and variance; give them, or adapt() the layer to data first");
+  const std::int64_t features = x.rank() == 0 ? 1 : x.dim(x.rank() - 1);
+  const auto n = static_cast<std::int64_t>(options_.mean.size());
+  LOCKSTEP_CHECK_AS(ShapeError, n == 1 || n == features, "Normalization '", name(), "': ", n,
+                    " means for inputs of shape ", x.shape(), " (", features,
+                    " features on the last axis)");
+  std::vector<float> mean(static_cast<std::size_t>(n)), scale(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < mean.size(); ++i) {
+    mean[i] = static_cast<float>(options_.mean[i]);
+    // Keras's: the standard deviation, at least its epsilon (1e-7).
+    scale[i] = std::max(std::sqrt(static_cast<float>(options_.variance[i])), 1e-7f);
+  }
+  const Tensor f = x.dtype() == DType::kFloat32 ? x : cast(x, DType::kFloat32);
+  const Tensor m = Tensor::from_vector(mean), sd = Tensor::from_vector(scale);
+  return options_.invert ? add(mul(f, sd), m) : div(sub(f, m), sd);
+}
+
+void NormalizationImpl::adapt(const Tensor& data) {
+  LOCKSTEP_CHECK_AS(ShapeError, data.rank() >= 1 && data.numel() > 0,
+                    "Normalization.adapt: ", "expected data of shape [n, ..., features], got ",
+                    data.shape());
+  const std::int64_t features = data.rank() == 1 ? 1 : data.dim(data.rank() - 1);
+  const std::int64_t rows = data.numel() / features;
+  const std::vector<double> values = data.to_vector<double>();  // copies from a device, too
+  const double* p = values.data();
+  std::vector<double> mean(static_cast<std::size_t>(features), 0.0),
+      var(static_cast<std::size_t>(features), 0.0);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t j = 0; j < features; ++j)
+      mean[static_cast<std::size_t>(j)] += p[r * features + j];
+  }
+  for (double& m : mean) m /= static_cast<double>(rows);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t j = 0; j < features; ++j) {
+      const double d = p[r * features + j] - mean[static_cast<std::size_t>(j)];
+      var[static_cast<std::size_t>(j)] += d * d;
+    }
+  }
+  for (double& v : var) v /= static_cast<double>(rows);
+  options_.mean = std::move(mean);
+  options_.variance = std::move(var);
+}
+
+LayerConfig NormalizationImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("axis", std::vector<std::int64_t>{-1});
+  c.set("invert", options_.invert);
+  c.set("mean", options_.mean);
+  c.set("variance", options_.variance);
+  return c;
+}
+
+Normalization::Normalization(NormalizationOptions options)
+    : Layer(std::make_shared<NormalizationImpl>(std::move(options))) {}
 
 // ---- Embedding -------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -14,6 +15,7 @@
 
 #include "data_test_util.h"
 #include "lockstep/core/file.h"
+#include "lockstep/data/csv_table.h"
 #include "lockstep/data/dataset.h"
 #include "lockstep/data/datasets.h"
 #include "lockstep/data/idx.h"
@@ -90,6 +92,47 @@ TEST_F(ReadersTest, CsvErrorsNameFileLineAndColumn) {
                         {"none.csv", "cannot open"});
   expect_error<ValueError>([&] { csv_dataset({p}, {.columns = {{DType::kUInt8}}}); },
                            {"float32, int32 or int64"});
+}
+
+// read_csv_table: named columns, numeric where every present field parses
+// (missing ones NaN and counted), text otherwise; quotes and CRLF.
+TEST_F(ReadersTest, CsvTableTypesColumnsByTheirFields) {
+  const auto p = write("t.csv",
+                       "height,species,\"note, quoted\",code\r\n"
+                       "1.5,Adelie,\"a, b\",7\r\n"
+                       ",Gentoo,c,x\n"
+                       "\n"
+                       "-2e1,Adelie,NA,8\n");
+  const CsvTable t = read_csv_table(p, {.na_value = "NA"});
+  EXPECT_EQ(t.rows, 3);
+  EXPECT_EQ(t.names(), (std::vector<std::string>{"height", "species", "note, quoted", "code"}));
+  const CsvTable::Column& height = t.column("height");
+  ASSERT_TRUE(height.numeric);
+  EXPECT_EQ(height.numbers[0], 1.5);
+  EXPECT_TRUE(std::isnan(height.numbers[1]));
+  EXPECT_EQ(height.numbers[2], -20.0);
+  EXPECT_EQ(height.missing, 1);
+  EXPECT_EQ(height.first_missing_line, 3);
+  EXPECT_FALSE(t.column("species").numeric);
+  EXPECT_EQ(t.column("species").text, (std::vector<std::string>{"Adelie", "Gentoo", "Adelie"}));
+  EXPECT_EQ(t.column("note, quoted").text[0], "a, b");
+  EXPECT_EQ(t.column("note, quoted").missing, 1);
+  EXPECT_FALSE(t.column("code").numeric) << "'x' is no number";
+  expect_error<ValueError>([&] { (void)t.column("weight"); },
+                           {p, "no column named 'weight'", "'height', 'species'"});
+}
+
+TEST_F(ReadersTest, CsvTableErrorsNameFileAndLine) {
+  expect_error<IOError>([&] { read_csv_table(write("e.csv", "")); }, {"e.csv", "empty"});
+  expect_error<IOError>([&] { read_csv_table(write("h.csv", "a,b\n")); },
+                        {"h.csv", "a header and no rows"});
+  expect_error<IOError>([&] { read_csv_table(write("d.csv", "a,a\n1,2\n")); },
+                        {"d.csv:1", "column 'a' twice"});
+  expect_error<IOError>([&] { read_csv_table(write("n.csv", "a,b\n1,2\n3\n")); },
+                        {"n.csv:3", "expected 2 fields (as the header), got 1"});
+  expect_error<IOError>([&] { read_csv_table(write("q.csv", "a\n\"1\n")); },
+                        {"q.csv:2", "unterminated quote"});
+  expect_error<IOError>([&] { read_csv_table(path("none.csv")); }, {"none.csv", "cannot open"});
 }
 
 TEST_F(ReadersTest, CsvStateResumesAcrossFiles) {

@@ -68,6 +68,51 @@ TEST(Layers, DenseInputGradientByFiniteDifferences) {
       {random_ref({5, 3}, rng)});
 }
 
+// keras.layers.Normalization(mean=..., variance=...): (x - mean) / sd per
+// feature of the last axis, sd at least Keras's epsilon (1e-7); invert
+// undoes it; adapt() takes the data's mean and population variance.
+TEST(Layers, NormalizationMatchesKerasFormulaAndItsGradient) {
+  std::mt19937 rng(3);
+  const std::vector<double> mean{0.5, -2.0, 3.0}, variance{4.0, 0.25, 0.0};
+  layers::Normalization norm({.mean = mean, .variance = variance});
+  auto reference = [&](const std::vector<Ref>& x) {
+    Ref y = x[0];
+    for (std::int64_t i = 0; i < y.size(); ++i) {
+      const auto j = static_cast<std::size_t>(i % 3);
+      y[i] = (y[i] - mean[j]) / std::max(std::sqrt(variance[j]), 1e-7);
+    }
+    return y;
+  };
+  // The zero variance's feature divides by 1e-7 (its gradient is 1e7):
+  // inputs at its mean keep its values in float32's range.
+  Ref x = random_ref({4, 3}, rng);
+  for (std::int64_t r = 0; r < 4; ++r) x[r * 3 + 2] = 3.0;
+  check_gradients(
+      "Normalization", [norm](const std::vector<Tensor>& in) { return norm(in[0]); }, reference,
+      {x}, 7, 2e-4, 2e-3);
+  layers::Normalization inverse({.mean = mean, .variance = variance, .invert = true});
+  const Tensor v = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  const std::vector<float> back =
+      inverse(layers::Normalization({.mean = mean, .variance = {4.0, 0.25, 1.0}})(v))
+          .to_vector<float>();
+  EXPECT_NEAR(back[0], 1.0f, 1e-6);
+  EXPECT_NEAR(back[4], 5.0f, 1e-6);
+
+  layers::Normalization adapted;
+  adapted->adapt(Tensor::from_vector<float>({1, 10, 3, 20, 5, 60}, {3, 2}));
+  EXPECT_EQ(adapted->mean(), (std::vector<double>{3.0, 30.0}));
+  EXPECT_NEAR(adapted->variance()[0], 8.0 / 3.0, 1e-12);
+  EXPECT_NEAR(adapted->variance()[1], 1400.0 / 3.0, 1e-9);
+
+  EXPECT_THROW(layers::Normalization({.mean = {1.0}, .variance = {}}), ValueError);
+  EXPECT_THROW(layers::Normalization({.mean = {1.0}, .variance = {-1.0}}), ValueError);
+  EXPECT_THROW(norm(Tensor::zeros({2, 4})), ShapeError);
+  EXPECT_THROW(layers::Normalization()(Tensor::zeros({2, 3})), ValueError);
+  // Its config rebuilds it.
+  const Layer again = layer_from_config("Normalization", norm->get_config());
+  EXPECT_EQ(again(v).to_vector<float>(), norm(v).to_vector<float>());
+}
+
 TEST(Layers, ShapeLayersAndMerges) {
   const Tensor x = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8}, {2, 2, 2});
   EXPECT_EQ(layers::Flatten()(x).shape(), (Shape{2, 4}));

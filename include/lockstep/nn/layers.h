@@ -213,6 +213,38 @@ class Rescaling : public Layer {
   explicit Rescaling(float scale, RescalingOptions options = {});
 };
 
+// ---- Normalization ---------------------------------------------------------------
+struct NormalizationOptions {
+  // Per feature of the last axis (or one value for all); both or neither.
+  // Neither: adapt() computes them from data before the layer is used.
+  std::vector<double> mean{};
+  std::vector<double> variance{};
+  bool invert = false;  // x · sqrt(variance) + mean instead
+  std::string name{};
+};
+// (x − mean) / max(sqrt(variance), 1e-7) over the last axis
+// (keras.layers.Normalization with axis=-1, mean and variance given: its
+// config carries them, so a saved model normalises as it did in training).
+class NormalizationImpl : public SingleInputLayerImpl {
+ public:
+  explicit NormalizationImpl(NormalizationOptions options);
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
+  // The mean and (population) variance of `data` ([n, ..., features]) per
+  // feature, as Keras's adapt(); they then travel in the config.
+  void adapt(const Tensor& data);
+  const std::vector<double>& mean() const { return options_.mean; }
+  const std::vector<double>& variance() const { return options_.variance; }
+
+ private:
+  NormalizationOptions options_;
+};
+class Normalization : public Layer {
+ public:
+  explicit Normalization(NormalizationOptions options = {});
+  NormalizationImpl* operator->() const { return static_cast<NormalizationImpl*>(impl_.get()); }
+};
+
 // ---- Embedding ---------------------------------------------------------------------
 struct EmbeddingOptions {
   Initializer embeddings_initializer = initializers::RandomUniform();
