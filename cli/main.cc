@@ -2,7 +2,9 @@
 // nowhere else.
 //
 //   lockstep train       the main job: the guide's MLP on Fashion-MNIST under
-//                        MirroredStrategy (train --help for the flags)
+//                        MirroredStrategy, or any model on --data (train --help)
+//   lockstep evaluate    a trained model on labelled examples (--model F --data S)
+//   lockstep predict     a trained model's predictions (--output preds.csv | .npy)
 //   lockstep launch      starts N local workers of a multi-worker job
 //                        (launch --workers 2 -- lockstep train --strategy multi-worker),
 //                        or a parameter-server job (launch --workers 2 --ps 1 -- lockstep
@@ -26,6 +28,7 @@
 #include "lockstep/lockstep.h"
 #include "serve.h"
 #include "train.h"
+#include "use_model.h"
 
 namespace {
 
@@ -84,6 +87,9 @@ int main(int argc, char** argv) {
   CLI::App* train = lockstep::cli::add_train_command(app, train_args);
   lockstep::cli::LaunchArgs launch_args;
   CLI::App* launch = lockstep::cli::add_launch_command(app, launch_args);
+  lockstep::cli::UseModelArgs evaluate_args, predict_args;
+  CLI::App* evaluate = lockstep::cli::add_evaluate_command(app, evaluate_args);
+  CLI::App* predict = lockstep::cli::add_predict_command(app, predict_args);
   lockstep::cli::InspectArgs inspect_args;
   CLI::App* inspect = lockstep::cli::add_inspect_command(app, inspect_args);
   lockstep::cli::ServeArgs serve_args;
@@ -113,6 +119,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (train->parsed()) return lockstep::cli::run_train(train_args);
+    if (evaluate->parsed()) return lockstep::cli::run_evaluate(evaluate_args);
+    if (predict->parsed()) return lockstep::cli::run_predict(predict_args);
     if (launch->parsed()) return lockstep::cli::run_launch(launch_args);
     if (inspect->parsed()) return lockstep::cli::run_inspect(inspect_args);
     if (ps_cmd->parsed()) return lockstep::cli::run_serve(serve_args, "ps");

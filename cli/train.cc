@@ -128,6 +128,8 @@ std::vector<Device*> named_devices(const std::string& spec) {
   return out;
 }
 
+}  // namespace
+
 distribute::Strategy make_strategy(const TrainArgs& a) {
   const std::string& name = a.strategy;
   const std::vector<Device*> named = named_devices(a.devices);
@@ -191,10 +193,27 @@ distribute::Strategy make_strategy(const TrainArgs& a) {
   return distribute::Strategy();  // "default"
 }
 
-// --model, compiled as the main job trains it (a Keras file keeps its own
-// compile settings and optimizer state; `say` tells where it continues).
-Model compiled_model(const TrainArgs& a, bool say) {
-  Model model = build_model(a.model);
+void choose_devices(const TrainArgs& a) {
+  if (a.logical_gpus > 0) set_logical_gpu_devices(a.logical_gpus);
+  if (!a.devices.empty() && named_devices_form(a.devices)) {
+    // Accelerator names: make_strategy places the replicas.
+  } else if (!a.devices.empty()) {
+    const auto sets = parse_cpu_devices(a.devices, available_physical_cores(), "--devices");
+    try {
+      set_logical_cpu_devices(sets);
+    } catch (const ValueError& e) {
+      detail::throw_error<ValueError>("--devices ", a.devices, ": ", e.what());
+    }
+  }
+}
+
+namespace {
+
+// A model saved compiled trains on with its own optimizer (a Keras file
+// keeps its compile settings and optimizer state; `say` tells where it
+// continues); another is compiled with `options`.
+void compile_unless_compiled(Model& model, const TrainArgs& a, bool say,
+                             const CompileOptions& options) {
   if (model.compiled()) {
     LOCKSTEP_CHECK(!a.learning_rate_given, "--learning-rate: the model in '", a.model,
                    "' was saved compiled and trains on with its own optimizer; drop "
@@ -203,10 +222,37 @@ Model compiled_model(const TrainArgs& a, bool say) {
       std::printf("Continuing the compiled model of %s at optimizer step %lld\n", a.model.c_str(),
                   static_cast<long long>(model.optimizer().iterations()));
   } else {
-    model.compile({.optimizer = optimizers::Adam({.learning_rate = a.learning_rate}),
-                   .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
-                   .metrics = {metrics::SparseCategoricalAccuracy()}});
+    model.compile(options);
   }
+}
+
+// --model, compiled as the main job trains it.
+Model compiled_model(const TrainArgs& a, bool say) {
+  Model model = build_model(a.model);
+  compile_unless_compiled(model, a, say,
+                          {.optimizer = optimizers::Adam({.learning_rate = a.learning_rate}),
+                           .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                           .metrics = {metrics::SparseCategoricalAccuracy()}});
+  return model;
+}
+
+// --data's model: a file (checked against the data) or one of ours built
+// for it, compiled for its task; reads the data (after a file model, whose
+// input sets the images' size).
+Model own_data_model(const TrainArgs& a, std::optional<TrainingData>& data) {
+  DataArgs d = a.data;
+  d.seed = a.seed;
+  Model model;
+  std::optional<std::vector<std::int64_t>> input;
+  if (!is_builtin(a.model)) {
+    model = build_model(a.model);
+    if (model.inputs().size() == 1) input = model.inputs()[0].sample_shape().to_vector();
+  }
+  data = read_training_data(d, input);
+  if (is_builtin(a.model)) model = model_for_data(a.model, data->spec);
+  check_model_fits_data(model, data->spec, a.model);
+  compile_unless_compiled(model, a, true,
+                          compile_options_for(data->spec, model, a.data.loss, a.learning_rate));
   return model;
 }
 
@@ -280,9 +326,10 @@ std::pair<Tensor, Tensor> training_part(const std::string& data_dir, const Shape
 }
 
 constexpr char kTrainingData[] = "lockstep.cli.fashion_mnist";
+constexpr char kOwnTrainingData[] = "lockstep.cli.own_data";
 
 // The settings an exact resume depends on (run_settings.h).
-RunSettings run_settings(const TrainArgs& a, const std::pair<Tensor, Tensor>& train) {
+RunSettings run_settings(const TrainArgs& a, const std::string& dataset) {
   RunSettings s{.model = a.model,
                 .batch_size = a.batch_size,
                 .learning_rate = a.learning_rate,
@@ -296,10 +343,15 @@ RunSettings run_settings(const TrainArgs& a, const std::pair<Tensor, Tensor>& tr
     const std::string json = text.str();
     s.model += " (crc32c " + hex(crc32c(json.data(), json.size())) + ")";
   }
-  const std::uint32_t images = crc32c(train.first.raw_data(), train.first.nbytes());
-  s.dataset = std::to_string(train.first.dim(0)) + " examples, crc32c " +
-              hex(crc32c(train.second.raw_data(), train.second.nbytes(), images));
+  s.dataset = dataset;
   return s;
+}
+
+// The main job's data for run_settings: its size and checksum.
+std::string fashion_mnist_fingerprint(const std::pair<Tensor, Tensor>& train) {
+  const std::uint32_t images = crc32c(train.first.raw_data(), train.first.nbytes());
+  return std::to_string(train.first.dim(0)) + " examples, crc32c " +
+         hex(crc32c(train.second.raw_data(), train.second.nbytes(), images));
 }
 
 }  // namespace
@@ -359,6 +411,7 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       ->capture_default_str();
   train->add_option("--data-dir", a.data_dir,
                     "directory with the IDX files (default: /usr/share/datasets/fashion-mnist)");
+  add_data_options(*train, a.data, /*training=*/true);
   train->add_option("--epochs", a.epochs)->check(at_least(1))->capture_default_str();
   train->add_option("--batch-size", a.batch_size, "global batch size")
       ->check(at_least(1))
@@ -489,17 +542,7 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
   phase = "starting up";
   take_stop_signals();  // before the strategy's and the pipeline's threads start
   phase = "choosing the devices";
-  if (a.logical_gpus > 0) set_logical_gpu_devices(a.logical_gpus);
-  if (!a.devices.empty() && named_devices_form(a.devices)) {
-    // Accelerator names: make_strategy places the replicas.
-  } else if (!a.devices.empty()) {
-    const auto sets = parse_cpu_devices(a.devices, available_physical_cores(), "--devices");
-    try {
-      set_logical_cpu_devices(sets);
-    } catch (const ValueError& e) {
-      detail::throw_error<ValueError>("--devices ", a.devices, ": ", e.what());
-    }
-  }
+  choose_devices(a);
   set_random_seed(a.seed);
   if (a.strategy == "parameter-server") {
     // Every task of the job runs this same command (lockstep launch --ps):
@@ -511,9 +554,14 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
                    "ps tasks)");
     if (resolver->task_type() == "ps" || resolver->task_type() == "worker") {
       phase = "serving";
-      return serve_task(*resolver, a.data_dir);
+      DataArgs data = a.data;
+      data.seed = a.seed;
+      return serve_task(*resolver, a.data_dir, a.data.source.empty() ? nullptr : &data);
     }
     if (resolver->task_type() == "evaluator") {
+      LOCKSTEP_CHECK(a.data.source.empty(),
+                     "--data: the evaluator task evaluates on "
+                     "Fashion-MNIST's test set only; start the job without --evaluator");
       phase = "evaluating checkpoints";
       return evaluate_checkpoints(a);
     }
@@ -553,10 +601,11 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
   }
 
   phase = "building the model";
+  std::optional<TrainingData> own_data;  // --data's
   Model model;
   {
     auto scope = strategy.scope();
-    model = compiled_model(a, true);
+    model = a.data.source.empty() ? compiled_model(a, true) : own_data_model(a, own_data);
   }
   if (strategy.extended().uses_parameter_servers()) {
     const distribute::ParameterServerStrategy ps(strategy);
@@ -575,37 +624,57 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
                  inputs.size());
   const Shape sample = inputs[0].sample_shape();
 
-  // The guide's get_dataset: the last 10,000 training images for validation.
+  // The data: --data's (read with the model), or the guide's get_dataset on
+  // Fashion-MNIST (the last 10,000 training images for validation).
   phase = "loading and preparing the data";
-  auto [train, test] = a.data_dir.empty() ? datasets::fashion_mnist::load_data()
-                                          : datasets::fashion_mnist::load_data(a.data_dir);
-  const Tensor x = prepare(train.first, sample), x_test = prepare(test.first, sample);
-  const std::int64_t n = x.dim(0), n_val = std::min<std::int64_t>(10000, n / 6);
-  LOCKSTEP_CHECK(n_val >= 1 && x_test.dim(0) >= 1, "train: the data",
-                 a.data_dir.empty() ? "" : " in " + a.data_dir, " has ", n, " training and ",
-                 x_test.dim(0),
-                 " test examples; lockstep train needs at least 6 training examples (it holds "
-                 "out a sixth, at most 10,000, for validation) and 1 test example");
-  const bool resize = resized_in_pipeline(x, sample);
-  const ld::Dataset train_ds =
-      batched(ld::Dataset::from_tensor_slices(
-                  {x.view_rows(0, n - n_val), train.second.view_rows(0, n - n_val)})
-                  .shuffle(n - n_val, {.seed = a.seed}),
-              a.batch_size, sample, resize)
-          .prefetch(ld::kAutotune);
-  // With --validation-steps, repeated: fit takes that many batches after each
-  // epoch from one iterator that continues across epochs (as Keras's does).
-  ld::Dataset val_rows = ld::Dataset::from_tensor_slices(
-      {x.view_rows(n - n_val, n), train.second.view_rows(n - n_val, n)});
-  if (a.validation_steps > 0) val_rows = val_rows.repeat();
-  const ld::Dataset val_ds = batched(val_rows, a.batch_size, sample, resize);
-  const ld::Dataset test_ds =
-      batched(ld::Dataset::from_tensor_slices({x_test, test.second}), a.batch_size, sample, resize);
+  ld::Dataset train_ds;
+  std::optional<ValidationData> validation;
+  std::optional<ld::Dataset> test_ds;
+  std::int64_t train_examples = 0;
+  std::string fingerprint;
+  if (own_data) {
+    train_ds = own_data->train.batches(a.batch_size, a.seed);
+    if (own_data->validation.count > 0) {
+      // With --validation-steps, repeated: fit takes that many batches after
+      // each epoch from one iterator that continues across epochs.
+      const ld::Dataset v = own_data->validation.batches(a.batch_size, std::nullopt);
+      validation = ValidationData(a.validation_steps > 0 ? v.repeat() : v);
+    }
+    train_examples = own_data->train.count;
+    fingerprint = own_data->fingerprint;
+  } else {
+    auto [train, test] = a.data_dir.empty() ? datasets::fashion_mnist::load_data()
+                                            : datasets::fashion_mnist::load_data(a.data_dir);
+    const Tensor x = prepare(train.first, sample), x_test = prepare(test.first, sample);
+    const std::int64_t n = x.dim(0), n_val = std::min<std::int64_t>(10000, n / 6);
+    LOCKSTEP_CHECK(n_val >= 1 && x_test.dim(0) >= 1, "train: the data",
+                   a.data_dir.empty() ? "" : " in " + a.data_dir, " has ", n, " training and ",
+                   x_test.dim(0),
+                   " test examples; lockstep train needs at least 6 training examples (it holds "
+                   "out a sixth, at most 10,000, for validation) and 1 test example");
+    const bool resize = resized_in_pipeline(x, sample);
+    train_ds = batched(ld::Dataset::from_tensor_slices(
+                           {x.view_rows(0, n - n_val), train.second.view_rows(0, n - n_val)})
+                           .shuffle(n - n_val, {.seed = a.seed}),
+                       a.batch_size, sample, resize)
+                   .prefetch(ld::kAutotune);
+    // With --validation-steps, repeated: fit takes that many batches after
+    // each epoch from one iterator that continues across epochs (as Keras's
+    // does).
+    ld::Dataset val_rows = ld::Dataset::from_tensor_slices(
+        {x.view_rows(n - n_val, n), train.second.view_rows(n - n_val, n)});
+    if (a.validation_steps > 0) val_rows = val_rows.repeat();
+    validation = ValidationData(batched(val_rows, a.batch_size, sample, resize));
+    test_ds = batched(ld::Dataset::from_tensor_slices({x_test, test.second}), a.batch_size, sample,
+                      resize);
+    train_examples = n - n_val;
+    fingerprint = fashion_mnist_fingerprint(train);
+  }
 
   std::vector<std::shared_ptr<Callback>> callbacks;
   std::shared_ptr<BackupAndRestore> backup;
   if (!a.checkpoint_dir.empty() && strategy.is_chief()) {
-    check_and_record_run_settings(a.checkpoint_dir, run_settings(a, train),
+    check_and_record_run_settings(a.checkpoint_dir, run_settings(a, fingerprint),
                                   {.allow_changed_batch_size = a.allow_changed_batch_size});
   }
   if (!a.checkpoint_dir.empty()) {
@@ -630,16 +699,17 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
   if (on_parameter_servers) {
     // Each worker builds its own shuffled, repeated share of the training
     // images (register_training_data); an epoch is a pass's worth of steps.
-    const std::int64_t per_epoch =
-        a.steps_per_epoch > 0 ? a.steps_per_epoch : (n - n_val + a.batch_size - 1) / a.batch_size;
-    model.fit(distribute::DatasetCreator{kTrainingData,
+    const std::int64_t per_epoch = a.steps_per_epoch > 0
+                                       ? a.steps_per_epoch
+                                       : (train_examples + a.batch_size - 1) / a.batch_size;
+    model.fit(distribute::DatasetCreator{own_data ? kOwnTrainingData : kTrainingData,
                                          {Tensor::from_vector(std::vector<std::int64_t>{
                                               a.batch_size, static_cast<std::int64_t>(a.seed)}),
                                           Tensor::from_vector(sample.to_vector())}},
               {.epochs = a.epochs,
                .verbose = a.verbose,
                .callbacks = callbacks,
-               .validation_data = val_ds,
+               .validation_data = validation,
                .steps_per_epoch = per_epoch,
                .validation_steps = a.validation_steps});
     const distribute::ParameterServerStats stats =
@@ -653,7 +723,7 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
     model.fit(train_ds, {.epochs = a.epochs,
                          .verbose = a.verbose,
                          .callbacks = callbacks,
-                         .validation_data = val_ds,
+                         .validation_data = validation,
                          .steps_per_epoch = a.steps_per_epoch,
                          .validation_steps = a.validation_steps});
   }
@@ -671,15 +741,24 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
   if (!a.checkpoint_dir.empty() && strategy.is_chief()) {
     const std::string path = (dir / "model.safetensors").string();
     model.save(path);
+    if (own_data) save_spec_beside(path, own_data->spec);
     std::printf("saved the model to %s\n", path.c_str());
   }
   if (!a.save.empty() && strategy.is_chief()) {
     phase = "saving the model";
     save_or_rescue(model, a.save);
-    std::printf("saved the model to %s\n", a.save.c_str());
+    // What evaluate and predict need to read new data as this run read its
+    // own: the classes, the columns and their encoding.
+    if (own_data) save_spec_beside(a.save, own_data->spec);
+    std::printf("saved the model to %s%s\n", a.save.c_str(),
+                own_data ? (" (and how it reads its data: " + a.save + ".data.json)").c_str() : "");
+  }
+  if (!test_ds) {  // --data: no test set; the validation lines said how it does
+    if (lock) std::filesystem::remove_all(dir / "backup");
+    return 0;
   }
   phase = "evaluating";
-  const Logs results = model.evaluate(test_ds, {.steps = a.test_steps, .verbose = a.verbose});
+  const Logs results = model.evaluate(*test_ds, {.steps = a.test_steps, .verbose = a.verbose});
   // The accuracy under the name compile gave it ("accuracy" in a Keras file).
   double accuracy = -1;
   for (const auto& [name, value] : results) {
@@ -697,7 +776,13 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
 
 }  // namespace
 
-int run_train(const TrainArgs& a) {
+int run_train(const TrainArgs& args) {
+  TrainArgs a = args;
+  if (!a.data.source.empty() && is_idx_folder(a.data.source)) {
+    // --data of an IDX folder is --data-dir: the main job on those files.
+    a.data_dir = a.data.source;
+    a.data.source.clear();
+  }
   std::string phase;
   try {
     return train_in_phases(a, phase);
@@ -717,7 +802,38 @@ int run_train(const TrainArgs& a) {
   }
 }
 
-void register_training_data(const std::string& data_dir) {
+bool is_idx_folder(const std::string& source) {
+  namespace fs = std::filesystem;
+  return fs::is_directory(source) && (fs::exists(fs::path(source) / "train-images-idx3-ubyte") ||
+                                      fs::exists(fs::path(source) / "train-images-idx3-ubyte.gz"));
+}
+
+void register_training_data(const std::string& data_dir, const DataArgs* data) {
+  if (data) {
+    // --data: each worker reads the source (the same command line on every
+    // task), its shard of the training split, shuffled and repeated.
+    // Arguments: the batch size and the seed, then the model's input shape.
+    distribute::register_dataset_function(
+        kOwnTrainingData,
+        [args = *data](const distribute::InputContext& ctx, const std::vector<Tensor>& call) {
+          LOCKSTEP_CHECK(call.size() == 2, kOwnTrainingData, ": expected 2 arguments, got ",
+                         call.size());
+          const std::vector<std::int64_t> settings = call[0].to_vector<std::int64_t>();
+          const TrainingData d = read_training_data(args, call[1].to_vector<std::int64_t>());
+          const Examples& e = d.train;
+          ld::Dataset rows = e.files.defined() ? e.files
+                             : e.y.defined()
+                                 ? ld::Dataset::from_tensor_slices({e.x, e.y})
+                                 : ld::Dataset::from_tensor_slices(std::vector<Tensor>{e.x});
+          return rows.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+              .shuffle(std::min<std::int64_t>(e.count, 10000),
+                       {.seed = static_cast<std::uint64_t>(settings.at(1)) +
+                                static_cast<std::uint64_t>(ctx.input_pipeline_id)})
+              .repeat()
+              .batch(settings.at(0))
+              .prefetch(ld::kAutotune);
+        });
+  }
   // Arguments: the batch size and the seed, then the model's input shape.
   distribute::register_dataset_function(kTrainingData, [data_dir](
                                                            const distribute::InputContext& ctx,
@@ -737,8 +853,9 @@ void register_training_data(const std::string& data_dir) {
   });
 }
 
-int serve_task(const distribute::ClusterResolver& resolver, const std::string& data_dir) {
-  register_training_data(data_dir);
+int serve_task(const distribute::ClusterResolver& resolver, const std::string& data_dir,
+               const DataArgs* data) {
+  register_training_data(data_dir, data);
   distribute::Server server(resolver);
   std::printf("%s serving at %s\n",
               resolver.describe_task(resolver.task_type(), resolver.task_id()).c_str(),

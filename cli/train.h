@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <string>
 
+#include "data_source.h"
 #include "lockstep/distribute/cluster_resolver.h"
+#include "lockstep/distribute/strategy.h"
 
 namespace lockstep::cli {
 
@@ -29,6 +31,8 @@ struct TrainArgs {
   std::string gradient_compression = "none";  // multi-worker: none | bf16
   double timeout_seconds = 300;
   std::string data_dir;  // empty: Debian's dataset-fashion-mnist directory
+  // --data SOURCE and its settings (data_source.h); empty: Fashion-MNIST.
+  DataArgs data;
   int epochs = 2;
   std::int64_t batch_size = 64;  // global
   double learning_rate = 1e-3;
@@ -54,13 +58,22 @@ struct TrainArgs {
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainArgs& args);
+// --devices and --logical-gpus made the process's devices, then the
+// strategy --strategy names over them (train, evaluate and predict alike).
+void choose_devices(const TrainArgs& args);
+distribute::Strategy make_strategy(const TrainArgs& args);
 int run_train(const TrainArgs& args);
 
 // The training data of a parameter-server job's workers: the registered
-// dataset function the coordinator's fit names (every serving process
-// registers it; `data_dir` empty: Debian's dataset).
-void register_training_data(const std::string& data_dir);
+// dataset functions the coordinator's fit names (every serving process
+// registers them; `data_dir` empty: Debian's dataset; `data`: --data's
+// source, when the task was started by the same `lockstep train --data`).
+void register_training_data(const std::string& data_dir, const DataArgs* data = nullptr);
 // Serves this ps or worker task until the coordinator ends the job.
-int serve_task(const distribute::ClusterResolver& resolver, const std::string& data_dir);
+int serve_task(const distribute::ClusterResolver& resolver, const std::string& data_dir,
+               const DataArgs* data = nullptr);
+// Whether `source` is a folder of Fashion-MNIST's IDX files (the main job's
+// data, --data-dir's).
+bool is_idx_folder(const std::string& source);
 
 }  // namespace lockstep::cli

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "internal.h"
 #include "lockstep/core/checked.h"
@@ -241,10 +242,10 @@ Dataset csv_dataset(std::vector<std::string> filenames, CsvOptions options) {
   return Dataset(std::make_shared<CsvDataset>(std::move(filenames), std::move(options)));
 }
 
-Tensor read_npy(const std::string& path) {
-  const std::uint64_t size = regular_file_size(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) detail::throw_error<IOError>(path, ": cannot open: ", std::strerror(errno));
+namespace {
+
+// The array in `in` (`size` bytes); errors name `path`.
+Tensor parse_npy(std::istream& in, std::uint64_t size, const std::string& path) {
   unsigned char pre[10] = {};
   if (size < 10 || !in.read(reinterpret_cast<char*>(pre), 10) ||
       std::memcmp(pre, "\x93NUMPY", 6) != 0)
@@ -344,6 +345,20 @@ Tensor read_npy(const std::string& path) {
     std::memcpy(t.raw_data(), raw.data(), promised);
   }
   return t;
+}
+
+}  // namespace
+
+Tensor read_npy(const std::string& path) {
+  const std::uint64_t size = regular_file_size(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) detail::throw_error<IOError>(path, ": cannot open: ", std::strerror(errno));
+  return parse_npy(in, size, path);
+}
+
+Tensor read_npy_bytes(const std::string& bytes, const std::string& name) {
+  std::istringstream in(bytes);
+  return parse_npy(in, bytes.size(), name);
 }
 
 void write_npy(const std::string& path, const Tensor& t) {

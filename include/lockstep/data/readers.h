@@ -41,6 +41,9 @@ Dataset csv_dataset(std::vector<std::string> filenames, CsvOptions options);
 // file is an IOError naming the file, the byte offset and what the header
 // promised.
 Tensor read_npy(const std::string& path);
+// The same from an array's bytes held in memory (a member of a .npz
+// archive); errors name `name`.
+Tensor read_npy_bytes(const std::string& bytes, const std::string& name);
 // Writes `t` as .npy format 1.0, atomically.
 void write_npy(const std::string& path, const Tensor& t);
 

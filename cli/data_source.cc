@@ -1,0 +1,774 @@
+// `--data SOURCE` (data_source.h): image folders, CSV files and NumPy
+// arrays read, checked and encoded for a model; the encoding kept beside a
+// saved model; models built for the data, and files checked against it.
+#include "data_source.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "lockstep/core/file.h"
+#include "lockstep/io/zip.h"
+
+namespace lockstep::cli {
+namespace {
+
+namespace fs = std::filesystem;
+namespace ld = lockstep::data;
+using json = nlohmann::json;
+
+// Labels of a numeric column become classes when they are whole numbers
+// with at most this many values (else the task is a regression).
+constexpr std::size_t kMaxInferredClasses = 20;
+// A text column of more different values than this (or than half the rows)
+// is not taken as categories unless --features names it.
+constexpr std::size_t kMaxCategories = 1000;
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::string join(const std::vector<std::string>& items, std::size_t at_most = 10) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size() && i < at_most; ++i) out += (i ? ", " : "") + items[i];
+  if (items.size() > at_most) out += ", ... (" + std::to_string(items.size()) + " in all)";
+  return out;
+}
+
+enum class Kind { kCsv, kNpy, kNpz, kImages };
+
+Kind kind_of(const std::string& source) {
+  LOCKSTEP_CHECK(!source.empty(), "--data: no source given");
+  const auto parts = split_list(source);
+  if (parts.size() == 2 && ends_with(parts[0], ".npy") && ends_with(parts[1], ".npy"))
+    return Kind::kNpy;
+  LOCKSTEP_CHECK(parts.size() == 1, "--data ", source,
+                 ": expected a folder of class subfolders, a .csv file, x.npy,y.npy or a .npz "
+                 "file");
+  if (ends_with(source, ".csv")) return Kind::kCsv;
+  if (ends_with(source, ".npz")) return Kind::kNpz;
+  LOCKSTEP_CHECK_AS(IOError, fs::exists(source), "--data ", source, ": no such file or folder");
+  LOCKSTEP_CHECK(fs::is_directory(source), "--data ", source,
+                 ": expected a folder of class subfolders of images, a .csv file (with a header), "
+                 "x.npy,y.npy or a .npz file holding x and y");
+  return Kind::kImages;
+}
+
+std::array<std::int64_t, 2> parse_image_size(const std::string& text) {
+  std::int64_t h = 0, w = 0;
+  char x = 0, extra = 0;
+  std::stringstream ss(text);
+  const bool ok = static_cast<bool>(ss >> h >> x >> w) && (x == 'x' || x == 'X') && !(ss >> extra);
+  LOCKSTEP_CHECK(ok && h >= 1 && w >= 1 && h <= 8192 && w <= 8192, "--image-size ", text,
+                 ": expected HEIGHTxWIDTH, each from 1 to 8192 (\"96x96\")");
+  return {h, w};
+}
+
+// ---- CSV ----
+
+std::string number_text(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+// The label column's classes (sorted: text by its characters, numbers by
+// value), or none when its values are a regression's.
+std::optional<std::vector<std::string>> csv_classes(const ld::CsvTable::Column& label,
+                                                    const std::string& loss) {
+  if (!label.numeric) {
+    LOCKSTEP_CHECK(loss == "auto" || loss == "sparse_categorical_crossentropy", "--loss ", loss,
+                   ": the label column '", label.name, "' holds text (classes)");
+    std::set<std::string> names(label.text.begin(), label.text.end());
+    return std::vector<std::string>(names.begin(), names.end());
+  }
+  if (loss == "mse" || loss == "mae") return std::nullopt;
+  std::set<double> values(label.numbers.begin(), label.numbers.end());
+  const bool whole =
+      std::all_of(values.begin(), values.end(), [](double v) { return v == std::floor(v); });
+  if (loss == "auto" && (!whole || values.size() > kMaxInferredClasses)) return std::nullopt;
+  LOCKSTEP_CHECK(whole, "--loss ", loss, ": the label column '", label.name,
+                 "' holds fractions; classes need whole numbers or text");
+  std::vector<std::string> names;
+  for (double v : values) names.push_back(number_text(v));
+  return names;
+}
+
+// Rows [begin, end) of `table` encoded as `spec` says: x [n, width],
+// y (with labels) int32 class ids or float32 [n, 1].
+std::pair<Tensor, Tensor> encode_csv(const ld::CsvTable& table, const DataSpec& spec,
+                                     std::int64_t begin, std::int64_t end, bool with_labels) {
+  const std::int64_t n = end - begin, width = spec.sample_shape.at(0);
+  std::vector<float> x(static_cast<std::size_t>(n * width));
+  std::int64_t offset = 0;
+  for (const DataSpec::Feature& f : spec.features) {
+    const ld::CsvTable::Column& col = table.column(f.name);
+    if (f.vocabulary.empty()) {
+      LOCKSTEP_CHECK(col.numeric, table.path, ": column '", f.name,
+                     "' was numbers in the training data and holds text here");
+      LOCKSTEP_CHECK(col.missing == 0, table.path, ":", col.first_missing_line, ": column '",
+                     f.name, "' has no value (", col.missing,
+                     " rows miss one); fill or drop them: every input needs a number");
+      for (std::int64_t r = begin; r < end; ++r)
+        x[static_cast<std::size_t>((r - begin) * width + offset)] =
+            static_cast<float>(col.numbers[static_cast<std::size_t>(r)]);
+      ++offset;
+      continue;
+    }
+    // One-hot over the vocabulary; a value outside it is all zeros.
+    std::map<std::string, std::int64_t> index;
+    for (std::size_t i = 0; i < f.vocabulary.size(); ++i)
+      index[f.vocabulary[i]] = static_cast<std::int64_t>(i);
+    for (std::int64_t r = begin; r < end; ++r) {
+      const std::string value = col.numeric ? number_text(col.numbers[static_cast<std::size_t>(r)])
+                                            : col.text[static_cast<std::size_t>(r)];
+      if (auto it = index.find(value); it != index.end())
+        x[static_cast<std::size_t>((r - begin) * width + offset + it->second)] = 1.0f;
+    }
+    offset += static_cast<std::int64_t>(f.vocabulary.size());
+  }
+  const Tensor xs = Tensor::from_vector(x, Shape{n, width});
+  if (!with_labels) return {xs, Tensor()};
+  const ld::CsvTable::Column& label = table.column(spec.label);
+  LOCKSTEP_CHECK(label.missing == 0, table.path, ":", label.first_missing_line,
+                 ": the label column '", spec.label, "' has no value (", label.missing,
+                 " rows miss one)");
+  if (!spec.classification()) {
+    LOCKSTEP_CHECK(label.numeric, table.path, ": the label column '", spec.label,
+                   "' holds text; the model was trained on numbers (a regression)");
+    std::vector<float> y;
+    for (std::int64_t r = begin; r < end; ++r)
+      y.push_back(static_cast<float>(label.numbers[static_cast<std::size_t>(r)]));
+    return {xs, Tensor::from_vector(y, Shape{n, 1})};
+  }
+  std::map<std::string, std::int32_t> ids;
+  for (std::size_t i = 0; i < spec.class_names.size(); ++i)
+    ids[spec.class_names[i]] = static_cast<std::int32_t>(i);
+  std::vector<std::int32_t> y;
+  for (std::int64_t r = begin; r < end; ++r) {
+    const std::string value = label.numeric
+                                  ? number_text(label.numbers[static_cast<std::size_t>(r)])
+                                  : label.text[static_cast<std::size_t>(r)];
+    const auto it = ids.find(value);
+    LOCKSTEP_CHECK(it != ids.end(), table.path, ":", r + 2, ": the label '", value,
+                   "' is not one of the model's classes (", join(spec.class_names), ")");
+    y.push_back(it->second);
+  }
+  return {xs, Tensor::from_vector(y, Shape{n})};
+}
+
+// The spec of a CSV source: the label column, the features and their
+// vocabularies, the classes; `train_rows` rows make the training split.
+DataSpec csv_spec(const ld::CsvTable& table, const DataArgs& args, std::int64_t train_rows) {
+  DataSpec spec;
+  spec.kind = "csv";
+  if (!args.label.empty()) {
+    spec.label = table.column(args.label).name;
+  } else {
+    // Keras users name it; the usual names, else the last column, said.
+    for (const char* guess : {"label", "target", "class", "y"}) {
+      if (table.has_column(guess)) {
+        spec.label = guess;
+        break;
+      }
+    }
+    if (spec.label.empty()) spec.label = table.columns.back().name;
+    std::printf("Using column '%s' of %s as the label (--label names another).\n",
+                spec.label.c_str(), table.path.c_str());
+  }
+  std::vector<std::string> names = split_list(args.features);
+  if (names.empty()) {
+    for (const auto& c : table.columns) {
+      if (c.name == spec.label) continue;
+      // A text column with a value per row or so is an identifier or free
+      // text, not categories: left out, and said.
+      if (!c.numeric) {
+        const std::set<std::string> values(c.text.begin(), c.text.end());
+        if (values.size() > kMaxCategories ||
+            static_cast<double>(values.size()) > 0.5 * static_cast<double>(table.rows)) {
+          std::printf(
+              "Leaving out column '%s': %zu different texts in %lld rows (an identifier "
+              "or free text; --features takes it as categories all the same).\n",
+              c.name.c_str(), values.size(), static_cast<long long>(table.rows));
+          continue;
+        }
+      }
+      names.push_back(c.name);
+    }
+  }
+  LOCKSTEP_CHECK(!names.empty(), table.path, ": no input columns beside the label '", spec.label,
+                 "'");
+  std::int64_t width = 0;
+  for (const std::string& name : names) {
+    LOCKSTEP_CHECK(name != spec.label, "--features: '", name, "' is the label column");
+    const ld::CsvTable::Column& col = table.column(name);
+    DataSpec::Feature f{.name = name};
+    if (!col.numeric) {
+      std::set<std::string> values(col.text.begin(),
+                                   col.text.begin() + static_cast<std::ptrdiff_t>(train_rows));
+      values.erase("");
+      f.vocabulary.assign(values.begin(), values.end());
+      LOCKSTEP_CHECK(!f.vocabulary.empty(), table.path, ": column '", name,
+                     "' has no values in the training rows");
+    }
+    width += f.vocabulary.empty() ? 1 : static_cast<std::int64_t>(f.vocabulary.size());
+    spec.features.push_back(std::move(f));
+  }
+  spec.sample_shape = {width};
+  const auto classes = csv_classes(table.column(spec.label), args.loss);
+  if (classes) {
+    spec.class_names = *classes;
+    LOCKSTEP_CHECK(spec.class_names.size() >= 2, table.path, ": the label column '", spec.label,
+                   "' holds one class only ('", spec.class_names.at(0), "')");
+    std::printf("Found %zu classes in column '%s': %s.\n", spec.class_names.size(),
+                spec.label.c_str(), join(spec.class_names).c_str());
+  } else {
+    spec.targets = 1;
+    std::printf("Column '%s' holds numbers: a regression (mean squared error).\n",
+                spec.label.c_str());
+  }
+  return spec;
+}
+
+// ---- NPY ----
+
+// Labels as class ids: whole numbers from 0; their classes are "0" .. "K-1".
+std::vector<std::string> npy_classes(const Tensor& y, const std::string& where) {
+  const std::vector<double> v = y.to_vector<double>();
+  double top = -1;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    LOCKSTEP_CHECK(v[i] >= 0 && v[i] == std::floor(v[i]), where, ": label ", i, " is ", v[i],
+                   "; class labels are whole numbers from 0");
+    top = std::max(top, v[i]);
+  }
+  LOCKSTEP_CHECK(top >= 1, where, ": every label is 0; classes need at least two");
+  std::vector<std::string> names;
+  for (std::int64_t k = 0; k <= static_cast<std::int64_t>(top); ++k)
+    names.push_back(std::to_string(k));
+  return names;
+}
+
+// numpy.savez's archive: one .npy member per array, named by its key.
+std::map<std::string, Tensor> read_npz(const std::string& path) {
+  std::map<std::string, Tensor> arrays;
+  for (const io::ZipMember& m : io::read_zip(path)) {
+    if (!ends_with(m.name, ".npy")) continue;
+    arrays[m.name.substr(0, m.name.size() - 4)] = ld::read_npy_bytes(m.data, path + ":" + m.name);
+  }
+  return arrays;
+}
+
+std::pair<Tensor, Tensor> read_npy_pair(const std::string& source, Kind kind) {
+  if (kind == Kind::kNpy) {
+    const auto parts = split_list(source);
+    return {ld::read_npy(parts[0]), ld::read_npy(parts[1])};
+  }
+  const std::map<std::string, Tensor> arrays = read_npz(source);
+  const auto x = arrays.find("x"), y = arrays.find("y");
+  std::vector<std::string> names;
+  for (const auto& [name, t] : arrays) names.push_back(name);
+  LOCKSTEP_CHECK(x != arrays.end(), source, ": no array named 'x' (it holds ", join(names), ")");
+  return {x->second, y == arrays.end() ? Tensor() : y->second};
+}
+
+// x as float32 in the shape the model takes: [n, features], or images
+// [n, h, w, channels] (a channel added to [n, h, w]).
+Tensor npy_inputs(const Tensor& x, const std::string& where) {
+  LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 2 && x.rank() <= 4, where, ": x has shape ", x.shape(),
+                    "; expected [examples, features], [examples, height, width] or [examples, "
+                    "height, width, channels]");
+  const Tensor f = cast(x, DType::kFloat32);
+  if (x.rank() == 3) return reshape(f, {x.dim(0), x.dim(1), x.dim(2), 1});
+  return f;
+}
+
+// The mean and population variance of each column of [n, d].
+void column_statistics(const Tensor& x, std::int64_t rows, DataSpec& spec) {
+  const std::int64_t d = x.dim(1);
+  const std::vector<double> v = x.view_rows(0, rows).to_vector<double>();
+  spec.mean.assign(static_cast<std::size_t>(d), 0.0);
+  spec.variance.assign(static_cast<std::size_t>(d), 0.0);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < d; ++j) spec.mean[static_cast<std::size_t>(j)] += v[r * d + j];
+  for (double& m : spec.mean) m /= static_cast<double>(rows);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < d; ++j) {
+      const double e = v[r * d + j] - spec.mean[static_cast<std::size_t>(j)];
+      spec.variance[static_cast<std::size_t>(j)] += e * e;
+    }
+  for (double& s : spec.variance) s /= static_cast<double>(rows);
+}
+
+// ---- splits ----
+
+std::int64_t validation_rows(const DataArgs& args, std::int64_t n, const std::string& where) {
+  const double split = args.validation_split >= 0       ? args.validation_split
+                       : args.validation_source.empty() ? 0.2
+                                                        : 0.0;
+  LOCKSTEP_CHECK(split >= 0 && split < 1, "--validation-split ", split, ": expected [0, 1)");
+  const auto rows = static_cast<std::int64_t>(std::floor(static_cast<double>(n) * split));
+  LOCKSTEP_CHECK(n - rows >= 1, where, ": ", n, " examples leave none to train on");
+  return rows;
+}
+
+std::string checksum_of(const std::vector<Tensor>& ts) {
+  std::uint32_t crc = 0;
+  for (const Tensor& t : ts) {
+    if (!t.defined()) continue;
+    const Tensor c = t.copy();
+    crc = crc32c(c.raw_data(), c.nbytes(), crc);
+  }
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", crc);
+  return text;
+}
+
+Examples in_memory(Tensor x, Tensor y) {
+  Examples e;
+  e.count = x.dim(0);
+  e.x = std::move(x);
+  e.y = std::move(y);
+  return e;
+}
+
+Examples rows_of(const Examples& all, std::int64_t begin, std::int64_t end) {
+  return in_memory(all.x.view_rows(begin, end),
+                   all.y.defined() ? all.y.view_rows(begin, end) : Tensor());
+}
+
+// Every image file starts as a JPEG or a PNG does, checked before any step
+// (their first bytes only: a bad file deep in an epoch would otherwise stop
+// the run there). A GIF or BMP, which Keras's loader takes, is named as
+// such: Lockstep decodes JPEG and PNG.
+void check_image_files(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    std::ifstream in(path, std::ios::binary);
+    unsigned char head[8] = {};
+    in.read(reinterpret_cast<char*>(head), sizeof head);
+    const auto got = in.gcount();
+    const bool jpeg = got >= 3 && head[0] == 0xFF && head[1] == 0xD8 && head[2] == 0xFF;
+    const bool png = got == 8 && head[0] == 0x89 && head[1] == 'P' && head[2] == 'N' &&
+                     head[3] == 'G' && head[4] == '\r' && head[5] == '\n';
+    if (jpeg || png) continue;
+    const bool gif = got >= 3 && head[0] == 'G' && head[1] == 'I' && head[2] == 'F';
+    const bool bmp = got >= 2 && head[0] == 'B' && head[1] == 'M';
+    detail::throw_error<IOError>(
+        path, ": ",
+        gif   ? "a GIF image; Lockstep decodes JPEG and PNG (convert it, or remove it)"
+        : bmp ? "a BMP image; Lockstep decodes JPEG and PNG (convert it, or remove it)"
+              : "not a JPEG or PNG image (its first bytes are no image signature): damaged, or "
+                "not an image despite its name; remove or replace it",
+        " (checked before training)");
+  }
+}
+
+ld::ImageDatasetOptions image_options(const DataSpec& spec, bool with_labels) {
+  ld::ImageDatasetOptions o;
+  if (!with_labels) o.labels = std::nullopt;
+  o.label_mode = with_labels ? std::optional<std::string>("int") : std::nullopt;
+  o.color_mode = spec.color_mode;
+  o.batch_size = std::nullopt;
+  o.image_size = spec.image_size;
+  o.shuffle = false;
+  return o;
+}
+
+}  // namespace
+
+// ---- flags ----
+
+void add_data_options(CLI::App& command, DataArgs& a, bool training) {
+  command.add_option("--data", a.source,
+                     "your examples: a folder of class subfolders of images (JPEG, PNG), a CSV "
+                     "file with a header, x.npy,y.npy, or a .npz holding x and y" +
+                         std::string(training ? " (default: Fashion-MNIST's IDX files)" : ""));
+  command.add_option("--label", a.label,
+                     "CSV: the column to predict (default: one named label, target, class or y, "
+                     "else the last)");
+  command.add_option("--features", a.features,
+                     "CSV: the input columns, comma-separated (default: all but the label; text "
+                     "columns are one-hot encoded)");
+  command.add_option("--image-size", a.image_size,
+                     "images: HEIGHTxWIDTH they are resized to (default: a model file's input, "
+                     "else 96x96)");
+  command.add_option("--color-mode", a.color_mode, "images: rgb or grayscale")
+      ->check(CLI::IsMember({"rgb", "grayscale"}))
+      ->capture_default_str();
+  if (!training) return;
+  command.add_option("--validation-data", a.validation_source,
+                     "examples to validate on after each epoch, read as --data is");
+  command
+      .add_option("--validation-split", a.validation_split,
+                  "the fraction of --data held out for validation (the last rows of a table, "
+                  "Keras's validation_split; a seeded split of an image folder; default 0.2, 0 "
+                  "with --validation-data)")
+      ->check(CLI::Range(0.0, 0.95));
+  command
+      .add_option("--loss", a.loss,
+                  "auto (classes for text or few whole-number labels, else mean squared error), "
+                  "sparse_categorical_crossentropy, mse or mae")
+      ->check(CLI::IsMember({"auto", "sparse_categorical_crossentropy", "mse", "mae"}))
+      ->capture_default_str();
+}
+
+// ---- DataSpec ----
+
+std::string DataSpec::to_json() const {
+  json features_json = json::array();
+  for (const Feature& f : features)
+    features_json.push_back({{"name", f.name}, {"vocabulary", f.vocabulary}});
+  const json j = {{"format", "lockstep-data-spec"},
+                  {"version", 1},
+                  {"kind", kind},
+                  {"sample_shape", sample_shape},
+                  {"class_names", class_names},
+                  {"targets", targets},
+                  {"label", label},
+                  {"features", features_json},
+                  {"mean", mean},
+                  {"variance", variance},
+                  {"image_size", image_size},
+                  {"color_mode", color_mode}};
+  return j.dump(2) + "\n";
+}
+
+DataSpec DataSpec::from_json(const std::string& text, const std::string& where) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  LOCKSTEP_CHECK(j.is_object() && j.value("format", "") == "lockstep-data-spec", where,
+                 ": not a data description written by lockstep train (", text.substr(0, 60), ")");
+  DataSpec s;
+  try {
+    s.kind = j.at("kind").get<std::string>();
+    s.sample_shape = j.at("sample_shape").get<std::vector<std::int64_t>>();
+    s.class_names = j.at("class_names").get<std::vector<std::string>>();
+    s.targets = j.at("targets").get<std::int64_t>();
+    s.label = j.at("label").get<std::string>();
+    for (const json& f : j.at("features"))
+      s.features.push_back({.name = f.at("name").get<std::string>(),
+                            .vocabulary = f.at("vocabulary").get<std::vector<std::string>>()});
+    s.mean = j.at("mean").get<std::vector<double>>();
+    s.variance = j.at("variance").get<std::vector<double>>();
+    s.image_size = j.at("image_size").get<std::array<std::int64_t, 2>>();
+    s.color_mode = j.at("color_mode").get<std::string>();
+  } catch (const json::exception& e) {
+    detail::throw_error<ValueError>(where, ": a damaged data description (", e.what(), ")");
+  }
+  return s;
+}
+
+std::optional<DataSpec> spec_beside(const std::string& model_path) {
+  const std::string path = model_path + ".data.json";
+  if (!fs::exists(path)) return std::nullopt;
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return DataSpec::from_json(text.str(), path);
+}
+
+void save_spec_beside(const std::string& model_path, const DataSpec& spec) {
+  AtomicFileWriter out(model_path + ".data.json");
+  const std::string text = spec.to_json();
+  out.write(text.data(), text.size());
+  out.commit();
+}
+
+// ---- Examples ----
+
+ld::Dataset Examples::batches(std::int64_t batch_size,
+                              std::optional<std::uint64_t> shuffle_seed) const {
+  if (files.defined()) {
+    ld::Dataset ds = files;
+    if (shuffle_seed) ds = ds.shuffle(std::min<std::int64_t>(count, 1024), {.seed = *shuffle_seed});
+    return ds.batch(batch_size).prefetch(ld::kAutotune);
+  }
+  ld::Dataset ds = y.defined() ? ld::Dataset::from_tensor_slices({x, y})
+                               : ld::Dataset::from_tensor_slices(std::vector<Tensor>{x});
+  if (shuffle_seed) ds = ds.shuffle(count, {.seed = *shuffle_seed});
+  return ds.batch(batch_size).prefetch(ld::kAutotune);
+}
+
+// ---- reading ----
+
+TrainingData read_training_data(const DataArgs& args,
+                                const std::optional<std::vector<std::int64_t>>& model_input) {
+  TrainingData out;
+  DataSpec& spec = out.spec;
+  const Kind kind = kind_of(args.source);
+  if (kind == Kind::kCsv) {
+    const ld::CsvTable table = ld::read_csv_table(args.source);
+    const std::int64_t val = validation_rows(args, table.rows, args.source);
+    spec = csv_spec(table, args, table.rows - val);
+    auto [x, y] = encode_csv(table, spec, 0, table.rows, true);
+    // Numeric columns standardised by the training rows' statistics (the
+    // model's Normalization layer); one-hot columns pass unchanged.
+    column_statistics(x, table.rows - val, spec);
+    std::int64_t at = 0;
+    for (const DataSpec::Feature& f : spec.features) {
+      for (std::size_t k = 0; k < f.vocabulary.size(); ++k, ++at) {
+        spec.mean[static_cast<std::size_t>(at)] = 0.0;
+        spec.variance[static_cast<std::size_t>(at)] = 1.0;
+      }
+      if (f.vocabulary.empty()) ++at;
+    }
+    const Examples all = in_memory(x, y);
+    out.train = rows_of(all, 0, table.rows - val);
+    if (val > 0) out.validation = rows_of(all, table.rows - val, table.rows);
+    out.fingerprint = "csv " + std::to_string(table.rows) + " rows, crc32c " + checksum_of({x, y});
+  } else if (kind == Kind::kNpy || kind == Kind::kNpz) {
+    auto [x_raw, y_raw] = read_npy_pair(args.source, kind);
+    LOCKSTEP_CHECK(y_raw.defined(), args.source, ": no array named 'y' (the labels)");
+    LOCKSTEP_CHECK_AS(ShapeError,
+                      x_raw.rank() >= 1 && y_raw.rank() >= 1 && x_raw.dim(0) == y_raw.dim(0),
+                      args.source, ": x has ", x_raw.rank() ? x_raw.dim(0) : 0, " examples (shape ",
+                      x_raw.shape(), ") and y ", y_raw.rank() ? y_raw.dim(0) : 0, " (shape ",
+                      y_raw.shape(), "); they must have as many");
+    spec.kind = "npy";
+    const Tensor x = npy_inputs(x_raw, args.source);
+    spec.sample_shape.assign(x.shape().dims().begin() + 1, x.shape().dims().end());
+    const std::int64_t n = x.dim(0), val = validation_rows(args, n, args.source);
+    const bool integer_labels = y_raw.dtype() != DType::kFloat32;
+    const bool classes = args.loss == "sparse_categorical_crossentropy" ||
+                         (args.loss == "auto" && integer_labels && y_raw.rank() == 1);
+    Tensor y;
+    if (classes) {
+      LOCKSTEP_CHECK_AS(ShapeError, y_raw.rank() == 1, args.source,
+                        ": class labels are one "
+                        "number per example; y has shape ",
+                        y_raw.shape());
+      spec.class_names = npy_classes(y_raw, args.source);
+      y = cast(y_raw, DType::kInt32);
+      std::printf("Found %zu classes (labels 0 to %zu).\n", spec.class_names.size(),
+                  spec.class_names.size() - 1);
+    } else {
+      y = cast(y_raw, DType::kFloat32);
+      if (y.rank() == 1) y = reshape(y, {n, 1});
+      spec.targets = y.numel() / n;
+      y = reshape(y, {n, spec.targets});
+      std::printf("y holds numbers: a regression on %lld value(s) per example.\n",
+                  static_cast<long long>(spec.targets));
+    }
+    if (x.rank() == 2) column_statistics(x, n - val, spec);
+    if (x_raw.dtype() == DType::kUInt8) spec.color_mode = "pixels";  // [0, 255]: rescaled
+    const Examples all = in_memory(x, y);
+    out.train = rows_of(all, 0, n - val);
+    if (val > 0) out.validation = rows_of(all, n - val, n);
+    out.fingerprint = "npy " + std::to_string(n) + " examples, crc32c " + checksum_of({x, y});
+  } else {
+    spec.kind = "images";
+    spec.color_mode = args.color_mode;
+    if (!args.image_size.empty()) {
+      spec.image_size = parse_image_size(args.image_size);
+    } else if (model_input && model_input->size() == 3) {
+      spec.image_size = {(*model_input)[0], (*model_input)[1]};
+    } else {
+      spec.image_size = {96, 96};
+    }
+    const std::int64_t channels = args.color_mode == "grayscale" ? 1 : 3;
+    spec.sample_shape = {spec.image_size[0], spec.image_size[1], channels};
+    ld::ImageDatasetOptions o = image_options(spec, true);
+    o.shuffle = true;
+    o.seed = args.seed;
+    const double split = args.validation_split >= 0       ? args.validation_split
+                         : args.validation_source.empty() ? 0.2
+                                                          : 0.0;
+    ld::ImageDataset train, val;
+    if (split > 0) {
+      o.validation_split = split;
+      std::tie(train, val) = ld::image_dataset_from_directory_split(args.source, o);
+    } else {
+      train = ld::image_dataset_from_directory(args.source, o);
+    }
+    check_image_files(train.file_paths());
+    if (val.defined()) check_image_files(val.file_paths());
+    spec.class_names = train.class_names();
+    out.train.files = train;
+    out.train.count = static_cast<std::int64_t>(train.file_paths().size());
+    if (val.defined()) {
+      out.validation.files = val;
+      out.validation.count = static_cast<std::int64_t>(val.file_paths().size());
+    }
+    std::string files;
+    for (const auto& p : train.file_paths()) files += p + "\n";
+    out.fingerprint =
+        "images " + std::to_string(out.train.count) + " files, crc32c " +
+        checksum_of({Tensor::from_vector(std::vector<std::uint8_t>(files.begin(), files.end()))});
+  }
+  if (!args.validation_source.empty()) {
+    LOCKSTEP_CHECK(args.validation_split <= 0, "--validation-data and --validation-split ",
+                   args.validation_split, ": give one of them");
+    out.validation = read_examples(args.validation_source, spec, true);
+  }
+  std::printf("Training on %lld examples, validating on %lld.\n",
+              static_cast<long long>(out.train.count),
+              static_cast<long long>(out.validation.count));
+  std::fflush(stdout);
+  return out;
+}
+
+Examples read_examples(const std::string& source, const DataSpec& spec, bool with_labels) {
+  const Kind kind = kind_of(source);
+  if (spec.kind == "csv") {
+    LOCKSTEP_CHECK(kind == Kind::kCsv, source, ": the model was trained on a CSV file; give one");
+    const ld::CsvTable table = ld::read_csv_table(source);
+    auto [x, y] = encode_csv(table, spec, 0, table.rows, with_labels);
+    return in_memory(x, y);
+  }
+  if (spec.kind == "npy") {
+    LOCKSTEP_CHECK(kind == Kind::kNpy || kind == Kind::kNpz || ends_with(source, ".npy"), source,
+                   ": the model was trained on NumPy arrays; give x.npy,y.npy, x.npy or a .npz");
+    Tensor x_raw, y_raw;
+    if (split_list(source).size() == 1 && ends_with(source, ".npy")) {
+      LOCKSTEP_CHECK(!with_labels, source, ": evaluating needs the labels too: x.npy,y.npy");
+      x_raw = ld::read_npy(source);
+    } else {
+      std::tie(x_raw, y_raw) = read_npy_pair(source, kind);
+    }
+    const Tensor x = npy_inputs(x_raw, source);
+    Tensor y;
+    if (with_labels) {
+      LOCKSTEP_CHECK(y_raw.defined(), source, ": no labels (y)");
+      LOCKSTEP_CHECK_AS(ShapeError, y_raw.rank() >= 1 && y_raw.dim(0) == x.dim(0), source,
+                        ": x has ", x.dim(0), " examples and y ", y_raw.rank() ? y_raw.dim(0) : 0);
+      y = spec.classification() ? cast(y_raw, DType::kInt32)
+                                : reshape(cast(y_raw, DType::kFloat32), {x.dim(0), spec.targets});
+    }
+    return in_memory(x, y);
+  }
+  LOCKSTEP_CHECK(kind == Kind::kImages, source,
+                 ": the model was trained on an image folder; give a folder");
+  const ld::ImageDataset ds =
+      ld::image_dataset_from_directory(source, image_options(spec, with_labels));
+  if (with_labels)
+    LOCKSTEP_CHECK(ds.class_names() == spec.class_names, source, ": its classes (",
+                   join(ds.class_names()), ") are not the model's (", join(spec.class_names), ")");
+  check_image_files(ds.file_paths());
+  Examples e;
+  e.files = ds;
+  e.paths = ds.file_paths();
+  e.count = static_cast<std::int64_t>(ds.file_paths().size());
+  return e;
+}
+
+// ---- models ----
+
+namespace {
+
+bool ends_in_softmax(const Model& model) {
+  const std::vector<Layer> layers = model.layers();
+  if (layers.empty()) return false;
+  const Layer& last = layers.back();
+  if (last.impl()->class_name() == "Softmax") return true;
+  const LayerConfig c = last.impl()->get_config();
+  return c.has("activation") && c.get<std::string>("activation") == "softmax";
+}
+
+std::int64_t outputs_wanted(const DataSpec& spec) {
+  return spec.classification() ? static_cast<std::int64_t>(spec.class_names.size()) : spec.targets;
+}
+
+}  // namespace
+
+void check_model_fits_data(const Model& model, const DataSpec& spec, const std::string& name) {
+  const std::vector<KerasTensor> inputs = model.inputs(), outputs = model.outputs();
+  LOCKSTEP_CHECK(inputs.size() == 1 && outputs.size() == 1, "--model ", name, ": the model has ",
+                 inputs.size(), " input(s) and ", outputs.size(),
+                 " output(s); --data trains models with one of each");
+  const Shape want(spec.sample_shape);
+  LOCKSTEP_CHECK_AS(
+      ShapeError, inputs[0].sample_shape() == want, "--model ", name,
+      ": the model takes examples of shape ", inputs[0].sample_shape(), " and the data's are ",
+      want, spec.kind == "images" ? " (--image-size and --color-mode set the images')" : "");
+  const Shape& out = outputs[0].sample_shape();
+  const std::int64_t units = out.rank() == 0 ? 1 : out.dims().back();
+  LOCKSTEP_CHECK_AS(ShapeError, units == outputs_wanted(spec), "--model ", name, ": the model has ",
+                    units, " output(s) per example (shape ", out, ") and the data ",
+                    spec.classification() ? std::to_string(spec.class_names.size()) + " classes (" +
+                                                join(spec.class_names) + ")"
+                                          : std::to_string(spec.targets) + " target value(s)");
+}
+
+Model model_for_data(const std::string& which, const DataSpec& spec) {
+  const std::int64_t out = outputs_wanted(spec);
+  const Shape shape(spec.sample_shape);
+  const bool images = shape.rank() == 3;
+  const bool pixels = spec.kind == "images" || spec.color_mode == "pixels";
+  auto inputs = Input(shape);
+  KerasTensor x = inputs;
+  if (which == "mlp") {
+    if (images) {
+      if (pixels) x = layers::Rescaling(1.0f / 255.0f)(x);
+      x = layers::Flatten()(x);
+    } else if (!spec.mean.empty()) {
+      x = layers::Normalization({.mean = spec.mean, .variance = spec.variance})(x);
+    }
+    x = layers::Dense(256, {.activation = "relu"})(x);
+    x = layers::Dense(256, {.activation = "relu"})(x);
+    return Model(inputs, layers::Dense(out)(x));
+  }
+  LOCKSTEP_CHECK_AS(ShapeError, images, "--model ", which,
+                    " takes images [height, width, "
+                    "channels]; this data's examples have shape ",
+                    shape, " (try --model mlp)");
+  if (which == "cnn") {
+    if (pixels) x = layers::Rescaling(1.0f / 255.0f)(x);
+    x = layers::Conv2D(32, {3, 3}, {.activation = "relu"})(x);
+    x = layers::MaxPooling2D()(x);
+    x = layers::Conv2D(64, {3, 3}, {.activation = "relu"})(x);
+    x = layers::MaxPooling2D()(x);
+    x = layers::Flatten()(x);
+    x = layers::Dense(128, {.activation = "relu"})(x);
+    return Model(inputs, layers::Dense(out)(x));
+  }
+  LOCKSTEP_CHECK(which == "mobilenet_v2", "--model ", which,
+                 ": expected mlp, cnn, mobilenet_v2 or a model file");
+  LOCKSTEP_CHECK_AS(ShapeError,
+                    shape.dims()[0] >= 32 && shape.dims()[1] >= 32 && shape.dims()[2] == 3,
+                    "--model mobilenet_v2 takes RGB images of at least 32x32; the data's are ",
+                    shape, " (--image-size, --color-mode rgb)");
+  // preprocess_input: pixels [0, 255] to [-1, 1]; or [0, 1] to [-1, 1].
+  x = pixels ? layers::Rescaling(1.0f / 127.5f, {.offset = -1.0f})(x)
+             : layers::Rescaling(2.0f, {.offset = -1.0f})(x);
+  const Model base = applications::MobileNetV2({.input_shape = shape,
+                                                .alpha = 0.35,
+                                                .include_top = true,
+                                                .classes = out,
+                                                .classifier_activation = "linear"});
+  for (const Layer& layer : base.layers()) {
+    if (auto* bn = dynamic_cast<layers::BatchNormalizationImpl*>(layer.impl().get()))
+      bn->set_momentum(0.9f);  // as train.cc's mobilenet_v2, for short runs
+  }
+  return Model(inputs, base(x));
+}
+
+CompileOptions compile_options_for(const DataSpec& spec, const Model& model,
+                                   const std::string& loss, double learning_rate) {
+  CompileOptions o;
+  o.optimizer = optimizers::Adam({.learning_rate = learning_rate});
+  if (spec.classification()) {
+    o.loss = losses::SparseCategoricalCrossentropy({.from_logits = !ends_in_softmax(model)});
+    o.metrics = {"accuracy"};
+  } else {
+    o.loss = loss == "mae" ? Loss(losses::MeanAbsoluteError()) : Loss(losses::MeanSquaredError());
+    o.metrics = {"mae"};
+  }
+  return o;
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,112 @@
+// `--data SOURCE`: the user's own examples for `lockstep train`, `evaluate`
+// and `predict` — a folder of class subfolders of images, a CSV file with a
+// header, NumPy files (`x.npy,y.npy` or one `.npz`) — read, checked and
+// encoded as a model takes them; and the encoding itself (DataSpec), which
+// a trained model keeps beside it as `<model file>.data.json` so that
+// evaluate and predict read new data the same way. (The IDX folder of
+// Fashion-MNIST stays train.cc's main job.)
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/lockstep.h"
+
+namespace lockstep::cli {
+
+struct DataArgs {
+  std::string source;              // --data
+  std::string validation_source;   // --validation-data
+  double validation_split = -1;    // --validation-split; < 0: 0.2 (0 with --validation-data)
+  std::string label;               // --label: a CSV's target column
+  std::string features;            // --features: a CSV's input columns, comma-separated
+  std::string image_size;          // --image-size HxW (default: the model's input, else 96x96)
+  std::string color_mode = "rgb";  // --color-mode rgb | grayscale
+  std::string loss = "auto";       // --loss: auto | sparse_categorical_crossentropy | mse | mae
+  std::uint64_t seed = 1337;
+};
+
+// --data and the flags that say how to read it; `training`: train's
+// (validation and the task), else evaluate's and predict's.
+void add_data_options(CLI::App& command, DataArgs& args, bool training);
+
+// How a source's examples become a model's inputs and targets.
+struct DataSpec {
+  std::string kind;                        // "csv", "npy", "images"
+  std::vector<std::int64_t> sample_shape;  // one example's input
+  // Classification: the classes (label i is class_names[i]). Regression:
+  // none, and `targets` values per example.
+  std::vector<std::string> class_names;
+  std::int64_t targets = 0;
+  // CSV: the label column and the input columns in order; a text column is
+  // one-hot over its vocabulary (the training split's values, sorted).
+  std::string label;
+  struct Feature {
+    std::string name;
+    std::vector<std::string> vocabulary{};  // empty: numeric
+  };
+  std::vector<Feature> features;
+  // CSV and NPY feature vectors: the training split's mean and variance per
+  // input value (the model's Normalization layer holds them too).
+  std::vector<double> mean, variance;
+  // Images: their size and colour mode.
+  std::array<std::int64_t, 2> image_size{0, 0};
+  std::string color_mode;
+
+  bool classification() const { return targets == 0; }
+  std::string to_json() const;
+  static DataSpec from_json(const std::string& text, const std::string& where);
+};
+
+// Examples in memory (x float32 [n, ...]; y int32 class ids [n] or float32
+// [n, targets], undefined without labels), or an image folder's pipeline of
+// single (image, label) elements.
+struct Examples {
+  Tensor x, y;
+  data::Dataset files;
+  std::vector<std::string> paths;  // an image folder's files, in the dataset's order
+  std::int64_t count = 0;
+  // Batches of (x, y), or of x alone without labels; shuffled each epoch
+  // with `shuffle_seed`.
+  data::Dataset batches(std::int64_t batch_size, std::optional<std::uint64_t> shuffle_seed) const;
+};
+
+struct TrainingData {
+  DataSpec spec;
+  Examples train, validation;  // validation.count 0: none
+  std::string fingerprint;     // the source's size and checksum (an exact resume's check)
+};
+
+// --data and its validation, split and encoded; `model_input`: a model
+// file's input shape, which images are resized to when --image-size is not
+// given. Prints what it found, as Keras does ("Found 2000 files belonging to
+// 2 classes.", the classes of a label column).
+TrainingData read_training_data(const DataArgs& args,
+                                const std::optional<std::vector<std::int64_t>>& model_input);
+
+// `source` encoded as `spec` says (evaluate, predict); `with_labels`: the
+// targets too (a CSV's label column must then be there).
+Examples read_examples(const std::string& source, const DataSpec& spec, bool with_labels);
+
+// The spec saved beside `model_path` (<model_path>.data.json), if any.
+std::optional<DataSpec> spec_beside(const std::string& model_path);
+void save_spec_beside(const std::string& model_path, const DataSpec& spec);
+
+// A model for the data: `which` is mlp, cnn or mobilenet_v2 (built for its
+// shape and classes, images rescaled inside the model, feature vectors
+// normalised by a Normalization layer), or a model file, checked against the
+// data's shape and classes before any step (an error names both).
+Model model_for_data(const std::string& which, const DataSpec& spec);
+void check_model_fits_data(const Model& model, const DataSpec& spec, const std::string& model_name);
+
+// The loss and metrics the data calls for: classes → sparse categorical
+// crossentropy (from logits unless the model ends in a softmax) and
+// accuracy; regression → mean squared error (or --loss mae) and MAE.
+CompileOptions compile_options_for(const DataSpec& spec, const Model& model,
+                                   const std::string& loss, double learning_rate);
+
+}  // namespace lockstep::cli

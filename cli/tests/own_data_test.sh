@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# `lockstep train / evaluate / predict --data SOURCE` on a user's own files
+# (issue #38; docs/own-data.md), with real processes:
+#
+# 1. A CSV table (20 numeric columns on different scales, 2 text columns, a
+#    free-text column, a text label of 3 classes): the classes and the left-
+#    out column are reported, validation accuracy reaches 0.85, the saved
+#    model's data description is written, `evaluate` agrees with the last
+#    validation line's accuracy order, `predict` writes one row per example
+#    with the class names; the same CSV as a regression (--label n0).
+# 2. An image folder (2 classes, 2,000 JPEGs): Keras's "Found ..." lines,
+#    the small CNN at 32x32 reaches validation accuracy 0.9, `predict`
+#    names each file.
+# 3. NumPy: x.npy,y.npy and the same arrays in one .npz train the MLP.
+# 4. Two workers (`launch --workers 2`, multi-worker) end with the one
+#    process's metrics; a parameter-server job trains on the same CSV.
+# 5. Bad input, each an error naming the file, the column or the model,
+#    exit 1, before any step, and no --save file: a missing label column, a
+#    class folder without images, an undecodable image, x and y of
+#    different lengths, a model whose outputs are not the data's classes.
+#
+# usage: own_data_test.sh LOCKSTEP_BINARY OWN_DATA_WRITER WORK_DIR
+set -uo pipefail
+bin=$1
+writer=$2
+work=$3
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work" || exit 1
+export OMP_NUM_THREADS=1
+
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$work"/*.log; do echo "--- $f" >&2; tail -15 "$f" >&2; done
+  exit 1
+}
+expect() {  # expect FILE TEXT: TEXT appears in FILE
+  grep -qF -- "$2" "$1" || fail "expected '$2' in $1"
+}
+# The last "val_accuracy: X" of a log, at least MIN.
+expect_val_accuracy() {
+  local got
+  got=$(grep -o 'val_accuracy: [0-9.]*' "$1" | tail -1 | cut -d' ' -f2)
+  [[ -n $got ]] || fail "no val_accuracy in $1"
+  awk -v g="$got" -v m="$2" 'BEGIN { exit !(g >= m) }' || fail "$1: val_accuracy $got < $2"
+}
+
+"$writer" "$work/data" >writer.log 2>&1 || fail "own_data_writer failed"
+d=$work/data
+
+# 1. CSV.
+"$bin" train --data "$d/table.csv" --epochs 4 --verbose 2 --save csv.keras >csv.log 2>&1 ||
+  fail "training on the CSV failed"
+expect csv.log "Using column 'label' of $d/table.csv as the label"
+expect csv.log "Found 3 classes in column 'label': high, low, mid."
+expect csv.log "Leaving out column 'note': 5000 different texts in 5000 rows"
+expect csv.log "Training on 4000 examples, validating on 1000."
+expect_val_accuracy csv.log 0.85
+[[ -f csv.keras && -f csv.keras.data.json ]] || fail "the model or its data description is missing"
+"$bin" evaluate --model csv.keras --data "$d/table.csv" --verbose 0 >csv-eval.log 2>&1 ||
+  fail "evaluate failed"
+grep -Eq '^accuracy: 0\.(8[5-9]|9)[0-9]* - loss: ' csv-eval.log || fail "evaluate's line: $(cat csv-eval.log)"
+"$bin" predict --model csv.keras --data "$d/table.csv" --output csv-preds.csv --verbose 0 \
+  >csv-pred.log 2>&1 || fail "predict failed"
+[[ $(head -1 csv-preds.csv) == "class,probability,high,low,mid" ]] || fail "predict's header: $(head -1 csv-preds.csv)"
+[[ $(wc -l <csv-preds.csv) == 5001 ]] || fail "predict wrote $(wc -l <csv-preds.csv) lines"
+"$bin" train --data "$d/table.csv" --label n0 --epochs 1 --verbose 2 >regression.log 2>&1 ||
+  fail "the regression failed"
+expect regression.log "Column 'n0' holds numbers: a regression (mean squared error)."
+expect regression.log "val_mae: "
+
+# 2. An image folder.
+"$bin" train --data "$d/images" --model cnn --image-size 32x32 --epochs 2 --verbose 2 \
+  --save img.keras >img.log 2>&1 || fail "training on the image folder failed"
+expect img.log "Found 2000 files belonging to 2 classes."
+expect img.log "Using 1600 files for training."
+expect_val_accuracy img.log 0.9
+"$bin" predict --model img.keras --data "$d/images" --output img-preds.csv --verbose 0 \
+  >img-pred.log 2>&1 || fail "predict on images failed"
+[[ $(head -1 img-preds.csv) == "file,class,probability,footwear,other" ]] || fail "header: $(head -1 img-preds.csv)"
+grep -q "^$d/images/footwear/train_00000.jpg,footwear," img-preds.csv ||
+  fail "the first footwear image's prediction: $(grep train_00000 img-preds.csv)"
+
+# 3. NumPy.
+"$bin" train --data "$d/x.npy,$d/y.npy" --epochs 1 --verbose 2 --save npy.keras >npy.log 2>&1 ||
+  fail "training on x.npy,y.npy failed"
+expect npy.log "Found 10 classes (labels 0 to 9)."
+expect_val_accuracy npy.log 0.6
+"$bin" evaluate --model npy.keras --data "$d/xy.npz" --verbose 0 >npz.log 2>&1 || fail "evaluate on .npz failed"
+expect npz.log "accuracy: "
+
+# 4. Strategies: two workers train as one process; a parameter-server job.
+"$bin" train --data "$d/table.csv" --epochs 2 --verbose 2 >one.log 2>&1 || fail "one process"
+"$bin" launch --workers 2 -- "$bin" train --strategy multi-worker --data "$d/table.csv" --epochs 2 \
+  --verbose 2 >two.log 2>&1 || fail "two workers failed"
+want=$(grep -o 'val_accuracy: [0-9.]* - val_loss: [0-9.]*' one.log | tail -1)
+[[ $(grep -c -F "$want" two.log) == 2 ]] || fail "the workers' last line is not the one process's ($want)"
+"$bin" launch --workers 1 --ps 1 -- "$bin" train --strategy parameter-server --data "$d/table.csv" \
+  --epochs 1 --steps-per-epoch 30 --verbose 2 >ps.log 2>&1 || fail "the parameter-server job failed"
+expect ps.log "parameter servers: 30 optimizer steps"
+
+# 5. Bad input: an error naming what is wrong, exit 1, nothing saved.
+refuse() {  # refuse NAME TEXT ARGS...: the run fails with TEXT and saves nothing
+  local name=$1 text=$2
+  shift 2
+  "$bin" train "$@" --epochs 1 --verbose 0 --save "bad-$name.keras" >"bad-$name.log" 2>&1
+  local rc=$?
+  [[ $rc == 1 ]] || fail "$name: exit $rc, expected 1"
+  expect "bad-$name.log" "$text"
+  grep -q '^Epoch\|/step' "bad-$name.log" && fail "$name: a step ran"
+  [[ ! -e bad-$name.keras && ! -e bad-$name.keras.data.json ]] || fail "$name: a file was saved"
+}
+refuse label "table.csv: no column named 'price'; its columns are 'n0'" --data "$d/table.csv" --label price
+refuse empty "the class folder '$d/bad_images/b' holds no images" --data "$d/bad_images"
+refuse decode "$d/broken/b/two.jpg: not a JPEG or PNG image" --data "$d/broken" --validation-split 0
+refuse rows "x has 4000 examples (shape [4000, 28, 28]) and y 3999" --data "$d/x.npy,$d/short_y.npy"
+refuse outputs "--model npy.keras: the model has 10 output(s) per example (shape [10]) and the data 2 classes (footwear, other)" \
+  --data "$d/images" --model npy.keras --color-mode grayscale
+refuse shape "--model npy.keras: the model takes examples of shape [28, 28, 1] and the data's are [28, 28, 3]" \
+  --data "$d/images" --model npy.keras
+
+echo PASS

@@ -1,0 +1,101 @@
+// Writes the examples own_data_test.sh trains on, as a user would have them:
+//   DIR/images/{footwear,other}/*.jpg   2,000 Fashion-MNIST images, 32x32 RGB
+//   DIR/table.csv                       a table: 20 numeric and 3 text columns,
+//                                       a text label of 3 classes (ROWS rows)
+//   DIR/x.npy, DIR/y.npy, DIR/xy.npz     4,000 Fashion-MNIST images (uint8
+//                                       [n, 28, 28]) and their int64 labels
+// and the bad inputs the test expects clear errors for:
+//   DIR/bad_images/{a,b}/ with b empty, DIR/broken/{a,b}/ with a file that
+//   is no image, DIR/short_y.npy (one label fewer).
+//
+//   own_data_writer DIR [ROWS]
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "lockstep/lockstep.h"
+
+namespace fs = std::filesystem;
+namespace ls = lockstep;
+
+namespace {
+
+// The table's rows: y = argmax of three linear scores of the numeric
+// columns and the text columns' effects, so that a model can learn it.
+void write_table(const fs::path& path, int rows) {
+  std::mt19937 rng(7);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const char* colours[] = {"red", "green", "blue", "amber"};
+  const char* sizes[] = {"S", "M", "L"};
+  const char* labels[] = {"low", "mid", "high"};
+  std::ofstream out(path);
+  for (int c = 0; c < 20; ++c) out << "n" << c << ",";
+  out << "colour,size,label,note\n";
+  for (int r = 0; r < rows; ++r) {
+    double score[3] = {0, 0, 0};
+    for (int c = 0; c < 20; ++c) {
+      // Columns on different scales: the model must normalise them.
+      const double v = normal(rng);
+      const double scale = std::pow(10.0, c % 4);
+      out << v * scale + 100.0 * (c % 3) << ",";
+      score[c % 3] += v * (c < 9 ? 1.0 : 0.2);
+    }
+    const int colour = static_cast<int>(rng() % 4), size = static_cast<int>(rng() % 3);
+    score[colour % 3] += 1.5;
+    score[size] += 1.0;
+    int best = 0;
+    for (int k = 1; k < 3; ++k) best = score[k] > score[best] ? k : best;
+    out << colours[colour] << "," << sizes[size] << "," << labels[best] << ",\"row " << r
+        << ", free text\"\n";
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: own_data_writer DIR [ROWS]\n");
+    return 2;
+  }
+  const fs::path dir = argv[1];
+  const int rows = argc > 2 ? std::stoi(argv[2]) : 5000;
+  fs::create_directories(dir);
+  ls::datasets::fashion_mnist::write_image_folder((dir / "images").string(),
+                                                  {.image_size = 32, .count = 2000});
+  write_table(dir / "table.csv", rows);
+  auto [train, test] = ls::datasets::fashion_mnist::load_data();
+  const ls::Tensor x = train.first.view_rows(0, 4000).copy();
+  const ls::Tensor y = ls::cast(train.second.view_rows(0, 4000), ls::DType::kInt64);
+  ls::data::write_npy((dir / "x.npy").string(), x);
+  ls::data::write_npy((dir / "y.npy").string(), y);
+  ls::data::write_npy((dir / "short_y.npy").string(), y.view_rows(0, 3999).copy());
+  auto bytes = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string npz =
+      ls::io::zip_archive_image({{.name = "x.npy", .data = bytes(dir / "x.npy")},
+                                 {.name = "y.npy", .data = bytes(dir / "y.npy")}},
+                                0);
+  std::ofstream(dir / "xy.npz", std::ios::binary) << npz;
+  // A class folder without images; a file that does not decode.
+  fs::create_directories(dir / "bad_images" / "a");
+  fs::create_directories(dir / "bad_images" / "b");
+  fs::copy_file(dir / "images" / "footwear" /
+                    fs::directory_iterator(dir / "images" / "footwear")->path().filename(),
+                dir / "bad_images" / "a" / "one.jpg", fs::copy_options::overwrite_existing);
+  fs::create_directories(dir / "broken" / "a");
+  fs::create_directories(dir / "broken" / "b");
+  for (const char* c : {"a", "b"}) {
+    for (int i = 0; i < 5; ++i)
+      fs::copy_file(dir / "bad_images" / "a" / "one.jpg",
+                    dir / "broken" / c / ("good" + std::to_string(i) + ".jpg"),
+                    fs::copy_options::overwrite_existing);
+  }
+  std::ofstream(dir / "broken" / "b" / "two.jpg") << "this is no JPEG";
+  std::printf("wrote %s\n", dir.c_str());
+  return 0;
+}
