@@ -704,7 +704,7 @@ void check_model_fits_data(const Model& model, const DataSpec& spec, const std::
                                           : std::to_string(spec.targets) + " target value(s)");
 }
 
-Model model_for_data(const std::string& which, const DataSpec& spec) {
+Model model_for_data(const std::string& which, const DataSpec& spec, const FineTuning& tuning) {
   const std::int64_t out = outputs_wanted(spec);
   const Shape shape(spec.sample_shape);
   const bool images = shape.rank() == 3;
@@ -745,8 +745,20 @@ Model model_for_data(const std::string& which, const DataSpec& spec) {
   // preprocess_input: pixels [0, 255] to [-1, 1]; or [0, 1] to [-1, 1].
   x = pixels ? layers::Rescaling(1.0f / 127.5f, {.offset = -1.0f})(x)
              : layers::Rescaling(2.0f, {.offset = -1.0f})(x);
+  if (!tuning.weights.empty()) {
+    // The report's model: a pretrained base without its top, then a head.
+    const Model base = applications::MobileNetV2({.input_shape = shape,
+                                                  .alpha = tuning.alpha,
+                                                  .include_top = false,
+                                                  .weights = tuning.weights,
+                                                  .pooling = "avg"});
+    x = base(x);
+    x = layers::Dense(512, {.activation = "relu"})(x);
+    x = layers::Dropout(0.5f)(x);
+    return Model(inputs, layers::Dense(out)(x));
+  }
   const Model base = applications::MobileNetV2({.input_shape = shape,
-                                                .alpha = 0.35,
+                                                .alpha = tuning.alpha,
                                                 .include_top = true,
                                                 .classes = out,
                                                 .classifier_activation = "linear"});
@@ -755,6 +767,66 @@ Model model_for_data(const std::string& which, const DataSpec& spec) {
       bn->set_momentum(0.9f);  // as train.cc's mobilenet_v2, for short runs
   }
   return Model(inputs, base(x));
+}
+
+void load_weights_and_freeze(Model& model, const std::string& model_name, const FineTuning& tuning,
+                             bool weights_loaded) {
+  if (!tuning.weights.empty() && !weights_loaded) model.load_weights(tuning.weights);
+  if (!tuning.changes_trainable()) return;
+  LOCKSTEP_CHECK(
+      !(tuning.freeze_base && !tuning.fine_tune_from.empty()),
+      "--freeze-base and --fine-tune-from ", tuning.fine_tune_from,
+      ": give one (the first stage freezes the base, the second trains it from a layer on)");
+  std::optional<Layer> base;
+  for (const Layer& layer : model.layers()) {
+    if (dynamic_cast<const FunctionalImpl*>(layer.impl().get()) ||
+        dynamic_cast<const SequentialImpl*>(layer.impl().get())) {
+      base = layer;
+      break;
+    }
+  }
+  LOCKSTEP_CHECK(base.has_value(), "--model ", model_name,
+                 ": no base to freeze or fine-tune (a nested model, as mobilenet_v2's); "
+                 "--freeze-base and --fine-tune-from work on models built on one");
+  if (tuning.freeze_base) {
+    base->set_trainable(false);
+    std::printf("Base '%s' frozen: %zu of the model's weights train.\n", base->name().c_str(),
+                model.trainable_weights().size());
+    return;
+  }
+  // Keras's recipe: base.trainable = True, then every layer before the
+  // named one frozen again.
+  base->set_trainable(true);
+  std::vector<std::string> names;
+  bool found = false;
+  for (const auto& sub : base->impl()->sublayers()) {
+    const Layer layer(sub);
+    if (layer.name() == tuning.fine_tune_from) {
+      found = true;
+      break;
+    }
+    names.push_back(layer.name());
+    layer.set_trainable(false);
+  }
+  LOCKSTEP_CHECK(found, "--fine-tune-from ", tuning.fine_tune_from, ": the base '", base->name(),
+                 "' has no such layer (its layers: ", join(names, 12), ")");
+  std::printf("Base '%s' trains from layer '%s' on (%zu layers before it frozen).\n",
+              base->name().c_str(), tuning.fine_tune_from.c_str(), names.size());
+}
+
+double scheduled_learning_rate(const FineTuning& tuning, double learning_rate, int epoch,
+                               int epochs) {
+  if (tuning.schedule == "rampup") {
+    // The report's: from lr/50 up to lr over 5 epochs, then x0.8 per epoch
+    // towards lr/50.
+    return schedules::RampUp(
+        {.start = learning_rate / 50, .max = learning_rate, .min = learning_rate / 50})(epoch);
+  }
+  if (tuning.schedule == "cosine")
+    return schedules::CosineDecay(learning_rate, std::max(1, epochs))(epoch);
+  if (tuning.schedule == "exponential")
+    return schedules::ExponentialDecay(learning_rate, 1, 0.9)(epoch);
+  return learning_rate;
 }
 
 CompileOptions compile_options_for(const DataSpec& spec, const Model& model,

@@ -96,11 +96,34 @@ Examples read_examples(const std::string& source, const DataSpec& spec, bool wit
 std::optional<DataSpec> spec_beside(const std::string& model_path);
 void save_spec_beside(const std::string& model_path, const DataSpec& spec);
 
+// The seed report's fine-tuning, from the command line.
+struct FineTuning {
+  // Keras weights for the model (.weights.h5, .keras, .h5); for
+  // --model mobilenet_v2, the base's (include_top=False): the model is then
+  // the report's, base -> pooling -> Dense(512, relu) -> Dropout(0.5) -> head.
+  std::string weights;
+  double alpha = 0.35;         // mobilenet_v2's width
+  bool freeze_base = false;    // the base (the model's nested model) does not train
+  std::string fine_tune_from;  // the base trains from this layer on, frozen before it
+  // Epoch by epoch: constant, rampup (the report's), cosine, exponential.
+  std::string schedule = "constant";
+  bool changes_trainable() const { return freeze_base || !fine_tune_from.empty(); }
+};
+
 // A model for the data: `which` is mlp, cnn or mobilenet_v2 (built for its
 // shape and classes, images rescaled inside the model, feature vectors
 // normalised by a Normalization layer), or a model file, checked against the
 // data's shape and classes before any step (an error names both).
-Model model_for_data(const std::string& which, const DataSpec& spec);
+Model model_for_data(const std::string& which, const DataSpec& spec, const FineTuning& tuning);
+// --weights into a model not built with them, then --freeze-base and
+// --fine-tune-from on its base (its first nested model; an error names the
+// model when there is none, or the layer when the base has no such layer).
+void load_weights_and_freeze(Model& model, const std::string& model_name, const FineTuning& tuning,
+                             bool weights_loaded);
+// The learning rate of `epoch` under tuning.schedule, for `epochs` epochs
+// from `learning_rate`.
+double scheduled_learning_rate(const FineTuning& tuning, double learning_rate, int epoch,
+                               int epochs);
 void check_model_fits_data(const Model& model, const DataSpec& spec, const std::string& model_name);
 
 // The loss and metrics the data calls for: classes → sparse categorical

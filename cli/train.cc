@@ -249,10 +249,21 @@ Model own_data_model(const TrainArgs& a, std::optional<TrainingData>& data) {
     if (model.inputs().size() == 1) input = model.inputs()[0].sample_shape().to_vector();
   }
   data = read_training_data(d, input);
-  if (is_builtin(a.model)) model = model_for_data(a.model, data->spec);
+  const bool built_with_weights = is_builtin(a.model) && a.model == "mobilenet_v2";
+  if (is_builtin(a.model)) model = model_for_data(a.model, data->spec, a.tuning);
   check_model_fits_data(model, data->spec, a.model);
-  compile_unless_compiled(model, a, true,
-                          compile_options_for(data->spec, model, a.data.loss, a.learning_rate));
+  load_weights_and_freeze(model, a.model, a.tuning, built_with_weights);
+  const CompileOptions options =
+      compile_options_for(data->spec, model, a.data.loss, a.learning_rate);
+  if (model.compiled() && a.tuning.changes_trainable()) {
+    // Keras's fine-tuning recompiles after changing what trains: a fresh
+    // optimizer at --learning-rate.
+    std::printf("Recompiling %s for what now trains: a fresh Adam at learning rate %g.\n",
+                a.model.c_str(), a.learning_rate);
+    model.compile(options);
+  } else {
+    compile_unless_compiled(model, a, true, options);
+  }
   return model;
 }
 
@@ -412,6 +423,25 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   train->add_option("--data-dir", a.data_dir,
                     "directory with the IDX files (default: /usr/share/datasets/fashion-mnist)");
   add_data_options(*train, a.data, /*training=*/true);
+  train->add_option("--weights", a.tuning.weights,
+                    "--data: Keras weights to start from (.weights.h5, .keras, .h5); with --model "
+                    "mobilenet_v2 the base's (include_top=False), under a new head");
+  train->add_option("--alpha", a.tuning.alpha, "--model mobilenet_v2: the width multiplier")
+      ->check(positive())
+      ->capture_default_str();
+  train->add_flag("--freeze-base", a.tuning.freeze_base,
+                  "--data: the model's base (its nested model) does not train (fine-tuning's "
+                  "first stage)");
+  train->add_option("--fine-tune-from", a.tuning.fine_tune_from,
+                    "--data: the base trains from this layer on, the layers before it frozen "
+                    "(fine-tuning's second stage, on a model file saved by the first)");
+  train
+      ->add_option("--learning-rate-schedule", a.tuning.schedule,
+                   "per epoch, from --learning-rate: constant, rampup (the fine-tuning report's: "
+                   "up from lr/50 over 5 epochs, then x0.8 a epoch), cosine or exponential (x0.9 "
+                   "a epoch)")
+      ->check(CLI::IsMember({"constant", "rampup", "cosine", "exponential"}))
+      ->capture_default_str();
   train->add_option("--epochs", a.epochs)->check(at_least(1))->capture_default_str();
   train->add_option("--batch-size", a.batch_size, "global batch size")
       ->check(at_least(1))
@@ -452,6 +482,15 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   train->add_option("--save-freq", a.save_freq, "back up every N batches (0: every epoch)")
       ->check(at_least(0))
       ->needs("--checkpoint-dir");
+  train->add_option("--tensorboard", a.tensorboard,
+                    "write TensorBoard event files under DIR (train/ and validation/, per epoch)");
+  train->add_option("--csv-log", a.csv_log,
+                    "append each epoch's logs to this CSV file (CSVLogger)");
+  train
+      ->add_option("--early-stopping", a.early_stopping,
+                   "stop after PATIENCE epochs without a lower val_loss, keeping the best "
+                   "epoch's weights (EarlyStopping with restore_best_weights)")
+      ->check(at_least(1));
   train
       ->add_flag("--allow-changed-batch-size", a.allow_changed_batch_size,
                  "resume a --checkpoint-dir run with another --batch-size (not an exact "
@@ -600,6 +639,10 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
     check_writable(a.save);
   }
 
+  LOCKSTEP_CHECK(
+      !a.data.source.empty() || (a.tuning.weights.empty() && !a.tuning.changes_trainable()),
+      "--weights, --freeze-base and --fine-tune-from train on --data (the main job's "
+      "models start fresh)");
   phase = "building the model";
   std::optional<TrainingData> own_data;  // --data's
   Model model;
@@ -685,6 +728,24 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
         .save_freq = a.save_freq > 0 ? SaveFreq(a.save_freq) : SaveFreq("epoch"),
         .delete_checkpoint = false});
     callbacks.push_back(backup);
+  }
+  if (a.tuning.schedule != "constant") {
+    callbacks.push_back(std::make_shared<LearningRateScheduler>(
+        [tuning = a.tuning, lr = a.learning_rate, epochs = a.epochs](int epoch, double) {
+          return scheduled_learning_rate(tuning, lr, epoch, epochs);
+        },
+        /*verbose=*/a.verbose > 0 ? 1 : 0));
+  }
+  if (!a.tensorboard.empty() && strategy.is_chief())
+    callbacks.push_back(std::make_shared<TensorBoard>(a.tensorboard));
+  if (!a.csv_log.empty() && strategy.is_chief())
+    callbacks.push_back(std::make_shared<CSVLogger>(a.csv_log, ',', /*append=*/true));
+  if (a.early_stopping > 0) {
+    LOCKSTEP_CHECK(validation.has_value(),
+                   "--early-stopping watches val_loss: this run has no "
+                   "validation data (--validation-split 0 without --validation-data)");
+    callbacks.push_back(std::make_shared<EarlyStopping>(EarlyStoppingOptions{
+        .patience = a.early_stopping, .verbose = 1, .restore_best_weights = true}));
   }
   const bool on_parameter_servers = strategy.extended().uses_parameter_servers();
   if (!on_parameter_servers) callbacks.push_back(stop_on_signal(backup));

@@ -33,6 +33,9 @@ struct TrainArgs {
   std::string data_dir;  // empty: Debian's dataset-fashion-mnist directory
   // --data SOURCE and its settings (data_source.h); empty: Fashion-MNIST.
   DataArgs data;
+  // --weights, --alpha, --freeze-base, --fine-tune-from,
+  // --learning-rate-schedule (with --data).
+  FineTuning tuning;
   int epochs = 2;
   std::int64_t batch_size = 64;  // global
   double learning_rate = 1e-3;
@@ -55,6 +58,13 @@ struct TrainArgs {
   std::string mixed_precision = "none";
   // Resume with another --batch-size (cli/run_settings.h refuses it otherwise).
   bool allow_changed_batch_size = false;
+  // Keras's callbacks people expect of a training command: TensorBoard
+  // event files, a CSV of the epochs' logs, early stopping on val_loss
+  // (restoring the best weights) after this many epochs without
+  // improvement (0: none).
+  std::string tensorboard;
+  std::string csv_log;
+  int early_stopping = 0;
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainArgs& args);

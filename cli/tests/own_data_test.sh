@@ -7,10 +7,12 @@
 #    out column are reported, validation accuracy reaches 0.85, the saved
 #    model's data description is written, `evaluate` agrees with the last
 #    validation line's accuracy order, `predict` writes one row per example
-#    with the class names; the same CSV as a regression (--label n0).
+#    with the class names; the same CSV as a regression (--label n0);
+#    --early-stopping, --csv-log and --tensorboard.
 # 2. An image folder (2 classes, 2,000 JPEGs): Keras's "Found ..." lines,
 #    the small CNN at 32x32 reaches validation accuracy 0.9, `predict`
-#    names each file.
+#    names each file; the fine-tuning report's two stages (--weights,
+#    --freeze-base with --learning-rate-schedule rampup, --fine-tune-from).
 # 3. NumPy: x.npy,y.npy and the same arrays in one .npz train the MLP.
 # 4. Two workers (`launch --workers 2`, multi-worker) end with the one
 #    process's metrics; a parameter-server job trains on the same CSV.
@@ -69,6 +71,16 @@ grep -Eq '^accuracy: 0\.(8[5-9]|9)[0-9]* - loss: ' csv-eval.log || fail "evaluat
 expect regression.log "Column 'n0' holds numbers: a regression (mean squared error)."
 expect regression.log "val_mae: "
 
+# What a training command does besides: early stopping (restoring the best
+# epoch), a CSV of the epochs, TensorBoard event files.
+"$bin" train --data "$d/table.csv" --epochs 30 --early-stopping 2 --csv-log epochs.csv \
+  --tensorboard tb --verbose 2 >early.log 2>&1 || fail "the early-stopping run failed"
+expect early.log ": early stopping"
+expect early.log "Restoring model weights from the end of the best epoch"
+[[ $(head -1 epochs.csv | tr -d "\r") == "epoch,accuracy,loss,val_accuracy,val_loss" ]] || fail "epochs.csv: $(head -1 epochs.csv)"
+ls tb/train/events.out.tfevents.* tb/validation/events.out.tfevents.* >/dev/null 2>&1 ||
+  fail "no TensorBoard event files under tb/"
+
 # 2. An image folder.
 "$bin" train --data "$d/images" --model cnn --image-size 32x32 --epochs 2 --verbose 2 \
   --save img.keras >img.log 2>&1 || fail "training on the image folder failed"
@@ -80,6 +92,19 @@ expect_val_accuracy img.log 0.9
 [[ $(head -1 img-preds.csv) == "file,class,probability,footwear,other" ]] || fail "header: $(head -1 img-preds.csv)"
 grep -q "^$d/images/footwear/train_00000.jpg,footwear," img-preds.csv ||
   fail "the first footwear image's prediction: $(grep train_00000 img-preds.csv)"
+
+# The report's two-stage fine-tuning: a MobileNetV2 base from Keras weights,
+# frozen under a new head with the ramp-up schedule; then the saved model
+# trained from block_13_expand on (recompiled).
+"$bin" train --data "$d/images" --model mobilenet_v2 --image-size 32x32 \
+  --weights "$d/base.weights.h5" --freeze-base --learning-rate-schedule rampup --epochs 2 \
+  --verbose 2 --save stage1.keras >stage1.log 2>&1 || fail "fine-tuning's first stage failed"
+expect stage1.log "Base 'mobilenetv2_0.35_32' frozen: 4 of the model's weights train."
+expect stage1.log "Epoch 2: LearningRateScheduler setting learning rate to 0.000216."
+"$bin" train --data "$d/images" --model stage1.keras --fine-tune-from block_13_expand --epochs 1 \
+  --verbose 2 >stage2.log 2>&1 || fail "fine-tuning's second stage failed"
+expect stage2.log "Base 'mobilenetv2_0.35_32' trains from layer 'block_13_expand' on (115 layers before it frozen)."
+expect stage2.log "Recompiling stage1.keras for what now trains"
 
 # 3. NumPy.
 "$bin" train --data "$d/x.npy,$d/y.npy" --epochs 1 --verbose 2 --save npy.keras >npy.log 2>&1 ||

@@ -6,7 +6,9 @@
 //                                       [n, 28, 28]) and their int64 labels
 // and the bad inputs the test expects clear errors for:
 //   DIR/bad_images/{a,b}/ with b empty, DIR/broken/{a,b}/ with a file that
-//   is no image, DIR/short_y.npy (one label fewer).
+//   is no image, DIR/short_y.npy (one label fewer);
+//   DIR/base.weights.h5                 a MobileNetV2 base (alpha 0.35, 32x32, no
+//                                       top), for the fine-tuning flags
 //
 //   own_data_writer DIR [ROWS]
 #include <cmath>
@@ -96,6 +98,13 @@ int main(int argc, char** argv) {
                     fs::copy_options::overwrite_existing);
   }
   std::ofstream(dir / "broken" / "b" / "two.jpg") << "this is no JPEG";
+  // A MobileNetV2 base (alpha 0.35, 32x32, no top) as Keras weights: the
+  // fine-tuning's starting point (fresh weights: the test checks the
+  // mechanics, not ImageNet's features).
+  ls::set_random_seed(5);
+  ls::applications::MobileNetV2(
+      {.input_shape = ls::Shape{32, 32, 3}, .alpha = 0.35, .include_top = false, .pooling = "avg"})
+      .save_weights((dir / "base.weights.h5").string());
   std::printf("wrote %s\n", dir.c_str());
   return 0;
 }
