@@ -200,7 +200,12 @@ void choose_devices(const TrainArgs& a) {
   } else if (!a.devices.empty()) {
     const auto sets = parse_cpu_devices(a.devices, available_physical_cores(), "--devices");
     try {
-      set_logical_cpu_devices(sets);
+      if (a.devices.find_first_of(",;-") == std::string::npos) {
+        // A count: as LOCKSTEP_CPU_DEVICES=N, more devices than cores share them.
+        set_logical_cpu_device_count(static_cast<int>(sets.size()));
+      } else {
+        set_logical_cpu_devices(sets);
+      }
     } catch (const ValueError& e) {
       detail::throw_error<ValueError>("--devices ", a.devices, ": ", e.what());
     }

@@ -21,11 +21,15 @@
 #    class folder without images, an undecodable image, x and y of
 #    different lengths, a model whose outputs are not the data's classes.
 #
-# usage: own_data_test.sh LOCKSTEP_BINARY OWN_DATA_WRITER WORK_DIR
+# 6. Every `lockstep ...` line of DOC's sh blocks (docs/own-data.md), run in
+#    order in the writer's folder: the page's examples work as written.
+#
+# usage: own_data_test.sh LOCKSTEP_BINARY OWN_DATA_WRITER WORK_DIR [DOC]
 set -uo pipefail
 bin=$1
 writer=$2
 work=$3
+doc=${4:-}
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work" || exit 1
@@ -143,5 +147,16 @@ refuse outputs "--model npy.keras: the model has 10 output(s) per example (shape
   --data "$d/images" --model npy.keras --color-mode grayscale
 refuse shape "--model npy.keras: the model takes examples of shape [28, 28, 1] and the data's are [28, 28, 3]" \
   --data "$d/images" --model npy.keras
+
+# 6. The documentation's commands.
+if [[ -n $doc ]]; then
+  n=0
+  while IFS= read -r line; do
+    n=$((n + 1))
+    read -r -a words <<<"${line#lockstep }"
+    (cd "$d" && "$bin" "${words[@]}") >"doc-$n.log" 2>&1 || fail "$doc's command failed: $line"
+  done < <(awk '/^```sh$/ { on = 1; next } /^```$/ { on = 0 } on && /^lockstep / { print }' "$doc")
+  [[ $n -ge 10 ]] || fail "only $n commands found in $doc"
+fi
 
 echo PASS

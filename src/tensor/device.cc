@@ -267,6 +267,21 @@ void set_logical_cpu_devices(const std::vector<std::vector<int>>& core_sets) {
   r.has_request = true;
 }
 
+void set_logical_cpu_device_count(int count) {
+  LOCKSTEP_CHECK(count >= 1, "set_logical_cpu_device_count: expected a count >= 1, got ", count);
+  // The count form of LOCKSTEP_CPU_DEVICES: the cores split into `count`
+  // groups, or shared round-robin when there are more devices than cores.
+  const std::vector<std::vector<int>> sets =
+      parse_cpu_devices(std::to_string(count), available_physical_cores());
+  DeviceRegistry& r = registry();
+  std::lock_guard lock(r.mutex);
+  LOCKSTEP_CHECK(!r.frozen,
+                 "set_logical_cpu_device_count: the logical devices are already initialised; "
+                 "call it before any strategy or DeviceScope reads them");
+  r.requested = sets;
+  r.has_request = true;
+}
+
 Device& host_device() {
   DeviceRegistry& r = registry();
   if (Device* host = r.host.load(std::memory_order_acquire)) return *host;

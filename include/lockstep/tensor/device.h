@@ -125,6 +125,10 @@ const std::vector<Device*>& logical_devices();
 // before anything reads the device list; throws ValueError for cores that do
 // not exist, overlap, or when the list is already in use.
 void set_logical_cpu_devices(const std::vector<std::vector<int>>& core_sets);
+// `count` logical devices over the cores (LOCKSTEP_CPU_DEVICES="N"): the
+// cores split into `count` groups, or shared round-robin when `count`
+// exceeds them (as TensorFlow's logical devices on one CPU).
+void set_logical_cpu_device_count(int count);
 
 // True when the program chose the device list: set_logical_cpu_devices() was
 // called or LOCKSTEP_CPU_DEVICES is set (as tf.config.
