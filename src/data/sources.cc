@@ -395,6 +395,14 @@ Dataset Dataset::from_tensors(Element element) {
   return Dataset(std::make_shared<TensorsDataset>(std::move(element)));
 }
 
+Dataset Dataset::from_tensors(std::initializer_list<int> values) {
+  return from_tensors(Element{Tensor::from_vector(std::vector<std::int32_t>(values))});
+}
+
+Dataset Dataset::from_tensors(std::initializer_list<float> values) {
+  return from_tensors(Element{Tensor::from_vector(std::vector<float>(values))});
+}
+
 Dataset Dataset::range(std::int64_t stop) { return range(0, stop, 1); }
 
 Dataset Dataset::range(std::int64_t start, std::int64_t stop, std::int64_t step) {

@@ -230,6 +230,14 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
   return total;
 }
 
+MirroredStrategyOptions with_named_devices(const std::vector<std::string>& names,
+                                           MirroredStrategyOptions o) {
+  LOCKSTEP_CHECK(o.devices.empty(), "MirroredStrategy: devices given by name and in options");
+  LOCKSTEP_CHECK(!names.empty(), "MirroredStrategy: an empty device list");
+  for (const std::string& name : names) o.devices.push_back(&device(name));
+  return o;
+}
+
 MirroredStrategy::MirroredStrategy(MirroredStrategyOptions o) {
   // Every logical device, one per physical core unless the program chose
   // them (DESIGN.md; the guide prints "Number of devices: 2" here).

@@ -480,4 +480,12 @@ void Sequential::add(const Layer& layer) const {
   static_cast<SequentialImpl*>(impl_.get())->add(layer);
 }
 
+void Sequential::add(const KerasTensor& input) const {
+  auto* seq = static_cast<SequentialImpl*>(impl_.get());
+  LOCKSTEP_CHECK(seq->layers().empty(), "Sequential.add(Input(", input.sample_shape(),
+                 ")): an Input comes first, before any layer (this model has ",
+                 seq->layers().size(), ")");
+  seq->set_input_shape(input.sample_shape(), input.dtype());
+}
+
 }  // namespace lockstep

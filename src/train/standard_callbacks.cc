@@ -208,6 +208,15 @@ void BackupAndRestore::on_train_end(const Logs&) {
 
 // ---- ModelCheckpoint ----
 
+ModelCheckpoint::ModelCheckpoint(std::string filepath, Options options)
+    : ModelCheckpoint([&] {
+        LOCKSTEP_CHECK(options.filepath.empty() || options.filepath == filepath,
+                       "ModelCheckpoint: two paths, '", filepath, "' and options.filepath '",
+                       options.filepath, "'");
+        options.filepath = std::move(filepath);
+        return std::move(options);
+      }()) {}
+
 ModelCheckpoint::ModelCheckpoint(Options options)
     : options_(std::move(options)),
       maximize_(maximizes(options_.mode, options_.monitor)),

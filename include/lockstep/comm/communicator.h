@@ -34,7 +34,9 @@
 
 namespace lockstep::comm {
 
-enum class ReduceOp { kSum, kMean, kMax, kMin };
+// SUM, MEAN, MAX and MIN: tf.distribute's spellings (ReduceOp.SUM), the
+// same values.
+enum class ReduceOp { kSum, kMean, kMax, kMin, SUM = kSum, MEAN = kMean, MAX = kMax, MIN = kMin };
 
 // How the in-process all-reduce moves data. Both sum in rank order, so every
 // rank ends with bitwise-identical values whichever is used.

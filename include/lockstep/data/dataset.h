@@ -172,6 +172,10 @@ class Dataset {
   static Dataset from_tensor_slices(const Tensor& tensor);
   // One element: the tensors themselves.
   static Dataset from_tensors(Element element);
+  // Plain numbers, as tf.data.Dataset.from_tensors([1, 2, 3]): one element,
+  // a vector (int32 for whole numbers, float32 for fractions, as TF).
+  static Dataset from_tensors(std::initializer_list<int> values);
+  static Dataset from_tensors(std::initializer_list<float> values);
   // int64 scalars start, start + step, ... before stop (Python's range).
   static Dataset range(std::int64_t stop);
   static Dataset range(std::int64_t start, std::int64_t stop, std::int64_t step = 1);

@@ -227,9 +227,23 @@ struct MirroredStrategyOptions {
   bool shard_optimizer_update = true;
 };
 
+// `options` with device(name) of each name as its devices (a ValueError for
+// an empty list, a name that does not parse, or devices also in options).
+MirroredStrategyOptions with_named_devices(const std::vector<std::string>& names,
+                                           MirroredStrategyOptions options);
+
 class MirroredStrategy : public Strategy {
  public:
   explicit MirroredStrategy(MirroredStrategyOptions options = {});
+  // By name, as tf.distribute.MirroredStrategy(["/gpu:0", "/gpu:1"]):
+  // MirroredStrategy({"/cpu:0", "/cpu:1"}), device(name) of each;
+  // `options.devices` stays empty. (A list, not a vector: a vector<string>
+  // parameter makes GCC 12 call MirroredStrategy({.field = x}) ambiguous.)
+  template <typename Name, typename = std::enable_if_t<std::is_convertible_v<Name, std::string>>>
+  explicit MirroredStrategy(std::initializer_list<Name> devices,
+                            MirroredStrategyOptions options = {})
+      : MirroredStrategy(with_named_devices(
+            std::vector<std::string>(devices.begin(), devices.end()), std::move(options))) {}
 };
 
 // How the workers of a MultiWorkerMirroredStrategy talk

@@ -313,6 +313,15 @@ class Sequential : public Model {
   using Options = SequentialOptions;
   explicit Sequential(std::vector<Layer> layers = {}, Options options = {});
   void add(const Layer& layer) const;
+  // Keras's model.add(keras.Input(shape=(784,))): the input shape (and
+  // dtype) of what follows.
+  void add(const KerasTensor& input) const;
 };
+
+// keras.models.load_model and model_from_json under Keras's module path.
+namespace models {
+using ::lockstep::load_model;
+using ::lockstep::model_from_json;
+}  // namespace models
 
 }  // namespace lockstep

@@ -109,6 +109,9 @@ class ModelCheckpoint : public Callback {
  public:
   using Options = ModelCheckpointOptions;
   explicit ModelCheckpoint(Options options);
+  // Keras's ModelCheckpoint("ckpt/ckpt-{epoch}.keras"): the path, then the
+  // other options (their filepath left empty).
+  explicit ModelCheckpoint(std::string filepath, Options options = {});
   void on_train_batch_end(std::int64_t batch, const Logs& logs) override;
   void on_epoch_begin(int epoch, const Logs&) override { epoch_ = epoch; }
   void on_epoch_end(int epoch, const Logs& logs) override;
