@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "lockstep/core/file.h"
+#include "lockstep/core/timer.h"
 #include "lockstep/io/zip.h"
 
 namespace lockstep::cli {
@@ -511,6 +512,7 @@ TrainingData read_training_data(const DataArgs& args,
   TrainingData out;
   DataSpec& spec = out.spec;
   const Kind kind = kind_of(args.source);
+  const Timer reading;
   if (kind == Kind::kCsv) {
     const ld::CsvTable table = ld::read_csv_table(args.source);
     const std::int64_t val = validation_rows(args, table.rows, args.source);
@@ -531,6 +533,8 @@ TrainingData read_training_data(const DataArgs& args,
     out.train = rows_of(all, 0, table.rows - val);
     if (val > 0) out.validation = rows_of(all, table.rows - val, table.rows);
     out.fingerprint = "csv " + std::to_string(table.rows) + " rows, crc32c " + checksum_of({x, y});
+    std::printf("Read %lld rows of %s in %.2f s.\n", static_cast<long long>(table.rows),
+                args.source.c_str(), reading.seconds());
   } else if (kind == Kind::kNpy || kind == Kind::kNpz) {
     auto [x_raw, y_raw] = read_npy_pair(args.source, kind);
     LOCKSTEP_CHECK(y_raw.defined(), args.source, ": no array named 'y' (the labels)");

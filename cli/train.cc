@@ -374,7 +374,9 @@ std::string fashion_mnist_fingerprint(const std::pair<Tensor, Tensor>& train) {
 
 CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   CLI::App* train = app.add_subcommand(
-      "train", "train a model on Fashion-MNIST (default: the guide's MLP under MirroredStrategy)");
+      "train",
+      "train a model on Fashion-MNIST (default: the guide's MLP under MirroredStrategy), or on "
+      "your own --data");
   train
       ->add_option("--model", a.model,
                    "mlp, cnn, mobilenet_v2 (MobileNetV2, alpha 0.35, on the images resized to "

@@ -102,21 +102,26 @@ TEST_F(ReadersTest, CsvTableTypesColumnsByTheirFields) {
                        "1.5,Adelie,\"a, b\",7\r\n"
                        ",Gentoo,c,x\n"
                        "\n"
-                       "-2e1,Adelie,NA,8\n");
+                       "-2e1,Adelie,NA,8\n"
+                       "+3, Adelie,\"say \"\"hi\"\"\",\n");
   const CsvTable t = read_csv_table(p, {.na_value = "NA"});
-  EXPECT_EQ(t.rows, 3);
+  EXPECT_EQ(t.rows, 4);
   EXPECT_EQ(t.names(), (std::vector<std::string>{"height", "species", "note, quoted", "code"}));
   const CsvTable::Column& height = t.column("height");
   ASSERT_TRUE(height.numeric);
   EXPECT_EQ(height.numbers[0], 1.5);
   EXPECT_TRUE(std::isnan(height.numbers[1]));
   EXPECT_EQ(height.numbers[2], -20.0);
+  EXPECT_EQ(height.numbers[3], 3.0) << "a leading '+', as strtod reads it";
   EXPECT_EQ(height.missing, 1);
   EXPECT_EQ(height.first_missing_line, 3);
   EXPECT_FALSE(t.column("species").numeric);
-  EXPECT_EQ(t.column("species").text, (std::vector<std::string>{"Adelie", "Gentoo", "Adelie"}));
+  EXPECT_EQ(t.column("species").text,
+            (std::vector<std::string>{"Adelie", "Gentoo", "Adelie", " Adelie"}));
   EXPECT_EQ(t.column("note, quoted").text[0], "a, b");
   EXPECT_EQ(t.column("note, quoted").missing, 1);
+  EXPECT_EQ(t.column("note, quoted").text[3], "say \"hi\"") << "doubled quotes unescaped";
+  EXPECT_EQ(t.column("code").missing, 1) << "the empty field after a quoted one";
   EXPECT_FALSE(t.column("code").numeric) << "'x' is no number";
   expect_error<ValueError>([&] { (void)t.column("weight"); },
                            {p, "no column named 'weight'", "'height', 'species'"});
@@ -132,6 +137,8 @@ TEST_F(ReadersTest, CsvTableErrorsNameFileAndLine) {
                         {"n.csv:3", "expected 2 fields (as the header), got 1"});
   expect_error<IOError>([&] { read_csv_table(write("q.csv", "a\n\"1\n")); },
                         {"q.csv:2", "unterminated quote"});
+  expect_error<IOError>([&] { read_csv_table(write("g.csv", "a,b\n\"1\"x,2\n")); },
+                        {"g.csv:2", "a quoted field is followed by 'x', not the delimiter"});
   expect_error<IOError>([&] { read_csv_table(path("none.csv")); }, {"none.csv", "cannot open"});
 }
 
