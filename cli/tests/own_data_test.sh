@@ -70,6 +70,9 @@ grep -Eq '^accuracy: 0\.(8[5-9]|9)[0-9]* - loss: ' csv-eval.log || fail "evaluat
   >csv-pred.log 2>&1 || fail "predict failed"
 [[ $(head -1 csv-preds.csv) == "class,probability,high,low,mid" ]] || fail "predict's header: $(head -1 csv-preds.csv)"
 [[ $(wc -l <csv-preds.csv) == 5001 ]] || fail "predict wrote $(wc -l <csv-preds.csv) lines"
+"$bin" train --data "$d/table.csv" --validation-data "$d/table.csv" --epochs 1 --verbose 2 \
+  >validation.log 2>&1 || fail "--validation-data failed"
+expect validation.log "Training on 5000 examples, validating on 5000."
 "$bin" train --data "$d/table.csv" --label n0 --epochs 1 --verbose 2 >regression.log 2>&1 ||
   fail "the regression failed"
 expect regression.log "Column 'n0' holds numbers: a regression (mean squared error)."
