@@ -20,14 +20,14 @@ struct CsvTableOptions {
 
 struct CsvTable {
   struct Column {
-    std::string name;
+    std::string name{};
     bool numeric = true;
     std::vector<double> numbers{};        // numeric: one per row (NaN where missing)
     std::vector<std::string> text{};      // text: one per row ("" where missing)
     std::int64_t missing = 0;             // rows without a value
     std::int64_t first_missing_line = 0;  // the file's line of the first (1 is the header)
   };
-  std::string path;
+  std::string path{};
   std::int64_t rows = 0;
   std::vector<Column> columns{};
 
