@@ -300,21 +300,13 @@ Tensor npy_inputs(const Tensor& x, const std::string& where) {
   return f;
 }
 
-// The mean and population variance of each column of [n, d].
+// The mean and population variance of each column of the first `rows` rows
+// of [n, d]: Normalization's adapt, whose statistics the model's layer takes.
 void column_statistics(const Tensor& x, std::int64_t rows, DataSpec& spec) {
-  const std::int64_t d = x.dim(1);
-  const std::vector<double> v = x.view_rows(0, rows).to_vector<double>();
-  spec.mean.assign(static_cast<std::size_t>(d), 0.0);
-  spec.variance.assign(static_cast<std::size_t>(d), 0.0);
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t j = 0; j < d; ++j) spec.mean[static_cast<std::size_t>(j)] += v[r * d + j];
-  for (double& m : spec.mean) m /= static_cast<double>(rows);
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t j = 0; j < d; ++j) {
-      const double e = v[r * d + j] - spec.mean[static_cast<std::size_t>(j)];
-      spec.variance[static_cast<std::size_t>(j)] += e * e;
-    }
-  for (double& s : spec.variance) s /= static_cast<double>(rows);
+  layers::Normalization statistics;
+  statistics->adapt(x.view_rows(0, rows));
+  spec.mean = statistics->mean();
+  spec.variance = statistics->variance();
 }
 
 // ---- splits ----
@@ -672,8 +664,6 @@ Examples read_examples(const std::string& source, const DataSpec& spec, bool wit
 
 // ---- models ----
 
-namespace {
-
 bool ends_in_softmax(const Model& model) {
   const std::vector<Layer> layers = model.layers();
   if (layers.empty()) return false;
@@ -682,6 +672,8 @@ bool ends_in_softmax(const Model& model) {
   const LayerConfig c = last.impl()->get_config();
   return c.has("activation") && c.get<std::string>("activation") == "softmax";
 }
+
+namespace {
 
 std::int64_t outputs_wanted(const DataSpec& spec) {
   return spec.classification() ? static_cast<std::int64_t>(spec.class_names.size()) : spec.targets;

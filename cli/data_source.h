@@ -126,6 +126,9 @@ double scheduled_learning_rate(const FineTuning& tuning, double learning_rate, i
                                int epochs);
 void check_model_fits_data(const Model& model, const DataSpec& spec, const std::string& model_name);
 
+// Whether the model's last layer is a softmax (its outputs probabilities).
+bool ends_in_softmax(const Model& model);
+
 // The loss and metrics the data calls for: classes → sparse categorical
 // crossentropy (from logits unless the model ends in a softmax) and
 // accuracy; regression → mean squared error (or --loss mae) and MAE.

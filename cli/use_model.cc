@@ -19,7 +19,6 @@ namespace ld = lockstep::data;
 void add_common_options(CLI::App& c, UseModelArgs& a) {
   c.add_option("--model", a.model, "the trained model: a Keras file (.keras, .h5)")->required();
   add_data_options(c, a.data, /*training=*/false);
-  a.data.source.clear();
   c.get_option("--data")->required();
   c.add_option("--batch-size", a.batch_size, "global batch size")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))
@@ -139,35 +138,20 @@ int run_predict(const UseModelArgs& a) {
     const std::vector<std::string>& files = l.examples.paths;  // images: which file
     csv << (files.empty() ? "" : "file,");
     if (l.spec.classification()) {
-      // Probabilities: a softmax of the outputs unless they are already.
       csv << "class,probability";
       for (const std::string& c : l.spec.class_names) csv << "," << csv_field(c);
       csv << "\n";
+      // Probabilities: the outputs, or their softmax when the model ends
+      // in logits.
+      const std::vector<float> p =
+          ends_in_softmax(l.model) ? values : softmax(out).to_vector<float>();
       for (std::int64_t r = 0; r < n; ++r) {
-        const float* row = values.data() + r * k;
-        double total = 0, top = row[0];
-        for (std::int64_t j = 0; j < k; ++j) top = std::max<double>(top, row[j]);
-        std::vector<double> p(static_cast<std::size_t>(k));
-        const bool probabilities = [&] {
-          double s = 0;
-          for (std::int64_t j = 0; j < k; ++j) {
-            if (row[j] < 0 || row[j] > 1) return false;
-            s += row[j];
-          }
-          return std::abs(s - 1) < 1e-3;
-        }();
-        for (std::int64_t j = 0; j < k; ++j) {
-          p[static_cast<std::size_t>(j)] = probabilities ? row[j] : std::exp(row[j] - top);
-          total += p[static_cast<std::size_t>(j)];
-        }
-        std::size_t best = 0;
-        for (std::size_t j = 0; j < p.size(); ++j) {
-          p[j] /= total;
-          if (p[j] > p[best]) best = j;
-        }
+        const float* row = p.data() + r * k;
+        std::int64_t best = 0;
+        for (std::int64_t j = 1; j < k; ++j) best = row[j] > row[best] ? j : best;
         if (!files.empty()) csv << csv_field(files[static_cast<std::size_t>(r)]) << ",";
-        csv << csv_field(l.spec.class_names.at(best)) << "," << p[best];
-        for (double q : p) csv << "," << q;
+        csv << csv_field(l.spec.class_names.at(static_cast<std::size_t>(best))) << "," << row[best];
+        for (std::int64_t j = 0; j < k; ++j) csv << "," << row[j];
         csv << "\n";
       }
     } else {
