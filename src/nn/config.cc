@@ -204,15 +204,14 @@ std::map<std::string, LayerFactory> builtin_factories() {
   f["GlobalAveragePooling2D"] = global_pooling(false);
   f["GlobalMaxPooling2D"] = global_pooling(true);
   f["Resizing"] = [](const LayerConfig& c) -> Layer {
-    return layers::Resizing(
-        c.get<std::int64_t>("height"), c.get<std::int64_t>("width"),
-        {.interpolation = c.get_or<std::string>("interpolation", "bilinear"),
-         .crop_to_aspect_ratio = c.get_or("crop_to_aspect_ratio", false),
-         .pad_to_aspect_ratio = c.get_or("pad_to_aspect_ratio", false),
-         .fill_mode = c.get_or<std::string>("fill_mode", "constant"),
-         .fill_value = static_cast<float>(c.get_or<double>("fill_value", 0)),
-         .antialias = c.get_or("antialias", false),
-         .name = name(c)});
+    return layers::Resizing(c.get<std::int64_t>("height"), c.get<std::int64_t>("width"),
+                            {.interpolation = c.get_or<std::string>("interpolation", "bilinear"),
+                             .crop_to_aspect_ratio = c.get_or("crop_to_aspect_ratio", false),
+                             .pad_to_aspect_ratio = c.get_or("pad_to_aspect_ratio", false),
+                             .fill_mode = c.get_or<std::string>("fill_mode", "constant"),
+                             .fill_value = static_cast<float>(c.get_or<double>("fill_value", 0)),
+                             .antialias = c.get_or("antialias", false),
+                             .name = name(c)});
   };
   f["ZeroPadding2D"] = [](const LayerConfig& c) -> Layer {
     const auto p = c.get<std::vector<std::int64_t>>("padding");
