@@ -21,6 +21,10 @@
 //    IMAGE_FOLDER_224 (bench/images.sh makes them and times TensorFlow's
 //    image_dataset_from_directory on the same ones), else made here under
 //    /tmp. Below them, one image's decode and resize on one thread.
+// 4. A CSV table (issue #38): read_csv_table of a table shaped like
+//    `lockstep train --data`'s benchmark (50,000 rows, 20 numeric columns,
+//    3 short text columns and a quoted free-text one, 9.9 MB) on 1 and 2
+//    threads: MB_per_s and ns per field.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 #include <sys/resource.h>
@@ -29,6 +33,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <random>
 #include <sstream>
 #include <vector>
 
@@ -289,6 +295,52 @@ void BM_Images_ResizeOne(benchmark::State& state) {
   omp_set_num_threads(omp_get_num_procs());
 }
 BENCHMARK(BM_Images_ResizeOne)->Arg(96)->Arg(224)->Unit(benchmark::kMicrosecond);
+
+// The table of section 4, written once under /tmp.
+std::string csv_table_file() {
+  const std::string path = "/tmp/lockstep_bench_table.csv";
+  if (std::filesystem::exists(path)) return path;
+  std::mt19937 rng(7);
+  std::normal_distribution<double> normal;
+  const char* colours[] = {"amber", "blue", "green", "red"};
+  const char* sizes[] = {"S", "M", "L"};
+  const char* labels[] = {"low", "mid", "high"};
+  std::ofstream out(path + ".part");
+  for (int c = 0; c < 20; ++c) out << "n" << c << ",";
+  out << "colour,size,label,note\n";
+  char number[32];
+  for (int r = 0; r < 50000; ++r) {
+    for (int c = 0; c < 20; ++c) {
+      std::snprintf(number, sizeof number, "%g", normal(rng) * (c % 4 == 3 ? 1000 : 1 + 10 * c));
+      out << number << ",";
+    }
+    out << colours[rng() % 4] << "," << sizes[rng() % 3] << "," << labels[rng() % 3] << ",\"row "
+        << r << ", free text\"\n";
+  }
+  out.close();
+  std::filesystem::rename(path + ".part", path);
+  return path;
+}
+
+void BM_ReadCsvTable(benchmark::State& state) {
+  omp_set_num_threads(static_cast<int>(state.range(0)));
+  const std::string path = csv_table_file();
+  std::int64_t fields = 0;
+  for (auto _ : state) {
+    const ld::CsvTable t = ld::read_csv_table(path);
+    fields += t.rows * static_cast<std::int64_t>(t.columns.size());
+    benchmark::DoNotOptimize(t.columns.data());
+  }
+  const double bytes = static_cast<double>(std::filesystem::file_size(path));
+  state.counters["MB_per_s"] = benchmark::Counter(
+      bytes * static_cast<double>(state.iterations()) / 1e6, benchmark::Counter::kIsRate);
+  state.counters["ns_per_field"] =
+      benchmark::Counter(static_cast<double>(fields) * 1e-9,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.SetLabel(std::to_string(state.range(0)) + " thread(s)");
+  omp_set_num_threads(omp_get_num_procs());
+}
+BENCHMARK(BM_ReadCsvTable)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

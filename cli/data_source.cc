@@ -12,6 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "lockstep/core/file.h"
 #include "lockstep/core/timer.h"
@@ -92,13 +95,23 @@ std::string number_text(double v) {
 
 // The label column's classes (sorted: text by its characters, numbers by
 // value), or none when its values are a regression's.
+// The distinct texts of texts[0, rows), sorted, "" left out.
+std::vector<std::string> distinct_texts(const std::vector<std::string>& texts, std::size_t rows) {
+  std::unordered_set<std::string_view> seen;
+  for (std::size_t r = 0; r < rows; ++r) {
+    if (!texts[r].empty()) seen.insert(texts[r]);
+  }
+  std::vector<std::string> out(seen.begin(), seen.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::optional<std::vector<std::string>> csv_classes(const ld::CsvTable::Column& label,
                                                     const std::string& loss) {
   if (!label.numeric) {
     LOCKSTEP_CHECK(loss == "auto" || loss == "sparse_categorical_crossentropy", "--loss ", loss,
                    ": the label column '", label.name, "' holds text (classes)");
-    std::set<std::string> names(label.text.begin(), label.text.end());
-    return std::vector<std::string>(names.begin(), names.end());
+    return distinct_texts(label.text, label.text.size());
   }
   if (loss == "mse" || loss == "mae") return std::nullopt;
   std::set<double> values(label.numbers.begin(), label.numbers.end());
@@ -117,7 +130,8 @@ std::optional<std::vector<std::string>> csv_classes(const ld::CsvTable::Column& 
 std::pair<Tensor, Tensor> encode_csv(const ld::CsvTable& table, const DataSpec& spec,
                                      std::int64_t begin, std::int64_t end, bool with_labels) {
   const std::int64_t n = end - begin, width = spec.sample_shape.at(0);
-  std::vector<float> x(static_cast<std::size_t>(n * width));
+  Tensor xs = Tensor::zeros(Shape{n, width});
+  float* const x = xs.data<float>();
   std::int64_t offset = 0;
   for (const DataSpec::Feature& f : spec.features) {
     const ld::CsvTable::Column& col = table.column(f.name);
@@ -134,18 +148,19 @@ std::pair<Tensor, Tensor> encode_csv(const ld::CsvTable& table, const DataSpec& 
       continue;
     }
     // One-hot over the vocabulary; a value outside it is all zeros.
-    std::map<std::string, std::int64_t> index;
+    std::unordered_map<std::string_view, std::int64_t> index;
     for (std::size_t i = 0; i < f.vocabulary.size(); ++i)
       index[f.vocabulary[i]] = static_cast<std::int64_t>(i);
+    std::string number;
     for (std::int64_t r = begin; r < end; ++r) {
-      const std::string value = col.numeric ? number_text(col.numbers[static_cast<std::size_t>(r)])
-                                            : col.text[static_cast<std::size_t>(r)];
+      if (col.numeric) number = number_text(col.numbers[static_cast<std::size_t>(r)]);
+      const std::string_view value =
+          col.numeric ? std::string_view(number) : col.text[static_cast<std::size_t>(r)];
       if (auto it = index.find(value); it != index.end())
         x[static_cast<std::size_t>((r - begin) * width + offset + it->second)] = 1.0f;
     }
     offset += static_cast<std::int64_t>(f.vocabulary.size());
   }
-  const Tensor xs = Tensor::from_vector(x, Shape{n, width});
   if (!with_labels) return {xs, Tensor()};
   const ld::CsvTable::Column& label = table.column(spec.label);
   LOCKSTEP_CHECK(label.missing == 0, table.path, ":", label.first_missing_line,
@@ -159,14 +174,16 @@ std::pair<Tensor, Tensor> encode_csv(const ld::CsvTable& table, const DataSpec& 
       y.push_back(static_cast<float>(label.numbers[static_cast<std::size_t>(r)]));
     return {xs, Tensor::from_vector(y, Shape{n, 1})};
   }
-  std::map<std::string, std::int32_t> ids;
+  std::unordered_map<std::string_view, std::int32_t> ids;
   for (std::size_t i = 0; i < spec.class_names.size(); ++i)
     ids[spec.class_names[i]] = static_cast<std::int32_t>(i);
   std::vector<std::int32_t> y;
+  y.reserve(static_cast<std::size_t>(n));
+  std::string number;
   for (std::int64_t r = begin; r < end; ++r) {
-    const std::string value = label.numeric
-                                  ? number_text(label.numbers[static_cast<std::size_t>(r)])
-                                  : label.text[static_cast<std::size_t>(r)];
+    if (label.numeric) number = number_text(label.numbers[static_cast<std::size_t>(r)]);
+    const std::string_view value =
+        label.numeric ? std::string_view(number) : label.text[static_cast<std::size_t>(r)];
     const auto it = ids.find(value);
     LOCKSTEP_CHECK(it != ids.end(), table.path, ":", r + 2, ": the label '", value,
                    "' is not one of the model's classes (", join(spec.class_names), ")");
@@ -201,13 +218,18 @@ DataSpec csv_spec(const ld::CsvTable& table, const DataArgs& args, std::int64_t 
       // A text column with a value per row or so is an identifier or free
       // text, not categories: left out, and said.
       if (!c.numeric) {
-        const std::set<std::string> values(c.text.begin(), c.text.end());
-        if (values.size() > kMaxCategories ||
-            static_cast<double>(values.size()) > 0.5 * static_cast<double>(table.rows)) {
+        const std::size_t at_most = std::min(
+            kMaxCategories, static_cast<std::size_t>(0.5 * static_cast<double>(table.rows)));
+        std::unordered_set<std::string_view> values;
+        for (const std::string& text : c.text) {
+          values.insert(text);
+          if (values.size() > at_most) break;
+        }
+        if (values.size() > at_most) {
           std::printf(
-              "Leaving out column '%s': %zu different texts in %lld rows (an identifier "
-              "or free text; --features takes it as categories all the same).\n",
-              c.name.c_str(), values.size(), static_cast<long long>(table.rows));
+              "Leaving out column '%s': more than %zu different texts in %lld rows (an "
+              "identifier or free text; --features takes it as categories all the same).\n",
+              c.name.c_str(), at_most, static_cast<long long>(table.rows));
           continue;
         }
       }
@@ -222,10 +244,7 @@ DataSpec csv_spec(const ld::CsvTable& table, const DataArgs& args, std::int64_t 
     const ld::CsvTable::Column& col = table.column(name);
     DataSpec::Feature f{.name = name};
     if (!col.numeric) {
-      std::set<std::string> values(col.text.begin(),
-                                   col.text.begin() + static_cast<std::ptrdiff_t>(train_rows));
-      values.erase("");
-      f.vocabulary.assign(values.begin(), values.end());
+      f.vocabulary = distinct_texts(col.text, static_cast<std::size_t>(train_rows));
       LOCKSTEP_CHECK(!f.vocabulary.empty(), table.path, ": column '", name,
                      "' has no values in the training rows");
     }

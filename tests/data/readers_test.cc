@@ -127,6 +127,52 @@ TEST_F(ReadersTest, CsvTableTypesColumnsByTheirFields) {
                            {p, "no column named 'weight'", "'height', 'species'"});
 }
 
+// The reader guesses each column's kind from the first rows and parses the
+// rows on all cores: a column that turns to text after them is read again
+// as text (its numbers kept as they were written), one missing in the first
+// rows is still numeric, one with no value at all is text; every row in
+// order.
+TEST_F(ReadersTest, CsvTableColumnsThatChangeKindLateAreRightOnAllCores) {
+  std::string csv = "id,code,late,empty\n";
+  const int rows = 3000;
+  for (int r = 0; r < rows; ++r) {
+    csv += std::to_string(r) + "," + (r == 2500 ? std::string("x") : std::to_string(r % 7) + ".5") +
+           "," + (r < 200 ? std::string("") : std::to_string(r)) + ",\n";
+  }
+  const CsvTable t = read_csv_table(write("late.csv", csv));
+  ASSERT_EQ(t.rows, rows);
+  const CsvTable::Column& id = t.column("id");
+  ASSERT_TRUE(id.numeric);
+  for (int r = 0; r < rows; ++r) ASSERT_EQ(id.numbers[static_cast<std::size_t>(r)], r) << r;
+  const CsvTable::Column& code = t.column("code");
+  ASSERT_FALSE(code.numeric) << "'x' on line 2502 is no number";
+  ASSERT_EQ(code.text.size(), static_cast<std::size_t>(rows));
+  EXPECT_EQ(code.text[0], "0.5");
+  EXPECT_EQ(code.text[2498], "6.5");
+  EXPECT_EQ(code.text[2500], "x");
+  EXPECT_EQ(code.text[2999], "3.5");
+  const CsvTable::Column& late = t.column("late");
+  ASSERT_TRUE(late.numeric) << "missing in the first rows is no text";
+  EXPECT_EQ(late.missing, 200);
+  EXPECT_EQ(late.first_missing_line, 2);
+  EXPECT_TRUE(std::isnan(late.numbers[199]));
+  EXPECT_EQ(late.numbers[200], 200.0);
+  const CsvTable::Column& empty = t.column("empty");
+  EXPECT_FALSE(empty.numeric);
+  EXPECT_EQ(empty.missing, rows);
+  EXPECT_EQ(empty.text, std::vector<std::string>(rows, ""));
+}
+
+// Of several bad rows in different parts of the file, the first is named.
+TEST_F(ReadersTest, CsvTableNamesTheFirstBadLineOfMany) {
+  std::string csv = "a,b\n";
+  for (int r = 0; r < 3000; ++r) {
+    csv += (r == 2900 || r == 1700) ? std::string("1\n") : std::to_string(r) + ",2\n";
+  }
+  expect_error<IOError>([&] { read_csv_table(write("many.csv", csv)); },
+                        {"many.csv:1702", "expected 2 fields (as the header), got 1"});
+}
+
 TEST_F(ReadersTest, CsvTableErrorsNameFileAndLine) {
   expect_error<IOError>([&] { read_csv_table(write("e.csv", "")); }, {"e.csv", "empty"});
   expect_error<IOError>([&] { read_csv_table(write("h.csv", "a,b\n")); },
