@@ -307,21 +307,45 @@ void NormalizationImpl::adapt(const Tensor& data) {
                     "Normalization.adapt: ", "expected data of shape [n, ..., features], got ",
                     data.shape());
   const std::int64_t features = data.rank() == 1 ? 1 : data.dim(data.rank() - 1);
-  const std::int64_t rows = data.numel() / features;
-  const std::vector<double> values = data.to_vector<double>();  // copies from a device, too
-  const double* p = values.data();
+  // In blocks of whole rows along dim 0, each read once into a buffer that
+  // stays in cache (one copy of a 40,000 x 27 table was 8.6 MB of fresh
+  // memory, 5 ms of page faults: issue #38); each block's mean and squared
+  // deviations by two passes over it, the blocks merged by Chan et al.'s
+  // pairwise rule — as stable as two passes over the whole.
+  const std::int64_t rows_per_item = data.numel() / data.dim(0) / features;
+  const std::int64_t items_per_block = std::max<std::int64_t>(
+      1, (std::int64_t{1} << 15) / std::max<std::int64_t>(1, rows_per_item * features));
   std::vector<double> mean(static_cast<std::size_t>(features), 0.0),
-      var(static_cast<std::size_t>(features), 0.0);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t j = 0; j < features; ++j)
-      mean[static_cast<std::size_t>(j)] += p[r * features + j];
-  }
-  for (double& m : mean) m /= static_cast<double>(rows);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t j = 0; j < features; ++j) {
-      const double d = p[r * features + j] - mean[static_cast<std::size_t>(j)];
-      var[static_cast<std::size_t>(j)] += d * d;
+      var(static_cast<std::size_t>(features), 0.0);  // the sum of squared deviations until the end
+  std::vector<double> block_mean(mean.size()), block_m2(mean.size());
+  std::int64_t rows = 0;
+  const std::int64_t items = data.dim(0);
+  for (std::int64_t first = 0; first < items; first += items_per_block) {
+    const std::int64_t last = std::min(items, first + items_per_block);
+    const std::vector<double> values =  // copies from a device, too
+        data.view_rows(first, last).to_vector<double>();
+    const double* p = values.data();
+    const auto n = static_cast<std::int64_t>(values.size()) / features;
+    std::fill(block_mean.begin(), block_mean.end(), 0.0);
+    std::fill(block_m2.begin(), block_m2.end(), 0.0);
+    for (std::int64_t r = 0; r < n; ++r) {
+      for (std::int64_t j = 0; j < features; ++j)
+        block_mean[static_cast<std::size_t>(j)] += p[r * features + j];
     }
+    for (double& m : block_mean) m /= static_cast<double>(n);
+    for (std::int64_t r = 0; r < n; ++r) {
+      for (std::int64_t j = 0; j < features; ++j) {
+        const double d = p[r * features + j] - block_mean[static_cast<std::size_t>(j)];
+        block_m2[static_cast<std::size_t>(j)] += d * d;
+      }
+    }
+    const auto before = static_cast<double>(rows), added = static_cast<double>(n);
+    for (std::size_t j = 0; j < mean.size(); ++j) {
+      const double delta = block_mean[j] - mean[j];
+      mean[j] += delta * added / (before + added);
+      var[j] += block_m2[j] + delta * delta * before * added / (before + added);
+    }
+    rows += n;
   }
   for (double& v : var) v /= static_cast<double>(rows);
   options_.mean = std::move(mean);

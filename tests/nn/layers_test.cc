@@ -104,6 +104,24 @@ TEST(Layers, NormalizationMatchesKerasFormulaAndItsGradient) {
   EXPECT_NEAR(adapted->variance()[0], 8.0 / 3.0, 1e-12);
   EXPECT_NEAR(adapted->variance()[1], 1400.0 / 3.0, 1e-9);
 
+  // Data of many blocks (adapt reads it 32k values at a time and merges
+  // them), rank 3, far from zero: the naive two-pass statistics.
+  const std::int64_t items = 9001, per_item = 3, features = 2;
+  std::vector<float> big(static_cast<std::size_t>(items * per_item * features));
+  for (std::size_t i = 0; i < big.size(); ++i)
+    big[i] = (i % 2 == 0 ? 1e4f : -3.0f) + static_cast<float>((i * 7919) % 1000) / 97.0f;
+  layers::Normalization blocks;
+  blocks->adapt(Tensor::from_vector(big, {items, per_item, features}));
+  for (std::size_t j = 0; j < 2; ++j) {
+    double sum = 0, squares = 0;
+    const auto n = static_cast<double>(big.size() / 2);
+    for (std::size_t i = j; i < big.size(); i += 2) sum += big[i];
+    for (std::size_t i = j; i < big.size(); i += 2)
+      squares += (big[i] - sum / n) * (big[i] - sum / n);
+    EXPECT_NEAR(blocks->mean()[j], sum / n, 1e-9 * std::abs(sum / n)) << j;
+    EXPECT_NEAR(blocks->variance()[j], squares / n, 1e-9 * squares / n) << j;
+  }
+
   EXPECT_THROW(layers::Normalization({.mean = {1.0}, .variance = {}}), ValueError);
   EXPECT_THROW(layers::Normalization({.mean = {1.0}, .variance = {-1.0}}), ValueError);
   EXPECT_THROW(norm(Tensor::zeros({2, 4})), ShapeError);
