@@ -832,10 +832,10 @@ void load_weights_and_freeze(Model& model, const std::string& model_name, const 
 double scheduled_learning_rate(const FineTuning& tuning, double learning_rate, int epoch,
                                int epochs) {
   if (tuning.schedule == "rampup") {
-    // The report's: from lr/50 up to lr over 5 epochs, then x0.8 per epoch
-    // towards lr/50.
+    // The report's (start_lr = min_lr = 1e-5, max_lr = 5e-5 a replica):
+    // from lr/5 up to lr over 5 epochs, then x0.8 per epoch towards lr/5.
     return schedules::RampUp(
-        {.start = learning_rate / 50, .max = learning_rate, .min = learning_rate / 50})(epoch);
+        {.start = learning_rate / 5, .max = learning_rate, .min = learning_rate / 5})(epoch);
   }
   if (tuning.schedule == "cosine")
     return schedules::CosineDecay(learning_rate, std::max(1, epochs))(epoch);

@@ -445,7 +445,7 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   train
       ->add_option("--learning-rate-schedule", a.tuning.schedule,
                    "per epoch, from --learning-rate: constant, rampup (the fine-tuning report's: "
-                   "up from lr/50 over 5 epochs, then x0.8 a epoch), cosine or exponential (x0.9 "
+                   "up from lr/5 over 5 epochs, then x0.8 a epoch), cosine or exponential (x0.9 "
                    "a epoch)")
       ->check(CLI::IsMember({"constant", "rampup", "cosine", "exponential"}))
       ->capture_default_str();

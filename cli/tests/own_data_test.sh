@@ -107,7 +107,7 @@ grep -q "^$d/images/footwear/train_00000.jpg,footwear," img-preds.csv ||
   --weights "$d/base.weights.h5" --freeze-base --learning-rate-schedule rampup --epochs 2 \
   --verbose 2 --save stage1.keras >stage1.log 2>&1 || fail "fine-tuning's first stage failed"
 expect stage1.log "Base 'mobilenetv2_0.35_32' frozen: 4 of the model's weights train."
-expect stage1.log "Epoch 2: LearningRateScheduler setting learning rate to 0.000216."
+expect stage1.log "Epoch 2: LearningRateScheduler setting learning rate to 0.00036."
 "$bin" train --data "$d/images" --model stage1.keras --fine-tune-from block_13_expand --epochs 1 \
   --verbose 2 >stage2.log 2>&1 || fail "fine-tuning's second stage failed"
 expect stage2.log "Base 'mobilenetv2_0.35_32' trains from layer 'block_13_expand' on (115 layers before it frozen)."
