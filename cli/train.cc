@@ -532,29 +532,40 @@ void save_or_rescue(Model& model, const std::string& target) {
 }
 
 // The evaluator task of a parameter-server job: a sidecar beside the
-// cluster that evaluates each backup the chief writes in --checkpoint-dir on
-// the test set, until the backup of the last epoch.
+// cluster that evaluates each backup the chief writes in --checkpoint-dir,
+// until the backup of the last epoch: on Fashion-MNIST's test set, or with
+// --data on the validation examples the chief validates on (the same
+// split of the same source, read the same way).
 int evaluate_checkpoints(const TrainArgs& a) {
   LOCKSTEP_CHECK(!a.checkpoint_dir.empty(),
                  "the evaluator task evaluates the backups the chief writes: give "
                  "--checkpoint-dir (the chief's)");
-  Model model = compiled_model(a, false);
-  const Shape sample = model.inputs().at(0).sample_shape();
-  auto [train, test] = a.data_dir.empty() ? datasets::fashion_mnist::load_data()
-                                          : datasets::fashion_mnist::load_data(a.data_dir);
-  const ld::Dataset test_ds =
-      batched(ld::Dataset::from_tensor_slices({prepare(test.first, sample), test.second}),
-              a.batch_size, sample, resized_in_pipeline(test.first, sample));
+  std::optional<TrainingData> own_data;
+  Model model = a.data.source.empty() ? compiled_model(a, false) : own_data_model(a, own_data);
+  ld::Dataset test_ds;
+  if (own_data) {
+    LOCKSTEP_CHECK(own_data->validation.count > 0, "--data ", a.data.source,
+                   ": the evaluator task evaluates the validation examples, and this run has "
+                   "none; give --validation-split or --validation-data");
+    test_ds = own_data->validation.batches(a.batch_size, std::nullopt);
+  } else {
+    const Shape sample = model.inputs().at(0).sample_shape();
+    auto [train, test] = a.data_dir.empty() ? datasets::fashion_mnist::load_data()
+                                            : datasets::fashion_mnist::load_data(a.data_dir);
+    test_ds = batched(ld::Dataset::from_tensor_slices({prepare(test.first, sample), test.second}),
+                      a.batch_size, sample, resized_in_pipeline(test.first, sample));
+  }
   std::printf("evaluator: waiting for the backups in %s\n",
               (std::filesystem::path(a.checkpoint_dir) / "backup").string().c_str());
   std::fflush(stdout);
-  auto say = [](const std::string& what, const Logs& logs) {
+  const std::string set = own_data ? "val" : "test";
+  auto say = [&set](const std::string& what, const Logs& logs) {
     std::string accuracy;
     for (const auto& [name, value] : logs) {
       if (name.find("accuracy") != std::string::npos)
-        accuracy = " - test accuracy: " + std::to_string(value).substr(0, 6);
+        accuracy = " - " + set + " accuracy: " + std::to_string(value).substr(0, 6);
     }
-    std::printf("evaluator: %s: test loss: %.4f%s\n", what.c_str(), logs.at("loss"),
+    std::printf("evaluator: %s: %s loss: %.4f%s\n", what.c_str(), set.c_str(), logs.at("loss"),
                 accuracy.c_str());
     std::fflush(stdout);
   };
@@ -605,9 +616,6 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
       return serve_task(*resolver, a.data_dir, a.data.source.empty() ? nullptr : &data);
     }
     if (resolver->task_type() == "evaluator") {
-      LOCKSTEP_CHECK(a.data.source.empty(),
-                     "--data: the evaluator task evaluates on "
-                     "Fashion-MNIST's test set only; start the job without --evaluator");
       phase = "evaluating checkpoints";
       return evaluate_checkpoints(a);
     }

@@ -15,7 +15,8 @@
 #    --freeze-base with --learning-rate-schedule rampup, --fine-tune-from).
 # 3. NumPy: x.npy,y.npy and the same arrays in one .npz train the MLP.
 # 4. Two workers (`launch --workers 2`, multi-worker) end with the one
-#    process's metrics; a parameter-server job trains on the same CSV.
+#    process's metrics; a parameter-server job trains on the same CSV, its
+#    evaluator task evaluating each backup on the validation rows.
 # 5. Bad input, each an error naming the file, the column or the model,
 #    exit 1, before any step, and no --save file: a missing label column, a
 #    class folder without images, an undecodable image, x and y of
@@ -127,9 +128,18 @@ expect npz.log "accuracy: "
   --verbose 2 >two.log 2>&1 || fail "two workers failed"
 want=$(grep -o 'val_accuracy: [0-9.]* - val_loss: [0-9.]*' one.log | tail -1)
 [[ $(grep -c -F "$want" two.log) == 2 ]] || fail "the workers' last line is not the one process's ($want)"
-"$bin" launch --workers 1 --ps 1 -- "$bin" train --strategy parameter-server --data "$d/table.csv" \
-  --epochs 1 --steps-per-epoch 30 --verbose 2 >ps.log 2>&1 || fail "the parameter-server job failed"
-expect ps.log "parameter servers: 30 optimizer steps"
+"$bin" launch --workers 1 --ps 1 --evaluator -- "$bin" train --strategy parameter-server \
+  --data "$d/table.csv" --epochs 2 --steps-per-epoch 30 --verbose 2 --checkpoint-dir ps-ckpt \
+  >ps.log 2>&1 || fail "the parameter-server job failed"
+expect ps.log "parameter servers: 60 optimizer steps"
+# Its evaluator evaluates the backups (those it sees) or the trained model
+# on the same validation rows: its last accuracy (the final weights) is the
+# chief's last val_accuracy (1,000 rows: exact in 3 decimals).
+grep -qE '\[evaluator\] evaluator: (backup-[12]\.safetensors \(after epoch [12], step (30|60)\)|the trained model \(model\.safetensors\)): val loss: [0-9.]+ - val accuracy: 0\.[5-9]' ps.log ||
+  fail "the evaluator's lines: $(grep '\[evaluator\]' ps.log | tail -3)"
+evaluated=$(grep -o '\[evaluator\] .*val accuracy: [0-9.]*' ps.log | tail -1 | grep -o '[0-9.]*$')
+chief=$(grep -o '\[chief\] .*val_accuracy: [0-9.]*' ps.log | tail -1 | grep -o '[0-9.]*$')
+[[ -n $chief && $evaluated == "$chief" ]] || fail "the evaluator's last accuracy $evaluated, the chief's $chief"
 
 # 5. Bad input: an error naming what is wrong, exit 1, nothing saved.
 refuse() {  # refuse NAME TEXT ARGS...: the run fails with TEXT and saves nothing
