@@ -6,11 +6,13 @@ same batch, schedule, steps and validation steps — base frozen, then
 unfrozen. It shows whether Lockstep's frozen and unfrozen variants behave
 as Keras's do (docs/models.md, issue #19).
 
-    /opt/tf-venv/bin/python bench/peers/keras_fine_tune_mobilenet.py DIR [EPOCHS STEPS VAL_STEPS]
+    build/keras-venv/bin/python bench/peers/keras_fine_tune_mobilenet.py DIR [EPOCHS STEPS VAL_STEPS]
 
-DIR is the example's --dir after a run with its defaults (fashion_96_4000/
-and mobilenet_v2_0.35_96_fashion10.keras in it).
+DIR is the example's --dir after a run (its image folder fashion_96_N/ and
+mobilenet_v2_0.35_96_fashion10.keras in it; bench/fine_tune_three_ways.sh
+runs all three).
 """
+import glob
 import os
 import sys
 
@@ -29,7 +31,10 @@ def main():
     epochs = int(sys.argv[2]) if len(sys.argv) > 2 else 6
     steps_per_epoch = int(sys.argv[3]) if len(sys.argv) > 3 else 50
     validation_steps = int(sys.argv[4]) if len(sys.argv) > 4 else 12
-    folder = os.path.join(directory, "fashion_96_4000")
+    folders = glob.glob(os.path.join(directory, "fashion_96_*"))
+    if len(folders) != 1:
+        sys.exit(f"{directory}: expected one image folder fashion_96_N, found {folders}")
+    folder = folders[0]
     base_path = os.path.join(directory, "mobilenet_v2_0.35_96_fashion10.keras")
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     print("Number of replicas:", strategy.num_replicas_in_sync)
