@@ -142,9 +142,12 @@ std::map<std::string, LayerFactory> builtin_factories() {
     const std::vector<double> axis = c.has("axis") ? numbers(c, "axis") : std::vector{-1.0};
     LOCKSTEP_CHECK(axis == std::vector{-1.0}, "Normalization '", name(c),
                    "': Lockstep normalises over the last axis (axis=-1) only");
-    LOCKSTEP_CHECK(c.has("mean") && c.has("variance"), "Normalization '", name(c),
-                   "': the config has no mean and variance (an adapted layer keeps them as "
-                   "weights, which Lockstep does not read yet); build it with mean and variance");
+    LOCKSTEP_CHECK(c.has("mean") == c.has("variance"), "Normalization '", name(c),
+                   "': the config has ",
+                   c.has("mean") ? "a mean and no variance" : "a variance and no mean",
+                   "; give both, or neither (an adapted layer's weights hold them)");
+    if (!c.has("mean"))  // Keras's adapted layer: the statistics are its weights
+      return layers::Normalization({.invert = c.get_or<bool>("invert", false), .name = name(c)});
     return layers::Normalization({.mean = numbers(c, "mean"),
                                   .variance = numbers(c, "variance"),
                                   .invert = c.get_or<bool>("invert", false),

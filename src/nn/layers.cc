@@ -1,10 +1,11 @@
 // The core Keras layers: Dense, Activation, ReLU, Softmax, Dropout, Flatten,
-// Reshape, Add, Concatenate, Rescaling, Embedding.
+// Reshape, Add, Concatenate, Rescaling, Normalization, Embedding.
 #include "lockstep/nn/layers.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/random.h"
 #include "nn/config_helpers.h"
@@ -283,19 +284,48 @@ NormalizationImpl::NormalizationImpl(NormalizationOptions options)
                    " (variances are finite and >= 0)");
 }
 
+void NormalizationImpl::build(const std::vector<Shape>& input_shapes) {
+  if (!options_.mean.empty()) return;  // the statistics are in the config
+  const Shape& s = input_shapes.at(0);
+  const std::int64_t features = s.rank() >= 2 ? s[s.rank() - 1] : 1;
+  mean_ = add_weight({.name = "mean",
+                      .shape = {features},
+                      .initializer = initializers::Zeros(),
+                      .trainable = false});
+  variance_ = add_weight({.name = "variance",
+                          .shape = {features},
+                          .initializer = initializers::Ones(),
+                          .trainable = false});
+  count_ = add_weight(
+      {.name = "count",
+       .shape = {},
+       .initializer = Initializer(
+           "zeros", [](const Shape& shape) { return Tensor::zeros(shape, DType::kInt64); }),
+       .trainable = false});
+}
+
+std::vector<double> NormalizationImpl::mean() const {
+  return mean_.defined() ? mean_.value().to_vector<double>() : options_.mean;
+}
+
+std::vector<double> NormalizationImpl::variance() const {
+  return variance_.defined() ? variance_.value().to_vector<double>() : options_.variance;
+}
+
 Tensor NormalizationImpl::call(const Tensor& x, const CallContext&) {
-  LOCKSTEP_CHECK(!options_.mean.empty(), "Normalization '", name(),
+  LOCKSTEP_CHECK(mean_.defined() || !options_.mean.empty(), "Normalization '", name(),
                  "': no mean and variance; give them, or adapt() the layer to data first");
+  const std::vector<double> means = mean(), variances = variance();
   const std::int64_t features = x.rank() == 0 ? 1 : x.dim(x.rank() - 1);
-  const auto n = static_cast<std::int64_t>(options_.mean.size());
+  const auto n = static_cast<std::int64_t>(means.size());
   LOCKSTEP_CHECK_AS(ShapeError, n == 1 || n == features, "Normalization '", name(), "': ", n,
                     " means for inputs of shape ", x.shape(), " (", features,
                     " features on the last axis)");
   std::vector<float> mean(static_cast<std::size_t>(n)), scale(static_cast<std::size_t>(n));
   for (std::size_t i = 0; i < mean.size(); ++i) {
-    mean[i] = static_cast<float>(options_.mean[i]);
+    mean[i] = static_cast<float>(means[i]);
     // Keras's: the standard deviation, at least its epsilon (1e-7).
-    scale[i] = std::max(std::sqrt(static_cast<float>(options_.variance[i])), 1e-7f);
+    scale[i] = std::max(std::sqrt(static_cast<float>(variances[i])), 1e-7f);
   }
   const Tensor f = x.dtype() == DType::kFloat32 ? x : cast(x, DType::kFloat32);
   const Tensor m = Tensor::from_vector(mean), sd = Tensor::from_vector(scale);
@@ -348,6 +378,16 @@ void NormalizationImpl::adapt(const Tensor& data) {
     rows += n;
   }
   for (double& v : var) v /= static_cast<double>(rows);
+  if (mean_.defined()) {
+    LOCKSTEP_CHECK_AS(ShapeError, mean_.shape()[0] == features, "Normalization '", name(),
+                      "'.adapt: the layer was built for ", mean_.shape()[0],
+                      " features; the data has ", features);
+    NoGradGuard no_grad;
+    mean_.assign(Tensor::from_vector(std::vector<float>(mean.begin(), mean.end())));
+    variance_.assign(Tensor::from_vector(std::vector<float>(var.begin(), var.end())));
+    count_.assign(Tensor::from_vector(std::vector<std::int64_t>{rows}, Shape{}));
+    return;
+  }
   options_.mean = std::move(mean);
   options_.variance = std::move(var);
 }
@@ -356,8 +396,10 @@ LayerConfig NormalizationImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
   c.set("axis", std::vector<std::int64_t>{-1});
   c.set("invert", options_.invert);
-  c.set("mean", options_.mean);
-  c.set("variance", options_.variance);
+  if (!mean_.defined()) {  // else Keras's null: the weights hold them
+    c.set("mean", options_.mean);
+    c.set("variance", options_.variance);
+  }
   return c;
 }
 

@@ -125,10 +125,36 @@ TEST(Layers, NormalizationMatchesKerasFormulaAndItsGradient) {
   EXPECT_THROW(layers::Normalization({.mean = {1.0}, .variance = {}}), ValueError);
   EXPECT_THROW(layers::Normalization({.mean = {1.0}, .variance = {-1.0}}), ValueError);
   EXPECT_THROW(norm(Tensor::zeros({2, 4})), ShapeError);
-  EXPECT_THROW(layers::Normalization()(Tensor::zeros({2, 3})), ValueError);
+
   // Its config rebuilds it.
   const Layer again = layer_from_config("Normalization", norm->get_config());
   EXPECT_EQ(again(v).to_vector<float>(), norm(v).to_vector<float>());
+}
+
+// Built without mean and variance, the layer holds them as Keras 3 does:
+// the non-trainable weights mean, variance (the identity until adapted)
+// and an int64 count; adapt() then fills the weights, and the config says
+// nothing of them (Keras's null).
+TEST(Layers, NormalizationBuiltWithoutStatisticsKeepsThemAsWeights) {
+  layers::Normalization norm;
+  const Tensor x = Tensor::from_vector<float>({1, 10, 3, 20, 5, 60}, {3, 2});
+  EXPECT_EQ(norm(x).to_vector<float>(), x.to_vector<float>()) << "Keras's: identity until adapted";
+  std::vector<std::string> names;
+  for (const Variable& w : norm.weights()) {
+    names.push_back(w.name());
+    EXPECT_FALSE(w.trainable()) << w.name();
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{norm.name() + "/mean", norm.name() + "/variance",
+                                             norm.name() + "/count"}));
+  EXPECT_EQ(norm.weights()[2].value().dtype(), DType::kInt64);
+  norm->adapt(x);
+  EXPECT_EQ(norm->mean(), (std::vector<double>{3.0, 30.0}));
+  EXPECT_NEAR(norm->variance()[1], 1400.0 / 3.0, 1e-3);
+  EXPECT_EQ(norm.weights()[2].value().to_vector<std::int64_t>(), std::vector<std::int64_t>{3});
+  const std::vector<float> y = norm(x).to_vector<float>();
+  EXPECT_NEAR(y[0], -2.0f / std::sqrt(8.0f / 3.0f), 1e-6);
+  EXPECT_FALSE(norm->get_config().has("mean"));
+  EXPECT_THROW(norm->adapt(Tensor::zeros({4, 3})), ShapeError) << "built for 2 features";
 }
 
 TEST(Layers, ShapeLayersAndMerges) {

@@ -143,6 +143,39 @@ TEST(KerasFiles, AnFtrlModelKerasSavedStepsAsKerasStepped) {
   expect_bitwise(weights(back), weights(m), "ftrl round trip");
 }
 
+// Keras's structured-data model (make_normalization_keras_fixture.py): a
+// Normalization adapted before it joined the model keeps its statistics as
+// weights (mean, variance, int64 count) and null in its config. They load,
+// the model predicts and steps as Keras did, and saved again the layer still
+// keeps them as weights.
+TEST(KerasFiles, AnAdaptedNormalizationLoadsItsStatisticsFromWeights) {
+  const json e = json::parse(slurp(kFixtures / "normalization_expected.json"));
+  Model m = load_model((kFixtures / "normalization.keras").string());
+  const auto* norm = dynamic_cast<const layers::NormalizationImpl*>(m.layers().at(1).impl().get());
+  ASSERT_NE(norm, nullptr);
+  const auto mean = e.at("mean").get<std::vector<double>>();
+  const auto variance = e.at("variance").get<std::vector<double>>();
+  for (std::size_t i = 0; i < mean.size(); ++i) {
+    EXPECT_EQ(norm->mean()[i], mean[i]) << i;
+    EXPECT_EQ(norm->variance()[i], variance[i]) << i;
+  }
+  expect_near_keras(m.predict(tensor_of(e, "input")), e.at("output").get<std::vector<float>>(),
+                    1e-5, "normalization output");
+  const auto step_y = e.at("step_y").get<std::vector<double>>();
+  m.train_on_batch(tensor_of(e, "step_x"), Tensor::from_vector<std::int64_t>(
+                                               {step_y.begin(), step_y.end()},
+                                               Shape{static_cast<std::int64_t>(step_y.size())}));
+  expect_near_keras(m.predict(tensor_of(e, "input")),
+                    e.at("output_after_step").get<std::vector<float>>(), 2e-5,
+                    "normalization output after one more step");
+  TempDir dir("normalization_keras");
+  const std::string again = dir / "again.keras";
+  m.save(again);
+  Model back = load_model(again);
+  expect_bitwise(weights(back), weights(m), "normalization round trip");
+  EXPECT_FALSE(back.layers().at(1).impl()->get_config().has("mean"));
+}
+
 TEST(KerasFiles, TheFixtureMlpKeepsItsCompileSettings) {
   Model m = load_model((kFixtures / "mlp.keras").string());
   EXPECT_EQ(m.optimizer()->class_name(), "Adam");

@@ -225,19 +225,29 @@ struct NormalizationOptions {
 // (x − mean) / max(sqrt(variance), 1e-7) over the last axis
 // (keras.layers.Normalization with axis=-1, mean and variance given: its
 // config carries them, so a saved model normalises as it did in training).
+//
+// Built without mean and variance (a layer adapted after it joined a model,
+// or one Keras adapted and saved: Keras 3 keeps the statistics as weights
+// then, with null in the config), the layer holds them as Keras does: three
+// non-trainable weights, mean and variance [features] (0 and 1 until
+// adapted: the identity) and an int64 count, which a file's weights fill.
 class NormalizationImpl : public SingleInputLayerImpl {
  public:
   explicit NormalizationImpl(NormalizationOptions options);
+  void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   LayerConfig get_config() const override;
   // The mean and (population) variance of `data` ([n, ..., features]) per
-  // feature, as Keras's adapt(); they then travel in the config.
+  // feature, as Keras's adapt(): into the weights when the layer has them,
+  // else into the config.
   void adapt(const Tensor& data);
-  const std::vector<double>& mean() const { return options_.mean; }
-  const std::vector<double>& variance() const { return options_.variance; }
+  // The statistics in use (the weights' values when the layer has them).
+  std::vector<double> mean() const;
+  std::vector<double> variance() const;
 
  private:
   NormalizationOptions options_;
+  Variable mean_, variance_, count_;  // defined when the statistics are weights
 };
 class Normalization : public Layer {
  public:
