@@ -14,7 +14,7 @@
 //                        verifies every checksum (exit 1 when damaged)
 //   lockstep devices     lists the logical CPU devices and their cores, and the
 //                        GPUs (or why there are none)
-//   lockstep version     prints the version
+//   lockstep version     prints the version (as lockstep --version)
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -101,6 +101,7 @@ int main(int argc, char** argv) {
       "list the logical CPU devices (LOCKSTEP_CPU_DEVICES changes them) and the GPUs, or why "
       "there are none");
   CLI::App* version = app.add_subcommand("version", "print the version");
+  app.set_version_flag("--version", "lockstep " LOCKSTEP_VERSION, "print the version and exit");
   // A misspelt command gets the nearest one (CLI11 would say only that a
   // subcommand is required).
   if (argc > 1 && argv[1][0] != '-') {
@@ -127,7 +128,7 @@ int main(int argc, char** argv) {
     if (worker_cmd->parsed()) return lockstep::cli::run_serve(serve_args, "worker");
     if (devices_cmd->parsed()) return devices();
     if (version->parsed()) {
-      std::printf("lockstep 0.1.0\n");
+      std::printf("lockstep %s\n", LOCKSTEP_VERSION);
       return 0;
     }
     return 2;
