@@ -44,9 +44,8 @@ TrainingSnapshot snapshot_at(const Model& m, int epoch, std::int64_t step,
   return snap;
 }
 
-int effective_verbose(int verbose) {
-  // The live bar needs a terminal; elsewhere print the one-line form.
-  if (verbose == 1 && !stdout_is_terminal()) return 2;
+int effective_verbose(int verbose, bool chief) {
+  if (verbose == 1 && (!chief || !stdout_is_terminal())) return 2;
   return verbose;
 }
 
@@ -389,7 +388,7 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
   prepare_replicas(m, "fit");
   check_workers_agree(m, "fit", train.steps());
   std::unique_ptr<BatchSource> val_source = validation_source(m, val, o);
-  const int verbose = effective_verbose(o.verbose);
+  const int verbose = effective_verbose(o.verbose, s.strategy.is_chief());
   CallbackList callbacks = make_callbacks(
       o.callbacks, &m, {.epochs = o.epochs, .steps = train.steps(), .verbose = verbose}, true);
   EpochSteps steps{
@@ -509,9 +508,12 @@ Logs Model::evaluate(const data::Dataset& dataset, const EvaluateOptions& o) {
 Logs Model::Loops::evaluate(Model& m, BatchSource& source, const EvaluateOptions& o) {
   prepare_replicas(m, "evaluate");
   detail::pull_from_parameter_servers(m);
-  CallbackList callbacks = make_callbacks(
-      o.callbacks, &m,
-      {.epochs = 1, .steps = source.steps(), .verbose = effective_verbose(o.verbose)}, false);
+  CallbackList callbacks =
+      make_callbacks(o.callbacks, &m,
+                     {.epochs = 1,
+                      .steps = source.steps(),
+                      .verbose = effective_verbose(o.verbose, m.state().strategy.is_chief())},
+                     false);
   return test_pass(m, source, callbacks, "evaluate: ");
 }
 
@@ -566,7 +568,10 @@ std::vector<Tensor> Model::Loops::predict(Model& m, BatchSource& source, const P
   }
   CallbackList callbacks = make_callbacks(
       o.callbacks, &m,
-      {.epochs = 1, .steps = source.steps(), .verbose = effective_verbose(o.verbose)}, false);
+      {.epochs = 1,
+       .steps = source.steps(),
+       .verbose = effective_verbose(o.verbose, !m.state_ || m.state_->strategy.is_chief())},
+      false);
   source.start_epoch(0);
   callbacks.each([](Callback& cb) { cb.on_predict_begin({}); });
   std::vector<std::vector<Tensor>> per_output;

@@ -22,8 +22,11 @@ namespace detail {
 TrainingSnapshot snapshot_at(const Model& m, int epoch, std::int64_t step,
                              data::IteratorState input);
 
-// The live bar needs a terminal; elsewhere verbose 1 prints the one-line form.
-int effective_verbose(int verbose);
+// The live bar needs a terminal, and one writer: verbose 1 prints the
+// one-line form where stdout is no terminal, and on a worker that is not the
+// chief (mpirun gives every rank a terminal of its own even when its output
+// goes to a file, and each rank drew its bar into it: issue #38).
+int effective_verbose(int verbose, bool chief);
 
 struct CallbackList {
   std::vector<std::shared_ptr<Callback>> all;
