@@ -50,28 +50,6 @@ int devices() {
   return 0;
 }
 
-// Levenshtein distance, for suggesting a command.
-std::size_t distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
-std::string nearest(const std::string& word, const std::vector<std::string>& names) {
-  return *std::min_element(names.begin(), names.end(), [&](const auto& x, const auto& y) {
-    return distance(word, x) < distance(word, y);
-  });
-}
-
 std::string join(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
@@ -109,7 +87,7 @@ int main(int argc, char** argv) {
     for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
     if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
       std::fprintf(stderr, "lockstep: unknown command '%s'; did you mean '%s'? (commands: %s)\n",
-                   argv[1], nearest(argv[1], names).c_str(), join(names).c_str());
+                   argv[1], lockstep::nearest_name(argv[1], names).c_str(), join(names).c_str());
       return 2;
     }
   }

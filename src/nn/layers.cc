@@ -12,26 +12,6 @@
 
 namespace lockstep {
 
-std::optional<ReluOptions> plain_relu_activation(const std::string& name) {
-  if (name == "relu") return ReluOptions{};
-  if (name == "relu6") return ReluOptions{.max_value = 6.0f};
-  return std::nullopt;
-}
-
-ActivationFn get_activation(const std::string& name) {
-  if (name.empty() || name == "linear") return [](const Tensor& x) { return x; };
-  if (name == "relu") return [](const Tensor& x) { return relu(x); };
-  if (name == "relu6") return [](const Tensor& x) { return relu(x, {.max_value = 6.0f}); };
-  if (name == "sigmoid") return [](const Tensor& x) { return sigmoid(x); };
-  if (name == "tanh") return [](const Tensor& x) { return tanh(x); };
-  if (name == "softmax") return [](const Tensor& x) { return softmax(x, -1); };
-  if (name == "log_softmax") return [](const Tensor& x) { return log_softmax(x, -1); };
-  if (name == "silu" || name == "swish") return [](const Tensor& x) { return mul(x, sigmoid(x)); };
-  detail::throw_error<ValueError>("unknown activation '", name,
-                                  "'; valid names: linear, relu, relu6, sigmoid, tanh, softmax, "
-                                  "log_softmax, silu, swish");
-}
-
 namespace layers {
 
 using nn_detail::put_kernel_layer_options;

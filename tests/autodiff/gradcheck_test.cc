@@ -108,6 +108,9 @@ TEST(GradCheck, Log1p) {
   check_unary(
       "log1p", lockstep::log1p, [](double x) { return std::log1p(x); }, -0.5, 3.0);
 }
+TEST(GradCheck, Erf) {
+  check_unary("erf", lockstep::erf, [](double x) { return std::erf(x); });
+}
 TEST(GradCheck, Sqrt) {
   check_unary(
       "sqrt", lockstep::sqrt, [](double x) { return std::sqrt(x); }, 0.2, 3.0);

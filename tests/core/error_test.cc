@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "lockstep/core/dtype.h"
+#include "lockstep/core/nearest_name.h"
 
 namespace lockstep {
 namespace {
@@ -49,6 +50,16 @@ TEST(DType, NamesSizesAndParsing) {
     EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("float32, int32"), std::string::npos);
   }
+}
+
+// "did you mean": the nearest known name by edits, the first of equals.
+TEST(NearestName, PicksTheFewestEditsAndTheFirstOfEquals) {
+  EXPECT_EQ(edit_distance("relux", "relu"), 1u);
+  EXPECT_EQ(edit_distance("", "elu"), 3u);
+  EXPECT_EQ(edit_distance("gelu", "gelu"), 0u);
+  EXPECT_EQ(nearest_name("relux", {"elu", "relu", "selu"}), "relu");
+  EXPECT_EQ(nearest_name("xelu", {"elu", "selu"}), "elu") << "both 1 edit away: the first";
+  EXPECT_EQ(nearest_name("anything", {}), "");
 }
 
 }  // namespace

@@ -134,6 +134,8 @@ TEST(DeviceOps, UnaryMatchCpu) {
   check_op(
       "log1p", [](const auto& v) { return log1p(v[0]); }, {pos}, 1e-6);
   check_op(
+      "erf", [](const auto& v) { return erf(v[0]); }, {x}, 1e-6);
+  check_op(
       "sqrt", [](const auto& v) { return sqrt(v[0]); }, {pos}, 1e-6);
   check_op(
       "sigmoid", [](const auto& v) { return sigmoid(v[0]); }, {x}, 1e-6);

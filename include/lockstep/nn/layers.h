@@ -12,17 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/nn/activations.h"
 #include "lockstep/nn/layer.h"
 
 namespace lockstep {
-
-// An activation function by Keras name: "linear" (or ""), "relu", "relu6",
-// "sigmoid", "tanh", "softmax", "log_softmax", "silu" ("swish"). ValueError
-// listing the valid names otherwise.
-using ActivationFn = std::function<Tensor(const Tensor&)>;
-ActivationFn get_activation(const std::string& name);
-// The plain ReLU an activation name is ("relu", "relu6"); none otherwise.
-std::optional<ReluOptions> plain_relu_activation(const std::string& name);
 
 namespace layers {
 

@@ -46,7 +46,19 @@ enum class BinaryKind {
   kGreaterEqual,
 };
 
-enum class UnaryKind { kNeg, kExp, kLog, kLog1p, kSqrt, kSquare, kAbs, kRelu, kSigmoid, kTanh };
+enum class UnaryKind {
+  kNeg,
+  kExp,
+  kLog,
+  kLog1p,
+  kSqrt,
+  kSquare,
+  kAbs,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kErf
+};
 
 // Same-shape maps of two float32 tensors (the fused backward kernels).
 enum class Map2Kind {
@@ -57,6 +69,7 @@ enum class Map2Kind {
   kAbsGrad,             // x > 0 ? g : (x < 0 ? −g : 0)   (g, x)
   kSigmoidGrad,         // g · y · (1 − y)                (g, y)
   kTanhGrad,            // g · (1 − y²)                   (g, y)
+  kErfGrad,             // g · 2/√π · exp(−x²)            (g, x)
 };
 
 enum class ReduceKind { kSum, kMean, kMax, kMin };

@@ -38,6 +38,8 @@ Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
 // log(1 + x), exact for small x (where log(1 + x) rounds 1 + x first).
 Tensor log1p(const Tensor& x);
+// The error function (std::erf): exact GELU's, 0.5·x·(1 + erf(x/√2)).
+Tensor erf(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 Tensor square(const Tensor& x);
 Tensor abs(const Tensor& x);

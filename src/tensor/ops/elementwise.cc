@@ -390,6 +390,26 @@ Tensor log(const Tensor& x) {
   return out;
 }
 
+Tensor erf(const Tensor& x) {
+  if (detail::any_bf16({&x})) return detail::narrow(erf(detail::widen(x)));
+  check_defined(x, "erf", "input");
+  detail::check_float32(x.dtype(), "erf", "input");
+  // Our loop at every size: oneDNN has an erf-based GELU but no erf.
+  const detail::OnDevice on;
+  Tensor out =
+      on.kernels() ? on.kernels()->unary(detail::UnaryKind::kErf, x) : Tensor::empty(x.shape());
+  if (!on.kernels()) map_into<float>(x, out, [](float v) { return std::erf(v); });
+  if (detail::should_record({x})) {
+    detail::record("erf", {x}, out, [x](const Tensor& g) {
+      // d/dx erf(x) = 2/√π · exp(−x²).
+      return Grads{map2(
+          g, x, [](float gv, float v) { return gv * 1.12837916709551257390f * std::exp(-v * v); },
+          detail::Map2Kind::kErfGrad)};
+    });
+  }
+  return out;
+}
+
 Tensor log1p(const Tensor& x) {
   if (detail::any_bf16({&x})) return detail::narrow(log1p(detail::widen(x)));
   check_defined(x, "log1p", "input");

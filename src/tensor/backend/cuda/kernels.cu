@@ -175,6 +175,8 @@ __device__ inline T unary_op(int kind, T v) {
         return 1.0f / (1.0f + expf(-v));
       case 9:
         return tanhf(v);
+      case 10:
+        return erff(v);
       default:
         break;
     }
@@ -224,6 +226,8 @@ __device__ inline float map2_op(int kind, float gv, float v) {
       return v > 0.0f ? gv : (v < 0.0f ? -gv : 0.0f);
     case 5:
       return gv * v * (1.0f - v);
+    case 7:
+      return gv * 1.12837916709551257390f * expf(-v * v);
     default:
       return gv * (1.0f - v * v);
   }
