@@ -115,6 +115,27 @@ std::map<std::string, LayerFactory> builtin_factories() {
     if (c.has("max_value")) o.max_value = static_cast<float>(c.get<double>("max_value"));
     return layers::ReLU(o);
   };
+  f["LeakyReLU"] = [](const LayerConfig& c) -> Layer {
+    // Keras 2's files name the slope alpha.
+    const double slope =
+        c.has("negative_slope") ? c.get<double>("negative_slope") : c.get_or<double>("alpha", 0.3);
+    return layers::LeakyReLU({.negative_slope = static_cast<float>(slope), .name = name(c)});
+  };
+  f["ELU"] = [](const LayerConfig& c) -> Layer {
+    return layers::ELU(
+        {.alpha = static_cast<float>(c.get_or<double>("alpha", 1.0)), .name = name(c)});
+  };
+  f["PReLU"] = [](const LayerConfig& c) -> Layer {
+    layers::PReLUOptions o{
+        .alpha_initializer = initializer(c, "alpha_initializer", initializers::Zeros()),
+        .alpha_regularizer = regularizer(c, "alpha_regularizer"),
+        .name = name(c)};
+    if (c.has("shared_axes")) {
+      for (double axis : numbers(c, "shared_axes"))
+        o.shared_axes.push_back(static_cast<std::int64_t>(axis));
+    }
+    return layers::PReLU(o);
+  };
   f["Softmax"] = [](const LayerConfig& c) -> Layer {
     return layers::Softmax(static_cast<int>(c.get_or<std::int64_t>("axis", -1)), name(c));
   };

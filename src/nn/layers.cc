@@ -14,6 +14,7 @@ namespace lockstep {
 
 namespace layers {
 
+using nn_detail::put_initializer;
 using nn_detail::put_kernel_layer_options;
 using nn_detail::put_regularizer;
 
@@ -128,6 +129,69 @@ LayerConfig ReLUImpl::get_config() const {
   return c;
 }
 ReLU::ReLU(ReLUOptions options) : Layer(std::make_shared<ReLUImpl>(std::move(options))) {}
+
+LeakyReLUImpl::LeakyReLUImpl(LeakyReLUOptions options)
+    : SingleInputLayerImpl("LeakyReLU", options.name), options_(std::move(options)) {
+  LOCKSTEP_CHECK(options_.negative_slope >= 0.0f,
+                 "The negative_slope value of a Leaky ReLU layer cannot be None or negative "
+                 "value. Expected a float. Received: negative_slope=",
+                 options_.negative_slope);
+}
+Tensor LeakyReLUImpl::call(const Tensor& x, const CallContext&) {
+  return activations::leaky_relu(x, options_.negative_slope);
+}
+LayerConfig LeakyReLUImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("negative_slope", static_cast<double>(options_.negative_slope));
+  return c;
+}
+LeakyReLU::LeakyReLU(LeakyReLUOptions options)
+    : Layer(std::make_shared<LeakyReLUImpl>(std::move(options))) {}
+
+ELUImpl::ELUImpl(ELUOptions options)
+    : SingleInputLayerImpl("ELU", options.name), options_(std::move(options)) {}
+Tensor ELUImpl::call(const Tensor& x, const CallContext&) {
+  return activations::elu(x, options_.alpha);
+}
+LayerConfig ELUImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("alpha", static_cast<double>(options_.alpha));
+  return c;
+}
+ELU::ELU(ELUOptions options) : Layer(std::make_shared<ELUImpl>(std::move(options))) {}
+
+PReLUImpl::PReLUImpl(PReLUOptions options)
+    : SingleInputLayerImpl("PReLU", options.name), options_(std::move(options)) {}
+void PReLUImpl::build(const std::vector<Shape>& input_shapes) {
+  const Shape& s = input_shapes.at(0);
+  LOCKSTEP_CHECK_AS(ShapeError, s.rank() >= 2, "PReLU '", name(),
+                    "': expected input of rank >= 2 (batch, ...), got shape ", s);
+  std::vector<std::int64_t> shape(s.dims().begin() + 1, s.dims().end());
+  for (std::int64_t axis : options_.shared_axes) {
+    LOCKSTEP_CHECK_AS(ShapeError, axis >= 1 && axis < s.rank(), "PReLU '", name(),
+                      "': shared axis ", axis, " is not an axis of inputs of shape ", s,
+                      " (1 is the first after the batch)");
+    shape[static_cast<std::size_t>(axis - 1)] = 1;
+  }
+  alpha_ = add_weight({.name = "alpha",
+                       .shape = Shape(shape),
+                       .initializer = options_.alpha_initializer,
+                       .regularizer = options_.alpha_regularizer});
+}
+Tensor PReLUImpl::call(const Tensor& x, const CallContext&) {
+  const Tensor zero = zeros_like(x);
+  Tensor a = alpha_.value();
+  if (a.dtype() != x.dtype()) a = cast(a, x.dtype());
+  return maximum(x, zero) + a * minimum(x, zero);
+}
+LayerConfig PReLUImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  put_initializer(c, "alpha_initializer", options_.alpha_initializer);
+  put_regularizer(c, "alpha_regularizer", options_.alpha_regularizer);
+  if (!options_.shared_axes.empty()) c.set("shared_axes", options_.shared_axes);
+  return c;
+}
+PReLU::PReLU(PReLUOptions options) : Layer(std::make_shared<PReLUImpl>(std::move(options))) {}
 
 SoftmaxImpl::SoftmaxImpl(int axis, std::string name)
     : SingleInputLayerImpl("Softmax", std::move(name)), axis_(axis) {}

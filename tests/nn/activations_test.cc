@@ -115,6 +115,48 @@ TEST(Activations, GluGatesTheFirstHalfByTheSecond) {
   EXPECT_THROW(activations::glu(Tensor::zeros({2, 3})), ShapeError);
 }
 
+// The layers: LeakyReLU and ELU with their arguments, PReLU with its alpha
+// weight (shared over the axes named) and the gradient for it: the sum of
+// min(x, 0) times the upstream gradient over the shared positions.
+TEST(Activations, LeakyReluEluAndPreluLayers) {
+  std::mt19937 rng(9);
+  layers::LeakyReLU leaky({.negative_slope = 0.1f});
+  layers::ELU elu({.alpha = 0.7f});
+  check_gradients(
+      "LeakyReLU", [&](const std::vector<Tensor>& x) { return leaky(x[0]); },
+      [](const std::vector<Ref>& x) {
+        return ref_unary(x[0], [](double v) { return v > 0 ? v : 0.1 * v; });
+      },
+      {random_ref({4, 5}, rng, -3.0, 3.0)});
+  check_gradients(
+      "ELU", [&](const std::vector<Tensor>& x) { return elu(x[0]); },
+      [](const std::vector<Ref>& x) {
+        return ref_unary(x[0], [](double v) { return v > 0 ? v : 0.7 * std::expm1(v); });
+      },
+      {random_ref({4, 5}, rng, -3.0, 3.0)});
+  EXPECT_EQ(layers::LeakyReLU()->get_config().get<double>("negative_slope"), 0.30000001192092896)
+      << "Keras 3's default slope";
+  EXPECT_THROW(layers::LeakyReLU({.negative_slope = -1.0f}), ValueError);
+
+  layers::PReLU prelu({.alpha_initializer = initializers::Constant(0.25f), .shared_axes = {1}});
+  const Tensor x = to_tensor(random_ref({3, 2, 4}, rng, -2.0, 2.0));
+  GradientTape tape;
+  const Tensor y = prelu(x);
+  const Variable alpha = prelu->alpha();
+  ASSERT_EQ(alpha.shape(), Shape({1, 4})) << "axis 1 shared";
+  const std::vector<float> xv = x.to_vector<float>(), yv = y.to_vector<float>();
+  for (std::size_t i = 0; i < xv.size(); ++i)
+    EXPECT_FLOAT_EQ(yv[i], xv[i] > 0 ? xv[i] : 0.25f * xv[i]) << i;
+  const std::vector<float> g =
+      tape.gradient(sum(y), std::vector<Variable>{alpha})[0].to_vector<float>();
+  for (std::size_t c = 0; c < 4; ++c) {
+    double want = 0;
+    for (std::size_t i = c; i < xv.size(); i += 4) want += std::min(xv[i], 0.0f);
+    EXPECT_NEAR(g[c], want, 1e-5) << c;
+  }
+  EXPECT_THROW(layers::PReLU({.shared_axes = {3}})(Tensor::zeros({2, 3})), ShapeError);
+}
+
 TEST(Activations, EveryKerasNameWithoutArgumentsResolves) {
   // keras.activations.ALL_OBJECTS_DICT of Keras 3.15 and its aliases, less
   // threshold (its arguments are required) and sparsemax.

@@ -24,7 +24,9 @@ inline Model every_layer_model() {
   x = layers::Conv2D(5, {1, 1}, {.kernel_regularizer = regularizers::L2(1e-4f)})(x);
   x = layers::MaxPooling2D({2, 2}, {.strides = {1, 1}})(x);
   x = layers::GlobalAveragePooling2D()(x);
-  x = layers::Activation("tanh")(layers::Dense(6)(x));
+  x = layers::Activation("tanh")(layers::Dense(6, {.activation = "gelu"})(x));
+  x = layers::ELU({.alpha = 0.5f})(layers::LeakyReLU({.negative_slope = 0.2f})(x));
+  x = layers::PReLU({.alpha_initializer = initializers::Constant(0.25f)})(x);
   auto t = layers::Embedding(10, 3)(ids);
   t = layers::Flatten()(layers::Reshape({12})(t));
   auto joined = layers::Concatenate()({x, layers::Dropout(0.1f)(t)});

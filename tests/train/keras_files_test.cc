@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "lockstep/lockstep.h"
 #include "support/errors.h"
@@ -143,6 +144,21 @@ TEST(KerasFiles, AnFtrlModelKerasSavedStepsAsKerasStepped) {
   expect_bitwise(weights(back), weights(m), "ftrl round trip");
 }
 
+// A classifier fixture of one make_*_keras_fixture.py: Keras's outputs on
+// its input within 1e-5, then one more step on its batch (class ids) and
+// the outputs after it within 2e-5.
+void predicts_and_steps_as_keras(Model& m, const json& e, const std::string& what) {
+  expect_near_keras(m.predict(tensor_of(e, "input")), e.at("output").get<std::vector<float>>(),
+                    1e-5, what + " output");
+  const auto ids = e.at("step_y").get<std::vector<double>>();
+  m.train_on_batch(tensor_of(e, "step_x"),
+                   Tensor::from_vector<std::int64_t>({ids.begin(), ids.end()},
+                                                     Shape{static_cast<std::int64_t>(ids.size())}));
+  expect_near_keras(m.predict(tensor_of(e, "input")),
+                    e.at("output_after_step").get<std::vector<float>>(), 2e-5,
+                    what + " output after one more step");
+}
+
 // Keras's structured-data model (make_normalization_keras_fixture.py): a
 // Normalization adapted before it joined the model keeps its statistics as
 // weights (mean, variance, int64 count) and null in its config. They load,
@@ -159,21 +175,39 @@ TEST(KerasFiles, AnAdaptedNormalizationLoadsItsStatisticsFromWeights) {
     EXPECT_EQ(norm->mean()[i], mean[i]) << i;
     EXPECT_EQ(norm->variance()[i], variance[i]) << i;
   }
-  expect_near_keras(m.predict(tensor_of(e, "input")), e.at("output").get<std::vector<float>>(),
-                    1e-5, "normalization output");
-  const auto step_y = e.at("step_y").get<std::vector<double>>();
-  m.train_on_batch(tensor_of(e, "step_x"), Tensor::from_vector<std::int64_t>(
-                                               {step_y.begin(), step_y.end()},
-                                               Shape{static_cast<std::int64_t>(step_y.size())}));
-  expect_near_keras(m.predict(tensor_of(e, "input")),
-                    e.at("output_after_step").get<std::vector<float>>(), 2e-5,
-                    "normalization output after one more step");
+  predicts_and_steps_as_keras(m, e, "normalization");
   TempDir dir("normalization_keras");
   const std::string again = dir / "again.keras";
   m.save(again);
   Model back = load_model(again);
   expect_bitwise(weights(back), weights(m), "normalization round trip");
   EXPECT_FALSE(back.layers().at(1).impl()->get_config().has("mean"));
+}
+
+// Every activation Keras names, each a Dense layer's by its string, and the
+// LeakyReLU, ELU and PReLU layers (make_activation_keras_fixture.py): the
+// model predicts and takes one more step as Keras did, and saved again it
+// loads to the same weights and architecture.
+TEST(KerasFiles, EveryActivationPredictsAndStepsAsKeras) {
+  const json e = json::parse(slurp(kFixtures / "activations_expected.json"));
+  Model m = load_model((kFixtures / "activations.keras").string());
+  std::set<std::string> activations;
+  for (const Layer& layer : m.layers()) {
+    const LayerConfig c = layer.impl()->get_config();
+    if (c.has("activation")) activations.insert(c.get<std::string>("activation"));
+  }
+  // Keras writes its aliases under their own names (swish as silu).
+  for (auto name : e.at("activations").get<std::vector<std::string>>()) {
+    if (name == "swish" || name == "hard_swish") name = name == "swish" ? "silu" : "hard_silu";
+    EXPECT_TRUE(activations.contains(name)) << name;
+  }
+  predicts_and_steps_as_keras(m, e, "activations");
+  TempDir dir("activations_keras");
+  const std::string again = dir / "again.keras";
+  m.save(again);
+  Model back = load_model(again);
+  expect_bitwise(weights(back), weights(m), "activations round trip");
+  EXPECT_EQ(json::parse(back.to_json()), json::parse(m.to_json()));
 }
 
 TEST(KerasFiles, TheFixtureMlpKeepsItsCompileSettings) {

@@ -94,6 +94,72 @@ class ReLU : public Layer {
   explicit ReLU(ReLUOptions options = {});
 };
 
+// keras.layers.LeakyReLU: x above 0, negative_slope · x below (Keras 3's
+// default slope 0.3; Keras 2's files call it alpha).
+struct LeakyReLUOptions {
+  float negative_slope = 0.3f;
+  std::string name{};
+};
+class LeakyReLUImpl : public SingleInputLayerImpl {
+ public:
+  explicit LeakyReLUImpl(LeakyReLUOptions options);
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
+
+ private:
+  LeakyReLUOptions options_;
+};
+class LeakyReLU : public Layer {
+ public:
+  explicit LeakyReLU(LeakyReLUOptions options = {});
+};
+
+// keras.layers.ELU: x above 0, alpha · (exp(x) − 1) below.
+struct ELUOptions {
+  float alpha = 1.0f;
+  std::string name{};
+};
+class ELUImpl : public SingleInputLayerImpl {
+ public:
+  explicit ELUImpl(ELUOptions options);
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
+
+ private:
+  ELUOptions options_;
+};
+class ELU : public Layer {
+ public:
+  explicit ELU(ELUOptions options = {});
+};
+
+// keras.layers.PReLU: max(x, 0) + alpha · min(x, 0) with alpha a trainable
+// weight of the input's shape without the batch axis, of size 1 along the
+// `shared_axes` (Keras's numbering: 1 is the first axis after the batch).
+struct PReLUOptions {
+  Initializer alpha_initializer = initializers::Zeros();
+  Regularizer alpha_regularizer{};
+  std::vector<std::int64_t> shared_axes{};
+  std::string name{};
+};
+class PReLUImpl : public SingleInputLayerImpl {
+ public:
+  explicit PReLUImpl(PReLUOptions options);
+  void build(const std::vector<Shape>& input_shapes) override;
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
+  const Variable& alpha() const { return alpha_; }
+
+ private:
+  PReLUOptions options_;
+  Variable alpha_;
+};
+class PReLU : public Layer {
+ public:
+  explicit PReLU(PReLUOptions options = {});
+  PReLUImpl* operator->() const { return static_cast<PReLUImpl*>(impl_.get()); }
+};
+
 class SoftmaxImpl : public SingleInputLayerImpl {
  public:
   SoftmaxImpl(int axis, std::string name);
