@@ -64,10 +64,23 @@ Size2 size2(const LayerConfig& c, const std::string& key) {
 
 Initializer initializer(const LayerConfig& c, const std::string& key, Initializer fallback) {
   if (!c.has(key)) return fallback;
-  const std::string name = c.get<std::string>(key);
-  if (name == "constant")
-    return initializers::Constant(static_cast<float>(c.get_or<double>(key + "_value", 0.0)));
-  return initializers::get(name);
+  // Its arguments under "key.argument" (config_helpers.h's put_initializer).
+  Initializer::Args args;
+  const std::string prefix = key + ".";
+  for (const auto& [k, v] : c.entries()) {
+    if (k.rfind(prefix, 0) != 0) continue;
+    if (const auto* d = std::get_if<double>(&v)) {
+      args.emplace_back(k.substr(prefix.size()), *d);
+    } else if (const auto* i = std::get_if<std::int64_t>(&v)) {
+      args.emplace_back(k.substr(prefix.size()), static_cast<double>(*i));
+    } else if (const auto* s = std::get_if<std::string>(&v)) {
+      args.emplace_back(k.substr(prefix.size()), *s);
+    } else {
+      detail::throw_error<ValueError>(key, ": the initializer argument '", k.substr(prefix.size()),
+                                      "' is neither a number nor a string");
+    }
+  }
+  return initializers::from_config(c.get<std::string>(key), args);
 }
 
 Regularizer regularizer(const LayerConfig& c, const std::string& key) {

@@ -2,14 +2,20 @@
 #pragma once
 
 #include <string>
+#include <variant>
 
 #include "lockstep/nn/config.h"
 #include "lockstep/nn/initializers.h"
 
 namespace lockstep::nn_detail {
 
+// An initializer as its name under `key` and each argument under
+// "key.argument" (what keras_config turns into Keras's object, and
+// config.cc's initializer() back).
 inline void put_initializer(LayerConfig& c, const std::string& key, const Initializer& init) {
   c.set(key, init.name());
+  for (const auto& [arg, value] : init.args())
+    std::visit([&, &a = arg](const auto& v) { c.set(key + "." + a, v); }, value);
 }
 
 inline void put_regularizer(LayerConfig& c, const std::string& key, const Regularizer& r) {

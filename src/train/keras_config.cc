@@ -11,7 +11,9 @@
 #include <map>
 #include <set>
 
+#include "lockstep/core/nearest_name.h"
 #include "lockstep/nn/functional.h"
+#include "lockstep/nn/initializers.h"
 
 namespace lockstep::keras {
 namespace {
@@ -36,7 +38,8 @@ json batch_shape(const Shape& sample_shape) {
 
 // ---- initializers and regularizers ----------------------------------------
 
-// Lockstep's initializer names and Keras's classes.
+// Lockstep's initializer names and Keras's classes (and the aliases Keras
+// reads too).
 const std::vector<std::pair<std::string, std::string>>& initializer_classes() {
   static const std::vector<std::pair<std::string, std::string>> table = {
       {"glorot_uniform", "GlorotUniform"},
@@ -44,39 +47,52 @@ const std::vector<std::pair<std::string, std::string>>& initializer_classes() {
       {"he_normal", "HeNormal"},
       {"he_uniform", "HeUniform"},
       {"lecun_normal", "LecunNormal"},
+      {"lecun_uniform", "LecunUniform"},
+      {"variance_scaling", "VarianceScaling"},
+      {"orthogonal", "Orthogonal"},
+      {"orthogonal", "OrthogonalInitializer"},
+      {"identity", "Identity"},
+      {"identity", "IdentityInitializer"},
       {"random_normal", "RandomNormal"},
+      {"random_normal", "normal"},
       {"random_uniform", "RandomUniform"},
+      {"random_uniform", "uniform"},
+      {"truncated_normal", "TruncatedNormal"},
       {"zeros", "Zeros"},
+      {"zeros", "zero"},
       {"ones", "Ones"},
+      {"ones", "one"},
       {"constant", "Constant"}};
   return table;
 }
 
+// The initializer named under `key` of a layer's config, with its
+// arguments ("key.argument"), as Keras's object.
 json initializer_object(const std::string& name, const LayerConfig& c, const std::string& key) {
   std::string cls;
   for (const auto& [ours, theirs] : initializer_classes()) {
-    if (ours == name) cls = theirs;
+    if (ours == name && cls.empty()) cls = theirs;
   }
   LOCKSTEP_CHECK(!cls.empty(), "save: initializer '", name, "' of '", key, "' has no Keras class");
   json config = json::object();
-  if (name == "constant") {
-    config["value"] = c.get_or<double>(key + "_value", 0.0);
-  } else if (name == "random_normal") {
-    config = {{"mean", 0.0}, {"stddev", 0.05}, {"seed", nullptr}};
-  } else if (name == "random_uniform") {
-    config = {{"minval", -0.05}, {"maxval", 0.05}, {"seed", nullptr}};
-  } else if (name != "zeros" && name != "ones") {
-    config = {{"seed", nullptr}};
+  const std::string prefix = key + ".";
+  for (const auto& [k, v] : c.entries()) {
+    if (k.rfind(prefix, 0) == 0)
+      std::visit([&](const auto& x) { config[k.substr(prefix.size())] = x; }, v);
   }
+  // Keras's random initializers carry a seed; none: fresh values.
+  if (name != "zeros" && name != "ones" && name != "constant" && name != "identity")
+    config["seed"] = nullptr;
   return {{"module", "keras.initializers"},
           {"class_name", cls},
           {"config", config},
           {"registered_name", nullptr}};
 }
 
-// A Keras initializer (object or identifier) as Lockstep's name, plus the
-// constant's value. Arguments other than Keras's defaults are refused: a
-// fresh weight would not be what Keras makes.
+// A Keras initializer (object or identifier) as Lockstep's name under `key`
+// and its arguments under "key.argument". A seed is dropped (the weights
+// come from the file); an argument Lockstep's initializer does not take is
+// refused by initializers::from_config, naming it.
 void read_initializer(const json& v, const std::string& key, LayerConfig& out,
                       const std::string& where) {
   std::string cls = v.is_string() ? v.get<std::string>() : v.value("class_name", std::string());
@@ -85,37 +101,39 @@ void read_initializer(const json& v, const std::string& key, LayerConfig& out,
   for (const auto& [ours, theirs] : initializer_classes()) {
     if (cls == theirs || cls == ours) name = ours;
   }
-  LOCKSTEP_CHECK(!name.empty(), where, ": ", key, " is the initializer '", cls,
-                 "', which Lockstep does not have (it has glorot_uniform, glorot_normal, "
-                 "he_normal, he_uniform, lecun_normal, random_normal, random_uniform, zeros, "
-                 "ones, constant)");
-  auto expect = [&](const char* arg, double value) {
-    if (!config.contains(arg) || config[arg].is_null()) return;
-    LOCKSTEP_CHECK(config[arg].is_number() && config[arg].get<double>() == value, where, ": ", key,
-                   " (", cls, ") has ", arg, " = ", config[arg].dump(), "; Lockstep's has ", value);
-  };
+  if (name.empty()) {
+    std::vector<std::string> known;
+    for (const auto& [ours, theirs] : initializer_classes()) known.push_back(theirs);
+    detail::throw_error<ValueError>(
+        where, ": ", key, " is the initializer '", cls,
+        "', which Lockstep does not have; did you mean '", nearest_name(cls, known), "'? (it has ",
+        [&] {
+          std::string all;
+          for (const auto& n : initializers::names()) all += (all.empty() ? "" : ", ") + n;
+          return all;
+        }(),
+        ")");
+  }
+  Initializer::Args args;
   for (const auto& [arg, value] : config.items()) {
     if (arg == "seed" || value.is_null()) continue;  // a seed only picks fresh values
-    if (name == "constant" && arg == "value") {
-      LOCKSTEP_CHECK(value.is_number(), where, ": ", key,
-                     " (Constant) has a value that is not a number");
-      out.set(key + "_value", value.get<double>());
-      continue;
+    if (value.is_number()) {
+      args.emplace_back(arg, value.get<double>());
+    } else if (value.is_string()) {
+      args.emplace_back(arg, value.get<std::string>());
+    } else {
+      detail::throw_error<ValueError>(where, ": ", key, " (", cls, ") has ", arg, " = ",
+                                      value.dump(), ", which Lockstep cannot take");
     }
-    if ((name == "random_normal" && (arg == "mean" || arg == "stddev")) ||
-        (name == "random_uniform" && (arg == "minval" || arg == "maxval")))
-      continue;
-    detail::throw_error<ValueError>(where, ": ", key, " (", cls, ") has the argument ", arg, " = ",
-                                    value.dump(), ", which Lockstep's ", name, " does not take");
   }
-  if (name == "random_normal") {
-    expect("mean", 0.0);
-    expect("stddev", 0.05);
-  } else if (name == "random_uniform") {
-    expect("minval", -0.05);
-    expect("maxval", 0.05);
+  try {
+    initializers::from_config(name, args);  // refuses what it cannot take, now
+  } catch (const ValueError& e) {
+    detail::throw_error<ValueError>(where, ": ", key, " (", cls, "): ", e.what());
   }
   out.set(key, name);
+  for (const auto& [arg, value] : args)
+    std::visit([&, &a = arg](const auto& x) { out.set(key + "." + a, x); }, value);
 }
 
 json regularizer_object(double l1, double l2) {
@@ -159,7 +177,7 @@ json leaf_config(const LayerImpl& layer) {
             {"dtype", dtype_policy(layer.dtype_policy().name)}};
   std::map<std::string, std::pair<double, double>> regularizers;
   for (const auto& [k, v] : ours.entries()) {
-    if (k == "name" || k == "trainable" || ends_with(k, "_initializer_value")) continue;
+    if (k == "name" || k == "trainable" || k.find("_initializer.") != std::string::npos) continue;
     if (ends_with(k, "_regularizer_l1") || ends_with(k, "_regularizer_l2")) {
       auto& r = regularizers[k.substr(0, k.size() - 3)];
       (ends_with(k, "_l1") ? r.first : r.second) = std::get<double>(v);
@@ -328,9 +346,26 @@ LayerConfig read_leaf_config(const std::string& cls, const json& config, const s
   return c;
 }
 
+// Whether `k` ("X_initializer.argument") is an argument of an initializer
+// that a `cls` layer always applies, at that initializer's own value.
+bool fixed_initializer_argument(const std::string& cls, const std::string& k,
+                                const LayerConfig::Value& v) {
+  const auto dot = k.find("_initializer.");
+  if (dot == std::string::npos) return false;
+  const std::string key = k.substr(0, dot + 12), arg = k.substr(dot + 13);
+  const auto always = fixed_initializers().find(cls + "." + key);
+  if (always == fixed_initializers().end()) return false;
+  const Initializer applied = initializers::get(always->second);
+  for (const auto& [name, value] : applied.args()) {
+    const auto mine = std::visit([](const auto& x) -> LayerConfig::Value { return x; }, value);
+    if (name == arg && same_value(v, mine)) return true;
+  }
+  return false;
+}
+
 // Every setting of the file reached the layer: the rebuilt layer's own config
 // holds it with the same value, or it is an initializer Lockstep always
-// applies and the file names that one.
+// applies and the file names that one, with its arguments.
 void check_nothing_dropped(const std::string& cls, const LayerConfig& wanted, const Layer& made,
                            const std::string& where) {
   const LayerConfig got = made->get_config();
@@ -343,7 +378,7 @@ void check_nothing_dropped(const std::string& cls, const LayerConfig& wanted, co
       }
       continue;
     }
-    if (ends_with(k, "_initializer_value")) continue;
+    if (fixed_initializer_argument(cls, k, v)) continue;
     auto fixed = fixed_initializers().find(cls + "." + k);
     if (fixed != fixed_initializers().end() && std::get_if<std::string>(&v) &&
         std::get<std::string>(v) == fixed->second)

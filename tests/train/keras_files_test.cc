@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -208,6 +209,60 @@ TEST(KerasFiles, EveryActivationPredictsAndStepsAsKeras) {
   Model back = load_model(again);
   expect_bitwise(weights(back), weights(m), "activations round trip");
   EXPECT_EQ(json::parse(back.to_json()), json::parse(m.to_json()));
+}
+
+// Every Keras initializer with its arguments (make_initializer_keras_fixture.py)
+// loads as that initializer with those arguments, and survives our save:
+// the file we write names the same ones (Keras's Identity writes no gain,
+// so it comes back as 1).
+TEST(KerasFiles, InitializersKeepTheirArguments) {
+  Model m = load_model((kFixtures / "initializers.keras").string());
+  using Args = Initializer::Args;
+  const std::map<std::string, std::pair<std::string, Args>> want{
+      {"dense_variance_scaling",
+       {"variance_scaling", {{"scale", 0.5}, {"mode", "fan_out"}, {"distribution", "uniform"}}}},
+      {"dense_variance_scaling_normal",
+       {"variance_scaling",
+        {{"scale", 2.0}, {"mode", "fan_avg"}, {"distribution", "untruncated_normal"}}}},
+      {"dense_orthogonal", {"orthogonal", {{"gain", 2.0}}}},
+      {"dense_identity", {"identity", {{"gain", 1.0}}}},
+      {"dense_random_normal", {"random_normal", {{"mean", 0.1}, {"stddev", 0.3}}}},
+      {"dense_random_uniform", {"random_uniform", {{"minval", -1.0}, {"maxval", 2.0}}}},
+      {"dense_truncated_normal", {"truncated_normal", {{"mean", 0.0}, {"stddev", 0.02}}}},
+      {"dense_constant", {"constant", {{"value", 0.7}}}},
+      {"dense_lecun_uniform", {"lecun_uniform", {}}},
+      {"dense_lecun_normal", {"lecun_normal", {}}},
+      {"dense_he_uniform", {"he_uniform", {}}},
+      {"dense_glorot_normal", {"glorot_normal", {}}},
+      {"dense_ones", {"ones", {}}}};
+  TempDir dir("initializers_keras");
+  m.save(dir / "again.keras");
+  const Model back = load_model(dir / "again.keras");
+  for (const Model* model : {static_cast<const Model*>(&m), &back}) {
+    std::size_t seen = 0;
+    for (const Layer& layer : model->layers()) {
+      const auto it = want.find(layer.name());
+      if (it == want.end()) continue;
+      ++seen;
+      // The layer's config: the initializer's name, its arguments under
+      // "kernel_initializer.argument" (what the file is written from).
+      const LayerConfig c = layer.impl()->get_config();
+      EXPECT_EQ(c.get<std::string>("kernel_initializer"), it->second.first) << layer.name();
+      std::size_t arguments = 0;
+      for (const auto& [k, v] : c.entries()) arguments += k.rfind("kernel_initializer.", 0) == 0;
+      EXPECT_EQ(arguments, it->second.second.size()) << layer.name();
+      for (const auto& [key, value] : it->second.second) {
+        const std::string k = "kernel_initializer." + key;
+        if (const double* d = std::get_if<double>(&value)) {
+          EXPECT_NEAR(c.get<double>(k), *d, 1e-6) << layer.name() << " " << key;
+        } else {
+          EXPECT_EQ(c.get<std::string>(k), std::get<std::string>(value)) << layer.name();
+        }
+      }
+    }
+    EXPECT_EQ(seen, want.size());
+  }
+  expect_bitwise(weights(back), weights(m), "initializers round trip");
 }
 
 TEST(KerasFiles, TheFixtureMlpKeepsItsCompileSettings) {

@@ -14,22 +14,32 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "lockstep/tensor/tensor.h"
 
 namespace lockstep {
 
-// A named function from a shape to initial values. Value type.
+// A named function from a shape to initial values, with the arguments it
+// was made with (Keras's config keys: what a saved model records, and what
+// initializers::from_config takes back). Value type.
 class Initializer {
  public:
   using Fn = std::function<Tensor(const Shape&)>;
-  Initializer(std::string name, Fn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
+  using Arg = std::variant<double, std::string>;
+  using Args = std::vector<std::pair<std::string, Arg>>;
+  Initializer(std::string name, Fn fn, Args args = {})
+      : name_(std::move(name)), fn_(std::move(fn)), args_(std::move(args)) {}
   Tensor operator()(const Shape& shape) const { return fn_(shape); }
   const std::string& name() const { return name_; }
+  const Args& args() const { return args_; }
 
  private:
   std::string name_;
   Fn fn_;
+  Args args_;
 };
 
 // A named weight penalty; empty (false) when there is none. Value type.
@@ -66,6 +76,23 @@ Initializer HeNormal(Seed seed = std::nullopt);
 Initializer HeUniform(Seed seed = std::nullopt);
 // Truncated normal, stddev = sqrt(1 / fan_in).
 Initializer LecunNormal(Seed seed = std::nullopt);
+// U(-limit, limit), limit = sqrt(3 / fan_in).
+Initializer LecunUniform(Seed seed = std::nullopt);
+// Keras's VarianceScaling, of which the six above are cases: variance
+// scale / n with n the fan_in, fan_out or fan_avg ("mode") of the shape;
+// "distribution" truncated_normal (stddev corrected for the truncation at 2
+// standard deviations; Keras 2's "normal" is this), untruncated_normal or
+// uniform. ValueError for another mode or distribution.
+Initializer VarianceScaling(double scale = 1.0, const std::string& mode = "fan_in",
+                            const std::string& distribution = "truncated_normal",
+                            Seed seed = std::nullopt);
+// An orthogonal matrix (rows or columns orthonormal, as the shape allows)
+// times gain, of a normal matrix's QR decomposition, the rows being all
+// axes but the last (Saxe et al.; Keras's Orthogonal). Rank >= 2.
+Initializer Orthogonal(double gain = 1.0, Seed seed = std::nullopt);
+// gain times the identity matrix (rectangular: ones on the diagonal); 2-D
+// shapes only, as Keras's Identity.
+Initializer Identity(double gain = 1.0);
 Initializer RandomNormal(float mean = 0.0f, float stddev = 0.05f, Seed seed = std::nullopt);
 Initializer RandomUniform(float minval = -0.05f, float maxval = 0.05f, Seed seed = std::nullopt);
 // Normal values redrawn until within two standard deviations of the mean.
@@ -74,8 +101,14 @@ Initializer Zeros();
 Initializer Ones();
 Initializer Constant(float value);
 // By Keras name: "glorot_uniform", "he_normal", "zeros", ...; ValueError
-// listing the valid names otherwise.
+// naming the nearest valid name otherwise.
 Initializer get(std::string_view name);
+// By name and Keras's config arguments (as Initializer::args() holds them;
+// a seed is not one: a file's weights are loaded, not drawn). ValueError
+// naming an argument the initializer does not take, or one of the wrong type.
+Initializer from_config(const std::string& name, const Initializer::Args& args);
+// The names get() and from_config() take.
+std::vector<std::string> names();
 }  // namespace initializers
 
 namespace regularizers {
