@@ -48,6 +48,7 @@
 #include "lockstep/nn/losses.h"
 #include "lockstep/nn/metrics.h"
 #include "lockstep/nn/mixed_precision.h"
+#include "lockstep/nn/sequence_layers.h"
 #include "lockstep/nn/utils.h"
 #include "lockstep/optim/optimizers.h"
 #include "lockstep/optim/schedules.h"

@@ -1,6 +1,7 @@
 // LayerConfig values and the registry of loadable layer classes.
 #include "lockstep/nn/config.h"
 
+#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -8,6 +9,7 @@
 #include "lockstep/nn/conv_layers.h"
 #include "lockstep/nn/image_augmentation.h"
 #include "lockstep/nn/layers.h"
+#include "lockstep/nn/sequence_layers.h"
 
 namespace lockstep {
 
@@ -104,18 +106,39 @@ std::vector<double> numbers(const LayerConfig& c, const std::string& key) {
   detail::throw_error<ValueError>("layer config: missing key '", key, "'");
 }
 
+// A 1-D size: Keras writes [k] (or a number).
+std::int64_t size1(const LayerConfig& c, const std::string& key) {
+  const std::vector<double> v = numbers(c, key);
+  LOCKSTEP_CHECK(v.size() == 1 && v[0] == std::floor(v[0]), "layer config: ", key,
+                 " must be one whole number, got ", v.size(), " values");
+  return static_cast<std::int64_t>(v[0]);
+}
+
+// A global pooling layer L from its config (keepdims, name).
+template <typename L>
+Layer global_pooling(const LayerConfig& c) {
+  return L({.keepdims = c.get_or("keepdims", false), .name = name(c)});
+}
+
+// The arguments Dense, Conv1D and Conv2D share (activation, bias, kernel
+// and bias initializers and regularizers, name), set on `o`.
+template <typename Options>
+Options with_kernel_layer_options(const LayerConfig& c, Options o) {
+  o.activation = c.get_or<std::string>("activation", "");
+  o.use_bias = c.get_or("use_bias", true);
+  o.kernel_initializer = initializer(c, "kernel_initializer", initializers::GlorotUniform());
+  o.bias_initializer = initializer(c, "bias_initializer", initializers::Zeros());
+  o.kernel_regularizer = regularizer(c, "kernel_regularizer");
+  o.bias_regularizer = regularizer(c, "bias_regularizer");
+  o.name = name(c);
+  return o;
+}
+
 std::map<std::string, LayerFactory> builtin_factories() {
   std::map<std::string, LayerFactory> f;
   f["Dense"] = [](const LayerConfig& c) -> Layer {
-    return layers::Dense(
-        c.get<std::int64_t>("units"),
-        {.activation = c.get_or<std::string>("activation", ""),
-         .use_bias = c.get_or("use_bias", true),
-         .kernel_initializer = initializer(c, "kernel_initializer", initializers::GlorotUniform()),
-         .bias_initializer = initializer(c, "bias_initializer", initializers::Zeros()),
-         .kernel_regularizer = regularizer(c, "kernel_regularizer"),
-         .bias_regularizer = regularizer(c, "bias_regularizer"),
-         .name = name(c)});
+    return layers::Dense(c.get<std::int64_t>("units"),
+                         with_kernel_layer_options(c, layers::DenseOptions{}));
   };
   f["Activation"] = [](const LayerConfig& c) -> Layer {
     return layers::Activation(c.get<std::string>("activation"), name(c));
@@ -187,6 +210,44 @@ std::map<std::string, LayerFactory> builtin_factories() {
                                   .invert = c.get_or<bool>("invert", false),
                                   .name = name(c)});
   };
+  f["LayerNormalization"] = [](const LayerConfig& c) -> Layer {
+    const std::vector<double> axis = c.has("axis") ? numbers(c, "axis") : std::vector{-1.0};
+    LOCKSTEP_CHECK(axis == std::vector{-1.0}, "LayerNormalization '", name(c),
+                   "': Lockstep normalises over the last axis (axis=-1) only");
+    return layers::LayerNormalization(
+        {.epsilon = static_cast<float>(c.get_or<double>("epsilon", 1e-3)),
+         .center = c.get_or("center", true),
+         .scale = c.get_or("scale", true),
+         .rms_scaling = c.get_or("rms_scaling", false),
+         .beta_initializer = initializer(c, "beta_initializer", initializers::Zeros()),
+         .gamma_initializer = initializer(c, "gamma_initializer", initializers::Ones()),
+         .beta_regularizer = regularizer(c, "beta_regularizer"),
+         .gamma_regularizer = regularizer(c, "gamma_regularizer"),
+         .name = name(c)});
+  };
+  f["Conv1D"] = [](const LayerConfig& c) -> Layer {
+    return layers::Conv1D(
+        c.get<std::int64_t>("filters"), size1(c, "kernel_size"),
+        with_kernel_layer_options(
+            c, layers::Conv1DOptions{.strides = size1(c, "strides"),
+                                     .padding = c.get_or<std::string>("padding", "valid"),
+                                     .dilation_rate = size1(c, "dilation_rate"),
+                                     .groups = c.get_or<std::int64_t>("groups", 1)}));
+  };
+  auto pooling1d = [](bool max) {
+    return [max](const LayerConfig& c) -> Layer {
+      const std::int64_t pool = size1(c, "pool_size");
+      const layers::Pooling1DOptions o{.strides = c.has("strides") ? size1(c, "strides") : pool,
+                                       .padding = c.get_or<std::string>("padding", "valid"),
+                                       .name = name(c)};
+      if (max) return layers::MaxPooling1D(pool, o);
+      return layers::AveragePooling1D(pool, o);
+    };
+  };
+  f["MaxPooling1D"] = pooling1d(true);
+  f["AveragePooling1D"] = pooling1d(false);
+  f["GlobalAveragePooling1D"] = global_pooling<layers::GlobalAveragePooling1D>;
+  f["GlobalMaxPooling1D"] = global_pooling<layers::GlobalMaxPooling1D>;
   f["Embedding"] = [](const LayerConfig& c) -> Layer {
     return layers::Embedding(
         c.get<std::int64_t>("input_dim"), c.get<std::int64_t>("output_dim"),
@@ -195,17 +256,11 @@ std::map<std::string, LayerFactory> builtin_factories() {
   f["Conv2D"] = [](const LayerConfig& c) -> Layer {
     return layers::Conv2D(
         c.get<std::int64_t>("filters"), size2(c, "kernel_size"),
-        {.strides = size2(c, "strides"),
-         .padding = c.get<std::string>("padding"),
-         .dilation_rate = size2(c, "dilation_rate"),
-         .groups = c.get_or<std::int64_t>("groups", 1),
-         .activation = c.get_or<std::string>("activation", ""),
-         .use_bias = c.get_or("use_bias", true),
-         .kernel_initializer = initializer(c, "kernel_initializer", initializers::GlorotUniform()),
-         .bias_initializer = initializer(c, "bias_initializer", initializers::Zeros()),
-         .kernel_regularizer = regularizer(c, "kernel_regularizer"),
-         .bias_regularizer = regularizer(c, "bias_regularizer"),
-         .name = name(c)});
+        with_kernel_layer_options(
+            c, layers::Conv2DOptions{.strides = size2(c, "strides"),
+                                     .padding = c.get<std::string>("padding"),
+                                     .dilation_rate = size2(c, "dilation_rate"),
+                                     .groups = c.get_or<std::int64_t>("groups", 1)}));
   };
   f["DepthwiseConv2D"] = [](const LayerConfig& c) -> Layer {
     return layers::DepthwiseConv2D(
@@ -230,16 +285,8 @@ std::map<std::string, LayerFactory> builtin_factories() {
   };
   f["MaxPooling2D"] = pooling(true);
   f["AveragePooling2D"] = pooling(false);
-  auto global_pooling = [](bool max) {
-    return [max](const LayerConfig& c) -> Layer {
-      const layers::GlobalPoolingOptions o{.keepdims = c.get_or("keepdims", false),
-                                           .name = name(c)};
-      if (max) return layers::GlobalMaxPooling2D(o);
-      return layers::GlobalAveragePooling2D(o);
-    };
-  };
-  f["GlobalAveragePooling2D"] = global_pooling(false);
-  f["GlobalMaxPooling2D"] = global_pooling(true);
+  f["GlobalAveragePooling2D"] = global_pooling<layers::GlobalAveragePooling2D>;
+  f["GlobalMaxPooling2D"] = global_pooling<layers::GlobalMaxPooling2D>;
   f["Resizing"] = [](const LayerConfig& c) -> Layer {
     return layers::Resizing(c.get<std::int64_t>("height"), c.get<std::int64_t>("width"),
                             {.interpolation = c.get_or<std::string>("interpolation", "bilinear"),

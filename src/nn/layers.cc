@@ -450,6 +450,67 @@ LayerConfig NormalizationImpl::get_config() const {
 Normalization::Normalization(NormalizationOptions options)
     : Layer(std::make_shared<NormalizationImpl>(std::move(options))) {}
 
+// ---- LayerNormalization ------------------------------------------------------------
+
+LayerNormalizationImpl::LayerNormalizationImpl(LayerNormalizationOptions options)
+    : SingleInputLayerImpl("LayerNormalization", options.name), options_(std::move(options)) {
+  LOCKSTEP_CHECK(options_.epsilon >= 0.0f, "LayerNormalization '", name(),
+                 "': epsilon must be >= 0, got ", options_.epsilon);
+}
+
+void LayerNormalizationImpl::build(const std::vector<Shape>& input_shapes) {
+  const Shape& s = input_shapes.at(0);
+  LOCKSTEP_CHECK_AS(ShapeError, s.rank() >= 2, "LayerNormalization '", name(),
+                    "': expected input of rank >= 2 (batch, ..., features), got ", s);
+  const std::int64_t features = s[s.rank() - 1];
+  // Keras's order: gamma, then beta.
+  if (options_.scale || options_.rms_scaling)
+    gamma_ = add_weight({.name = "gamma",
+                         .shape = {features},
+                         .initializer = options_.gamma_initializer,
+                         .regularizer = options_.gamma_regularizer});
+  if (options_.center && !options_.rms_scaling)
+    beta_ = add_weight({.name = "beta",
+                        .shape = {features},
+                        .initializer = options_.beta_initializer,
+                        .regularizer = options_.beta_regularizer});
+}
+
+Tensor LayerNormalizationImpl::call(const Tensor& x_in, const CallContext&) {
+  const Tensor x = x_in.dtype() == DType::kFloat32 ? x_in : cast(x_in, DType::kFloat32);
+  const ReduceOptions last{.axes = {-1}, .keepdims = true};
+  const Tensor mu = mean(x, last);
+  const Tensor variance = mean(square(x - mu), last);
+  Tensor inv = Tensor::scalar(1.0f) / sqrt(variance + options_.epsilon);
+  if (gamma_.defined()) inv = inv * gamma_.value();
+  Tensor y;
+  if (options_.rms_scaling) {
+    y = x * inv;
+  } else {
+    Tensor shift = neg(mu) * inv;
+    if (beta_.defined()) shift = shift + beta_.value();
+    y = x * inv + shift;
+  }
+  return y.dtype() == x_in.dtype() ? y : cast(y, x_in.dtype());
+}
+
+LayerConfig LayerNormalizationImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("axis", std::vector<std::int64_t>{-1});  // Keras 3 writes the list
+  c.set("epsilon", static_cast<double>(options_.epsilon));
+  c.set("center", options_.center);
+  c.set("scale", options_.scale);
+  c.set("rms_scaling", options_.rms_scaling);
+  put_initializer(c, "beta_initializer", options_.beta_initializer);
+  put_initializer(c, "gamma_initializer", options_.gamma_initializer);
+  put_regularizer(c, "beta_regularizer", options_.beta_regularizer);
+  put_regularizer(c, "gamma_regularizer", options_.gamma_regularizer);
+  return c;
+}
+
+LayerNormalization::LayerNormalization(LayerNormalizationOptions options)
+    : Layer(std::make_shared<LayerNormalizationImpl>(std::move(options))) {}
+
 // ---- Embedding -------------------------------------------------------------------------
 
 EmbeddingImpl::EmbeddingImpl(std::int64_t input_dim, std::int64_t output_dim,

@@ -28,8 +28,14 @@ inline Model every_layer_model() {
   x = layers::ELU({.alpha = 0.5f})(layers::LeakyReLU({.negative_slope = 0.2f})(x));
   x = layers::PReLU({.alpha_initializer = initializers::Constant(0.25f)})(x);
   auto t = layers::Embedding(10, 3)(ids);
+  // The sequence layers on the embedded ids [batch, 4, 3].
+  auto seq = layers::Conv1D(4, 2, {.padding = "causal", .activation = "relu"})(t);
+  seq = layers::LayerNormalization()(layers::MaxPooling1D(2, {.padding = "same"})(seq));
+  seq = layers::AveragePooling1D(1)(layers::Conv1D(2, 1, {.strides = 1})(seq));
+  auto pooled = layers::Concatenate()(
+      {layers::GlobalAveragePooling1D()(seq), layers::GlobalMaxPooling1D()(seq)});
   t = layers::Flatten()(layers::Reshape({12})(t));
-  auto joined = layers::Concatenate()({x, layers::Dropout(0.1f)(t)});
+  auto joined = layers::Concatenate()({x, layers::Dropout(0.1f)(t), pooled});
   auto out = layers::Softmax()(layers::Dense(3, {.activation = "linear"})(joined));
   return Model({image, ids}, {out}, "every_layer");
 }

@@ -148,16 +148,20 @@ TEST(KerasFiles, AnFtrlModelKerasSavedStepsAsKerasStepped) {
 // A classifier fixture of one make_*_keras_fixture.py: Keras's outputs on
 // its input within 1e-5, then one more step on its batch (class ids) and
 // the outputs after it within 2e-5.
-void predicts_and_steps_as_keras(Model& m, const json& e, const std::string& what) {
-  expect_near_keras(m.predict(tensor_of(e, "input")), e.at("output").get<std::vector<float>>(),
-                    1e-5, what + " output");
+void predicts_and_steps_as_keras(Model& m, const json& e, const std::string& what,
+                                 DType input_dtype = DType::kFloat32) {
+  auto input = [&](const std::string& key) {
+    const Tensor t = tensor_of(e, key);
+    return input_dtype == DType::kFloat32 ? t : cast(t, input_dtype);
+  };
+  expect_near_keras(m.predict(input("input")), e.at("output").get<std::vector<float>>(), 1e-5,
+                    what + " output");
   const auto ids = e.at("step_y").get<std::vector<double>>();
-  m.train_on_batch(tensor_of(e, "step_x"),
+  m.train_on_batch(input("step_x"),
                    Tensor::from_vector<std::int64_t>({ids.begin(), ids.end()},
                                                      Shape{static_cast<std::int64_t>(ids.size())}));
-  expect_near_keras(m.predict(tensor_of(e, "input")),
-                    e.at("output_after_step").get<std::vector<float>>(), 2e-5,
-                    what + " output after one more step");
+  expect_near_keras(m.predict(input("input")), e.at("output_after_step").get<std::vector<float>>(),
+                    2e-5, what + " output after one more step");
 }
 
 // Keras's structured-data model (make_normalization_keras_fixture.py): a
@@ -263,6 +267,20 @@ TEST(KerasFiles, InitializersKeepTheirArguments) {
     EXPECT_EQ(seen, want.size());
   }
   expect_bitwise(weights(back), weights(m), "initializers round trip");
+}
+
+// A text classifier with every sequence layer and LayerNormalization
+// (make_sequence_keras_fixture.py): it predicts and steps as Keras did, and
+// saved again loads to the same weights and architecture.
+TEST(KerasFiles, ASequenceModelPredictsAndStepsAsKeras) {
+  const json e = json::parse(slurp(kFixtures / "sequence_expected.json"));
+  Model m = load_model((kFixtures / "sequence.keras").string());
+  predicts_and_steps_as_keras(m, e, "sequence", DType::kInt32);
+  TempDir dir("sequence_keras");
+  m.save(dir / "again.keras");
+  Model back = load_model(dir / "again.keras");
+  expect_bitwise(weights(back), weights(m), "sequence round trip");
+  EXPECT_EQ(json::parse(back.to_json()), json::parse(m.to_json()));
 }
 
 TEST(KerasFiles, TheFixtureMlpKeepsItsCompileSettings) {
@@ -637,12 +655,12 @@ TEST(KerasFiles, DamagedAndForeignFilesAreNamedAndChangeNothing) {
   // A layer class Lockstep does not have, named with where it is.
   std::vector<io::ZipMember> members = io::read_zip((kFixtures / "mlp.keras").string());
   json config = json::parse(members[1].data);
-  config["config"]["layers"][2]["class_name"] = "LayerNormalization";
+  config["config"]["layers"][2]["class_name"] = "ConvLSTM2D";
   members[1].data = config.dump();
   spit(dir.path / "foreign.keras", io::zip_archive_image(members, 0));
   msg = message_of([&] { load_model(dir / "foreign.keras"); });
   EXPECT_NE(msg.find("foreign.keras: config.json: layer 'dense_1'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("unknown layer class 'LayerNormalization'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unknown layer class 'ConvLSTM2D'"), std::string::npos) << msg;
 
   // A setting Lockstep cannot honour is refused, not dropped.
   config = json::parse(io::read_zip((kFixtures / "mlp.keras").string())[1].data);

@@ -314,6 +314,40 @@ class Normalization : public Layer {
   NormalizationImpl* operator->() const { return static_cast<NormalizationImpl*>(impl_.get()); }
 };
 
+// ---- LayerNormalization -------------------------------------------------------
+struct LayerNormalizationOptions {
+  float epsilon = 1e-3f;
+  bool center = true;
+  bool scale = true;
+  // Keras 3's deprecated form: x · rsqrt(var(x) + epsilon) · gamma (the
+  // input is not centred; gamma only).
+  bool rms_scaling = false;
+  Initializer beta_initializer = initializers::Zeros();
+  Initializer gamma_initializer = initializers::Ones();
+  Regularizer beta_regularizer{};
+  Regularizer gamma_regularizer{};
+  std::string name{};
+};
+// keras.layers.LayerNormalization over the last axis: each example's
+// features to mean 0 and variance 1, then · gamma + beta (weights
+// [features]); computed in float32 under a mixed policy, as Keras's, in
+// Keras's order: x · inv + (beta − mean · inv), inv = gamma / sqrt(var + ε).
+class LayerNormalizationImpl : public SingleInputLayerImpl {
+ public:
+  explicit LayerNormalizationImpl(LayerNormalizationOptions options);
+  void build(const std::vector<Shape>& input_shapes) override;
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
+
+ private:
+  LayerNormalizationOptions options_;
+  Variable gamma_, beta_;
+};
+class LayerNormalization : public Layer {
+ public:
+  explicit LayerNormalization(LayerNormalizationOptions options = {});
+};
+
 // ---- Embedding ---------------------------------------------------------------------
 struct EmbeddingOptions {
   Initializer embeddings_initializer = initializers::RandomUniform();
