@@ -9,11 +9,18 @@
 # usage: ps_stops.sh LOCKSTEP_BINARY WORK_DIR
 source "$(dirname "$0")/lib.sh"
 
-# The task of `launch`'s children whose TF_CONFIG names it TYPE.
+# This script's jobs carry a mark in their environment: other tests run
+# parameter-server jobs at the same time (ctest -j), and a task of theirs
+# must be neither killed nor counted here.
+export LOCKSTEP_PS_STOPS_JOB="$work"
+
+# The task of this script's `launch` children whose TF_CONFIG names it TYPE.
 task_pid() {
-  local p
+  local p environ
   for p in $(pgrep -f -- "--strategy parameter-server"); do
-    tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -q "\"type\": *\"$1\"" && { echo "$p"; return 0; }
+    environ=$(tr '\0' '\n' </proc/"$p"/environ 2>/dev/null) || continue
+    grep -qx "LOCKSTEP_PS_STOPS_JOB=$work" <<<"$environ" || continue
+    grep -q "\"type\": *\"$1\"" <<<"$environ" && { echo "$p"; return 0; }
   done
   return 1
 }
