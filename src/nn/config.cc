@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/nearest_name.h"
 #include "lockstep/nn/conv_layers.h"
 #include "lockstep/nn/image_augmentation.h"
 #include "lockstep/nn/layers.h"
@@ -363,9 +364,14 @@ Layer layer_from_config(const std::string& class_name, const LayerConfig& config
     auto it = r.factories.find(class_name);
     if (it == r.factories.end()) {
       std::string known;
-      for (const auto& [k, v] : r.factories) known += (known.empty() ? "" : ", ") + k;
+      std::vector<std::string> names;
+      for (const auto& [k, v] : r.factories) {
+        known += (known.empty() ? "" : ", ") + k;
+        names.push_back(k);
+      }
       detail::throw_error<ValueError>(
-          "unknown layer class '", class_name, "'; known classes: ", known,
+          "unknown layer class '", class_name, "' (did you mean '", nearest_name(class_name, names),
+          "'?); known classes: ", known,
           ". Hint: register custom layers with lockstep::register_layer");
     }
     factory = it->second;

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/nearest_name.h"
 #include "lockstep/optim/optimizers.h"
 #include "lockstep/tensor/ops.h"
 
@@ -210,8 +211,10 @@ Optimizer from_config(const std::string& class_name,
          .weight_decay = number("weight_decay", 0),
          .clip = clip});
   } else {
-    detail::throw_error<ValueError>("unknown optimizer class '", class_name,
-                                    "'; Lockstep has SGD, Adam, AdamW, RMSprop, Adagrad and Ftrl");
+    detail::throw_error<ValueError>(
+        "unknown optimizer class '", class_name, "' (did you mean '",
+        nearest_name(class_name, {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Ftrl"}),
+        "'?); Lockstep has SGD, Adam, AdamW, RMSprop, Adagrad and Ftrl");
   }
   for (const auto& [key, value] : args) {
     LOCKSTEP_CHECK(used.contains(key), class_name, ": argument '", key, "' is not one Lockstep's ",

@@ -284,5 +284,17 @@ TEST(Optimizers, FtrlL1ZeroesWeightsAndChecksItsArguments) {
   EXPECT_TRUE(found_beta);
 }
 
+// An optimizer class Lockstep lacks is named, with the nearest it has.
+TEST(Optimizers, AnUnknownKerasClassNamesTheNearestKnownOne) {
+  try {
+    optimizers::from_config("Nadam", {});
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown optimizer class 'Nadam' (did you mean 'Adam'?)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace lockstep
