@@ -164,6 +164,17 @@ void predicts_and_steps_as_keras(Model& m, const json& e, const std::string& wha
                     2e-5, what + " output after one more step");
 }
 
+// `m` saved as .keras and loaded back: the same weights, bit for bit, and
+// the same architecture; the loaded model, for more checks.
+Model saved_and_loaded(const Model& m, const std::string& what) {
+  TempDir dir(what + "_keras");
+  m.save(dir / "again.keras");
+  Model back = load_model(dir / "again.keras");
+  expect_bitwise(weights(back), weights(m), what + " round trip");
+  EXPECT_EQ(json::parse(back.to_json()), json::parse(m.to_json())) << what;
+  return back;
+}
+
 // Keras's structured-data model (make_normalization_keras_fixture.py): a
 // Normalization adapted before it joined the model keeps its statistics as
 // weights (mean, variance, int64 count) and null in its config. They load,
@@ -181,11 +192,7 @@ TEST(KerasFiles, AnAdaptedNormalizationLoadsItsStatisticsFromWeights) {
     EXPECT_EQ(norm->variance()[i], variance[i]) << i;
   }
   predicts_and_steps_as_keras(m, e, "normalization");
-  TempDir dir("normalization_keras");
-  const std::string again = dir / "again.keras";
-  m.save(again);
-  Model back = load_model(again);
-  expect_bitwise(weights(back), weights(m), "normalization round trip");
+  const Model back = saved_and_loaded(m, "normalization");
   EXPECT_FALSE(back.layers().at(1).impl()->get_config().has("mean"));
 }
 
@@ -207,12 +214,7 @@ TEST(KerasFiles, EveryActivationPredictsAndStepsAsKeras) {
     EXPECT_TRUE(activations.contains(name)) << name;
   }
   predicts_and_steps_as_keras(m, e, "activations");
-  TempDir dir("activations_keras");
-  const std::string again = dir / "again.keras";
-  m.save(again);
-  Model back = load_model(again);
-  expect_bitwise(weights(back), weights(m), "activations round trip");
-  EXPECT_EQ(json::parse(back.to_json()), json::parse(m.to_json()));
+  saved_and_loaded(m, "activations");
 }
 
 // Every Keras initializer with its arguments (make_initializer_keras_fixture.py)
@@ -239,9 +241,7 @@ TEST(KerasFiles, InitializersKeepTheirArguments) {
       {"dense_he_uniform", {"he_uniform", {}}},
       {"dense_glorot_normal", {"glorot_normal", {}}},
       {"dense_ones", {"ones", {}}}};
-  TempDir dir("initializers_keras");
-  m.save(dir / "again.keras");
-  const Model back = load_model(dir / "again.keras");
+  const Model back = saved_and_loaded(m, "initializers");
   for (const Model* model : {static_cast<const Model*>(&m), &back}) {
     std::size_t seen = 0;
     for (const Layer& layer : model->layers()) {
@@ -266,7 +266,6 @@ TEST(KerasFiles, InitializersKeepTheirArguments) {
     }
     EXPECT_EQ(seen, want.size());
   }
-  expect_bitwise(weights(back), weights(m), "initializers round trip");
 }
 
 // A text classifier with every sequence layer and LayerNormalization
@@ -276,11 +275,7 @@ TEST(KerasFiles, ASequenceModelPredictsAndStepsAsKeras) {
   const json e = json::parse(slurp(kFixtures / "sequence_expected.json"));
   Model m = load_model((kFixtures / "sequence.keras").string());
   predicts_and_steps_as_keras(m, e, "sequence", DType::kInt32);
-  TempDir dir("sequence_keras");
-  m.save(dir / "again.keras");
-  Model back = load_model(dir / "again.keras");
-  expect_bitwise(weights(back), weights(m), "sequence round trip");
-  EXPECT_EQ(json::parse(back.to_json()), json::parse(m.to_json()));
+  saved_and_loaded(m, "sequence");
 }
 
 TEST(KerasFiles, TheFixtureMlpKeepsItsCompileSettings) {
