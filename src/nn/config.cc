@@ -186,6 +186,11 @@ std::map<std::string, LayerFactory> builtin_factories() {
     return layers::Reshape(c.get<std::vector<std::int64_t>>("target_shape"), name(c));
   };
   f["Add"] = [](const LayerConfig& c) -> Layer { return layers::Add(name(c)); };
+  f["Multiply"] = [](const LayerConfig& c) -> Layer { return layers::Multiply(name(c)); };
+  f["Subtract"] = [](const LayerConfig& c) -> Layer { return layers::Subtract(name(c)); };
+  f["Average"] = [](const LayerConfig& c) -> Layer { return layers::Average(name(c)); };
+  f["Maximum"] = [](const LayerConfig& c) -> Layer { return layers::Maximum(name(c)); };
+  f["Minimum"] = [](const LayerConfig& c) -> Layer { return layers::Minimum(name(c)); };
   f["Concatenate"] = [](const LayerConfig& c) -> Layer {
     return layers::Concatenate(static_cast<int>(c.get_or<std::int64_t>("axis", -1)), name(c));
   };

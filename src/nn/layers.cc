@@ -280,6 +280,78 @@ std::vector<Tensor> AddImpl::call(const std::vector<Tensor>& inputs, const CallC
 }
 Add::Add(std::string name) : Layer(std::make_shared<AddImpl>(std::move(name))) {}
 
+namespace {
+const char* merge_class(ElementwiseMergeImpl::Kind kind) {
+  using Kind = ElementwiseMergeImpl::Kind;
+  switch (kind) {
+    case Kind::kMultiply:
+      return "Multiply";
+    case Kind::kSubtract:
+      return "Subtract";
+    case Kind::kAverage:
+      return "Average";
+    case Kind::kMaximum:
+      return "Maximum";
+    case Kind::kMinimum:
+      break;
+  }
+  return "Minimum";
+}
+}  // namespace
+
+ElementwiseMergeImpl::ElementwiseMergeImpl(Kind kind, std::string name)
+    : LayerImpl(merge_class(kind), std::move(name)), kind_(kind) {}
+std::vector<Tensor> ElementwiseMergeImpl::call(const std::vector<Tensor>& inputs,
+                                               const CallContext&) {
+  if (kind_ == Kind::kSubtract) {
+    LOCKSTEP_CHECK(inputs.size() == 2, "Subtract '", name(), "': expected exactly 2 inputs, got ",
+                   inputs.size());
+  } else {
+    LOCKSTEP_CHECK(inputs.size() >= 2, class_name(), " '", name(),
+                   "': expected at least 2 inputs, got ", inputs.size());
+  }
+  Tensor out = inputs[0];
+  for (std::size_t i = 1; i < inputs.size(); ++i) {
+    LOCKSTEP_CHECK_AS(ShapeError, inputs[i].shape() == inputs[0].shape(), class_name(), " '",
+                      name(), "': input ", i, " has shape ", inputs[i].shape(), ", input 0 has ",
+                      inputs[0].shape());
+    switch (kind_) {
+      case Kind::kMultiply:
+        out = mul(out, inputs[i]);
+        break;
+      case Kind::kSubtract:
+        out = sub(out, inputs[i]);
+        break;
+      case Kind::kAverage:
+        out = add(out, inputs[i]);
+        break;
+      case Kind::kMaximum:
+        out = maximum(out, inputs[i]);
+        break;
+      case Kind::kMinimum:
+        out = minimum(out, inputs[i]);
+        break;
+    }
+  }
+  if (kind_ == Kind::kAverage) out = out / static_cast<float>(inputs.size());
+  return {out};
+}
+Multiply::Multiply(std::string name)
+    : Layer(std::make_shared<ElementwiseMergeImpl>(ElementwiseMergeImpl::Kind::kMultiply,
+                                                   std::move(name))) {}
+Subtract::Subtract(std::string name)
+    : Layer(std::make_shared<ElementwiseMergeImpl>(ElementwiseMergeImpl::Kind::kSubtract,
+                                                   std::move(name))) {}
+Average::Average(std::string name)
+    : Layer(std::make_shared<ElementwiseMergeImpl>(ElementwiseMergeImpl::Kind::kAverage,
+                                                   std::move(name))) {}
+Maximum::Maximum(std::string name)
+    : Layer(std::make_shared<ElementwiseMergeImpl>(ElementwiseMergeImpl::Kind::kMaximum,
+                                                   std::move(name))) {}
+Minimum::Minimum(std::string name)
+    : Layer(std::make_shared<ElementwiseMergeImpl>(ElementwiseMergeImpl::Kind::kMinimum,
+                                                   std::move(name))) {}
+
 ConcatenateImpl::ConcatenateImpl(int axis, std::string name)
     : LayerImpl("Concatenate", std::move(name)), axis_(axis) {}
 std::vector<Tensor> ConcatenateImpl::call(const std::vector<Tensor>& inputs, const CallContext&) {

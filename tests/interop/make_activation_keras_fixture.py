@@ -10,7 +10,6 @@ Run by hand, never by the build (see make_keras_fixtures.py for the venv):
 
     python3 tests/interop/make_activation_keras_fixture.py tests/interop/keras_fixtures
 """
-import json
 import os
 import sys
 
@@ -21,16 +20,14 @@ import numpy as np
 import keras
 from keras import layers
 
+from fixture_steps import fit_save_and_step
+
 ACTIVATIONS = [
     "relu", "leaky_relu", "relu6", "softmax", "celu", "elu", "selu", "softplus", "softsign",
     "squareplus", "soft_shrink", "sparse_plus", "silu", "gelu", "tanh", "tanh_shrink",
     "sigmoid", "sparse_sigmoid", "exponential", "hard_sigmoid", "hard_silu", "hard_tanh",
     "hard_shrink", "linear", "mish", "log_softmax", "log_sigmoid", "swish", "hard_swish",
 ]
-
-
-def flat(a):
-    return [float(v) for v in np.asarray(a, dtype=np.float32).reshape(-1)]
 
 
 def main(out):
@@ -49,19 +46,9 @@ def main(out):
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x_train = rng.standard_normal((24, 6)).astype("float32")
     y_train = rng.integers(0, 3, size=(24,)).astype("int64")
-    model.fit(x_train, y_train, batch_size=8, epochs=1, shuffle=False, verbose=0)
     x = rng.standard_normal((4, 6)).astype("float32")
-    entry = {"input_shape": list(x.shape), "input": flat(x),
-             "output": flat(model.predict(x, verbose=0)), "activations": ACTIVATIONS}
-    model.save(os.path.join(out, "activations.keras"))
-    xb, yb = x_train[:8], y_train[:8]
-    model.train_on_batch(xb, yb)
-    entry.update({"step_x_shape": list(xb.shape), "step_x": flat(xb),
-                  "step_y": [float(v) for v in yb],
-                  "output_after_step": flat(model.predict(x, verbose=0)),
-                  "keras_version": keras.__version__})
-    with open(os.path.join(out, "activations_expected.json"), "w") as f:
-        json.dump(entry, f, indent=1)
+    fit_save_and_step(model, out, "activations", x_train, y_train, x,
+                      {"activations": ACTIVATIONS})
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ Run by hand, never by the build (see make_keras_fixtures.py for the venv):
 
     python3 tests/interop/make_normalization_keras_fixture.py tests/interop/keras_fixtures
 """
-import json
 import os
 import sys
 
@@ -21,9 +20,7 @@ import numpy as np
 import keras
 from keras import layers
 
-
-def flat(a):
-    return [float(v) for v in np.asarray(a, dtype=np.float32).reshape(-1)]
+from fixture_steps import fit_save_and_step, flat
 
 
 def main(out):
@@ -43,20 +40,9 @@ def main(out):
     model.compile(optimizer=keras.optimizers.Adam(learning_rate=0.01),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
-    model.fit(x_train, y_train, batch_size=8, epochs=1, shuffle=False, verbose=0)
     x = (rng.standard_normal((4, 5)) * scales + offsets).astype("float32")
-    entry = {"input_shape": list(x.shape), "input": flat(x),
-             "output": flat(model.predict(x, verbose=0)),
-             "mean": flat(normalizer.mean), "variance": flat(normalizer.variance)}
-    model.save(os.path.join(out, "normalization.keras"))
-    xb, yb = x_train[:8], y_train[:8]
-    model.train_on_batch(xb, yb)
-    entry.update({"step_x_shape": list(xb.shape), "step_x": flat(xb),
-                  "step_y_shape": list(yb.shape), "step_y": [float(v) for v in yb],
-                  "output_after_step": flat(model.predict(x, verbose=0)),
-                  "keras_version": keras.__version__})
-    with open(os.path.join(out, "normalization_expected.json"), "w") as f:
-        json.dump(entry, f, indent=1)
+    fit_save_and_step(model, out, "normalization", x_train, y_train, x,
+                      {"mean": flat(normalizer.mean), "variance": flat(normalizer.variance)})
 
 
 if __name__ == "__main__":

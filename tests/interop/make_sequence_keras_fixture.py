@@ -16,7 +16,6 @@ Run by hand, never by the build (see make_keras_fixtures.py for the venv):
 
     python3 tests/interop/make_sequence_keras_fixture.py tests/interop/keras_fixtures
 """
-import json
 import os
 import sys
 
@@ -27,9 +26,7 @@ import numpy as np
 import keras
 from keras import layers
 
-
-def flat(a):
-    return [float(v) for v in np.asarray(a, dtype=np.float32).reshape(-1)]
+from fixture_steps import fit_save_and_step
 
 
 def main(out):
@@ -49,19 +46,8 @@ def main(out):
     x_train = rng.integers(0, 200, size=(24, 12)).astype("int32")
     x_train[:8] = rng.permutation(200)[:96].reshape(8, 12)  # the step's batch: no id twice
     y_train = rng.integers(0, 3, size=(24,)).astype("int64")
-    model.fit(x_train, y_train, batch_size=8, epochs=1, shuffle=False, verbose=0)
     x = rng.integers(0, 200, size=(4, 12)).astype("int32")
-    entry = {"input_shape": list(x.shape), "input": [int(v) for v in x.reshape(-1)],
-             "output": flat(model.predict(x, verbose=0))}
-    model.save(os.path.join(out, "sequence.keras"))
-    xb, yb = x_train[:8], y_train[:8]
-    model.train_on_batch(xb, yb)
-    entry.update({"step_x_shape": list(xb.shape), "step_x": [int(v) for v in xb.reshape(-1)],
-                  "step_y": [float(v) for v in yb],
-                  "output_after_step": flat(model.predict(x, verbose=0)),
-                  "keras_version": keras.__version__})
-    with open(os.path.join(out, "sequence_expected.json"), "w") as f:
-        json.dump(entry, f, indent=1)
+    fit_save_and_step(model, out, "sequence", x_train, y_train, x)
 
 
 if __name__ == "__main__":

@@ -117,6 +117,40 @@ TEST(ImageLayers, AddSumsItsInputsAndGivesEachTheGradient) {
        random_ref({2, 3, 3, 2}, rng)});
 }
 
+// Keras's other merging layers: elementwise over their inputs, each input
+// getting its share of the gradient (ties of Maximum/Minimum do not occur
+// with random inputs); Subtract takes exactly two.
+TEST(ImageLayers, MergeLayersAreElementwiseWithTheirGradients) {
+  std::mt19937 rng(5);
+  const std::vector<Ref> three{random_ref({2, 5}, rng), random_ref({2, 5}, rng),
+                               random_ref({2, 5}, rng)};
+  auto fold = [](const std::function<double(double, double)>& f) {
+    return [f](const std::vector<Ref>& in) {
+      Ref out = in[0];
+      for (std::size_t i = 1; i < in.size(); ++i) out = ref_binary(out, in[i], f);
+      return out;
+    };
+  };
+  check_layer("Multiply", layers::Multiply(), fold(std::multiplies<>()), three);
+  check_layer("Maximum", layers::Maximum(), fold([](double a, double b) { return std::max(a, b); }),
+              three);
+  check_layer("Minimum", layers::Minimum(), fold([](double a, double b) { return std::min(a, b); }),
+              three);
+  check_layer(
+      "Average", layers::Average(),
+      [&](const std::vector<Ref>& in) {
+        Ref out = fold(std::plus<>())(in);
+        for (double& v : out.v) v /= 3.0;
+        return out;
+      },
+      three);
+  check_layer("Subtract", layers::Subtract(), fold(std::minus<>()), {three[0], three[1]});
+  const Tensor x = Tensor::ones({2, 5});
+  EXPECT_THROW(layers::Subtract()({x, x, x}), ValueError);
+  EXPECT_THROW(layers::Multiply()({x, Tensor::ones({2, 4})}), ShapeError);
+  EXPECT_EQ(layers::Maximum().name().rfind("maximum", 0), 0u);
+}
+
 TEST(ImageLayers, RescalingMapsBytesToMinusOneToOne) {
   // MobileNetV2's preprocessing as a layer: Rescaling(1 / 127.5, offset -1).
   layers::Rescaling to_unit(1.0f / 127.5f, {.offset = -1.0f});

@@ -27,6 +27,9 @@ inline Model every_layer_model() {
   x = layers::Activation("tanh")(layers::Dense(6, {.activation = "gelu"})(x));
   x = layers::ELU({.alpha = 0.5f})(layers::LeakyReLU({.negative_slope = 0.2f})(x));
   x = layers::PReLU({.alpha_initializer = initializers::Constant(0.25f)})(x);
+  x = layers::Maximum()({layers::Multiply()({x, x}),
+                         layers::Subtract()({x, layers::Average()({x, x})}),
+                         layers::Minimum()({x, x})});
   auto t = layers::Embedding(10, 3)(ids);
   // The sequence layers on the embedded ids [batch, 4, 3].
   auto seq = layers::Conv1D(4, 2, {.padding = "causal", .activation = "relu"})(t);

@@ -278,6 +278,15 @@ TEST(KerasFiles, ASequenceModelPredictsAndStepsAsKeras) {
   saved_and_loaded(m, "sequence");
 }
 
+// Keras's merging layers (make_merge_keras_fixture.py): they predict and
+// step as Keras did, and survive our save.
+TEST(KerasFiles, MergeLayersPredictAndStepAsKeras) {
+  const json e = json::parse(slurp(kFixtures / "merge_expected.json"));
+  Model m = load_model((kFixtures / "merge.keras").string());
+  predicts_and_steps_as_keras(m, e, "merge");
+  saved_and_loaded(m, "merge");
+}
+
 TEST(KerasFiles, TheFixtureMlpKeepsItsCompileSettings) {
   Model m = load_model((kFixtures / "mlp.keras").string());
   EXPECT_EQ(m.optimizer()->class_name(), "Adam");

@@ -235,6 +235,38 @@ class Add : public Layer {
   explicit Add(std::string name = "");
 };
 
+// keras.layers.Multiply, Subtract (exactly 2 inputs), Average, Maximum and
+// Minimum: elementwise over inputs of one shape, as Add.
+class ElementwiseMergeImpl : public LayerImpl {
+ public:
+  enum class Kind { kMultiply, kSubtract, kAverage, kMaximum, kMinimum };
+  ElementwiseMergeImpl(Kind kind, std::string name);
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
+
+ private:
+  Kind kind_;
+};
+class Multiply : public Layer {
+ public:
+  explicit Multiply(std::string name = "");
+};
+class Subtract : public Layer {
+ public:
+  explicit Subtract(std::string name = "");
+};
+class Average : public Layer {
+ public:
+  explicit Average(std::string name = "");
+};
+class Maximum : public Layer {
+ public:
+  explicit Maximum(std::string name = "");
+};
+class Minimum : public Layer {
+ public:
+  explicit Minimum(std::string name = "");
+};
+
 class ConcatenateImpl : public LayerImpl {
  public:
   ConcatenateImpl(int axis, std::string name);
