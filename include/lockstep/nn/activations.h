@@ -1,7 +1,8 @@
 // Keras's activation functions (keras.activations), by name and as
 // functions, each a composition of differentiable ops, so its gradient is
-// theirs (tests/nn/activations_test.cc checks each by finite differences,
-// and against real Keras's outputs).
+// theirs (tests/nn/activations_test.cc checks each against its formula by
+// finite differences; tests/train/keras_files_test.cc a model using them
+// all against real Keras's outputs).
 //
 //   ls::layers::Dense(64, {.activation = "gelu"});          // by name
 //   ls::Tensor y = ls::activations::gelu(x, /*approximate=*/true);
