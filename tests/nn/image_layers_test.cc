@@ -18,8 +18,7 @@ void check_layer(const std::string& name, const Layer& layer, const RefFn& ref,
   check_gradients(
       name,
       [layer](const std::vector<Tensor>& x) {
-        return x.size() == 1 ? layer(x[0], {.training = true})
-                             : layer(x, {.training = true}).at(0);
+        return x.size() == 1 ? layer(x[0], {.training = true}) : layer(x, {.training = true}).at(0);
       },
       ref, inputs);
 }
@@ -40,36 +39,34 @@ TEST(ImageLayers, ReLUArgumentsGiveKerasDocstringValues) {
 
 TEST(ImageLayers, ReLU6AndLeakyThresholdGradientsByFiniteDifferences) {
   std::mt19937 rng(1);
-  check_layer(
-      "ReLU6", layers::ReLU({.max_value = 6.0f}),
-      [](const std::vector<Ref>& x) {
-        return ref_unary(x[0], [](double v) { return std::clamp(v, 0.0, 6.0); });
-      },
-      {random_ref({2, 3, 3, 4}, rng, -3, 9)});
-  check_layer(
-      "ReLU leaky with threshold and cap",
-      layers::ReLU({.max_value = 2.0f, .negative_slope = 0.25f, .threshold = 0.5f}),
-      [](const std::vector<Ref>& x) {
-        return ref_unary(x[0], [](double v) { return v > 0.5 ? std::min(v, 2.0) : 0.25 * (v - 0.5); });
-      },
-      {random_ref({4, 6}, rng, -3, 3)});
+  check_layer("ReLU6", layers::ReLU({.max_value = 6.0f}),
+              [](const std::vector<Ref>& x) {
+                return ref_unary(x[0], [](double v) { return std::clamp(v, 0.0, 6.0); });
+              },
+              {random_ref({2, 3, 3, 4}, rng, -3, 9)});
+  check_layer("ReLU leaky with threshold and cap",
+              layers::ReLU({.max_value = 2.0f, .negative_slope = 0.25f, .threshold = 0.5f}),
+              [](const std::vector<Ref>& x) {
+                return ref_unary(
+                    x[0], [](double v) { return v > 0.5 ? std::min(v, 2.0) : 0.25 * (v - 0.5); });
+              },
+              {random_ref({4, 6}, rng, -3, 3)});
 }
 
 TEST(ImageLayers, ZeroPaddingAddsZerosAroundAndPassesGradientsInside) {
   std::mt19937 rng(2);
-  check_layer(
-      "ZeroPadding2D ((0, 1), (2, 1))", layers::ZeroPadding2D({{{0, 1}, {2, 1}}}),
-      [](const std::vector<Ref>& in) {
-        const Ref& x = in[0];
-        const std::int64_t n = x.dims[0], h = x.dims[1], w = x.dims[2], c = x.dims[3];
-        Ref y({n, h + 1, w + 3, c});
-        for (std::int64_t i = 0; i < x.size(); ++i) {
-          const Dims d = unravel(i, x.dims);
-          y[((d[0] * (h + 1) + d[1]) * (w + 3) + d[2] + 2) * c + d[3]] = x[i];
-        }
-        return y;
-      },
-      {random_ref({2, 3, 2, 2}, rng)});
+  check_layer("ZeroPadding2D ((0, 1), (2, 1))", layers::ZeroPadding2D({{{0, 1}, {2, 1}}}),
+              [](const std::vector<Ref>& in) {
+                const Ref& x = in[0];
+                const std::int64_t n = x.dims[0], h = x.dims[1], w = x.dims[2], c = x.dims[3];
+                Ref y({n, h + 1, w + 3, c});
+                for (std::int64_t i = 0; i < x.size(); ++i) {
+                  const Dims d = unravel(i, x.dims);
+                  y[((d[0] * (h + 1) + d[1]) * (w + 3) + d[2] + 2) * c + d[3]] = x[i];
+                }
+                return y;
+              },
+              {random_ref({2, 3, 2, 2}, rng)});
 }
 
 TEST(ImageLayers, GlobalPoolingTakesMeanOrMaxOverPositions) {
@@ -77,28 +74,28 @@ TEST(ImageLayers, GlobalPoolingTakesMeanOrMaxOverPositions) {
   for (bool keepdims : {false, true}) {
     for (bool max : {false, true}) {
       const layers::GlobalPoolingOptions o{.keepdims = keepdims};
-      const Layer layer = max ? Layer(layers::GlobalMaxPooling2D(o))
-                              : Layer(layers::GlobalAveragePooling2D(o));
-      check_layer(
-          std::string(max ? "GlobalMaxPooling2D" : "GlobalAveragePooling2D") +
-              (keepdims ? " keepdims" : ""),
-          layer,
-          [=](const std::vector<Ref>& in) {
-            const Ref& x = in[0];
-            const std::int64_t n = x.dims[0], positions = x.dims[1] * x.dims[2], c = x.dims[3];
-            Ref y(keepdims ? Dims{n, 1, 1, c} : Dims{n, c});
-            for (std::int64_t b = 0; b < n; ++b)
-              for (std::int64_t ch = 0; ch < c; ++ch) {
-                double acc = max ? -1e300 : 0.0;
-                for (std::int64_t p = 0; p < positions; ++p) {
-                  const double v = x[(b * positions + p) * c + ch];
-                  acc = max ? std::max(acc, v) : acc + v;
-                }
-                y[b * c + ch] = max ? acc : acc / static_cast<double>(positions);
-              }
-            return y;
-          },
-          {random_ref({2, 3, 4, 5}, rng)});
+      const Layer layer =
+          max ? Layer(layers::GlobalMaxPooling2D(o)) : Layer(layers::GlobalAveragePooling2D(o));
+      check_layer(std::string(max ? "GlobalMaxPooling2D" : "GlobalAveragePooling2D") +
+                      (keepdims ? " keepdims" : ""),
+                  layer,
+                  [=](const std::vector<Ref>& in) {
+                    const Ref& x = in[0];
+                    const std::int64_t n = x.dims[0], positions = x.dims[1] * x.dims[2],
+                                       c = x.dims[3];
+                    Ref y(keepdims ? Dims{n, 1, 1, c} : Dims{n, c});
+                    for (std::int64_t b = 0; b < n; ++b)
+                      for (std::int64_t ch = 0; ch < c; ++ch) {
+                        double acc = max ? -1e300 : 0.0;
+                        for (std::int64_t p = 0; p < positions; ++p) {
+                          const double v = x[(b * positions + p) * c + ch];
+                          acc = max ? std::max(acc, v) : acc + v;
+                        }
+                        y[b * c + ch] = max ? acc : acc / static_cast<double>(positions);
+                      }
+                    return y;
+                  },
+                  {random_ref({2, 3, 4, 5}, rng)});
       EXPECT_EQ(layer->get_config().get<bool>("keepdims"), keepdims);
     }
   }
@@ -108,13 +105,12 @@ TEST(ImageLayers, GlobalPoolingTakesMeanOrMaxOverPositions) {
 
 TEST(ImageLayers, AddSumsItsInputsAndGivesEachTheGradient) {
   std::mt19937 rng(4);
-  check_layer(
-      "Add of three", layers::Add(),
-      [](const std::vector<Ref>& in) {
-        return ref_binary(ref_binary(in[0], in[1], std::plus<>()), in[2], std::plus<>());
-      },
-      {random_ref({2, 3, 3, 2}, rng), random_ref({2, 3, 3, 2}, rng),
-       random_ref({2, 3, 3, 2}, rng)});
+  check_layer("Add of three", layers::Add(),
+              [](const std::vector<Ref>& in) {
+                return ref_binary(ref_binary(in[0], in[1], std::plus<>()), in[2], std::plus<>());
+              },
+              {random_ref({2, 3, 3, 2}, rng), random_ref({2, 3, 3, 2}, rng),
+               random_ref({2, 3, 3, 2}, rng)});
 }
 
 // Keras's other merging layers: elementwise over their inputs, each input
@@ -161,10 +157,11 @@ TEST(ImageLayers, RescalingMapsBytesToMinusOneToOne) {
   EXPECT_NEAR(got[2], 51.0 / 127.5 - 1.0, 1e-7);
   EXPECT_EQ(to_unit->get_config().get<double>("offset"), -1.0);
   std::mt19937 rng(5);
-  check_layer(
-      "Rescaling", layers::Rescaling(0.5f, {.offset = 2.0f}),
-      [](const std::vector<Ref>& x) { return ref_unary(x[0], [](double v) { return v * 0.5 + 2; }); },
-      {random_ref({3, 4}, rng)});
+  check_layer("Rescaling", layers::Rescaling(0.5f, {.offset = 2.0f}),
+              [](const std::vector<Ref>& x) {
+                return ref_unary(x[0], [](double v) { return v * 0.5 + 2; });
+              },
+              {random_ref({3, 4}, rng)});
 }
 
 TEST(ImageLayers, ResizingIsBilinearWithHalfPixelCentres) {
@@ -172,8 +169,8 @@ TEST(ImageLayers, ResizingIsBilinearWithHalfPixelCentres) {
   // 1.25 along each axis (clamped at the edges), so the corners keep their
   // values and the inner rows are 3:1 blends.
   const Tensor image = Tensor::from_vector<float>({0, 4, 8, 12}, {1, 2, 2, 1});
-  const std::vector<float> want = {0, 1, 3, 4,   2, 3, 5, 6,  //
-                                   6, 7, 9, 10,  8, 9, 11, 12};
+  const std::vector<float> want = {0, 1, 3, 4,  2, 3, 5,  6,  //
+                                   6, 7, 9, 10, 8, 9, 11, 12};
   EXPECT_EQ(layers::Resizing(4, 4)(image).to_vector<float>(), want);
   // One image without a batch dimension, and bytes, as Keras takes them.
   const Tensor one = Tensor::from_vector<std::uint8_t>({0, 4, 8, 12}, {2, 2, 1});
