@@ -308,15 +308,34 @@ std::pair<Tensor, Tensor> read_npy_pair(const std::string& source, Kind kind) {
   return {x->second, y == arrays.end() ? Tensor() : y->second};
 }
 
-// x as float32 in the shape the model takes: [n, features], or images
-// [n, h, w, channels] (a channel added to [n, h, w]).
-Tensor npy_inputs(const Tensor& x, const std::string& where) {
+// x in the shape and dtype the model takes: [n, features], sequences
+// [n, steps, features] when the model's input has rank 2, else images
+// [n, h, w, channels] (a channel added to [n, h, w]); float32, or int32 ids
+// when the model takes integers (an Embedding's).
+Tensor npy_inputs(const Tensor& x, const std::string& where,
+                  const std::optional<std::vector<std::int64_t>>& model_input, DType want) {
   LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 2 && x.rank() <= 4, where, ": x has shape ", x.shape(),
-                    "; expected [examples, features], [examples, height, width] or [examples, "
-                    "height, width, channels]");
+                    "; expected [examples, features], [examples, steps, features], [examples, "
+                    "height, width] or [examples, height, width, channels]");
+  if (want == DType::kInt32 || want == DType::kInt64) {
+    LOCKSTEP_CHECK(x.dtype() != DType::kFloat32 && x.dtype() != DType::kBFloat16, where,
+                   ": the model takes integer inputs (token ids) and x holds ",
+                   dtype_name(x.dtype()), "; save x with an integer dtype");
+    return cast(x, DType::kInt32);
+  }
   const Tensor f = cast(x, DType::kFloat32);
-  if (x.rank() == 3) return reshape(f, {x.dim(0), x.dim(1), x.dim(2), 1});
+  const bool sequences = model_input && model_input->size() == 2;
+  if (x.rank() == 3 && !sequences) return reshape(f, {x.dim(0), x.dim(1), x.dim(2), 1});
   return f;
+}
+
+// Where x comes from, for messages: x.npy of "x.npy,y.npy", or "FILE.npz (x)".
+std::string x_file(const std::string& source, Kind kind) {
+  return kind == Kind::kNpy ? split_list(source).at(0) : source + " (x)";
+}
+
+DType input_dtype_of(const DataSpec& spec) {
+  return spec.input_dtype == "int32" ? DType::kInt32 : DType::kFloat32;
 }
 
 // The mean and population variance of each column of the first `rows` rows
@@ -457,7 +476,8 @@ std::string DataSpec::to_json() const {
                   {"mean", mean},
                   {"variance", variance},
                   {"image_size", image_size},
-                  {"color_mode", color_mode}};
+                  {"color_mode", color_mode},
+                  {"input_dtype", input_dtype}};
   return j.dump(2) + "\n";
 }
 
@@ -478,6 +498,7 @@ DataSpec DataSpec::from_json(const std::string& text, const std::string& where) 
     s.mean = j.at("mean").get<std::vector<double>>();
     s.variance = j.at("variance").get<std::vector<double>>();
     s.image_size = j.at("image_size").get<std::array<std::int64_t, 2>>();
+    s.input_dtype = j.value("input_dtype", std::string("float32"));  // absent before int ids
     s.color_mode = j.at("color_mode").get<std::string>();
   } catch (const json::exception& e) {
     detail::throw_error<ValueError>(where, ": a damaged data description (", e.what(), ")");
@@ -519,7 +540,8 @@ ld::Dataset Examples::batches(std::int64_t batch_size,
 // ---- reading ----
 
 TrainingData read_training_data(const DataArgs& args,
-                                const std::optional<std::vector<std::int64_t>>& model_input) {
+                                const std::optional<std::vector<std::int64_t>>& model_input,
+                                DType model_input_dtype) {
   TrainingData out;
   DataSpec& spec = out.spec;
   const Kind kind = kind_of(args.source);
@@ -555,7 +577,8 @@ TrainingData read_training_data(const DataArgs& args,
                       x_raw.shape(), ") and y ", y_raw.rank() ? y_raw.dim(0) : 0, " (shape ",
                       y_raw.shape(), "); they must have as many");
     spec.kind = "npy";
-    const Tensor x = npy_inputs(x_raw, args.source);
+    const Tensor x = npy_inputs(x_raw, x_file(args.source, kind), model_input, model_input_dtype);
+    spec.input_dtype = x.dtype() == DType::kInt32 ? "int32" : "float32";
     spec.sample_shape.assign(x.shape().dims().begin() + 1, x.shape().dims().end());
     const std::int64_t n = x.dim(0), val = validation_rows(args, n, args.source);
     const bool integer_labels = y_raw.dtype() != DType::kFloat32;
@@ -579,7 +602,7 @@ TrainingData read_training_data(const DataArgs& args,
       std::printf("y holds numbers: a regression on %lld value(s) per example.\n",
                   static_cast<long long>(spec.targets));
     }
-    if (x.rank() == 2) column_statistics(x, n - val, spec);
+    if (x.rank() == 2 && x.dtype() == DType::kFloat32) column_statistics(x, n - val, spec);
     if (x_raw.dtype() == DType::kUInt8) spec.color_mode = "pixels";  // [0, 255]: rescaled
     const Examples all = in_memory(x, y);
     out.train = rows_of(all, 0, n - val);
@@ -655,7 +678,8 @@ Examples read_examples(const std::string& source, const DataSpec& spec, bool wit
     } else {
       std::tie(x_raw, y_raw) = read_npy_pair(source, kind);
     }
-    const Tensor x = npy_inputs(x_raw, source);
+    const Tensor x =
+        npy_inputs(x_raw, x_file(source, kind), spec.sample_shape, input_dtype_of(spec));
     Tensor y;
     if (with_labels) {
       LOCKSTEP_CHECK(y_raw.defined(), source, ": no labels (y)");

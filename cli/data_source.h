@@ -56,6 +56,9 @@ struct DataSpec {
   // Images: their size and colour mode.
   std::array<std::int64_t, 2> image_size{0, 0};
   std::string color_mode;
+  // NPY: "int32" when the model takes integer inputs (an Embedding's token
+  // ids), which x then keeps; else "float32".
+  std::string input_dtype = "float32";
 
   bool classification() const { return targets == 0; }
   std::string to_json() const;
@@ -83,10 +86,12 @@ struct TrainingData {
 
 // --data and its validation, split and encoded; `model_input`: a model
 // file's input shape, which images are resized to when --image-size is not
-// given. Prints what it found, as Keras does ("Found 2000 files belonging to
-// 2 classes.", the classes of a label column).
+// given, and which says whether a NumPy x [n, a, b] is sequences or images
+// (given a channel); `model_input_dtype`: int32 keeps integer x as ids. Prints what it found, as
+// Keras does ("Found 2000 files belonging to 2 classes.", the classes of a label column).
 TrainingData read_training_data(const DataArgs& args,
-                                const std::optional<std::vector<std::int64_t>>& model_input);
+                                const std::optional<std::vector<std::int64_t>>& model_input,
+                                DType model_input_dtype = DType::kFloat32);
 
 // `source` encoded as `spec` says (evaluate, predict); `with_labels`: the
 // targets too (a CSV's label column must then be there).

@@ -249,11 +249,15 @@ Model own_data_model(const TrainArgs& a, std::optional<TrainingData>& data) {
   d.seed = a.seed;
   Model model;
   std::optional<std::vector<std::int64_t>> input;
+  DType input_dtype = DType::kFloat32;
   if (!is_builtin(a.model)) {
     model = build_model(a.model);
-    if (model.inputs().size() == 1) input = model.inputs()[0].sample_shape().to_vector();
+    if (model.inputs().size() == 1) {
+      input = model.inputs()[0].sample_shape().to_vector();
+      input_dtype = model.inputs()[0].dtype();
+    }
   }
-  data = read_training_data(d, input);
+  data = read_training_data(d, input, input_dtype);
   const bool built_with_weights = is_builtin(a.model) && a.model == "mobilenet_v2";
   if (is_builtin(a.model)) model = model_for_data(a.model, data->spec, a.tuning);
   check_model_fits_data(model, data->spec, a.model);

@@ -66,8 +66,12 @@ Loaded load(const UseModelArgs& a, bool with_labels) {
     DataArgs d = a.data;
     d.validation_split = 0;
     std::optional<std::vector<std::int64_t>> input;
-    if (l.model.inputs().size() == 1) input = l.model.inputs()[0].sample_shape().to_vector();
-    l.spec = read_training_data(d, input).spec;
+    DType input_dtype = DType::kFloat32;
+    if (l.model.inputs().size() == 1) {
+      input = l.model.inputs()[0].sample_shape().to_vector();
+      input_dtype = l.model.inputs()[0].dtype();
+    }
+    l.spec = read_training_data(d, input, input_dtype).spec;
   }
   check_model_fits_data(l.model, l.spec, a.model);
   l.examples = read_examples(a.data.source, l.spec, with_labels);

@@ -13,14 +13,16 @@
 #    the small CNN at 32x32 reaches validation accuracy 0.9, `predict`
 #    names each file; the fine-tuning report's two stages (--weights,
 #    --freeze-base with --learning-rate-schedule rampup, --fine-tune-from).
-# 3. NumPy: x.npy,y.npy and the same arrays in one .npz train the MLP.
+# 3. NumPy: x.npy,y.npy and the same arrays in one .npz train the MLP; token
+#    ids and float sequences train recurrent model files.
 # 4. Two workers (`launch --workers 2`, multi-worker) end with the one
 #    process's metrics; a parameter-server job trains on the same CSV, its
 #    evaluator task evaluating each backup on the validation rows.
 # 5. Bad input, each an error naming the file, the column or the model,
 #    exit 1, before any step, and no --save file: a missing label column, a
 #    class folder without images, an undecodable image, x and y of
-#    different lengths, a model whose outputs are not the data's classes.
+#    different lengths, float x for a model of token ids, a model whose
+#    outputs are not the data's classes.
 #
 # 6. Every `lockstep ...` line of DOC's sh blocks (docs/own-data.md), run in
 #    order in the writer's folder: the page's examples work as written.
@@ -122,6 +124,19 @@ expect_val_accuracy npy.log 0.6
 "$bin" evaluate --model npy.keras --data "$d/xy.npz" --verbose 0 >npz.log 2>&1 || fail "evaluate on .npz failed"
 expect npz.log "accuracy: "
 
+# 3b. Sequences: token ids (int32) into an Embedding + Bidirectional LSTM
+# model file, float sequences [n, 6, 3] into a GRU model file (no channel
+# added: the model's input has rank 2); both learn their rule.
+"$bin" train --data "$d/tokens.npy,$d/tokens_y.npy" --model "$d/tokens_model.keras" --epochs 15 \
+  --learning-rate 0.01 --verbose 2 --save tokens.keras >tokens.log 2>&1 || fail "training on token ids failed"
+expect_val_accuracy tokens.log 0.9
+"$bin" evaluate --model tokens.keras --data "$d/tokens.npy,$d/tokens_y.npy" --verbose 0 \
+  >tokens-eval.log 2>&1 || fail "evaluate on token ids failed"
+expect tokens-eval.log "accuracy: "
+"$bin" train --data "$d/seq_x.npy,$d/seq_y.npy" --model "$d/seq_model.keras" --epochs 15 \
+  --learning-rate 0.01 --verbose 2 >seq.log 2>&1 || fail "training on float sequences failed"
+expect_val_accuracy seq.log 0.9
+
 # 4. Strategies: two workers train as one process; a parameter-server job.
 "$bin" train --data "$d/table.csv" --epochs 2 --verbose 2 >one.log 2>&1 || fail "one process"
 "$bin" launch --workers 2 -- "$bin" train --strategy multi-worker --data "$d/table.csv" --epochs 2 \
@@ -156,6 +171,8 @@ refuse label "table.csv: no column named 'price'; its columns are 'n0'" --data "
 refuse empty "the class folder '$d/bad_images/b' holds no images" --data "$d/bad_images"
 refuse decode "$d/broken/b/two.jpg: not a JPEG or PNG image" --data "$d/broken" --validation-split 0
 refuse rows "x has 4000 examples (shape [4000, 28, 28]) and y 3999" --data "$d/x.npy,$d/short_y.npy"
+refuse ids "tokens_float.npy: the model takes integer inputs (token ids) and x holds float32" \
+  --data "$d/tokens_float.npy,$d/tokens_y.npy" --model "$d/tokens_model.keras"
 refuse outputs "--model npy.keras: the model has 10 output(s) per example (shape [10]) and the data 2 classes (footwear, other)" \
   --data "$d/images" --model npy.keras --color-mode grayscale
 refuse shape "--model npy.keras: the model takes examples of shape [28, 28, 1] and the data's are [28, 28, 3]" \

@@ -7,6 +7,11 @@
 // and the bad inputs the test expects clear errors for:
 //   DIR/bad_images/{a,b}/ with b empty, DIR/broken/{a,b}/ with a file that
 //   is no image, DIR/short_y.npy (one label fewer);
+//   DIR/tokens.npy, DIR/tokens_y.npy, DIR/tokens_model.keras   token ids and
+//                                       an Embedding + Bidirectional LSTM model;
+//                                       DIR/tokens_float.npy the ids as float32
+//   DIR/seq_x.npy, DIR/seq_y.npy, DIR/seq_model.keras   float sequences
+//                                       [600, 6, 3] and a GRU model
 //   DIR/base.weights.h5                 a MobileNetV2 base (alpha 0.35, 32x32, no
 //                                       top), for the fine-tuning flags
 //
@@ -55,6 +60,46 @@ void write_table(const fs::path& path, int rows) {
   }
 }
 
+// Sequences, with models for them: token ids [600, 7] (int32, ids < 50;
+// the label says whether the first id is below 25) for an Embedding, a
+// Bidirectional LSTM and a Dense, and float sequences [600, 6, 3] (the label:
+// whether the first feature sums above 0) for a GRU and a Dense.
+void write_sequences(const fs::path& dir) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int n = 600;
+  std::vector<std::int32_t> ids(n * 7);
+  std::vector<float> seq(n * 6 * 3);
+  std::vector<std::int64_t> token_labels(n), seq_labels(n);
+  for (int i = 0; i < n; ++i) {
+    for (int t = 0; t < 7; ++t) ids[i * 7 + t] = static_cast<std::int32_t>(rng() % 50);
+    token_labels[i] = ids[i * 7] < 25 ? 1 : 0;
+    float total = 0;
+    for (int k = 0; k < 18; ++k) {
+      seq[i * 18 + k] = normal(rng);
+      if (k % 3 == 0) total += seq[i * 18 + k];
+    }
+    seq_labels[i] = total > 0 ? 1 : 0;
+  }
+  const ls::Tensor tokens = ls::Tensor::from_vector(ids, ls::Shape{n, 7});
+  ls::data::write_npy((dir / "tokens.npy").string(), tokens);
+  ls::data::write_npy((dir / "tokens_float.npy").string(), ls::cast(tokens, ls::DType::kFloat32));
+  ls::data::write_npy((dir / "tokens_y.npy").string(),
+                      ls::Tensor::from_vector(token_labels, ls::Shape{n}));
+  ls::data::write_npy((dir / "seq_x.npy").string(),
+                      ls::Tensor::from_vector(seq, ls::Shape{n, 6, 3}));
+  ls::data::write_npy((dir / "seq_y.npy").string(),
+                      ls::Tensor::from_vector(seq_labels, ls::Shape{n}));
+  ls::set_random_seed(3);
+  const ls::KerasTensor in = ls::Input({7}, ls::DType::kInt32);
+  ls::KerasTensor x = ls::layers::Embedding(50, 8)(in);
+  x = ls::layers::Bidirectional(ls::layers::LSTM(8))(x);
+  ls::Model(in, ls::layers::Dense(2)(x)).save((dir / "tokens_model.keras").string());
+  const ls::KerasTensor steps = ls::Input({6, 3});
+  ls::Model(steps, ls::layers::Dense(2)(ls::layers::GRU(8)(steps)))
+      .save((dir / "seq_model.keras").string());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,6 +128,7 @@ int main(int argc, char** argv) {
                                  {.name = "y.npy", .data = bytes(dir / "y.npy")}},
                                 0);
   std::ofstream(dir / "xy.npz", std::ios::binary) << npz;
+  write_sequences(dir);
   // A class folder without images; a file that does not decode.
   fs::create_directories(dir / "bad_images" / "a");
   fs::create_directories(dir / "bad_images" / "b");

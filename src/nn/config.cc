@@ -7,9 +7,11 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/nearest_name.h"
+#include "lockstep/nn/attention_layers.h"
 #include "lockstep/nn/conv_layers.h"
 #include "lockstep/nn/image_augmentation.h"
 #include "lockstep/nn/layers.h"
+#include "lockstep/nn/recurrent_layers.h"
 #include "lockstep/nn/sequence_layers.h"
 
 namespace lockstep {
@@ -254,6 +256,75 @@ std::map<std::string, LayerFactory> builtin_factories() {
   f["AveragePooling1D"] = pooling1d(false);
   f["GlobalAveragePooling1D"] = global_pooling<layers::GlobalAveragePooling1D>;
   f["GlobalMaxPooling1D"] = global_pooling<layers::GlobalMaxPooling1D>;
+  auto recurrent = [](const char* cls) {
+    return [cls = std::string(cls)](const LayerConfig& c) -> Layer {
+      layers::RecurrentLayerOptions o{
+          .activation = c.get_or<std::string>("activation", "tanh"),
+          .recurrent_activation = c.get_or<std::string>("recurrent_activation", "sigmoid"),
+          .use_bias = c.get_or("use_bias", true),
+          .kernel_initializer = initializer(c, "kernel_initializer", initializers::GlorotUniform()),
+          .recurrent_initializer =
+              initializer(c, "recurrent_initializer", initializers::Orthogonal()),
+          .bias_initializer = initializer(c, "bias_initializer", initializers::Zeros()),
+          .unit_forget_bias = c.get_or("unit_forget_bias", true),
+          .kernel_regularizer = regularizer(c, "kernel_regularizer"),
+          .recurrent_regularizer = regularizer(c, "recurrent_regularizer"),
+          .bias_regularizer = regularizer(c, "bias_regularizer"),
+          .dropout = static_cast<float>(c.get_or<double>("dropout", 0)),
+          .recurrent_dropout = static_cast<float>(c.get_or<double>("recurrent_dropout", 0)),
+          .return_sequences = c.get_or("return_sequences", false),
+          .go_backwards = c.get_or("go_backwards", false),
+          .reset_after = c.get_or("reset_after", true),
+          .unroll = c.get_or("unroll", false),
+          .name = name(c)};
+      if (c.has("seed")) o.seed = static_cast<std::uint64_t>(c.get<std::int64_t>("seed"));
+      LOCKSTEP_CHECK(!c.get_or("return_state", false), cls, " '", name(c),
+                     "': return_state = true is not supported yet (Lockstep's graphs take one "
+                     "output per layer); Hint: use return_sequences and take the last step");
+      LOCKSTEP_CHECK(!c.get_or("stateful", false), cls, " '", name(c),
+                     "': stateful = true is not supported (each batch starts from a zero state)");
+      const std::int64_t units = c.get<std::int64_t>("units");
+      if (cls == "LSTM") return layers::LSTM(units, o);
+      if (cls == "GRU") return layers::GRU(units, o);
+      return layers::SimpleRNN(units, o);
+    };
+  };
+  f["EinsumDense"] = [](const LayerConfig& c) -> Layer {
+    return layers::EinsumDense(
+        c.get<std::string>("equation"), c.get<std::vector<std::int64_t>>("output_shape"),
+        {.bias_axes = c.get_or<std::string>("bias_axes", ""),
+         .activation = c.get_or<std::string>("activation", ""),
+         .kernel_initializer = initializer(c, "kernel_initializer", initializers::GlorotUniform()),
+         .bias_initializer = initializer(c, "bias_initializer", initializers::Zeros()),
+         .kernel_regularizer = regularizer(c, "kernel_regularizer"),
+         .bias_regularizer = regularizer(c, "bias_regularizer"),
+         .name = name(c)});
+  };
+  f["MultiHeadAttention"] = [](const LayerConfig& c) -> Layer {
+    if (c.has("attention_axes")) {
+      const std::vector<double> axes = numbers(c, "attention_axes");
+      LOCKSTEP_CHECK(axes == std::vector{1.0} || axes == std::vector{-2.0}, "MultiHeadAttention '",
+                     name(c),
+                     "': Lockstep attends over axis 1 (the steps of [batch, steps, "
+                     "features]) only");
+    }
+    layers::MultiHeadAttentionOptions o{
+        .value_dim = c.get_or<std::int64_t>("value_dim", 0),
+        .dropout = static_cast<float>(c.get_or<double>("dropout", 0)),
+        .use_bias = c.get_or("use_bias", true),
+        .output_dim = c.has("output_shape") ? size1(c, "output_shape") : 0,
+        .kernel_initializer = initializer(c, "kernel_initializer", initializers::GlorotUniform()),
+        .bias_initializer = initializer(c, "bias_initializer", initializers::Zeros()),
+        .kernel_regularizer = regularizer(c, "kernel_regularizer"),
+        .bias_regularizer = regularizer(c, "bias_regularizer"),
+        .name = name(c)};
+    if (c.has("seed")) o.seed = static_cast<std::uint64_t>(c.get<std::int64_t>("seed"));
+    return layers::MultiHeadAttention(c.get<std::int64_t>("num_heads"),
+                                      c.get<std::int64_t>("key_dim"), o);
+  };
+  f["SimpleRNN"] = recurrent("SimpleRNN");
+  f["LSTM"] = recurrent("LSTM");
+  f["GRU"] = recurrent("GRU");
   f["Embedding"] = [](const LayerConfig& c) -> Layer {
     return layers::Embedding(
         c.get<std::int64_t>("input_dim"), c.get<std::int64_t>("output_dim"),
@@ -352,7 +423,10 @@ Registry& registry() {
 
 bool is_builtin_layer_class(const std::string& class_name) {
   static const std::map<std::string, LayerFactory> builtin = builtin_factories();
-  return class_name == "InputLayer" || builtin.contains(class_name);
+  // Bidirectional and TimeDistributed are built from their entries by
+  // keras_config (their layer is an entry of its own, not a setting).
+  return class_name == "InputLayer" || class_name == "Bidirectional" ||
+         class_name == "TimeDistributed" || builtin.contains(class_name);
 }
 
 void register_layer(const std::string& class_name, LayerFactory factory) {

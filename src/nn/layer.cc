@@ -174,12 +174,13 @@ Variable LayerImpl::add_weight(const WeightOptions& o) {
   return v;
 }
 
-void LayerImpl::track_impl(const std::shared_ptr<LayerImpl>& layer) {
+void LayerImpl::track_impl(const std::shared_ptr<LayerImpl>& layer, std::string keras_attribute) {
   LOCKSTEP_CHECK(layer != nullptr, class_name_, " '", name_, "': cannot track an undefined layer");
   for (const auto& s : sublayers_) {
     if (s == layer) return;
   }
   sublayers_.push_back(layer);
+  sublayer_attributes_.push_back(std::move(keras_attribute));
 }
 
 void LayerImpl::collect(std::vector<const LayerImpl*>& out) const {

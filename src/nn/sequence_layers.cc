@@ -157,4 +157,39 @@ GlobalAveragePooling1D::GlobalAveragePooling1D(GlobalPooling1DOptions options)
 GlobalMaxPooling1D::GlobalMaxPooling1D(GlobalPooling1DOptions options)
     : Layer(std::make_shared<GlobalPooling1DImpl>(true, std::move(options))) {}
 
+// ---- TimeDistributed --------------------------------------------------------------
+
+TimeDistributedImpl::TimeDistributedImpl(const Layer& layer, std::string name)
+    : SingleInputLayerImpl("TimeDistributed", std::move(name)), layer_(layer) {
+  LOCKSTEP_CHECK(layer_.defined(), "TimeDistributed '", this->name(), "': the layer is undefined");
+  track(layer_, "layer");
+}
+
+namespace {
+// [batch, steps, rest...] -> [batch · steps, rest...]
+Shape merged_steps(const Shape& s, const LayerImpl& layer) {
+  LOCKSTEP_CHECK_AS(ShapeError, s.rank() >= 3, "TimeDistributed '", layer.name(),
+                    "': expected [batch, steps, ...] with at least one dimension per step, got ",
+                    s);
+  std::vector<std::int64_t> dims{s[0] * s[1]};
+  for (int i = 2; i < s.rank(); ++i) dims.push_back(s[i]);
+  return Shape(dims);
+}
+}  // namespace
+
+void TimeDistributedImpl::build(const std::vector<Shape>& input_shapes) {
+  layer_->ensure_built({merged_steps(input_shapes.at(0), *this)});
+}
+
+Tensor TimeDistributedImpl::call(const Tensor& x, const CallContext& ctx) {
+  const Shape merged = merged_steps(x.shape(), *this);
+  const Tensor y = layer_(reshape(x, merged.to_vector()), ctx);
+  std::vector<std::int64_t> dims{x.shape()[0], x.shape()[1]};
+  for (int i = 1; i < y.rank(); ++i) dims.push_back(y.shape()[i]);
+  return reshape(y, dims);
+}
+
+TimeDistributed::TimeDistributed(const Layer& layer, std::string name)
+    : Layer(std::make_shared<TimeDistributedImpl>(layer, std::move(name))) {}
+
 }  // namespace lockstep::layers

@@ -12,8 +12,11 @@
 #include <set>
 
 #include "lockstep/core/nearest_name.h"
+#include "lockstep/nn/attention_layers.h"
 #include "lockstep/nn/functional.h"
 #include "lockstep/nn/initializers.h"
+#include "lockstep/nn/recurrent_layers.h"
+#include "lockstep/nn/sequence_layers.h"
 
 namespace lockstep::keras {
 namespace {
@@ -197,6 +200,11 @@ json leaf_config(const LayerImpl& layer) {
     c["padding"] = json::array({json::array({p[0], p[1]}), json::array({p[2], p[3]})});
   }
   if (cls == "BatchNormalization") c["axis"] = -1;
+  if (cls == "EinsumDense") {  // -1: Keras's None
+    for (json& d : c["output_shape"]) {
+      if (d == -1) d = nullptr;
+    }
+  }
   return c;
 }
 
@@ -224,6 +232,7 @@ const std::map<std::string, json>& fixed_settings() {
                                                     {"optional", false},
                                                     {"mask_zero", false},
                                                     {"use_cudnn", "auto"},
+                                                    {"use_gate", false},
                                                     {"activity_regularizer", nullptr}};
   return table;
 }
@@ -231,7 +240,10 @@ const std::map<std::string, json>& fixed_settings() {
 // Settings with no effect here whatever their value, because another
 // setting switches them off (renorm_momentum without renorm).
 const std::set<std::string>& inert_settings() {
-  static const std::set<std::string> s = {"renorm_momentum", "renorm_clipping", "input_length"};
+  // zero_output_for_mask: what a recurrent layer outputs at masked steps,
+  // and Lockstep's layers take no masks yet.
+  static const std::set<std::string> s = {"renorm_momentum", "renorm_clipping", "input_length",
+                                          "zero_output_for_mask"};
   return s;
 }
 
@@ -303,6 +315,24 @@ LayerConfig read_leaf_config(const std::string& cls, const json& config, const s
                         (v.is_array() && v.size() == 1 && v[0].get<int>() == -1);
       LOCKSTEP_CHECK(last, where, ": axis = ", v.dump(),
                      "; Lockstep normalizes the last axis (channels_last) only");
+      continue;
+    }
+    if (k == "output_shape" && (cls == "EinsumDense" || cls == "MultiHeadAttention")) {
+      // Keras's partial shape: a number or a list, None where the input
+      // gives the size (Lockstep's -1). MultiHeadAttention's is one number.
+      std::vector<std::int64_t> dims;
+      for (const json& d : v.is_array() ? v : json::array({v})) {
+        LOCKSTEP_CHECK(d.is_null() || d.is_number_integer(), where, ": output_shape = ", v.dump(),
+                       " is not a shape");
+        dims.push_back(d.is_null() ? -1 : d.get<std::int64_t>());
+      }
+      if (cls == "MultiHeadAttention") {
+        LOCKSTEP_CHECK(dims.size() == 1 && dims[0] > 0, where, ": output_shape = ", v.dump(),
+                       "; Lockstep's MultiHeadAttention takes one output size");
+        c.set(k, dims[0]);
+      } else {
+        c.set(k, dims);
+      }
       continue;
     }
     if (cls == "ZeroPadding2D" && k == "padding") {
@@ -404,9 +434,59 @@ std::string entry_class(const json& entry) {
   return cls;
 }
 
+Layer make_leaf(const json& entry, const std::string& where);
+
+// A Bidirectional: its layer and backward_layer are layer entries of their own.
+Layer make_bidirectional(const json& config, const std::string& where) {
+  LOCKSTEP_CHECK(config.contains("layer") && config["layer"].is_object(), where,
+                 ": a Bidirectional without its layer");
+  const Layer layer = make_leaf(config["layer"], where + " (its layer)");
+  std::optional<Layer> backward;
+  if (config.contains("backward_layer") && !config["backward_layer"].is_null())
+    backward = make_leaf(config["backward_layer"], where + " (its backward_layer)");
+  const json mode = config.value("merge_mode", json("concat"));
+  LOCKSTEP_CHECK(mode.is_string(), where, ": merge_mode = ", mode.dump(),
+                 "; Lockstep merges the two directions (concat, sum, mul or ave), it does not "
+                 "return them as two outputs yet");
+  for (const auto& [k, v] : config.items()) {
+    static const std::set<std::string> known = {"layer", "backward_layer", "merge_mode",
+                                                "name",  "trainable",      "dtype"};
+    LOCKSTEP_CHECK(known.contains(k) || v.is_null(), where, ": ", k, " = ", v.dump(),
+                   " is a setting Lockstep's Bidirectional does not have");
+  }
+  Layer made;
+  try {
+    made = layers::Bidirectional(
+        layer, {.merge_mode = mode.get<std::string>(), .name = config.value("name", "")}, backward);
+  } catch (const ValueError& e) {
+    detail::throw_error<ValueError>(where, ": ", e.what());
+  }
+  made.set_trainable(config.value("trainable", true));
+  if (config.contains("dtype")) made.set_dtype_policy(policy_name(config["dtype"], where));
+  return made;
+}
+
+// A TimeDistributed: its layer is a layer entry of its own.
+Layer make_time_distributed(const json& config, const std::string& where) {
+  LOCKSTEP_CHECK(config.contains("layer") && config["layer"].is_object(), where,
+                 ": a TimeDistributed without its layer");
+  const Layer layer = make_leaf(config["layer"], where + " (its layer)");
+  for (const auto& [k, v] : config.items()) {
+    static const std::set<std::string> known = {"layer", "name", "trainable", "dtype"};
+    LOCKSTEP_CHECK(known.contains(k) || v.is_null(), where, ": ", k, " = ", v.dump(),
+                   " is a setting Lockstep's TimeDistributed does not have");
+  }
+  Layer made = layers::TimeDistributed(layer, config.value("name", ""));
+  made.set_trainable(config.value("trainable", true));
+  if (config.contains("dtype")) made.set_dtype_policy(policy_name(config["dtype"], where));
+  return made;
+}
+
 Layer make_leaf(const json& entry, const std::string& where) {
   const std::string cls = entry_class(entry);
   const json config = entry.value("config", json::object());
+  if (cls == "Bidirectional") return make_bidirectional(config, where);
+  if (cls == "TimeDistributed") return make_time_distributed(config, where);
   const LayerConfig wanted = read_leaf_config(cls, config, where);
   Layer made;
   try {
@@ -419,13 +499,36 @@ Layer make_leaf(const json& entry, const std::string& where) {
   return made;
 }
 
+// Whether Keras calls the layer with its inputs as separate arguments
+// (MultiHeadAttention(query, value, key)) rather than one list (Add([a, b])).
+bool takes_positional_inputs(const LayerImpl& layer) {
+  return dynamic_cast<const layers::MultiHeadAttentionImpl*>(&layer) != nullptr;
+}
+
 json leaf_entry(const LayerImpl& layer, const json& build_shape) {
   const bool builtin = is_builtin_layer_class(layer.class_name());
+  json config = leaf_config(layer);
+  if (const auto* bi = dynamic_cast<const layers::BidirectionalImpl*>(&layer)) {
+    // Keras builds each from its build_config: the wrapper's input shape.
+    config["layer"] = leaf_entry(bi->forward_layer(), build_shape);
+    config["backward_layer"] = leaf_entry(bi->backward_layer(), build_shape);
+  }
+  if (const auto* td = dynamic_cast<const layers::TimeDistributedImpl*>(&layer)) {
+    json step_shape = build_shape;  // one step's: without the steps axis
+    if (step_shape.is_array() && step_shape.size() >= 2) step_shape.erase(1);
+    config["layer"] = leaf_entry(*td->layer().impl(), step_shape);
+  }
+  json build = {{"input_shape", build_shape}};
+  if (takes_positional_inputs(layer) && build_shape.is_array() && build_shape.size() >= 2) {
+    // MultiHeadAttention.build(query_shape, value_shape, key_shape=None).
+    build = {{"shapes_dict", {{"query_shape", build_shape[0]}, {"value_shape", build_shape[1]}}}};
+    if (build_shape.size() > 2) build["shapes_dict"]["key_shape"] = build_shape[2];
+  }
   return {{"module", builtin ? json("keras.layers") : json("lockstep")},
           {"class_name", layer.class_name()},
-          {"config", leaf_config(layer)},
+          {"config", config},
           {"registered_name", builtin ? json(nullptr) : json("lockstep>" + layer.class_name())},
-          {"build_config", {{"input_shape", build_shape}}}};
+          {"build_config", build}};
 }
 
 json input_layer_config(const std::string& name, const Shape& shape, DType dtype) {
@@ -492,8 +595,8 @@ json functional_config(const FunctionalImpl& f) {
     entry["inbound_nodes"] = json::array();
     for (const KerasTensor::Node* node : calls.at(layer)) {
       json args = json::array();
-      if (node->inputs.size() == 1) {
-        args.push_back(tensor(node->inputs[0]));
+      if (node->inputs.size() == 1 || takes_positional_inputs(*layer)) {
+        for (const KerasTensor& k : node->inputs) args.push_back(tensor(k));
       } else {
         json list = json::array();
         for (const KerasTensor& k : node->inputs) list.push_back(tensor(k));

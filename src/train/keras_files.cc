@@ -37,14 +37,26 @@ bool is_network(const LayerImpl& l) {
          dynamic_cast<const SequentialImpl*>(&l) != nullptr;
 }
 
-// saving_lib's walk: the object's own `vars`, then each layer of its
-// container under layers/<unique snake_case class name>/, each object once.
+// saving_lib's walk: the object's own `vars` (a recurrent layer's are its
+// cell's, `cell/vars`), then each layer of a network under layers/<unique
+// snake_case class name>/ and each sublayer of a layer under its attribute,
+// each object once.
 void walk(const LayerImpl& obj, const std::string& prefix, std::vector<VarsGroup>& out,
           std::set<const LayerImpl*>& visited) {
   visited.insert(&obj);
-  out.push_back({prefix + "vars", obj.name(), obj.own_variables()});
+  const std::string own = obj.keras_vars_path();
+  if (own != "vars") out.push_back({prefix + "vars", obj.name(), {}});  // Keras's, empty
+  out.push_back({prefix + own, obj.name(), obj.own_variables()});
   std::map<std::string, int> used;
-  for (const LayerImpl* l : keras_layers(obj)) {
+  const std::vector<const LayerImpl*> children = keras_layers(obj);
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    const LayerImpl* l = children[i];
+    // A layer's sublayers sit under their attribute's name (a Bidirectional's
+    // forward_layer), a network's under layers/<snake_case class>.
+    if (!is_network(obj) && !obj.sublayer_attribute(i).empty()) {
+      if (!visited.contains(l)) walk(*l, prefix + obj.sublayer_attribute(i) + "/", out, visited);
+      continue;
+    }
     std::string name = to_snake_case(l->class_name());
     if (auto it = used.find(name); it != used.end()) {
       name += "_" + std::to_string(++it->second);

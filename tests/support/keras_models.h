@@ -35,8 +35,16 @@ inline Model every_layer_model() {
   auto seq = layers::Conv1D(4, 2, {.padding = "causal", .activation = "relu"})(t);
   seq = layers::LayerNormalization()(layers::MaxPooling1D(2, {.padding = "same"})(seq));
   seq = layers::AveragePooling1D(1)(layers::Conv1D(2, 1, {.strides = 1})(seq));
+  // The recurrent and attention layers on the embedded ids.
+  auto rec = layers::LSTM(3, {.return_sequences = true})(t);
+  rec = layers::TimeDistributed(layers::Dense(3, {.activation = "tanh"}))(rec);
+  rec =
+      layers::Bidirectional(layers::GRU(2, {.return_sequences = true}), {.merge_mode = "ave"})(rec);
+  auto att = layers::MultiHeadAttention(2, 2, {.value_dim = 3})({rec, t});
+  att = layers::EinsumDense("abc,cd->abd", {-1, 2}, {.bias_axes = "d"})(att);
+  auto last = layers::SimpleRNN(2, {.go_backwards = true})(att);
   auto pooled = layers::Concatenate()(
-      {layers::GlobalAveragePooling1D()(seq), layers::GlobalMaxPooling1D()(seq)});
+      {layers::GlobalAveragePooling1D()(seq), layers::GlobalMaxPooling1D()(seq), last});
   t = layers::Flatten()(layers::Reshape({12})(t));
   auto joined = layers::Concatenate()({x, layers::Dropout(0.1f)(t), pooled});
   auto out = layers::Softmax()(layers::Dense(3, {.activation = "linear"})(joined));

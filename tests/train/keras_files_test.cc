@@ -287,6 +287,31 @@ TEST(KerasFiles, MergeLayersPredictAndStepAsKeras) {
   saved_and_loaded(m, "merge");
 }
 
+// Keras's recurrent layers over an Embedding (make_recurrent_keras_fixture.py):
+// LSTM, TimeDistributed Dense, GRU both ways of reset_after, SimpleRNN going
+// backwards, Bidirectional concatenated and summed. They predict and step as
+// Keras did, and survive our save (the cell's weights under cell/vars, a
+// Bidirectional's layers under forward_layer and backward_layer, a
+// TimeDistributed's under layer).
+TEST(KerasFiles, RecurrentLayersPredictAndStepAsKeras) {
+  const json e = json::parse(slurp(kFixtures / "recurrent_expected.json"));
+  Model m = load_model((kFixtures / "recurrent.keras").string());
+  predicts_and_steps_as_keras(m, e, "recurrent", DType::kInt32);
+  saved_and_loaded(m, "recurrent");
+}
+
+// A small transformer encoder Keras saved (make_attention_keras_fixture.py):
+// MultiHeadAttention for self-attention and with a separate key, value_dim
+// and output_shape, EinsumDense with and without a bias, LayerNormalization
+// and gelu. It predicts and steps as Keras did, and survives our save (the
+// heads' projections under query_dense ... output_dense).
+TEST(KerasFiles, AttentionLayersPredictAndStepAsKeras) {
+  const json e = json::parse(slurp(kFixtures / "attention_expected.json"));
+  Model m = load_model((kFixtures / "attention.keras").string());
+  predicts_and_steps_as_keras(m, e, "attention", DType::kInt32);
+  saved_and_loaded(m, "attention");
+}
+
 TEST(KerasFiles, TheFixtureMlpKeepsItsCompileSettings) {
   Model m = load_model((kFixtures / "mlp.keras").string());
   EXPECT_EQ(m.optimizer()->class_name(), "Adam");

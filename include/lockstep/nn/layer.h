@@ -167,6 +167,12 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
 
   // Sublayers registered with track(), in registration order.
   const std::vector<std::shared_ptr<LayerImpl>>& sublayers() const { return sublayers_; }
+  // The attribute Keras saves sublayer i under ("forward_layer" of a
+  // Bidirectional), or empty: "layers/<its snake_case class>".
+  const std::string& sublayer_attribute(std::size_t i) const { return sublayer_attributes_.at(i); }
+  // Where Keras's files keep this layer's own weights, under the layer's
+  // path: "vars", or "cell/vars" for the recurrent layers (their cell's).
+  virtual std::string keras_vars_path() const { return "vars"; }
 
  protected:
   struct WeightOptions {
@@ -179,13 +185,14 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
     VariableAggregation aggregation = VariableAggregation::kNone;
   };
   Variable add_weight(const WeightOptions& options);
-  // Registers a sublayer so that its weights and losses count as this layer's.
+  // Registers a sublayer so that its weights and losses count as this layer's;
+  // `keras_attribute` names it in Keras's files (sublayer_attribute).
   template <typename L>
-  L track(L layer) {
-    track_impl(layer.impl());
+  L track(L layer, std::string keras_attribute = "") {
+    track_impl(layer.impl(), std::move(keras_attribute));
     return layer;
   }
-  void track_impl(const std::shared_ptr<LayerImpl>& layer);
+  void track_impl(const std::shared_ptr<LayerImpl>& layer, std::string keras_attribute = "");
   // A weight as this layer computes with it: cast to the compute dtype when
   // the policy stores it in another (Keras's autocast variables); the cast's
   // gradient returns in the variable's dtype. Undefined stays undefined.
@@ -211,6 +218,7 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
   bool autocast_inputs_ = true;
   std::vector<OwnWeight> own_weights_;
   std::vector<std::shared_ptr<LayerImpl>> sublayers_;
+  std::vector<std::string> sublayer_attributes_;
 };
 
 // Base for layers with one input and one output: implement this call.

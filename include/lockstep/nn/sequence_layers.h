@@ -1,5 +1,6 @@
 // Layers over sequences [batch, steps, features] (keras.layers): Conv1D,
-// MaxPooling1D, AveragePooling1D, GlobalAveragePooling1D, GlobalMaxPooling1D.
+// MaxPooling1D, AveragePooling1D, GlobalAveragePooling1D, GlobalMaxPooling1D,
+// and TimeDistributed.
 // Each runs as its 2-D counterpart on [batch, 1, steps, features] (oneDNN's
 // convolution and pooling, forward and backward), so its gradients are
 // those kernels'.
@@ -98,6 +99,25 @@ class GlobalAveragePooling1D : public Layer {
 class GlobalMaxPooling1D : public Layer {
  public:
   explicit GlobalMaxPooling1D(GlobalPooling1DOptions options = {});
+};
+
+// keras.layers.TimeDistributed: `layer` applied to every step of [batch,
+// steps, ...] alone, as one call on [batch · steps, ...] (the same weights
+// for every step); saved under the attribute `layer`, as Keras saves it.
+class TimeDistributedImpl : public SingleInputLayerImpl {
+ public:
+  TimeDistributedImpl(const Layer& layer, std::string name);
+  void build(const std::vector<Shape>& input_shapes) override;
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  const Layer& layer() const { return layer_; }
+
+ private:
+  Layer layer_;
+};
+class TimeDistributed : public Layer {
+ public:
+  explicit TimeDistributed(const Layer& layer, std::string name = "");
+  TimeDistributedImpl* operator->() const { return static_cast<TimeDistributedImpl*>(impl_.get()); }
 };
 
 }  // namespace lockstep::layers

@@ -160,6 +160,42 @@ Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& 
 BatchNormResult batch_norm_relu_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                          float epsilon, std::optional<float> max_value);
 
+// ---- recurrent sequences (rnn_ops.cc) -------------------------------------------
+// The activations a recurrent op applies, each with a derivative that its
+// output alone gives (what lets the backward pass keep outputs only).
+// kHardSigmoid is Keras 3's relu6(x + 3) / 6.
+enum class RecurrentActivation { kTanh, kSigmoid, kHardSigmoid, kRelu, kLinear };
+struct RecurrentOptions {
+  RecurrentActivation activation = RecurrentActivation::kTanh;
+  RecurrentActivation recurrent_activation = RecurrentActivation::kSigmoid;
+  // Processes the steps last to first; the output keeps that order (Keras's
+  // go_backwards: output step 0 is the state after the last input step).
+  bool go_backwards = false;
+  // Keras's recurrent dropout: [gates, batch, units], gate g's recurrent
+  // product reads state * masks[g]; undefined: none.
+  Tensor recurrent_masks{};
+};
+// Whole sequences, as Keras's SimpleRNN, LSTM and GRU cells run them from a
+// zero state, in one op whose backward pass is backpropagation through time:
+// per step one matrix product forward and two backward, the weight gradient
+// one product over all steps. `projected` is [batch, steps, gates * units],
+// every step's x·kernel + bias (one product over the whole sequence, by the
+// caller); `recurrent_kernel` is [units, gates * units]. Returns every step's
+// output state [batch, steps, units], in the order processed.
+//   simple_rnn: h = activation(projected_t + h·U)
+Tensor simple_rnn(const Tensor& projected, const Tensor& recurrent_kernel,
+                  const RecurrentOptions& options = {});
+//   lstm, gates i, f, c, o (Keras's order): c = f·c + i·activation(z_c),
+//   h = o·activation(c), the others through recurrent_activation.
+Tensor lstm(const Tensor& projected, const Tensor& recurrent_kernel,
+            const RecurrentOptions& options = {});
+//   gru, gates z, r, h (Keras's order), h = z·h + (1 − z)·hh. reset_after
+//   (Keras 3's default): hh = activation(x_h + r·(h·U_h + recurrent_bias_h));
+//   otherwise hh = activation(x_h + (r·h)·U_h). `recurrent_bias` [3 · units]
+//   is added to h·U (reset_after only; undefined: none).
+Tensor gru(const Tensor& projected, const Tensor& recurrent_kernel, const Tensor& recurrent_bias,
+           bool reset_after, const RecurrentOptions& options = {});
+
 // ---- shape and layout ---------------------------------------------------------
 // One dimension may be -1 (inferred).
 Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape);

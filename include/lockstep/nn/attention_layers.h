@@ -1,0 +1,111 @@
+// Attention (keras.layers): MultiHeadAttention, and EinsumDense, the
+// projection its heads are made of.
+//
+//   auto x = ls::Input({128, 64});
+//   auto a = ls::layers::MultiHeadAttention(4, 16)({x, x});   // self-attention
+//   x = ls::layers::LayerNormalization()(ls::layers::Add()({x, a}));
+//
+// MultiHeadAttention is Keras 3's: per head, the query, key and value are
+// projected (EinsumDense "abc,cde->abde"), the scores q·kᵀ/√key_dim go
+// through a softmax over the keys (dropout on them in training), and the
+// heads' outputs are projected back (EinsumDense "abcd,cde->abe"). Its
+// weights are saved under query_dense, key_dense, value_dense and
+// output_dense, as Keras saves them.
+//
+// Not yet: attention masks and use_causal_mask, return_attention_scores,
+// attention over several axes; each is refused by name.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/nn/activations.h"
+#include "lockstep/nn/initializers.h"
+#include "lockstep/nn/layer.h"
+
+namespace lockstep::layers {
+
+struct EinsumDenseOptions {
+  // The output's axes that carry a bias, a suffix of the equation's output
+  // ("de" of "abde"); empty: no bias.
+  std::string bias_axes{};
+  std::string activation{};
+  Initializer kernel_initializer = initializers::GlorotUniform();
+  Initializer bias_initializer = initializers::Zeros();
+  Regularizer kernel_regularizer{};
+  Regularizer bias_regularizer{};
+  std::string name{};
+};
+// keras.layers.EinsumDense for equations that contract the input's last
+// axes with the kernel's first ones: "abc,cd->abd" (Dense), "abc,cde->abde",
+// "abcd,cde->abe". `output_shape` is Keras's: the output's dimensions
+// without the batch, -1 where the input gives it (Keras's None). One matrix
+// product, forward and backward.
+class EinsumDenseImpl : public SingleInputLayerImpl {
+ public:
+  EinsumDenseImpl(std::string equation, std::vector<std::int64_t> output_shape,
+                  EinsumDenseOptions options);
+  void build(const std::vector<Shape>& input_shapes) override;
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
+  const Variable& kernel() const { return kernel_; }
+  const Variable& bias() const { return bias_; }
+
+ private:
+  std::string equation_;
+  std::vector<std::int64_t> output_shape_;
+  EinsumDenseOptions options_;
+  ActivationFn activation_;
+  std::size_t contracted_ = 0;            // how many of the input's last axes the kernel takes
+  std::vector<std::int64_t> kernel_out_;  // the kernel's other dimensions
+  Variable kernel_, bias_;
+};
+class EinsumDense : public Layer {
+ public:
+  EinsumDense(std::string equation, std::vector<std::int64_t> output_shape,
+              EinsumDenseOptions options = {});
+  EinsumDenseImpl* operator->() const { return static_cast<EinsumDenseImpl*>(impl_.get()); }
+};
+
+struct MultiHeadAttentionOptions {
+  std::int64_t value_dim = 0;  // 0: key_dim
+  float dropout = 0.0f;        // of the attention probabilities, in training
+  bool use_bias = true;
+  std::int64_t output_dim = 0;  // Keras's output_shape; 0: the query's features
+  Initializer kernel_initializer = initializers::GlorotUniform();
+  Initializer bias_initializer = initializers::Zeros();
+  Regularizer kernel_regularizer{};
+  Regularizer bias_regularizer{};
+  std::optional<std::uint64_t> seed{};
+  std::string name{};
+};
+// Called on {query, value} or {query, value, key} ([batch, steps, features]
+// each; key defaults to value); returns [batch, query steps, output_dim].
+class MultiHeadAttentionImpl : public LayerImpl {
+ public:
+  MultiHeadAttentionImpl(std::int64_t num_heads, std::int64_t key_dim,
+                         MultiHeadAttentionOptions options);
+  void build(const std::vector<Shape>& input_shapes) override;
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
+  std::int64_t num_heads() const { return num_heads_; }
+  std::int64_t key_dim() const { return key_dim_; }
+  std::int64_t value_dim() const { return options_.value_dim; }
+
+ private:
+  std::int64_t num_heads_, key_dim_;
+  MultiHeadAttentionOptions options_;
+  Layer query_dense_, key_dense_, value_dense_, output_dense_, softmax_, dropout_;
+};
+class MultiHeadAttention : public Layer {
+ public:
+  MultiHeadAttention(std::int64_t num_heads, std::int64_t key_dim,
+                     MultiHeadAttentionOptions options = {});
+  MultiHeadAttentionImpl* operator->() const {
+    return static_cast<MultiHeadAttentionImpl*>(impl_.get());
+  }
+};
+
+}  // namespace lockstep::layers

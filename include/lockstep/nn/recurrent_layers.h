@@ -1,0 +1,130 @@
+// Recurrent layers over sequences [batch, steps, features] (keras.layers):
+// SimpleRNN, LSTM and GRU, and the Bidirectional wrapper. Each layer projects
+// the whole sequence through its kernel in one matrix product, then runs the
+// recurrence as one op (simple_rnn, lstm, gru in tensor/ops.h), whose
+// backward pass is backpropagation through time.
+//
+// Keras's config keys, weights and files: the weights are the cell's
+// (kernel [features, gates · units], recurrent_kernel [units, gates · units],
+// bias; GRU's with reset_after is [2, 3 · units], input then recurrent),
+// saved under `cell/vars` as Keras 3 saves them. Dropout and
+// recurrent_dropout draw one mask per sequence, as Keras's cells (with
+// recurrent dropout, one per gate: Keras's implementation 1).
+//
+//   auto x = ls::layers::Embedding(20000, 128)(tokens);
+//   x = ls::layers::Bidirectional(ls::layers::LSTM(64, {.return_sequences = true}))(x);
+//   x = ls::layers::GRU(32)(x);
+//
+// Not yet: masks (Embedding's mask_zero), return_state, initial states,
+// stateful layers; each is refused by name.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "lockstep/nn/initializers.h"
+#include "lockstep/nn/layer.h"
+
+namespace lockstep::layers {
+
+struct RecurrentLayerOptions {
+  std::string activation = "tanh";
+  std::string recurrent_activation = "sigmoid";  // LSTM and GRU
+  bool use_bias = true;
+  Initializer kernel_initializer = initializers::GlorotUniform();
+  Initializer recurrent_initializer = initializers::Orthogonal();
+  Initializer bias_initializer = initializers::Zeros();
+  // LSTM: the forget gate's bias starts at 1 (added to bias_initializer's).
+  bool unit_forget_bias = true;
+  Regularizer kernel_regularizer{};
+  Regularizer recurrent_regularizer{};
+  Regularizer bias_regularizer{};
+  float dropout = 0.0f;            // of the inputs, in training
+  float recurrent_dropout = 0.0f;  // of the state, in training
+  std::optional<std::uint64_t> seed{};
+  bool return_sequences = false;  // every step's output, else the last
+  bool go_backwards = false;      // last step first; the output keeps that order
+  bool reset_after = true;        // GRU: Keras 3's default
+  bool unroll = false;            // accepted for Keras's files; the same arithmetic either way
+  std::string name{};
+};
+
+// SimpleRNN (1 gate), LSTM (4: i, f, c, o) or GRU (3: z, r, h).
+class RecurrentImpl : public SingleInputLayerImpl {
+ public:
+  RecurrentImpl(std::string class_name, std::int64_t units, RecurrentLayerOptions options);
+  void build(const std::vector<Shape>& input_shapes) override;
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
+  std::string keras_vars_path() const override { return "cell/vars"; }
+
+  std::int64_t units() const { return units_; }
+  const RecurrentLayerOptions& options() const { return options_; }
+  const Variable& kernel() const { return kernel_; }
+  const Variable& recurrent_kernel() const { return recurrent_kernel_; }
+  const Variable& bias() const { return bias_; }
+
+ private:
+  std::int64_t gates() const;
+  std::string class_name_text() const;  // "LSTM 'lstm'", for messages
+  // Dropout masks, one per sequence (and per gate with recurrent dropout).
+  Tensor mask(const Shape& shape, float rate);
+
+  std::int64_t units_;
+  RecurrentLayerOptions options_;
+  std::uint64_t seed_ = 0;
+  std::uint64_t next_stream_ = 0;
+  Variable kernel_, recurrent_kernel_, bias_;
+};
+class SimpleRNN : public Layer {
+ public:
+  explicit SimpleRNN(std::int64_t units, RecurrentLayerOptions options = {});
+  RecurrentImpl* operator->() const { return static_cast<RecurrentImpl*>(impl_.get()); }
+};
+class LSTM : public Layer {
+ public:
+  explicit LSTM(std::int64_t units, RecurrentLayerOptions options = {});
+  RecurrentImpl* operator->() const { return static_cast<RecurrentImpl*>(impl_.get()); }
+};
+class GRU : public Layer {
+ public:
+  explicit GRU(std::int64_t units, RecurrentLayerOptions options = {});
+  RecurrentImpl* operator->() const { return static_cast<RecurrentImpl*>(impl_.get()); }
+};
+
+// A recurrent layer run both ways: the layer over the sequence and a copy of
+// it (fresh weights, go_backwards flipped) over the reversed sequence, the
+// backward outputs put back in time order when return_sequences, merged by
+// merge_mode: concat (Keras's default), sum, mul, ave.
+struct BidirectionalOptions {
+  std::string merge_mode = "concat";
+  std::string name{};
+};
+class BidirectionalImpl : public SingleInputLayerImpl {
+ public:
+  BidirectionalImpl(const Layer& layer, BidirectionalOptions options,
+                    std::optional<Layer> backward_layer = std::nullopt);
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
+  RecurrentImpl& forward_layer() const { return *forward_; }
+  RecurrentImpl& backward_layer() const { return *backward_; }
+  const std::string& merge_mode() const { return options_.merge_mode; }
+
+ private:
+  BidirectionalOptions options_;
+  std::shared_ptr<RecurrentImpl> forward_, backward_;
+};
+class Bidirectional : public Layer {
+ public:
+  explicit Bidirectional(const Layer& layer, BidirectionalOptions options = {},
+                         std::optional<Layer> backward_layer = std::nullopt);
+  BidirectionalImpl* operator->() const { return static_cast<BidirectionalImpl*>(impl_.get()); }
+};
+
+// The recurrent activations these layers take, by Keras's name ("tanh",
+// "sigmoid", "hard_sigmoid", "relu", "linear"); another name is an error
+// that lists them.
+RecurrentActivation recurrent_activation(const std::string& name, const std::string& where);
+
+}  // namespace lockstep::layers

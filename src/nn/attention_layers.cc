@@ -1,0 +1,236 @@
+// EinsumDense and MultiHeadAttention (nn/attention_layers.h).
+#include "lockstep/nn/attention_layers.h"
+
+#include <cmath>
+#include <numeric>
+#include <utility>
+
+#include "lockstep/core/error.h"
+#include "lockstep/nn/layers.h"
+#include "lockstep/tensor/ops.h"
+#include "nn/config_helpers.h"
+
+namespace lockstep::layers {
+
+using nn_detail::put_initializer;
+using nn_detail::put_regularizer;
+
+namespace {
+
+std::int64_t product(const std::vector<std::int64_t>& dims, std::size_t from, std::size_t to) {
+  std::int64_t p = 1;
+  for (std::size_t i = from; i < to; ++i) p *= dims[i];
+  return p;
+}
+
+}  // namespace
+
+// ---- EinsumDense -------------------------------------------------------------------
+
+EinsumDenseImpl::EinsumDenseImpl(std::string equation, std::vector<std::int64_t> output_shape,
+                                 EinsumDenseOptions options)
+    : SingleInputLayerImpl("EinsumDense", options.name),
+      equation_(std::move(equation)),
+      output_shape_(std::move(output_shape)),
+      options_(std::move(options)),
+      activation_(get_activation(options_.activation)) {
+  const std::string where = "EinsumDense '" + name() + "'";
+  const auto comma = equation_.find(','), arrow = equation_.find("->");
+  LOCKSTEP_CHECK(comma != std::string::npos && arrow != std::string::npos && comma < arrow &&
+                     equation_.find('.') == std::string::npos,
+                 where, ": the equation '", equation_,
+                 "' is not of the form 'input,kernel->output' (without ellipses)");
+  const std::string in = equation_.substr(0, comma),
+                    ker = equation_.substr(comma + 1, arrow - comma - 1),
+                    out = equation_.substr(arrow + 2);
+  // The kernel starts with the input's last n axes, and the output is the
+  // input's other axes followed by the kernel's.
+  for (std::size_t n = std::min(in.size() - 1, ker.size()); n >= 1 && contracted_ == 0; --n) {
+    if (ker.compare(0, n, in, in.size() - n, n) == 0 &&
+        out == in.substr(0, in.size() - n) + ker.substr(n))
+      contracted_ = n;
+    if (n == 1) break;
+  }
+  LOCKSTEP_CHECK(contracted_ > 0 && in.size() >= 2, where, ": the equation '", equation_,
+                 "' is not one Lockstep's EinsumDense takes: it contracts the input's last axes "
+                 "with the kernel's first ones and keeps the rest in order (abc,cd->abd, "
+                 "abc,cde->abde, abcd,cde->abe)");
+  const std::size_t kernel_axes = ker.size() - contracted_;
+  LOCKSTEP_CHECK_AS(ShapeError, output_shape_.size() == out.size() - 1, where, ": output_shape ",
+                    Shape(output_shape_), " has ", output_shape_.size(),
+                    " dimensions; the equation's output has ", out.size() - 1,
+                    " besides the batch");
+  kernel_out_.assign(output_shape_.end() - static_cast<std::ptrdiff_t>(kernel_axes),
+                     output_shape_.end());
+  for (std::int64_t d : kernel_out_)
+    LOCKSTEP_CHECK(d > 0, where, ": output_shape must give the kernel's output dimensions, got ",
+                   Shape(output_shape_));
+  const std::string& b = options_.bias_axes;
+  LOCKSTEP_CHECK(b.size() <= kernel_axes && out.compare(out.size() - b.size(), b.size(), b) == 0,
+                 where, ": bias_axes '", b, "' must be a suffix of the kernel's output axes '",
+                 out.substr(out.size() - kernel_axes), "'");
+}
+
+void EinsumDenseImpl::build(const std::vector<Shape>& input_shapes) {
+  const Shape& s = input_shapes.at(0);
+  const std::size_t rank = equation_.find(',');
+  LOCKSTEP_CHECK_AS(ShapeError, static_cast<std::size_t>(s.rank()) == rank, "EinsumDense '", name(),
+                    "': the equation '", equation_, "' takes inputs of rank ", rank, ", got ", s);
+  std::vector<std::int64_t> kernel_shape(s.dims().end() - static_cast<std::ptrdiff_t>(contracted_),
+                                         s.dims().end());
+  kernel_shape.insert(kernel_shape.end(), kernel_out_.begin(), kernel_out_.end());
+  kernel_ = add_weight({.name = "kernel",
+                        .shape = Shape(kernel_shape),
+                        .initializer = options_.kernel_initializer,
+                        .regularizer = options_.kernel_regularizer});
+  if (options_.bias_axes.empty()) return;
+  const std::vector<std::int64_t> bias_shape(
+      kernel_out_.end() - static_cast<std::ptrdiff_t>(options_.bias_axes.size()),
+      kernel_out_.end());
+  bias_ = add_weight({.name = "bias",
+                      .shape = Shape(bias_shape),
+                      .initializer = options_.bias_initializer,
+                      .regularizer = options_.bias_regularizer});
+}
+
+Tensor EinsumDenseImpl::call(const Tensor& x, const CallContext&) {
+  const std::vector<std::int64_t> dims = x.shape().to_vector();
+  const std::size_t keep = dims.size() - contracted_;
+  const std::int64_t m = product(dims, 0, keep), c = product(dims, keep, dims.size());
+  const std::int64_t n = product(kernel_out_, 0, kernel_out_.size());
+  const Tensor kernel = reshape(autocast(kernel_), {c, n});
+  const Tensor flat = reshape(x, {m, c});
+  // A bias over every kernel axis rides in the product; a shorter one broadcasts.
+  const bool fused = bias_.defined() && options_.bias_axes.size() == kernel_out_.size();
+  Tensor y = fused ? matmul(flat, kernel, reshape(autocast(bias_), {n})) : matmul(flat, kernel);
+  std::vector<std::int64_t> out(dims.begin(), dims.begin() + static_cast<std::ptrdiff_t>(keep));
+  out.insert(out.end(), kernel_out_.begin(), kernel_out_.end());
+  y = reshape(y, out);
+  if (bias_.defined() && !fused) y = y + autocast(bias_);
+  return activation_ ? activation_(y) : y;
+}
+
+LayerConfig EinsumDenseImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("output_shape", output_shape_);
+  c.set("equation", equation_);
+  c.set("activation", options_.activation.empty() ? std::string("linear") : options_.activation);
+  if (!options_.bias_axes.empty()) c.set("bias_axes", options_.bias_axes);
+  put_initializer(c, "kernel_initializer", options_.kernel_initializer);
+  put_initializer(c, "bias_initializer", options_.bias_initializer);
+  put_regularizer(c, "kernel_regularizer", options_.kernel_regularizer);
+  put_regularizer(c, "bias_regularizer", options_.bias_regularizer);
+  return c;
+}
+
+EinsumDense::EinsumDense(std::string equation, std::vector<std::int64_t> output_shape,
+                         EinsumDenseOptions options)
+    : Layer(std::make_shared<EinsumDenseImpl>(std::move(equation), std::move(output_shape),
+                                              std::move(options))) {}
+
+// ---- MultiHeadAttention ------------------------------------------------------------
+
+MultiHeadAttentionImpl::MultiHeadAttentionImpl(std::int64_t num_heads, std::int64_t key_dim,
+                                               MultiHeadAttentionOptions options)
+    : LayerImpl("MultiHeadAttention", options.name),
+      num_heads_(num_heads),
+      key_dim_(key_dim),
+      options_(std::move(options)) {
+  LOCKSTEP_CHECK(num_heads > 0 && key_dim > 0, "MultiHeadAttention '", name(),
+                 "': num_heads and key_dim must be positive, got ", num_heads, " and ", key_dim);
+  if (options_.value_dim == 0) options_.value_dim = key_dim;
+  LOCKSTEP_CHECK(options_.value_dim > 0 && options_.output_dim >= 0, "MultiHeadAttention '", name(),
+                 "': value_dim and the output's size must be positive");
+  LOCKSTEP_CHECK(options_.dropout >= 0.0f && options_.dropout < 1.0f, "MultiHeadAttention '",
+                 name(), "': dropout must be in [0, 1), got ", options_.dropout);
+}
+
+void MultiHeadAttentionImpl::build(const std::vector<Shape>& input_shapes) {
+  const std::string where = "MultiHeadAttention '" + name() + "'";
+  LOCKSTEP_CHECK(input_shapes.size() == 2 || input_shapes.size() == 3, where,
+                 ": expected {query, value} or {query, value, key}, got ", input_shapes.size(),
+                 " inputs");
+  for (const Shape& s : input_shapes) {
+    LOCKSTEP_CHECK_AS(ShapeError, s.rank() == 3, where,
+                      ": expected inputs [batch, steps, features] (attention over axis 1), got ",
+                      s);
+  }
+  const Shape& query = input_shapes[0];
+  const std::int64_t out = options_.output_dim > 0 ? options_.output_dim : query[2];
+  auto dense = [&](const char* equation, std::vector<std::int64_t> shape, const char* bias) {
+    Layer l = EinsumDense(equation, std::move(shape),
+                          {.bias_axes = options_.use_bias ? bias : "",
+                           .kernel_initializer = options_.kernel_initializer,
+                           .bias_initializer = options_.bias_initializer,
+                           .kernel_regularizer = options_.kernel_regularizer,
+                           .bias_regularizer = options_.bias_regularizer});
+    l->set_dtype_policy(dtype_policy());
+    return l;
+  };
+  // Keras's order, which its optimizer's variables follow.
+  query_dense_ = track(dense("abc,cde->abde", {-1, num_heads_, key_dim_}, "de"), "query_dense");
+  key_dense_ = track(dense("abc,cde->abde", {-1, num_heads_, key_dim_}, "de"), "key_dense");
+  value_dense_ =
+      track(dense("abc,cde->abde", {-1, num_heads_, options_.value_dim}, "de"), "value_dense");
+  output_dense_ = track(dense("abcd,cde->abe", {-1, out}, "e"), "output_dense");
+  softmax_ = track(Softmax(-1), "_softmax");
+  DropoutOptions dropout{};
+  dropout.seed = options_.seed;
+  dropout_ = track(Dropout(options_.dropout, dropout), "_dropout_layer");
+  for (const Layer* l : {&softmax_, &dropout_}) (*l)->set_dtype_policy(dtype_policy());
+  const Shape& value = input_shapes[1];
+  const Shape& key = input_shapes.size() > 2 ? input_shapes[2] : value;
+  query_dense_->ensure_built({query});
+  key_dense_->ensure_built({key});
+  value_dense_->ensure_built({value});
+  output_dense_->ensure_built({Shape{query[0], query[1], num_heads_, options_.value_dim}});
+}
+
+std::vector<Tensor> MultiHeadAttentionImpl::call(const std::vector<Tensor>& inputs,
+                                                 const CallContext& ctx) {
+  const Tensor& query = inputs.at(0);
+  const Tensor& value = inputs.at(1);
+  const Tensor& key = inputs.size() > 2 ? inputs[2] : value;
+  const std::int64_t b = query.shape()[0], t = query.shape()[1], s = value.shape()[1];
+  LOCKSTEP_CHECK_AS(ShapeError, key.shape()[1] == s && key.shape()[0] == b && value.shape()[0] == b,
+                    "MultiHeadAttention '", name(), "': the query ", query.shape(), ", value ",
+                    value.shape(), " and key ", key.shape(),
+                    " must share the batch, and the key and value their steps");
+  const std::int64_t h = num_heads_, k = key_dim_, v = options_.value_dim;
+  // [batch, steps, heads, dim] -> [batch · heads, steps, dim]
+  auto heads_first = [&](const Tensor& x, std::int64_t steps, std::int64_t dim) {
+    return reshape(transpose(x, {0, 2, 1, 3}), {b * h, steps, dim});
+  };
+  const Tensor q =
+      heads_first(query_dense_(query, ctx) * static_cast<float>(1.0 / std::sqrt(double(k))), t, k);
+  const Tensor kk = heads_first(key_dense_(key, ctx), s, k);
+  const Tensor vv = heads_first(value_dense_(value, ctx), s, v);
+  Tensor probs = softmax_(reshape(matmul(q, kk, {.transpose_b = true}), {b, h, t, s}), ctx);
+  probs = dropout_(cast(probs, vv.dtype()), ctx);
+  const Tensor heads = matmul(reshape(probs, {b * h, t, s}), vv);  // [b·h, t, v]
+  const Tensor merged = transpose(reshape(heads, {b, h, t, v}), {0, 2, 1, 3});
+  return {output_dense_(merged, ctx)};
+}
+
+LayerConfig MultiHeadAttentionImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("num_heads", num_heads_);
+  c.set("key_dim", key_dim_);
+  c.set("value_dim", options_.value_dim);
+  c.set("dropout", static_cast<double>(options_.dropout));
+  c.set("use_bias", options_.use_bias);
+  if (options_.output_dim > 0) c.set("output_shape", options_.output_dim);
+  c.set("attention_axes", std::vector<std::int64_t>{1});
+  put_initializer(c, "kernel_initializer", options_.kernel_initializer);
+  put_initializer(c, "bias_initializer", options_.bias_initializer);
+  put_regularizer(c, "kernel_regularizer", options_.kernel_regularizer);
+  put_regularizer(c, "bias_regularizer", options_.bias_regularizer);
+  if (options_.seed) c.set("seed", static_cast<std::int64_t>(*options_.seed));
+  return c;
+}
+
+MultiHeadAttention::MultiHeadAttention(std::int64_t num_heads, std::int64_t key_dim,
+                                       MultiHeadAttentionOptions options)
+    : Layer(std::make_shared<MultiHeadAttentionImpl>(num_heads, key_dim, std::move(options))) {}
+
+}  // namespace lockstep::layers

@@ -1,0 +1,479 @@
+// The recurrent sequence ops simple_rnn, lstm and gru (ops.h), each one op
+// whose backward rule is backpropagation through time.
+//
+// Run as a chain of primitive ops, a sequence of T steps would leave ~12 T
+// records on the tape, and each step's slice of the input would send back a
+// gradient as large as the whole sequence (O(T²) memory). Here the forward
+// pass keeps each step's gate activations (the derivative of every
+// activation this op takes follows from its output alone), and the backward
+// pass walks the steps in reverse: per step two matrix products (the state's
+// gradient and the gates'), and one product over all steps for the
+// recurrent kernel's gradient. Every step is composed of the library's ops,
+// so the op runs on every device the ops do. tests/nn/recurrent_layers_test.cc
+// checks each against a float64 loop, with finite-difference gradients.
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "lockstep/core/error.h"
+#include "lockstep/tensor/ops.h"
+#include "lockstep/tensor/recording.h"
+
+namespace lockstep {
+namespace {
+
+using Act = RecurrentActivation;
+using detail::Grads;
+
+Tensor activate(Act a, const Tensor& x) {
+  switch (a) {
+    case Act::kTanh:
+      return tanh(x);
+    case Act::kSigmoid:
+      return sigmoid(x);
+    case Act::kHardSigmoid:
+      return relu(x + 3.0f, {.max_value = 6.0f}) / 6.0f;
+    case Act::kRelu:
+      return relu(x);
+    case Act::kLinear:
+      return x;
+  }
+  detail::throw_error<InternalError>("recurrent op: unknown activation");
+}
+
+// The activation's derivative at the input that gave `y`.
+Tensor slope(Act a, const Tensor& y) {
+  switch (a) {
+    case Act::kTanh:
+      return Tensor::scalar(1.0f) - square(y);
+    case Act::kSigmoid:
+      return y * (Tensor::scalar(1.0f) - y);
+    case Act::kHardSigmoid:
+      return cast(greater(y, Tensor::scalar(0.0f)), y.dtype()) *
+             cast(less(y, Tensor::scalar(1.0f)), y.dtype()) * (1.0f / 6.0f);
+    case Act::kRelu:
+      return cast(greater(y, Tensor::scalar(0.0f)), y.dtype());
+    case Act::kLinear:
+      return ones_like(y);
+  }
+  detail::throw_error<InternalError>("recurrent op: unknown activation");
+}
+
+struct Dims {
+  std::int64_t batch = 0, steps = 0, units = 0;
+};
+
+Dims check(const char* op, const Tensor& projected, const Tensor& kernel, std::int64_t gates,
+           const RecurrentOptions& o) {
+  LOCKSTEP_CHECK(projected.defined() && kernel.defined(), op,
+                 ": the projected inputs and the recurrent kernel must be defined");
+  LOCKSTEP_CHECK_AS(
+      ShapeError, kernel.rank() == 2 && kernel.shape()[1] == gates * kernel.shape()[0], op,
+      ": expected a recurrent kernel [units, ", gates, " * units], got ", kernel.shape());
+  const std::int64_t units = kernel.shape()[0];
+  LOCKSTEP_CHECK_AS(ShapeError, projected.rank() == 3 && projected.shape()[2] == gates * units, op,
+                    ": expected projected inputs [batch, steps, ", gates * units, "] for ", units,
+                    " units, got ", projected.shape());
+  LOCKSTEP_CHECK_AS(ShapeError, projected.shape()[1] >= 1, op,
+                    ": a sequence needs at least one step, got ", projected.shape());
+  LOCKSTEP_CHECK(projected.dtype() == DType::kFloat32 && kernel.dtype() == DType::kFloat32, op,
+                 ": expected float32 (or bfloat16) operands, got ", dtype_name(projected.dtype()),
+                 " and ", dtype_name(kernel.dtype()));
+  const Dims d{projected.shape()[0], projected.shape()[1], units};
+  if (o.recurrent_masks.defined()) {
+    const Shape want{gates, d.batch, units};
+    LOCKSTEP_CHECK_AS(ShapeError, o.recurrent_masks.shape() == want, op,
+                      ": expected recurrent masks ", want, ", got ", o.recurrent_masks.shape());
+  }
+  return d;
+}
+
+// x[:, first : first + count]
+Tensor columns(const Tensor& x, std::int64_t first, std::int64_t count) {
+  return slice(x, {0, first}, {x.shape()[0], count});
+}
+
+// Step t of a time-major [steps, batch, width] tensor, as [batch, width]
+// (a view: the slice is along dimension 0).
+Tensor step_of(const Tensor& time_major, std::int64_t t) {
+  return reshape(slice(time_major, {t, 0, 0}, {1, -1, -1}),
+                 {time_major.shape()[1], time_major.shape()[2]});
+}
+
+// [batch, width] per step -> [batch, steps, width].
+Tensor batch_major(const std::vector<Tensor>& steps) {
+  std::vector<Tensor> parts;
+  parts.reserve(steps.size());
+  for (const Tensor& s : steps) parts.push_back(reshape(s, {1, s.shape()[0], s.shape()[1]}));
+  return transpose(concat(parts, 0), {1, 0, 2});
+}
+
+// Keras's recurrent dropout: gate g reads state * mask_g. Without masks
+// every gate reads the state itself, and shares one product.
+class StateReads {
+ public:
+  StateReads(const Tensor& masks, std::int64_t gates) {
+    if (!masks.defined()) return;
+    for (std::int64_t g = 0; g < gates; ++g) masks_.push_back(step_of(masks, g));
+  }
+  bool masked() const { return !masks_.empty(); }
+  const Tensor& mask(std::size_t g) const { return masks_[g]; }
+  // What each gate reads of state h: {h}, or h * mask_g per gate.
+  std::vector<Tensor> of(const Tensor& h) const {
+    if (masks_.empty()) return {h};
+    std::vector<Tensor> out;
+    for (const Tensor& m : masks_) out.push_back(h * m);
+    return out;
+  }
+  // The state's gradient from the gradients of what the gates read.
+  Tensor back(const std::vector<Tensor>& d) const {
+    if (masks_.empty()) return d.at(0);
+    Tensor sum = d.at(0) * masks_[0];
+    for (std::size_t g = 1; g < masks_.size(); ++g) sum = sum + d.at(g) * masks_[g];
+    return sum;
+  }
+
+ private:
+  std::vector<Tensor> masks_;
+};
+
+// (read, d) pairs of each product group, for the kernel's gradient: one
+// product over all steps per group at the end.
+struct KernelGradient {
+  std::map<std::pair<std::int64_t, std::int64_t>,
+           std::pair<std::vector<Tensor>, std::vector<Tensor>>>
+      groups;
+};
+
+// The recurrent products state·U of one sequence. Gates that read the same
+// state share one product; with recurrent masks each gate reads its own.
+class Recurrence {
+ public:
+  Recurrence(Tensor kernel, std::int64_t units) : kernel_(std::move(kernel)), units_(units) {}
+
+  // Gates first .. first + count − 1, side by side [batch, count · units]:
+  // reads[0]·U_{first..} when one read serves them all, else reads[k]·U_{first+k}.
+  Tensor forward(std::int64_t first, std::int64_t count, const std::vector<Tensor>& reads) {
+    if (reads.size() == 1) return matmul(reads[0], cols(first, count));
+    std::vector<Tensor> parts;
+    for (std::int64_t k = 0; k < count; ++k)
+      parts.push_back(matmul(reads[static_cast<std::size_t>(k)], cols(first + k, 1)));
+    return concat(parts, 1);
+  }
+
+  // Each read's gradient, given d [batch, count · units] of forward's result;
+  // keeps (read, d) for the kernel's gradient.
+  std::vector<Tensor> backward(std::int64_t first, std::int64_t count,
+                               const std::vector<Tensor>& reads, const Tensor& d,
+                               KernelGradient& acc) {
+    std::vector<Tensor> out;
+    if (reads.size() == 1) {
+      keep(acc, first, count, reads[0], d);
+      out.push_back(matmul(d, cols(first, count), {.transpose_b = true}));
+      return out;
+    }
+    for (std::int64_t k = 0; k < count; ++k) {
+      const Tensor dk = columns(d, k * units_, units_);
+      keep(acc, first + k, 1, reads[static_cast<std::size_t>(k)], dk);
+      out.push_back(matmul(dk, cols(first + k, 1), {.transpose_b = true}));
+    }
+    return out;
+  }
+
+  // [units, gates · units], from every kept pair: Σ_steps readᵀ·d per group.
+  static Tensor kernel_gradient(const KernelGradient& acc) {
+    std::vector<Tensor> parts;
+    for (const auto& [key, pairs] : acc.groups)
+      parts.push_back(
+          matmul(concat(pairs.first, 0), concat(pairs.second, 0), {.transpose_a = true}));
+    return parts.size() == 1 ? parts[0] : concat(parts, 1);
+  }
+
+ private:
+  static void keep(KernelGradient& acc, std::int64_t first, std::int64_t count, const Tensor& read,
+                   const Tensor& d) {
+    auto& group = acc.groups[{first, count}];
+    group.first.push_back(read);
+    group.second.push_back(d);
+  }
+  const Tensor& cols(std::int64_t first, std::int64_t count) {
+    auto [it, inserted] = cols_.try_emplace({first, count});
+    if (inserted) it->second = columns(kernel_, first * units_, count * units_);
+    return it->second;
+  }
+
+  Tensor kernel_;
+  std::int64_t units_;
+  std::map<std::pair<std::int64_t, std::int64_t>, Tensor> cols_;
+};
+
+bool any_bf16(const Tensor& a, const Tensor& b) {
+  return a.dtype() == DType::kBFloat16 || b.dtype() == DType::kBFloat16;
+}
+Tensor widened(const Tensor& x) {
+  return x.defined() && x.dtype() == DType::kBFloat16 ? cast(x, DType::kFloat32) : x;
+}
+RecurrentOptions widened(RecurrentOptions o) {
+  o.recurrent_masks = widened(o.recurrent_masks);
+  return o;
+}
+
+// ---- SimpleRNN ----------------------------------------------------------------
+
+struct SimpleRnnStep {
+  std::vector<Tensor> reads;
+  Tensor h;
+};
+
+}  // namespace
+
+Tensor simple_rnn(const Tensor& projected, const Tensor& recurrent_kernel,
+                  const RecurrentOptions& options) {
+  if (any_bf16(projected, recurrent_kernel))
+    return cast(simple_rnn(widened(projected), widened(recurrent_kernel), widened(options)),
+                projected.dtype());
+  const Dims d = check("simple_rnn", projected, recurrent_kernel, 1, options);
+  const bool recording = detail::should_record({projected, recurrent_kernel});
+  auto rec = std::make_shared<Recurrence>(recurrent_kernel, d.units);
+  auto steps = std::make_shared<std::vector<SimpleRnnStep>>();
+  const StateReads reads(options.recurrent_masks, 1);
+  Tensor out;
+  {
+    detail::RecordingPause pause;
+    const Tensor time_major = transpose(projected, {1, 0, 2});
+    Tensor h = zeros_like(step_of(time_major, 0));
+    std::vector<Tensor> outs;
+    for (std::int64_t s = 0; s < d.steps; ++s) {
+      const std::int64_t t = options.go_backwards ? d.steps - 1 - s : s;
+      std::vector<Tensor> r = reads.of(h);
+      h = activate(options.activation, step_of(time_major, t) + rec->forward(0, 1, r));
+      outs.push_back(h);
+      if (recording) steps->push_back({std::move(r), h});
+    }
+    out = batch_major(outs);
+  }
+  if (recording) {
+    detail::record("simple_rnn", {projected, recurrent_kernel}, out,
+                   [rec, steps, reads, d, options](const Tensor& grad) {
+                     const Tensor g = transpose(grad, {1, 0, 2});
+                     std::vector<Tensor> dx(static_cast<std::size_t>(d.steps));
+                     KernelGradient acc;
+                     Tensor dh_next;
+                     for (std::int64_t s = d.steps - 1; s >= 0; --s) {
+                       const SimpleRnnStep& st = (*steps)[static_cast<std::size_t>(s)];
+                       const std::int64_t t = options.go_backwards ? d.steps - 1 - s : s;
+                       Tensor dh = step_of(g, s);
+                       if (dh_next.defined()) dh = dh + dh_next;
+                       const Tensor da = dh * slope(options.activation, st.h);
+                       dx[static_cast<std::size_t>(t)] = da;
+                       dh_next = reads.back(rec->backward(0, 1, st.reads, da, acc));
+                     }
+                     return Grads{batch_major(dx), Recurrence::kernel_gradient(acc)};
+                   });
+  }
+  return out;
+}
+
+// ---- LSTM ---------------------------------------------------------------------
+
+namespace {
+struct LstmStep {
+  std::vector<Tensor> reads;
+  Tensor i, f, g, o, c_prev, ac;  // gates, the cell before, activation(cell)
+};
+}  // namespace
+
+Tensor lstm(const Tensor& projected, const Tensor& recurrent_kernel,
+            const RecurrentOptions& options) {
+  if (any_bf16(projected, recurrent_kernel))
+    return cast(lstm(widened(projected), widened(recurrent_kernel), widened(options)),
+                projected.dtype());
+  const Dims d = check("lstm", projected, recurrent_kernel, 4, options);
+  const std::int64_t u = d.units;
+  const bool recording = detail::should_record({projected, recurrent_kernel});
+  auto rec = std::make_shared<Recurrence>(recurrent_kernel, u);
+  auto steps = std::make_shared<std::vector<LstmStep>>();
+  const StateReads reads(options.recurrent_masks, 4);
+  Tensor out;
+  {
+    detail::RecordingPause pause;
+    const Tensor time_major = transpose(projected, {1, 0, 2});
+    Tensor h = zeros_like(columns(step_of(time_major, 0), 0, u));
+    Tensor c = h;
+    std::vector<Tensor> outs;
+    for (std::int64_t s = 0; s < d.steps; ++s) {
+      const std::int64_t t = options.go_backwards ? d.steps - 1 - s : s;
+      std::vector<Tensor> r = reads.of(h);
+      const Tensor z = step_of(time_major, t) + rec->forward(0, 4, r);
+      LstmStep st{std::move(r),
+                  activate(options.recurrent_activation, columns(z, 0, u)),
+                  activate(options.recurrent_activation, columns(z, u, u)),
+                  activate(options.activation, columns(z, 2 * u, u)),
+                  activate(options.recurrent_activation, columns(z, 3 * u, u)),
+                  c,
+                  {}};
+      c = st.f * c + st.i * st.g;
+      st.ac = activate(options.activation, c);
+      h = st.o * st.ac;
+      outs.push_back(h);
+      if (recording) steps->push_back(std::move(st));
+    }
+    out = batch_major(outs);
+  }
+  if (recording) {
+    detail::record("lstm", {projected, recurrent_kernel}, out,
+                   [rec, steps, reads, d, options](const Tensor& grad) {
+                     const Tensor g = transpose(grad, {1, 0, 2});
+                     std::vector<Tensor> dz(static_cast<std::size_t>(d.steps));
+                     KernelGradient acc;
+                     Tensor dh_next, dc_next;
+                     const Act act = options.activation, ract = options.recurrent_activation;
+                     for (std::int64_t s = d.steps - 1; s >= 0; --s) {
+                       const LstmStep& st = (*steps)[static_cast<std::size_t>(s)];
+                       const std::int64_t t = options.go_backwards ? d.steps - 1 - s : s;
+                       Tensor dh = step_of(g, s);
+                       if (dh_next.defined()) dh = dh + dh_next;
+                       Tensor dc = dh * st.o * slope(act, st.ac);
+                       if (dc_next.defined()) dc = dc + dc_next;
+                       const Tensor di = dc * st.g * slope(ract, st.i);
+                       const Tensor df = dc * st.c_prev * slope(ract, st.f);
+                       const Tensor dg = dc * st.i * slope(act, st.g);
+                       const Tensor dout = dh * st.ac * slope(ract, st.o);
+                       dc_next = dc * st.f;
+                       const Tensor step_grad = concat({di, df, dg, dout}, 1);
+                       dz[static_cast<std::size_t>(t)] = step_grad;
+                       dh_next = reads.back(rec->backward(0, 4, st.reads, step_grad, acc));
+                     }
+                     return Grads{batch_major(dz), Recurrence::kernel_gradient(acc)};
+                   });
+  }
+  return out;
+}
+
+// ---- GRU ----------------------------------------------------------------------
+
+namespace {
+struct GruStep {
+  std::vector<Tensor> reads;
+  Tensor z, r, hh, h_prev;
+  // reset_after: the candidate's recurrent term h·U_h + b_h; otherwise the
+  // state the candidate's product read, r · read_h.
+  Tensor candidate_read;
+};
+}  // namespace
+
+Tensor gru(const Tensor& projected, const Tensor& recurrent_kernel, const Tensor& recurrent_bias,
+           bool reset_after, const RecurrentOptions& options) {
+  if (any_bf16(projected, recurrent_kernel))
+    return cast(gru(widened(projected), widened(recurrent_kernel), widened(recurrent_bias),
+                    reset_after, widened(options)),
+                projected.dtype());
+  const Dims d = check("gru", projected, recurrent_kernel, 3, options);
+  const std::int64_t u = d.units;
+  const bool has_bias = recurrent_bias.defined();
+  LOCKSTEP_CHECK(!has_bias || reset_after,
+                 "gru: a recurrent bias is added with reset_after only (Keras's GRU without it has "
+                 "one bias, on the inputs)");
+  if (has_bias) {
+    LOCKSTEP_CHECK_AS(ShapeError, recurrent_bias.shape() == Shape{3 * u},
+                      "gru: expected a "
+                      "recurrent bias [",
+                      3 * u, "], got ", recurrent_bias.shape());
+  }
+  const bool recording = detail::should_record(
+      has_bias ? std::initializer_list<Tensor>{projected, recurrent_kernel, recurrent_bias}
+               : std::initializer_list<Tensor>{projected, recurrent_kernel});
+  auto rec = std::make_shared<Recurrence>(recurrent_kernel, u);
+  auto steps = std::make_shared<std::vector<GruStep>>();
+  const StateReads reads(options.recurrent_masks, 3);
+  Tensor out;
+  {
+    detail::RecordingPause pause;
+    const Tensor time_major = transpose(projected, {1, 0, 2});
+    Tensor h = zeros_like(columns(step_of(time_major, 0), 0, u));
+    std::vector<Tensor> outs;
+    for (std::int64_t s = 0; s < d.steps; ++s) {
+      const std::int64_t t = options.go_backwards ? d.steps - 1 - s : s;
+      const Tensor x = step_of(time_major, t);
+      GruStep st{reads.of(h), {}, {}, {}, h, {}};
+      const Tensor& read_h = st.reads.size() == 1 ? st.reads[0] : st.reads[2];
+      Tensor candidate;
+      if (reset_after) {
+        Tensor inner = rec->forward(0, 3, st.reads);
+        if (has_bias) inner = inner + recurrent_bias;
+        st.z = activate(options.recurrent_activation, columns(x, 0, u) + columns(inner, 0, u));
+        st.r = activate(options.recurrent_activation, columns(x, u, u) + columns(inner, u, u));
+        st.candidate_read = columns(inner, 2 * u, u);
+        candidate = st.r * st.candidate_read;
+      } else {
+        const std::vector<Tensor> zr_reads =
+            reads.masked() ? std::vector<Tensor>{st.reads[0], st.reads[1]} : st.reads;
+        const Tensor inner = rec->forward(0, 2, zr_reads);
+        st.z = activate(options.recurrent_activation, columns(x, 0, u) + columns(inner, 0, u));
+        st.r = activate(options.recurrent_activation, columns(x, u, u) + columns(inner, u, u));
+        st.candidate_read = st.r * read_h;
+        candidate = rec->forward(2, 1, {st.candidate_read});
+      }
+      st.hh = activate(options.activation, columns(x, 2 * u, u) + candidate);
+      h = st.z * h + (Tensor::scalar(1.0f) - st.z) * st.hh;
+      outs.push_back(h);
+      if (recording) steps->push_back(std::move(st));
+    }
+    out = batch_major(outs);
+  }
+  if (!recording) return out;
+  std::vector<Tensor> inputs{projected, recurrent_kernel};
+  if (has_bias) inputs.push_back(recurrent_bias);
+  detail::record(
+      "gru", inputs, out,
+      [rec, steps, reads, d, options, reset_after, has_bias](const Tensor& grad) {
+        const Tensor g = transpose(grad, {1, 0, 2});
+        std::vector<Tensor> dx(static_cast<std::size_t>(d.steps));
+        KernelGradient acc;
+        Tensor dh_next, dbias;
+        const Act act = options.activation, ract = options.recurrent_activation;
+        for (std::int64_t s = d.steps - 1; s >= 0; --s) {
+          const GruStep& st = (*steps)[static_cast<std::size_t>(s)];
+          const std::int64_t t = options.go_backwards ? d.steps - 1 - s : s;
+          Tensor dh = step_of(g, s);
+          if (dh_next.defined()) dh = dh + dh_next;
+          const Tensor da_h = dh * (Tensor::scalar(1.0f) - st.z) * slope(act, st.hh);
+          const Tensor da_z = dh * (st.h_prev - st.hh) * slope(ract, st.z);
+          Tensor dh_prev = dh * st.z;
+          Tensor da_r;
+          if (reset_after) {
+            da_r = da_h * st.candidate_read * slope(ract, st.r);
+            const Tensor d_inner = concat({da_z, da_r, da_h * st.r}, 1);
+            if (has_bias) {
+              const Tensor db = sum(d_inner, {.axes = {0}});
+              dbias = dbias.defined() ? dbias + db : db;
+            }
+            dh_prev = dh_prev + reads.back(rec->backward(0, 3, st.reads, d_inner, acc));
+          } else {
+            const Tensor d_read_r = rec->backward(2, 1, {st.candidate_read}, da_h, acc)[0];
+            const Tensor& read_h = st.reads.size() == 1 ? st.reads[0] : st.reads[2];
+            da_r = d_read_r * read_h * slope(ract, st.r);
+            const Tensor d_read_h = d_read_r * st.r;
+            const std::vector<Tensor> zr_reads =
+                reads.masked() ? std::vector<Tensor>{st.reads[0], st.reads[1]} : st.reads;
+            std::vector<Tensor> d_reads =
+                rec->backward(0, 2, zr_reads, concat({da_z, da_r}, 1), acc);
+            if (reads.masked()) {
+              d_reads.push_back(d_read_h);
+            } else {
+              d_reads[0] = d_reads[0] + d_read_h;
+            }
+            dh_prev = dh_prev + reads.back(d_reads);
+          }
+          dx[static_cast<std::size_t>(t)] = concat({da_z, da_r, da_h}, 1);
+          dh_next = dh_prev;
+        }
+        Grads grads{batch_major(dx), Recurrence::kernel_gradient(acc)};
+        if (has_bias) grads.push_back(dbias);
+        return grads;
+      });
+  return out;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,169 @@
+// EinsumDense and MultiHeadAttention (nn/attention_layers.h) against float64
+// loops written from Keras's equations, with finite-difference gradients
+// for their inputs; the equations and settings they refuse.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "lockstep/lockstep.h"
+#include "support/reference.h"
+
+namespace lockstep::testing {
+namespace {
+
+// "abc,cde->abde": x [a, b, c], kernel [c, d, e], bias [d, e] or [e] or none.
+Ref ref_project(const Ref& x, const Ref& kernel, const Ref& bias) {
+  const std::int64_t a = x.dims[0], b = x.dims[1], c = x.dims[2];
+  const std::int64_t d = kernel.dims[1], e = kernel.dims[2];
+  Ref y({a, b, d, e});
+  for (std::int64_t i = 0; i < a * b; ++i) {
+    for (std::int64_t j = 0; j < d * e; ++j) {
+      double s = bias.size() == d * e ? bias[j] : bias.size() == e ? bias[j % e] : 0.0;
+      for (std::int64_t k = 0; k < c; ++k) s += x[i * c + k] * kernel[k * d * e + j];
+      y[i * d * e + j] = s;
+    }
+  }
+  return y;
+}
+
+// "abcd,cde->abe": x [a, b, c, d], kernel [c, d, e], bias [e].
+Ref ref_combine(const Ref& x, const Ref& kernel, const Ref& bias) {
+  const std::int64_t a = x.dims[0], b = x.dims[1], cd = x.dims[2] * x.dims[3];
+  const std::int64_t e = kernel.dims[2];
+  Ref y({a, b, e});
+  for (std::int64_t i = 0; i < a * b; ++i) {
+    for (std::int64_t j = 0; j < e; ++j) {
+      double s = bias.size() > 0 ? bias[j] : 0.0;
+      for (std::int64_t k = 0; k < cd; ++k) s += x[i * cd + k] * kernel[k * e + j];
+      y[i * e + j] = s;
+    }
+  }
+  return y;
+}
+
+TEST(AttentionLayers, EinsumDenseIsTheEquationWithItsGradients) {
+  std::mt19937 rng(2);
+  const Ref x = random_ref({2, 3, 4}, rng);
+  for (const std::string bias : {"de", "e", ""}) {
+    SCOPED_TRACE("bias_axes '" + bias + "'");
+    layers::EinsumDense dense(
+        "abc,cde->abde", {-1, 2, 5},
+        {.bias_axes = bias, .bias_initializer = initializers::RandomNormal(0.0f, 1.0f, 4)});
+    (void)dense(to_tensor(x));
+    const Ref kernel = to_ref(dense->kernel().value());
+    ASSERT_EQ(kernel.dims, (Dims{4, 2, 5}));
+    const Ref b = bias.empty() ? Ref({0}) : to_ref(dense->bias().value());
+    EXPECT_EQ(b.size(), bias == "de" ? 10 : bias == "e" ? 5 : 0);
+    check_gradients(
+        "einsum_dense", [&](const std::vector<Tensor>& in) { return dense(in[0]); },
+        [&](const std::vector<Ref>& in) { return ref_project(in[0], kernel, b); }, {x});
+  }
+  layers::EinsumDense combine("abcd,cde->abe", {-1, 3}, {.bias_axes = "e", .activation = "tanh"});
+  const Ref heads = random_ref({2, 3, 2, 4}, rng);
+  (void)combine(to_tensor(heads));
+  const Ref kernel = to_ref(combine->kernel().value()), bias = to_ref(combine->bias().value());
+  check_gradients(
+      "einsum_dense abcd,cde->abe", [&](const std::vector<Tensor>& in) { return combine(in[0]); },
+      [&](const std::vector<Ref>& in) {
+        Ref y = ref_combine(in[0], kernel, bias);
+        for (double& v : y.v) v = std::tanh(v);
+        return y;
+      },
+      {heads});
+}
+
+TEST(AttentionLayers, EinsumDenseRefusesWhatItCannotRun) {
+  EXPECT_THROW(layers::EinsumDense("ab,bc", {3}), ValueError);
+  EXPECT_THROW(layers::EinsumDense("abc,dc->abd", {-1, 3}), ValueError);  // kernel transposed
+  EXPECT_THROW(layers::EinsumDense("...b,bc->...c", {3}), ValueError);
+  EXPECT_THROW(layers::EinsumDense("abc,cd->abd", {-1, 3}, {.bias_axes = "b"}), ValueError);
+  EXPECT_THROW(layers::EinsumDense("abc,cd->abd", {3}), ShapeError);
+}
+
+// Keras's attention from the layer's own weights, in float64.
+Ref ref_attention(const Ref& query, const Ref& value, const Ref& key,
+                  const layers::MultiHeadAttentionImpl& mha) {
+  auto weights = mha.weights();  // q, k, v, out: kernel and bias each
+  auto w = [&](std::size_t i) { return to_ref(weights[i].value()); };
+  const Ref q = ref_project(query, w(0), w(1)), k = ref_project(key, w(2), w(3)),
+            v = ref_project(value, w(4), w(5));
+  const std::int64_t b = query.dims[0], t = query.dims[1], s = value.dims[1];
+  const std::int64_t h = mha.num_heads(), kd = mha.key_dim(), vd = mha.value_dim();
+  Ref merged({b, t, h, vd});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(kd));
+  for (std::int64_t n = 0; n < b; ++n) {
+    for (std::int64_t head = 0; head < h; ++head) {
+      for (std::int64_t i = 0; i < t; ++i) {
+        std::vector<double> scores(static_cast<std::size_t>(s));
+        double top = -1e300;
+        for (std::int64_t j = 0; j < s; ++j) {
+          double dot = 0;
+          for (std::int64_t c = 0; c < kd; ++c)
+            dot +=
+                q[((n * t + i) * h + head) * kd + c] * scale * k[((n * s + j) * h + head) * kd + c];
+          scores[static_cast<std::size_t>(j)] = dot;
+          top = std::max(top, dot);
+        }
+        double total = 0;
+        for (double& e : scores) total += (e = std::exp(e - top));
+        for (std::int64_t c = 0; c < vd; ++c) {
+          double o = 0;
+          for (std::int64_t j = 0; j < s; ++j)
+            o += scores[static_cast<std::size_t>(j)] / total * v[((n * s + j) * h + head) * vd + c];
+          merged[((n * t + i) * h + head) * vd + c] = o;
+        }
+      }
+    }
+  }
+  return ref_combine(merged, w(6), w(7));
+}
+
+TEST(AttentionLayers, MultiHeadAttentionIsKerasAttentionWithItsGradients) {
+  std::mt19937 rng(7);
+  const Ref query = random_ref({2, 3, 4}, rng), value = random_ref({2, 5, 6}, rng),
+            key = random_ref({2, 5, 3}, rng);
+  layers::MultiHeadAttention mha(2, 3,
+                                 {.value_dim = 2,
+                                  .output_dim = 5,
+                                  .bias_initializer = initializers::RandomNormal(0.0f, 0.5f, 1)});
+  const Tensor y = mha({to_tensor(query), to_tensor(value), to_tensor(key)}).at(0);
+  EXPECT_EQ(y.shape(), Shape({2, 3, 5}));
+  ASSERT_EQ(mha.weights().size(), 8u);
+  EXPECT_EQ(mha.weights()[0].value().shape(),
+            Shape({4, 2, 3}));  // query: [features, heads, key_dim]
+  EXPECT_EQ(mha.weights()[6].value().shape(), Shape({2, 2, 5}));  // output: [heads, value_dim, out]
+  check_gradients(
+      "multi_head_attention", [&](const std::vector<Tensor>& in) { return mha(in).at(0); },
+      [&](const std::vector<Ref>& in) {
+        return ref_attention(in[0], in[1], in[2], *mha.operator->());
+      },
+      {query, value, key});
+  // Self-attention: the key is the value.
+  layers::MultiHeadAttention self(2, 2);
+  (void)self({to_tensor(query), to_tensor(query)});  // builds it: the reference reads its weights
+  check_gradients(
+      "self-attention",
+      [&](const std::vector<Tensor>& in) {
+        return self({in[0], in[0]}).at(0);
+      },
+      [&](const std::vector<Ref>& in) {
+        return ref_attention(in[0], in[0], in[0], *self.operator->());
+      },
+      {query});
+}
+
+TEST(AttentionLayers, AttentionDropoutActsInTrainingOnly) {
+  std::mt19937 rng(8);
+  const Ref x = random_ref({2, 4, 4}, rng);
+  layers::MultiHeadAttention mha(2, 2, {.dropout = 0.5f, .seed = 3});
+  const Tensor a = mha({to_tensor(x), to_tensor(x)}).at(0);
+  expect_close(to_ref(a), mha({to_tensor(x), to_tensor(x)}).at(0), 0, 0, "inference is fixed");
+  const Ref trained = to_ref(mha({to_tensor(x), to_tensor(x)}, {.training = true}).at(0));
+  double diff = 0;
+  for (std::int64_t i = 0; i < trained.size(); ++i)
+    diff = std::max(diff, std::abs(trained[i] - to_ref(a)[i]));
+  EXPECT_GT(diff, 1e-3) << "dropout changed nothing in training";
+}
+
+}  // namespace
+}  // namespace lockstep::testing

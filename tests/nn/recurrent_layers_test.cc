@@ -1,0 +1,347 @@
+// The recurrent ops (simple_rnn, lstm, gru: tensor/ops/rnn_ops.cc) against
+// a float64 loop written from Keras's cell formulas, with finite-difference
+// gradients for every input, going forwards and backwards, with recurrent
+// dropout masks, and GRU both ways of reset_after; then the layers over them
+// (nn/recurrent_layers.h): SimpleRNN, LSTM and GRU give the op's sequence
+// from their own weights, LSTM's unit_forget_bias, dropout that draws one
+// mask per sequence, and Bidirectional as its two layers merged.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "lockstep/lockstep.h"
+#include "support/reference.h"
+
+namespace lockstep::testing {
+namespace {
+
+using Act = RecurrentActivation;
+
+double ref_act(Act a, double x) {
+  switch (a) {
+    case Act::kTanh:
+      return std::tanh(x);
+    case Act::kSigmoid:
+      return 1.0 / (1.0 + std::exp(-x));
+    case Act::kHardSigmoid:
+      return std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0;
+    case Act::kRelu:
+      return std::max(x, 0.0);
+    case Act::kLinear:
+      return x;
+  }
+  return 0;
+}
+
+enum class Cell { kSimple, kLstm, kGru, kGruResetBefore };
+
+std::int64_t gates_of(Cell c) { return c == Cell::kSimple ? 1 : c == Cell::kLstm ? 4 : 3; }
+
+// Keras's cells, step by step: xw [b, t, gates·u], kernel [u, gates·u],
+// bias [gates·u] (GRU reset_after) or empty, masks [gates, b, u] or empty.
+Ref ref_sequence(Cell cell, const Ref& xw, const Ref& kernel, const Ref& bias, const Ref& masks,
+                 const RecurrentOptions& o) {
+  const std::int64_t b = xw.dims[0], steps = xw.dims[1], u = kernel.dims[0];
+  const std::int64_t g = gates_of(cell), w = g * u;
+  Ref out({b, steps, u});
+  for (std::int64_t n = 0; n < b; ++n) {
+    std::vector<double> h(static_cast<std::size_t>(u), 0.0), c(h);
+    for (std::int64_t s = 0; s < steps; ++s) {
+      const std::int64_t t = o.go_backwards ? steps - 1 - s : s;
+      auto read = [&](std::int64_t gate, std::int64_t k) {
+        const double m = masks.size() > 0 ? masks[(gate * b + n) * u + k] : 1.0;
+        return h[static_cast<std::size_t>(k)] * m;
+      };
+      // rec[gate·u + j] = Σ_k read(gate, k) · kernel[k, gate·u + j]
+      std::vector<double> rec(static_cast<std::size_t>(w), 0.0);
+      for (std::int64_t gate = 0; gate < g; ++gate) {
+        if (cell == Cell::kGruResetBefore && gate == 2) continue;
+        for (std::int64_t j = 0; j < u; ++j) {
+          for (std::int64_t k = 0; k < u; ++k)
+            rec[static_cast<std::size_t>(gate * u + j)] +=
+                read(gate, k) * kernel[k * w + gate * u + j];
+        }
+      }
+      auto x = [&](std::int64_t col) { return xw[(n * steps + t) * w + col]; };
+      std::vector<double> next(static_cast<std::size_t>(u));
+      if (cell == Cell::kSimple) {
+        for (std::int64_t j = 0; j < u; ++j)
+          next[static_cast<std::size_t>(j)] =
+              ref_act(o.activation, x(j) + rec[static_cast<std::size_t>(j)]);
+      } else if (cell == Cell::kLstm) {
+        for (std::int64_t j = 0; j < u; ++j) {
+          auto z = [&](std::int64_t gate) {
+            return x(gate * u + j) + rec[static_cast<std::size_t>(gate * u + j)];
+          };
+          const double i = ref_act(o.recurrent_activation, z(0));
+          const double f = ref_act(o.recurrent_activation, z(1));
+          const double cand = ref_act(o.activation, z(2));
+          const double out_gate = ref_act(o.recurrent_activation, z(3));
+          double& cj = c[static_cast<std::size_t>(j)];
+          cj = f * cj + i * cand;
+          next[static_cast<std::size_t>(j)] = out_gate * ref_act(o.activation, cj);
+        }
+      } else {
+        const bool after = cell == Cell::kGru;
+        std::vector<double> z(static_cast<std::size_t>(u)), r(z);
+        for (std::int64_t j = 0; j < u; ++j) {
+          auto inner = [&](std::int64_t gate) {
+            return rec[static_cast<std::size_t>(gate * u + j)] +
+                   (bias.size() > 0 ? bias[gate * u + j] : 0.0);
+          };
+          z[static_cast<std::size_t>(j)] = ref_act(o.recurrent_activation, x(j) + inner(0));
+          r[static_cast<std::size_t>(j)] = ref_act(o.recurrent_activation, x(u + j) + inner(1));
+        }
+        for (std::int64_t j = 0; j < u; ++j) {
+          double cand;
+          if (after) {
+            cand = r[static_cast<std::size_t>(j)] * (rec[static_cast<std::size_t>(2 * u + j)] +
+                                                     (bias.size() > 0 ? bias[2 * u + j] : 0.0));
+          } else {
+            cand = 0;
+            for (std::int64_t k = 0; k < u; ++k)
+              cand += r[static_cast<std::size_t>(k)] * read(2, k) * kernel[k * w + 2 * u + j];
+          }
+          const double hh = ref_act(o.activation, x(2 * u + j) + cand);
+          const double zj = z[static_cast<std::size_t>(j)];
+          next[static_cast<std::size_t>(j)] = zj * h[static_cast<std::size_t>(j)] + (1 - zj) * hh;
+        }
+      }
+      h = next;
+      for (std::int64_t j = 0; j < u; ++j)
+        out[(n * steps + s) * u + j] = h[static_cast<std::size_t>(j)];
+    }
+  }
+  return out;
+}
+
+// A {0, 2} mask (dropout at 0.5), as Keras's cells scale theirs.
+Ref mask_ref(const Dims& dims, std::mt19937& rng) {
+  Ref m(dims);
+  for (std::int64_t i = 0; i < m.size(); ++i) m[i] = (rng() % 2) * 2.0;
+  return m;
+}
+
+// The first `cols` entries of the last axis.
+Ref first_columns(const Ref& x, std::int64_t cols) {
+  Dims dims = x.dims;
+  const std::int64_t w = dims.back();
+  dims.back() = cols;
+  Ref out(dims);
+  for (std::int64_t i = 0; i < out.size(); ++i) out[i] = x[(i / cols) * w + i % cols];
+  return out;
+}
+
+Tensor run_op(Cell cell, const std::vector<Tensor>& in, RecurrentOptions o) {
+  if (cell == Cell::kSimple) return simple_rnn(in[0], in[1], o);
+  if (cell == Cell::kLstm) return lstm(in[0], in[1], o);
+  if (cell == Cell::kGru) return gru(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), true, o);
+  return gru(in[0], in[1], Tensor(), false, o);
+}
+
+const char* cell_name(Cell c) {
+  switch (c) {
+    case Cell::kSimple:
+      return "simple_rnn";
+    case Cell::kLstm:
+      return "lstm";
+    case Cell::kGru:
+      return "gru";
+    case Cell::kGruResetBefore:
+      return "gru reset_after=false";
+  }
+  return "";
+}
+
+TEST(RecurrentOps, EachCellIsKerasFormulaWithItsGradients) {
+  const std::int64_t b = 2, steps = 4, u = 3;
+  for (Cell cell : {Cell::kSimple, Cell::kLstm, Cell::kGru, Cell::kGruResetBefore}) {
+    for (bool backwards : {false, true}) {
+      for (bool masked : {false, true}) {
+        SCOPED_TRACE(std::string(cell_name(cell)) + (backwards ? " go_backwards" : "") +
+                     (masked ? " with recurrent masks" : ""));
+        std::mt19937 rng(11);
+        const std::int64_t g = gates_of(cell);
+        const Ref xw = random_ref({b, steps, g * u}, rng, -1.5, 1.5);
+        const Ref kernel = random_ref({u, g * u}, rng, -0.8, 0.8);
+        const Ref bias = cell == Cell::kGru ? random_ref({g * u}, rng, -0.5, 0.5) : Ref({0});
+        const Ref masks = masked ? mask_ref({g, b, u}, rng) : Ref({0});
+        std::vector<Ref> inputs{xw, kernel};
+        if (cell == Cell::kGru) inputs.push_back(bias);
+        RecurrentOptions o{.go_backwards = backwards};
+        check_gradients(
+            cell_name(cell),
+            [&](const std::vector<Tensor>& in) {
+              RecurrentOptions with = o;
+              if (masked) with.recurrent_masks = to_tensor(masks);
+              return run_op(cell, in, with);
+            },
+            [&](const std::vector<Ref>& in) {
+              return ref_sequence(cell, in[0], in[1], in.size() > 2 ? in[2] : Ref({0}), masks, o);
+            },
+            inputs);
+      }
+    }
+  }
+}
+
+TEST(RecurrentOps, EveryActivationTheOpsTake) {
+  // hard_sigmoid and relu have kinks: forward values, and gradients where
+  // the finite differences stay off them (linear, and the smooth pairs).
+  std::mt19937 rng(5);
+  const std::int64_t b = 2, steps = 3, u = 2;
+  for (Act a : {Act::kTanh, Act::kSigmoid, Act::kHardSigmoid, Act::kRelu, Act::kLinear}) {
+    for (Act ra : {Act::kSigmoid, Act::kHardSigmoid, Act::kTanh}) {
+      const Ref xw = random_ref({b, steps, 4 * u}, rng, -1.0, 1.0);
+      const Ref kernel = random_ref({u, 4 * u}, rng, -0.5, 0.5);
+      const RecurrentOptions o{.activation = a, .recurrent_activation = ra};
+      for (Cell cell : {Cell::kSimple, Cell::kLstm, Cell::kGru}) {
+        SCOPED_TRACE(std::string(cell_name(cell)) + " activations " +
+                     std::to_string(static_cast<int>(a)) + "/" +
+                     std::to_string(static_cast<int>(ra)));
+        const std::int64_t g = gates_of(cell);
+        const Ref x = first_columns(xw, g * u), k = first_columns(kernel, g * u);
+        const Ref expected = ref_sequence(cell, x, k, Ref({0}), Ref({0}), o);
+        expect_close(expected, run_op(cell, {to_tensor(x), to_tensor(k)}, o), 1e-5, 1e-4,
+                     "forward");
+      }
+    }
+  }
+}
+
+// x·kernel + bias of every step, [b, t, w].
+Ref ref_projection(const Ref& x, const Ref& kernel, const Ref& bias) {
+  const std::int64_t b = x.dims[0], steps = x.dims[1], f = x.dims[2], w = kernel.dims[1];
+  Ref out({b, steps, w});
+  for (std::int64_t r = 0; r < b * steps; ++r) {
+    for (std::int64_t j = 0; j < w; ++j) {
+      double s = bias.size() > 0 ? bias[j] : 0.0;
+      for (std::int64_t k = 0; k < f; ++k) s += x[r * f + k] * kernel[k * w + j];
+      out[r * w + j] = s;
+    }
+  }
+  return out;
+}
+
+Ref last_step(const Ref& seq) {
+  const std::int64_t b = seq.dims[0], steps = seq.dims[1], u = seq.dims[2];
+  Ref out({b, u});
+  for (std::int64_t n = 0; n < b; ++n) {
+    for (std::int64_t j = 0; j < u; ++j) out[n * u + j] = seq[(n * steps + steps - 1) * u + j];
+  }
+  return out;
+}
+
+TEST(RecurrentLayers, EachLayerRunsItsCellOverItsOwnWeights) {
+  std::mt19937 rng(3);
+  const Ref x = random_ref({2, 5, 3}, rng);
+  const layers::RecurrentLayerOptions o{
+      .bias_initializer = initializers::RandomUniform(-0.3f, 0.3f), .return_sequences = true};
+  struct Case {
+    Layer layer;
+    Cell cell;
+  };
+  layers::RecurrentLayerOptions before = o;
+  before.reset_after = false;
+  for (const Case& c :
+       {Case{layers::SimpleRNN(4, o), Cell::kSimple}, Case{layers::LSTM(4, o), Cell::kLstm},
+        Case{layers::GRU(4, o), Cell::kGru}, Case{layers::GRU(4, before), Cell::kGruResetBefore}}) {
+    SCOPED_TRACE(cell_name(c.cell));
+    const Tensor y = c.layer(to_tensor(x));
+    const std::vector<Variable> w = c.layer.weights();
+    ASSERT_EQ(w.size(), 3u);
+    EXPECT_EQ(w[1].value().shape(), Shape({4, gates_of(c.cell) * 4}));
+    Ref bias = to_ref(w[2].value()), recurrent_bias({0});
+    if (c.cell == Cell::kGru) {  // [2, 12]: input, then recurrent
+      ASSERT_EQ(w[2].value().shape(), Shape({2, 12}));
+      Ref input({12});
+      recurrent_bias = Ref({12});
+      for (int j = 0; j < 12; ++j) input[j] = bias[j], recurrent_bias[j] = bias[12 + j];
+      bias = input;
+    }
+    const Ref seq = ref_sequence(c.cell, ref_projection(x, to_ref(w[0].value()), bias),
+                                 to_ref(w[1].value()), recurrent_bias, Ref({0}), {});
+    expect_close(seq, y, 1e-5, 1e-4, "sequences");
+    layers::RecurrentLayerOptions last = o;
+    last.return_sequences = false;
+    last.reset_after = c.cell != Cell::kGruResetBefore;
+    auto* impl = dynamic_cast<layers::RecurrentImpl*>(c.layer.impl().get());
+    Layer again(std::make_shared<layers::RecurrentImpl>(impl->class_name(), 4, last));
+    (void)again(to_tensor(x));
+    for (std::size_t i = 0; i < 3; ++i) again.weights()[i].assign(w[i].value());
+    expect_close(last_step(seq), again(to_tensor(x)), 1e-5, 1e-4, "last step");
+  }
+}
+
+TEST(RecurrentLayers, LstmStartsItsForgetGateBiasAtOne) {
+  layers::LSTM lstm(3);
+  (void)lstm(Tensor::zeros({1, 2, 2}));
+  const std::vector<float> bias = lstm->bias().value().to_vector<float>();
+  ASSERT_EQ(bias.size(), 12u);
+  for (int j = 0; j < 12; ++j) EXPECT_EQ(bias[j], j >= 3 && j < 6 ? 1.0f : 0.0f) << j;
+  layers::LSTM plain(3, {.unit_forget_bias = false});
+  (void)plain(Tensor::zeros({1, 2, 2}));
+  for (float v : plain->bias().value().to_vector<float>()) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(RecurrentLayers, DropoutDrawsOneMaskPerSequenceInTrainingOnly) {
+  // Identity kernel, no recurrence: the output is the dropped input itself.
+  layers::SimpleRNN rnn(6, {.activation = "linear",
+                            .use_bias = false,
+                            .kernel_initializer = initializers::Identity(),
+                            .recurrent_initializer = initializers::Zeros(),
+                            .dropout = 0.5f,
+                            .seed = 9,
+                            .return_sequences = true});
+  std::mt19937 rng(4);
+  const Ref x = random_ref({4, 5, 6}, rng, 0.5, 1.5);
+  expect_close(x, rnn(to_tensor(x)), 1e-6, 1e-6, "inference keeps every input");
+  const std::vector<float> y = rnn(to_tensor(x), {.training = true}).to_vector<float>();
+  int dropped = 0, kept = 0;
+  for (int n = 0; n < 4; ++n) {
+    for (int f = 0; f < 6; ++f) {
+      const double ratio = y[(n * 5) * 6 + f] / x[(n * 5) * 6 + f];
+      EXPECT_TRUE(std::abs(ratio) < 1e-6 || std::abs(ratio - 2.0) < 1e-5) << ratio;
+      (ratio < 1 ? dropped : kept)++;
+      for (int t = 1; t < 5; ++t)
+        EXPECT_NEAR(y[(n * 5 + t) * 6 + f] / x[(n * 5 + t) * 6 + f], ratio, 1e-5)
+            << "the mask changed between steps";
+    }
+  }
+  EXPECT_GT(dropped, 0);
+  EXPECT_GT(kept, 0);
+}
+
+TEST(RecurrentLayers, BidirectionalMergesItsTwoLayers) {
+  std::mt19937 rng(6);
+  const Ref x = random_ref({2, 4, 3}, rng);
+  for (bool sequences : {true, false}) {
+    SCOPED_TRACE(sequences ? "return_sequences" : "last step");
+    layers::Bidirectional bi(layers::LSTM(2, {.return_sequences = sequences, .name = "enc"}));
+    const Tensor y = bi(to_tensor(x));
+    EXPECT_EQ(bi->forward_layer().name(), "forward_enc");
+    EXPECT_EQ(bi->backward_layer().name(), "backward_enc");
+    EXPECT_TRUE(bi->backward_layer().options().go_backwards);
+    EXPECT_EQ(bi.weights().size(), 6u);
+    Ref f = to_ref(bi->forward_layer().apply({to_tensor(x)}, {}).at(0));
+    Ref b = to_ref(bi->backward_layer().apply({to_tensor(x)}, {}).at(0));
+    const std::int64_t steps = sequences ? 4 : 1;
+    Ref expected({2, steps, 4});
+    for (std::int64_t n = 0; n < 2; ++n) {
+      for (std::int64_t t = 0; t < steps; ++t) {
+        for (std::int64_t j = 0; j < 2; ++j) {
+          expected[(n * steps + t) * 4 + j] = f[(n * steps + t) * 2 + j];
+          // The backward layer's outputs come back in time order.
+          expected[(n * steps + t) * 4 + 2 + j] = b[(n * steps + (steps - 1 - t)) * 2 + j];
+        }
+      }
+    }
+    if (!sequences) expected.dims = {2, 4};
+    expect_close(expected, y, 1e-6, 1e-6, "concat");
+  }
+  EXPECT_THROW(layers::Bidirectional(layers::Dense(2)), ValueError);
+  EXPECT_THROW(layers::Bidirectional(layers::LSTM(2), {.merge_mode = "max"}), ValueError);
+}
+
+}  // namespace
+}  // namespace lockstep::testing
