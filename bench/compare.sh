@@ -15,6 +15,9 @@
 #                           mobilenet224 mobilenet96 (MobileNetV2 alpha 1.0 at
 #                           224, batch 32; alpha 0.35 at 96, batch 64: issue
 #                           #19 — not in the default set, minutes each)
+#                           lstm transformer (token ids [64, 80] through an
+#                           LSTM(128) or one transformer encoder block, 30
+#                           steps: issue #37; TensorFlow only, not default)
 #   TORCH_PYTHON, TF_PYTHON interpreters for the peers (default /usr/bin/python3,
 #                           then /opt/tf-venv/bin/python; bench/peers/install.sh
 #                           makes both)
@@ -105,6 +108,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
       input) args=(--workload input --batch 64) ;;
       mobilenet224) args=(--workload mobilenet --alpha 1.0 --size 224 --batch 32 --steps 4 --seed "$seed") ;;
       mobilenet96) args=(--workload mobilenet --alpha 0.35 --size 96 --batch 64 --steps 10 --seed "$seed") ;;
+      lstm | transformer) args=(--workload "$w" --batch 64 --steps 30 --warmup 3 --seed "$seed") ;;
       *) echo "compare.sh: unknown workload $w" >&2; exit 2 ;;
     esac
     echo "round $round: $w" >&2
@@ -117,6 +121,19 @@ for ((round = 1; round <= ROUNDS; round++)); do
     fi
     run "$w lockstep mirrored" "$WORKLOADS_BIN" "${args[@]}" --mode mirrored || exit 1
     run "$w lockstep one-replica" "$WORKLOADS_BIN" "${args[@]}" --mode one-replica || exit 1
+    if [[ $w == lstm || $w == transformer ]]; then
+      # The issue's peer is TensorFlow (Keras 3, jit_compile "auto"): each
+      # thread layout and the guide's MirroredStrategy. PyTorch's side of
+      # these two is not written yet.
+      run "$w lockstep single" "$WORKLOADS_BIN" "${args[@]}" --mode single || exit 1
+      if [[ -n ${available[tensorflow]:-} ]]; then
+        for t in 1 2; do
+          run "$w tensorflow single-t$t" peer "$TF_PYTHON" "$HERE/peers/tf_workloads.py" "${args[@]}" --mode single --threads "$t"
+        done
+        run "$w tensorflow mirrored" peer "$TF_PYTHON" "$HERE/peers/tf_workloads.py" "${args[@]}" --mode mirrored
+      fi
+      continue
+    fi
     if [[ $w == mobilenet* ]]; then
       # Every system in the thread layouts that can be its fastest here: on
       # a loaded 2-core machine one thread can beat two (a spinning OpenMP

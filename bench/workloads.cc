@@ -16,6 +16,9 @@
 //   [--policy mixed_bfloat16]: Keras's global dtype policy for mlp, cnn and
 //   mobilenet (default float32; bench/mixed_precision.sh compares them)
 //   (MobileNetV2 with its top, 1000 classes, on random images; issue #19)
+//   workloads --workload lstm|transformer --batch 64 [--steps 5 --warmup 2]
+//   (token ids [batch, 80]: Embedding → LSTM(128), or one transformer
+//   encoder block; issue #37)
 //
 // `mirrored` is the guide's `MirroredStrategy()` with its default devices
 // (one replica per core, all-reduce every step); `one-replica` is
@@ -155,6 +158,15 @@ void train(const Args& args) {
           {"test_accuracy", results.at("sparse_categorical_accuracy")}});
 }
 
+// `warmup` untimed then `steps` timed training steps of `model` on the
+// repeated `data`: the seconds of the timed ones.
+double timed_fit(ls::Model& model, const ls::data::Dataset& data, const Args& args) {
+  model.fit(data, {.epochs = 1, .verbose = 0, .steps_per_epoch = args.warmup});
+  const auto t0 = Clock::now();
+  model.fit(data, {.epochs = 1, .verbose = 0, .steps_per_epoch = args.steps});
+  return seconds_since(t0);
+}
+
 // MobileNetV2 as keras.applications builds it with weights=None (logits),
 // `warmup` untimed then `steps` timed training steps of one random batch,
 // repeated, through fit — the peers' workload.
@@ -177,16 +189,74 @@ void mobilenet(const Args& args) {
                    .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
                    .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
   }
-  model.fit(data, {.epochs = 1, .verbose = 0, .steps_per_epoch = args.warmup});
-  const auto t0 = Clock::now();
-  model.fit(data, {.epochs = 1, .verbose = 0, .steps_per_epoch = args.steps});
-  const double seconds = seconds_since(t0);
+  const double seconds = timed_fit(model, data, args);
   const double examples = static_cast<double>(args.batch * args.steps);
   report({{"workload", "mobilenet"},
           {"mode", mode_name(args.mode, strategy)},
           {"batch", args.batch},
           {"alpha", args.alpha},
           {"size", args.size},
+          {"steps", args.steps},
+          {"seconds", seconds},
+          {"examples", examples},
+          {"samples_per_s", examples / seconds},
+          {"policy", args.policy},
+          {"step_ms", 1e3 * seconds / static_cast<double>(args.steps)}});
+}
+
+// The sequence models Keras users have (issue #37), on one random batch of
+// token ids [batch, 80] (ids < 10,000, 2 classes), repeated: `warmup`
+// untimed then `steps` timed training steps through fit. lstm: Embedding(64)
+// → LSTM(128) → Dense(2); transformer: Embedding(64) → one encoder block
+// (MultiHeadAttention 4 heads × 16, Add, LayerNormalization, Dense(128,
+// relu) → Dense(64), Add, LayerNormalization) → GlobalAveragePooling1D →
+// Dense(2). bench/peers/tf_workloads.py builds the same in Keras.
+ls::Model sequence_model(const std::string& workload, std::int64_t steps) {
+  const ls::KerasTensor tokens = ls::Input({steps}, ls::DType::kInt32);
+  ls::KerasTensor x = ls::layers::Embedding(10000, 64)(tokens);
+  if (workload == "lstm") {
+    x = ls::layers::LSTM(128)(x);
+  } else {
+    const ls::KerasTensor a = ls::layers::MultiHeadAttention(4, 16)({x, x});
+    x = ls::layers::LayerNormalization()(ls::layers::Add()({x, a}));
+    ls::KerasTensor h = ls::layers::Dense(128, {.activation = "relu"})(x);
+    h = ls::layers::Dense(64)(h);
+    x = ls::layers::LayerNormalization()(ls::layers::Add()({x, h}));
+    x = ls::layers::GlobalAveragePooling1D()(x);
+  }
+  return ls::Model(tokens, ls::layers::Dense(2)(x));
+}
+
+void sequences(const Args& args) {
+  const std::int64_t steps = 80;
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(args.batch * steps));
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(args.batch));
+  std::uint64_t state = args.seed;
+  for (auto& id : ids) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    id = static_cast<std::int32_t>((state >> 33) % 10000);
+  }
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 2);
+  const auto data =
+      ls::data::Dataset::from_tensors({ls::Tensor::from_vector(ids, ls::Shape{args.batch, steps}),
+                                       ls::Tensor::from_vector(labels)})
+          .repeat();
+  const dist::Strategy strategy = make_strategy(args.mode);
+  ls::Model model;
+  {
+    auto scope = strategy.scope();
+    ls::set_random_seed(args.seed);
+    model = sequence_model(args.workload, steps);
+    model.compile({.optimizer = ls::optimizers::Adam(),
+                   .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                   .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
+  }
+  const double seconds = timed_fit(model, data, args);
+  const double examples = static_cast<double>(args.batch * args.steps);
+  report({{"workload", args.workload},
+          {"mode", mode_name(args.mode, strategy)},
+          {"batch", args.batch},
+          {"sequence", steps},
           {"steps", args.steps},
           {"seconds", seconds},
           {"examples", examples},
@@ -253,7 +323,8 @@ int main(int argc, char** argv) {
   Args args;
   app.add_option("--workload", args.workload)
       ->required()
-      ->check(CLI::IsMember({"mlp", "cnn", "allreduce", "input", "mobilenet"}));
+      ->check(
+          CLI::IsMember({"mlp", "cnn", "allreduce", "input", "mobilenet", "lstm", "transformer"}));
   app.add_option("--batch", args.batch);
   app.add_option("--epochs", args.epochs);
   app.add_option("--mode", args.mode)
@@ -277,6 +348,8 @@ int main(int argc, char** argv) {
       input_pipeline(args);
     } else if (args.workload == "mobilenet") {
       mobilenet(args);
+    } else if (args.workload == "lstm" || args.workload == "transformer") {
+      sequences(args);
     } else {
       train(args);
     }

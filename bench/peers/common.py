@@ -48,8 +48,8 @@ def parse_args(modes):
     """The workload flags every peer takes (bench/workloads.cc's too);
     `modes`: this peer's --mode choices, the first the default."""
     p = argparse.ArgumentParser()
-    p.add_argument("--workload", choices=["mlp", "cnn", "allreduce", "input", "mobilenet"],
-                   required=True)
+    p.add_argument("--workload", choices=["mlp", "cnn", "allreduce", "input", "mobilenet",
+                                          "lstm", "transformer"], required=True)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--mode", choices=modes, default=modes[0])
@@ -73,6 +73,26 @@ def mobilenet_data(args):
     x = rng.uniform(-1, 1, (args.batch, args.size, args.size, 3)).astype(np.float32)
     y = rng.integers(0, 1000, args.batch).astype(np.int64)
     return x, y
+
+
+SEQUENCE = 80  # lstm and transformer: token ids per example
+VOCABULARY = 10000
+
+
+def sequence_data(args):
+    """The lstm and transformer workloads' batch: token ids [batch, 80] and
+    alternating labels (bench/workloads.cc draws its own ids the same way)."""
+    rng = np.random.default_rng(args.seed)
+    x = rng.integers(0, VOCABULARY, (args.batch, SEQUENCE)).astype(np.int32)
+    y = (np.arange(args.batch) % 2).astype(np.int64)
+    return x, y
+
+
+def report_sequences(system, mode, args, seconds):
+    examples = args.batch * args.steps
+    report(system=system, workload=args.workload, mode=mode, batch=args.batch, sequence=SEQUENCE,
+           steps=args.steps, seconds=seconds, examples=examples, samples_per_s=examples / seconds,
+           step_ms=1e3 * seconds / args.steps)
 
 
 def report_mobilenet(system, mode, args, seconds):

@@ -5,12 +5,14 @@
   python tf_workloads.py --workload allreduce --sizes-mib 1,4,16,64
   python tf_workloads.py --workload input --batch 64
   python tf_workloads.py --workload mobilenet --alpha 1.0 --size 224 --batch 32 [--mode single]
+  python tf_workloads.py --workload lstm|transformer --batch 64 --steps 20 [--mode single]
 
 `mirrored` is the seed guide's code: two logical CPU devices made with
 tf.config.set_logical_device_configuration, MirroredStrategy over them, the
 model built and compiled in its scope, `fit` on a tf.data pipeline batched
 with the global batch size. Prints `RESULT {json}` (see common.py).
 """
+import contextlib
 import os
 import sys
 import time
@@ -42,6 +44,21 @@ def make_model(workload):
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=[keras.metrics.SparseCategoricalAccuracy()])
     return model
+
+
+def timed_fit(build, ds, strategy, args):
+    """The model `build` makes, compiled with Adam on logits (in the
+    strategy's scope), fit `warmup` untimed then `steps` timed steps on the
+    repeated dataset; the seconds of the timed steps."""
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        model = build()
+        model.compile(optimizer=keras.optimizers.Adam(),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=[keras.metrics.SparseCategoricalAccuracy()])
+    model.fit(ds, steps_per_epoch=args.warmup, epochs=1, verbose=0)  # trace, warm up
+    start = time.perf_counter()
+    model.fit(ds, steps_per_epoch=args.steps, epochs=1, verbose=0)
+    return time.perf_counter() - start
 
 
 def logical_cpus():
@@ -94,27 +111,35 @@ def main():
         common.report(system=peer, workload="allreduce", mode=mode, allreduce_MBps=result)
         return
 
+    if args.workload in ("lstm", "transformer"):
+        x, y = common.sequence_data(args)
+        ds = tf.data.Dataset.from_tensors((x, y)).repeat()
+
+        def build():
+            tokens = keras.Input(shape=(common.SEQUENCE,), dtype="int32")
+            h = keras.layers.Embedding(common.VOCABULARY, 64)(tokens)
+            if args.workload == "lstm":
+                h = keras.layers.LSTM(128)(h)
+            else:
+                a = keras.layers.MultiHeadAttention(num_heads=4, key_dim=16)(h, h)
+                h = keras.layers.LayerNormalization()(keras.layers.Add()([h, a]))
+                f = keras.layers.Dense(128, activation="relu")(h)
+                f = keras.layers.Dense(64)(f)
+                h = keras.layers.LayerNormalization()(keras.layers.Add()([h, f]))
+                h = keras.layers.GlobalAveragePooling1D()(h)
+            return keras.Model(tokens, keras.layers.Dense(2)(h))
+        common.report_sequences(peer, mode, args, timed_fit(build, ds, strategy, args))
+        return
+
     if args.workload == "mobilenet":
         x, y = common.mobilenet_data(args)
         ds = tf.data.Dataset.from_tensors((x, y)).repeat()
 
         def build():
-            model = keras.applications.MobileNetV2(
+            return keras.applications.MobileNetV2(
                 input_shape=(args.size, args.size, 3), alpha=args.alpha, weights=None,
                 classifier_activation=None)
-            model.compile(optimizer=keras.optimizers.Adam(),
-                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                          metrics=[keras.metrics.SparseCategoricalAccuracy()])
-            return model
-        if strategy:
-            with strategy.scope():
-                model = build()
-        else:
-            model = build()
-        model.fit(ds, steps_per_epoch=args.warmup, epochs=1, verbose=0)  # trace, warm up
-        start = time.perf_counter()
-        model.fit(ds, steps_per_epoch=args.steps, epochs=1, verbose=0)
-        common.report_mobilenet(peer, mode, args, time.perf_counter() - start)
+        common.report_mobilenet(peer, mode, args, timed_fit(build, ds, strategy, args))
         return
 
     (x_train, y_train), (x_test, y_test) = common.fashion_mnist()

@@ -549,20 +549,18 @@ void LayerNormalizationImpl::build(const std::vector<Shape>& input_shapes) {
 }
 
 Tensor LayerNormalizationImpl::call(const Tensor& x_in, const CallContext&) {
+  if (!options_.rms_scaling) {
+    return layer_normalization(x_in, gamma_.defined() ? gamma_.value() : Tensor(),
+                               beta_.defined() ? beta_.value() : Tensor(), options_.epsilon);
+  }
+  // Keras 3's rms_scaling: x · gamma / sqrt(mean(x − mean)² + epsilon), no beta.
   const Tensor x = x_in.dtype() == DType::kFloat32 ? x_in : cast(x_in, DType::kFloat32);
   const ReduceOptions last{.axes = {-1}, .keepdims = true};
   const Tensor mu = mean(x, last);
   const Tensor variance = mean(square(x - mu), last);
   Tensor inv = Tensor::scalar(1.0f) / sqrt(variance + options_.epsilon);
   if (gamma_.defined()) inv = inv * gamma_.value();
-  Tensor y;
-  if (options_.rms_scaling) {
-    y = x * inv;
-  } else {
-    Tensor shift = neg(mu) * inv;
-    if (beta_.defined()) shift = shift + beta_.value();
-    y = x * inv + shift;
-  }
+  const Tensor y = x * inv;
   return y.dtype() == x_in.dtype() ? y : cast(y, x_in.dtype());
 }
 

@@ -5,6 +5,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/nearest_name.h"
+#include "lockstep/tensor/device.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/random.h"
 #include "nn/config_helpers.h"
@@ -263,7 +264,9 @@ Tensor BidirectionalImpl::call(const Tensor& x, const CallContext& ctx) {
     const std::int64_t steps = y_rev.shape()[1];
     std::vector<std::int64_t> order(static_cast<std::size_t>(steps));
     for (std::int64_t t = 0; t < steps; ++t) order[static_cast<std::size_t>(t)] = steps - 1 - t;
-    y_rev = gather(y_rev, Tensor::from_vector(order), 1);
+    Tensor indices = Tensor::from_vector(order);
+    if (!y_rev.device().host_accessible()) indices = indices.copy_to(y_rev.device());
+    y_rev = gather(y_rev, indices, 1);
   }
   const std::string& m = options_.merge_mode;
   if (m == "concat") return concat({y, y_rev}, -1);

@@ -160,6 +160,37 @@ TEST(DeviceOps, ReductionsAndSoftmaxMatchCpu) {
   check_op("log_softmax axis 1", [](const auto& v) { return log_softmax(v[0], 1); }, {x});
 }
 
+// The recurrent sequence ops (composed of the ops above, so they run
+// wherever those do) and layer normalisation, whose host path is oneDNN's
+// primitive (the fake accelerator's too: it runs host kernels) and whose GPU
+// path is the formula composed: on a GPU the run checks one against the other.
+TEST(DeviceOps, SequenceOpsAndLayerNormalizationMatchCpu) {
+  std::mt19937 rng(11);
+  const Tensor x3 = random_tensor({2, 5, 9}, rng), x4 = random_tensor({2, 5, 12}, rng);
+  const Tensor u1 = random_tensor({3, 3}, rng, -0.5f, 0.5f),
+               u3 = random_tensor({3, 9}, rng, -0.5f, 0.5f);
+  const Tensor u4 = random_tensor({3, 12}, rng, -0.5f, 0.5f), b3 = random_tensor({9}, rng);
+  const Tensor x1 = random_tensor({2, 5, 3}, rng);
+  check_op("simple_rnn", [](const auto& v) { return simple_rnn(v[0], v[1]); }, {x1, u1});
+  check_op("lstm backwards", [](const auto& v) { return lstm(v[0], v[1], {.go_backwards = true}); },
+           {x4, u4});
+  check_op("gru", [](const auto& v) { return gru(v[0], v[1], v[2], true); }, {x3, u3, b3});
+  check_op("gru reset before, hard_sigmoid",
+           [](const auto& v) {
+             return gru(v[0], v[1], Tensor(), false,
+                        {.recurrent_activation = RecurrentActivation::kHardSigmoid});
+           },
+           {x3, u3});
+  const Tensor h = random_tensor({4, 3, 10}, rng, -3.0f, 3.0f);
+  const Tensor gamma = random_tensor({10}, rng, 0.5f, 1.5f), beta = random_tensor({10}, rng);
+  check_op("layer_normalization",
+           [](const auto& v) { return layer_normalization(v[0], v[1], v[2], 1e-3f); },
+           {h, gamma, beta});
+  check_op("layer_normalization without beta",
+           [](const auto& v) { return layer_normalization(v[0], v[1], Tensor(), 1e-6f); },
+           {h, gamma});
+}
+
 TEST(DeviceOps, MatmulMatchesCpu) {
   std::mt19937 rng(4);
   const Tensor a = random_tensor({33, 17}, rng), b = random_tensor({17, 9}, rng);

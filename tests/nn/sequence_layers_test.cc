@@ -180,5 +180,52 @@ TEST(SequenceLayers, LayerNormalizationIsKerasFormulaWithItsGradients) {
   }
 }
 
+// The op under LayerNormalization (oneDNN's primitive here) with the
+// gradients of gamma and beta too, with and without each.
+TEST(SequenceLayers, LayerNormalizationOpHasItsGradientsForEveryInput) {
+  std::mt19937 rng(12);
+  const Ref x = random_ref({3, 2, 6}, rng, -2.0, 3.0), gamma = random_ref({6}, rng, 0.5, 1.5),
+            beta = random_ref({6}, rng);
+  auto reference = [](const Ref& in, const Ref* g, const Ref* b) {
+    Ref y(in.dims);
+    for (std::int64_t row = 0; row < 6; ++row) {
+      double mu = 0, var = 0;
+      for (std::int64_t f = 0; f < 6; ++f) mu += in[row * 6 + f] / 6;
+      for (std::int64_t f = 0; f < 6; ++f)
+        var += (in[row * 6 + f] - mu) * (in[row * 6 + f] - mu) / 6;
+      for (std::int64_t f = 0; f < 6; ++f)
+        y[row * 6 + f] = (in[row * 6 + f] - mu) / std::sqrt(var + 1e-3) * (g ? (*g)[f] : 1.0) +
+                         (b ? (*b)[f] : 0.0);
+    }
+    return y;
+  };
+  check_gradients(
+      "layer_normalization",
+      [](const std::vector<Tensor>& in) { return layer_normalization(in[0], in[1], in[2], 1e-3f); },
+      [&](const std::vector<Ref>& in) { return reference(in[0], &in[1], &in[2]); },
+      {x, gamma, beta});
+  check_gradients(
+      "layer_normalization, gamma only",
+      [](const std::vector<Tensor>& in) {
+        return layer_normalization(in[0], in[1], Tensor(), 1e-3f);
+      },
+      [&](const std::vector<Ref>& in) { return reference(in[0], &in[1], nullptr); }, {x, gamma});
+  check_gradients(
+      "layer_normalization, neither",
+      [](const std::vector<Tensor>& in) {
+        return layer_normalization(in[0], Tensor(), Tensor(), 1e-3f);
+      },
+      [&](const std::vector<Ref>& in) { return reference(in[0], nullptr, nullptr); }, {x});
+  // bfloat16 (and accelerators) take the formula composed of ops, in float32.
+  const Tensor t = to_tensor(x), g = to_tensor(gamma), b = to_tensor(beta);
+  const std::vector<float> want = layer_normalization(t, g, b, 1e-3f).to_vector<float>();
+  const std::vector<float> got = layer_normalization(cast(t, DType::kBFloat16), g, b, 1e-3f)
+                                     .to(DType::kFloat32)
+                                     .to_vector<float>();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 0.02 * std::max(1.0f, std::abs(want[i]))) << i;
+}
+
 }  // namespace
 }  // namespace lockstep::testing

@@ -196,6 +196,14 @@ Tensor lstm(const Tensor& projected, const Tensor& recurrent_kernel,
 Tensor gru(const Tensor& projected, const Tensor& recurrent_kernel, const Tensor& recurrent_bias,
            bool reset_after, const RecurrentOptions& options = {});
 
+// Layer normalisation over the last axis (Keras's LayerNormalization):
+// gamma · (x − mean) / sqrt(variance + epsilon) + beta per row, with the
+// row's mean and biased variance; gamma and beta [features] each optional
+// (undefined). float32 on the host runs oneDNN's primitive, forward and
+// backward; elsewhere (bfloat16, accelerators) the same formula composed of
+// this library's ops, in float32.
+Tensor layer_normalization(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon);
+
 // ---- shape and layout ---------------------------------------------------------
 // One dimension may be -1 (inferred).
 Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape);

@@ -725,7 +725,7 @@ namespace {
 template <typename F>
 Tensor scalar_op_in_place(Tensor&& a, float b, Tensor (*out_of_place)(const Tensor&, float), F f) {
   if (!a.defined() || a.dtype() != DType::kFloat32 || !a.sole_owner() ||
-      detail::should_record({a})) {
+      !a.device().host_accessible() || detail::should_record({a})) {
     return out_of_place(a, b);
   }
   float* p = a.data<float>();

@@ -40,8 +40,74 @@ void for_each_row(const Shape& out, const std::array<std::int64_t, Shape::kMaxRa
   }
 }
 
+// ---- on an accelerator --------------------------------------------------------------
+// concat, slice and the zeros around a slice's gradient have no kernels of
+// their own on a device: they are built from its transposes and whole-row
+// copies (copy_into of a row range, a view), moving the axis in question to
+// the front and back. Nothing of it records on a tape: the op records itself.
+
+bool on_accelerator(const Tensor& t) { return !t.device().host_accessible(); }
+
+// The permutation that swaps axes 0 and a (its own inverse).
+std::vector<int> swap_front(int rank, int a) {
+  std::vector<int> perm(static_cast<std::size_t>(rank));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[0], perm[static_cast<std::size_t>(a)]);
+  return perm;
+}
+
+Tensor concat_on_device(const std::vector<Tensor>& tensors, int a, const Shape& out_shape) {
+  const detail::RecordingPause pause;
+  if (a != 0) {
+    const std::vector<int> perm = swap_front(out_shape.rank(), a);
+    std::vector<Tensor> moved;
+    for (const Tensor& t : tensors) moved.push_back(transpose(t, perm));
+    return transpose(concat_on_device(moved, 0, moved[0].shape().with_dim(0, out_shape[a])), perm);
+  }
+  Tensor out = Tensor::empty_on(tensors[0].device(), out_shape, tensors[0].dtype());
+  std::int64_t at = 0;
+  for (const Tensor& t : tensors) {
+    if (t.shape()[0] > 0) detail::copy_into(out.view_rows(at, at + t.shape()[0]), t);
+    at += t.shape()[0];
+  }
+  return out;
+}
+
+Tensor slice_on_device(Tensor x, const std::vector<std::int64_t>& begin, const Shape& out_shape) {
+  const detail::RecordingPause pause;
+  for (int i = 1; i < x.rank(); ++i) {
+    const auto b = begin[static_cast<std::size_t>(i)];
+    if (b == 0 && out_shape[i] == x.shape()[i]) continue;
+    const std::vector<int> perm = swap_front(x.rank(), i);
+    x = transpose(transpose(x, perm).view_rows(b, b + out_shape[i]), perm);
+  }
+  return x.rank() > 0 ? x.view_rows(begin[0], begin[0] + out_shape[0]) : x;
+}
+
+// g inside zeros of `shape` at `begin`, axis by axis as a concatenation.
+Tensor pad_into_on_device(Tensor g, const Shape& shape, const std::vector<std::int64_t>& begin) {
+  const detail::RecordingPause pause;
+  for (int i = 0; i < g.rank(); ++i) {
+    const std::int64_t before = begin[static_cast<std::size_t>(i)];
+    const std::int64_t after = shape[i] - before - g.shape()[i];
+    if (before == 0 && after == 0) continue;
+    std::vector<Tensor> parts;
+    auto zeros = [&](std::int64_t n) {
+      Tensor z = Tensor::empty_on(g.device(), g.shape().with_dim(i, n), g.dtype());
+      detail::copy_into(z, Tensor::zeros(z.shape(), g.dtype()));
+      return z;
+    };
+    if (before > 0) parts.push_back(zeros(before));
+    parts.push_back(g);
+    if (after > 0) parts.push_back(zeros(after));
+    g = concat_on_device(parts, i, g.shape().with_dim(i, shape[i]));
+  }
+  return g;
+}
+
 // Writes g into a zero tensor of `shape` at `begin` (the gradient of slice).
 Tensor pad_into(const Tensor& g, const Shape& shape, const std::vector<std::int64_t>& begin) {
+  if (on_accelerator(g)) return pad_into_on_device(g, shape, begin);
   Tensor out = Tensor::zeros(shape, g.dtype());
   if (g.numel() == 0) return out;
   const auto strides = shape.strides();
@@ -172,14 +238,18 @@ Tensor concat(const std::vector<Tensor>& tensors, int axis) {
     total += t.shape()[a];
   }
   const Shape out_shape = first.shape().with_dim(a, total);
-  Tensor out = Tensor::empty(out_shape, first.dtype());
+  bool device = false;
+  for (const Tensor& t : tensors) device = device || on_accelerator(t);
+  Tensor out =
+      device ? concat_on_device(tensors, a, out_shape) : Tensor::empty(out_shape, first.dtype());
   std::int64_t outer = 1, inner = 1;
   for (int i = 0; i < a; ++i) outer *= out_shape[i];
   for (int i = a + 1; i < out_shape.rank(); ++i) inner *= out_shape[i];
   const std::size_t es = dtype_size(first.dtype());
-  char* po = static_cast<char*>(out.raw_data());
+  char* po = device ? nullptr : static_cast<char*>(out.raw_data());
   std::int64_t at = 0;
   for (const Tensor& t : tensors) {
+    if (device) break;
     const std::size_t chunk = static_cast<std::size_t>(t.shape()[a] * inner) * es;
     const char* pt = static_cast<const char*>(t.raw_data());
     for (std::int64_t o = 0; o < outer; ++o) {
@@ -232,6 +302,8 @@ Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin,
   Tensor out;
   if (r > 0 && rows_only) {
     out = x.view_rows(begin[0], begin[0] + out_shape[0]);
+  } else if (on_accelerator(x)) {
+    out = slice_on_device(x, begin, out_shape);
   } else {
     out = Tensor::empty(out_shape, x.dtype());
     if (out.numel() > 0) {

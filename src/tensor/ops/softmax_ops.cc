@@ -25,11 +25,23 @@
 #include "lockstep/tensor/recording.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops/bf16.h"
+#include "tensor/ops/exp64.h"
 
 namespace lockstep {
 namespace {
 
 using detail::Grads;
+
+// e[i] = exp(x[i] − top) over a contiguous row, vectorized; one clone per
+// vector width, chosen when the library loads. Each lane does the same IEEE
+// operations as the scalar code (-std=c++20 contracts no multiply-add), so
+// every clone gives the same bits.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void exp_row(const float* x,
+                                                                          std::int64_t n,
+                                                                          double top, double* e) {
+  for (std::int64_t i = 0; i < n; ++i)
+    e[i] = detail::exp_nonpositive(static_cast<double>(x[i]) - top);
+}
 
 // One row of n elements `stride` apart. Either output may be null.
 // log Σ exp(d_i) is taken as log1p of the sum without the maximum's own
@@ -39,19 +51,22 @@ using detail::Grads;
 void softmax_row(const float* x, std::int64_t n, std::int64_t stride, float* log_out,
                  float* prob_out, std::vector<double>& e) {
   float m = -std::numeric_limits<float>::infinity();
-  std::int64_t top_at = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (x[i * stride] > m) {
-      m = x[i * stride];
-      top_at = i;
-    }
-  }
+  for (std::int64_t i = 0; i < n; ++i) m = x[i * stride] > m ? x[i * stride] : m;
+  std::int64_t top_at = 0;  // the first maximum (0 when every input is -inf or NaN)
+  while (top_at < n && !(x[top_at * stride] == m)) ++top_at;
+  if (top_at == n) top_at = 0;
   const double top = m;
   e.resize(static_cast<std::size_t>(n));
+  double* pe = e.data();
+  if (stride == 1) {
+    exp_row(x, n, top, pe);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i)
+      pe[i] = detail::exp_nonpositive(static_cast<double>(x[i * stride]) - top);
+  }
   double rest = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    e[static_cast<std::size_t>(i)] = std::exp(static_cast<double>(x[i * stride]) - top);
-    if (i != top_at) rest += e[static_cast<std::size_t>(i)];
+    if (i != top_at) rest += pe[i];
   }
   const double lse = std::log1p(rest), s = 1.0 + rest;
   for (std::int64_t i = 0; i < n; ++i) {
@@ -98,6 +113,36 @@ Outputs softmax_kernel(const Tensor& x, int axis, bool want_log, bool want_prob,
   return out;
 }
 
+// softmax's backward, dx = y·(g − Σ g·y), in one pass per row where the
+// axis is the last one and both are float32 on the host (the row's Σ in
+// float64); elsewhere the same formula composed of ops. On attention
+// scores (batch × heads × queries rows of keys) the composed form wrote
+// three temporaries the size of the scores.
+Tensor softmax_backward(const Tensor& g, const Tensor& y, int axis) {
+  const int a = normalize_axis(axis, y.rank(), "softmax");
+  if (a != y.rank() - 1 || g.dtype() != DType::kFloat32 || g.shape() != y.shape() ||
+      !g.device().host_accessible() || !y.device().host_accessible()) {
+    const Tensor dot = sum(mul(g, y), {.axes = {axis}, .keepdims = true});
+    return mul(y, sub(g, dot));
+  }
+  const std::int64_t n = y.shape()[a], rows = n == 0 ? 0 : y.numel() / n;
+  Tensor dx = Tensor::empty(y.shape());
+  const float* pg = g.data<float>();
+  const float* py = y.data<float>();
+  float* pd = dx.data<float>();
+  parallel_for(rows, 4 * n, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      const float* gr = pg + r * n;
+      const float* yr = py + r * n;
+      double dot = 0;
+      for (std::int64_t i = 0; i < n; ++i) dot += static_cast<double>(gr[i]) * yr[i];
+      const auto d = static_cast<float>(dot);
+      for (std::int64_t i = 0; i < n; ++i) pd[r * n + i] = yr[i] * (gr[i] - d);
+    }
+  });
+  return dx;
+}
+
 }  // namespace
 
 Tensor softmax(const Tensor& x, int axis) {
@@ -106,11 +151,8 @@ Tensor softmax(const Tensor& x, int axis) {
   if (detail::any_bf16({&x})) return softmax(detail::widen(x), axis);
   Tensor out = softmax_kernel(x, axis, false, true, "softmax").prob;
   if (detail::should_record({x})) {
-    detail::record("softmax", {x}, out, [out, axis](const Tensor& g) {
-      // dx = y·(g − Σ g·y)
-      const Tensor dot = sum(mul(g, out), {.axes = {axis}, .keepdims = true});
-      return Grads{mul(out, sub(g, dot))};
-    });
+    detail::record("softmax", {x}, out,
+                   [out, axis](const Tensor& g) { return Grads{softmax_backward(g, out, axis)}; });
   }
   return out;
 }

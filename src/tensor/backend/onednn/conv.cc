@@ -1,4 +1,4 @@
-// Convolution, pooling and batch normalisation on oneDNN.
+// Convolution, pooling, batch and layer normalisation on oneDNN.
 //
 // Activations stay channels-last (nhwc) as Keras keeps them; weights are
 // handed to oneDNN as "any" so it can pick its fastest implementation, and
@@ -6,7 +6,8 @@
 // a copy the size of the kernel, small next to the convolution itself.
 // Convolution and pooling run in float32 or natively in bfloat16 (the
 // shape's precision: data, kernel, bias and their gradients alike, with
-// float32 accumulation inside oneDNN); batch normalisation is float32.
+// float32 accumulation inside oneDNN); batch and layer normalisation are
+// float32.
 #include <cstddef>
 #include <unordered_map>
 #include <vector>
@@ -470,6 +471,137 @@ void batchnorm_backward(const BatchNormShape& s, bool batch_stats, const float* 
                               {DNNL_ARG_VARIANCE, e.var},
                               {DNNL_ARG_DIFF_SCALE, e.diff_scale},
                               {DNNL_ARG_DIFF_SHIFT, e.diff_shift}});
+    stream().wait();
+  });
+}
+
+// ---- layer normalisation ---------------------------------------------------------------
+
+namespace {
+
+using LnKey = std::tuple<std::int64_t, std::int64_t, float, int>;
+
+memory::desc ln_data(const LayerNormShape& s) {
+  return memory::desc(Dims{s.rows, s.channels}, memory::data_type::f32, memory::format_tag::ab);
+}
+memory::desc ln_stats(const LayerNormShape& s) {
+  return memory::desc(Dims{s.rows}, memory::data_type::f32, memory::format_tag::a);
+}
+memory ln_vec(const LayerNormShape& s) {
+  return memory(memory::desc(Dims{s.channels}, memory::data_type::f32, memory::format_tag::a),
+                engine(), DNNL_MEMORY_NONE);
+}
+dnnl::normalization_flags ln_flags(const LayerNormShape& s) {
+  auto f = dnnl::normalization_flags::none;
+  if (s.scale) f = f | dnnl::normalization_flags::use_scale;
+  if (s.shift) f = f | dnnl::normalization_flags::use_shift;
+  return f;
+}
+int ln_affine(const LayerNormShape& s) { return (s.scale ? 1 : 0) | (s.shift ? 2 : 0); }
+
+dnnl::layer_normalization_forward::primitive_desc ln_pd(const LayerNormShape& s) {
+  dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_training, ln_data(s),
+                                            ln_stats(s), s.epsilon, ln_flags(s));
+  return {d, engine()};
+}
+
+}  // namespace
+
+void layernorm_forward(const LayerNormShape& s, const float* x, const float* gamma,
+                       const float* beta, float* y, float* mean, float* variance) {
+  struct Entry {
+    dnnl::layer_normalization_forward prim;
+    memory src, dst, scale, shift, mean, var;
+  };
+  thread_local std::unordered_map<LnKey, Entry, TupleHash> cache;  // per thread: see onednn.cc
+  KernelScope scope;
+  guarded("layer_normalization", [&] {
+    const LnKey key{s.rows, s.channels, s.epsilon, ln_affine(s)};
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      Entry e{dnnl::layer_normalization_forward(ln_pd(s)),
+              memory(ln_data(s), engine(), DNNL_MEMORY_NONE),
+              memory(ln_data(s), engine(), DNNL_MEMORY_NONE),
+              ln_vec(s),
+              ln_vec(s),
+              memory(ln_stats(s), engine(), DNNL_MEMORY_NONE),
+              memory(ln_stats(s), engine(), DNNL_MEMORY_NONE)};
+      it = cache.emplace(key, std::move(e)).first;
+    }
+    Entry& e = it->second;
+    e.src.set_data_handle(mut(x));
+    e.dst.set_data_handle(y);
+    e.mean.set_data_handle(mean);
+    e.var.set_data_handle(variance);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.src},
+                                         {DNNL_ARG_DST, e.dst},
+                                         {DNNL_ARG_MEAN, e.mean},
+                                         {DNNL_ARG_VARIANCE, e.var}};
+    if (s.scale) {
+      e.scale.set_data_handle(mut(gamma));
+      args.emplace(DNNL_ARG_SCALE, e.scale);
+    }
+    if (s.shift) {
+      e.shift.set_data_handle(mut(beta));
+      args.emplace(DNNL_ARG_SHIFT, e.shift);
+    }
+    e.prim.execute(stream(), args);
+    stream().wait();
+  });
+}
+
+void layernorm_backward(const LayerNormShape& s, const float* x, const float* dy,
+                        const float* gamma, const float* beta, const float* mean,
+                        const float* variance, float* dx, float* dgamma, float* dbeta) {
+  struct Entry {
+    dnnl::layer_normalization_backward prim;
+    memory src, diff_dst, diff_src, scale, shift, mean, var, diff_scale, diff_shift;
+  };
+  thread_local std::unordered_map<LnKey, Entry, TupleHash> cache;  // per thread: see onednn.cc
+  KernelScope scope;
+  guarded("layer_normalization backward", [&] {
+    const LnKey key{s.rows, s.channels, s.epsilon, ln_affine(s)};
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      dnnl::layer_normalization_backward::desc d(dnnl::prop_kind::backward, ln_data(s), ln_data(s),
+                                                 ln_stats(s), s.epsilon, ln_flags(s));
+      dnnl::layer_normalization_backward::primitive_desc pd(d, engine(), ln_pd(s));
+      Entry e{dnnl::layer_normalization_backward(pd),
+              memory(ln_data(s), engine(), DNNL_MEMORY_NONE),
+              memory(ln_data(s), engine(), DNNL_MEMORY_NONE),
+              memory(ln_data(s), engine(), DNNL_MEMORY_NONE),
+              ln_vec(s),
+              ln_vec(s),
+              memory(ln_stats(s), engine(), DNNL_MEMORY_NONE),
+              memory(ln_stats(s), engine(), DNNL_MEMORY_NONE),
+              ln_vec(s),
+              ln_vec(s)};
+      it = cache.emplace(key, std::move(e)).first;
+    }
+    Entry& e = it->second;
+    e.src.set_data_handle(mut(x));
+    e.diff_dst.set_data_handle(mut(dy));
+    e.diff_src.set_data_handle(dx);
+    e.mean.set_data_handle(mut(mean));
+    e.var.set_data_handle(mut(variance));
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.src},
+                                         {DNNL_ARG_DIFF_DST, e.diff_dst},
+                                         {DNNL_ARG_DIFF_SRC, e.diff_src},
+                                         {DNNL_ARG_MEAN, e.mean},
+                                         {DNNL_ARG_VARIANCE, e.var}};
+    if (s.scale) {
+      e.scale.set_data_handle(mut(gamma));
+      e.diff_scale.set_data_handle(dgamma);
+      args.emplace(DNNL_ARG_SCALE, e.scale);
+      args.emplace(DNNL_ARG_DIFF_SCALE, e.diff_scale);
+    }
+    if (s.shift) {
+      e.shift.set_data_handle(mut(beta));
+      e.diff_shift.set_data_handle(dbeta);
+      args.emplace(DNNL_ARG_SHIFT, e.shift);
+      args.emplace(DNNL_ARG_DIFF_SHIFT, e.diff_shift);
+    }
+    e.prim.execute(stream(), args);
     stream().wait();
   });
 }

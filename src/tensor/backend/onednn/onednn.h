@@ -108,4 +108,20 @@ void batchnorm_backward(const BatchNormShape& s, bool batch_stats, const float* 
                         const float* gamma, const float* beta, const float* mean,
                         const float* variance, float* dx, float* dgamma, float* dbeta);
 
+// Layer normalisation over the last dimension of [rows, channels] data:
+// y = gamma · (x − mean_row) / sqrt(variance_row + epsilon) + beta, gamma and
+// beta each optional (scale, shift). Training's forward writes each row's
+// mean and (biased) variance for the backward pass.
+struct LayerNormShape {
+  std::int64_t rows = 0, channels = 0;
+  float epsilon = 1e-3f;
+  bool scale = true, shift = true;
+};
+void layernorm_forward(const LayerNormShape& s, const float* x, const float* gamma,
+                       const float* beta, float* y, float* mean, float* variance);
+// dx, and dgamma / dbeta where scale / shift.
+void layernorm_backward(const LayerNormShape& s, const float* x, const float* dy,
+                        const float* gamma, const float* beta, const float* mean,
+                        const float* variance, float* dx, float* dgamma, float* dbeta);
+
 }  // namespace lockstep::backend::onednn
