@@ -2,10 +2,13 @@
 #include "lockstep/nn/metrics.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/nearest_name.h"
 
 namespace lockstep {
 namespace {
@@ -58,7 +61,9 @@ class PerExample : public MetricImpl {
     return result_ == Result::kRootMean ? std::sqrt(mean) : mean;
   }
   std::shared_ptr<MetricImpl> clone() const override {
-    return std::make_shared<PerExample>(name(), fn_, result_);
+    auto copy = std::make_shared<PerExample>(name(), fn_, result_);
+    copy->set_keras(keras_class(), keras_settings());
+    return copy;
   }
 
  private:
@@ -177,13 +182,23 @@ class Confusion : public MetricImpl {
     return auc;
   }
   std::shared_ptr<MetricImpl> clone() const override {
-    return std::make_shared<Confusion>(name(), kind_, thresholds_);
+    auto copy = std::make_shared<Confusion>(name(), kind_, thresholds_);
+    copy->set_keras(keras_class(), keras_settings());
+    return copy;
   }
 
  private:
   Kind kind_;
   std::vector<double> thresholds_;
 };
+
+// A float setting as the decimal it was written as (0.7f records as 0.7,
+// not 0.699999988), as Keras records its Python floats.
+double decimal(float v) {
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof(buf), v).ptr;
+  return std::strtod(std::string(buf, end).c_str(), nullptr);
+}
 
 std::string or_default(const std::string& name, const char* fallback) {
   return name.empty() ? fallback : name;
@@ -222,31 +237,38 @@ void sum_metric_states(const std::vector<Metric>& metrics,
 namespace metrics {
 
 Mean::Mean(MetricOptions o)
-    : Metric(std::make_shared<PerExample>(
-          or_default(o.name, "mean"), [](const Tensor& v, const Tensor&) { return host(v); })) {}
+    : Metric(std::make_shared<PerExample>(or_default(o.name, "mean"),
+                                          [](const Tensor& v, const Tensor&) { return host(v); })) {
+  impl_->set_keras("Mean", {});
+}
 
 Sum::Sum(MetricOptions o)
     : Metric(std::make_shared<PerExample>(
           or_default(o.name, "sum"), [](const Tensor& v, const Tensor&) { return host(v); },
-          PerExample::Result::kSum)) {}
+          PerExample::Result::kSum)) {
+  impl_->set_keras("Sum", {});
+}
 
 Accuracy::Accuracy(MetricOptions o) {
   const std::string name = or_default(o.name, "accuracy");
   impl_ = std::make_shared<PerExample>(name, [name](const Tensor& t, const Tensor& p) {
     return per_example_mean(t, p, name, [](double a, double b) { return a == b ? 1.0 : 0.0; });
   });
+  impl_->set_keras("Accuracy", {});
 }
 
 SparseCategoricalAccuracy::SparseCategoricalAccuracy(MetricOptions o) {
   const std::string name = or_default(o.name, "sparse_categorical_accuracy");
   impl_ = std::make_shared<PerExample>(
       name, [name](const Tensor& t, const Tensor& p) { return sparse_accuracy(t, p, name); });
+  impl_->set_keras("SparseCategoricalAccuracy", {});
 }
 
 CategoricalAccuracy::CategoricalAccuracy(MetricOptions o) {
   const std::string name = or_default(o.name, "categorical_accuracy");
   impl_ = std::make_shared<PerExample>(
       name, [name](const Tensor& t, const Tensor& p) { return categorical_accuracy(t, p, name); });
+  impl_->set_keras("CategoricalAccuracy", {});
 }
 
 BinaryAccuracy::BinaryAccuracy(ThresholdOptions o) {
@@ -257,6 +279,7 @@ BinaryAccuracy::BinaryAccuracy(ThresholdOptions o) {
       return (b > threshold) == (a > 0.5) ? 1.0 : 0.0;
     });
   });
+  impl_->set_keras("BinaryAccuracy", {{"threshold", decimal(o.threshold)}});
 }
 
 TopKCategoricalAccuracy::TopKCategoricalAccuracy(TopKOptions o) {
@@ -275,16 +298,21 @@ TopKCategoricalAccuracy::TopKCategoricalAccuracy(TopKOptions o) {
     }
     return out;
   });
+  impl_->set_keras("TopKCategoricalAccuracy", {{"k", static_cast<std::int64_t>(o.k)}});
 }
 
 Precision::Precision(ThresholdOptions o)
     : Metric(std::make_shared<Confusion>(or_default(o.name, "precision"),
                                          Confusion::Kind::kPrecision,
-                                         std::vector<double>{o.threshold})) {}
+                                         std::vector<double>{o.threshold})) {
+  impl_->set_keras("Precision", {{"thresholds", decimal(o.threshold)}});
+}
 
 Recall::Recall(ThresholdOptions o)
     : Metric(std::make_shared<Confusion>(or_default(o.name, "recall"), Confusion::Kind::kRecall,
-                                         std::vector<double>{o.threshold})) {}
+                                         std::vector<double>{o.threshold})) {
+  impl_->set_keras("Recall", {{"thresholds", decimal(o.threshold)}});
+}
 
 AUC::AUC(AUCOptions o) {
   LOCKSTEP_CHECK(o.num_thresholds > 1, "AUC: num_thresholds must be > 1, got ", o.num_thresholds);
@@ -296,6 +324,11 @@ AUC::AUC(AUCOptions o) {
     thresholds.push_back(static_cast<double>(i) / (o.num_thresholds - 1));
   thresholds.push_back(1.0 + eps);
   impl_ = std::make_shared<Confusion>(or_default(o.name, "auc"), Confusion::Kind::kAuc, thresholds);
+  impl_->set_keras("AUC", {{"num_thresholds", static_cast<std::int64_t>(o.num_thresholds)},
+                           {"curve", std::string("ROC")},
+                           {"summation_method", std::string("interpolation")},
+                           {"multi_label", false},
+                           {"from_logits", false}});
 }
 
 SparseTopKCategoricalAccuracy::SparseTopKCategoricalAccuracy(TopKOptions o) {
@@ -322,6 +355,7 @@ SparseTopKCategoricalAccuracy::SparseTopKCategoricalAccuracy(TopKOptions o) {
     }
     return out;
   });
+  impl_->set_keras("SparseTopKCategoricalAccuracy", {{"k", static_cast<std::int64_t>(o.k)}});
 }
 
 namespace {
@@ -364,17 +398,23 @@ std::shared_ptr<MetricImpl> row_metric(const std::string& name,
 
 MeanSquaredError::MeanSquaredError(MetricOptions o)
     : Metric(elementwise_mean(or_default(o.name, "mean_squared_error"),
-                              [](double a, double b) { return (a - b) * (a - b); })) {}
+                              [](double a, double b) { return (a - b) * (a - b); })) {
+  impl_->set_keras("MeanSquaredError", {});
+}
 
 MeanAbsoluteError::MeanAbsoluteError(MetricOptions o)
     : Metric(elementwise_mean(or_default(o.name, "mean_absolute_error"),
-                              [](double a, double b) { return std::fabs(a - b); })) {}
+                              [](double a, double b) { return std::fabs(a - b); })) {
+  impl_->set_keras("MeanAbsoluteError", {});
+}
 
 MeanAbsolutePercentageError::MeanAbsolutePercentageError(MetricOptions o)
     : Metric(elementwise_mean(
           or_default(o.name, "mean_absolute_percentage_error"), [](double a, double b) {
             return 100.0 * std::fabs((a - b) / std::max(std::fabs(a), kEpsilon));
-          })) {}
+          })) {
+  impl_->set_keras("MeanAbsolutePercentageError", {});
+}
 
 MeanSquaredLogarithmicError::MeanSquaredLogarithmicError(MetricOptions o)
     : Metric(elementwise_mean(
@@ -382,19 +422,25 @@ MeanSquaredLogarithmicError::MeanSquaredLogarithmicError(MetricOptions o)
             const double d =
                 std::log(std::max(b, kEpsilon) + 1.0) - std::log(std::max(a, kEpsilon) + 1.0);
             return d * d;
-          })) {}
+          })) {
+  impl_->set_keras("MeanSquaredLogarithmicError", {});
+}
 
 RootMeanSquaredError::RootMeanSquaredError(MetricOptions o)
     : Metric(elementwise_mean(
           or_default(o.name, "root_mean_squared_error"),
-          [](double a, double b) { return (a - b) * (a - b); }, PerExample::Result::kRootMean)) {}
+          [](double a, double b) { return (a - b) * (a - b); }, PerExample::Result::kRootMean)) {
+  impl_->set_keras("RootMeanSquaredError", {});
+}
 
 LogCoshError::LogCoshError(MetricOptions o)
     : Metric(elementwise_mean(or_default(o.name, "logcosh"), [](double a, double b) {
         // log(cosh(x)) = x + log1p(exp(-2x)) - log 2, stable for large |x|.
         const double x = std::fabs(b - a);
         return x + std::log1p(std::exp(-2.0 * x)) - std::log(2.0);
-      })) {}
+      })) {
+  impl_->set_keras("LogCoshError", {});
+}
 
 KLDivergence::KLDivergence(MetricOptions o)
     : Metric(row_metric(or_default(o.name, "kl_divergence"),
@@ -406,11 +452,15 @@ KLDivergence::KLDivergence(MetricOptions o)
                             s += a * std::log(a / b);
                           }
                           return s;
-                        })) {}
+                        })) {
+  impl_->set_keras("KLDivergence", {});
+}
 
 Poisson::Poisson(MetricOptions o)
     : Metric(elementwise_mean(or_default(o.name, "poisson"),
-                              [](double a, double b) { return b - a * std::log(b + kEpsilon); })) {}
+                              [](double a, double b) { return b - a * std::log(b + kEpsilon); })) {
+  impl_->set_keras("Poisson", {});
+}
 
 namespace {
 // Keras's hinge labels: 0/1 become -1/1; -1/1 stay.
@@ -420,13 +470,17 @@ double hinge_label(double t) { return t == 0.0 ? -1.0 : t; }
 Hinge::Hinge(MetricOptions o)
     : Metric(elementwise_mean(or_default(o.name, "hinge"), [](double a, double b) {
         return std::max(1.0 - hinge_label(a) * b, 0.0);
-      })) {}
+      })) {
+  impl_->set_keras("Hinge", {});
+}
 
 SquaredHinge::SquaredHinge(MetricOptions o)
     : Metric(elementwise_mean(or_default(o.name, "squared_hinge"), [](double a, double b) {
         const double h = std::max(1.0 - hinge_label(a) * b, 0.0);
         return h * h;
-      })) {}
+      })) {
+  impl_->set_keras("SquaredHinge", {});
+}
 
 CosineSimilarity::CosineSimilarity(MetricOptions o)
     : Metric(row_metric(or_default(o.name, "cosine_similarity"),
@@ -439,21 +493,33 @@ CosineSimilarity::CosineSimilarity(MetricOptions o)
                           }
                           // Keras's l2_normalize: x / sqrt(max(sum x², 1e-12)).
                           return tp / std::sqrt(std::max(tt, 1e-12) * std::max(pp, 1e-12));
-                        })) {}
+                        })) {
+  impl_->set_keras("CosineSimilarity", {});
+}
 
 BinaryCrossentropy::BinaryCrossentropy(CrossentropyMetricOptions o)
     : Metric(loss_mean(or_default(o.name, "binary_crossentropy"),
-                       losses::BinaryCrossentropy({.from_logits = o.from_logits,
-                                                   .label_smoothing = o.label_smoothing}))) {}
+                       losses::BinaryCrossentropy(
+                           {.from_logits = o.from_logits, .label_smoothing = o.label_smoothing}))) {
+  impl_->set_keras("BinaryCrossentropy", {{"from_logits", o.from_logits},
+                                          {"label_smoothing", decimal(o.label_smoothing)}});
+}
 
 CategoricalCrossentropy::CategoricalCrossentropy(CrossentropyMetricOptions o)
     : Metric(loss_mean(or_default(o.name, "categorical_crossentropy"),
-                       losses::CategoricalCrossentropy({.from_logits = o.from_logits,
-                                                        .label_smoothing = o.label_smoothing}))) {}
+                       losses::CategoricalCrossentropy(
+                           {.from_logits = o.from_logits, .label_smoothing = o.label_smoothing}))) {
+  impl_->set_keras("CategoricalCrossentropy", {{"from_logits", o.from_logits},
+                                               {"label_smoothing", decimal(o.label_smoothing)},
+                                               {"axis", std::int64_t{-1}}});
+}
 
 SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(CrossentropyMetricOptions o)
     : Metric(loss_mean(or_default(o.name, "sparse_categorical_crossentropy"),
-                       losses::SparseCategoricalCrossentropy({.from_logits = o.from_logits}))) {}
+                       losses::SparseCategoricalCrossentropy({.from_logits = o.from_logits}))) {
+  impl_->set_keras("SparseCategoricalCrossentropy",
+                   {{"from_logits", o.from_logits}, {"axis", std::int64_t{-1}}});
+}
 
 Metric get(const std::string& name, const Loss& loss) {
   const std::string loss_name = loss.defined() ? loss.name() : "";
@@ -539,15 +605,134 @@ Metric get(const std::string& name, const Loss& loss) {
       {{"auc"}, "AUC", [](const std::string& n) -> Metric { return AUC({.name = n}); }},
   };
   std::string all = "accuracy, acc, crossentropy, ce";
+  std::vector<std::string> names = {"accuracy", "acc", "crossentropy", "ce", "Accuracy"};
   for (const Known& k : known) {
     for (const std::string& n : k.names) {
       if (n == name) return k.make(name);
       all += ", " + n;
+      names.push_back(n);
     }
     if (name == k.class_name) return k.make("");
     all += ", " + std::string(k.class_name);
+    names.emplace_back(k.class_name);
   }
-  detail::throw_error<ValueError>("unknown metric '", name, "'; known metrics: ", all);
+  detail::throw_error<ValueError>("unknown metric '", name, "' (did you mean '",
+                                  nearest_name(name, names), "'?); known metrics: ", all);
+}
+
+namespace {
+
+// The settings of a Keras metric config, read one by one: each taken is
+// marked, and what is left unread at the end is refused by name.
+class SettingsReader {
+ public:
+  SettingsReader(const std::string& cls, const MetricSettings& settings)
+      : cls_(cls), settings_(settings), used_(settings.size(), false) {}
+  double number(const std::string& key, double fallback) {
+    for (std::size_t i = 0; i < settings_.size(); ++i) {
+      if (settings_[i].first != key) continue;
+      used_[i] = true;
+      if (const auto* d = std::get_if<double>(&settings_[i].second)) return *d;
+      if (const auto* n = std::get_if<std::int64_t>(&settings_[i].second))
+        return static_cast<double>(*n);
+      detail::throw_error<ValueError>(cls_, ": ", key, " must be a number");
+    }
+    return fallback;
+  }
+  bool flag(const std::string& key, bool fallback) {
+    for (std::size_t i = 0; i < settings_.size(); ++i) {
+      if (settings_[i].first != key) continue;
+      used_[i] = true;
+      if (const auto* b = std::get_if<bool>(&settings_[i].second)) return *b;
+      detail::throw_error<ValueError>(cls_, ": ", key, " must be true or false");
+    }
+    return fallback;
+  }
+  // A setting Lockstep implements at one value only.
+  template <typename T>
+  void only(const std::string& key, const T& value, const std::string& why) {
+    for (std::size_t i = 0; i < settings_.size(); ++i) {
+      if (settings_[i].first != key) continue;
+      used_[i] = true;
+      const auto* v = std::get_if<T>(&settings_[i].second);
+      bool same = v != nullptr && *v == value;
+      if constexpr (std::is_same_v<T, double>) {
+        if (const auto* n = std::get_if<std::int64_t>(&settings_[i].second))
+          same = static_cast<double>(*n) == value;
+      }
+      LOCKSTEP_CHECK(same, cls_, ": ", key, " = ", text(settings_[i].second), "; ", why);
+    }
+  }
+  void done() const {
+    for (std::size_t i = 0; i < settings_.size(); ++i) {
+      LOCKSTEP_CHECK(used_[i], cls_, ": ", settings_[i].first, " = ", text(settings_[i].second),
+                     " is a setting Lockstep's ", cls_, " does not have");
+    }
+  }
+
+ private:
+  static std::string text(const MetricSetting& v) {
+    if (const auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
+    if (const auto* n = std::get_if<std::int64_t>(&v)) return std::to_string(*n);
+    if (const auto* d = std::get_if<double>(&v)) return std::to_string(*d);
+    return "\"" + std::get<std::string>(v) + "\"";
+  }
+  std::string cls_;
+  const MetricSettings& settings_;
+  std::vector<bool> used_;
+};
+
+}  // namespace
+
+Metric from_config(const std::string& cls, const MetricSettings& settings,
+                   const std::string& name) {
+  SettingsReader r(cls, settings);
+  Metric m;
+  auto threshold = [&](const char* key) { return static_cast<float>(r.number(key, 0.5)); };
+  if (cls == "BinaryAccuracy") {
+    m = BinaryAccuracy({.threshold = threshold("threshold"), .name = name});
+  } else if (cls == "Precision" || cls == "Recall") {
+    const float t = threshold("thresholds");
+    r.only<double>("top_k", -1, "Lockstep's Precision and Recall take no top_k yet");
+    r.only<double>("class_id", -1, "Lockstep's Precision and Recall take no class_id yet");
+    m = cls == "Precision" ? Metric(Precision({.threshold = t, .name = name}))
+                           : Metric(Recall({.threshold = t, .name = name}));
+  } else if (cls == "TopKCategoricalAccuracy" || cls == "SparseTopKCategoricalAccuracy") {
+    const int k = static_cast<int>(r.number("k", 5));
+    m = cls == "TopKCategoricalAccuracy"
+            ? Metric(TopKCategoricalAccuracy({.k = k, .name = name}))
+            : Metric(SparseTopKCategoricalAccuracy({.k = k, .name = name}));
+  } else if (cls == "AUC") {
+    const int n = static_cast<int>(r.number("num_thresholds", 200));
+    r.only<std::string>("curve", "ROC",
+                        "Lockstep's AUC is the ROC curve's (PR is not written yet)");
+    r.only<std::string>("summation_method", "interpolation",
+                        "Lockstep's AUC sums by interpolation (Keras's default) only");
+    r.only<bool>("multi_label", false, "Lockstep's AUC is single-label");
+    r.only<bool>("from_logits", false, "Lockstep's AUC takes probabilities");
+    m = AUC({.num_thresholds = n, .name = name});
+  } else if (cls == "BinaryCrossentropy" || cls == "CategoricalCrossentropy" ||
+             cls == "SparseCategoricalCrossentropy") {
+    const CrossentropyMetricOptions o{
+        .from_logits = r.flag("from_logits", false),
+        .label_smoothing = static_cast<float>(r.number("label_smoothing", 0.0)),
+        .name = name};
+    r.only<double>("axis", -1, "Lockstep's cross-entropy metrics use the last axis");
+    LOCKSTEP_CHECK(cls != "SparseCategoricalCrossentropy" || o.label_smoothing == 0.0f, cls,
+                   ": label_smoothing is not a setting of the sparse cross-entropy");
+    if (cls == "BinaryCrossentropy") m = BinaryCrossentropy(o);
+    if (cls == "CategoricalCrossentropy") m = CategoricalCrossentropy(o);
+    if (cls == "SparseCategoricalCrossentropy") m = SparseCategoricalCrossentropy(o);
+  } else if (cls == "Accuracy") {
+    m = Accuracy({.name = name});
+  } else if (cls == "Mean" || cls == "Sum") {
+    m = cls == "Mean" ? Metric(Mean({.name = name})) : Metric(Sum({.name = name}));
+  } else {
+    m = get(cls);  // a class without settings (an unknown one: get's error lists them)
+    if (!name.empty()) m.impl()->set_name(name);
+  }
+  r.done();
+  return m;
 }
 
 }  // namespace metrics

@@ -114,8 +114,56 @@ LearningRateSchedule schedule_from_json(const json& j, const std::string& where)
   }
 }
 
-std::string metric_name(const MetricSpec& m) {
-  return m.metric.defined() ? m.metric.name() : m.name;
+// A metric as compile_config records it: the name given as a string, or
+// Keras's object with the metric's settings.
+json metric_json(const MetricSpec& m) {
+  if (!m.metric.defined()) return m.name;
+  const MetricImpl& impl = *m.metric.impl();
+  if (impl.keras_class().empty()) return impl.name();  // a custom metric: its name
+  json config = {{"name", impl.name()}, {"dtype", "float32"}};
+  for (const auto& [k, v] : impl.keras_settings())
+    std::visit([&, key = k](const auto& x) { config[key] = x; }, v);
+  return {{"module", "keras.metrics"},
+          {"class_name", impl.keras_class()},
+          {"config", config},
+          {"registered_name", nullptr}};
+}
+
+// Keras's metric object (a compile_config entry) as a Lockstep metric with
+// its settings and name.
+Metric metric_from_json(const json& m, const std::string& where) {
+  const std::string cls = m["class_name"].get<std::string>();
+  const json config = m.value("config", json::object());
+  std::string name;
+  MetricSettings settings;
+  for (const auto& [k, v] : config.items()) {
+    if (v.is_null()) continue;
+    if (k == "name") {
+      name = v.get<std::string>();
+    } else if (k == "dtype") {
+      const std::string d = v.is_string() ? v.get<std::string>()
+                                          : v.value("config", json::object()).value("name", "");
+      LOCKSTEP_CHECK(d == "float32", where, ": the metric ", cls, " '", name, "' has dtype ",
+                     v.dump(), "; Lockstep's metrics accumulate in float64 and report float32");
+    } else if (v.is_boolean()) {
+      settings.emplace_back(k, v.get<bool>());
+    } else if (v.is_number_integer()) {
+      settings.emplace_back(k, v.get<std::int64_t>());
+    } else if (v.is_number()) {
+      settings.emplace_back(k, v.get<double>());
+    } else if (v.is_string()) {
+      settings.emplace_back(k, v.get<std::string>());
+    } else {
+      detail::throw_error<ValueError>(where, ": the metric ", cls, "'s ", k, " = ", v.dump(),
+                                      " is a setting Lockstep cannot take");
+    }
+  }
+  try {
+    return metrics::from_config(cls, settings, name);
+  } catch (const ValueError& e) {
+    detail::throw_error<ValueError>(where, ": metric '", name.empty() ? cls : name,
+                                    "': ", e.what());
+  }
 }
 
 }  // namespace
@@ -183,8 +231,8 @@ Optimizer optimizer_from_json(const json& j, const std::string& where) {
 }
 
 json compile_config(const Optimizer& optimizer, const std::vector<Loss>& losses,
-                    const std::vector<double>& loss_weights,
-                    const std::vector<MetricSpec>& metrics, std::int64_t steps_per_execution) {
+                    const std::vector<double>& loss_weights, const std::vector<MetricSpec>& metrics,
+                    std::int64_t steps_per_execution) {
   json loss;
   if (losses.size() == 1) {
     loss = loss_json(losses[0]);
@@ -193,7 +241,7 @@ json compile_config(const Optimizer& optimizer, const std::vector<Loss>& losses,
     for (const Loss& l : losses) loss.push_back(loss_json(l));
   }
   json names = json::array();
-  for (const MetricSpec& m : metrics) names.push_back(metric_name(m));
+  for (const MetricSpec& m : metrics) names.push_back(metric_json(m));
   return {{"optimizer", optimizer_json(optimizer)},
           {"loss", loss},
           {"loss_weights", loss_weights.empty() ? json(nullptr) : json(loss_weights)},
@@ -258,8 +306,7 @@ CompileOptions checked_compile_options(const json& config, const std::string& wh
       if (m.is_string()) {
         o.metrics.emplace_back(m.get<std::string>());
       } else if (m.is_object() && m.contains("class_name")) {
-        o.metrics.emplace_back(
-            m.value("config", json::object()).value("name", m["class_name"].get<std::string>()));
+        o.metrics.emplace_back(metric_from_json(m, at + ": metrics"));
       } else {
         detail::throw_error<ValueError>(at, ": the metric ", m.dump(),
                                         " is not one Lockstep reads (a name or a Keras object; "

@@ -53,6 +53,8 @@ def main(root):
         logs = model.train_on_batch(x, y, return_dict=True)
         if not np.isfinite(logs["loss"]):
             raise SystemExit(f"{name}: one more step in Keras gave loss {logs['loss']}")
+        if name == "mlp" and "top3" not in logs:  # a metric object with settings and a name
+            raise SystemExit(f"mlp: Keras's metrics after loading are {sorted(logs)}, no top3")
         with zipfile.ZipFile(os.path.join(root, f"{name}.keras")) as archive:
             config_text = archive.read("config.json").decode()
         config = json.loads(config_text)

@@ -1,10 +1,9 @@
 // Writes Lockstep's Keras files for the Keras interop test
 // (keras_interop.py): the fixture script's four models (an MLP trained with
-// Adam, a CNN with BatchNormalization and Dropout, a base model nested in a
-// head with a shared layer, a Sequential stack) and a model holding every
-// layer class Lockstep has, each as <name>.keras and
-// <name>.weights.h5, and expected.json with a fixed input and the outputs
-// Lockstep predicts for it.
+// Adam and a top-3 accuracy renamed "top3", a CNN with BatchNormalization and Dropout, a base model
+// nested in a head with a shared layer, a Sequential stack) and a model holding every layer class
+// Lockstep has, each as <name>.keras and <name>.weights.h5, and expected.json with a fixed input
+// and the outputs Lockstep predicts for it.
 //
 // usage: keras_writer OUT_DIR
 #include <cstdio>
@@ -27,7 +26,8 @@ ls::Model mlp() {
   m.compile({.optimizer = ls::optimizers::Adam(
                  {.learning_rate = ls::schedules::ExponentialDecay(0.01, 100, 0.9)}),
              .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
-             .metrics = {"accuracy"}});
+             .metrics = {"accuracy",
+                         ls::metrics::SparseTopKCategoricalAccuracy({.k = 3, .name = "top3"})}});
   return m;
 }
 

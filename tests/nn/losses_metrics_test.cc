@@ -187,8 +187,8 @@ TEST(Metrics, KerasIdentifiersResolveByNameAndLoss) {
     metrics::get("accuracy_score");
     FAIL() << "an unknown metric name was accepted";
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown metric 'accuracy_score'; known metrics: "
-                                         "accuracy, acc"),
+    EXPECT_NE(std::string(e.what()).find("unknown metric 'accuracy_score' (did you mean "
+                                         "'accuracy'?); known metrics: accuracy, acc"),
               std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("mae"), std::string::npos);
@@ -290,6 +290,46 @@ TEST(Losses, CrossEntropyOfSaturatedLogitsIsNeverNegative) {
         0.0f);
   }
   EXPECT_EQ(examples, 2 * 20 * 256);
+}
+
+}  // namespace
+}  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+// metrics::from_config (what a Keras file's compile_config goes through):
+// settings arrive, a setting a metric lacks is refused by name.
+TEST(MetricsFromConfig, SettingsArriveAndUnknownOnesAreRefused) {
+  const Metric top =
+      metrics::from_config("SparseTopKCategoricalAccuracy", {{"k", std::int64_t{2}}}, "top2");
+  EXPECT_EQ(top.name(), "top2");
+  EXPECT_EQ(top.impl()->keras_class(), "SparseTopKCategoricalAccuracy");
+  // One example, true class 1 ranked second of three: in the top 2, not the top 1.
+  top.update_state(Tensor::from_vector<std::int64_t>({1}),
+                   Tensor::from_vector<float>({0.5f, 0.3f, 0.2f}, Shape{1, 3}));
+  EXPECT_EQ(top.result(), 1.0);
+  const Metric one =
+      metrics::from_config("SparseTopKCategoricalAccuracy", {{"k", std::int64_t{1}}}, "");
+  one.update_state(Tensor::from_vector<std::int64_t>({1}),
+                   Tensor::from_vector<float>({0.5f, 0.3f, 0.2f}, Shape{1, 3}));
+  EXPECT_EQ(one.result(), 0.0);
+  const Metric strict = metrics::from_config("BinaryAccuracy", {{"threshold", 0.7}}, "");
+  strict.update_state(Tensor::from_vector<float>({1.0f}, Shape{1, 1}),
+                      Tensor::from_vector<float>({0.6f}, Shape{1, 1}));
+  EXPECT_EQ(strict.result(), 0.0) << "0.6 is below the threshold 0.7";
+  auto refused = [](const std::string& cls, const MetricSettings& s, const std::string& text) {
+    try {
+      (void)metrics::from_config(cls, s, "");
+      ADD_FAILURE() << cls << " took " << text;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+  };
+  refused("AUC", {{"curve", std::string("PR")}}, "curve = \"PR\"");
+  refused("Precision", {{"top_k", std::int64_t{2}}}, "top_k = 2");
+  refused("BinaryAccuracy", {{"thresold", 0.7}}, "thresold");
+  refused("Accurracy", {}, "unknown metric 'Accurracy' (did you mean 'Accuracy'?)");
 }
 
 }  // namespace

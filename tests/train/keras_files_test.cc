@@ -312,6 +312,55 @@ TEST(KerasFiles, AttentionLayersPredictAndStepAsKeras) {
   saved_and_loaded(m, "attention");
 }
 
+// Metrics with settings, as Keras 3 compiled and saved them
+// (make_metrics_keras_fixture.py): each arrives with its threshold, k,
+// num_thresholds, label_smoothing and name, evaluates to Keras's numbers,
+// and is written back with them; AUC's PR curve, which Lockstep lacks, is
+// refused by name.
+TEST(KerasFiles, MetricSettingsSurviveLoadingAndSaving) {
+  const json e = json::parse(slurp(kFixtures / "metrics_expected.json"));
+  const Tensor x = tensor_of(e, "x");
+  const auto yb = e.at("y_binary").get<std::vector<float>>();
+  const auto yc = e.at("y_classes").get<std::vector<std::int64_t>>();
+  struct Case {
+    const char* file;
+    const char* key;
+    Tensor y;
+  };
+  for (const Case& c :
+       {Case{"metrics_binary.keras", "binary",
+             Tensor::from_vector(yb, Shape{static_cast<std::int64_t>(yb.size()), 1})},
+        Case{"metrics_topk.keras", "topk", Tensor::from_vector(yc)}}) {
+    SCOPED_TRACE(c.file);
+    Model m = load_model((kFixtures / c.file).string());
+    const Logs got = m.evaluate(x, c.y, {.batch_size = 64, .verbose = 0});
+    for (const auto& [name, want] : e.at(c.key).items()) {
+      ASSERT_TRUE(got.contains(name)) << "no metric named " << name;
+      EXPECT_NEAR(got.at(name), want.get<double>(), 1e-5) << name;
+    }
+    TempDir dir("metric_settings");
+    m.save(dir / "again.keras");
+    Model back = load_model(dir / "again.keras");
+    EXPECT_EQ(json::parse(back.get_compile_config())["metrics"],
+              json::parse(m.get_compile_config())["metrics"]);
+    const Logs again = back.evaluate(x, c.y, {.batch_size = 64, .verbose = 0});
+    for (const auto& [name, value] : got) EXPECT_EQ(again.at(name), value) << name;
+  }
+  const json binary = json::parse(
+      load_model((kFixtures / "metrics_binary.keras").string()).get_compile_config())["metrics"];
+  EXPECT_EQ(binary[0]["config"]["threshold"], 0.7);
+  EXPECT_EQ(binary[1]["config"]["num_thresholds"], 50);
+  EXPECT_EQ(binary[3]["config"]["name"], "rec");
+  try {
+    (void)load_model((kFixtures / "metrics_auc_pr.keras").string());
+    ADD_FAILURE() << "AUC(curve=\"PR\") loaded";
+  } catch (const ValueError& err) {
+    const std::string what = err.what();
+    EXPECT_NE(what.find("metrics_auc_pr.keras"), std::string::npos) << what;
+    EXPECT_NE(what.find("curve = \"PR\""), std::string::npos) << what;
+  }
+}
+
 TEST(KerasFiles, TheFixtureMlpKeepsItsCompileSettings) {
   Model m = load_model((kFixtures / "mlp.keras").string());
   EXPECT_EQ(m.optimizer()->class_name(), "Adam");

@@ -15,12 +15,18 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "lockstep/nn/losses.h"
 #include "lockstep/tensor/tensor.h"
 
 namespace lockstep {
+
+// One setting of a metric as Keras's config records it ("threshold": 0.7).
+using MetricSetting = std::variant<bool, std::int64_t, double, std::string>;
+using MetricSettings = std::vector<std::pair<std::string, MetricSetting>>;
 
 class MetricImpl {
  public:
@@ -38,12 +44,23 @@ class MetricImpl {
   virtual std::shared_ptr<MetricImpl> clone() const = 0;
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
+  // Keras's class and settings besides the name (what a model file records
+  // and metrics::from_config takes back): set by each built-in metric, kept
+  // by clone(); empty for a custom metric.
+  const std::string& keras_class() const { return keras_class_; }
+  const MetricSettings& keras_settings() const { return keras_settings_; }
+  void set_keras(std::string class_name, MetricSettings settings) {
+    keras_class_ = std::move(class_name);
+    keras_settings_ = std::move(settings);
+  }
 
  protected:
   std::vector<double> state_;
 
  private:
   std::string name_;
+  std::string keras_class_;
+  MetricSettings keras_settings_;
 };
 
 // A handle to a MetricImpl; copies share the state.
@@ -235,6 +252,13 @@ class SparseCategoricalCrossentropy : public Metric {
 // cross-entropy, for any other loss). An unknown name is a ValueError that
 // lists the known ones.
 Metric get(const std::string& name, const Loss& loss = {});
+
+// A metric from Keras's class name and config settings (a model file's
+// compile_config), named `name` (empty: the class's default name). A
+// setting Lockstep's metric does not take, or takes at another value only
+// (AUC's curve "PR", Precision's top_k), is a ValueError naming it.
+Metric from_config(const std::string& class_name, const MetricSettings& settings,
+                   const std::string& name);
 
 }  // namespace metrics
 }  // namespace lockstep
