@@ -186,6 +186,40 @@ TEST(MirroredStrategy, MlpOnNReplicasTrainsLikeOneDevice) { check_equivalence(ml
 
 TEST(MirroredStrategy, CnnOnNReplicasTrainsLikeOneDevice) { check_equivalence(cnn, {8, 8, 1}); }
 
+// The recurrent and attention layers (issue #37): sequences [6, 3] through
+// an LSTM and a Bidirectional GRU (Adam); [5, 4] through self-attention and
+// layer normalisation (SGD: the key projection's bias has a gradient of
+// exactly zero — the softmax over the keys ignores what it adds to every
+// score — so it gets only rounding noise, which Adam would scale up to steps
+// of its own and make differ with the order of the replicas' sums).
+TEST(MirroredStrategy, SequenceModelsOnNReplicasTrainLikeOneDevice) {
+  auto compiled = [](const KerasTensor& in, const KerasTensor& out, Optimizer optimizer) {
+    Model m(in, out);
+    m.compile({.optimizer = std::move(optimizer),
+               .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+    return m;
+  };
+  check_equivalence(
+      [&] {
+        set_random_seed(7);
+        auto in = Input({6, 3});
+        auto h = layers::LSTM(5, {.return_sequences = true})(in);
+        h = layers::Bidirectional(layers::GRU(3))(h);
+        return compiled(in, layers::Dense(10)(h), optimizers::Adam({.learning_rate = 0.01}));
+      },
+      {6, 3});
+  check_equivalence(
+      [&] {
+        set_random_seed(7);
+        auto in = Input({5, 4});
+        auto a = layers::MultiHeadAttention(2, 3)({in, in});
+        auto h = layers::LayerNormalization()(layers::Add()({in, a}));
+        return compiled(in, layers::Dense(10)(layers::GlobalAveragePooling1D()(h)),
+                        optimizers::SGD({.learning_rate = 0.1}));
+      },
+      {5, 4});
+}
+
 // Mixed precision under MirroredStrategy: replicas stay bitwise identical
 // after every batch, and N replicas train like one within bfloat16
 // rounding. Each replica's bfloat16 gradient is its share of the batch

@@ -6,7 +6,11 @@
 # never for the product. Exit 77 (skipped, never passed) when Python or the
 # packages cannot be had.
 #
-# usage: keras_interop_test.sh KERAS_WRITER WORK_DIR VENV_DIR
+# With EXAMPLES_DIR, Keras also loads what the sequence examples saved there
+# (examples/text_classifier.cc, examples/transformer_classifier.cc) and
+# evaluates it to Lockstep's numbers (keras_loads_examples.py).
+#
+# usage: keras_interop_test.sh KERAS_WRITER WORK_DIR VENV_DIR [EXAMPLES_DIR]
 set -uo pipefail
 writer=$1
 work=$2
@@ -22,4 +26,7 @@ if ! "$venv/bin/python" -c "import keras, tensorflow" 2>/dev/null; then
 fi
 rm -rf "$work/files"
 "$writer" "$work/files" || exit 1
-"$venv/bin/python" "$here/keras_interop.py" "$work/files"
+"$venv/bin/python" "$here/keras_interop.py" "$work/files" || exit 1
+if [ -n "${4:-}" ]; then
+  "$venv/bin/python" "$here/keras_loads_examples.py" "$4" || exit 1
+fi
