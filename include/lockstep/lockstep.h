@@ -50,6 +50,7 @@
 #include "lockstep/nn/metrics.h"
 #include "lockstep/nn/mixed_precision.h"
 #include "lockstep/nn/recurrent_layers.h"
+#include "lockstep/nn/reshaping_layers.h"
 #include "lockstep/nn/sequence_layers.h"
 #include "lockstep/nn/utils.h"
 #include "lockstep/optim/optimizers.h"

@@ -12,6 +12,7 @@
 #include "lockstep/nn/image_augmentation.h"
 #include "lockstep/nn/layers.h"
 #include "lockstep/nn/recurrent_layers.h"
+#include "lockstep/nn/reshaping_layers.h"
 #include "lockstep/nn/sequence_layers.h"
 
 namespace lockstep {
@@ -321,6 +322,30 @@ std::map<std::string, LayerFactory> builtin_factories() {
     if (c.has("seed")) o.seed = static_cast<std::uint64_t>(c.get<std::int64_t>("seed"));
     return layers::MultiHeadAttention(c.get<std::int64_t>("num_heads"),
                                       c.get<std::int64_t>("key_dim"), o);
+  };
+  f["Permute"] = [](const LayerConfig& c) -> Layer {
+    return layers::Permute(c.get<std::vector<std::int64_t>>("dims"), name(c));
+  };
+  f["RepeatVector"] = [](const LayerConfig& c) -> Layer {
+    return layers::RepeatVector(c.get<std::int64_t>("n"), name(c));
+  };
+  f["Cropping2D"] = [](const LayerConfig& c) -> Layer {
+    const auto p = c.get<std::vector<std::int64_t>>("cropping");
+    LOCKSTEP_CHECK(p.size() == 4, "layer config: Cropping2D cropping must hold 4 numbers");
+    return layers::Cropping2D({{{p[0], p[1]}, {p[2], p[3]}}}, name(c));
+  };
+  f["UpSampling2D"] = [](const LayerConfig& c) -> Layer {
+    return layers::UpSampling2D(
+        size2(c, "size"),
+        {.interpolation = c.get_or<std::string>("interpolation", "nearest"), .name = name(c)});
+  };
+  f["Dot"] = [](const LayerConfig& c) -> Layer {
+    const std::vector<double> axes = numbers(c, "axes");
+    LOCKSTEP_CHECK(axes.size() == 1 || axes.size() == 2,
+                   "layer config: Dot axes must be one number or two, got ", axes.size());
+    const layers::DotOptions o{.normalize = c.get_or("normalize", false), .name = name(c)};
+    if (axes.size() == 1) return layers::Dot(static_cast<int>(axes[0]), o);
+    return layers::Dot(std::array<int, 2>{static_cast<int>(axes[0]), static_cast<int>(axes[1])}, o);
   };
   f["SimpleRNN"] = recurrent("SimpleRNN");
   f["LSTM"] = recurrent("LSTM");

@@ -195,9 +195,12 @@ json leaf_config(const LayerImpl& layer) {
   for (const auto& [k, r] : regularizers) c[k] = regularizer_object(r.first, r.second);
   const std::string& cls = layer.class_name();
   if (cls == "ReLU" && !c.contains("max_value")) c["max_value"] = nullptr;
-  if (cls == "ZeroPadding2D") {
-    const auto p = ours.get<std::vector<std::int64_t>>("padding");
-    c["padding"] = json::array({json::array({p[0], p[1]}), json::array({p[2], p[3]})});
+  for (const auto& [layer_class, key] :
+       {std::pair<std::string, std::string>{"ZeroPadding2D", "padding"},
+        {"Cropping2D", "cropping"}}) {
+    if (cls != layer_class) continue;
+    const auto p = ours.get<std::vector<std::int64_t>>(key);
+    c[key] = json::array({json::array({p[0], p[1]}), json::array({p[2], p[3]})});
   }
   if (cls == "BatchNormalization") c["axis"] = -1;
   if (cls == "EinsumDense") {  // -1: Keras's None
@@ -335,7 +338,7 @@ LayerConfig read_leaf_config(const std::string& cls, const json& config, const s
       }
       continue;
     }
-    if (cls == "ZeroPadding2D" && k == "padding") {
+    if ((cls == "ZeroPadding2D" && k == "padding") || (cls == "Cropping2D" && k == "cropping")) {
       std::vector<std::int64_t> p;
       if (v.is_number_integer()) {
         p.assign(4, v.get<std::int64_t>());
@@ -347,7 +350,7 @@ LayerConfig read_leaf_config(const std::string& cls, const json& config, const s
                  v[1][1].is_number_integer()) {
         p = {v[0][0], v[0][1], v[1][0], v[1][1]};
       }
-      LOCKSTEP_CHECK(p.size() == 4, where, ": padding = ", v.dump(), " is not a 2-D padding");
+      LOCKSTEP_CHECK(p.size() == 4, where, ": ", k, " = ", v.dump(), " is not a 2-D ", k);
       c.set(k, p);
       continue;
     }

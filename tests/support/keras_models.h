@@ -16,6 +16,8 @@ inline Model every_layer_model() {
   x = layers::RandomRotation(
       std::array<double, 2>{-0.2, 0.3},
       {.fill_mode = "constant", .interpolation = "nearest", .seed = 5, .fill_value = 1.5f})(x);
+  x = layers::UpSampling2D({2, 2})(layers::Cropping2D({{{1, 1}, {0, 2}}})(x));  // [12, 12]
+  x = layers::UpSampling2D({1, 1}, {.interpolation = "bilinear"})(x);
   x = layers::ZeroPadding2D({{{1, 0}, {2, 1}}})(x);
   x = layers::DepthwiseConv2D({3, 3}, {.strides = {2, 2}, .depth_multiplier = 2})(x);
   x = layers::BatchNormalization({.momentum = 0.9f, .epsilon = 1e-3f})(x);
@@ -46,7 +48,10 @@ inline Model every_layer_model() {
   auto pooled = layers::Concatenate()(
       {layers::GlobalAveragePooling1D()(seq), layers::GlobalMaxPooling1D()(seq), last});
   t = layers::Flatten()(layers::Reshape({12})(t));
-  auto joined = layers::Concatenate()({x, layers::Dropout(0.1f)(t), pooled});
+  auto combined = layers::Concatenate()(
+      {layers::Dot(1)({x, x}), layers::Flatten()(layers::RepeatVector(2)(x)),
+       layers::Flatten()(layers::Permute({2, 1})(layers::Reshape({4, 3})(t)))});
+  auto joined = layers::Concatenate()({x, layers::Dropout(0.1f)(t), pooled, combined});
   auto out = layers::Softmax()(layers::Dense(3, {.activation = "linear"})(joined));
   return Model({image, ids}, {out}, "every_layer");
 }

@@ -361,6 +361,17 @@ TEST(KerasFiles, MetricSettingsSurviveLoadingAndSaving) {
   }
 }
 
+// Keras's reshaping and combining layers (make_reshaping_keras_fixture.py):
+// Cropping2D, UpSampling2D nearest and bilinear, Permute, RepeatVector, Dot
+// with axes and normalize. They predict and step as Keras did, and survive
+// our save.
+TEST(KerasFiles, ReshapingLayersPredictAndStepAsKeras) {
+  const json e = json::parse(slurp(kFixtures / "reshaping_expected.json"));
+  Model m = load_model((kFixtures / "reshaping.keras").string());
+  predicts_and_steps_as_keras(m, e, "reshaping");
+  saved_and_loaded(m, "reshaping");
+}
+
 TEST(KerasFiles, TheFixtureMlpKeepsItsCompileSettings) {
   Model m = load_model((kFixtures / "mlp.keras").string());
   EXPECT_EQ(m.optimizer()->class_name(), "Adam");
