@@ -7,16 +7,24 @@
 //                 summary table), its weights with their shapes, and the
 //                 compile config (optimizer, loss, metrics);
 //   .weights.h5   every weight in the file by its Keras path, with shapes.
-// A damaged file is an IOError naming the file and where: exit code 1.
+// A damaged file is an IOError naming the file and where: exit code 1. A
+// .keras file with a layer Lockstep cannot build first lists its layers as
+// its config.json has them, marking each class Lockstep lacks.
 #include "inspect.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
 
+#include "lockstep/io/zip.h"
 #include "lockstep/lockstep.h"
 
 namespace lockstep::cli {
 namespace {
+
+using json = nlohmann::json;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
@@ -35,8 +43,62 @@ void list_h5(const io::H5Group& g, const std::string& path) {
   }
 }
 
+// The layers of a Keras model config (config.json's), one line each,
+// nested models indented, each marked when Lockstep has no such class.
+int list_config_layers(const json& model, int depth) {
+  int unknown = 0;
+  const json layers = model.value("config", json::object()).value("layers", json::array());
+  for (const json& entry : layers) {
+    const std::string cls = entry.value("class_name", std::string("?"));
+    const std::string name = entry.value("config", json::object()).value("name", std::string());
+    const bool network = cls == "Functional" || cls == "Sequential" || cls == "Model";
+    const bool known = network || is_known_layer_class(cls);
+    unknown += known ? 0 : 1;
+    std::printf("  %*s%-32s %s%s\n", 2 * depth, "", name.c_str(), cls.c_str(),
+                known ? "" : "   <- Lockstep has no such layer class");
+    if (network) unknown += list_config_layers(entry, depth + 1);
+  }
+  return unknown;
+}
+
+// A .keras file Lockstep cannot rebuild: what its config.json says, with
+// each layer Lockstep cannot build marked, before the loader's error.
+void show_unbuilt(const std::string& path) {
+  std::string text;
+  try {
+    for (io::ZipMember& m : io::read_zip(path)) {
+      if (m.name == "config.json") text = std::move(m.data);
+    }
+  } catch (const std::exception&) {
+    return;  // the loader's error says what is wrong with the archive
+  }
+  // Parsed again only when shallow: a hostile file nests JSON deep enough to
+  // exhaust a recursive parser's stack (the loader checks before it parses).
+  int depth = 0, deepest = 0;
+  for (char c : text) {
+    if (c == '[' || c == '{') deepest = std::max(deepest, ++depth);
+    if (c == ']' || c == '}') --depth;
+  }
+  if (deepest > 256) return;
+  const json config = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) return;
+  std::printf("%s: a Keras model file (%s) that Lockstep cannot rebuild; its layers:\n",
+              path.c_str(), config.value("class_name", std::string("?")).c_str());
+  const int unknown = list_config_layers(config, 0);
+  std::printf("%d layer class(es) Lockstep does not have; the loader says:\n", unknown);
+  std::fflush(stdout);
+}
+
 int inspect_keras_model(const std::string& path) {
-  Model model = load_model(path);
+  Model model;
+  try {
+    model = load_model(path);
+  } catch (const ValueError& e) {
+    if (ends_with(path, ".keras") &&
+        std::string(e.what()).find("unknown layer class") != std::string::npos)
+      show_unbuilt(path);
+    throw;
+  }
   std::printf("%s: a Keras model file\n", path.c_str());
   model.summary(std::cout);
   std::printf("weights:\n");

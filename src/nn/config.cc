@@ -454,6 +454,13 @@ bool is_builtin_layer_class(const std::string& class_name) {
          class_name == "TimeDistributed" || builtin.contains(class_name);
 }
 
+bool is_known_layer_class(const std::string& class_name) {
+  if (is_builtin_layer_class(class_name)) return true;
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.factories.contains(class_name);
+}
+
 void register_layer(const std::string& class_name, LayerFactory factory) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);

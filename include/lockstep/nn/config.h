@@ -45,6 +45,9 @@ void register_layer(const std::string& class_name, LayerFactory factory);
 // Whether `class_name` is one of Lockstep's own layers (each is a Keras
 // class of the same name), not one registered with register_layer.
 bool is_builtin_layer_class(const std::string& class_name);
+// Whether layer_from_config (or Keras's file loader) can build `class_name`:
+// one of Lockstep's own, or registered.
+bool is_known_layer_class(const std::string& class_name);
 // A new layer of `class_name` from its config; ValueError listing the known
 // classes otherwise.
 Layer layer_from_config(const std::string& class_name, const LayerConfig& config);
