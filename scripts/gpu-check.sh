@@ -7,14 +7,20 @@
 #                                  GPU machine lacks — our binaries, the CUDA
 #                                  adapter, the Debian libraries they load, and
 #                                  Fashion-MNIST
-#   scripts/gpu-check.sh run OUT   there: versions (failing fast when a library
+#   scripts/gpu-check.sh run OUT   there (LOCKSTEP_CHECK_ROUNDS and
+#                                  LOCKSTEP_CHECK_MOBILENET_ROUNDS: rounds, 2
+#                                  unless set; LOCKSTEP_CHECK_PROFILE=1 adds
+#                                  ncu's kernel times of a MobileNetV2 step): versions (failing fast when a library
 #                                  is missing), every device op against the CPU,
 #                                  compute-sanitizer's memcheck over training
 #                                  steps, the seed MLP on /gpu:0 and on two
 #                                  logical GPUs against the CPU run of the same
-#                                  binary, and samples/s beside PyTorch eager
-#                                  on the same GPU, alternating rounds. Logs go
-#                                  to OUT; the summary is printed last.
+#                                  binary, samples/s beside PyTorch eager
+#                                  on the same GPU, alternating rounds;
+#                                  MobileNetV2 beside PyTorch (float32, and
+#                                  its bf16 autocast); the LSTM and
+#                                  transformer workloads. Logs go to OUT; the
+#                                  summary is printed last.
 #
 # CUDA's libraries come from the GPU machine's PyTorch wheels (cuBLAS and
 # cuDNN under site-packages/nvidia/).
@@ -92,8 +98,8 @@ EOF
 
   say "== compute-sanitizer memcheck over device ops and training steps"
   if command -v compute-sanitizer >/dev/null; then
-    LOCKSTEP_TEST_DEVICE=/gpu:0 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
-      "$bin/device_tests" --gtest_filter='DeviceOps.*:-DeviceOps.RunningOutOfMemory*' \
+    LOCKSTEP_TEST_DEVICE=/gpu:0 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$bin/device_tests" --gtest_filter='DeviceOps.*:-DeviceOps.RunningOutOfMemory*:DeviceOps.MobileNetV2*' \
       >"$out/memcheck.log" 2>&1 && say "memcheck: clean" || say "memcheck: rc $? (see memcheck.log)"
     tail -3 "$out/memcheck.log" | tee -a "$summary"
   fi
@@ -103,7 +109,7 @@ EOF
   : >"$results"
   timeout 120 "$bin/workloads" --workload mlp --batch 64 --epochs 2 --mode one-replica --data-dir "$data" \
     2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results"
-  for round in 1 2; do
+  for round in $(seq "${LOCKSTEP_CHECK_ROUNDS:-2}"); do
     for batch in 64 512; do
       timeout 120 "$bin/workloads" --workload mlp --batch $batch --epochs 2 --mode gpu --data-dir "$data" \
         2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads gpu b$batch: failed"
@@ -119,13 +125,64 @@ EOF
   done
   timeout 120 "$bin/workloads" --workload cnn --batch 64 --epochs 1 --mode one-replica --data-dir "$data" \
     2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads cnn cpu: failed"
+
+  say "== MobileNetV2 (alpha 1.0, 224x224, batch 64, training) on /gpu:0 against PyTorch, float32 and bf16"
+  for round in $(seq "${LOCKSTEP_CHECK_MOBILENET_ROUNDS:-2}"); do
+    timeout 150 "$bin/workloads" --workload mobilenet --batch 64 --size 224 --steps 20 --warmup 5 --mode gpu \
+      2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads mobilenet gpu: failed"
+    for precision in float32 bf16; do
+      timeout 150 $py "$carry/torch_gpu.py" --workload mobilenet --batch 64 --size 224 --steps 20 --warmup 5 \
+        --precision $precision 2>>"$out/torch.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" ||
+        say "torch mobilenet $precision: failed"
+    done
+  done
+  r=$(LOCKSTEP_CUDNN_AUTOTUNE=0 timeout 150 "$bin/workloads" --workload mobilenet --batch 64 --size 224 --steps 20 \
+    --warmup 5 --mode gpu 2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' || true)
+  say "the same with cuDNN's heuristic algorithm choice (LOCKSTEP_CUDNN_AUTOTUNE=0): $r"
+  say "== the host's cost of a step: MobileNetV2 at batch 2, 32x32 (next to no GPU work), against PyTorch"
+  timeout 120 "$bin/workloads" --workload mobilenet --batch 2 --size 32 --steps 50 --warmup 5 --mode gpu \
+    2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads mobilenet b2: failed"
+  timeout 120 $py "$carry/torch_gpu.py" --workload mobilenet --batch 2 --size 32 --steps 50 --warmup 5 \
+    2>>"$out/torch.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "torch mobilenet b2: failed"
+  if [[ -n "${LOCKSTEP_CHECK_PROFILE:-}" ]] && command -v ncu >/dev/null; then
+    say "== where MobileNetV2's step spends its GPU time (ncu, kernel durations; model build + 2 steps)"
+    timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-count 4000 \
+      "$bin/workloads" --workload mobilenet --batch 64 --size 224 --steps 1 --warmup 1 --mode gpu \
+      >"$out/ncu_mobilenet.csv" 2>"$out/ncu.log" || say "ncu: rc $? (see ncu.log)"
+    $py - "$out/ncu_mobilenet.csv" <<'EOF2' | tee -a "$summary"
+import csv, collections, sys
+scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+total, count = collections.Counter(), collections.Counter()
+lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
+for r in csv.DictReader(lines):
+    if r.get("Metric Name") != "gpu__time_duration.sum":
+        continue
+    name = r["Kernel Name"].split("(")[0][:70]
+    total[name] += float(r["Metric Value"].replace(",", "")) * scale.get(r["Metric Unit"], 1e-6)
+    count[name] += 1
+all_ms = sum(total.values())
+print(f"{sum(count.values())} kernels, {all_ms:.1f} ms of GPU time")
+for name, ms in total.most_common(25):
+    print(f"{ms:9.2f} ms {100 * ms / all_ms:5.1f}% {count[name]:6d}x  {name}")
+EOF2
+    say "-- PyTorch's float32 step, 2 steps (torch.profiler)"
+    timeout 120 $py "$carry/torch_gpu.py" --workload mobilenet --batch 64 --size 224 --warmup 3 --profile \
+      2>>"$out/torch.log" | head -30 | cut -c1-160 | tee -a "$summary"
+  fi
+  say "== the sequence workloads (Embedding, LSTM; attention, layer normalization) on /gpu:0"
+  for w in lstm transformer; do
+    timeout 120 "$bin/workloads" --workload $w --batch 64 --steps 20 --warmup 3 --mode gpu \
+      2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads $w gpu: failed"
+  done
+  grep -iE 'error|what\(\)' "$out/workloads.log" | sort | uniq -c | head -8 | tee -a "$summary"
   $py - "$results" <<'EOF' | tee -a "$summary"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 for r in rows:
     mode = r['mode'].replace('eager on NVIDIA ', 'eager, ')
-    print(f"{r['system'][:16]:16} {r['workload']:4} {mode[:44]:44} batch {r['batch']:4}  "
-          f"{r['samples_per_s']:10.0f} samples/s  test acc {r['test_accuracy']:.4f}")
+    acc = f"test acc {r['test_accuracy']:.4f}" if 'test_accuracy' in r else f"{r.get('step_ms', 0):.1f} ms/step"
+    print(f"{r['system'][:16]:16} {r['workload'][:11]:11} {mode[:44]:44} batch {r['batch']:4}  "
+          f"{r['samples_per_s']:10.0f} samples/s  {acc}")
 EOF
 }
 

@@ -12,6 +12,14 @@ images, as the guide does; the CNN is channels_last. Timing: the epochs'
 wall time after a synchronize, without the warm-up epoch's first steps
 (one untimed pass of 20 steps first). Prints `RESULT {json}` as the other
 peers do.
+
+  python3 torch_gpu.py --workload mobilenet --batch 64 --size 224 --precision bf16
+
+torchvision's mobilenet_v2 (1000 classes) on one random batch, repeated, as
+bench/workloads.cc's mobilenet workload: channels_last, Adam (fused),
+cross-entropy; `--precision bf16` runs the forward under autocast to
+bfloat16 (PyTorch's fastest mixed precision on Hopper); `warmup` untimed
+steps, then `steps` timed ones between synchronizes.
 """
 import argparse
 import gzip
@@ -34,14 +42,71 @@ def idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
+def mobilenet(a):
+    import torchvision
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True  # PyTorch users' fastest convolutions
+    torch.manual_seed(a.seed)
+    dev = torch.device("cuda")
+    rng = np.random.default_rng(a.seed)
+    x = torch.from_numpy(rng.uniform(-1, 1, (a.batch, 3, a.size, a.size)).astype(np.float32))
+    x = x.to(dev).contiguous(memory_format=torch.channels_last)
+    y = torch.from_numpy(rng.integers(0, 1000, a.batch).astype(np.int64)).to(dev)
+    model = torchvision.models.mobilenet_v2(num_classes=1000).to(dev)
+    model = model.to(memory_format=torch.channels_last).train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7, fused=True)
+    loss_fn = nn.CrossEntropyLoss()
+    bf16 = a.precision == "bf16"
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(a.warmup):
+        step()
+    torch.cuda.synchronize()
+    if a.profile:  # the kernels of 2 steps, by total GPU time (no timing reported)
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(2):
+                step()
+            torch.cuda.synchronize()
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=20,
+                                        max_name_column_width=70))
+        return
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    print("RESULT " + json.dumps({
+        "system": "pytorch " + torch.__version__, "workload": "mobilenet",
+        "mode": "eager on " + torch.cuda.get_device_name(0) + ", " + a.precision,
+        "batch": a.batch, "size": a.size, "steps": a.steps, "seconds": seconds,
+        "samples_per_s": a.batch * a.steps / seconds,
+        "step_ms": 1e3 * seconds / a.steps}), flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--workload", default="mlp", choices=["mlp", "cnn"])
+    p.add_argument("--workload", default="mlp", choices=["mlp", "cnn", "mobilenet"])
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--data-dir", required=True)
+    p.add_argument("--data-dir")
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--precision", default="float32", choices=["float32", "bf16"])
+    p.add_argument("--profile", action="store_true", help="mobilenet: print its kernels' times")
     a = p.parse_args()
+    if a.workload == "mobilenet":
+        mobilenet(a)
+        return
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(a.seed)

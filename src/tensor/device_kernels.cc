@@ -89,6 +89,28 @@ Tensor DeviceKernels::scatter_along_axis(const Tensor&, const Tensor&, int, cons
   no_kernel("take_along_axis's gradient");
 }
 Tensor DeviceKernels::one_hot(const Tensor&, std::int64_t, float, float) { no_kernel("one_hot"); }
+Tensor DeviceKernels::gather(const Tensor&, const std::vector<std::int64_t>&, int, const Shape&) {
+  no_kernel("gather");
+}
+Tensor DeviceKernels::gather_grad(const Tensor&, const std::vector<std::int64_t>&, int,
+                                  const Shape&) {
+  no_kernel("gather's gradient");
+}
+Tensor DeviceKernels::relu_general(const Tensor&, float, float, float) {
+  no_kernel("relu with a slope, threshold or max_value");
+}
+Tensor DeviceKernels::relu_general_grad(const Tensor&, const Tensor&, float, float) {
+  no_kernel("relu's gradient with a slope, threshold or max_value");
+}
+Tensor DeviceKernels::batch_norm(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&,
+                                 bool, float, float, float) {
+  no_kernel("batch_norm");
+}
+std::vector<Tensor> DeviceKernels::batch_norm_backward(const Tensor&, const Tensor&, const Tensor&,
+                                                       const Tensor&, const Tensor&, const Tensor&,
+                                                       bool, float, float, float) {
+  no_kernel("batch_norm's gradient");
+}
 Tensor DeviceKernels::transpose(const Tensor&, const std::vector<int>&) { no_kernel("transpose"); }
 void DeviceKernels::apply_update(const DeviceUpdate&, float*, const float*,
                                  const std::vector<float*>&, std::int64_t) {

@@ -6,9 +6,11 @@
 #include <dlfcn.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <mutex>
+#include <numeric>
 #include <stdexcept>
 
 #include "lockstep/core/env.h"
@@ -400,6 +402,118 @@ class GpuKernels final : public DeviceKernels {
                     on, off);
     });
     return out;
+  }
+  Tensor gather(const Tensor& params_in, const std::vector<std::int64_t>& indices, int axis,
+                const Shape& out_shape) override {
+    const Tensor params = on_current_device(params_in);
+    Tensor out = Tensor::empty(out_shape, params.dtype());
+    if (out.numel() == 0) return out;
+    std::int64_t outer = 1, inner = 1;
+    for (int i = 0; i < params.rank(); ++i) {
+      if (i < axis) outer *= params.shape()[i];
+      if (i > axis) inner *= params.shape()[i];
+    }
+    const Tensor idx = on_current_device(Tensor::from_vector(indices));
+    run("gather", [&] {
+      api_->gather_rows(stream_, static_cast<int>(dtype_size(params.dtype())), p(params),
+                        static_cast<const std::int64_t*>(p(idx)), p(out), outer,
+                        params.shape()[axis], static_cast<std::int64_t>(indices.size()), inner);
+    });
+    return out;
+  }
+  Tensor gather_grad(const Tensor& g_in, const std::vector<std::int64_t>& indices, int axis,
+                     const Shape& shape) override {
+    const Tensor g = on_current_device(g_in);
+    Tensor out = Tensor::empty(shape);
+    if (out.numel() == 0) return out;
+    std::int64_t outer = 1, inner = 1;
+    for (int i = 0; i < shape.rank(); ++i) {
+      if (i < axis) outer *= shape[i];
+      if (i > axis) inner *= shape[i];
+    }
+    // The positions grouped by their target row, ascending within a group
+    // (a stable sort): each target's sum in the CPU's order, no atomics.
+    std::vector<std::int64_t> order(indices.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+      return indices[static_cast<std::size_t>(a)] < indices[static_cast<std::size_t>(b)];
+    });
+    std::vector<std::int64_t> starts, targets;
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      const std::int64_t t = indices[static_cast<std::size_t>(order[k])];
+      if (targets.empty() || targets.back() != t) {
+        targets.push_back(t);
+        starts.push_back(static_cast<std::int64_t>(k));
+      }
+    }
+    starts.push_back(static_cast<std::int64_t>(order.size()));
+    const Tensor d_order = on_current_device(Tensor::from_vector(order)),
+                 d_starts = on_current_device(Tensor::from_vector(starts)),
+                 d_targets = on_current_device(Tensor::from_vector(targets));
+    run("gather's gradient", [&] {
+      api_->gather_rows_grad(stream_, f(g), static_cast<const std::int64_t*>(p(d_order)),
+                             static_cast<const std::int64_t*>(p(d_starts)),
+                             static_cast<const std::int64_t*>(p(d_targets)),
+                             static_cast<std::int64_t>(targets.size()), f(out), outer, shape[axis],
+                             static_cast<std::int64_t>(indices.size()), inner);
+    });
+    return out;
+  }
+  Tensor relu_general(const Tensor& x_in, float slope, float top, float threshold) override {
+    const Tensor x = on_current_device(x_in);
+    Tensor out = Tensor::empty(x.shape());
+    if (x.numel() == 0) return out;
+    run("relu",
+        [&] { api_->relu_general(stream_, f(x), f(out), x.numel(), slope, top, threshold); });
+    return out;
+  }
+  Tensor relu_general_grad(const Tensor& g_in, const Tensor& y_in, float slope,
+                           float top) override {
+    const Tensor g = on_current_device(g_in), y = on_current_device(y_in);
+    Tensor dx = Tensor::empty(y.shape());
+    if (y.numel() == 0) return dx;
+    run("relu's gradient",
+        [&] { api_->relu_general_grad(stream_, f(g), f(y), f(dx), y.numel(), slope, top); });
+    return dx;
+  }
+  Tensor batch_norm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta_in, Tensor& mean,
+                    Tensor& variance, bool batch_stats, float epsilon, float bottom,
+                    float top) override {
+    const Tensor x = on_current_device(x_in), gamma = on_current_device(gamma_in),
+                 beta = on_current_device(beta_in);
+    const std::int64_t c = x.shape()[x.rank() - 1], rows = c == 0 ? 0 : x.numel() / c;
+    if (batch_stats) {
+      mean = Tensor::empty({c});
+      variance = Tensor::empty({c});
+    } else {
+      mean = on_current_device(mean);
+      variance = on_current_device(variance);
+    }
+    Tensor y = Tensor::empty(x.shape());
+    if (x.numel() == 0) return y;
+    run("batch_norm", [&] {
+      api_->batch_norm(stream_, f(x), f(y), rows, c, f(gamma), f(beta), f(mean), f(variance),
+                       batch_stats, epsilon, bottom, top);
+    });
+    return y;
+  }
+  std::vector<Tensor> batch_norm_backward(const Tensor& x_in, const Tensor& z_in,
+                                          const Tensor& g_in, const Tensor& gamma_in,
+                                          const Tensor& mean_in, const Tensor& variance_in,
+                                          bool batch_stats, float epsilon, float bottom,
+                                          float top) override {
+    const Tensor x = on_current_device(x_in), g = on_current_device(g_in),
+                 gamma = on_current_device(gamma_in), mean = on_current_device(mean_in),
+                 variance = on_current_device(variance_in);
+    const Tensor z = z_in.defined() ? on_current_device(z_in) : Tensor();
+    const std::int64_t c = x.shape()[x.rank() - 1], rows = c == 0 ? 0 : x.numel() / c;
+    Tensor dx = Tensor::empty(x.shape()), dgamma = Tensor::empty({c}), dbeta = Tensor::empty({c});
+    run("batch_norm's gradient", [&] {
+      api_->batch_norm_backward(stream_, f(x), z.defined() ? f(z) : nullptr, f(g), rows, c,
+                                f(gamma), f(mean), f(variance), batch_stats, epsilon, bottom, top,
+                                f(dx), f(dgamma), f(dbeta));
+    });
+    return {dx, dgamma, dbeta};
   }
   Tensor transpose(const Tensor& x_in, const std::vector<int>& perm) override {
     const Tensor x = on_current_device(x_in);

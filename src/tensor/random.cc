@@ -9,6 +9,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
 #include "tensor/ops/loops.h"
 
@@ -29,14 +30,18 @@ inline void mulhilo(std::uint32_t a, std::uint32_t b, std::uint32_t& hi, std::ui
 // 24 random bits -> [0, 1).
 inline float to_unit(std::uint32_t w) { return static_cast<float>(w >> 8) * 0x1.0p-24f; }
 
+// Values drawn on the host (the same bits on every device), then copied to
+// the current device when it is a GPU; on the fake accelerator, written as
+// its device code.
 template <typename F>
 Tensor fill(const Shape& shape, F value_at) {
-  Tensor out = Tensor::empty(shape);
+  const detail::OnDevice on;
+  Tensor out = Tensor::empty_on(on.kernels() ? host_device() : current_device(), shape);
   float* p = out.data<float>();
   detail::parallel_for(out.numel(), 32, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) p[i] = value_at(static_cast<std::uint64_t>(i));
   });
-  return out;
+  return on.kernels() ? out.copy_to(current_device()) : out;
 }
 
 // A standard normal for global element `index` on `stream` (Box-Muller over

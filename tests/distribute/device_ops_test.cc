@@ -6,6 +6,7 @@
 // LOCKSTEP_TEST_DEVICE=/gpu:0 (docs/distribute.md, "GPUs").
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -191,6 +192,62 @@ TEST(DeviceOps, SequenceOpsAndLayerNormalizationMatchCpu) {
            {h, gamma});
 }
 
+// Batch normalisation in its three modes (training, training folded with a
+// ReLU or ReLU6, inference with given statistics), a capped ReLU, and
+// gather (an Embedding's op, with repeated indices), forward and backward.
+TEST(DeviceOps, BatchNormCappedReluAndGatherMatchCpu) {
+  std::mt19937 rng(12);
+  const Tensor x = random_tensor({4, 5, 3, 6}, rng, -3.0f, 5.0f);
+  const Tensor gamma = random_tensor({6}, rng, 0.5f, 1.5f), beta = random_tensor({6}, rng);
+  const Tensor high_beta = random_tensor({6}, rng, 4.0f, 6.0f);  // ReLU6's cap is reached
+  const Tensor mean = random_tensor({6}, rng), variance = random_tensor({6}, rng, 0.5f, 2.0f);
+  check_op("batch_norm training",
+           [](const auto& v) { return batch_norm_training(v[0], v[1], v[2], 1e-3f).y; },
+           {x, gamma, beta});
+  check_op("batch_norm + relu training",
+           [](const auto& v) {
+             return batch_norm_relu_training(v[0], v[1], v[2], 1e-3f, std::nullopt).y;
+           },
+           {x, gamma, beta});
+  check_op("batch_norm + relu6 training",
+           [](const auto& v) { return batch_norm_relu_training(v[0], v[1], v[2], 1e-3f, 6.0f).y; },
+           {x, gamma, high_beta});
+  check_op(
+      "batch_norm inference",
+      [&](const auto& v) { return batch_norm_inference(v[0], v[1], v[2], mean, variance, 1e-3f); },
+      {x, gamma, beta});
+  {
+    const BatchNormResult want = batch_norm_training(x, gamma, beta, 1e-3f);
+    DeviceScope on(dev(), {.pin_thread = false});
+    const BatchNormResult got =
+        batch_norm_training(x.copy_to(dev()), gamma.copy_to(dev()), beta.copy_to(dev()), 1e-3f);
+    expect_near(want.mean, got.mean.cpu(), 1e-6, "batch mean");
+    expect_near(want.variance, got.variance.cpu(), 1e-6, "batch variance");
+  }
+  const Tensor wide = random_tensor({3, 40}, rng, -4.0f, 9.0f);
+  check_op("relu6", [](const auto& v) { return relu(v[0], {.max_value = 6.0f}); }, {wide});
+  check_op("leaky relu with a threshold",
+           [](const auto& v) { return relu(v[0], {.negative_slope = 0.2f, .threshold = 0.5f}); },
+           {wide});
+  // Random ops draw on the host and copy (Dropout's mask, an initializer
+  // under a DeviceScope): the same mask on every device.
+  check_op(
+      "dropout",
+      [](const auto& v) { return layers::Dropout(0.5f, {.seed = 3})(v[0], {.training = true}); },
+      {wide});
+  const Tensor table = random_tensor({5, 4}, rng), cube = random_tensor({3, 6, 2}, rng);
+  check_op("gather axis 0, repeated rows",
+           [](const auto& v) {
+             return gather(v[0], Tensor::from_vector<std::int64_t>({3, 0, 3, 1, 3, 3}, {2, 3}), 0);
+           },
+           {table});
+  check_op("gather axis 1",
+           [](const auto& v) {
+             return gather(v[0], Tensor::from_vector<std::int32_t>({5, 5, 0}), 1);
+           },
+           {cube});
+}
+
 TEST(DeviceOps, MatmulMatchesCpu) {
   std::mt19937 rng(4);
   const Tensor a = random_tensor({33, 17}, rng), b = random_tensor({17, 9}, rng);
@@ -221,6 +278,18 @@ TEST(DeviceOps, ConvolutionAndPoolingMatchCpu) {
              return conv2d(v[0], v[1], v[2], {.strides = {2, 2}, .padding = Padding::kSame});
            },
            {x, k, bias});
+  // Eight channels: the padded copy moves four at a time.
+  check_op("conv2d same stride 2, 8 channels",
+           [](const auto& v) {
+             return conv2d(v[0], v[1], Tensor(), {.strides = {2, 2}, .padding = Padding::kSame});
+           },
+           {random_tensor({2, 9, 8, 8}, rng), random_tensor({3, 3, 8, 4}, rng)});
+  check_op("depthwise conv2d same stride 2, 8 channels",
+           [](const auto& v) {
+             return conv2d(v[0], v[1], Tensor(),
+                           {.strides = {2, 2}, .padding = Padding::kSame, .groups = 8});
+           },
+           {random_tensor({2, 10, 10, 8}, rng), random_tensor({3, 3, 1, 8}, rng)});
   check_op("conv2d same 4x4 (even window)",
            [](const auto& v) { return conv2d(v[0], v[1], Tensor(), {.padding = Padding::kSame}); },
            {x, random_tensor({4, 4, 3, 4}, rng)});
@@ -384,6 +453,133 @@ TEST(DeviceOps, SmallCnnTrainsOnTheDeviceAsOnTheCpu) {
   };
   testing_support::expect_close(fit(OneDeviceStrategy(*logical_devices()[0])),
                                 fit(OneDeviceStrategy(dev())), 1e-4, "small CNN, device vs CPU");
+}
+
+// One training-mode forward and backward of MobileNetV2 on the device and on
+// the CPU from the same weights: the loss, and every variable's gradient
+// within 1e-3 of its largest element (floored at 1e-3 of the model's). Mismatches are listed from
+// the output back, so the first named is nearest the op that differs.
+TEST(DeviceOps, MobileNetV2GradientsMatchTheCpu) {
+  std::mt19937 rng(14);
+  const Tensor x = random_tensor({8, 32, 32, 3}, rng);
+  const Tensor y = Tensor::from_vector<std::int64_t>({0, 3, 6, 9, 2, 5, 8, 1});
+  struct Pass {
+    double loss = 0;
+    std::vector<std::string> names;
+    std::vector<std::vector<float>> grads;
+  };
+  auto pass = [&](Device& d) {
+    DeviceScope on(d, {.pin_thread = false});
+    set_random_seed(5);
+    Model model = applications::MobileNetV2({.input_shape = Shape{32, 32, 3},
+                                             .alpha = 0.35,
+                                             .classes = 10,
+                                             .classifier_activation = ""});
+    GradientTape tape;
+    const Tensor logits = model(x, {.training = true});
+    const Tensor loss = losses::SparseCategoricalCrossentropy({.from_logits = true})(y, logits);
+    const std::vector<Variable> vars = model.trainable_weights();
+    const std::vector<Tensor> grads = tape.gradient(loss, vars);
+    Pass p;
+    p.loss = loss.cpu().to_vector<double>()[0];
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      p.names.push_back(vars[i].name());
+      p.grads.push_back(grads[i].cpu().to_vector<float>());
+    }
+    return p;
+  };
+  const Pass cpu = pass(*logical_devices()[0]), device = pass(dev());
+  EXPECT_NEAR(cpu.loss, device.loss, 1e-5 * std::max(1.0, cpu.loss));
+  ASSERT_EQ(cpu.grads.size(), device.grads.size());
+  // A gradient that is zero but for rounding (a batch norm's beta before a
+  // convolution and another batch norm) is compared against the model's
+  // largest gradient, not its own noise.
+  double largest = 0;
+  for (const auto& g : cpu.grads)
+    for (float v : g) largest = std::max(largest, static_cast<double>(std::abs(v)));
+  std::string mismatches;
+  for (std::size_t i = cpu.grads.size(); i-- > 0;) {
+    ASSERT_EQ(cpu.grads[i].size(), device.grads[i].size()) << cpu.names[i];
+    double scale = 1e-3 * largest, worst = 0;
+    for (std::size_t j = 0; j < cpu.grads[i].size(); ++j) {
+      scale = std::max(scale, static_cast<double>(std::abs(cpu.grads[i][j])));
+      worst = std::max(worst, static_cast<double>(std::abs(cpu.grads[i][j] - device.grads[i][j])));
+    }
+    if (worst > 1e-3 * scale)
+      mismatches += "  " + cpu.names[i] + ": max |difference| " + std::to_string(worst) +
+                    " against max |gradient| " + std::to_string(scale) + "\n";
+  }
+  EXPECT_TRUE(mismatches.empty()) << "gradients that differ, from the output back:\n" << mismatches;
+}
+
+// MobileNetV2 (batch norm folded with ReLU6, depthwise convolutions, zero
+// padding folded into them, global pooling) takes one training step through
+// fit on the device as on the CPU, and evaluates (batch norm in inference
+// mode, with the moving statistics that step updated) to the same loss.
+// A deep ReLU6 network on a batch of 16 is chaotic at the float32 level: on
+// the CPU alone, inputs scaled by 1 + 1e-6 move single elements of a step
+// by up to ~10% (a ReLU mask flipping), so the step is compared as a whole
+// per variable: the L2 norm of the difference within 20% of the step's
+// (the perturbed CPU run differs by at most 1.6%)
+// and the moving statistics, which need no backward pass, element by element.
+TEST(DeviceOps, MobileNetV2TrainsOnTheDeviceAsOnTheCpu) {
+  std::mt19937 rng(13);
+  const Tensor x = random_tensor({16, 32, 32, 3}, rng);
+  std::vector<std::uint8_t> labels(16);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::uint8_t>(i * 3 % 10);
+  const Tensor y = Tensor::from_vector(labels);
+  struct Run {
+    std::vector<std::vector<float>> before, after, statistics;
+    std::vector<std::string> names;
+    double loss = 0;
+  };
+  auto values = [](const std::vector<Variable>& vars) {
+    std::vector<std::vector<float>> out;
+    for (const Variable& v : vars) out.push_back(v.replica_value(0).cpu().to_vector<float>());
+    return out;
+  };
+  auto fit = [&](const distribute::Strategy& strategy) {
+    Model model;
+    {
+      auto scope = strategy.scope();
+      set_random_seed(5);
+      model = applications::MobileNetV2({.input_shape = Shape{32, 32, 3},
+                                         .alpha = 0.35,
+                                         .classes = 10,
+                                         .classifier_activation = ""});
+      model.compile({.optimizer = optimizers::SGD({.learning_rate = 0.05}),
+                     .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+    }
+    Run run;
+    run.before = values(model.trainable_weights());
+    model.fit(x, y, {.batch_size = 16, .epochs = 1, .verbose = 0, .shuffle = false});
+    run.after = values(model.trainable_weights());
+    run.statistics = values(model.non_trainable_weights());
+    for (const Variable& v : model.trainable_weights()) run.names.push_back(v.name());
+    run.loss = model.evaluate(x, y, {.batch_size = 16, .verbose = 0}).at("loss");
+    return run;
+  };
+  const Run cpu = fit(OneDeviceStrategy(*logical_devices()[0]));
+  const Run device = fit(OneDeviceStrategy(dev()));
+  testing_support::expect_bitwise(cpu.before, device.before, "the initial weights");
+  testing_support::expect_close(cpu.statistics, device.statistics, 1e-4, "moving statistics");
+  ASSERT_EQ(cpu.after.size(), device.after.size());
+  std::vector<double> step(cpu.after.size()), difference(cpu.after.size());
+  for (std::size_t i = 0; i < cpu.after.size(); ++i) {
+    for (std::size_t j = 0; j < cpu.after[i].size(); ++j) {
+      step[i] += std::pow(cpu.after[i][j] - cpu.before[i][j], 2);
+      difference[i] += std::pow(cpu.after[i][j] - device.after[i][j], 2);
+    }
+  }
+  // Floored at 1e-3 of the largest step: a variable whose gradient is zero
+  // but for rounding (a batch norm's beta before a convolution and another
+  // batch norm) takes a step of pure noise.
+  const double largest = std::sqrt(*std::max_element(step.begin(), step.end()));
+  for (std::size_t i = 0; i < step.size(); ++i) {
+    EXPECT_LE(std::sqrt(difference[i]), 0.2 * std::sqrt(step[i]) + 1e-3 * largest)
+        << cpu.names[i] << ": the device's step differs from the CPU's";
+  }
+  EXPECT_NEAR(cpu.loss, device.loss, 1e-3 * std::max(1.0, cpu.loss));
 }
 
 }  // namespace

@@ -154,6 +154,29 @@ class DeviceKernels {
   virtual Tensor scatter_along_axis(const Tensor& g, const Tensor& indices, int axis,
                                     const Shape& shape);
   virtual Tensor one_hot(const Tensor& indices, std::int64_t depth, float on, float off);
+  // gather along `axis` at host-checked indices (any dtype), and its
+  // gradient (float32): zeros of `shape` with g's rows added at the indices.
+  virtual Tensor gather(const Tensor& params, const std::vector<std::int64_t>& indices, int axis,
+                        const Shape& out_shape);
+  virtual Tensor gather_grad(const Tensor& g, const std::vector<std::int64_t>& indices, int axis,
+                             const Shape& shape);
+  // relu with a slope, threshold or cap (float32), and its gradient from
+  // the output y.
+  virtual Tensor relu_general(const Tensor& x, float slope, float top, float threshold);
+  virtual Tensor relu_general_grad(const Tensor& g, const Tensor& y, float slope, float top);
+  // Batch normalisation over the last axis of float32 x, clipped to [bottom,
+  // top] (a folded ReLU; ±∞: none). With `batch_stats` the batch's mean and
+  // variance are computed and returned in `mean` / `variance`; else they
+  // are the given moving statistics.
+  virtual Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& mean,
+                            Tensor& variance, bool batch_stats, float epsilon, float bottom,
+                            float top);
+  // Its gradient, given the output z when clipped (else undefined); returns
+  // {dx, dgamma, dbeta}.
+  virtual std::vector<Tensor> batch_norm_backward(const Tensor& x, const Tensor& z, const Tensor& g,
+                                                  const Tensor& gamma, const Tensor& mean,
+                                                  const Tensor& variance, bool batch_stats,
+                                                  float epsilon, float bottom, float top);
   virtual Tensor transpose(const Tensor& x, const std::vector<int>& perm);
   // One optimizer step on `n` float32 values: value, gradient, slots (m, v).
   virtual void apply_update(const DeviceUpdate& update, float* value, const float* grad,

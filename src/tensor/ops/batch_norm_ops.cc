@@ -18,6 +18,10 @@
 // are widened as they are loaded and rounded as they are stored, so no
 // float32 copy of the activations or of their gradient is ever made.
 // Statistics, gamma, beta and their gradients stay float32.
+//
+// On a GPU the three modes are the device's kernels (DeviceKernels::batch_norm,
+// tensor/backend/cuda/batch_norm.cu: the same formulas, float32 data); on the
+// fake accelerator the code below runs as device code.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -26,6 +30,7 @@
 #include <vector>
 
 #include "lockstep/core/simd.h"
+#include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/recording.h"
 #include "tensor/backend/onednn/onednn.h"
@@ -357,6 +362,7 @@ BatchNormResult bn_relu_training_bf16(const Tensor& x, const Tensor& gamma, cons
     detail::record(op, {x, gamma, beta}, r.y,
                    [s, bottom, top, x, z = r.y, gamma, mean = r.mean,
                     var = r.variance](const Tensor& upstream) {
+                     const detail::OnDevice on;  // the fake accelerator's scope
                      const Tensor g = detail::to_bf16(upstream);
                      Tensor dx = Tensor::empty(x.shape(), DType::kBFloat16),
                             dgamma = Tensor::empty({s.channels}),
@@ -371,6 +377,28 @@ BatchNormResult bn_relu_training_bf16(const Tensor& x, const Tensor& gamma, cons
   return r;
 }
 
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Training-mode batch norm clipped to [bottom, top] on a GPU, float32.
+BatchNormResult bn_on_device(detail::DeviceKernels& k, const Tensor& x, const Tensor& gamma,
+                             const Tensor& beta, float epsilon, float bottom, float top,
+                             const char* op) {
+  if (x.dtype() != DType::kFloat32) detail::no_device_kernel("batch_norm of bfloat16");
+  BatchNormResult r;
+  r.y = k.batch_norm(x, gamma, beta, r.mean, r.variance, true, epsilon, bottom, top);
+  if (detail::should_record({x, gamma, beta})) {
+    const Tensor z = bottom > -kInf || top < kInf ? r.y : Tensor();
+    detail::record(
+        op, {x, gamma, beta}, r.y,
+        [x, z, gamma, mean = r.mean, var = r.variance, epsilon, bottom, top](const Tensor& g) {
+          const detail::OnDevice on;
+          return on.kernels()->batch_norm_backward(x, z, g, gamma, mean, var, true, epsilon, bottom,
+                                                   top);
+        });
+  }
+  return r;
+}
+
 }  // namespace
 
 BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -380,9 +408,11 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
   LOCKSTEP_CHECK(s.rows > 0,
                  "batch_norm: cannot compute batch statistics of an empty batch (shape ", x.shape(),
                  ")");
+  const detail::OnDevice on;
+  if (detail::DeviceKernels* k = on.kernels())
+    return bn_on_device(*k, x, gamma, beta, epsilon, -kInf, kInf, "batch_norm");
   if (x.dtype() == DType::kBFloat16) {
-    const float inf = std::numeric_limits<float>::infinity();
-    return bn_relu_training_bf16(x, gamma, beta, s, -inf, inf, "batch_norm");
+    return bn_relu_training_bf16(x, gamma, beta, s, -kInf, kInf, "batch_norm");
   }
   BatchNormResult r{Tensor::empty(x.shape()), Tensor::empty({s.channels}),
                     Tensor::empty({s.channels})};
@@ -394,6 +424,7 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
   if (detail::should_record({x, gamma, beta})) {
     detail::record("batch_norm", {x, gamma, beta}, r.y,
                    [s, x, gamma, beta, mean = r.mean, var = r.variance](const Tensor& g) {
+                     const detail::OnDevice on;  // the fake accelerator's scope
                      return bn_backward(s, true, x, g, gamma, beta, mean, var);
                    });
   }
@@ -413,6 +444,20 @@ Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& 
                       "batch_norm: expected mean and variance of shape [", gamma.shape()[0],
                       "], got ", t->shape());
   }
+  const detail::OnDevice on;
+  if (detail::DeviceKernels* k = on.kernels()) {
+    Tensor m = mean, v = variance;
+    Tensor y = k->batch_norm(x, gamma, beta, m, v, false, epsilon, -kInf, kInf);
+    if (detail::should_record({x, gamma, beta})) {
+      detail::record("batch_norm_inference", {x, gamma, beta}, y,
+                     [x, gamma, m, v, epsilon](const Tensor& g) {
+                       const detail::OnDevice on_g;
+                       return on_g.kernels()->batch_norm_backward(x, Tensor(), g, gamma, m, v,
+                                                                  false, epsilon, -kInf, kInf);
+                     });
+    }
+    return y;
+  }
   Tensor y = Tensor::empty(x.shape());
   if (x.numel() == 0) return y;
   const auto s = bn_shape(x, epsilon);
@@ -423,6 +468,7 @@ Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& 
   if (detail::should_record({x, gamma, beta})) {
     detail::record("batch_norm_inference", {x, gamma, beta}, y,
                    [s, x, gamma, beta, mean, variance](const Tensor& g) {
+                     const detail::OnDevice on;  // the fake accelerator's scope
                      return bn_backward(s, false, x, g, gamma, beta, mean, variance);
                    });
   }
@@ -439,7 +485,10 @@ BatchNormResult batch_norm_relu_training(const Tensor& x, const Tensor& gamma, c
   LOCKSTEP_CHECK(s.rows > 0,
                  "batch_norm_relu: cannot compute batch statistics of an empty batch (shape ",
                  x.shape(), ")");
-  const float top = max_value ? *max_value : std::numeric_limits<float>::infinity();
+  const float top = max_value ? *max_value : kInf;
+  const detail::OnDevice on;
+  if (detail::DeviceKernels* k = on.kernels())
+    return bn_on_device(*k, x, gamma, beta, epsilon, 0.0f, top, "batch_norm_relu");
   if (x.dtype() == DType::kBFloat16)
     return bn_relu_training_bf16(x, gamma, beta, s, 0.0f, top, "batch_norm_relu");
   BatchNormResult r{Tensor::empty(x.shape()), Tensor::empty({s.channels}),
@@ -450,6 +499,7 @@ BatchNormResult batch_norm_relu_training(const Tensor& x, const Tensor& gamma, c
   if (detail::should_record({x, gamma, beta})) {
     detail::record("batch_norm_relu", {x, gamma, beta}, r.y,
                    [s, top, x, z = r.y, gamma, mean = r.mean, var = r.variance](const Tensor& g) {
+                     const detail::OnDevice on;  // the fake accelerator's scope
                      Tensor dx = Tensor::empty(x.shape()), dgamma = Tensor::empty({s.channels}),
                             dbeta = Tensor::empty({s.channels});
                      detail::batch_norm_relu_backward(

@@ -529,7 +529,17 @@ Tensor relu(const Tensor& x, const ReluOptions& o) {
   const float slope = o.negative_slope, threshold = o.threshold;
   const float top = o.max_value ? *o.max_value : std::numeric_limits<float>::infinity();
   const detail::OnDevice on;
-  if (on.kernels()) detail::no_device_kernel("relu with a slope, threshold or max_value");
+  if (detail::DeviceKernels* k = on.kernels()) {
+    if (x.dtype() != DType::kFloat32) detail::no_device_kernel("relu of bfloat16 with a cap");
+    Tensor out = k->relu_general(x, slope, top, threshold);
+    if (detail::should_record({x})) {
+      detail::record("relu", {x}, out, [out, slope, top](const Tensor& g) {
+        const detail::OnDevice on_g;
+        return Grads{on_g.kernels()->relu_general_grad(g, out, slope, top)};
+      });
+    }
+    return out;
+  }
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   if (x.dtype() == DType::kBFloat16) {
     const bfloat16* px = x.data<bfloat16>();
@@ -550,7 +560,7 @@ Tensor relu(const Tensor& x, const ReluOptions& o) {
   if (detail::should_record({x})) {
     detail::record("relu", {x}, out, [out, slope, top](const Tensor& upstream) {
       const Tensor g = upstream.dtype() == out.dtype() ? upstream : cast(upstream, out.dtype());
-      const detail::OnDevice on;  // the fake accelerator's (a GPU never recorded this op)
+      const detail::OnDevice on;  // the fake accelerator's (a GPU recorded its own, above)
       Tensor dx = Tensor::empty(out.shape(), out.dtype());
       if (out.dtype() == DType::kBFloat16) {
         const bfloat16* pg = g.data<bfloat16>();

@@ -46,12 +46,21 @@ Tensor gather(const Tensor& params, const Tensor& indices, int axis) {
   const std::int64_t n = params.shape()[a];
   const std::vector<std::int64_t> idx =
       checked_indices(indices.cpu(), n, "gather", params.shape(), a);
-  const detail::OnDevice on;
-  if (on.kernels()) detail::no_device_kernel("gather");
   Shape out_shape;
   for (int i = 0; i < a; ++i) out_shape.push_back(params.shape()[i]);
   for (std::int64_t d : indices.shape().dims()) out_shape.push_back(d);
   for (int i = a + 1; i < params.rank(); ++i) out_shape.push_back(params.shape()[i]);
+  const detail::OnDevice on;
+  if (detail::DeviceKernels* k = on.kernels()) {
+    Tensor out = k->gather(params, idx, a, out_shape);
+    if (params.dtype() == DType::kFloat32 && detail::should_record({params})) {
+      detail::record("gather", {params}, out, [sp = params.shape(), idx, a](const Tensor& g) {
+        const detail::OnDevice on_g;
+        return Grads{on_g.kernels()->gather_grad(g, idx, a, sp)};
+      });
+    }
+    return out;
+  }
   Tensor out = Tensor::empty(out_shape, params.dtype());
   std::int64_t outer = 0, inner = 0;
   dims_around(params.shape(), a, outer, inner);

@@ -2,8 +2,17 @@
 // data end to end, float32 without TF32 (CUDNN_FMA_MATH), and for each pass
 // the fastest of cuDNN's deterministic algorithms, chosen once per shape and
 // remembered. Workspaces come from the stream's pool (cudaMallocAsync).
+//
+// "Fastest" is timed, as PyTorch's cudnn.benchmark: cuDNN's Find runs every
+// algorithm once on the shape. Its heuristic ranking (Get*_v7) picked
+// grouped "direct" kernels for MobileNetV2's depthwise convolutions that
+// took 45% of a step's GPU time on an H200 (docs/benchmarks.md, "GPUs").
+// LOCKSTEP_CUDNN_AUTOTUNE=0 keeps the heuristic choice, which does not
+// depend on timings: the same algorithm, so the same bits, on every run.
 #include <cudnn.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -118,9 +127,19 @@ cudnnHandle_t CudnnState::handle(cudaStream_t s) {
   return h;
 }
 
+bool autotune() {
+  static const bool on = [] {
+    const char* v = std::getenv("LOCKSTEP_CUDNN_AUTOTUNE");  // NOLINT(concurrency-mt-unsafe)
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 // The fastest of the algorithms cuDNN ranks for this pass and shape that is
 // deterministic and keeps float32 (no tensor-op math), found once and
-// remembered. `rank(perf, count, &found)` is the pass's Get*Algorithm_v7.
+// remembered. `rank(perf, count, &found)` is the pass's Find*Algorithm
+// (timed; the heuristic where Find fails) or Get*Algorithm_v7 (heuristic),
+// both sorted fastest first.
 template <typename Perf, typename Rank>
 int CudnnState::choose(int pass, const ConvParams& p, int count, const char* what, Rank&& rank) {
   const ShapeKey k = key(pass, p);
@@ -153,6 +172,9 @@ void CudnnState::conv_forward(cudaStream_t s, const ConvParams& p, const float* 
   const auto a = static_cast<cudnnConvolutionFwdAlgo_t>(choose<cudnnConvolutionFwdAlgoPerf_t>(
       0, p, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, "choosing a convolution algorithm",
       [&](cudnnConvolutionFwdAlgoPerf_t* perf, int n, int* found) {
+        if (autotune() && cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.conv, d.y, n, found,
+                                                               perf) == CUDNN_STATUS_SUCCESS)
+          return CUDNN_STATUS_SUCCESS;
         return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, found, perf);
       }));
   std::size_t bytes = 0;
@@ -173,6 +195,9 @@ void CudnnState::conv_backward_data(cudaStream_t s, const ConvParams& p, const f
       static_cast<cudnnConvolutionBwdDataAlgo_t>(choose<cudnnConvolutionBwdDataAlgoPerf_t>(
           1, p, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, "choosing a backward-data algorithm",
           [&](cudnnConvolutionBwdDataAlgoPerf_t* perf, int n, int* found) {
+            if (autotune() && cudnnFindConvolutionBackwardDataAlgorithm(
+                                  h, d.w, d.y, d.conv, d.x, n, found, perf) == CUDNN_STATUS_SUCCESS)
+              return CUDNN_STATUS_SUCCESS;
             return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, found,
                                                                perf);
           }));
@@ -194,6 +219,9 @@ void CudnnState::conv_backward_filter(cudaStream_t s, const ConvParams& p, const
       static_cast<cudnnConvolutionBwdFilterAlgo_t>(choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
           2, p, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, "choosing a backward-filter algorithm",
           [&](cudnnConvolutionBwdFilterAlgoPerf_t* perf, int n, int* found) {
+            if (autotune() && cudnnFindConvolutionBackwardFilterAlgorithm(
+                                  h, d.x, d.y, d.conv, d.w, n, found, perf) == CUDNN_STATUS_SUCCESS)
+              return CUDNN_STATUS_SUCCESS;
             return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, found,
                                                                  perf);
           }));

@@ -15,7 +15,7 @@
 
 namespace lockstep::backend::cuda {
 
-constexpr int kApiVersion = 1;
+constexpr int kApiVersion = 2;
 constexpr int kMaxRank = 8;
 
 // Element types, as lockstep::DType numbers them.
@@ -123,6 +123,37 @@ class GpuApi {
                        std::int64_t depth, float on, float off) = 0;
   virtual void transpose(void* stream, int elem_bytes, int rank, const std::int64_t* out_dims,
                          const std::int64_t* in_strides, const void* x, void* out) = 0;
+  // relu with a slope, threshold and cap, as the CPU's (tensor/ops/elementwise.cc):
+  // y = x > threshold ? min(x, top) : slope · (x − threshold); its gradient
+  // from the output: y > 0 ? (y < top ? g : 0) : slope · g.
+  virtual void relu_general(void* stream, const float* x, float* y, std::int64_t n, float slope,
+                            float top, float threshold) = 0;
+  virtual void relu_general_grad(void* stream, const float* g, const float* y, float* dx,
+                                 std::int64_t n, float slope, float top) = 0;
+  // out[outer, m, inner] = x[outer, idx[j], inner] (any element size).
+  virtual void gather_rows(void* stream, int elem_bytes, const void* x, const std::int64_t* idx,
+                           void* out, std::int64_t outer, std::int64_t n, std::int64_t m,
+                           std::int64_t inner) = 0;
+  // gather's gradient without atomics: out (zeroed here) [outer, n, inner];
+  // target row targets[u] gets the g rows order[starts[u] .. starts[u + 1])
+  // added in that (ascending) order — the CPU's order.
+  virtual void gather_rows_grad(void* stream, const float* g, const std::int64_t* order,
+                                const std::int64_t* starts, const std::int64_t* targets,
+                                std::int64_t unique, float* out, std::int64_t outer, std::int64_t n,
+                                std::int64_t m, std::int64_t inner) = 0;
+  // Batch normalisation over the rows of [rows, c] (batch_norm.cu). With
+  // `batch_stats`, mean and variance (biased) are computed first, from float64
+  // sums in an order fixed by `rows` alone; else they are given. Then
+  // y = clip(a·x + b, bottom, top) with a = γ/√(σ² + ε), b = β − μ·a.
+  virtual void batch_norm(void* stream, const float* x, float* y, std::int64_t rows, std::int64_t c,
+                          const float* gamma, const float* beta, float* mean, float* variance,
+                          bool batch_stats, float epsilon, float bottom, float top) = 0;
+  // Its gradient; dy = dz where bottom < z < top (z the output; null: no clip).
+  virtual void batch_norm_backward(void* stream, const float* x, const float* z, const float* dz,
+                                   std::int64_t rows, std::int64_t c, const float* gamma,
+                                   const float* mean, const float* variance, bool batch_stats,
+                                   float epsilon, float bottom, float top, float* dx, float* dgamma,
+                                   float* dbeta) = 0;
   virtual void apply_update(void* stream, const UpdateParams& p, float* value, const float* grad,
                             float* const* slots, int num_slots, std::int64_t n) = 0;
   virtual void sum_buffers(void* stream, const float* const* srcs, int count, float* dst,

@@ -1,4 +1,4 @@
-// The CUDA adapter's kernels, each queued on a stream (kernels.cu, gemm.cu);
+// The CUDA adapter's kernels, each queued on a stream (kernels.cu, batch_norm.cu);
 // runtime.cu's GpuApi calls them. Every launch is checked: a failure throws
 // std::runtime_error with CUDA's message.
 #pragma once
@@ -20,6 +20,19 @@ inline void check(cudaError_t e, const char* what) {
 }
 // After a launch: a bad configuration shows here, a fault at the next sync.
 inline void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+// The adapter's elementwise launch shape: blocks of kThreads over n items,
+// at most 2^20 blocks, each kernel a grid-stride loop (LOCKSTEP_FOR_EACH).
+constexpr int kThreads = 256;
+
+inline unsigned blocks_for(std::int64_t n) {
+  const std::int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 16 ? 65535 * 16 : b));
+}
+
+#define LOCKSTEP_FOR_EACH(i, n)                                                                    \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
 
 void launch_fill(cudaStream_t s, Type type, void* out, std::int64_t n, double value);
 void launch_cast(cudaStream_t s, Type from, Type to, const void* x, void* out, std::int64_t n);
@@ -51,6 +64,26 @@ void launch_one_hot(cudaStream_t s, const std::int64_t* idx, float* out, std::in
                     std::int64_t depth, float on, float off);
 void launch_transpose(cudaStream_t s, int elem_bytes, int rank, const std::int64_t* out_dims,
                       const std::int64_t* in_strides, const void* x, void* out);
+void launch_relu_general(cudaStream_t s, const float* x, float* y, std::int64_t n, float slope,
+                         float top, float threshold);
+void launch_relu_general_grad(cudaStream_t s, const float* g, const float* y, float* dx,
+                              std::int64_t n, float slope, float top);
+void launch_gather_rows(cudaStream_t s, int elem_bytes, const void* x, const std::int64_t* idx,
+                        void* out, std::int64_t outer, std::int64_t n, std::int64_t m,
+                        std::int64_t inner);
+void launch_gather_rows_grad(cudaStream_t s, const float* g, const std::int64_t* order,
+                             const std::int64_t* starts, const std::int64_t* targets,
+                             std::int64_t unique, float* out, std::int64_t outer, std::int64_t n,
+                             std::int64_t m, std::int64_t inner);
+// batch_norm.cu
+void launch_batch_norm(cudaStream_t s, const float* x, float* y, std::int64_t rows, std::int64_t c,
+                       const float* gamma, const float* beta, float* mean, float* variance,
+                       bool batch_stats, float epsilon, float bottom, float top);
+void launch_batch_norm_backward(cudaStream_t s, const float* x, const float* z, const float* dz,
+                                std::int64_t rows, std::int64_t c, const float* gamma,
+                                const float* mean, const float* variance, bool batch_stats,
+                                float epsilon, float bottom, float top, float* dx, float* dgamma,
+                                float* dbeta);
 void launch_update(cudaStream_t s, const UpdateParams& p, float* value, const float* grad,
                    float* const* slots, int num_slots, std::int64_t n);
 void launch_sum_buffers(cudaStream_t s, const float* const* srcs, int count, float* dst,

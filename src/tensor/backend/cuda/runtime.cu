@@ -273,6 +273,38 @@ class CudaApi final : public GpuApi {
                     float* const* slots, int num_slots, std::int64_t n) override {
     launch_update(on(stream), p, value, grad, slots, num_slots, n);
   }
+  void relu_general(void* stream, const float* x, float* y, std::int64_t n, float slope, float top,
+                    float threshold) override {
+    launch_relu_general(on(stream), x, y, n, slope, top, threshold);
+  }
+  void relu_general_grad(void* stream, const float* g, const float* y, float* dx, std::int64_t n,
+                         float slope, float top) override {
+    launch_relu_general_grad(on(stream), g, y, dx, n, slope, top);
+  }
+  void gather_rows(void* stream, int elem_bytes, const void* x, const std::int64_t* idx, void* out,
+                   std::int64_t outer, std::int64_t n, std::int64_t m,
+                   std::int64_t inner) override {
+    launch_gather_rows(on(stream), elem_bytes, x, idx, out, outer, n, m, inner);
+  }
+  void gather_rows_grad(void* stream, const float* g, const std::int64_t* order,
+                        const std::int64_t* starts, const std::int64_t* targets,
+                        std::int64_t unique, float* out, std::int64_t outer, std::int64_t n,
+                        std::int64_t m, std::int64_t inner) override {
+    launch_gather_rows_grad(on(stream), g, order, starts, targets, unique, out, outer, n, m, inner);
+  }
+  void batch_norm(void* stream, const float* x, float* y, std::int64_t rows, std::int64_t c,
+                  const float* gamma, const float* beta, float* mean, float* variance,
+                  bool batch_stats, float epsilon, float bottom, float top) override {
+    launch_batch_norm(on(stream), x, y, rows, c, gamma, beta, mean, variance, batch_stats, epsilon,
+                      bottom, top);
+  }
+  void batch_norm_backward(void* stream, const float* x, const float* z, const float* dz,
+                           std::int64_t rows, std::int64_t c, const float* gamma, const float* mean,
+                           const float* variance, bool batch_stats, float epsilon, float bottom,
+                           float top, float* dx, float* dgamma, float* dbeta) override {
+    launch_batch_norm_backward(on(stream), x, z, dz, rows, c, gamma, mean, variance, batch_stats,
+                               epsilon, bottom, top, dx, dgamma, dbeta);
+  }
   void sum_buffers(void* stream, const float* const* srcs, int count, float* dst,
                    std::int64_t n) override {
     launch_sum_buffers(on(stream), srcs, count, dst, n);
