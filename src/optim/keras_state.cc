@@ -55,6 +55,7 @@ std::vector<Tensor> OptimizerImpl::keras_variables(const std::vector<Variable>& 
     }
   }
   out.insert(out.end(), ordered.begin(), ordered.end());
+  for (Tensor& t : keras_scalars(iterations())) out.push_back(std::move(t));
   return out;
 }
 
@@ -64,14 +65,22 @@ void OptimizerImpl::set_keras_variables(const std::vector<Variable>& trainable,
   const bool constant = constant_rate(learning_rate_.schedule());
   const int slots = num_slots();
   const std::size_t scalars = 1 + (constant ? 1 : 0);
-  const std::size_t expected = scalars + trainable.size() * static_cast<std::size_t>(slots);
+  const std::size_t after = keras_scalars(0).size();  // Nadam's u_product
+  const std::size_t expected = scalars + trainable.size() * static_cast<std::size_t>(slots) + after;
   // An optimizer Keras never built (compiled, not trained) saves no slots.
   const bool unbuilt = values.size() == scalars && slots > 0;
   LOCKSTEP_CHECK(values.size() == expected || unbuilt, source, ": the optimizer (", name_, ") has ",
                  values.size(), " variables; expected ", expected, " (iterations, ",
                  constant ? "the learning rate, " : "", slots, " slot", slots == 1 ? "" : "s",
-                 " for each of ", trainable.size(),
-                 " trainable variables): another optimizer, or its settings differ");
+                 " for each of ", trainable.size(), " trainable variables",
+                 after > 0 ? ", then " + std::to_string(after) + " scalar" : std::string(),
+                 "): another optimizer, or its settings differ");
+  for (std::size_t i = values.size() - (unbuilt ? 0 : after); i < values.size(); ++i) {
+    LOCKSTEP_CHECK(values[i].numel() == 1 && is_floating(values[i].dtype()), source,
+                   ": the optimizer's variable ", i, " is ", values[i].dtype(), " ",
+                   values[i].shape(), "; expected one number (", name_,
+                   "'s running product, which Lockstep derives from the step count)");
+  }
   const Tensor& steps = values[0];
   LOCKSTEP_CHECK(steps.numel() == 1 && is_integral(steps.dtype()), source,
                  ": the optimizer's variable 0 (iterations) is ", steps.dtype(), " ", steps.shape(),
@@ -210,11 +219,33 @@ Optimizer from_config(const std::string& class_name,
          .beta = number("beta", 0),
          .weight_decay = number("weight_decay", 0),
          .clip = clip});
+  } else if (class_name == "Nadam" || class_name == "Adamax") {
+    const AdamOptions o{.learning_rate = lr,
+                        .beta_1 = number("beta_1", 0.9),
+                        .beta_2 = number("beta_2", 0.999),
+                        .epsilon = number("epsilon", 1e-7),
+                        .weight_decay = number("weight_decay", 0),
+                        .clip = clip};
+    made = class_name == "Nadam" ? Optimizer(Nadam(o)) : Optimizer(Adamax(o));
+  } else if (class_name == "Adadelta") {
+    made = Adadelta({.learning_rate = lr,
+                     .rho = number("rho", 0.95),
+                     .epsilon = number("epsilon", 1e-7),
+                     .weight_decay = number("weight_decay", 0),
+                     .clip = clip});
+  } else if (class_name == "Lion") {
+    made = Lion({.learning_rate = lr,
+                 .beta_1 = number("beta_1", 0.9),
+                 .beta_2 = number("beta_2", 0.99),
+                 .weight_decay = number("weight_decay", 0),
+                 .clip = clip});
   } else {
     detail::throw_error<ValueError>(
         "unknown optimizer class '", class_name, "' (did you mean '",
-        nearest_name(class_name, {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Ftrl"}),
-        "'?); Lockstep has SGD, Adam, AdamW, RMSprop, Adagrad and Ftrl");
+        nearest_name(class_name, {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Ftrl", "Nadam",
+                                  "Adamax", "Adadelta", "Lion"}),
+        "'?); Lockstep has SGD, Adam, AdamW, RMSprop, Adagrad, Ftrl, Nadam, Adamax, Adadelta and "
+        "Lion");
   }
   for (const auto& [key, value] : args) {
     LOCKSTEP_CHECK(used.contains(key), class_name, ": argument '", key, "' is not one Lockstep's ",

@@ -642,6 +642,10 @@ Optimizer get(const std::string& name) {
       {"rmsprop", "RMSprop", [] { return Optimizer(RMSprop()); }},
       {"adagrad", "Adagrad", [] { return Optimizer(Adagrad()); }},
       {"ftrl", "Ftrl", [] { return Optimizer(Ftrl()); }},
+      {"nadam", "Nadam", [] { return Optimizer(Nadam()); }},
+      {"adamax", "Adamax", [] { return Optimizer(Adamax()); }},
+      {"adadelta", "Adadelta", [] { return Optimizer(Adadelta()); }},
+      {"lion", "Lion", [] { return Optimizer(Lion()); }},
   };
   std::string all;
   for (const Known& k : known) {

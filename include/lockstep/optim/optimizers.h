@@ -130,6 +130,10 @@ class OptimizerImpl {
   // together, as Adam creates them) or by slot (every velocity, then every
   // momentum, as RMSprop does).
   virtual bool keras_slots_by_variable() const { return true; }
+  // Scalars Keras keeps after the slots (Nadam's u_product), as they are
+  // after `step` updates; Lockstep derives them from the step count, so
+  // loading checks their count and shape and takes the step count instead.
+  virtual std::vector<Tensor> keras_scalars(std::int64_t) const { return {}; }
   // An elementwise update of n elements of a variable; `slots` point at the
   // same elements of its slot buffers. Called concurrently from the intra-op
   // threads on disjoint ranges (a range may be any part of a variable), so it
@@ -293,6 +297,51 @@ class Ftrl : public Optimizer {
   explicit Ftrl(FtrlOptions options = {});
 };
 
+// Adam with Nesterov momentum (keras.optimizers.Nadam): Keras 3's rule with
+// its momentum schedule u_t = β1·(1 − 0.5·0.96^t) and their running product.
+// Adam's arguments.
+using NadamOptions = AdamOptions;
+class Nadam : public Optimizer {
+ public:
+  explicit Nadam(NadamOptions options = {});
+};
+
+// Adam with the infinity norm (keras.optimizers.Adamax): slots "momentum"
+// and "norm" (u = max(β2·u, |g|)). Adam's arguments.
+using AdamaxOptions = AdamOptions;
+class Adamax : public Optimizer {
+ public:
+  explicit Adamax(AdamaxOptions options = {});
+};
+
+// keras.optimizers.Adadelta: slots "accumulated_grad" and
+// "accumulated_delta_var"; the step is lr · −√(E[Δ²] + ε)·g / √(E[g²] + ε).
+struct AdadeltaOptions {
+  LearningRate learning_rate = 0.001;
+  double rho = 0.95;
+  double epsilon = 1e-7;
+  double weight_decay = 0.0;
+  ClipOptions clip{};
+};
+class Adadelta : public Optimizer {
+ public:
+  explicit Adadelta(AdadeltaOptions options = {});
+};
+
+// keras.optimizers.Lion (sign of an interpolated momentum): one slot,
+// "momentum". beta_1 in (0, 1], as Keras checks.
+struct LionOptions {
+  LearningRate learning_rate = 0.001;
+  double beta_1 = 0.9;
+  double beta_2 = 0.99;
+  double weight_decay = 0.0;
+  ClipOptions clip{};
+};
+class Lion : public Optimizer {
+ public:
+  explicit Lion(LionOptions options = {});
+};
+
 // An optimizer from its Keras class name and arguments, as get_config gives
 // them (Keras's own names; a schedule is passed as `learning_rate` and
 // wins over a number in `args`). An argument the class does not take, or
@@ -304,8 +353,9 @@ Optimizer from_config(const std::string& class_name,
                       const LearningRateSchedule* learning_rate = nullptr);
 
 // By Keras identifier, with Keras's defaults: "sgd", "adam", "adamw",
-// "rmsprop", "adagrad", "ftrl", or the class name ("Adam"). An unknown name is a
-// ValueError that lists the known ones.
+// "rmsprop", "adagrad", "ftrl", "nadam", "adamax", "adadelta", "lion", or the
+// class name ("Adam"). An unknown name is a ValueError that lists the known
+// ones.
 Optimizer get(const std::string& name);
 
 }  // namespace optimizers
