@@ -1,10 +1,12 @@
 // Keras 3's compile_config: the optimizer, the losses and the metrics of a
 // compiled model as Keras serializes them, and back.
+#include <algorithm>
 #include <optional>
 #include <set>
 #include <utility>
 
 #include "train/keras_config.h"
+#include "train/model_internal.h"
 
 namespace lockstep::keras {
 namespace {
@@ -230,30 +232,71 @@ Optimizer optimizer_from_json(const json& j, const std::string& where) {
   }
 }
 
-json compile_config(const Optimizer& optimizer, const std::vector<Loss>& losses,
-                    const std::vector<double>& loss_weights, const std::vector<MetricSpec>& metrics,
-                    std::int64_t steps_per_execution) {
+json compile_config(const CompiledForm& c) {
+  const std::vector<std::string> names =
+      c.named_outputs ? *c.named_outputs : std::vector<std::string>{};
+  const bool by_name = !names.empty();
+  const std::vector<Loss>& losses = *c.losses;
   json loss;
   if (losses.size() == 1) {
     loss = loss_json(losses[0]);
+  } else if (by_name) {
+    loss = json::object();
+    for (std::size_t i = 0; i < losses.size(); ++i)
+      loss[names.at(i)] = losses[i].defined() ? loss_json(losses[i]) : json(nullptr);
   } else {
     loss = json::array();
     for (const Loss& l : losses) loss.push_back(loss_json(l));
   }
-  json names = json::array();
-  for (const MetricSpec& m : metrics) names.push_back(metric_json(m));
-  return {{"optimizer", optimizer_json(optimizer)},
+  json weights = nullptr;
+  if (!c.loss_weights->empty()) {
+    weights = json::array();
+    for (double w : *c.loss_weights) weights.push_back(w);
+    if (by_name) {
+      weights = json::object();
+      for (std::size_t i = 0; i < c.loss_weights->size(); ++i)
+        weights[names.at(i)] = (*c.loss_weights)[i];
+    }
+  }
+  auto list = [](const std::vector<MetricSpec>& specs) {
+    json out = json::array();
+    for (const MetricSpec& m : specs) out.push_back(metric_json(m));
+    return out;
+  };
+  // Keras 3 reads a flat list of a multi-output model's metrics as one entry
+  // per output: every output's metrics are written as one list per output.
+  std::vector<std::vector<MetricSpec>> per_output = c.output_metrics && !c.output_metrics->empty()
+                                                        ? *c.output_metrics
+                                                        : std::vector<std::vector<MetricSpec>>{};
+  if (per_output.empty() && c.num_outputs > 1 && !c.metrics->empty())
+    per_output.assign(c.num_outputs, *c.metrics);
+  json metrics = nullptr;
+  if (!per_output.empty()) {
+    metrics = by_name ? json::object() : json::array();
+    for (std::size_t i = 0; i < per_output.size(); ++i) {
+      const json entry = per_output[i].empty() ? json(nullptr) : list(per_output[i]);
+      if (by_name) {
+        if (!per_output[i].empty()) metrics[names.at(i)] = entry;
+      } else {
+        metrics.push_back(entry);
+      }
+    }
+  } else if (!c.metrics->empty()) {
+    metrics = list(*c.metrics);
+  }
+  return {{"optimizer", optimizer_json(*c.optimizer)},
           {"loss", loss},
-          {"loss_weights", loss_weights.empty() ? json(nullptr) : json(loss_weights)},
-          {"metrics", metrics.empty() ? json(nullptr) : names},
+          {"loss_weights", weights},
+          {"metrics", metrics},
           {"weighted_metrics", nullptr},
           {"run_eagerly", false},
-          {"steps_per_execution", steps_per_execution},
+          {"steps_per_execution", c.steps_per_execution},
           {"jit_compile", false}};
 }
 
 void compile_from_config(Model& model, const json& config, const std::string& where) {
-  CompileOptions options = compile_options_from_config(config, where);
+  CompileOptions options = compile_options_from_config(
+      config, where, detail::output_names(*model.impl(), detail::declared_outputs(*model.impl())));
   try {
     model.compile(std::move(options));
   } catch (const Error&) {
@@ -263,13 +306,15 @@ void compile_from_config(Model& model, const json& config, const std::string& wh
 
 namespace {
 
-CompileOptions checked_compile_options(const json& config, const std::string& where);
+CompileOptions checked_compile_options(const json& config, const std::string& where,
+                                       const std::vector<std::string>& outputs);
 
 }  // namespace
 
-CompileOptions compile_options_from_config(const json& config, const std::string& where) {
+CompileOptions compile_options_from_config(const json& config, const std::string& where,
+                                           const std::vector<std::string>& output_names) {
   try {
-    return checked_compile_options(config, where);
+    return checked_compile_options(config, where, output_names);
   } catch (const json::exception& e) {
     detail::throw_error<ValueError>(where, ": compile_config: not one Lockstep reads (", e.what(),
                                     ")");
@@ -278,9 +323,43 @@ CompileOptions compile_options_from_config(const json& config, const std::string
 
 namespace {
 
-CompileOptions checked_compile_options(const json& config, const std::string& where) {
+// A metric entry: a name, or Keras's object.
+MetricSpec metric_entry(const json& m, const std::string& at) {
+  if (m.is_string()) return MetricSpec(m.get<std::string>());
+  LOCKSTEP_CHECK(m.is_object() && m.contains("class_name"), at, ": the metric ", m.dump(),
+                 " is not one Lockstep reads (a name or a Keras metric object)");
+  return MetricSpec(metric_from_json(m, at));
+}
+
+// One output's metrics: null, one entry, or a list of them.
+std::vector<MetricSpec> metric_entries(const json& m, const std::string& at) {
+  std::vector<MetricSpec> out;
+  if (m.is_null()) return out;
+  if (m.is_array()) {
+    for (const json& x : m) out.push_back(metric_entry(x, at));
+  } else {
+    out.push_back(metric_entry(m, at));
+  }
+  return out;
+}
+
+// A dict's keys must be output names.
+void check_output_names(const json& dict, const std::vector<std::string>& outputs,
+                        const std::string& at, const char* what) {
+  for (const auto& [key, value] : dict.items()) {
+    if (std::find(outputs.begin(), outputs.end(), key) != outputs.end()) continue;
+    std::string all;
+    for (const std::string& n : outputs) all += (all.empty() ? "" : ", ") + n;
+    detail::throw_error<ValueError>(at, ": ", what, " names the output '", key,
+                                    "'; the model's outputs are ", all.empty() ? "unnamed" : all);
+  }
+}
+
+CompileOptions checked_compile_options(const json& config, const std::string& where,
+                                       const std::vector<std::string>& outputs) {
   const std::string at = where + ": compile_config";
   LOCKSTEP_CHECK(config.is_object(), at, " is not a JSON object");
+  const std::size_t n = std::max<std::size_t>(outputs.size(), 1);
   CompileOptions o;
   if (config.contains("optimizer") && !config["optimizer"].is_null())
     o.optimizer = optimizer_from_json(config["optimizer"], at + ": optimizer");
@@ -288,34 +367,53 @@ CompileOptions checked_compile_options(const json& config, const std::string& wh
   LOCKSTEP_CHECK(!loss.is_null(), at, " has no loss; Lockstep compiles with one");
   if (loss.is_array()) {
     for (const json& l : loss) o.losses.push_back(loss_from_json(l, at + ": loss"));
+  } else if (loss.is_object() && !loss.contains("class_name")) {
+    check_output_names(loss, outputs, at, "loss");
+    for (const auto& [name, l] : loss.items()) {
+      if (!l.is_null()) o.loss_by_output[name] = loss_from_json(l, at + ": loss of " + name);
+    }
   } else {
-    LOCKSTEP_CHECK(!loss.is_object() || loss.contains("class_name"), at,
-                   ": losses by output name are not supported; give a list in output order");
     o.loss = loss_from_json(loss, at + ": loss");
   }
   const json weights = config.value("loss_weights", json());
   if (weights.is_array()) {
     for (const json& w : weights) o.loss_weights.push_back(w.get<double>());
+  } else if (weights.is_object()) {
+    check_output_names(weights, outputs, at, "loss_weights");
+    for (const auto& [name, w] : weights.items()) o.loss_weights_by_output[name] = w.get<double>();
   } else {
     LOCKSTEP_CHECK(weights.is_null(), at, ": loss_weights ", weights.dump(),
-                   " by output name are not supported; give a list in output order");
+                   " is neither a list nor a dict by output name");
   }
+  // Keras 3's reading (trainers/compile_utils.py): one output takes every
+  // metric given; several take a list with one entry per output, or a dict
+  // by output name.
   const json metrics = config.value("metrics", json());
-  if (metrics.is_array()) {
-    for (const json& m : metrics) {
-      if (m.is_string()) {
-        o.metrics.emplace_back(m.get<std::string>());
-      } else if (m.is_object() && m.contains("class_name")) {
-        o.metrics.emplace_back(metric_from_json(m, at + ": metrics"));
-      } else {
-        detail::throw_error<ValueError>(at, ": the metric ", m.dump(),
-                                        " is not one Lockstep reads (a name or a Keras object; "
-                                        "metrics per output are not supported)");
-      }
+  const std::string mat = at + ": metrics";
+  if (metrics.is_null()) {
+  } else if (n == 1) {
+    if (metrics.is_object() && !metrics.contains("class_name")) {
+      check_output_names(metrics, outputs, at, "metrics");
+      for (const auto& [name, m] : metrics.items())
+        for (MetricSpec& spec : metric_entries(m, mat)) o.metrics.push_back(std::move(spec));
+    } else {
+      const json flat = metrics.is_array() ? metrics : json::array({metrics});
+      for (const json& m : flat)
+        for (MetricSpec& spec : metric_entries(m, mat)) o.metrics.push_back(std::move(spec));
     }
+  } else if (metrics.is_array()) {
+    LOCKSTEP_CHECK(metrics.size() == n, mat, " ", metrics.dump(), " has ", metrics.size(),
+                   " entries for a model with ", n,
+                   " outputs; Keras 3 reads a list as one entry per output");
+    for (const json& m : metrics) o.output_metrics.push_back(metric_entries(m, mat));
+  } else if (metrics.is_object() && !metrics.contains("class_name")) {
+    check_output_names(metrics, outputs, at, "metrics");
+    for (const auto& [name, m] : metrics.items())
+      o.metrics_by_output[name] = metric_entries(m, mat);
   } else {
-    LOCKSTEP_CHECK(metrics.is_null(), at, ": metrics ", metrics.dump(),
-                   " by output name are not supported");
+    detail::throw_error<ValueError>(mat, " ", metrics.dump(), " for a model with ", n,
+                                    " outputs: Keras 3 takes a list with one entry per output "
+                                    "or a dict by output name");
   }
   const json weighted = config.value("weighted_metrics", json());
   LOCKSTEP_CHECK(weighted.is_null() || (weighted.is_array() && weighted.empty()), at,

@@ -40,14 +40,31 @@ json model_config(const LayerImpl& net);
 // is dropped.
 Model model_from_config(const json& config, const std::string& where);
 
+// What a model was compiled with, as Keras's compile_config records it.
+struct CompiledForm {
+  const Optimizer* optimizer = nullptr;
+  const std::vector<Loss>* losses = nullptr;  // one, or one per output (undefined: none)
+  const std::vector<double>* loss_weights = nullptr;
+  const std::vector<MetricSpec>* metrics = nullptr;                      // every output's
+  const std::vector<std::vector<MetricSpec>>* output_metrics = nullptr;  // or each output's
+  // The output names when compile named outputs: losses, weights and
+  // metrics are written as Keras's dicts.
+  const std::vector<std::string>* named_outputs = nullptr;
+  std::size_t num_outputs = 1;
+  std::int64_t steps_per_execution = 1;
+};
+
 // Keras's compile_config of a compiled model: optimizer, loss,
-// loss_weights, metrics (and Keras's other keys at their defaults).
-json compile_config(const Optimizer& optimizer, const std::vector<Loss>& losses,
-                    const std::vector<double>& loss_weights,
-                    const std::vector<MetricSpec>& metrics, std::int64_t steps_per_execution = 1);
-// The compile() options a compile_config holds; a setting Lockstep cannot
-// honour is a ValueError naming it.
-CompileOptions compile_options_from_config(const json& config, const std::string& where);
+// loss_weights, metrics (and Keras's other keys at their defaults), each in
+// the form Keras 3 reads back as the same: metrics of every output of a
+// multi-output model as one list per output.
+json compile_config(const CompiledForm& compiled);
+// The compile() options a compile_config holds, read as Keras 3 reads them
+// for a model with these outputs (a list of metrics with one entry per
+// output is each output's own; dicts by output name); a setting Lockstep
+// cannot honour is a ValueError naming it.
+CompileOptions compile_options_from_config(const json& config, const std::string& where,
+                                           const std::vector<std::string>& output_names);
 // Compiles `model` as a compile_config says; every error, the model's own
 // checks included (an unknown metric, a loss for no output), names `where`.
 void compile_from_config(Model& model, const json& config, const std::string& where);

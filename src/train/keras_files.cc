@@ -290,12 +290,10 @@ void load_legacy_weights(const LayerImpl& net, const io::H5Group& file, bool by_
   apply(assignments);
 }
 
-void save_keras_archive(const Model& model, const CompileState& compiled, const std::string& path) {
+void save_keras_archive(const Model& model, const CompiledForm& compiled, const std::string& path) {
   json config = model_config(*model.impl());
   if (compiled.optimizer != nullptr) {
-    config["compile_config"] =
-        compile_config(*compiled.optimizer, *compiled.losses, *compiled.loss_weights,
-                       *compiled.metrics, compiled.steps_per_execution);
+    config["compile_config"] = compile_config(compiled);
   }
   const json metadata = {{"keras_version", kKerasVersion}, {"date_saved", date_saved()}};
   const io::H5Group tree = weights_tree(*model.impl(), compiled.optimizer);

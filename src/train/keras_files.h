@@ -8,17 +8,9 @@
 
 #include "lockstep/io/hdf5.h"
 #include "lockstep/train/model.h"
+#include "train/keras_config.h"
 
 namespace lockstep::keras {
-
-// What a model's compile() set, for the files that keep it.
-struct CompileState {
-  const Optimizer* optimizer = nullptr;  // null: not compiled
-  const std::vector<Loss>* losses = nullptr;
-  const std::vector<double>* loss_weights = nullptr;
-  const std::vector<MetricSpec>* metrics = nullptr;
-  std::int64_t steps_per_execution = 1;
-};
 
 // The weights of `net` (and, with an optimizer, its variables) as Keras 3
 // lays them out in HDF5.
@@ -36,7 +28,7 @@ void load_weights_tree(const LayerImpl& net, const io::H5Group& tree, const Opti
 void load_legacy_weights(const LayerImpl& net, const io::H5Group& file, bool by_name,
                          bool skip_mismatch, const std::string& source);
 
-void save_keras_archive(const Model& model, const CompileState& compiled, const std::string& path);
+void save_keras_archive(const Model& model, const CompiledForm& compiled, const std::string& path);
 Model load_keras_archive(const std::string& path);
 // A whole model from a legacy `.h5` (model_config, model_weights, and the
 // compile settings of training_config).

@@ -67,12 +67,17 @@ void Model::resolve_outputs(std::size_t n) const {
   LOCKSTEP_CHECK(s.loss_weights.empty() || s.loss_weights.size() == n,
                  "compile: ", s.loss_weights.size(), " loss_weights for a model with ", n,
                  " outputs");
+  LOCKSTEP_CHECK(s.output_metric_specs.empty() || s.output_metric_specs.size() == n,
+                 "compile: metrics for ", s.output_metric_specs.size(), " outputs of a model with ",
+                 n, " outputs; give one list per output");
   const std::vector<std::string> names = output_names(*impl_, n);
   s.output_metrics.assign(n, {});
   s.output_loss_trackers.clear();
   for (std::size_t i = 0; i < n; ++i) {
     const Loss& loss = s.losses.size() == 1 ? s.losses[0] : s.losses[i];
-    for (const MetricSpec& spec : s.metric_specs) {
+    const std::vector<MetricSpec>& specs =
+        s.output_metric_specs.empty() ? s.metric_specs : s.output_metric_specs[i];
+    for (const MetricSpec& spec : specs) {
       Metric m = resolve_metric(spec, loss);
       if (n > 1) {  // one independent metric per output, named after it
         auto impl = spec.metric.defined() ? m.impl()->clone() : m.impl();
@@ -81,7 +86,7 @@ void Model::resolve_outputs(std::size_t n) const {
       }
       s.output_metrics[i].push_back(m);
     }
-    if (n > 1)
+    if (n > 1 && loss.defined())
       s.output_loss_trackers.emplace_back(metrics::MetricOptions{.name = names[i] + "_loss"});
   }
   s.num_outputs = n;
@@ -143,22 +148,76 @@ KerasTensor the_one(const std::vector<KerasTensor>& all, const std::string& mode
 KerasTensor Model::input() const { return the_one(inputs(), impl_->name(), "input"); }
 KerasTensor Model::output() const { return the_one(outputs(), impl_->name(), "output"); }
 
+namespace {
+
+// Keras's dicts by output name, as one entry per output (`fallback` for an
+// output left out); a name that is no output is a ValueError listing them.
+template <typename T>
+std::vector<T> by_output(const std::map<std::string, T>& given,
+                         const std::vector<std::string>& names, const T& fallback,
+                         const char* what) {
+  for (const auto& [name, value] : given) {
+    if (std::find(names.begin(), names.end(), name) != names.end()) continue;
+    std::string all;
+    for (const std::string& n : names) all += (all.empty() ? "" : ", ") + n;
+    detail::throw_error<ValueError>("compile: ", what, " names the output '", name,
+                                    "'; the model's outputs are ", all);
+  }
+  std::vector<T> out;
+  for (const std::string& name : names) {
+    auto it = given.find(name);
+    out.push_back(it != given.end() ? it->second : fallback);
+  }
+  return out;
+}
+
+}  // namespace
+
 void Model::compile(CompileOptions o) {
   TrainState& s = state();
-  s.losses = o.losses.empty() ? std::vector<Loss>{o.loss} : o.losses;
-  for (const Loss& l : s.losses) {
-    LOCKSTEP_CHECK(l.defined(),
-                   "compile: a loss is required, e.g. "
-                   "{.loss = ls::losses::SparseCategoricalCrossentropy()}");
+  const std::vector<std::string> names = output_names(*impl_, declared_outputs(*impl_));
+  LOCKSTEP_CHECK((o.loss.defined() ? 1 : 0) + (o.losses.empty() ? 0 : 1) +
+                         (o.loss_by_output.empty() ? 0 : 1) <=
+                     1,
+                 "compile: give the loss one way: loss, losses or loss_by_output");
+  LOCKSTEP_CHECK(o.loss_weights.empty() || o.loss_weights_by_output.empty(),
+                 "compile: give loss_weights or loss_weights_by_output, not both");
+  LOCKSTEP_CHECK((o.metrics.empty() ? 0 : 1) + (o.output_metrics.empty() ? 0 : 1) +
+                         (o.metrics_by_output.empty() ? 0 : 1) <=
+                     1,
+                 "compile: give the metrics one way: metrics, output_metrics or metrics_by_output");
+  const bool named = !o.loss_by_output.empty() || !o.loss_weights_by_output.empty() ||
+                     !o.metrics_by_output.empty();
+  if (!o.loss_by_output.empty()) {
+    s.losses = by_output(o.loss_by_output, names, Loss(), "loss_by_output");
+  } else {
+    s.losses = o.losses.empty() ? std::vector<Loss>{o.loss} : o.losses;
+    for (const Loss& l : s.losses) {
+      LOCKSTEP_CHECK(l.defined(),
+                     "compile: a loss is required, e.g. "
+                     "{.loss = ls::losses::SparseCategoricalCrossentropy()}");
+    }
   }
+  LOCKSTEP_CHECK(
+      std::any_of(s.losses.begin(), s.losses.end(), [](const Loss& l) { return l.defined(); }),
+      "compile: loss_by_output gives no output a loss");
   s.optimizer = o.optimizer.defined() ? o.optimizer : optimizers::RMSprop();
-  s.loss_weights = o.loss_weights;
+  s.loss_weights = o.loss_weights_by_output.empty()
+                       ? o.loss_weights
+                       : by_output(o.loss_weights_by_output, names, 1.0, "loss_weights_by_output");
   s.metric_specs = o.metrics;
+  s.output_metric_specs =
+      o.metrics_by_output.empty()
+          ? o.output_metrics
+          : by_output(o.metrics_by_output, names, std::vector<MetricSpec>{}, "metrics_by_output");
+  s.named_outputs = named ? names : std::vector<std::string>{};
   LOCKSTEP_CHECK(o.steps_per_execution >= 1, "compile: steps_per_execution must be >= 1, got ",
                  o.steps_per_execution);
   s.steps_per_execution = o.steps_per_execution;
   for (const MetricSpec& spec : s.metric_specs)
     (void)resolve_metric(spec, s.losses[0]);  // unknown names fail here
+  for (const auto& specs : s.output_metric_specs)
+    for (const MetricSpec& spec : specs) (void)resolve_metric(spec, Loss());
   s.num_outputs = 0;
   resolve_outputs(declared_outputs(*impl_));
   if (const distribute::Strategy in_scope = distribute::get_strategy(); !in_scope.is_default())
@@ -259,6 +318,7 @@ LossParts compute_losses(const Model::TrainState& s, const LayerImpl& net,
   LossParts parts;
   for (std::size_t i = 0; i < y.size(); ++i) {
     const Loss& loss = s.losses.size() == 1 ? s.losses[0] : s.losses.at(i);
+    if (!loss.defined()) continue;  // an output without a loss (Keras's dict left it out)
     Tensor value = loss(y[i], y_pred[i]);
     parts.per_output.push_back(value);
     if (!s.loss_weights.empty())

@@ -37,9 +37,15 @@ struct TrainableSnapshot {
 struct Model::TrainState {
   bool compiled = false;
   Optimizer optimizer;
-  std::vector<Loss> losses;  // one shared by every output, or one per output
+  // One shared by every output, or one per output (undefined: that output
+  // has no loss, Keras's dict without it).
+  std::vector<Loss> losses;
   std::vector<double> loss_weights;
-  std::vector<MetricSpec> metric_specs;
+  std::vector<MetricSpec> metric_specs;                      // every output's
+  std::vector<std::vector<MetricSpec>> output_metric_specs;  // or each output's
+  // The output names when compile named outputs (Keras's dicts): saving
+  // writes the dicts back.
+  std::vector<std::string> named_outputs;
   std::int64_t steps_per_execution = 1;
   metrics::Mean loss_tracker{{.name = "loss"}};
   std::size_t num_outputs = 0;  // resolved at compile (graphs) or the first step

@@ -203,9 +203,16 @@ void check_content(const std::string& path, Format format) {
                                  "; its suffix says otherwise. Rename it to match its kind");
 }
 
-keras::CompileState compile_state_of(const Model::TrainState& s) {
+keras::CompiledForm compile_state_of(const Model::TrainState& s) {
   if (!s.compiled) return {};
-  return {&s.optimizer, &s.losses, &s.loss_weights, &s.metric_specs, s.steps_per_execution};
+  return {.optimizer = &s.optimizer,
+          .losses = &s.losses,
+          .loss_weights = &s.loss_weights,
+          .metrics = &s.metric_specs,
+          .output_metrics = &s.output_metric_specs,
+          .named_outputs = &s.named_outputs,
+          .num_outputs = std::max<std::size_t>(s.num_outputs, 1),
+          .steps_per_execution = s.steps_per_execution};
 }
 
 }  // namespace
@@ -233,21 +240,27 @@ void Model::save(const std::string& path) const {
   std::map<std::string, std::string> metadata = {{"format", kFormat},
                                                  {"format_version", std::to_string(kFormatVersion)},
                                                  {"model_config", config.dump()}};
-  if (const keras::CompileState c = compile_state_of(state()); c.optimizer != nullptr) {
-    metadata["compile_config"] =
-        keras::compile_config(*c.optimizer, *c.losses, *c.loss_weights, *c.metrics,
-                              c.steps_per_execution)
-            .dump();
+  if (const keras::CompiledForm c = compile_state_of(state()); c.optimizer != nullptr) {
+    metadata["compile_config"] = keras::compile_config(c).dump();
   }
   io::write_safetensors(path, named_weights(*impl_), metadata);
 }
 
 std::string Model::get_compile_config() const {
-  const keras::CompileState c = compile_state_of(state());
+  const keras::CompiledForm c = compile_state_of(state());
   if (c.optimizer == nullptr) return "";
-  return keras::compile_config(*c.optimizer, *c.losses, *c.loss_weights, *c.metrics,
-                              c.steps_per_execution)
-            .dump();
+  return keras::compile_config(c).dump();
+}
+
+void Model::compile_from_config(const std::string& config) {
+  LOCKSTEP_CHECK(defined(), "compile_from_config: the model is undefined");
+  json parsed;
+  try {
+    parsed = json::parse(config);
+  } catch (const json::exception& e) {
+    detail::throw_error<ValueError>("compile_from_config: not JSON (", e.what(), ")");
+  }
+  keras::compile_from_config(*this, parsed, "compile_from_config");
 }
 
 std::string Model::to_json() const {

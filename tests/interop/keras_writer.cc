@@ -1,9 +1,10 @@
 // Writes Lockstep's Keras files for the Keras interop test
 // (keras_interop.py): the fixture script's four models (an MLP trained with
 // Adam and a top-3 accuracy renamed "top3", a CNN with BatchNormalization and Dropout, a base model
-// nested in a head with a shared layer, a Sequential stack) and a model holding every layer class
-// Lockstep has, each as <name>.keras and <name>.weights.h5, and expected.json with a fixed input
-// and the outputs Lockstep predicts for it.
+// nested in a head with a shared layer, a Sequential stack), a two-output model compiled with
+// Keras's dicts by output name, and a model holding every layer class Lockstep has, each as
+// <name>.keras and <name>.weights.h5, and expected.json with a fixed input and the outputs Lockstep
+// predicts for it.
 //
 // usage: keras_writer OUT_DIR
 #include <cstdio>
@@ -118,6 +119,37 @@ int main(int argc, char** argv) {
                         {"output_shape", dims(y)},
                         {"output", y.to_vector<float>()},
                         {"iterations", m.optimizer().iterations()}};
+  }
+  // Two outputs compiled with Keras's forms by output name: losses, loss
+  // weights and metrics as dicts (Keras reads them back as given).
+  {
+    const ls::KerasTensor in = ls::Input({6});
+    const ls::KerasTensor h = ls::layers::Dense(8, {.activation = "relu", .name = "trunk"})(in);
+    ls::Model two(
+        {in}, {ls::layers::Dense(3, {.name = "cls"})(h), ls::layers::Dense(1, {.name = "reg"})(h)});
+    two.compile({.optimizer = ls::optimizers::Adam(),
+                 .loss_by_output = {{"cls", ls::losses::SparseCategoricalCrossentropy(
+                                                {.from_logits = true})},
+                                    {"reg", ls::losses::MeanSquaredError()}},
+                 .loss_weights_by_output = {{"cls", 1.0}, {"reg", 0.5}},
+                 .metrics_by_output = {{"cls", {"accuracy"}}, {"reg", {"mae"}}}});
+    std::vector<std::int64_t> ids(24);
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i % 3);
+    two.fit({ls::random::normal({24, 6}, {.seed = seed++})},
+            {ls::Tensor::from_vector<std::int64_t>(ids, ls::Shape({24})),
+             ls::random::normal({24, 1}, {.seed = seed++})},
+            {.batch_size = 8, .epochs = 1, .verbose = 0, .shuffle = false});
+    const ls::Tensor x = ls::random::normal({4, 6}, {.seed = seed++});
+    const std::vector<ls::Tensor> ys = two.predict(std::vector<ls::Tensor>{x});
+    two.save((out / "two_outputs.keras").string());
+    two.save_weights((out / "two_outputs.weights.h5").string());
+    nlohmann::json outputs = nlohmann::json::array();
+    for (const ls::Tensor& y : ys) outputs.push_back(y.to_vector<float>());
+    expected["two_outputs"] = {{"input_shape", dims(x)},
+                               {"input", x.to_vector<float>()},
+                               {"outputs", outputs},
+                               {"iterations", two.optimizer().iterations()},
+                               {"metrics", {"cls_accuracy", "reg_mae", "cls_loss", "reg_loss"}}};
   }
   // Every layer class Lockstep has, in one model with two inputs.
   ls::Model every = lockstep::testing_support::every_layer_model();

@@ -184,6 +184,79 @@ TEST(KerasFiles, NadamAdamaxAdadeltaAndLionStepAsKeras) {
   EXPECT_EQ(Optimizer("Adadelta")->class_name(), "Adadelta");
 }
 
+// A two-output model compiled by Keras 3 with its forms by output
+// (make_multi_output_keras_fixture.py): losses, loss_weights and metrics as
+// dicts by output name, and losses as a list with metrics as a list of one
+// entry per output (["accuracy", ["mse", "mae"]]: accuracy for the first
+// output only). Each loads, evaluates to Keras's numbers under Keras's names,
+// and saved again keeps the form, so it evaluates the same once more.
+TEST(KerasFiles, CompileFormsByOutputEvaluateAsKeras) {
+  const json e = json::parse(slurp(kFixtures / "multi_output_expected.json"));
+  const Tensor x = tensor_of(e, "x");
+  const auto cls = e.at("y_cls").get<std::vector<std::int64_t>>();
+  const Tensor y_cls = Tensor::from_vector(cls, Shape{static_cast<std::int64_t>(cls.size())});
+  const Tensor y_reg =
+      reshape(Tensor::from_vector(e.at("y_reg").get<std::vector<float>>()), {-1, 1});
+  for (const std::string form : {"dict", "list"}) {
+    SCOPED_TRACE(form);
+    const auto want = e.at(form).get<std::map<std::string, double>>();
+    auto check = [&](Model& m, const std::string& what) {
+      const Logs got = m.evaluate({x}, {y_cls, y_reg}, {.batch_size = 16, .verbose = 0});
+      std::set<std::string> names;
+      for (const auto& [name, value] : got) names.insert(name);
+      std::set<std::string> want_names;
+      for (const auto& [name, value] : want) want_names.insert(name);
+      EXPECT_EQ(names, want_names) << what;
+      for (const auto& [name, value] : want) {
+        if (got.contains(name)) {
+          EXPECT_NEAR(got.at(name), value, 1e-5 * std::max(1.0, std::abs(value)))
+              << what << " " << name;
+        }
+      }
+    };
+    Model m = load_model((kFixtures / ("multi_output_" + form + ".keras")).string());
+    check(m, "loaded");
+    TempDir dir("multi_output_" + form);
+    m.save(dir / "again.keras");
+    const json saved = json::parse(m.get_compile_config());
+    EXPECT_EQ(saved.at("loss").is_object(), form == "dict");
+    EXPECT_EQ(saved.at("metrics").is_object(), form == "dict");
+    if (form == "list") {
+      EXPECT_EQ(saved.at("metrics").at(0), json({"accuracy"}));  // Keras reads ["accuracy"] alike
+      EXPECT_EQ(saved.at("metrics").at(1), json({"mse", "mae"}));
+    }
+    Model back = load_model(dir / "again.keras");
+    check(back, "saved again");
+  }
+}
+
+// The forms by output from C++: a dict naming no output is an error that
+// lists the outputs, and a flat metric list in a Keras 3 file with the
+// wrong count for the outputs says how Keras 3 reads it.
+TEST(KerasFiles, CompileFormsByOutputRefuseWhatKerasRefuses) {
+  const KerasTensor in = Input({4});
+  const KerasTensor a = layers::Dense(2, {.name = "a"})(in);
+  const KerasTensor b = layers::Dense(1, {.name = "b"})(in);
+  Model m({in}, {a, b});
+  const std::string unknown = message_of([&] {
+    m.compile({.loss_by_output = {{"c", losses::MeanSquaredError()}}});
+  });
+  for (const char* part : {"loss_by_output", "'c'", "a, b"})
+    EXPECT_NE(unknown.find(part), std::string::npos) << unknown;
+  m.compile({.loss_by_output = {{"b", losses::MeanSquaredError()}},
+             .metrics_by_output = {{"a", {"mae"}}}});
+  const Logs logs = m.evaluate({Tensor::ones({3, 4})},
+                               {Tensor::zeros({3, 2}), Tensor::zeros({3, 1})}, {.verbose = 0});
+  EXPECT_TRUE(logs.contains("a_mae"));
+  EXPECT_FALSE(logs.contains("a_loss"));  // no loss on "a": it trains through "b" only
+  EXPECT_TRUE(logs.contains("b_loss"));
+  json config = json::parse(m.get_compile_config());
+  config["metrics"] = json::array({"mae"});
+  const std::string flat = message_of([&] { m.compile_from_config(config.dump()); });
+  for (const char* part : {"1 entries for a model with 2 outputs", "one entry per output"})
+    EXPECT_NE(flat.find(part), std::string::npos) << flat;
+}
+
 // A classifier fixture of one make_*_keras_fixture.py: Keras's outputs on
 // its input within 1e-5, then one more step on its batch (class ids) and
 // the outputs after it within 2e-5.

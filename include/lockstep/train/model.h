@@ -18,6 +18,7 @@
 #pragma once
 
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,10 +49,20 @@ struct CompileOptions {
   Optimizer optimizer{};               // undefined: RMSprop, Keras's default
   Loss loss{};                         // one loss (applied to every output of a multi-output model)
   std::vector<Loss> losses{};          // or one per output
-  std::vector<double> loss_weights{};  // per output (default 1)
-  // For a multi-output model each metric is applied to every output and
-  // named "<output layer>_<metric>", as Keras.
+  // or by output name (Keras's dict; the output layers' names): an output
+  // left out has no loss, and trains only through the others'.
+  std::map<std::string, Loss> loss_by_output{};
+  std::vector<double> loss_weights{};                      // per output (default 1)
+  std::map<std::string, double> loss_weights_by_output{};  // or by output name
+  // Metrics of every output. For a multi-output model each metric is
+  // applied to every output and named "<output layer>_<metric>", as Keras
+  // names them. (A Keras 3 file's flat list with one entry per output means
+  // one metric per output instead: it loads as output_metrics.)
   std::vector<MetricSpec> metrics{};
+  // Or each output's own metrics: one list per output, in output order
+  // (Keras 3's list of lists), or by output name (Keras's dict).
+  std::vector<std::vector<MetricSpec>> output_metrics{};
+  std::map<std::string, std::vector<MetricSpec>> metrics_by_output{};
   bool run_eagerly = false;  // accepted for parity; Lockstep always runs eagerly
   // Training steps per call (Keras's): batch-level callbacks run once per
   // call, at its first and last step; under ParameterServerStrategy, the
@@ -240,6 +251,10 @@ class Model : public Layer {
   // and metrics compile() was given, as Keras's JSON; empty when the model
   // is not compiled.
   std::string get_compile_config() const;
+  // Keras's model.compile_from_config(config): compiles as such JSON says,
+  // read as Keras 3 reads it for this model's outputs; a setting Lockstep
+  // cannot honour is a ValueError naming it.
+  void compile_from_config(const std::string& config);
   // The architecture alone as Keras's JSON (model.to_json()); Keras's
   // model_from_json reads it, and so does ours (with fresh weights).
   std::string to_json() const;
