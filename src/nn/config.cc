@@ -376,6 +376,25 @@ std::map<std::string, LayerFactory> builtin_factories() {
                                   .bias_regularizer = regularizer(c, "bias_regularizer"),
                                   .name = name(c)});
   };
+  f["SeparableConv2D"] = [](const LayerConfig& c) -> Layer {
+    return layers::SeparableConv2D(
+        c.get<std::int64_t>("filters"), size2(c, "kernel_size"),
+        {.strides = size2(c, "strides"),
+         .padding = c.get<std::string>("padding"),
+         .depth_multiplier = c.get_or<std::int64_t>("depth_multiplier", 1),
+         .dilation_rate = size2(c, "dilation_rate"),
+         .activation = c.get_or<std::string>("activation", ""),
+         .use_bias = c.get_or("use_bias", true),
+         .depthwise_initializer =
+             initializer(c, "depthwise_initializer", initializers::GlorotUniform()),
+         .pointwise_initializer =
+             initializer(c, "pointwise_initializer", initializers::GlorotUniform()),
+         .bias_initializer = initializer(c, "bias_initializer", initializers::Zeros()),
+         .depthwise_regularizer = regularizer(c, "depthwise_regularizer"),
+         .pointwise_regularizer = regularizer(c, "pointwise_regularizer"),
+         .bias_regularizer = regularizer(c, "bias_regularizer"),
+         .name = name(c)});
+  };
   auto pooling = [](bool max) {
     return [max](const LayerConfig& c) -> Layer {
       const layers::Pooling2DOptions o{.strides = size2(c, "strides"),

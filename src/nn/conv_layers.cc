@@ -7,6 +7,7 @@
 
 namespace lockstep::layers {
 
+using nn_detail::put_initializer;
 using nn_detail::put_kernel_layer_options;
 using nn_detail::put_regularizer;
 
@@ -155,15 +156,25 @@ bool DepthwiseConv2DImpl::absorbs_zero_padding() const {
   return parse_padding(options_.padding, "DepthwiseConv2D") == Padding::kValid;
 }
 
+namespace {
+
+// The keys DepthwiseConv2D and SeparableConv2D share, as Keras writes them.
+template <typename Options>
+void put_depthwise_config(LayerConfig& c, Size2 kernel_size, const Options& o) {
+  c.set("kernel_size", vec2(kernel_size));
+  c.set("strides", vec2(o.strides));
+  c.set("padding", o.padding);
+  c.set("depth_multiplier", o.depth_multiplier);
+  c.set("dilation_rate", vec2(o.dilation_rate));
+  c.set("activation", o.activation.empty() ? std::string("linear") : o.activation);
+  c.set("use_bias", o.use_bias);
+}
+
+}  // namespace
+
 LayerConfig DepthwiseConv2DImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
-  c.set("kernel_size", vec2(kernel_size_));
-  c.set("strides", vec2(options_.strides));
-  c.set("padding", options_.padding);
-  c.set("depth_multiplier", options_.depth_multiplier);
-  c.set("dilation_rate", vec2(options_.dilation_rate));
-  c.set("activation", options_.activation.empty() ? std::string("linear") : options_.activation);
-  c.set("use_bias", options_.use_bias);
+  put_depthwise_config(c, kernel_size_, options_);
   put_regularizer(c, "depthwise_regularizer", options_.depthwise_regularizer);
   put_regularizer(c, "bias_regularizer", options_.bias_regularizer);
   return c;
@@ -171,6 +182,72 @@ LayerConfig DepthwiseConv2DImpl::get_config() const {
 
 DepthwiseConv2D::DepthwiseConv2D(Size2 kernel_size, DepthwiseConv2DOptions options)
     : Layer(std::make_shared<DepthwiseConv2DImpl>(kernel_size, std::move(options))) {}
+
+// ---- SeparableConv2D -------------------------------------------------------------------
+
+SeparableConv2DImpl::SeparableConv2DImpl(std::int64_t filters, Size2 kernel_size,
+                                         SeparableConv2DOptions options)
+    : SingleInputLayerImpl("SeparableConv2D", options.name),
+      filters_(filters),
+      kernel_size_(kernel_size),
+      options_(std::move(options)),
+      activation_(get_activation(options_.activation)) {
+  LOCKSTEP_CHECK(filters_ >= 1, "SeparableConv2D: filters must be >= 1, got ", filters_);
+  LOCKSTEP_CHECK(options_.depth_multiplier >= 1, "SeparableConv2D: depth_multiplier must be >= 1");
+  (void)parse_padding(options_.padding, "SeparableConv2D");
+}
+
+void SeparableConv2DImpl::build(const std::vector<Shape>& input_shapes) {
+  const Shape& s = input_shapes.at(0);
+  check_image_input(s, *this);
+  channels_ = s[3];
+  const std::int64_t m = options_.depth_multiplier;
+  depthwise_ = add_weight({.name = "depthwise_kernel",
+                           .shape = {kernel_size_[0], kernel_size_[1], channels_, m},
+                           .initializer = options_.depthwise_initializer,
+                           .regularizer = options_.depthwise_regularizer});
+  pointwise_ = add_weight({.name = "pointwise_kernel",
+                           .shape = {1, 1, channels_ * m, filters_},
+                           .initializer = options_.pointwise_initializer,
+                           .regularizer = options_.pointwise_regularizer});
+  if (options_.use_bias) {
+    bias_ = add_weight({.name = "bias",
+                        .shape = {filters_},
+                        .initializer = options_.bias_initializer,
+                        .regularizer = options_.bias_regularizer});
+  }
+}
+
+Tensor SeparableConv2DImpl::call(const Tensor& x, const CallContext&) {
+  check_image_input(x.shape(), *this);
+  // As TensorFlow's separable_conv2d: the depthwise step takes the strides,
+  // padding and dilation; the pointwise one is a 1×1 'valid' convolution.
+  const Tensor depthwise = reshape(autocast(depthwise_), {kernel_size_[0], kernel_size_[1], 1,
+                                                          channels_ * options_.depth_multiplier});
+  const Tensor h = conv2d(x, depthwise, Tensor(),
+                          {.strides = options_.strides,
+                           .padding = parse_padding(options_.padding, "SeparableConv2D"),
+                           .dilation_rate = options_.dilation_rate,
+                           .groups = channels_});
+  return activation_(conv2d(h, autocast(pointwise_), autocast(bias_)));
+}
+
+LayerConfig SeparableConv2DImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("filters", filters_);
+  put_depthwise_config(c, kernel_size_, options_);
+  put_initializer(c, "depthwise_initializer", options_.depthwise_initializer);
+  put_initializer(c, "pointwise_initializer", options_.pointwise_initializer);
+  put_initializer(c, "bias_initializer", options_.bias_initializer);
+  put_regularizer(c, "depthwise_regularizer", options_.depthwise_regularizer);
+  put_regularizer(c, "pointwise_regularizer", options_.pointwise_regularizer);
+  put_regularizer(c, "bias_regularizer", options_.bias_regularizer);
+  return c;
+}
+
+SeparableConv2D::SeparableConv2D(std::int64_t filters, Size2 kernel_size,
+                                 SeparableConv2DOptions options)
+    : Layer(std::make_shared<SeparableConv2DImpl>(filters, kernel_size, std::move(options))) {}
 
 // ---- pooling ------------------------------------------------------------------------
 

@@ -46,6 +46,67 @@ TEST(ConvLayers, DepthwiseMatchesPerChannelConvolution) {
   }
 }
 
+// SeparableConv2D against loops written from Keras's definition (a
+// depthwise convolution with the strides and TensorFlow's "same" padding,
+// then a 1×1 convolution, the bias and the activation), forward and by
+// finite differences through the input.
+TEST(ConvLayers, SeparableConv2DIsDepthwiseThenPointwiseWithItsGradients) {
+  std::mt19937 rng(4);
+  const Ref x = random_ref({2, 5, 6, 3}, rng);
+  layers::SeparableConv2D sep(4, {3, 3},
+                              {.strides = {2, 2},
+                               .padding = "same",
+                               .depth_multiplier = 2,
+                               .activation = "tanh",
+                               .bias_initializer = initializers::RandomNormal(0.0f, 1.0f, 9)});
+  const Tensor y = sep(to_tensor(x));
+  ASSERT_EQ(y.shape(), (Shape{2, 3, 3, 4}));
+  const Ref dk = to_ref(sep->depthwise_kernel().value()),
+            pk = to_ref(sep->pointwise_kernel().value());
+  ASSERT_EQ(dk.dims, (Dims{3, 3, 3, 2}));
+  ASSERT_EQ(pk.dims, (Dims{1, 1, 6, 4}));
+  const Ref bias = to_ref(sep->weights()[2].value());
+  auto reference = [&](const Ref& in) {
+    // "same", stride 2 on 5 rows / 6 columns: 3 × 3 outputs, padding
+    // (1 before, 1 after) rows and (0, 1) columns, as TensorFlow splits it.
+    const std::int64_t n = in.dims[0], h = in.dims[1], w = in.dims[2], c = in.dims[3];
+    const std::int64_t pad_t = 1, pad_l = 0;
+    Ref out({n, 3, 3, 4});
+    for (std::int64_t b = 0; b < n; ++b) {
+      for (std::int64_t i = 0; i < 3; ++i) {
+        for (std::int64_t j = 0; j < 3; ++j) {
+          std::vector<double> mid(static_cast<std::size_t>(c * 2), 0.0);
+          for (std::int64_t ch = 0; ch < c; ++ch) {
+            for (std::int64_t m = 0; m < 2; ++m) {
+              double acc = 0;
+              for (std::int64_t ki = 0; ki < 3; ++ki) {
+                for (std::int64_t kj = 0; kj < 3; ++kj) {
+                  const std::int64_t r = i * 2 + ki - pad_t, col = j * 2 + kj - pad_l;
+                  if (r < 0 || r >= h || col < 0 || col >= w) continue;
+                  acc += in.v[static_cast<std::size_t>(((b * h + r) * w + col) * c + ch)] *
+                         dk.v[static_cast<std::size_t>(((ki * 3 + kj) * c + ch) * 2 + m)];
+                }
+              }
+              mid[static_cast<std::size_t>(ch * 2 + m)] = acc;
+            }
+          }
+          for (std::int64_t f = 0; f < 4; ++f) {
+            double acc = bias.v[static_cast<std::size_t>(f)];
+            for (std::int64_t k = 0; k < c * 2; ++k)
+              acc += mid[static_cast<std::size_t>(k)] * pk.v[static_cast<std::size_t>(k * 4 + f)];
+            out.v[static_cast<std::size_t>(((b * 3 + i) * 3 + j) * 4 + f)] = std::tanh(acc);
+          }
+        }
+      }
+    }
+    return out;
+  };
+  check_gradients(
+      "separable_conv2d", [&](const std::vector<Tensor>& in) { return sep(in[0]); },
+      [&](const std::vector<Ref>& in) { return reference(in[0]); }, {x});
+  EXPECT_EQ(sep->get_config().get<std::int64_t>("filters"), 4);
+}
+
 TEST(ConvLayers, PoolingAndPaddingLayers) {
   const Tensor x = Tensor::from_vector<float>({1, 2, 3, 4}, {1, 2, 2, 1});
   EXPECT_EQ(layers::MaxPooling2D()(x).to_vector<float>(), (std::vector<float>{4}));

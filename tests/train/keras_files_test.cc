@@ -484,6 +484,17 @@ TEST(KerasFiles, ReshapingLayersPredictAndStepAsKeras) {
   saved_and_loaded(m, "reshaping");
 }
 
+// SeparableConv2D (make_separable_keras_fixture.py): strides 2 with "same"
+// padding, depth_multiplier 2, a ReLU and a random bias, then one without a
+// bias on a 2×3 window. Its depthwise and pointwise kernels load from
+// Keras's file, it predicts and steps as Keras did, and survives our save.
+TEST(KerasFiles, SeparableConv2DPredictsAndStepsAsKeras) {
+  const json e = json::parse(slurp(kFixtures / "separable_expected.json"));
+  Model m = load_model((kFixtures / "separable.keras").string());
+  predicts_and_steps_as_keras(m, e, "separable");
+  saved_and_loaded(m, "separable");
+}
+
 TEST(KerasFiles, TheFixtureMlpKeepsItsCompileSettings) {
   Model m = load_model((kFixtures / "mlp.keras").string());
   EXPECT_EQ(m.optimizer()->class_name(), "Adam");

@@ -1,5 +1,5 @@
 // Convolutional and image layers (channels-last), as keras.layers: Conv2D,
-// DepthwiseConv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D,
+// DepthwiseConv2D, SeparableConv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D,
 // GlobalMaxPooling2D, ZeroPadding2D, Resizing, BatchNormalization.
 //
 //   auto x = ls::layers::Conv2D(32, {3, 3}, {.activation = "relu"})(inputs);
@@ -94,6 +94,49 @@ class DepthwiseConv2D : public Layer {
  public:
   explicit DepthwiseConv2D(Size2 kernel_size, DepthwiseConv2DOptions options = {});
   DepthwiseConv2DImpl* operator->() const { return static_cast<DepthwiseConv2DImpl*>(impl_.get()); }
+};
+
+struct SeparableConv2DOptions {
+  Size2 strides{1, 1};
+  std::string padding = "valid";
+  std::int64_t depth_multiplier = 1;
+  Size2 dilation_rate{1, 1};
+  std::string activation{};
+  bool use_bias = true;
+  Initializer depthwise_initializer = initializers::GlorotUniform();
+  Initializer pointwise_initializer = initializers::GlorotUniform();
+  Initializer bias_initializer = initializers::Zeros();
+  Regularizer depthwise_regularizer{};
+  Regularizer pointwise_regularizer{};
+  Regularizer bias_regularizer{};
+  std::string name{};
+};
+// keras.layers.SeparableConv2D: a depthwise convolution (depth_multiplier
+// filters per input channel, with the strides, padding and dilation), then
+// a 1×1 convolution to `filters` channels, the bias and the activation.
+// Weights as Keras: depthwise_kernel [kh, kw, in, depth_multiplier],
+// pointwise_kernel [1, 1, in·depth_multiplier, filters], bias [filters].
+class SeparableConv2DImpl : public SingleInputLayerImpl {
+ public:
+  SeparableConv2DImpl(std::int64_t filters, Size2 kernel_size, SeparableConv2DOptions options);
+  void build(const std::vector<Shape>& input_shapes) override;
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
+  const Variable& depthwise_kernel() const { return depthwise_; }
+  const Variable& pointwise_kernel() const { return pointwise_; }
+
+ private:
+  std::int64_t filters_;
+  Size2 kernel_size_;
+  SeparableConv2DOptions options_;
+  ActivationFn activation_;
+  Variable depthwise_, pointwise_, bias_;
+  std::int64_t channels_ = 0;
+};
+class SeparableConv2D : public Layer {
+ public:
+  SeparableConv2D(std::int64_t filters, Size2 kernel_size, SeparableConv2DOptions options = {});
+  SeparableConv2DImpl* operator->() const { return static_cast<SeparableConv2DImpl*>(impl_.get()); }
 };
 
 struct Pooling2DOptions {
