@@ -364,6 +364,14 @@ std::map<std::string, LayerFactory> builtin_factories() {
                                      .dilation_rate = size2(c, "dilation_rate"),
                                      .groups = c.get_or<std::int64_t>("groups", 1)}));
   };
+  f["Conv2DTranspose"] = [](const LayerConfig& c) -> Layer {
+    return layers::Conv2DTranspose(
+        c.get<std::int64_t>("filters"), size2(c, "kernel_size"),
+        with_kernel_layer_options(
+            c, layers::Conv2DOptions{.strides = size2(c, "strides"),
+                                     .padding = c.get<std::string>("padding"),
+                                     .dilation_rate = size2(c, "dilation_rate")}));
+  };
   f["DepthwiseConv2D"] = [](const LayerConfig& c) -> Layer {
     return layers::DepthwiseConv2D(
         size2(c, "kernel_size"), {.strides = size2(c, "strides"),

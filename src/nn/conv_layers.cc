@@ -107,6 +107,59 @@ LayerConfig Conv2DImpl::get_config() const {
 Conv2D::Conv2D(std::int64_t filters, Size2 kernel_size, Conv2DOptions options)
     : Layer(std::make_shared<Conv2DImpl>(filters, kernel_size, std::move(options))) {}
 
+// ---- Conv2DTranspose -------------------------------------------------------------------
+
+Conv2DTransposeImpl::Conv2DTransposeImpl(std::int64_t filters, Size2 kernel_size,
+                                         Conv2DOptions options)
+    : SingleInputLayerImpl("Conv2DTranspose", options.name),
+      filters_(filters),
+      kernel_size_(kernel_size),
+      options_(std::move(options)),
+      activation_(get_activation(options_.activation)) {
+  LOCKSTEP_CHECK(filters_ >= 1, "Conv2DTranspose: filters must be >= 1, got ", filters_);
+  LOCKSTEP_CHECK(options_.groups == 1, "Conv2DTranspose: groups must be 1 (Keras has none), got ",
+                 options_.groups);
+  op_ = {.strides = options_.strides,
+         .padding = parse_padding(options_.padding, "Conv2DTranspose"),
+         .dilation_rate = options_.dilation_rate};
+}
+
+void Conv2DTransposeImpl::build(const std::vector<Shape>& input_shapes) {
+  const Shape& s = input_shapes.at(0);
+  check_image_input(s, *this);
+  kernel_ = add_weight({.name = "kernel",
+                        .shape = {kernel_size_[0], kernel_size_[1], filters_, s[3]},
+                        .initializer = options_.kernel_initializer,
+                        .regularizer = options_.kernel_regularizer});
+  if (options_.use_bias) {
+    bias_ = add_weight({.name = "bias",
+                        .shape = {filters_},
+                        .initializer = options_.bias_initializer,
+                        .regularizer = options_.bias_regularizer});
+  }
+}
+
+Tensor Conv2DTransposeImpl::call(const Tensor& x, const CallContext&) {
+  check_image_input(x.shape(), *this);
+  return activation_(conv2d_transpose(x, autocast(kernel_), autocast(bias_), op_));
+}
+
+LayerConfig Conv2DTransposeImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("filters", filters_);
+  c.set("kernel_size", vec2(kernel_size_));
+  c.set("strides", vec2(options_.strides));
+  c.set("padding", options_.padding);
+  c.set("dilation_rate", vec2(options_.dilation_rate));
+  put_kernel_layer_options(c, options_.activation, options_.use_bias, options_.kernel_initializer,
+                           options_.bias_initializer, options_.kernel_regularizer,
+                           options_.bias_regularizer);
+  return c;
+}
+
+Conv2DTranspose::Conv2DTranspose(std::int64_t filters, Size2 kernel_size, Conv2DOptions options)
+    : Layer(std::make_shared<Conv2DTransposeImpl>(filters, kernel_size, std::move(options))) {}
+
 // ---- DepthwiseConv2D ---------------------------------------------------------------
 
 DepthwiseConv2DImpl::DepthwiseConv2DImpl(Size2 kernel_size, DepthwiseConv2DOptions options)

@@ -236,7 +236,8 @@ const std::map<std::string, json>& fixed_settings() {
                                                     {"mask_zero", false},
                                                     {"use_cudnn", "auto"},
                                                     {"use_gate", false},
-                                                    {"activity_regularizer", nullptr}};
+                                                    {"activity_regularizer", nullptr},
+                                                    {"output_padding", nullptr}};
   return table;
 }
 

@@ -298,6 +298,12 @@ TEST(DeviceOps, ConvolutionAndPoolingMatchCpu) {
              return conv2d(v[0], v[1], Tensor(), {.padding = Padding::kSame, .groups = 3});
            },
            {x, random_tensor({3, 3, 1, 3}, rng)});
+  check_op(
+      "conv2d_transpose same stride 2",
+      [](const auto& v) {
+        return conv2d_transpose(v[0], v[1], v[2], {.strides = {2, 2}, .padding = Padding::kSame});
+      },
+      {x, random_tensor({3, 3, 4, 3}, rng), random_tensor({4}, rng)});
   check_op("max_pool2d", [](const auto& v) { return max_pool2d(v[0]); }, {x});
   check_op("avg_pool2d",
            [](const auto& v) {

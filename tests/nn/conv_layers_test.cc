@@ -107,6 +107,54 @@ TEST(ConvLayers, SeparableConv2DIsDepthwiseThenPointwiseWithItsGradients) {
   EXPECT_EQ(sep->get_config().get<std::int64_t>("filters"), 4);
 }
 
+// conv2d_transpose against its definition (every input pixel spreads its
+// channels through the kernel onto the output, offset by TensorFlow's
+// padding of the convolution it inverts), through input and kernel by
+// finite differences; Keras's output lengths for "same" and "valid", a
+// window smaller than the stride included.
+TEST(ConvLayers, Conv2DTransposeIsTheConvolutionsInputGradient) {
+  std::mt19937 rng(6);
+  struct Case {
+    Padding padding;
+    std::int64_t k, stride, oh, ow, pad_t, pad_l;
+  };
+  // x [2, 3, 4, c 2] → [2, oh, ow, 3]; pad_t/pad_l: the inverted conv's
+  // leading padding ("same": (k − s) / 2 of max(k − s, 0)).
+  for (const Case c :
+       {Case{Padding::kSame, 3, 2, 6, 8, 0, 0}, Case{Padding::kValid, 3, 2, 7, 9, 0, 0},
+        Case{Padding::kSame, 4, 1, 3, 4, 1, 1}, Case{Padding::kValid, 1, 2, 6, 8, 0, 0}}) {
+    SCOPED_TRACE("k " + std::to_string(c.k) + " stride " + std::to_string(c.stride));
+    const Ref x = random_ref({2, 3, 4, 2}, rng), kernel = random_ref({c.k, c.k, 3, 2}, rng);
+    const Conv2DOptions o{.strides = {c.stride, c.stride}, .padding = c.padding};
+    auto reference = [&](const std::vector<Ref>& in) {
+      Ref y({2, c.oh, c.ow, 3});
+      for (std::int64_t b = 0; b < 2; ++b)
+        for (std::int64_t i = 0; i < 3; ++i)
+          for (std::int64_t j = 0; j < 4; ++j)
+            for (std::int64_t ki = 0; ki < c.k; ++ki)
+              for (std::int64_t kj = 0; kj < c.k; ++kj) {
+                const std::int64_t r = i * c.stride + ki - c.pad_t,
+                                   col = j * c.stride + kj - c.pad_l;
+                if (r < 0 || r >= c.oh || col < 0 || col >= c.ow) continue;
+                for (std::int64_t f = 0; f < 3; ++f)
+                  for (std::int64_t ch = 0; ch < 2; ++ch)
+                    y.v[static_cast<std::size_t>(((b * c.oh + r) * c.ow + col) * 3 + f)] +=
+                        in[0].v[static_cast<std::size_t>(((b * 3 + i) * 4 + j) * 2 + ch)] *
+                        in[1].v[static_cast<std::size_t>(((ki * c.k + kj) * 3 + f) * 2 + ch)];
+              }
+      return y;
+    };
+    check_gradients(
+        "conv2d_transpose",
+        [&](const std::vector<Tensor>& in) { return conv2d_transpose(in[0], in[1], Tensor(), o); },
+        reference, {x, kernel});
+  }
+  layers::Conv2DTranspose up(5, {3, 3}, {.strides = {2, 2}, .padding = "same"});
+  const Tensor y = up(Tensor::zeros({1, 4, 5, 2}));
+  EXPECT_EQ(y.shape(), (Shape{1, 8, 10, 5}));
+  EXPECT_EQ(up->kernel().shape(), (Shape{3, 3, 5, 2}));  // Keras's [kh, kw, filters, in]
+}
+
 TEST(ConvLayers, PoolingAndPaddingLayers) {
   const Tensor x = Tensor::from_vector<float>({1, 2, 3, 4}, {1, 2, 2, 1});
   EXPECT_EQ(layers::MaxPooling2D()(x).to_vector<float>(), (std::vector<float>{4}));

@@ -25,6 +25,7 @@ inline Model every_layer_model() {
   x = layers::AveragePooling2D({2, 2}, {.padding = "same"})(x);
   x = layers::Conv2D(5, {1, 1}, {.kernel_regularizer = regularizers::L2(1e-4f)})(x);
   x = layers::SeparableConv2D(5, {3, 3}, {.padding = "same", .depth_multiplier = 2})(x);
+  x = layers::Conv2DTranspose(4, {2, 2}, {.strides = {2, 2}, .padding = "same"})(x);
   x = layers::MaxPooling2D({2, 2}, {.strides = {1, 1}})(x);
   x = layers::GlobalAveragePooling2D()(x);
   x = layers::Activation("tanh")(layers::Dense(6, {.activation = "gelu"})(x));

@@ -484,7 +484,7 @@ TEST(KerasFiles, ReshapingLayersPredictAndStepAsKeras) {
   saved_and_loaded(m, "reshaping");
 }
 
-// SeparableConv2D (make_separable_keras_fixture.py): strides 2 with "same"
+// SeparableConv2D (make_conv_keras_fixtures.py): strides 2 with "same"
 // padding, depth_multiplier 2, a ReLU and a random bias, then one without a
 // bias on a 2×3 window. Its depthwise and pointwise kernels load from
 // Keras's file, it predicts and steps as Keras did, and survives our save.
@@ -493,6 +493,17 @@ TEST(KerasFiles, SeparableConv2DPredictsAndStepsAsKeras) {
   Model m = load_model((kFixtures / "separable.keras").string());
   predicts_and_steps_as_keras(m, e, "separable");
   saved_and_loaded(m, "separable");
+}
+
+// Conv2DTranspose (make_conv_keras_fixtures.py): "same" with
+// strides 2 and a ReLU, then "valid" with a 2×3 window and no bias. Its
+// kernels [kh, kw, filters, in] load from Keras's file, it predicts and
+// steps as Keras did, and survives our save.
+TEST(KerasFiles, Conv2DTransposePredictsAndStepsAsKeras) {
+  const json e = json::parse(slurp(kFixtures / "conv_transpose_expected.json"));
+  Model m = load_model((kFixtures / "conv_transpose.keras").string());
+  predicts_and_steps_as_keras(m, e, "conv_transpose");
+  saved_and_loaded(m, "conv_transpose");
 }
 
 TEST(KerasFiles, TheFixtureMlpKeepsItsCompileSettings) {

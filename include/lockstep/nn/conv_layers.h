@@ -1,6 +1,6 @@
 // Convolutional and image layers (channels-last), as keras.layers: Conv2D,
-// DepthwiseConv2D, SeparableConv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D,
-// GlobalMaxPooling2D, ZeroPadding2D, Resizing, BatchNormalization.
+// Conv2DTranspose, DepthwiseConv2D, SeparableConv2D, MaxPooling2D, AveragePooling2D,
+// GlobalAveragePooling2D, GlobalMaxPooling2D, ZeroPadding2D, Resizing, BatchNormalization.
 //
 //   auto x = ls::layers::Conv2D(32, {3, 3}, {.activation = "relu"})(inputs);
 //   x = ls::layers::MaxPooling2D()(x);
@@ -56,6 +56,33 @@ class Conv2D : public Layer {
  public:
   Conv2D(std::int64_t filters, Size2 kernel_size, Conv2DOptions options = {});
   Conv2DImpl* operator->() const { return static_cast<Conv2DImpl*>(impl_.get()); }
+};
+
+// keras.layers.Conv2DTranspose: the transposed convolution
+// (lockstep::conv2d_transpose), kernel [kh, kw, filters, in_channels] as
+// Keras; Conv2D's options, with groups 1 and Keras's output lengths
+// (output_padding None).
+class Conv2DTransposeImpl : public SingleInputLayerImpl {
+ public:
+  Conv2DTransposeImpl(std::int64_t filters, Size2 kernel_size, Conv2DOptions options);
+  void build(const std::vector<Shape>& input_shapes) override;
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  LayerConfig get_config() const override;
+  const Variable& kernel() const { return kernel_; }
+  const Variable& bias() const { return bias_; }
+
+ private:
+  std::int64_t filters_;
+  Size2 kernel_size_;
+  Conv2DOptions options_;
+  lockstep::Conv2DOptions op_;
+  ActivationFn activation_;
+  Variable kernel_, bias_;
+};
+class Conv2DTranspose : public Layer {
+ public:
+  Conv2DTranspose(std::int64_t filters, Size2 kernel_size, Conv2DOptions options = {});
+  Conv2DTransposeImpl* operator->() const { return static_cast<Conv2DTransposeImpl*>(impl_.get()); }
 };
 
 struct DepthwiseConv2DOptions {

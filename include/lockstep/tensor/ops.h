@@ -136,6 +136,14 @@ struct Conv2DOptions {
 // or undefined. "same" pads as TensorFlow (the extra row/column at the end).
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias,
               const Conv2DOptions& options = {});
+// The transposed convolution (Keras's Conv2DTranspose, TensorFlow's
+// conv2d_transpose): the input gradient of conv2d, as a forward op. x [n, h,
+// w, c], kernel [kh, kw, filters, c] (Keras's layout), bias [filters] or
+// undefined; the output [n, oh, ow, filters] with Keras's lengths: "same"
+// h·stride, "valid" h·stride + max(k_effective − stride, 0). Valid or same
+// padding, groups 1.
+Tensor conv2d_transpose(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+                        const Conv2DOptions& options = {});
 struct Pool2DOptions {
   std::array<std::int64_t, 2> pool_size{2, 2};
   std::array<std::int64_t, 2> strides{0, 0};  // 0: the pool size

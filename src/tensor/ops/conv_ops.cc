@@ -278,6 +278,89 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const C
   return out;
 }
 
+Tensor conv2d_transpose(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+                        const Conv2DOptions& o) {
+  constexpr const char* op = "conv2d_transpose";
+  if (detail::any_bf16({&x, &kernel, &bias}))  // emulated: float32 in between
+    return detail::narrow(
+        conv2d_transpose(detail::widen(x), detail::widen(kernel), detail::widen(bias), o));
+  check_nhwc(x, op);
+  check_defined(kernel, op, "kernel");
+  LOCKSTEP_CHECK_AS(ShapeError, kernel.rank() == 4 && kernel.shape()[3] == x.shape()[3], op,
+                    ": expected a kernel [kh, kw, filters, ", x.shape()[3], "], got ",
+                    kernel.shape());
+  LOCKSTEP_CHECK(o.groups == 1 && o.padding != Padding::kExplicit, op,
+                 ": takes 'valid' or 'same' padding and groups 1");
+  LOCKSTEP_CHECK(
+      o.strides[0] >= 1 && o.strides[1] >= 1 && o.dilation_rate[0] >= 1 && o.dilation_rate[1] >= 1,
+      op, ": strides and dilation_rate must be >= 1");
+  // The convolution whose input gradient this is: from [n, oh, ow, filters]
+  // to x's [n, h, w, c], with Keras's output lengths
+  // (keras/src/utils/conv_utils.py's deconv_output_length).
+  backend::onednn::ConvShape s;
+  s.n = x.shape()[0], s.c = kernel.shape()[2], s.oc = x.shape()[3];
+  s.kh = kernel.shape()[0], s.kw = kernel.shape()[1];
+  s.sh = o.strides[0], s.sw = o.strides[1], s.dh = o.dilation_rate[0], s.dw = o.dilation_rate[1];
+  auto length = [&](std::int64_t in, std::int64_t k, std::int64_t stride, std::int64_t d) {
+    const std::int64_t effective = (k - 1) * d + 1;
+    return o.padding == Padding::kSame
+               ? in * stride
+               : in * stride + std::max<std::int64_t>(effective - stride, 0);
+  };
+  s.h = length(x.shape()[1], s.kh, s.sh, s.dh);
+  s.w = length(x.shape()[2], s.kw, s.sw, s.dw);
+  const Padded ph = spatial(s.h, s.kh, s.sh, s.dh, o.padding, op),
+               pw = spatial(s.w, s.kw, s.sw, s.dw, o.padding, op);
+  s.oh = ph.out, s.pad_t = ph.before, s.pad_b = ph.after;
+  s.ow = pw.out, s.pad_l = pw.before, s.pad_r = pw.after;
+  LOCKSTEP_CHECK(s.oh == x.shape()[1] && s.ow == x.shape()[2], op,
+                 ": internal: the convolution of the output does not give the input's size");
+  s.precision = detail::precision_of(x);
+  const Shape out_shape{s.n, s.h, s.w, s.c};
+  const detail::ConvGeometry geo = geometry(s);
+  const detail::OnDevice on;
+  Tensor out;
+  if (detail::DeviceKernels* k = on.kernels()) {
+    out = k->conv2d_backward_data(x, kernel, geo);
+  } else {
+    out = Tensor::empty(out_shape, x.dtype());
+    if (out.numel() > 0 && x.numel() > 0) {
+      backend::onednn::conv2d_backward_data(s, x.raw_data(), kernel.raw_data(), out.raw_data());
+    } else if (out.numel() > 0) {
+      out = Tensor::zeros(out_shape, x.dtype());
+    }
+  }
+  if (detail::should_record({x, kernel})) {
+    detail::record(op, {x, kernel}, out, [s, geo, x, kernel](const Tensor& upstream) {
+      const detail::OnDevice on_g;
+      const Tensor g = upstream.dtype() == x.dtype() ? upstream : cast(upstream, x.dtype());
+      Tensor dx, dk;
+      if (detail::DeviceKernels* k = on_g.kernels()) {
+        if (detail::needs_input_grad(0)) dx = k->conv2d(g, kernel, Tensor(), geo);
+        if (detail::needs_input_grad(1)) dk = k->conv2d_backward_kernel(g, x, geo);
+        return Grads{dx, dk};
+      }
+      if (detail::needs_input_grad(0)) {
+        dx = Tensor::empty(x.shape(), x.dtype());
+        if (dx.numel() > 0)
+          backend::onednn::conv2d_forward(s, g.raw_data(), kernel.raw_data(), nullptr,
+                                          dx.raw_data());
+      }
+      if (detail::needs_input_grad(1)) {
+        dk = Tensor::zeros(kernel.shape(), x.dtype());
+        if (g.numel() > 0 && x.numel() > 0)
+          backend::onednn::conv2d_backward_weights(s, g.raw_data(), x.raw_data(), dk.raw_data(),
+                                                   nullptr);
+      }
+      return Grads{dx, dk};
+    });
+  }
+  if (!bias.defined()) return out;
+  LOCKSTEP_CHECK_AS(ShapeError, bias.rank() == 1 && bias.shape()[0] == s.c, op,
+                    ": expected bias of shape [", s.c, "], got ", bias.shape());
+  return add(out, bias);
+}
+
 namespace {
 
 // bfloat16 pooling runs natively only where windows do not overlap
