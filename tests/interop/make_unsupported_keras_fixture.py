@@ -1,6 +1,6 @@
 """Writes keras_fixtures/unsupported.keras: a model with layer classes
-Lockstep does not have (Conv2DTranspose, and SeparableConv2D inside a nested
-Sequential), for `lockstep inspect`'s listing of a file it cannot rebuild
+Lockstep does not have (GroupNormalization, and SpatialDropout2D inside a
+nested Sequential), for `lockstep inspect`'s listing of a file it cannot rebuild
 (cli/CMakeLists.txt, cli_inspect_marks_what_it_cannot_build).
 
 Run by hand, never by the build (see make_keras_fixtures.py for the venv):
@@ -21,8 +21,8 @@ def main(out):
     keras.utils.set_random_seed(5)
     inputs = keras.Input(shape=(8, 8, 1))
     x = layers.Conv2D(4, 3, padding="same", name="conv")(inputs)
-    x = layers.Conv2DTranspose(4, 3, strides=2, padding="same", name="upconv")(x)
-    block = keras.Sequential([layers.SeparableConv2D(4, 3, name="sepconv"),
+    x = layers.GroupNormalization(groups=2, name="groupnorm")(x)
+    block = keras.Sequential([layers.SpatialDropout2D(0.2, name="dropout2d"),
                               layers.GlobalAveragePooling2D(name="pool")], name="block")
     model = keras.Model(inputs, layers.Dense(2, name="head")(block(x)))
     model.compile(optimizer="adam", loss="mse")
