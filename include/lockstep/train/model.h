@@ -46,9 +46,9 @@ struct MetricSpec {
 };
 
 struct CompileOptions {
-  Optimizer optimizer{};               // undefined: RMSprop, Keras's default
-  Loss loss{};                         // one loss (applied to every output of a multi-output model)
-  std::vector<Loss> losses{};          // or one per output
+  Optimizer optimizer{};       // undefined: RMSprop, Keras's default
+  Loss loss{};                 // one loss (applied to every output of a multi-output model)
+  std::vector<Loss> losses{};  // or one per output
   // or by output name (Keras's dict; the output layers' names): an output
   // left out has no loss, and trains only through the others'.
   std::map<std::string, Loss> loss_by_output{};
