@@ -7,8 +7,10 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/nn/layers.h"
+#include "lockstep/tensor/device.h"
 #include "lockstep/tensor/ops.h"
 #include "nn/config_helpers.h"
+#include "nn/masks.h"
 
 namespace lockstep::layers {
 
@@ -186,8 +188,48 @@ void MultiHeadAttentionImpl::build(const std::vector<Shape>& input_shapes) {
   output_dense_->ensure_built({Shape{query[0], query[1], num_heads_, options_.value_dim}});
 }
 
+namespace {
+
+// [1, t, s]: true where query step i may see value step j (j ≤ i), Keras's
+// causal mask.
+Tensor causal_mask(std::int64_t t, std::int64_t s) {
+  std::vector<std::uint8_t> lower(static_cast<std::size_t>(t * s));
+  for (std::int64_t i = 0; i < t; ++i) {
+    for (std::int64_t j = 0; j < s; ++j) lower[static_cast<std::size_t>(i * s + j)] = j <= i;
+  }
+  return nn_detail::as_mask(Tensor::from_vector(lower, {1, t, s}));
+}
+
+// a AND b, either undefined (none).
+Tensor both(const Tensor& a, const Tensor& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  return nn_detail::mask_and(a, b);
+}
+
+// Where a device holds `like`, the mask goes too.
+Tensor on_device_of(const Tensor& mask, const Tensor& like) {
+  return !mask.defined() || mask.device().host_accessible() == like.device().host_accessible()
+             ? mask
+             : mask.copy_to(like.device());
+}
+
+}  // namespace
+
 std::vector<Tensor> MultiHeadAttentionImpl::call(const std::vector<Tensor>& inputs,
                                                  const CallContext& ctx) {
+  return run(inputs, {}, ctx);
+}
+
+std::vector<Tensor> MultiHeadAttentionImpl::call_masked(const std::vector<Tensor>& inputs,
+                                                        const std::vector<Tensor>& masks,
+                                                        const CallContext& ctx) {
+  return run(inputs, masks, ctx);
+}
+
+std::vector<Tensor> MultiHeadAttentionImpl::run(const std::vector<Tensor>& inputs,
+                                                const std::vector<Tensor>& masks,
+                                                const CallContext& ctx) {
   const Tensor& query = inputs.at(0);
   const Tensor& value = inputs.at(1);
   const Tensor& key = inputs.size() > 2 ? inputs[2] : value;
@@ -205,7 +247,31 @@ std::vector<Tensor> MultiHeadAttentionImpl::call(const std::vector<Tensor>& inpu
       heads_first(query_dense_(query, ctx) * static_cast<float>(1.0 / std::sqrt(double(k))), t, k);
   const Tensor kk = heads_first(key_dense_(key, ctx), s, k);
   const Tensor vv = heads_first(value_dense_(value, ctx), s, v);
-  Tensor probs = softmax_(reshape(matmul(q, kk, {.transpose_b = true}), {b, h, t, s}), ctx);
+  // Keras's attention mask [b, t, s]: the query's mask, the value's and
+  // the key's (when the key is its own input), and the causal one.
+  auto mask_of = [&](std::size_t i, std::int64_t steps, bool keys) {
+    if (i >= masks.size() || !masks[i].defined()) return Tensor();
+    return reshape(nn_detail::as_mask(masks[i]), keys ? std::vector<std::int64_t>{b, 1, steps}
+                                                      : std::vector<std::int64_t>{b, steps, 1});
+  };
+  Tensor mask = both(mask_of(0, t, false), mask_of(1, s, true));
+  mask = both(mask, mask_of(2, s, true));
+  if (options_.use_causal_mask) mask = both(mask, causal_mask(t, s));
+  Tensor scores = reshape(matmul(q, kk, {.transpose_b = true}), {b, h, t, s});
+  Tensor probs;
+  if (!mask.defined()) {
+    probs = softmax_(scores, ctx);
+  } else {
+    mask = on_device_of(reshape(mask, {mask.shape()[0], 1, t, s}), scores);
+    if (options_.dropout > 0.0f) {
+      // Keras's masked softmax: a query step that sees no key gets zeros.
+      probs = softmax_->apply({scores}, {mask}, ctx).at(0);
+    } else {
+      // Keras's dot_product_attention (its path without dropout): masked
+      // scores at -1e9, so a query step that sees no key attends evenly.
+      probs = softmax_(where(mask, scores, Tensor::full({}, -1e9, scores.dtype())), ctx);
+    }
+  }
   probs = dropout_(cast(probs, vv.dtype()), ctx);
   const Tensor heads = matmul(reshape(probs, {b * h, t, s}), vv);  // [b·h, t, v]
   const Tensor merged = transpose(reshape(heads, {b, h, t, v}), {0, 2, 1, 3});
@@ -232,5 +298,107 @@ LayerConfig MultiHeadAttentionImpl::get_config() const {
 MultiHeadAttention::MultiHeadAttention(std::int64_t num_heads, std::int64_t key_dim,
                                        MultiHeadAttentionOptions options)
     : Layer(std::make_shared<MultiHeadAttentionImpl>(num_heads, key_dim, std::move(options))) {}
+
+}  // namespace lockstep::layers
+
+namespace lockstep::layers {
+
+// ---- Attention ---------------------------------------------------------------------
+
+AttentionImpl::AttentionImpl(AttentionOptions options)
+    : LayerImpl("Attention", options.name), options_(std::move(options)) {
+  LOCKSTEP_CHECK(options_.score_mode == "dot" || options_.score_mode == "concat", "Attention '",
+                 name(), "': score_mode must be 'dot' or 'concat', got '", options_.score_mode,
+                 "'");
+  LOCKSTEP_CHECK(options_.dropout >= 0.0f && options_.dropout < 1.0f, "Attention '", name(),
+                 "': dropout must be in [0, 1), got ", options_.dropout);
+}
+
+void AttentionImpl::build(const std::vector<Shape>& input_shapes) {
+  const std::string where = "Attention '" + name() + "'";
+  LOCKSTEP_CHECK(input_shapes.size() == 2 || input_shapes.size() == 3, where,
+                 ": expected {query, value} or {query, value, key}, got ", input_shapes.size(),
+                 " inputs");
+  for (const Shape& s : input_shapes) {
+    LOCKSTEP_CHECK_AS(ShapeError, s.rank() == 3, where,
+                      ": expected inputs [batch, steps, dim], got ", s);
+  }
+  // Keras's order: scale, then concat_score_weight.
+  if (options_.use_scale) {
+    scale_ = add_weight({.name = "scale", .shape = Shape{}, .initializer = initializers::Ones()});
+  }
+  if (options_.score_mode == "concat") {
+    concat_score_weight_ = add_weight(
+        {.name = "concat_score_weight", .shape = Shape{}, .initializer = initializers::Ones()});
+  }
+  DropoutOptions dropout{};
+  dropout.seed = options_.seed;
+  dropout_ = track(Dropout(options_.dropout, dropout), "_dropout_layer");
+  dropout_->set_dtype_policy(dtype_policy());
+}
+
+std::vector<Tensor> AttentionImpl::call(const std::vector<Tensor>& inputs, const CallContext& ctx) {
+  return run(inputs, {}, ctx);
+}
+
+std::vector<Tensor> AttentionImpl::call_masked(const std::vector<Tensor>& inputs,
+                                               const std::vector<Tensor>& masks,
+                                               const CallContext& ctx) {
+  return run(inputs, masks, ctx);
+}
+
+std::vector<Tensor> AttentionImpl::run(const std::vector<Tensor>& inputs,
+                                       const std::vector<Tensor>& masks, const CallContext& ctx) {
+  const Tensor& q = inputs.at(0);
+  const Tensor& v = inputs.at(1);
+  const Tensor& k = inputs.size() > 2 ? inputs[2] : v;
+  const std::int64_t b = q.shape()[0], t = q.shape()[1], s = v.shape()[1];
+  LOCKSTEP_CHECK_AS(
+      ShapeError,
+      k.shape()[0] == b && v.shape()[0] == b && k.shape()[1] == s && k.shape()[2] == q.shape()[2],
+      "Attention '", name(), "': the query ", q.shape(), ", value ", v.shape(), " and key ",
+      k.shape(),
+      " must share the batch, the key and value their steps, and the query and key "
+      "their dim");
+  Tensor scores;  // [b, t, s]
+  if (options_.score_mode == "dot") {
+    scores = matmul(q, k, {.transpose_b = true});
+    if (scale_.defined()) scores = scores * autocast(scale_);
+  } else {
+    const std::int64_t d = q.shape()[2];
+    Tensor sum_qk = reshape(q, {b, t, 1, d}) + reshape(k, {b, 1, s, d});
+    if (scale_.defined()) sum_qk = autocast(scale_) * sum_qk;
+    scores = autocast(concat_score_weight_) * sum(tanh(sum_qk), {.axes = {-1}});
+  }
+  // Keras's: the value's mask and the causal one; hidden scores lowered by
+  // 1e9 (not replaced), then the softmax.
+  Tensor hide;
+  if (masks.size() > 1 && masks[1].defined())
+    hide = reshape(nn_detail::as_mask(masks[1]), {b, 1, s});
+  if (options_.use_causal_mask) hide = both(hide, causal_mask(t, s));
+  if (hide.defined()) {
+    hide = on_device_of(hide, scores);
+    scores = where(hide, scores, scores - 1e9f);
+  }
+  Tensor weights = dropout_(softmax(scores, -1), ctx);
+  Tensor out = matmul(weights, v);
+  if (!masks.empty() && masks[0].defined()) {
+    const Tensor keep = on_device_of(reshape(nn_detail::as_mask(masks[0]), {b, t, 1}), out);
+    out = where(keep, out, Tensor::zeros({}, out.dtype()));
+  }
+  return {out};
+}
+
+LayerConfig AttentionImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("use_scale", options_.use_scale);
+  c.set("score_mode", options_.score_mode);
+  c.set("dropout", static_cast<double>(options_.dropout));
+  if (options_.seed) c.set("seed", static_cast<std::int64_t>(*options_.seed));
+  return c;
+}
+
+Attention::Attention(AttentionOptions options)
+    : Layer(std::make_shared<AttentionImpl>(std::move(options))) {}
 
 }  // namespace lockstep::layers

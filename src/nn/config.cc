@@ -277,6 +277,7 @@ std::map<std::string, LayerFactory> builtin_factories() {
           .go_backwards = c.get_or("go_backwards", false),
           .reset_after = c.get_or("reset_after", true),
           .unroll = c.get_or("unroll", false),
+          .zero_output_for_mask = c.get_or("zero_output_for_mask", false),
           .name = name(c)};
       if (c.has("seed")) o.seed = static_cast<std::uint64_t>(c.get<std::int64_t>("seed"));
       LOCKSTEP_CHECK(!c.get_or("return_state", false), cls, " '", name(c),
@@ -351,9 +352,21 @@ std::map<std::string, LayerFactory> builtin_factories() {
   f["LSTM"] = recurrent("LSTM");
   f["GRU"] = recurrent("GRU");
   f["Embedding"] = [](const LayerConfig& c) -> Layer {
-    return layers::Embedding(
-        c.get<std::int64_t>("input_dim"), c.get<std::int64_t>("output_dim"),
-        {.embeddings_regularizer = regularizer(c, "embeddings_regularizer"), .name = name(c)});
+    return layers::Embedding(c.get<std::int64_t>("input_dim"), c.get<std::int64_t>("output_dim"),
+                             {.embeddings_regularizer = regularizer(c, "embeddings_regularizer"),
+                              .mask_zero = c.get_or("mask_zero", false),
+                              .name = name(c)});
+  };
+  f["Masking"] = [](const LayerConfig& c) -> Layer {
+    return layers::Masking(c.get_or<double>("mask_value", 0.0), name(c));
+  };
+  f["Attention"] = [](const LayerConfig& c) -> Layer {
+    layers::AttentionOptions o{.use_scale = c.get_or("use_scale", false),
+                               .score_mode = c.get_or<std::string>("score_mode", "dot"),
+                               .dropout = static_cast<float>(c.get_or<double>("dropout", 0)),
+                               .name = name(c)};
+    if (c.has("seed")) o.seed = static_cast<std::uint64_t>(c.get<std::int64_t>("seed"));
+    return layers::Attention(o);
   };
   f["Conv2D"] = [](const LayerConfig& c) -> Layer {
     return layers::Conv2D(

@@ -13,6 +13,27 @@ namespace {
 
 using SlotKey = std::pair<const KerasTensor::Node*, int>;
 
+// The output masks of each graph's last call on this thread, what its
+// compute_mask returns right after: the replicas of a strategy call one
+// model from several threads. Only graphs whose outputs carry a mask keep
+// an entry (a few bool tensors).
+thread_local std::map<const LayerImpl*, std::vector<Tensor>> last_output_masks;
+
+void keep_output_masks(const LayerImpl* graph, std::vector<Tensor> masks) {
+  bool any = false;
+  for (const Tensor& m : masks) any |= m.defined();
+  if (any) {
+    last_output_masks[graph] = std::move(masks);
+  } else {
+    last_output_masks.erase(graph);
+  }
+}
+
+std::vector<Tensor> output_masks_of(const LayerImpl* graph, std::size_t outputs) {
+  const auto it = last_output_masks.find(graph);
+  return it == last_output_masks.end() ? std::vector<Tensor>(outputs) : it->second;
+}
+
 std::string sample_string(const Shape& s) {
   std::string out = "(None";
   for (std::int64_t d : s.dims()) out += ", " + std::to_string(d);
@@ -55,6 +76,20 @@ FunctionalImpl::FunctionalImpl(std::vector<KerasTensor> inputs, std::vector<Kera
                    "Model: every input must come from ls::Input(...)");
     input_slots_.push_back(slot_of(in));
   }
+  // Which outputs of each layer call are read (a layer with several
+  // outputs, an LSTM with return_state, may have some unread), so that each
+  // gets a slot when its step is made.
+  std::map<const KerasTensor::Node*, std::set<int>> read_outputs;
+  {
+    std::set<const KerasTensor::Node*> seen;
+    std::function<void(const KerasTensor&)> mark = [&](const KerasTensor& k) {
+      if (!k.defined()) return;
+      read_outputs[k.node().get()].insert(k.index());
+      if (!seen.insert(k.node().get()).second) return;
+      for (const KerasTensor& in : k.node()->inputs) mark(in);
+    };
+    for (const KerasTensor& out : outputs_) mark(out);
+  }
   // Depth-first post-order from the outputs gives a topological order.
   std::set<const KerasTensor::Node*> done, active;
   std::function<void(const KerasTensor&)> visit = [&](const KerasTensor& k) {
@@ -71,10 +106,15 @@ FunctionalImpl::FunctionalImpl(std::vector<KerasTensor> inputs, std::vector<Kera
     }
     LOCKSTEP_CHECK_AS(InternalError, !active.count(node), "Model: the layer graph has a cycle");
     active.insert(node);
-    Step step{node, {}, 0, k};
+    Step step{node, {}, {}, k};
     for (const KerasTensor& in : node->inputs) visit(in);
     for (const KerasTensor& in : node->inputs) step.input_slots.push_back(slot_of(in));
-    step.output_slot = slot_of(k);
+    const std::set<int>& read = read_outputs.at(node);
+    step.output_slots.assign(static_cast<std::size_t>(*read.rbegin() + 1), -1);
+    for (int i : read) {
+      step.output_slots[static_cast<std::size_t>(i)] =
+          slot_of(KerasTensor(k.node(), i, Shape{}, DType::kFloat32));
+    }
     steps_.push_back(step);
     active.erase(node);
     done.insert(node);
@@ -116,7 +156,9 @@ FunctionalImpl::SlotUse FunctionalImpl::slot_use() {
               std::vector<Step*>(static_cast<std::size_t>(num_slots_), nullptr)};
   for (Step& step : steps_) {
     for (int s : step.input_slots) ++use.readers[static_cast<std::size_t>(s)];
-    use.producer[static_cast<std::size_t>(step.output_slot)] = &step;
+    for (int s : step.output_slots) {
+      if (s >= 0) use.producer[static_cast<std::size_t>(s)] = &step;
+    }
   }
   for (int s : output_slots_) ++use.readers[static_cast<std::size_t>(s)];
   return use;
@@ -137,12 +179,12 @@ void FunctionalImpl::fold_zero_padding() {
     const auto* zero_padding =
         dynamic_cast<const layers::ZeroPadding2DImpl*>(pad.node->layer.get());
     if (zero_padding == nullptr || pad.input_slots.size() != 1 ||
-        use.readers[static_cast<std::size_t>(pad.output_slot)] != 1) {
+        use.readers[static_cast<std::size_t>(pad.output_slot())] != 1) {
       continue;
     }
     const auto reader = std::find_if(
         steps_.begin() + static_cast<std::ptrdiff_t>(i) + 1, steps_.end(), [&](const Step& s) {
-          return std::find(s.input_slots.begin(), s.input_slots.end(), pad.output_slot) !=
+          return std::find(s.input_slots.begin(), s.input_slots.end(), pad.output_slot()) !=
                  s.input_slots.end();
         });
     if (reader == steps_.end() || reader->input_slots.size() != 1 ||
@@ -222,21 +264,51 @@ void FunctionalImpl::move_relu_past_max_pooling() {
 
 std::vector<Tensor> FunctionalImpl::call(const std::vector<Tensor>& inputs,
                                          const CallContext& ctx) {
+  return run(inputs, {}, ctx);
+}
+
+std::vector<Tensor> FunctionalImpl::call_masked(const std::vector<Tensor>& inputs,
+                                                const std::vector<Tensor>& masks,
+                                                const CallContext& ctx) {
+  return run(inputs, masks, ctx);
+}
+
+std::vector<Tensor> FunctionalImpl::compute_mask(const std::vector<Tensor>&,
+                                                 const std::vector<Tensor>&) const {
+  return output_masks_of(this, outputs_.size());
+}
+
+std::vector<Tensor> FunctionalImpl::run(const std::vector<Tensor>& inputs,
+                                        const std::vector<Tensor>& input_masks,
+                                        const CallContext& ctx) {
   LOCKSTEP_CHECK(inputs.size() == inputs_.size(), "model '", name(), "': expected ", inputs_.size(),
                  " inputs, got ", inputs.size());
-  std::vector<Tensor> slots(static_cast<std::size_t>(num_slots_));
+  const auto n = static_cast<std::size_t>(num_slots_);
+  std::vector<Tensor> slots(n), masks(n);
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     check_input(name(), i, inputs_[i], inputs[i]);
     slots[static_cast<std::size_t>(input_slots_[i])] = inputs[i];
+    if (i < input_masks.size()) masks[static_cast<std::size_t>(input_slots_[i])] = input_masks[i];
   }
   CallContext plain = ctx;  // a graph's own folds are for the graph, not its layers
   plain.zero_padding = nullptr;
   plain.relu = nullptr;
   plain.skip_own_relu = false;
   for (const Step& step : steps_) {
+    std::vector<Tensor> in_masks;
+    bool masked = false;
+    for (int s : step.input_slots) {
+      in_masks.push_back(masks[static_cast<std::size_t>(s)]);
+      masked |= in_masks.back().defined();
+    }
+    if (!masked) in_masks.clear();
     if (step.folded) {  // its reader pads, or the layer before applied it
-      slots[static_cast<std::size_t>(step.output_slot)] =
+      slots[static_cast<std::size_t>(step.output_slot())] =
           slots[static_cast<std::size_t>(step.input_slots[0])];
+      if (masked) {
+        masks[static_cast<std::size_t>(step.output_slot())] =
+            step.node->layer->compute_mask({}, in_masks).at(0);
+      }
     } else {
       std::vector<Tensor> args;
       args.reserve(step.input_slots.size());
@@ -245,13 +317,32 @@ std::vector<Tensor> FunctionalImpl::call(const std::vector<Tensor>& inputs,
       if (step.zero_padding) folded.zero_padding = &*step.zero_padding;
       if (step.relu) folded.relu = &*step.relu;
       folded.skip_own_relu = step.skip_own_relu;
-      auto outs = step.node->layer->apply(args, folded);
-      slots[static_cast<std::size_t>(step.output_slot)] = outs.at(0);
+      const LayerImpl& layer = *step.node->layer;
+      const auto outs = step.node->layer->apply(args, in_masks, folded);
+      LOCKSTEP_CHECK(outs.size() >= step.output_slots.size(), layer.class_name(), " '",
+                     layer.name(), "' returned ", outs.size(), " outputs, the graph reads ",
+                     step.output_slots.size());
+      // A layer makes masks from its inputs alone (Embedding, Masking), or
+      // passes or ends those it was given.
+      const std::vector<Tensor> out_masks = layer.compute_mask(args, in_masks);
+      for (std::size_t i = 0; i < step.output_slots.size(); ++i) {
+        const int slot = step.output_slots[i];
+        if (slot < 0) continue;
+        slots[static_cast<std::size_t>(slot)] = outs[i];
+        masks[static_cast<std::size_t>(slot)] = i < out_masks.size() ? out_masks[i] : Tensor();
+      }
     }
-    for (int s : step.last_use_of) slots[static_cast<std::size_t>(s)] = Tensor();
+    for (int s : step.last_use_of) {
+      slots[static_cast<std::size_t>(s)] = Tensor();
+      masks[static_cast<std::size_t>(s)] = Tensor();
+    }
   }
-  std::vector<Tensor> result;
-  for (int s : output_slots_) result.push_back(slots[static_cast<std::size_t>(s)]);
+  std::vector<Tensor> result, out_masks;
+  for (int s : output_slots_) {
+    result.push_back(slots[static_cast<std::size_t>(s)]);
+    out_masks.push_back(masks[static_cast<std::size_t>(s)]);
+  }
+  keep_output_masks(this, std::move(out_masks));
   return result;
 }
 
@@ -289,6 +380,22 @@ void SequentialImpl::add(const Layer& layer) {
 
 std::vector<Tensor> SequentialImpl::call(const std::vector<Tensor>& inputs,
                                          const CallContext& ctx) {
+  return run(inputs, {}, ctx);
+}
+
+std::vector<Tensor> SequentialImpl::call_masked(const std::vector<Tensor>& inputs,
+                                                const std::vector<Tensor>& masks,
+                                                const CallContext& ctx) {
+  return run(inputs, masks, ctx);
+}
+
+std::vector<Tensor> SequentialImpl::compute_mask(const std::vector<Tensor>&,
+                                                 const std::vector<Tensor>&) const {
+  return output_masks_of(this, 1);
+}
+
+std::vector<Tensor> SequentialImpl::run(const std::vector<Tensor>& inputs,
+                                        const std::vector<Tensor>& masks, const CallContext& ctx) {
   LOCKSTEP_CHECK(inputs.size() == 1, "Sequential '", name(), "': expected 1 input, got ",
                  inputs.size());
   LOCKSTEP_CHECK(!layers_.empty(), "Sequential '", name(), "' has no layers; add some with add()");
@@ -301,29 +408,45 @@ std::vector<Tensor> SequentialImpl::call(const std::vector<Tensor>& inputs,
   plain.relu = nullptr;
   plain.skip_own_relu = false;
   Tensor x = inputs[0];
+  Tensor mask = masks.empty() ? Tensor() : masks[0];
+  // Runs layer i on x under `c`, and carries the mask through it.
+  auto step = [&](std::size_t i, const CallContext& c) {
+    LayerImpl& layer = *layers_[i].impl();
+    const std::vector<Tensor> in_masks =
+        mask.defined() ? std::vector<Tensor>{mask} : std::vector<Tensor>{};
+    const Tensor in = x;
+    x = layer.apply({in}, in_masks, c).at(0);
+    mask = layer.compute_mask({in}, in_masks).at(0);
+  };
+  // The mask through a layer a fold does not run.
+  auto pass_mask = [&](std::size_t i) {
+    if (mask.defined()) mask = layers_[i]->compute_mask({x}, {mask}).at(0);
+  };
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const LayerImpl& layer = *layers_[i].impl();
     const LayerImpl* next = i + 1 < layers_.size() ? layers_[i + 1].impl().get() : nullptr;
     if (const auto relu = next ? foldable_relu(layer, *next) : std::nullopt) {
-      x = layers_[i](x, CallContext{plain}.with_relu(&*relu));
-      ++i;
+      step(i, CallContext{plain}.with_relu(&*relu));
+      pass_mask(++i);
       continue;
     }
     if (next && next->commutes_with_relu() && next->compute_dtype() == layer.compute_dtype()) {
       if (const auto relu = layer.plain_relu()) {  // the ReLU layer is not run
-        x = layers_[++i](x, CallContext{plain}.with_relu(&*relu));
+        pass_mask(i);
+        step(++i, CallContext{plain}.with_relu(&*relu));
         continue;
       }
       if (const auto relu = layer.own_relu()) {
         CallContext without = plain;
         without.skip_own_relu = true;
-        x = layers_[i](x, without);
-        x = layers_[++i](x, CallContext{plain}.with_relu(&*relu));
+        step(i, without);
+        step(++i, CallContext{plain}.with_relu(&*relu));
         continue;
       }
     }
-    x = layers_[i](x, plain);
+    step(i, plain);
   }
+  keep_output_masks(this, {mask});
   return {x};
 }
 

@@ -126,7 +126,19 @@ void warn_if_bfloat16_is_emulated() {
 
 }  // namespace
 
+std::vector<Tensor> LayerImpl::compute_mask(const std::vector<Tensor>& inputs,
+                                            const std::vector<Tensor>& masks) const {
+  (void)inputs;
+  if (!supports_masking() || masks.empty()) return {Tensor()};
+  return {masks[0]};
+}
+
 std::vector<Tensor> LayerImpl::apply(const std::vector<Tensor>& inputs, const CallContext& ctx) {
+  return apply(inputs, {}, ctx);
+}
+
+std::vector<Tensor> LayerImpl::apply(const std::vector<Tensor>& inputs,
+                                     const std::vector<Tensor>& masks, const CallContext& ctx) {
   LOCKSTEP_CHECK(!inputs.empty(), class_name_, " '", name_, "': called with no inputs");
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     LOCKSTEP_CHECK(inputs[i].defined(), class_name_, " '", name_, "': input ", i, " is undefined");
@@ -144,12 +156,19 @@ std::vector<Tensor> LayerImpl::apply(const std::vector<Tensor>& inputs, const Ca
     for (const Tensor& t : inputs) cast_any |= is_floating(t.dtype()) && t.dtype() != compute;
   }
   if (compute == DType::kBFloat16) warn_if_bfloat16_is_emulated();
-  if (!cast_any) return call(inputs, ctx);
+  bool masked = false;
+  for (const Tensor& m : masks) masked |= m.defined();
+  LOCKSTEP_CHECK(!masked || masks.size() == inputs.size(), class_name_, " '", name_,
+                 "': ", masks.size(), " masks for ", inputs.size(), " inputs");
+  auto run = [&](const std::vector<Tensor>& x) {
+    return masked ? call_masked(x, masks, ctx) : call(x, ctx);
+  };
+  if (!cast_any) return run(inputs);
   std::vector<Tensor> cast_inputs;
   cast_inputs.reserve(inputs.size());
   for (const Tensor& t : inputs)
     cast_inputs.push_back(is_floating(t.dtype()) && t.dtype() != compute ? cast(t, compute) : t);
-  return call(cast_inputs, ctx);
+  return run(cast_inputs);
 }
 
 void LayerImpl::ensure_built(const std::vector<Shape>& input_shapes) {
@@ -290,24 +309,45 @@ KerasTensor Layer::operator()(const KerasTensor& input) const {
 }
 
 KerasTensor Layer::operator()(const std::vector<KerasTensor>& inputs) const {
+  std::vector<KerasTensor> outs = call_all(inputs);
+  LOCKSTEP_CHECK(outs.size() == 1, impl_->class_name(), " '", impl_->name(), "' returns ",
+                 outs.size(), " outputs; Hint: take them all with call_all(inputs)");
+  return outs[0];
+}
+
+std::vector<KerasTensor> Layer::call_all(const std::vector<KerasTensor>& inputs) const {
   LOCKSTEP_CHECK(defined(), "calling an undefined layer");
-  // Build the layer and learn its output shape by running it on one example
-  // of zeros: the layer's own code is the only shape logic there is.
-  std::vector<Tensor> probes;
+  // Build the layer and learn its output shapes by running it on one
+  // example of zeros: the layer's own code is the only shape logic there
+  // is. Inputs that carry a mask get one of all steps real.
+  std::vector<Tensor> probes, masks;
+  bool masked = false;
   for (const KerasTensor& k : inputs) {
     LOCKSTEP_CHECK(k.defined(), impl_->class_name(), " '", impl_->name(),
                    "': a symbolic input is undefined");
     Shape s{1};
     for (std::int64_t d : k.sample_shape().dims()) s.push_back(d);
     probes.push_back(Tensor::zeros(s, k.dtype()));
+    masks.push_back(k.has_mask() && s.rank() >= 2 ? Tensor::ones({1, s[1]}, DType::kBool)
+                                                  : Tensor());
+    masked |= k.has_mask();
   }
+  if (masked && !impl_->supports_masking()) {
+    log(LogLevel::kWarning, "lockstep: layer '" + impl_->name() + "' (of type " +
+                                impl_->class_name() +
+                                ") was passed an input with a mask attached to it. However, "
+                                "this layer does not support masking and will therefore destroy "
+                                "the mask information. Downstream layers will not see the "
+                                "mask.\n");
+  }
+  std::vector<Tensor> outs, out_masks;
   auto probe = [&] {
     NoGradGuard no_grad;
-    return impl_->apply(probes, {.training = false});
+    outs = impl_->apply(probes, masks, {.training = false});
+    out_masks = impl_->compute_mask(probes, masks);
   };
-  std::vector<Tensor> outs;
   try {
-    outs = probe();
+    probe();
   } catch (const DeviceError&) {
     // Built under a strategy whose replicas are on accelerators: the new
     // weights live there, so the probe runs there too (on the host it may
@@ -318,20 +358,24 @@ KerasTensor Layer::operator()(const std::vector<KerasTensor>& inputs) const {
     }
     if (on == nullptr) throw;
     DeviceScope scope(*on, {.pin_thread = false});
-    outs = probe();
+    probe();
   }
-  LOCKSTEP_CHECK(outs.size() == 1, impl_->class_name(), " '", impl_->name(),
-                 "': symbolic calls support one output, the layer returned ", outs.size());
-  const Tensor& out = outs[0];
-  LOCKSTEP_CHECK_AS(ShapeError, out.rank() >= 1 && out.shape()[0] == 1, impl_->class_name(), " '",
-                    impl_->name(), "' changed the batch dimension (output shape ", out.shape(),
-                    " for a batch of 1)");
-  Shape sample;
-  for (int i = 1; i < out.rank(); ++i) sample.push_back(out.shape()[i]);
+  LOCKSTEP_CHECK(!outs.empty(), impl_->class_name(), " '", impl_->name(), "' returned no output");
   auto node = std::make_shared<KerasTensor::Node>();
   node->layer = impl_;
   node->inputs = inputs;
-  return KerasTensor(node, 0, sample, out.dtype());
+  std::vector<KerasTensor> result;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    const Tensor& out = outs[i];
+    LOCKSTEP_CHECK_AS(ShapeError, out.rank() >= 1 && out.shape()[0] == 1, impl_->class_name(), " '",
+                      impl_->name(), "' changed the batch dimension (output ", i, " of shape ",
+                      out.shape(), " for a batch of 1)");
+    Shape sample;
+    for (int d = 1; d < out.rank(); ++d) sample.push_back(out.shape()[d]);
+    const bool has_mask = i < out_masks.size() && out_masks[i].defined();
+    result.emplace_back(node, static_cast<int>(i), sample, out.dtype(), has_mask);
+  }
+  return result;
 }
 
 KerasTensor Input(const Shape& sample_shape, DType dtype, std::string name) {

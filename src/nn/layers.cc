@@ -9,6 +9,7 @@
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/random.h"
 #include "nn/config_helpers.h"
+#include "nn/masks.h"
 
 namespace lockstep {
 
@@ -196,6 +197,27 @@ PReLU::PReLU(PReLUOptions options) : Layer(std::make_shared<PReLUImpl>(std::move
 SoftmaxImpl::SoftmaxImpl(int axis, std::string name)
     : SingleInputLayerImpl("Softmax", std::move(name)), axis_(axis) {}
 Tensor SoftmaxImpl::call(const Tensor& x, const CallContext&) { return softmax(x, axis_); }
+
+std::vector<Tensor> SoftmaxImpl::call_masked(const std::vector<Tensor>& inputs,
+                                             const std::vector<Tensor>& masks,
+                                             const CallContext& ctx) {
+  const Tensor& x = inputs.at(0);
+  const Tensor& mask = masks.at(0);
+  if (!mask.defined()) return {call(x, ctx)};
+  bool broadcasts = mask.rank() <= x.rank();
+  for (int i = 1; broadcasts && i <= mask.rank(); ++i) {
+    const std::int64_t m = mask.shape()[mask.rank() - i], d = x.shape()[x.rank() - i];
+    broadcasts = m == 1 || m == d;
+  }
+  LOCKSTEP_CHECK_AS(ShapeError, broadcasts, "Softmax '", name(), "': the mask ", mask.shape(),
+                    " must broadcast to the input ", x.shape(),
+                    " (each of its dimensions, from the right, 1 or the input's)");
+  // Keras's: masked positions at -1e9 before, zeroed after (an all-masked
+  // row gives zeros, not a uniform distribution).
+  const Tensor keep = nn_detail::as_mask(mask);
+  const Tensor p = softmax(where(keep, x, Tensor::full({}, -1e9, x.dtype())), axis_);
+  return {where(keep, p, Tensor::zeros({}, p.dtype()))};
+}
 LayerConfig SoftmaxImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
   c.set("axis", std::int64_t{axis_});
@@ -301,6 +323,55 @@ const char* merge_class(ElementwiseMergeImpl::Kind kind) {
 
 ElementwiseMergeImpl::ElementwiseMergeImpl(Kind kind, std::string name)
     : LayerImpl(merge_class(kind), std::move(name)), kind_(kind) {}
+namespace {
+
+// Keras's merge layers: the union of the masks when every input has one.
+std::vector<Tensor> merged_mask(const std::vector<Tensor>& masks) {
+  if (masks.empty()) return {Tensor()};
+  Tensor out = masks[0];
+  for (std::size_t i = 1; i < masks.size() && out.defined(); ++i)
+    out = masks[i].defined() ? nn_detail::mask_or(out, masks[i]) : Tensor();
+  return {out};
+}
+
+}  // namespace
+
+std::vector<Tensor> AddImpl::compute_mask(const std::vector<Tensor>&,
+                                          const std::vector<Tensor>& masks) const {
+  return merged_mask(masks);
+}
+
+std::vector<Tensor> ElementwiseMergeImpl::compute_mask(const std::vector<Tensor>&,
+                                                       const std::vector<Tensor>& masks) const {
+  return merged_mask(masks);
+}
+
+std::vector<Tensor> ElementwiseMergeImpl::call_masked(const std::vector<Tensor>& inputs,
+                                                      const std::vector<Tensor>& masks,
+                                                      const CallContext& ctx) {
+  if (kind_ != Kind::kMaximum && kind_ != Kind::kMinimum) return call(inputs, ctx);
+  // Keras's Maximum and Minimum: where an input is masked it takes the
+  // running result's value, and where the result is masked the input's, so
+  // a masked position never wins the comparison (when the other is real).
+  call(inputs, ctx);  // the checks
+  auto expanded = [&](const Tensor& m, const Tensor& x) {
+    std::vector<std::int64_t> dims = m.shape().to_vector();
+    while (static_cast<int>(dims.size()) < x.rank()) dims.push_back(1);
+    return reshape(nn_detail::as_mask(m), dims);
+  };
+  Tensor out = inputs[0];
+  Tensor out_mask = masks[0].defined() ? expanded(masks[0], out) : Tensor();
+  for (std::size_t i = 1; i < inputs.size(); ++i) {
+    Tensor x = inputs[i];
+    const Tensor m = masks[i].defined() ? expanded(masks[i], x) : Tensor();
+    if (m.defined()) x = where(m, x, out);
+    if (out_mask.defined()) out = where(out_mask, out, x);
+    out_mask = m.defined() && out_mask.defined() ? nn_detail::mask_or(out_mask, m) : Tensor();
+    out = kind_ == Kind::kMaximum ? maximum(out, x) : minimum(out, x);
+  }
+  return {out};
+}
+
 std::vector<Tensor> ElementwiseMergeImpl::call(const std::vector<Tensor>& inputs,
                                                const CallContext&) {
   if (kind_ == Kind::kSubtract) {
@@ -354,6 +425,28 @@ Minimum::Minimum(std::string name)
 
 ConcatenateImpl::ConcatenateImpl(int axis, std::string name)
     : LayerImpl("Concatenate", std::move(name)), axis_(axis) {}
+std::vector<Tensor> ConcatenateImpl::compute_mask(const std::vector<Tensor>& inputs,
+                                                  const std::vector<Tensor>& masks) const {
+  bool any = false;
+  for (const Tensor& m : masks) any |= m.defined();
+  if (!any) return {Tensor()};
+  // Keras's: each input's mask over its whole shape (all true without one,
+  // a step mask repeated over the features), joined along the axis, then
+  // true where any of the last axis is.
+  std::vector<Tensor> full;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    Tensor m = masks[i].defined() ? nn_detail::mask_values(masks[i]) : Tensor::ones(x.shape());
+    if (m.rank() < x.rank()) {
+      std::vector<std::int64_t> dims = m.shape().to_vector();
+      while (static_cast<int>(dims.size()) < x.rank()) dims.push_back(1);
+      m = reshape(m, dims) * Tensor::ones(x.shape());
+    }
+    full.push_back(m);
+  }
+  return {nn_detail::mask_any(concat(full, axis_), -1)};
+}
+
 std::vector<Tensor> ConcatenateImpl::call(const std::vector<Tensor>& inputs, const CallContext&) {
   LOCKSTEP_CHECK(inputs.size() >= 2, "Concatenate '", this->name(),
                  "': expected at least 2 inputs, got ", inputs.size());
@@ -613,16 +706,63 @@ Tensor EmbeddingImpl::call(const Tensor& ids, const CallContext&) {
   }
 }
 
+std::vector<Tensor> EmbeddingImpl::compute_mask(const std::vector<Tensor>& inputs,
+                                                const std::vector<Tensor>&) const {
+  if (!options_.mask_zero) return {Tensor()};
+  const Tensor& ids = inputs.at(0);
+  return {not_equal(ids, Tensor::zeros({}, ids.dtype()))};
+}
+
 LayerConfig EmbeddingImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
   c.set("input_dim", input_dim_);
   c.set("output_dim", output_dim_);
   put_regularizer(c, "embeddings_regularizer", options_.embeddings_regularizer);
+  c.set("mask_zero", options_.mask_zero);
   return c;
 }
 
 Embedding::Embedding(std::int64_t input_dim, std::int64_t output_dim, EmbeddingOptions options)
     : Layer(std::make_shared<EmbeddingImpl>(input_dim, output_dim, std::move(options))) {}
+
+// ---- Masking ---------------------------------------------------------------------------
+
+MaskingImpl::MaskingImpl(double mask_value, std::string name)
+    : SingleInputLayerImpl("Masking", std::move(name)), mask_value_(mask_value) {}
+
+namespace {
+
+// [batch, steps, 1]: true where some feature differs from `value`.
+Tensor real_steps(const Tensor& x, double value, const std::string& name) {
+  LOCKSTEP_CHECK_AS(ShapeError, x.rank() >= 3, "Masking '", name,
+                    "': expected sequences [batch, steps, features], got ", x.shape());
+  const Tensor differs = not_equal(x, Tensor::full({}, value, x.dtype()));
+  return nn_detail::as_mask(
+      max(nn_detail::mask_values(differs), {.axes = {x.rank() - 1}, .keepdims = true}));
+}
+
+}  // namespace
+
+Tensor MaskingImpl::call(const Tensor& x, const CallContext&) {
+  return where(real_steps(x, mask_value_, name()), x, Tensor::zeros({}, x.dtype()));
+}
+
+std::vector<Tensor> MaskingImpl::compute_mask(const std::vector<Tensor>& inputs,
+                                              const std::vector<Tensor>&) const {
+  const Tensor& x = inputs.at(0);
+  std::vector<std::int64_t> dims = x.shape().to_vector();
+  dims.pop_back();
+  return {reshape(real_steps(x, mask_value_, name()), dims)};
+}
+
+LayerConfig MaskingImpl::get_config() const {
+  LayerConfig c = LayerImpl::get_config();
+  c.set("mask_value", mask_value_);
+  return c;
+}
+
+Masking::Masking(double mask_value, std::string name)
+    : Layer(std::make_shared<MaskingImpl>(mask_value, std::move(name))) {}
 
 }  // namespace layers
 }  // namespace lockstep

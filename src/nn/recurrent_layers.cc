@@ -102,7 +102,23 @@ Tensor RecurrentImpl::mask(const Shape& shape, float rate) {
   return cast(greater_equal(u, Tensor::scalar(rate)), DType::kFloat32) * (1.0f / (1.0f - rate));
 }
 
-Tensor RecurrentImpl::call(const Tensor& x_in, const CallContext& ctx) {
+Tensor RecurrentImpl::call(const Tensor& x, const CallContext& ctx) {
+  return run(x, Tensor(), ctx);
+}
+
+std::vector<Tensor> RecurrentImpl::call_masked(const std::vector<Tensor>& inputs,
+                                               const std::vector<Tensor>& masks,
+                                               const CallContext& ctx) {
+  return {run(inputs.at(0), masks.at(0), ctx)};
+}
+
+std::vector<Tensor> RecurrentImpl::compute_mask(const std::vector<Tensor>&,
+                                                const std::vector<Tensor>& masks) const {
+  if (!options_.return_sequences || masks.empty()) return {Tensor()};
+  return {masks[0]};
+}
+
+Tensor RecurrentImpl::run(const Tensor& x_in, const Tensor& sequence_mask, const CallContext& ctx) {
   LOCKSTEP_CHECK_AS(ShapeError, x_in.rank() == 3, class_name_text(),
                     ": expected sequences [batch, steps, features], got ", x_in.shape());
   const std::int64_t batch = x_in.shape()[0], steps = x_in.shape()[1], features = x_in.shape()[2];
@@ -148,7 +164,9 @@ Tensor RecurrentImpl::call(const Tensor& x_in, const CallContext& ctx) {
       .activation = recurrent_activation(options_.activation, class_name_text()),
       .recurrent_activation =
           recurrent_activation(options_.recurrent_activation, class_name_text()),
-      .go_backwards = options_.go_backwards};
+      .go_backwards = options_.go_backwards,
+      .mask = sequence_mask,
+      .zero_output_for_mask = options_.zero_output_for_mask};
   if (recurrent_dropping) {
     std::vector<Tensor> masks;
     for (std::int64_t k = 0; k < g; ++k)
@@ -176,6 +194,7 @@ LayerConfig RecurrentImpl::get_config() const {
   c.set("go_backwards", options_.go_backwards);
   c.set("stateful", false);
   c.set("unroll", options_.unroll);
+  c.set("zero_output_for_mask", options_.zero_output_for_mask);
   c.set("units", units_);
   c.set("activation", options_.activation.empty() ? std::string("linear") : options_.activation);
   if (class_name() != "SimpleRNN") c.set("recurrent_activation", options_.recurrent_activation);
@@ -253,13 +272,36 @@ BidirectionalImpl::BidirectionalImpl(const Layer& layer, BidirectionalOptions op
   LOCKSTEP_CHECK(forward_->options().go_backwards != backward_->options().go_backwards,
                  "Bidirectional '", name(),
                  "': the forward and backward layers must differ in go_backwards");
+  // As Keras: under a mask, both return zeros at masked steps when they
+  // return sequences.
+  forward_->set_zero_output_for_mask(forward_->options().return_sequences);
+  backward_->set_zero_output_for_mask(backward_->options().return_sequences);
   track_impl(forward_, "forward_layer");
   track_impl(backward_, "backward_layer");
 }
 
 Tensor BidirectionalImpl::call(const Tensor& x, const CallContext& ctx) {
-  const Tensor y = forward_->apply({x}, ctx).at(0);
-  Tensor y_rev = backward_->apply({x}, ctx).at(0);
+  return run(x, Tensor(), ctx);
+}
+
+std::vector<Tensor> BidirectionalImpl::call_masked(const std::vector<Tensor>& inputs,
+                                                   const std::vector<Tensor>& masks,
+                                                   const CallContext& ctx) {
+  return {run(inputs.at(0), masks.at(0), ctx)};
+}
+
+std::vector<Tensor> BidirectionalImpl::compute_mask(const std::vector<Tensor>&,
+                                                    const std::vector<Tensor>& masks) const {
+  if (!forward_->options().return_sequences || masks.empty()) return {Tensor()};
+  return {masks[0]};
+}
+
+Tensor BidirectionalImpl::run(const Tensor& x, const Tensor& sequence_mask,
+                              const CallContext& ctx) {
+  const std::vector<Tensor> masks =
+      sequence_mask.defined() ? std::vector<Tensor>{sequence_mask} : std::vector<Tensor>{};
+  const Tensor y = forward_->apply({x}, masks, ctx).at(0);
+  Tensor y_rev = backward_->apply({x}, masks, ctx).at(0);
   if (forward_->options().return_sequences) {  // back in time order
     const std::int64_t steps = y_rev.shape()[1];
     std::vector<std::int64_t> order(static_cast<std::size_t>(steps));

@@ -5,6 +5,7 @@
 #include "lockstep/nn/activations.h"
 #include "lockstep/tensor/ops.h"
 #include "nn/config_helpers.h"
+#include "nn/masks.h"
 
 namespace lockstep::layers {
 
@@ -144,6 +145,20 @@ Tensor GlobalPooling1DImpl::call(const Tensor& x, const CallContext&) {
   check_sequence_input(x.shape(), *this);
   const ReduceOptions over_steps{.axes = {1}, .keepdims = options_.keepdims};
   return max_ ? max(x, over_steps) : mean(x, over_steps);
+}
+
+std::vector<Tensor> GlobalPooling1DImpl::call_masked(const std::vector<Tensor>& inputs,
+                                                     const std::vector<Tensor>& masks,
+                                                     const CallContext& ctx) {
+  const Tensor& x = inputs.at(0);
+  if (max_ || !masks.at(0).defined()) return {call(x, ctx)};
+  check_sequence_input(x.shape(), *this);
+  // Keras's: the sum of the real steps over their count.
+  const Shape& s = x.shape();
+  const Tensor keep = reshape(nn_detail::as_mask(masks[0]), {s[0], s[1], 1});
+  const ReduceOptions over_steps{.axes = {1}, .keepdims = options_.keepdims};
+  const Tensor total = sum(where(keep, x, Tensor::zeros({}, x.dtype())), over_steps);
+  return {total / sum(nn_detail::mask_values(keep, x.dtype()), over_steps)};
 }
 
 LayerConfig GlobalPooling1DImpl::get_config() const {

@@ -233,7 +233,6 @@ const std::map<std::string, json>& fixed_settings() {
                                                     {"sparse", false},
                                                     {"ragged", false},
                                                     {"optional", false},
-                                                    {"mask_zero", false},
                                                     {"use_cudnn", "auto"},
                                                     {"use_gate", false},
                                                     {"activity_regularizer", nullptr},
@@ -244,10 +243,7 @@ const std::map<std::string, json>& fixed_settings() {
 // Settings with no effect here whatever their value, because another
 // setting switches them off (renorm_momentum without renorm).
 const std::set<std::string>& inert_settings() {
-  // zero_output_for_mask: what a recurrent layer outputs at masked steps,
-  // and Lockstep's layers take no masks yet.
-  static const std::set<std::string> s = {"renorm_momentum", "renorm_clipping", "input_length",
-                                          "zero_output_for_mask"};
+  static const std::set<std::string> s = {"renorm_momentum", "renorm_clipping", "input_length"};
   return s;
 }
 
@@ -509,6 +505,15 @@ bool takes_positional_inputs(const LayerImpl& layer) {
   return dynamic_cast<const layers::MultiHeadAttentionImpl*>(&layer) != nullptr;
 }
 
+// Whether Keras must call this layer with use_causal_mask=True.
+bool causal_attention(const LayerImpl& layer) {
+  if (const auto* mha = dynamic_cast<const layers::MultiHeadAttentionImpl*>(&layer))
+    return mha->use_causal_mask();
+  if (const auto* att = dynamic_cast<const layers::AttentionImpl*>(&layer))
+    return att->use_causal_mask();
+  return false;
+}
+
 json leaf_entry(const LayerImpl& layer, const json& build_shape) {
   const bool builtin = is_builtin_layer_class(layer.class_name());
   json config = leaf_config(layer);
@@ -606,7 +611,9 @@ json functional_config(const FunctionalImpl& f) {
         for (const KerasTensor& k : node->inputs) list.push_back(tensor(k));
         args.push_back(list);
       }
-      entry["inbound_nodes"].push_back({{"args", args}, {"kwargs", json::object()}});
+      json kwargs = json::object();
+      if (causal_attention(*layer)) kwargs["use_causal_mask"] = true;
+      entry["inbound_nodes"].push_back({{"args", args}, {"kwargs", kwargs}});
     }
     layers.push_back(entry);
   }
@@ -669,8 +676,24 @@ Ref read_ref(const json& r, const std::string& where) {
   return {r[0].get<std::string>(), r[1].get<std::size_t>(), r[2].get<std::size_t>()};
 }
 
+// The call arguments besides tensors that Lockstep's layers take:
+// use_causal_mask, which MultiHeadAttention and Attention hold as a setting.
+struct CallArguments {
+  std::optional<bool> use_causal_mask{};
+  // The operations that made the masks the call passes: Keras 3 records
+  // the mask it propagated to a layer (made by not_equal, any, ... ops
+  // that are not layers of the model), which Lockstep's graph propagates
+  // itself. A mask from a layer of the model was passed by hand.
+  std::vector<std::string> mask_sources{};
+};
+
+bool is_mask_argument(const std::string& key) {
+  return key == "mask" || key == "query_mask" || key == "value_mask" || key == "key_mask";
+}
+
 // The references of one inbound node, in argument order.
-std::vector<Ref> node_refs(const json& node, const std::string& where) {
+std::vector<Ref> node_refs(const json& node, const std::string& where,
+                           CallArguments* arguments = nullptr) {
   std::vector<Ref> refs;
   if (node.is_object()) {  // Keras 3: {"args": [...], "kwargs": {...}}
     std::function<void(const json&)> collect = [&](const json& a) {
@@ -689,6 +712,16 @@ std::vector<Ref> node_refs(const json& node, const std::string& where) {
     // (functional.py, operation_fn) — as every Lockstep call passes one.
     const json kwargs = node.value("kwargs", json::object());
     for (const auto& [k, v] : kwargs.items()) {
+      if (k == "use_causal_mask" && v.is_boolean() && arguments != nullptr) {
+        arguments->use_causal_mask = v.get<bool>();
+        continue;
+      }
+      if (is_mask_argument(k) && v.is_object() &&
+          v.value("class_name", std::string()) == "__keras_tensor__" && arguments != nullptr) {
+        arguments->mask_sources.push_back(
+            read_ref(v.at("config").at("keras_history"), where).layer);
+        continue;
+      }
       LOCKSTEP_CHECK(v.is_null() || (k == "training" && v.is_boolean()), where,
                      ": the call passes ", k, " = ", v.dump(),
                      ", which Lockstep's graphs do not take");
@@ -736,6 +769,27 @@ DType input_dtype_of(const json& config) {
   return dtype_from_name(d.value("config", json::object()).value("name", std::string("float32")));
 }
 
+// A call's use_causal_mask, which Lockstep's attention layers hold for
+// every call: a layer called with and without it is refused.
+void set_use_causal_mask(LayerImpl& layer, bool causal, std::size_t call,
+                         const std::string& where) {
+  bool was = false;
+  if (auto* mha = dynamic_cast<layers::MultiHeadAttentionImpl*>(&layer)) {
+    was = mha->use_causal_mask();
+    mha->set_use_causal_mask(causal);
+  } else if (auto* att = dynamic_cast<layers::AttentionImpl*>(&layer)) {
+    was = att->use_causal_mask();
+    att->set_use_causal_mask(causal);
+  } else {
+    detail::throw_error<ValueError>(where,
+                                    ": the call passes use_causal_mask, which only "
+                                    "MultiHeadAttention and Attention take");
+  }
+  LOCKSTEP_CHECK(call == 0 || was == causal, where, ": call ", call,
+                 " passes use_causal_mask = ", causal, " and an earlier call ", was,
+                 "; Lockstep's attention layers are causal in every call or in none");
+}
+
 Model functional_from_config(const json& config, const std::string& where) {
   const std::string name = config.value("name", std::string());
   std::map<std::string, std::vector<KerasTensor>> outputs_of;  // layer -> output of each call
@@ -746,12 +800,22 @@ Model functional_from_config(const json& config, const std::string& where) {
     std::size_t done = 0;
   };
   std::vector<Pending> pending;
+  // Keras 3 lists the operations that made the masks it passed to layers
+  // (NotEqual, Any, LogicalOr, ConvertToTensor from keras.src.ops) among
+  // the layers. Lockstep's graph makes those masks itself: the operations
+  // are skipped, and only a layer reading one as an input is refused.
+  std::map<std::string, std::string> operations;  // name -> class
   for (const json& entry : config.at("layers")) {
     const json layer_config = entry.value("config", json::object());
     const std::string lname = entry.contains("name") ? entry["name"].get<std::string>()
                                                      : layer_config.value("name", std::string());
     const std::string at = where + ": layer '" + lname + "'";
     const std::string cls = entry_class(entry);
+    const std::string module = entry.value("module", std::string());
+    if (module.rfind("keras.src.ops.", 0) == 0 || module.rfind("keras.ops.", 0) == 0) {
+      operations[lname] = cls;
+      continue;
+    }
     if (cls == "InputLayer") {
       outputs_of[lname].push_back(
           Input(input_shape_of(layer_config, at), input_dtype_of(layer_config), lname));
@@ -777,7 +841,25 @@ Model functional_from_config(const json& config, const std::string& where) {
         const std::string at = where + ": layer '" + p.name + "'";
         std::vector<KerasTensor> args;
         bool ok = true;
-        for (const Ref& r : node_refs(p.nodes[p.done], at)) {
+        CallArguments call_arguments;
+        const std::vector<Ref> refs = node_refs(p.nodes[p.done], at, &call_arguments);
+        if (call_arguments.use_causal_mask)
+          set_use_causal_mask(*p.layer.impl(), *call_arguments.use_causal_mask, p.done, at);
+        for (const std::string& source : call_arguments.mask_sources) {
+          LOCKSTEP_CHECK(!outputs_of.contains(source) &&
+                             std::none_of(pending.begin(), pending.end(),
+                                          [&](const Pending& q) { return q.name == source; }),
+                         at, ": the call passes a mask made by layer '", source,
+                         "'; Lockstep's graphs carry the masks their layers make (Embedding with "
+                         "mask_zero, Masking), not masks passed by hand");
+        }
+        for (const Ref& r : refs) {
+          if (auto op = operations.find(r.layer); op != operations.end()) {
+            detail::throw_error<ValueError>(
+                at, ": reads the result of Keras operation '", r.layer, "' (", op->second,
+                "), which Lockstep builds no layer for; Hint: write it as a layer (a Lambda "
+                "needs a registered C++ layer, lockstep::register_layer)");
+          }
           LOCKSTEP_CHECK(r.tensor == 0, at, ": reads output ", r.tensor, " of '", r.layer,
                          "'; Lockstep's layers have one output");
           args.push_back(resolve(r, ok));

@@ -314,6 +314,17 @@ LossParts compute_losses(const Model::TrainState& s, const LayerImpl& net,
                          const std::vector<Tensor>& y_pred) {
   LOCKSTEP_CHECK(y.size() == y_pred.size(), "the model has ", y_pred.size(), " outputs but ",
                  y.size(), " targets were given; pass one target per output");
+  // Keras weights an output's loss and metrics by the mask it carries (a
+  // sequence output under Embedding(mask_zero=True)); Lockstep does not
+  // yet, and says so rather than count the padding.
+  const std::vector<Tensor> output_masks = net.compute_mask({}, {});
+  for (std::size_t i = 0; i < output_masks.size(); ++i) {
+    LOCKSTEP_CHECK(!output_masks[i].defined(), "model '", net.name(), "': output ", i,
+                   " carries a Keras mask (padding steps from Embedding(mask_zero=True) or "
+                   "Masking), which Keras applies to the loss and metrics and Lockstep does not "
+                   "yet. Hint: end the mask before the output (a recurrent layer without "
+                   "return_sequences, or GlobalAveragePooling1D, which averages the real steps)");
+  }
   const bool scaled = ctx && ctx->num_replicas_in_sync() > 1 && ctx->global_batch_size() > 0;
   LossParts parts;
   for (std::size_t i = 0; i < y.size(); ++i) {

@@ -137,8 +137,7 @@ Model fit_checking_replicas(const Strategy& strategy, const std::function<Model(
   return model;
 }
 
-void check_equivalence(const std::function<Model()>& make, const Shape& example) {
-  auto [x, y] = data(20 * 24, example, 3);
+void check_equivalence_on(const std::function<Model()>& make, const Tensor& x, const Tensor& y) {
   Model single = make();
   single.fit(x, y, {.batch_size = 24, .epochs = 1, .verbose = 0, .shuffle = false});
   const auto want = weights(single);
@@ -151,6 +150,11 @@ void check_equivalence(const std::function<Model()>& make, const Shape& example)
     Model model = fit_checking_replicas(with_replicas(n, bytes_per_pack), make, x, y);
     expect_close(want, weights(model), 1e-5, what);
   }
+}
+
+void check_equivalence(const std::function<Model()>& make, const Shape& example) {
+  auto [x, y] = data(20 * 24, example, 3);
+  check_equivalence_on(make, x, y);
 }
 
 // Two devices of the fake accelerator (the GPU's rules on host memory):
@@ -218,6 +222,52 @@ TEST(MirroredStrategy, SequenceModelsOnNReplicasTrainLikeOneDevice) {
                         optimizers::SGD({.learning_rate = 0.1}));
       },
       {5, 4});
+}
+
+// Keras masks under replicas (the replicas run one model from their own
+// threads, each with its share's masks): token sequences padded with 0
+// through Embedding(mask_zero=True), an LSTM and a Bidirectional GRU that
+// skip the padding, and self-attention that ignores it, pooled over the
+// real steps.
+TEST(MirroredStrategy, MaskedSequenceModelsOnNReplicasTrainLikeOneDevice) {
+  const std::int64_t n = 20 * 24, steps = 6;
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(n * steps));
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t length = 2 + i % 5;  // 2..6 real steps, then padding
+    for (std::int64_t t = 0; t < steps; ++t)
+      ids[static_cast<std::size_t>(i * steps + t)] =
+          t < length ? static_cast<std::int32_t>(1 + (i * 13 + t * 7) % 29) : 0;
+    labels[static_cast<std::size_t>(i)] = (i * 7) % 10;
+  }
+  const Tensor x = Tensor::from_vector(ids, {n, steps}), y = Tensor::from_vector(labels);
+  auto compiled = [](const KerasTensor& in, const KerasTensor& out, Optimizer optimizer) {
+    Model m(in, out);
+    m.compile({.optimizer = std::move(optimizer),
+               .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+    return m;
+  };
+  check_equivalence_on(
+      [&] {
+        set_random_seed(7);
+        auto in = Input({steps}, DType::kInt32);
+        auto h = layers::Embedding(30, 4, {.mask_zero = true})(in);
+        h = layers::LSTM(5, {.return_sequences = true})(h);
+        h = layers::Bidirectional(layers::GRU(3))(h);
+        return compiled(in, layers::Dense(10)(h), optimizers::Adam({.learning_rate = 0.01}));
+      },
+      x, y);
+  check_equivalence_on(
+      [&] {
+        set_random_seed(7);
+        auto in = Input({steps}, DType::kInt32);
+        auto e = layers::Embedding(30, 4, {.mask_zero = true})(in);
+        auto a = layers::MultiHeadAttention(2, 3)({e, e});
+        auto h = layers::LayerNormalization()(layers::Add()({e, a}));
+        return compiled(in, layers::Dense(10)(layers::GlobalAveragePooling1D()(h)),
+                        optimizers::SGD({.learning_rate = 0.1}));
+      },
+      x, y);
 }
 
 // Mixed precision under MirroredStrategy: replicas stay bitwise identical

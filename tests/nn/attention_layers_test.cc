@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "lockstep/lockstep.h"
 #include "support/reference.h"
@@ -81,8 +82,11 @@ TEST(AttentionLayers, EinsumDenseRefusesWhatItCannotRun) {
 }
 
 // Keras's attention from the layer's own weights, in float64.
+// Which value steps query step i of example n sees (all when empty).
+using Visible = std::function<bool(std::int64_t n, std::int64_t i, std::int64_t j)>;
+
 Ref ref_attention(const Ref& query, const Ref& value, const Ref& key,
-                  const layers::MultiHeadAttentionImpl& mha) {
+                  const layers::MultiHeadAttentionImpl& mha, const Visible& visible = {}) {
   auto weights = mha.weights();  // q, k, v, out: kernel and bias each
   auto w = [&](std::size_t i) { return to_ref(weights[i].value()); };
   const Ref q = ref_project(query, w(0), w(1)), k = ref_project(key, w(2), w(3)),
@@ -105,7 +109,10 @@ Ref ref_attention(const Ref& query, const Ref& value, const Ref& key,
           top = std::max(top, dot);
         }
         double total = 0;
-        for (double& e : scores) total += (e = std::exp(e - top));
+        for (std::int64_t j = 0; j < s; ++j) {
+          double& e = scores[static_cast<std::size_t>(j)];
+          total += (e = visible && !visible(n, i, j) ? 0.0 : std::exp(e - top));
+        }
         for (std::int64_t c = 0; c < vd; ++c) {
           double o = 0;
           for (std::int64_t j = 0; j < s; ++j)
@@ -150,6 +157,94 @@ TEST(AttentionLayers, MultiHeadAttentionIsKerasAttentionWithItsGradients) {
         return ref_attention(in[0], in[0], in[0], *self.operator->());
       },
       {query});
+}
+
+// Keras masks: the value's mask hides value steps from every query, the
+// query's and the causal mask hide more; the gradients reach only what is
+// seen. The mask the output carries is the query's.
+TEST(AttentionLayers, MultiHeadAttentionHonoursMasksWithItsGradients) {
+  std::mt19937 rng(9);
+  const Ref query = random_ref({2, 4, 3}, rng), value = random_ref({2, 5, 3}, rng);
+  // Example 0 has 3 real value steps, example 1 all 5 but the second.
+  const std::vector<std::uint8_t> value_real{1, 1, 1, 0, 0, 1, 0, 1, 1, 1};
+  const Tensor value_mask = cast(Tensor::from_vector(value_real, {2, 5}), DType::kBool);
+  const Tensor query_mask = Tensor::ones({2, 4}, DType::kBool);
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "use_causal_mask" : "masks");
+    layers::MultiHeadAttention mha(2, 3, {.use_causal_mask = causal});
+    (void)mha({to_tensor(query), to_tensor(value)});  // builds it: the reference reads its weights
+    check_gradients(
+        "masked attention",
+        [&](const std::vector<Tensor>& in) {
+          return mha->apply({in[0], in[1]}, {query_mask, value_mask}, {}).at(0);
+        },
+        [&](const std::vector<Ref>& in) {
+          return ref_attention(in[0], in[1], in[1], *mha.operator->(),
+                               [&](std::int64_t n, std::int64_t i, std::int64_t j) {
+                                 const bool real = value_real[static_cast<std::size_t>(n * 5 + j)];
+                                 return real && (!causal || j <= i);
+                               });
+        },
+        {query, value});
+  }
+}
+
+// keras.layers.Attention: softmax(q·kᵀ · scale) · v, the value's mask
+// lowering hidden scores by 1e9, the query's zeroing the output's rows;
+// and the additive score Σ tanh(q + k) · weight. Gradients for every input.
+TEST(AttentionLayers, AttentionIsKerasDotAndAdditiveAttentionWithItsGradients) {
+  std::mt19937 rng(13);
+  const Ref q = random_ref({2, 3, 4}, rng), v = random_ref({2, 5, 2}, rng),
+            k = random_ref({2, 5, 4}, rng);
+  const std::vector<std::uint8_t> value_real{1, 1, 0, 1, 0, 1, 1, 1, 1, 1};
+  const std::vector<std::uint8_t> query_real{1, 1, 0, 1, 1, 1};
+  const Tensor value_mask = cast(Tensor::from_vector(value_real, {2, 5}), DType::kBool);
+  const Tensor query_mask = cast(Tensor::from_vector(query_real, {2, 3}), DType::kBool);
+  for (const char* mode : {"dot", "concat"}) {
+    SCOPED_TRACE(mode);
+    layers::Attention att({.use_scale = true, .score_mode = mode});
+    (void)att({to_tensor(q), to_tensor(v), to_tensor(k)});
+    ASSERT_EQ(att.weights().size(), std::string(mode) == "dot" ? 1u : 2u);
+    att.weights()[0].assign(Tensor::scalar(0.7f));  // the scale
+    const double scale = 0.7, weight = 1.0;
+    check_gradients(
+        "attention",
+        [&](const std::vector<Tensor>& in) {
+          return att->apply(in, {query_mask, value_mask, Tensor()}, {}).at(0);
+        },
+        [&](const std::vector<Ref>& in) {
+          const Ref &qq = in[0], &vv = in[1], &kk = in[2];
+          Ref out({2, 3, 2});
+          for (std::int64_t n = 0; n < 2; ++n) {
+            for (std::int64_t i = 0; i < 3; ++i) {
+              std::vector<double> e(5);
+              double top = -1e300, total = 0;
+              for (std::int64_t j = 0; j < 5; ++j) {
+                double score = 0;
+                for (std::int64_t c = 0; c < 4; ++c) {
+                  const double a = qq[(n * 3 + i) * 4 + c], b = kk[(n * 5 + j) * 4 + c];
+                  score += std::string(mode) == "dot" ? a * b : std::tanh(scale * (a + b));
+                }
+                score *= std::string(mode) == "dot" ? scale : weight;
+                if (!value_real[static_cast<std::size_t>(n * 5 + j)]) score -= 1e9;
+                e[static_cast<std::size_t>(j)] = score;
+                top = std::max(top, score);
+              }
+              for (double& x : e) total += (x = std::exp(x - top));
+              for (std::int64_t c = 0; c < 2; ++c) {
+                double o = 0;
+                for (std::int64_t j = 0; j < 5; ++j)
+                  o += e[static_cast<std::size_t>(j)] / total * vv[(n * 5 + j) * 2 + c];
+                out[(n * 3 + i) * 2 + c] = query_real[static_cast<std::size_t>(n * 3 + i)] ? o : 0;
+              }
+            }
+          }
+          return out;
+        },
+        {q, v, k});
+    EXPECT_EQ(att->compute_mask({}, {query_mask, value_mask, Tensor()}).at(0).to_vector<bool>(),
+              query_mask.to_vector<bool>());
+  }
 }
 
 TEST(AttentionLayers, AttentionDropoutActsInTrainingOnly) {

@@ -38,9 +38,12 @@ enum class Cell { kSimple, kLstm, kGru, kGruResetBefore };
 std::int64_t gates_of(Cell c) { return c == Cell::kSimple ? 1 : c == Cell::kLstm ? 4 : 3; }
 
 // Keras's cells, step by step: xw [b, t, gates·u], kernel [u, gates·u],
-// bias [gates·u] (GRU reset_after) or empty, masks [gates, b, u] or empty.
+// bias [gates·u] (GRU reset_after) or empty, masks [gates, b, u] or empty;
+// `steps_real` [b · t] (1 real, 0 masked) or empty: Keras's backend rnn
+// keeps the states at a masked step and outputs the last output there, or
+// zeros with o.zero_output_for_mask.
 Ref ref_sequence(Cell cell, const Ref& xw, const Ref& kernel, const Ref& bias, const Ref& masks,
-                 const RecurrentOptions& o) {
+                 const RecurrentOptions& o, const std::vector<int>& steps_real = {}) {
   const std::int64_t b = xw.dims[0], steps = xw.dims[1], u = kernel.dims[0];
   const std::int64_t g = gates_of(cell), w = g * u;
   Ref out({b, steps, u});
@@ -48,6 +51,9 @@ Ref ref_sequence(Cell cell, const Ref& xw, const Ref& kernel, const Ref& bias, c
     std::vector<double> h(static_cast<std::size_t>(u), 0.0), c(h);
     for (std::int64_t s = 0; s < steps; ++s) {
       const std::int64_t t = o.go_backwards ? steps - 1 - s : s;
+      const bool real =
+          steps_real.empty() || steps_real[static_cast<std::size_t>(n * steps + t)] != 0;
+      const std::vector<double> h_before = h, c_before = c;
       auto read = [&](std::int64_t gate, std::int64_t k) {
         const double m = masks.size() > 0 ? masks[(gate * b + n) * u + k] : 1.0;
         return h[static_cast<std::size_t>(k)] * m;
@@ -108,8 +114,14 @@ Ref ref_sequence(Cell cell, const Ref& xw, const Ref& kernel, const Ref& bias, c
         }
       }
       h = next;
-      for (std::int64_t j = 0; j < u; ++j)
-        out[(n * steps + s) * u + j] = h[static_cast<std::size_t>(j)];
+      if (!real) {
+        h = h_before;
+        c = c_before;
+      }
+      for (std::int64_t j = 0; j < u; ++j) {
+        out[(n * steps + s) * u + j] =
+            !real && o.zero_output_for_mask ? 0.0 : h[static_cast<std::size_t>(j)];
+      }
     }
   }
   return out;
@@ -182,6 +194,67 @@ TEST(RecurrentOps, EachCellIsKerasFormulaWithItsGradients) {
             inputs);
       }
     }
+  }
+}
+
+// Keras's sequence masks (Embedding's mask_zero): a masked step keeps the
+// states, and outputs the last output or zeros; padding at the end, at the
+// start and inside, forwards and backwards, with the gradients of every
+// input (a masked step's input gets none).
+TEST(RecurrentOps, SequenceMasksSkipStepsAsKeras) {
+  const std::int64_t b = 3, steps = 5, u = 2;
+  // Row 0 padded at the end, row 1 with a hole and padded at the start,
+  // row 2 all real.
+  const std::vector<int> real{1, 1, 1, 0, 0, 0, 1, 0, 1, 1, 1, 1, 1, 1, 1};
+  std::vector<std::uint8_t> bytes(real.begin(), real.end());
+  const Tensor mask = Tensor::from_vector(bytes, {b, steps});
+  for (Cell cell : {Cell::kSimple, Cell::kLstm, Cell::kGru, Cell::kGruResetBefore}) {
+    for (bool backwards : {false, true}) {
+      for (bool zero_output : {false, true}) {
+        SCOPED_TRACE(std::string(cell_name(cell)) + (backwards ? " go_backwards" : "") +
+                     (zero_output ? " zero_output_for_mask" : ""));
+        std::mt19937 rng(23);
+        const std::int64_t g = gates_of(cell);
+        const Ref xw = random_ref({b, steps, g * u}, rng, -1.5, 1.5);
+        const Ref kernel = random_ref({u, g * u}, rng, -0.8, 0.8);
+        const Ref bias = cell == Cell::kGru ? random_ref({g * u}, rng, -0.5, 0.5) : Ref({0});
+        std::vector<Ref> inputs{xw, kernel};
+        if (cell == Cell::kGru) inputs.push_back(bias);
+        const RecurrentOptions o{.go_backwards = backwards, .zero_output_for_mask = zero_output};
+        check_gradients(
+            cell_name(cell),
+            [&](const std::vector<Tensor>& in) {
+              RecurrentOptions with = o;
+              with.mask = cast(mask, DType::kBool);
+              return run_op(cell, in, with);
+            },
+            [&](const std::vector<Ref>& in) {
+              return ref_sequence(cell, in[0], in[1], in.size() > 2 ? in[2] : Ref({0}), Ref({0}), o,
+                                  real);
+            },
+            inputs);
+      }
+    }
+  }
+}
+
+// A mask of every step real is no mask: bitwise the same sequence.
+TEST(RecurrentOps, AnAllRealMaskChangesNothing) {
+  std::mt19937 rng(3);
+  const Tensor xw = to_tensor(random_ref({2, 4, 8}, rng, -1.0, 1.0));
+  const Tensor kernel = to_tensor(random_ref({2, 8}, rng, -0.5, 0.5));
+  const Tensor plain = lstm(xw, kernel);
+  const Tensor masked = lstm(xw, kernel, {.mask = Tensor::ones({2, 4}, DType::kBool)});
+  EXPECT_EQ(plain.to_vector<float>(), masked.to_vector<float>());
+}
+
+TEST(RecurrentOps, AMaskOfTheWrongShapeIsRefused) {
+  const Tensor xw = Tensor::zeros({2, 4, 8}), kernel = Tensor::zeros({2, 8});
+  try {
+    lstm(xw, kernel, {.mask = Tensor::ones({2, 3}, DType::kBool)});
+    FAIL() << "expected a ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected a mask [2, 4]"), std::string::npos) << e.what();
   }
 }
 

@@ -47,8 +47,15 @@ inline Model every_layer_model() {
   auto att = layers::MultiHeadAttention(2, 2, {.value_dim = 3})({rec, t});
   att = layers::EinsumDense("abc,cd->abd", {-1, 2}, {.bias_axes = "d"})(att);
   auto last = layers::SimpleRNN(2, {.go_backwards = true})(att);
-  auto pooled = layers::Concatenate()(
-      {layers::GlobalAveragePooling1D()(seq), layers::GlobalMaxPooling1D()(seq), last});
+  // Masks: id 0 as padding, causal self-attention, additive Attention with
+  // a scale, pooled over the real steps; and a Masking layer.
+  auto masked = layers::Embedding(10, 3, {.mask_zero = true})(ids);
+  masked = layers::MultiHeadAttention(1, 2, {.use_causal_mask = true})({masked, masked});
+  masked = layers::Attention({.use_scale = true, .score_mode = "concat"})({masked, masked});
+  auto pooled = layers::Concatenate()({layers::GlobalAveragePooling1D()(seq),
+                                       layers::GlobalMaxPooling1D()(seq), last,
+                                       layers::GlobalAveragePooling1D()(masked),
+                                       layers::GlobalAveragePooling1D()(layers::Masking(0.0)(t))});
   t = layers::Flatten()(layers::Reshape({12})(t));
   auto combined = layers::Concatenate()(
       {layers::Dot(1)({x, x}), layers::Flatten()(layers::RepeatVector(2)(x)),

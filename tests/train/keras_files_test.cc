@@ -424,6 +424,25 @@ TEST(KerasFiles, AttentionLayersPredictAndStepAsKeras) {
   saved_and_loaded(m, "attention");
 }
 
+// Keras's masks (make_masking_keras_fixture.py): token sequences padded
+// with 0 through Embedding(mask_zero=True) into the recurrent layers
+// (Bidirectional's zero_output_for_mask among them) and pooling over the
+// real steps; into MultiHeadAttention, a causal one (use_causal_mask, a
+// call argument in Keras's file) and Attention dot and additive; and float
+// sequences through Masking. Each predicts and steps as Keras did, and
+// survives our save (mask_zero, zero_output_for_mask and use_causal_mask
+// written back).
+TEST(KerasFiles, MaskedModelsPredictAndStepAsKeras) {
+  for (const std::string name : {"masked_recurrent", "masked_attention", "masked_floats"}) {
+    SCOPED_TRACE(name);
+    const json e = json::parse(slurp(kFixtures / (name + "_expected.json")));
+    Model m = load_model((kFixtures / (name + ".keras")).string());
+    predicts_and_steps_as_keras(m, e, name,
+                                name == "masked_floats" ? DType::kFloat32 : DType::kInt32);
+    saved_and_loaded(m, name);
+  }
+}
+
 // Metrics with settings, as Keras 3 compiled and saved them
 // (make_metrics_keras_fixture.py): each arrives with its threshold, k,
 // num_thresholds, label_smoothing and name, evaluates to Keras's numbers,

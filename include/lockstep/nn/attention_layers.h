@@ -12,7 +12,16 @@
 // weights are saved under query_dense, key_dense, value_dense and
 // output_dense, as Keras saves them.
 //
-// Not yet: attention masks and use_causal_mask, return_attention_scores,
+// Masks (nn/layer.h, "Keras masks") work as in Keras: the query's mask
+// and the value's (and key's) make the attention mask, a masked key gets
+// no attention, and the output carries the query's mask. use_causal_mask
+// (in Keras a call argument; here the layer's, so every call of it is
+// causal) lets step i attend to steps ≤ i only.
+//
+// Attention is Keras's dot-product (Luong) or additive ("concat", Bahdanau)
+// attention of a query over a value, without projections.
+//
+// Not yet: return_attention_scores, an explicit attention_mask argument,
 // attention over several axes; each is refused by name.
 #pragma once
 
@@ -79,6 +88,8 @@ struct MultiHeadAttentionOptions {
   Regularizer kernel_regularizer{};
   Regularizer bias_regularizer{};
   std::optional<std::uint64_t> seed{};
+  // Step i of the query attends to steps ≤ i of the value only.
+  bool use_causal_mask = false;
   std::string name{};
 };
 // Called on {query, value} or {query, value, key} ([batch, steps, features]
@@ -89,12 +100,22 @@ class MultiHeadAttentionImpl : public LayerImpl {
                          MultiHeadAttentionOptions options);
   void build(const std::vector<Shape>& input_shapes) override;
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> call_masked(const std::vector<Tensor>& inputs,
+                                  const std::vector<Tensor>& masks,
+                                  const CallContext& ctx) override;
   LayerConfig get_config() const override;
   std::int64_t num_heads() const { return num_heads_; }
   std::int64_t key_dim() const { return key_dim_; }
   std::int64_t value_dim() const { return options_.value_dim; }
+  bool use_causal_mask() const { return options_.use_causal_mask; }
+  // What a Keras file's call argument sets (keras_config).
+  void set_use_causal_mask(bool causal) { options_.use_causal_mask = causal; }
 
  private:
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& masks,
+                          const CallContext& ctx);
+
   std::int64_t num_heads_, key_dim_;
   MultiHeadAttentionOptions options_;
   Layer query_dense_, key_dense_, value_dense_, output_dense_, softmax_, dropout_;
@@ -106,6 +127,51 @@ class MultiHeadAttention : public Layer {
   MultiHeadAttentionImpl* operator->() const {
     return static_cast<MultiHeadAttentionImpl*>(impl_.get());
   }
+};
+
+// ---- Attention ---------------------------------------------------------------------
+struct AttentionOptions {
+  // A trainable scalar (initially 1) that multiplies the scores.
+  bool use_scale = false;
+  // "dot": scores q·kᵀ; "concat": Σ tanh(q + k) (times the scale inside,
+  // when use_scale), times a trainable scalar (initially 1).
+  std::string score_mode = "dot";
+  float dropout = 0.0f;  // of the attention distribution, in training
+  std::optional<std::uint64_t> seed{};
+  // Step i of the query attends to steps ≤ i of the value only.
+  bool use_causal_mask = false;
+  std::string name{};
+};
+// keras.layers.Attention, called on {query, value} or {query, value, key}
+// ([batch, steps, dim] each; key defaults to value): softmax(scores) · value,
+// [batch, query steps, value dim]. The value's mask hides steps from every
+// query; the query's zeroes the output at masked query steps and is the
+// output's mask.
+class AttentionImpl : public LayerImpl {
+ public:
+  explicit AttentionImpl(AttentionOptions options);
+  void build(const std::vector<Shape>& input_shapes) override;
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> call_masked(const std::vector<Tensor>& inputs,
+                                  const std::vector<Tensor>& masks,
+                                  const CallContext& ctx) override;
+  LayerConfig get_config() const override;
+  bool use_causal_mask() const { return options_.use_causal_mask; }
+  void set_use_causal_mask(bool causal) { options_.use_causal_mask = causal; }
+
+ private:
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& masks,
+                          const CallContext& ctx);
+
+  AttentionOptions options_;
+  Variable scale_, concat_score_weight_;
+  Layer dropout_;
+};
+class Attention : public Layer {
+ public:
+  explicit Attention(AttentionOptions options = {});
+  AttentionImpl* operator->() const { return static_cast<AttentionImpl*>(impl_.get()); }
 };
 
 }  // namespace lockstep::layers

@@ -282,6 +282,7 @@ class BatchNormalizationImpl : public SingleInputLayerImpl {
   explicit BatchNormalizationImpl(BatchNormalizationOptions options);
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }  // passes it on
   LayerConfig get_config() const override;
   bool absorbs_relu() const override { return true; }
   const Variable& gamma() const { return gamma_; }

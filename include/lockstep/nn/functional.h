@@ -39,6 +39,16 @@ class FunctionalImpl : public LayerImpl {
   FunctionalImpl(std::vector<KerasTensor> inputs, std::vector<KerasTensor> outputs,
                  std::string name = "");
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
+  // Masks flow through the graph as its layers make, pass and end them; a
+  // nested model passes its inputs' masks in and its outputs' out.
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> call_masked(const std::vector<Tensor>& inputs,
+                                  const std::vector<Tensor>& masks,
+                                  const CallContext& ctx) override;
+  // The output masks of the last call on this thread (what a graph asks
+  // right after it).
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs,
+                                   const std::vector<Tensor>& masks) const override;
 
   const std::vector<KerasTensor>& inputs() const { return inputs_; }
   const std::vector<KerasTensor>& outputs() const { return outputs_; }
@@ -47,8 +57,11 @@ class FunctionalImpl : public LayerImpl {
   struct Step {
     const KerasTensor::Node* node{};
     std::vector<int> input_slots{};  // where its inputs are
-    int output_slot{};               // where its output goes
-    KerasTensor output{};
+    // Where each of its outputs goes, by output index; -1 for an output
+    // nothing reads (an LSTM's states when only its sequence is used).
+    std::vector<int> output_slots{};
+    KerasTensor output{};  // its first output read
+    int output_slot() const { return output_slots.at(static_cast<std::size_t>(output.index())); }
     // Slots no later step reads and no output is: dropped after this step,
     // so a tensor lives only as long as the graph or the tape needs it.
     std::vector<int> last_use_of{};
@@ -78,6 +91,8 @@ class FunctionalImpl : public LayerImpl {
     std::vector<Step*> producer{};
   };
   SlotUse slot_use();
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& masks,
+                          const CallContext& ctx);
 
   std::vector<KerasTensor> inputs_;
   std::vector<KerasTensor> outputs_;
@@ -96,6 +111,13 @@ class SequentialImpl : public LayerImpl {
   void set_input_shape(const Shape& sample_shape, DType dtype = DType::kFloat32);
   void add(const Layer& layer);
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
+  // As a functional graph's (FunctionalImpl).
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> call_masked(const std::vector<Tensor>& inputs,
+                                  const std::vector<Tensor>& masks,
+                                  const CallContext& ctx) override;
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs,
+                                   const std::vector<Tensor>& masks) const override;
   // Without an input shape, the first build (call) sets it from the data,
   // creating every layer's weights at once (Keras's Sequential.build).
   void build(const std::vector<Shape>& input_shapes) override;
@@ -106,6 +128,9 @@ class SequentialImpl : public LayerImpl {
   const KerasTensor& input() const { return input_; }
 
  private:
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& masks,
+                          const CallContext& ctx);
+
   std::vector<Layer> layers_;
   KerasTensor input_;
   std::vector<KerasTensor> outputs_;

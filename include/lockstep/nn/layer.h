@@ -146,6 +146,36 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
 
   // Builds on first use, checks, then calls. What Layer::operator() runs.
   std::vector<Tensor> apply(const std::vector<Tensor>& inputs, const CallContext& ctx);
+  // The same with the inputs' masks, one per input (an undefined Tensor:
+  // none): call_masked when any is defined, else call.
+  std::vector<Tensor> apply(const std::vector<Tensor>& inputs, const std::vector<Tensor>& masks,
+                            const CallContext& ctx);
+
+  // ---- Keras masks (keras.layers.Masking, Embedding(mask_zero=True)) ----
+  // A mask marks the steps of a sequence that count: [batch, steps], kBool,
+  // true where the step is real (Keras's `_keras_mask`). Graphs carry each
+  // layer's output masks to the layers that read them: the recurrent
+  // layers skip masked steps, attention ignores masked keys, pooling over
+  // steps averages the real ones.
+  //
+  // Whether the layer takes a mask and passes its first input's on
+  // (Keras's supports_masking). A graph logs a warning where a mask reaches
+  // a layer that does not, as Keras does: the mask ends there.
+  virtual bool supports_masking() const { return false; }
+  // The masks of this layer's outputs, one per output (undefined: none),
+  // given its inputs and their masks: by default the first input's mask
+  // if supports_masking(), else none. Embedding and Masking make masks;
+  // a recurrent layer without return_sequences, or a pooling, ends them.
+  virtual std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs,
+                                           const std::vector<Tensor>& masks) const;
+  // call() with the inputs' masks (at least one defined). Layers that read
+  // masks override it; by default the masks change nothing.
+  virtual std::vector<Tensor> call_masked(const std::vector<Tensor>& inputs,
+                                          const std::vector<Tensor>& masks,
+                                          const CallContext& ctx) {
+    (void)masks;
+    return call(inputs, ctx);
+  }
 
   // Own weights followed by sublayers' (depth first), without duplicates.
   std::vector<Variable> weights() const;
@@ -236,12 +266,19 @@ class KerasTensor {
   struct Node;  // the layer call that produced it (see functional.h)
 
   KerasTensor() = default;
-  KerasTensor(std::shared_ptr<const Node> node, int index, Shape sample_shape, DType dtype)
-      : node_(std::move(node)), index_(index), sample_shape_(sample_shape), dtype_(dtype) {}
+  KerasTensor(std::shared_ptr<const Node> node, int index, Shape sample_shape, DType dtype,
+              bool has_mask = false)
+      : node_(std::move(node)),
+        index_(index),
+        sample_shape_(sample_shape),
+        dtype_(dtype),
+        has_mask_(has_mask) {}
 
   // Shape of one example (without the batch dimension).
   const Shape& sample_shape() const { return sample_shape_; }
   DType dtype() const { return dtype_; }
+  // Whether a Keras mask comes with this tensor (see LayerImpl::compute_mask).
+  bool has_mask() const { return has_mask_; }
   // "(None, 28, 28, 1)"
   std::string shape_string() const;
 
@@ -254,6 +291,7 @@ class KerasTensor {
   int index_ = 0;
   Shape sample_shape_;
   DType dtype_ = DType::kFloat32;
+  bool has_mask_ = false;
 };
 
 // A handle to a LayerImpl. Copies share the layer (and its weights).
@@ -269,6 +307,14 @@ class Layer {
   // Symbolic calls: build a functional graph.
   KerasTensor operator()(const KerasTensor& input) const;
   KerasTensor operator()(const std::vector<KerasTensor>& inputs) const;
+  // A symbolic call of a layer with several outputs, one KerasTensor each
+  // (an LSTM with return_state: the sequence or last output, then its
+  // states), as Keras's `outputs, h, c = lstm(x)`. operator() refuses such
+  // a layer and says to use this.
+  std::vector<KerasTensor> call_all(const std::vector<KerasTensor>& inputs) const;
+  std::vector<KerasTensor> call_all(const KerasTensor& input) const {
+    return call_all(std::vector<KerasTensor>{input});
+  }
 
   LayerImpl* operator->() const { return impl_.get(); }
   const std::shared_ptr<LayerImpl>& impl() const { return impl_; }

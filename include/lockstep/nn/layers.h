@@ -36,6 +36,7 @@ class DenseImpl : public SingleInputLayerImpl {
   DenseImpl(std::int64_t units, DenseOptions options);
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }  // passes it on
   LayerConfig get_config() const override;
   const Variable& kernel() const { return kernel_; }
   const Variable& bias() const { return bias_; }
@@ -59,6 +60,7 @@ class ActivationImpl : public SingleInputLayerImpl {
  public:
   ActivationImpl(const std::string& activation, std::string name);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }  // passes it on
   LayerConfig get_config() const override;
   std::optional<ReluOptions> plain_relu() const override;
 
@@ -83,6 +85,7 @@ class ReLUImpl : public SingleInputLayerImpl {
  public:
   explicit ReLUImpl(ReLUOptions options);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }  // passes it on
   LayerConfig get_config() const override;
   std::optional<ReluOptions> plain_relu() const override;
 
@@ -104,6 +107,7 @@ class LeakyReLUImpl : public SingleInputLayerImpl {
  public:
   explicit LeakyReLUImpl(LeakyReLUOptions options);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }  // passes it on
   LayerConfig get_config() const override;
 
  private:
@@ -123,6 +127,7 @@ class ELUImpl : public SingleInputLayerImpl {
  public:
   explicit ELUImpl(ELUOptions options);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }  // passes it on
   LayerConfig get_config() const override;
 
  private:
@@ -147,6 +152,7 @@ class PReLUImpl : public SingleInputLayerImpl {
   explicit PReLUImpl(PReLUOptions options);
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }  // passes it on
   LayerConfig get_config() const override;
   const Variable& alpha() const { return alpha_; }
 
@@ -164,6 +170,12 @@ class SoftmaxImpl : public SingleInputLayerImpl {
  public:
   SoftmaxImpl(int axis, std::string name);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  // Keras's: masked positions (false) get no probability; a mask must
+  // broadcast to the input from the right.
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> call_masked(const std::vector<Tensor>& inputs,
+                                  const std::vector<Tensor>& masks,
+                                  const CallContext& ctx) override;
   LayerConfig get_config() const override;
 
  private:
@@ -185,6 +197,7 @@ class DropoutImpl : public SingleInputLayerImpl {
  public:
   DropoutImpl(float rate, DropoutOptions options);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }  // passes it on
   LayerConfig get_config() const override;
 
  private:
@@ -229,6 +242,11 @@ class AddImpl : public LayerImpl {
  public:
   explicit AddImpl(std::string name);
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
+  // Keras's merge layers: the union of the inputs' masks when every input
+  // has one, else none.
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs,
+                                   const std::vector<Tensor>& masks) const override;
 };
 class Add : public Layer {
  public:
@@ -242,6 +260,14 @@ class ElementwiseMergeImpl : public LayerImpl {
   enum class Kind { kMultiply, kSubtract, kAverage, kMaximum, kMinimum };
   ElementwiseMergeImpl(Kind kind, std::string name);
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
+  // Masks as Add's; Maximum and Minimum also leave a masked input's
+  // positions out of the comparison, as Keras's.
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> call_masked(const std::vector<Tensor>& inputs,
+                                  const std::vector<Tensor>& masks,
+                                  const CallContext& ctx) override;
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs,
+                                   const std::vector<Tensor>& masks) const override;
 
  private:
   Kind kind_;
@@ -271,6 +297,11 @@ class ConcatenateImpl : public LayerImpl {
  public:
   ConcatenateImpl(int axis, std::string name);
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
+  // Keras's: an input without a mask counts as all real; the output's mask
+  // is true where any input's is, along the joined axis when it is a step axis.
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs,
+                                   const std::vector<Tensor>& masks) const override;
   LayerConfig get_config() const override;
 
  private:
@@ -293,6 +324,7 @@ class RescalingImpl : public SingleInputLayerImpl {
  public:
   RescalingImpl(float scale, RescalingOptions options);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }  // passes it on
   LayerConfig get_config() const override;
 
  private:
@@ -327,6 +359,7 @@ class NormalizationImpl : public SingleInputLayerImpl {
   explicit NormalizationImpl(NormalizationOptions options);
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }  // passes it on
   LayerConfig get_config() const override;
   // The mean and (population) variance of `data` ([n, ..., features]) per
   // feature, as Keras's adapt(): into the weights when the layer has them,
@@ -369,6 +402,7 @@ class LayerNormalizationImpl : public SingleInputLayerImpl {
   explicit LayerNormalizationImpl(LayerNormalizationOptions options);
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }  // passes it on
   LayerConfig get_config() const override;
 
  private:
@@ -384,6 +418,9 @@ class LayerNormalization : public Layer {
 struct EmbeddingOptions {
   Initializer embeddings_initializer = initializers::RandomUniform();
   Regularizer embeddings_regularizer{};
+  // Id 0 is padding: the output carries a mask, false where the id is 0,
+  // that the layers after it honour (Keras's mask_zero).
+  bool mask_zero = false;
   std::string name{};
 };
 // Maps integer ids in [0, input_dim) to vectors of size output_dim.
@@ -392,6 +429,9 @@ class EmbeddingImpl : public SingleInputLayerImpl {
   EmbeddingImpl(std::int64_t input_dim, std::int64_t output_dim, EmbeddingOptions options);
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& ids, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs,
+                                   const std::vector<Tensor>& masks) const override;
   LayerConfig get_config() const override;
   const Variable& embeddings() const { return embeddings_; }
 
@@ -404,6 +444,28 @@ class Embedding : public Layer {
  public:
   Embedding(std::int64_t input_dim, std::int64_t output_dim, EmbeddingOptions options = {});
   EmbeddingImpl* operator->() const { return static_cast<EmbeddingImpl*>(impl_.get()); }
+};
+
+// ---- Masking ---------------------------------------------------------------------
+// keras.layers.Masking: a step whose features all equal mask_value is
+// padding. The output is the input with such steps zeroed, and a mask
+// [batch, steps], false there, that the layers after it honour.
+class MaskingImpl : public SingleInputLayerImpl {
+ public:
+  MaskingImpl(double mask_value, std::string name);
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs,
+                                   const std::vector<Tensor>& masks) const override;
+  LayerConfig get_config() const override;
+  double mask_value() const { return mask_value_; }
+
+ private:
+  double mask_value_;
+};
+class Masking : public Layer {
+ public:
+  explicit Masking(double mask_value = 0.0, std::string name = "");
 };
 
 }  // namespace layers

@@ -15,8 +15,14 @@
 //   x = ls::layers::Bidirectional(ls::layers::LSTM(64, {.return_sequences = true}))(x);
 //   x = ls::layers::GRU(32)(x);
 //
-// Not yet: masks (Embedding's mask_zero), return_state, initial states,
-// stateful layers; each is refused by name.
+// Masks (Embedding's mask_zero, Masking) skip steps as Keras does: the
+// states stay as they were at a masked step, and the output there is the
+// last output, or zeros with zero_output_for_mask (which Bidirectional sets
+// when it returns sequences). A layer with return_sequences passes the mask
+// on; one without ends it.
+//
+// Not yet: return_state, initial states, stateful layers; each is refused
+// by name.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +53,8 @@ struct RecurrentLayerOptions {
   bool go_backwards = false;      // last step first; the output keeps that order
   bool reset_after = true;        // GRU: Keras 3's default
   bool unroll = false;            // accepted for Keras's files; the same arithmetic either way
+  // Under a mask: zeros at masked steps, in place of the last output.
+  bool zero_output_for_mask = false;
   std::string name{};
 };
 
@@ -56,8 +64,16 @@ class RecurrentImpl : public SingleInputLayerImpl {
   RecurrentImpl(std::string class_name, std::int64_t units, RecurrentLayerOptions options);
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> call_masked(const std::vector<Tensor>& inputs,
+                                  const std::vector<Tensor>& masks,
+                                  const CallContext& ctx) override;
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs,
+                                   const std::vector<Tensor>& masks) const override;
   LayerConfig get_config() const override;
   std::string keras_vars_path() const override { return "cell/vars"; }
+  // Keras's Bidirectional sets it on both its layers (to return_sequences).
+  void set_zero_output_for_mask(bool zero) { options_.zero_output_for_mask = zero; }
 
   std::int64_t units() const { return units_; }
   const RecurrentLayerOptions& options() const { return options_; }
@@ -70,6 +86,8 @@ class RecurrentImpl : public SingleInputLayerImpl {
   std::string class_name_text() const;  // "LSTM 'lstm'", for messages
   // Dropout masks, one per sequence (and per gate with recurrent dropout).
   Tensor mask(const Shape& shape, float rate);
+  // The layer's computation, under a sequence mask (undefined: none).
+  Tensor run(const Tensor& x, const Tensor& sequence_mask, const CallContext& ctx);
 
   std::int64_t units_;
   RecurrentLayerOptions options_;
@@ -106,12 +124,20 @@ class BidirectionalImpl : public SingleInputLayerImpl {
   BidirectionalImpl(const Layer& layer, BidirectionalOptions options,
                     std::optional<Layer> backward_layer = std::nullopt);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> call_masked(const std::vector<Tensor>& inputs,
+                                  const std::vector<Tensor>& masks,
+                                  const CallContext& ctx) override;
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs,
+                                   const std::vector<Tensor>& masks) const override;
   LayerConfig get_config() const override;
   RecurrentImpl& forward_layer() const { return *forward_; }
   RecurrentImpl& backward_layer() const { return *backward_; }
   const std::string& merge_mode() const { return options_.merge_mode; }
 
  private:
+  Tensor run(const Tensor& x, const Tensor& sequence_mask, const CallContext& ctx);
+
   BidirectionalOptions options_;
   std::shared_ptr<RecurrentImpl> forward_, backward_;
 };

@@ -86,6 +86,16 @@ class GlobalPooling1DImpl : public SingleInputLayerImpl {
  public:
   GlobalPooling1DImpl(bool max, GlobalPooling1DOptions options);
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  // The average takes a mask, as Keras's: the mean of the real steps (and
+  // ends the mask); the maximum does not take one, as in Keras.
+  bool supports_masking() const override { return !max_; }
+  std::vector<Tensor> call_masked(const std::vector<Tensor>& inputs,
+                                  const std::vector<Tensor>& masks,
+                                  const CallContext& ctx) override;
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>&,
+                                   const std::vector<Tensor>&) const override {
+    return {Tensor()};
+  }
   LayerConfig get_config() const override;
 
  private:
@@ -109,6 +119,7 @@ class TimeDistributedImpl : public SingleInputLayerImpl {
   TimeDistributedImpl(const Layer& layer, std::string name);
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool supports_masking() const override { return true; }  // passes it on
   const Layer& layer() const { return layer_; }
 
  private:

@@ -182,6 +182,12 @@ struct RecurrentOptions {
   // Keras's recurrent dropout: [gates, batch, units], gate g's recurrent
   // product reads state * masks[g]; undefined: none.
   Tensor recurrent_masks{};
+  // Keras's sequence mask: [batch, steps], kBool (or 0/1 in the operands'
+  // dtype), false at steps to skip; undefined: none. At a masked step the
+  // states stay as they were and the output is the last output (or zeros
+  // with zero_output_for_mask), as Keras's backend rnn.
+  Tensor mask{};
+  bool zero_output_for_mask = false;
 };
 // Whole sequences, as Keras's SimpleRNN, LSTM and GRU cells run them from a
 // zero state, in one op whose backward pass is backpropagation through time:

@@ -208,6 +208,58 @@ class Recurrence {
   std::map<std::pair<std::int64_t, std::int64_t>, Tensor> cols_;
 };
 
+// Keras's sequence mask (RecurrentOptions::mask), read per step. Without a
+// mask every step counts and nothing here computes. Masked steps select
+// with where, as Keras's backend: the state kept is bitwise the old one.
+class StepMask {
+ public:
+  StepMask(const char* op, const RecurrentOptions& o, const Dims& d)
+      : zero_output_(o.zero_output_for_mask) {
+    if (!o.mask.defined()) return;
+    const Shape want{d.batch, d.steps};
+    LOCKSTEP_CHECK_AS(ShapeError, o.mask.shape() == want, op, ": expected a mask ", want,
+                      " (batch, steps), got ", o.mask.shape());
+    const Tensor m = o.mask.dtype() == DType::kFloat32 ? o.mask : cast(o.mask, DType::kFloat32);
+    // [steps, batch, 1], true where the step counts.
+    time_major_ =
+        greater(reshape(transpose(m, {1, 0}), {d.steps, d.batch, 1}), Tensor::scalar(0.5f));
+  }
+  bool on() const { return time_major_.defined(); }
+  // The state after step t: the step's new state where it counts, else the old.
+  Tensor state(std::int64_t t, const Tensor& fresh, const Tensor& old) const {
+    return on() ? where(step_of(time_major_, t), fresh, old) : fresh;
+  }
+  // Step t's output, given the step's new output and the state kept.
+  Tensor output(std::int64_t t, const Tensor& fresh, const Tensor& kept) const {
+    if (!on()) return fresh;
+    return zero_output_ ? where(step_of(time_major_, t), fresh, Tensor::scalar(0.0f)) : kept;
+  }
+  // Backward through state(): the part of a state's gradient `d` that
+  // reaches the step's new state, and the part that passes to the old one.
+  Tensor to_fresh(std::int64_t t, const Tensor& d) const {
+    return on() ? where(step_of(time_major_, t), d, Tensor::scalar(0.0f)) : d;
+  }
+  Tensor to_old(std::int64_t t, const Tensor& d) const {
+    return where(step_of(time_major_, t), Tensor::scalar(0.0f), d);
+  }
+  // Backward through one step: the gradient of the step's new state, and
+  // what passes around it to the previous state (undefined: nothing), given
+  // the gradient of the step's output and of the state after it.
+  std::pair<Tensor, Tensor> split(std::int64_t t, const Tensor& d_output,
+                                  const Tensor& d_state) const {
+    const Tensor total = d_state.defined() ? d_output + d_state : d_output;
+    if (!on()) return {total, Tensor()};
+    const Tensor& around = zero_output_ ? d_state : total;
+    return {to_fresh(t, total), around.defined() ? to_old(t, around) : Tensor()};
+  }
+
+ private:
+  bool zero_output_;
+  Tensor time_major_;
+};
+
+Tensor plus(const Tensor& a, const Tensor& b) { return b.defined() ? a + b : a; }
+
 bool any_bf16(const Tensor& a, const Tensor& b) {
   return a.dtype() == DType::kBFloat16 || b.dtype() == DType::kBFloat16;
 }
@@ -238,6 +290,7 @@ Tensor simple_rnn(const Tensor& projected, const Tensor& recurrent_kernel,
   auto rec = std::make_shared<Recurrence>(recurrent_kernel, d.units);
   auto steps = std::make_shared<std::vector<SimpleRnnStep>>();
   const StateReads reads(options.recurrent_masks, 1);
+  const StepMask masked("simple_rnn", options, d);
   Tensor out;
   {
     detail::RecordingPause pause;
@@ -247,15 +300,17 @@ Tensor simple_rnn(const Tensor& projected, const Tensor& recurrent_kernel,
     for (std::int64_t s = 0; s < d.steps; ++s) {
       const std::int64_t t = options.go_backwards ? d.steps - 1 - s : s;
       std::vector<Tensor> r = reads.of(h);
-      h = activate(options.activation, step_of(time_major, t) + rec->forward(0, 1, r));
-      outs.push_back(h);
-      if (recording) steps->push_back({std::move(r), h});
+      const Tensor fresh =
+          activate(options.activation, step_of(time_major, t) + rec->forward(0, 1, r));
+      h = masked.state(t, fresh, h);
+      outs.push_back(masked.output(t, fresh, h));
+      if (recording) steps->push_back({std::move(r), fresh});
     }
     out = batch_major(outs);
   }
   if (recording) {
     detail::record("simple_rnn", {projected, recurrent_kernel}, out,
-                   [rec, steps, reads, d, options](const Tensor& grad) {
+                   [rec, steps, reads, masked, d, options](const Tensor& grad) {
                      const Tensor g = transpose(grad, {1, 0, 2});
                      std::vector<Tensor> dx(static_cast<std::size_t>(d.steps));
                      KernelGradient acc;
@@ -263,11 +318,10 @@ Tensor simple_rnn(const Tensor& projected, const Tensor& recurrent_kernel,
                      for (std::int64_t s = d.steps - 1; s >= 0; --s) {
                        const SimpleRnnStep& st = (*steps)[static_cast<std::size_t>(s)];
                        const std::int64_t t = options.go_backwards ? d.steps - 1 - s : s;
-                       Tensor dh = step_of(g, s);
-                       if (dh_next.defined()) dh = dh + dh_next;
+                       const auto [dh, around] = masked.split(t, step_of(g, s), dh_next);
                        const Tensor da = dh * slope(options.activation, st.h);
                        dx[static_cast<std::size_t>(t)] = da;
-                       dh_next = reads.back(rec->backward(0, 1, st.reads, da, acc));
+                       dh_next = plus(reads.back(rec->backward(0, 1, st.reads, da, acc)), around);
                      }
                      return Grads{batch_major(dx), Recurrence::kernel_gradient(acc)};
                    });
@@ -295,6 +349,7 @@ Tensor lstm(const Tensor& projected, const Tensor& recurrent_kernel,
   auto rec = std::make_shared<Recurrence>(recurrent_kernel, u);
   auto steps = std::make_shared<std::vector<LstmStep>>();
   const StateReads reads(options.recurrent_masks, 4);
+  const StepMask masked("lstm", options, d);
   Tensor out;
   {
     detail::RecordingPause pause;
@@ -313,17 +368,19 @@ Tensor lstm(const Tensor& projected, const Tensor& recurrent_kernel,
                   activate(options.recurrent_activation, columns(z, 3 * u, u)),
                   c,
                   {}};
-      c = st.f * c + st.i * st.g;
-      st.ac = activate(options.activation, c);
-      h = st.o * st.ac;
-      outs.push_back(h);
+      const Tensor c_fresh = st.f * c + st.i * st.g;
+      st.ac = activate(options.activation, c_fresh);
+      const Tensor h_fresh = st.o * st.ac;
+      c = masked.state(t, c_fresh, c);
+      h = masked.state(t, h_fresh, h);
+      outs.push_back(masked.output(t, h_fresh, h));
       if (recording) steps->push_back(std::move(st));
     }
     out = batch_major(outs);
   }
   if (recording) {
     detail::record("lstm", {projected, recurrent_kernel}, out,
-                   [rec, steps, reads, d, options](const Tensor& grad) {
+                   [rec, steps, reads, masked, d, options](const Tensor& grad) {
                      const Tensor g = transpose(grad, {1, 0, 2});
                      std::vector<Tensor> dz(static_cast<std::size_t>(d.steps));
                      KernelGradient acc;
@@ -332,18 +389,22 @@ Tensor lstm(const Tensor& projected, const Tensor& recurrent_kernel,
                      for (std::int64_t s = d.steps - 1; s >= 0; --s) {
                        const LstmStep& st = (*steps)[static_cast<std::size_t>(s)];
                        const std::int64_t t = options.go_backwards ? d.steps - 1 - s : s;
-                       Tensor dh = step_of(g, s);
-                       if (dh_next.defined()) dh = dh + dh_next;
+                       const auto [dh, around] = masked.split(t, step_of(g, s), dh_next);
                        Tensor dc = dh * st.o * slope(act, st.ac);
-                       if (dc_next.defined()) dc = dc + dc_next;
+                       Tensor dc_around;
+                       if (dc_next.defined()) {
+                         dc = dc + masked.to_fresh(t, dc_next);
+                         if (masked.on()) dc_around = masked.to_old(t, dc_next);
+                       }
                        const Tensor di = dc * st.g * slope(ract, st.i);
                        const Tensor df = dc * st.c_prev * slope(ract, st.f);
                        const Tensor dg = dc * st.i * slope(act, st.g);
                        const Tensor dout = dh * st.ac * slope(ract, st.o);
-                       dc_next = dc * st.f;
+                       dc_next = plus(dc * st.f, dc_around);
                        const Tensor step_grad = concat({di, df, dg, dout}, 1);
                        dz[static_cast<std::size_t>(t)] = step_grad;
-                       dh_next = reads.back(rec->backward(0, 4, st.reads, step_grad, acc));
+                       dh_next =
+                           plus(reads.back(rec->backward(0, 4, st.reads, step_grad, acc)), around);
                      }
                      return Grads{batch_major(dz), Recurrence::kernel_gradient(acc)};
                    });
@@ -387,6 +448,7 @@ Tensor gru(const Tensor& projected, const Tensor& recurrent_kernel, const Tensor
   auto rec = std::make_shared<Recurrence>(recurrent_kernel, u);
   auto steps = std::make_shared<std::vector<GruStep>>();
   const StateReads reads(options.recurrent_masks, 3);
+  const StepMask masked("gru", options, d);
   Tensor out;
   {
     detail::RecordingPause pause;
@@ -416,8 +478,9 @@ Tensor gru(const Tensor& projected, const Tensor& recurrent_kernel, const Tensor
         candidate = rec->forward(2, 1, {st.candidate_read});
       }
       st.hh = activate(options.activation, columns(x, 2 * u, u) + candidate);
-      h = st.z * h + (Tensor::scalar(1.0f) - st.z) * st.hh;
-      outs.push_back(h);
+      const Tensor fresh = st.z * h + (Tensor::scalar(1.0f) - st.z) * st.hh;
+      h = masked.state(t, fresh, h);
+      outs.push_back(masked.output(t, fresh, h));
       if (recording) steps->push_back(std::move(st));
     }
     out = batch_major(outs);
@@ -427,7 +490,7 @@ Tensor gru(const Tensor& projected, const Tensor& recurrent_kernel, const Tensor
   if (has_bias) inputs.push_back(recurrent_bias);
   detail::record(
       "gru", inputs, out,
-      [rec, steps, reads, d, options, reset_after, has_bias](const Tensor& grad) {
+      [rec, steps, reads, masked, d, options, reset_after, has_bias](const Tensor& grad) {
         const Tensor g = transpose(grad, {1, 0, 2});
         std::vector<Tensor> dx(static_cast<std::size_t>(d.steps));
         KernelGradient acc;
@@ -436,8 +499,7 @@ Tensor gru(const Tensor& projected, const Tensor& recurrent_kernel, const Tensor
         for (std::int64_t s = d.steps - 1; s >= 0; --s) {
           const GruStep& st = (*steps)[static_cast<std::size_t>(s)];
           const std::int64_t t = options.go_backwards ? d.steps - 1 - s : s;
-          Tensor dh = step_of(g, s);
-          if (dh_next.defined()) dh = dh + dh_next;
+          const auto [dh, around] = masked.split(t, step_of(g, s), dh_next);
           const Tensor da_h = dh * (Tensor::scalar(1.0f) - st.z) * slope(act, st.hh);
           const Tensor da_z = dh * (st.h_prev - st.hh) * slope(ract, st.z);
           Tensor dh_prev = dh * st.z;
@@ -467,7 +529,7 @@ Tensor gru(const Tensor& projected, const Tensor& recurrent_kernel, const Tensor
             dh_prev = dh_prev + reads.back(d_reads);
           }
           dx[static_cast<std::size_t>(t)] = concat({da_z, da_r, da_h}, 1);
-          dh_next = dh_prev;
+          dh_next = plus(dh_prev, around);
         }
         Grads grads{batch_major(dx), Recurrence::kernel_gradient(acc)};
         if (has_bias) grads.push_back(dbias);
