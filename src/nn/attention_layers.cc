@@ -263,8 +263,9 @@ std::vector<Tensor> MultiHeadAttentionImpl::run(const std::vector<Tensor>& input
     probs = softmax_(scores, ctx);
   } else {
     mask = on_device_of(reshape(mask, {mask.shape()[0], 1, t, s}), scores);
-    if (options_.dropout > 0.0f) {
-      // Keras's masked softmax: a query step that sees no key gets zeros.
+    if (options_.dropout > 0.0f || options_.return_attention_scores) {
+      // Keras's masked softmax (its path with dropout or the scores
+      // returned): a query step that sees no key gets zeros.
       probs = softmax_->apply({scores}, {mask}, ctx).at(0);
     } else {
       // Keras's dot_product_attention (its path without dropout): masked
@@ -272,10 +273,20 @@ std::vector<Tensor> MultiHeadAttentionImpl::run(const std::vector<Tensor>& input
       probs = softmax_(where(mask, scores, Tensor::full({}, -1e9, scores.dtype())), ctx);
     }
   }
+  const Tensor scores_out = probs;  // Keras returns them before the dropout
   probs = dropout_(cast(probs, vv.dtype()), ctx);
   const Tensor heads = matmul(reshape(probs, {b * h, t, s}), vv);  // [b·h, t, v]
   const Tensor merged = transpose(reshape(heads, {b, h, t, v}), {0, 2, 1, 3});
+  if (options_.return_attention_scores) return {output_dense_(merged, ctx), scores_out};
   return {output_dense_(merged, ctx)};
+}
+
+std::vector<Tensor> MultiHeadAttentionImpl::compute_mask(const std::vector<Tensor>&,
+                                                         const std::vector<Tensor>& masks) const {
+  // The output carries the query's mask; the scores none.
+  std::vector<Tensor> out(options_.return_attention_scores ? 2 : 1);
+  if (!masks.empty()) out[0] = masks[0];
+  return out;
 }
 
 LayerConfig MultiHeadAttentionImpl::get_config() const {
@@ -380,13 +391,21 @@ std::vector<Tensor> AttentionImpl::run(const std::vector<Tensor>& inputs,
     hide = on_device_of(hide, scores);
     scores = where(hide, scores, scores - 1e9f);
   }
-  Tensor weights = dropout_(softmax(scores, -1), ctx);
+  const Tensor weights = dropout_(softmax(scores, -1), ctx);
   Tensor out = matmul(weights, v);
   if (!masks.empty() && masks[0].defined()) {
     const Tensor keep = on_device_of(reshape(nn_detail::as_mask(masks[0]), {b, t, 1}), out);
     out = where(keep, out, Tensor::zeros({}, out.dtype()));
   }
+  if (options_.return_attention_scores) return {out, weights};
   return {out};
+}
+
+std::vector<Tensor> AttentionImpl::compute_mask(const std::vector<Tensor>&,
+                                                const std::vector<Tensor>& masks) const {
+  std::vector<Tensor> out(options_.return_attention_scores ? 2 : 1);
+  if (!masks.empty()) out[0] = masks[0];
+  return out;
 }
 
 LayerConfig AttentionImpl::get_config() const {

@@ -274,15 +274,13 @@ std::map<std::string, LayerFactory> builtin_factories() {
           .dropout = static_cast<float>(c.get_or<double>("dropout", 0)),
           .recurrent_dropout = static_cast<float>(c.get_or<double>("recurrent_dropout", 0)),
           .return_sequences = c.get_or("return_sequences", false),
+          .return_state = c.get_or("return_state", false),
           .go_backwards = c.get_or("go_backwards", false),
           .reset_after = c.get_or("reset_after", true),
           .unroll = c.get_or("unroll", false),
           .zero_output_for_mask = c.get_or("zero_output_for_mask", false),
           .name = name(c)};
       if (c.has("seed")) o.seed = static_cast<std::uint64_t>(c.get<std::int64_t>("seed"));
-      LOCKSTEP_CHECK(!c.get_or("return_state", false), cls, " '", name(c),
-                     "': return_state = true is not supported yet (Lockstep's graphs take one "
-                     "output per layer); Hint: use return_sequences and take the last step");
       LOCKSTEP_CHECK(!c.get_or("stateful", false), cls, " '", name(c),
                      "': stateful = true is not supported (each batch starts from a zero state)");
       const std::int64_t units = c.get<std::int64_t>("units");

@@ -373,6 +373,7 @@ std::vector<KerasTensor> Layer::call_all(const std::vector<KerasTensor>& inputs)
     Shape sample;
     for (int d = 1; d < out.rank(); ++d) sample.push_back(out.shape()[d]);
     const bool has_mask = i < out_masks.size() && out_masks[i].defined();
+    node->output_shapes.push_back(sample);
     result.emplace_back(node, static_cast<int>(i), sample, out.dtype(), has_mask);
   }
   return result;

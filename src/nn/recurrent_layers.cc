@@ -38,9 +38,7 @@ RecurrentActivation recurrent_activation(const std::string& name, const std::str
 
 RecurrentImpl::RecurrentImpl(std::string class_name, std::int64_t units,
                              RecurrentLayerOptions options)
-    : SingleInputLayerImpl(std::move(class_name), options.name),
-      units_(units),
-      options_(std::move(options)) {
+    : LayerImpl(std::move(class_name), options.name), units_(units), options_(std::move(options)) {
   const std::string where = class_name_text();
   LOCKSTEP_CHECK(units > 0, where, ": units must be positive, got ", units);
   LOCKSTEP_CHECK(options_.dropout >= 0.0f && options_.dropout < 1.0f, where,
@@ -102,23 +100,30 @@ Tensor RecurrentImpl::mask(const Shape& shape, float rate) {
   return cast(greater_equal(u, Tensor::scalar(rate)), DType::kFloat32) * (1.0f / (1.0f - rate));
 }
 
-Tensor RecurrentImpl::call(const Tensor& x, const CallContext& ctx) {
-  return run(x, Tensor(), ctx);
+std::vector<Tensor> RecurrentImpl::call(const std::vector<Tensor>& inputs, const CallContext& ctx) {
+  LOCKSTEP_CHECK(inputs.size() == 1, class_name_text(), ": expected 1 input (the sequences), got ",
+                 inputs.size(), "; initial states are not supported yet");
+  return run(inputs[0], Tensor(), ctx);
 }
 
 std::vector<Tensor> RecurrentImpl::call_masked(const std::vector<Tensor>& inputs,
                                                const std::vector<Tensor>& masks,
                                                const CallContext& ctx) {
-  return {run(inputs.at(0), masks.at(0), ctx)};
+  LOCKSTEP_CHECK(inputs.size() == 1, class_name_text(), ": expected 1 input (the sequences), got ",
+                 inputs.size(), "; initial states are not supported yet");
+  return run(inputs[0], masks.at(0), ctx);
 }
 
 std::vector<Tensor> RecurrentImpl::compute_mask(const std::vector<Tensor>&,
                                                 const std::vector<Tensor>& masks) const {
-  if (!options_.return_sequences || masks.empty()) return {Tensor()};
-  return {masks[0]};
+  // Keras's: the output keeps the mask with return_sequences; states have none.
+  std::vector<Tensor> out(options_.return_state ? (gates() == 4 ? 3 : 2) : 1);
+  if (options_.return_sequences && !masks.empty()) out[0] = masks[0];
+  return out;
 }
 
-Tensor RecurrentImpl::run(const Tensor& x_in, const Tensor& sequence_mask, const CallContext& ctx) {
+std::vector<Tensor> RecurrentImpl::run(const Tensor& x_in, const Tensor& sequence_mask,
+                                       const CallContext& ctx) {
   LOCKSTEP_CHECK_AS(ShapeError, x_in.rank() == 3, class_name_text(),
                     ": expected sequences [batch, steps, features], got ", x_in.shape());
   const std::int64_t batch = x_in.shape()[0], steps = x_in.shape()[1], features = x_in.shape()[2];
@@ -166,7 +171,8 @@ Tensor RecurrentImpl::run(const Tensor& x_in, const Tensor& sequence_mask, const
           recurrent_activation(options_.recurrent_activation, class_name_text()),
       .go_backwards = options_.go_backwards,
       .mask = sequence_mask,
-      .zero_output_for_mask = options_.zero_output_for_mask};
+      .zero_output_for_mask = options_.zero_output_for_mask,
+      .return_states = options_.return_state};
   if (recurrent_dropping) {
     std::vector<Tensor> masks;
     for (std::int64_t k = 0; k < g; ++k)
@@ -183,14 +189,22 @@ Tensor RecurrentImpl::run(const Tensor& x_in, const Tensor& sequence_mask, const
   } else {
     seq = simple_rnn(projected, recurrent, o);
   }
-  if (options_.return_sequences) return seq;
-  return reshape(slice(seq, {0, steps - 1, 0}, {batch, 1, units_}), {batch, units_});
+  // Row r of seq, [batch, units].
+  auto row = [&](std::int64_t r) {
+    return reshape(slice(seq, {0, r, 0}, {batch, 1, units_}), {batch, units_});
+  };
+  if (!options_.return_state) return {options_.return_sequences ? seq : row(steps - 1)};
+  std::vector<Tensor> out{
+      options_.return_sequences ? slice(seq, {0, 0, 0}, {batch, steps, units_}) : row(steps - 1),
+      row(steps)};                            // h
+  if (g == 4) out.push_back(row(steps + 1));  // LSTM's c
+  return out;
 }
 
 LayerConfig RecurrentImpl::get_config() const {
   LayerConfig c = LayerImpl::get_config();
   c.set("return_sequences", options_.return_sequences);
-  c.set("return_state", false);
+  c.set("return_state", options_.return_state);
   c.set("go_backwards", options_.go_backwards);
   c.set("stateful", false);
   c.set("unroll", options_.unroll);
@@ -251,7 +265,7 @@ std::shared_ptr<RecurrentImpl> copy_of(const RecurrentImpl& r, std::string name,
 
 BidirectionalImpl::BidirectionalImpl(const Layer& layer, BidirectionalOptions options,
                                      std::optional<Layer> backward_layer)
-    : SingleInputLayerImpl("Bidirectional", options.name), options_(std::move(options)) {
+    : LayerImpl("Bidirectional", options.name), options_(std::move(options)) {
   const std::string& m = options_.merge_mode;
   LOCKSTEP_CHECK(m == "concat" || m == "sum" || m == "mul" || m == "ave", "Bidirectional '", name(),
                  "': merge_mode must be concat, sum, mul or ave, got '", m,
@@ -264,8 +278,11 @@ BidirectionalImpl::BidirectionalImpl(const Layer& layer, BidirectionalOptions op
   if (backward_layer) {
     const RecurrentImpl& b = recurrent_of(*backward_layer, "backward_layer");
     backward_ = std::static_pointer_cast<RecurrentImpl>(backward_layer->impl());
-    LOCKSTEP_CHECK(b.options().return_sequences == f.options().return_sequences, "Bidirectional '",
-                   name(), "': the forward and backward layers must agree on return_sequences");
+    LOCKSTEP_CHECK(b.options().return_sequences == f.options().return_sequences &&
+                       b.options().return_state == f.options().return_state,
+                   "Bidirectional '", name(),
+                   "': the forward and backward layers must agree on return_sequences and "
+                   "return_state");
   } else {
     backward_ = copy_of(f, "backward_" + without_prefix(f.name(), "backward_"), true);
   }
@@ -280,28 +297,39 @@ BidirectionalImpl::BidirectionalImpl(const Layer& layer, BidirectionalOptions op
   track_impl(backward_, "backward_layer");
 }
 
-Tensor BidirectionalImpl::call(const Tensor& x, const CallContext& ctx) {
-  return run(x, Tensor(), ctx);
+std::vector<Tensor> BidirectionalImpl::call(const std::vector<Tensor>& inputs,
+                                            const CallContext& ctx) {
+  LOCKSTEP_CHECK(inputs.size() == 1, "Bidirectional '", name(),
+                 "': expected 1 input (the sequences), got ", inputs.size(),
+                 "; initial states are not supported yet");
+  return run(inputs[0], Tensor(), ctx);
 }
 
 std::vector<Tensor> BidirectionalImpl::call_masked(const std::vector<Tensor>& inputs,
                                                    const std::vector<Tensor>& masks,
                                                    const CallContext& ctx) {
-  return {run(inputs.at(0), masks.at(0), ctx)};
+  LOCKSTEP_CHECK(inputs.size() == 1, "Bidirectional '", name(),
+                 "': expected 1 input (the sequences), got ", inputs.size(),
+                 "; initial states are not supported yet");
+  return run(inputs[0], masks.at(0), ctx);
 }
 
-std::vector<Tensor> BidirectionalImpl::compute_mask(const std::vector<Tensor>&,
+std::vector<Tensor> BidirectionalImpl::compute_mask(const std::vector<Tensor>& inputs,
                                                     const std::vector<Tensor>& masks) const {
-  if (!forward_->options().return_sequences || masks.empty()) return {Tensor()};
-  return {masks[0]};
+  // The merged output's as each layer's; the states after it have none.
+  std::vector<Tensor> out = forward_->compute_mask(inputs, masks);
+  out.resize(2 * out.size() - 1);
+  return out;
 }
 
-Tensor BidirectionalImpl::run(const Tensor& x, const Tensor& sequence_mask,
-                              const CallContext& ctx) {
+std::vector<Tensor> BidirectionalImpl::run(const Tensor& x, const Tensor& sequence_mask,
+                                           const CallContext& ctx) {
   const std::vector<Tensor> masks =
       sequence_mask.defined() ? std::vector<Tensor>{sequence_mask} : std::vector<Tensor>{};
-  const Tensor y = forward_->apply({x}, masks, ctx).at(0);
-  Tensor y_rev = backward_->apply({x}, masks, ctx).at(0);
+  const std::vector<Tensor> forward = forward_->apply({x}, masks, ctx);
+  const std::vector<Tensor> backward = backward_->apply({x}, masks, ctx);
+  const Tensor& y = forward.at(0);
+  Tensor y_rev = backward.at(0);
   if (forward_->options().return_sequences) {  // back in time order
     const std::int64_t steps = y_rev.shape()[1];
     std::vector<std::int64_t> order(static_cast<std::size_t>(steps));
@@ -311,10 +339,14 @@ Tensor BidirectionalImpl::run(const Tensor& x, const Tensor& sequence_mask,
     y_rev = gather(y_rev, indices, 1);
   }
   const std::string& m = options_.merge_mode;
-  if (m == "concat") return concat({y, y_rev}, -1);
-  if (m == "sum") return y + y_rev;
-  if (m == "mul") return y * y_rev;
-  return (y + y_rev) / 2.0f;
+  std::vector<Tensor> out{m == "concat" ? concat({y, y_rev}, -1)
+                          : m == "sum"  ? y + y_rev
+                          : m == "mul"  ? y * y_rev
+                                        : (y + y_rev) / 2.0f};
+  // Keras's return_state: the forward layer's states, then the backward's.
+  out.insert(out.end(), forward.begin() + 1, forward.end());
+  out.insert(out.end(), backward.begin() + 1, backward.end());
+  return out;
 }
 
 LayerConfig BidirectionalImpl::get_config() const {

@@ -505,13 +505,18 @@ bool takes_positional_inputs(const LayerImpl& layer) {
   return dynamic_cast<const layers::MultiHeadAttentionImpl*>(&layer) != nullptr;
 }
 
-// Whether Keras must call this layer with use_causal_mask=True.
-bool causal_attention(const LayerImpl& layer) {
-  if (const auto* mha = dynamic_cast<const layers::MultiHeadAttentionImpl*>(&layer))
-    return mha->use_causal_mask();
-  if (const auto* att = dynamic_cast<const layers::AttentionImpl*>(&layer))
-    return att->use_causal_mask();
-  return false;
+// The call arguments Keras must call this layer with: the attention
+// layers' use_causal_mask and return_attention_scores, which Lockstep holds
+// as their settings.
+json call_kwargs(const LayerImpl& layer) {
+  json kwargs = json::object();
+  auto put = [&](const auto& attention) {
+    if (attention.use_causal_mask()) kwargs["use_causal_mask"] = true;
+    if (attention.return_attention_scores()) kwargs["return_attention_scores"] = true;
+  };
+  if (const auto* mha = dynamic_cast<const layers::MultiHeadAttentionImpl*>(&layer)) put(*mha);
+  if (const auto* att = dynamic_cast<const layers::AttentionImpl*>(&layer)) put(*att);
+  return kwargs;
 }
 
 json leaf_entry(const LayerImpl& layer, const json& build_shape) {
@@ -611,9 +616,7 @@ json functional_config(const FunctionalImpl& f) {
         for (const KerasTensor& k : node->inputs) list.push_back(tensor(k));
         args.push_back(list);
       }
-      json kwargs = json::object();
-      if (causal_attention(*layer)) kwargs["use_causal_mask"] = true;
-      entry["inbound_nodes"].push_back({{"args", args}, {"kwargs", kwargs}});
+      entry["inbound_nodes"].push_back({{"args", args}, {"kwargs", call_kwargs(*layer)}});
     }
     layers.push_back(entry);
   }
@@ -677,9 +680,10 @@ Ref read_ref(const json& r, const std::string& where) {
 }
 
 // The call arguments besides tensors that Lockstep's layers take:
-// use_causal_mask, which MultiHeadAttention and Attention hold as a setting.
+// use_causal_mask and return_attention_scores, which MultiHeadAttention and
+// Attention hold as settings.
 struct CallArguments {
-  std::optional<bool> use_causal_mask{};
+  std::map<std::string, bool> attention{};
   // The operations that made the masks the call passes: Keras 3 records
   // the mask it propagated to a layer (made by not_equal, any, ... ops
   // that are not layers of the model), which Lockstep's graph propagates
@@ -712,8 +716,9 @@ std::vector<Ref> node_refs(const json& node, const std::string& where,
     // (functional.py, operation_fn) — as every Lockstep call passes one.
     const json kwargs = node.value("kwargs", json::object());
     for (const auto& [k, v] : kwargs.items()) {
-      if (k == "use_causal_mask" && v.is_boolean() && arguments != nullptr) {
-        arguments->use_causal_mask = v.get<bool>();
+      if ((k == "use_causal_mask" || k == "return_attention_scores") && v.is_boolean() &&
+          arguments != nullptr) {
+        arguments->attention[k] = v.get<bool>();
         continue;
       }
       if (is_mask_argument(k) && v.is_object() &&
@@ -769,30 +774,39 @@ DType input_dtype_of(const json& config) {
   return dtype_from_name(d.value("config", json::object()).value("name", std::string("float32")));
 }
 
-// A call's use_causal_mask, which Lockstep's attention layers hold for
-// every call: a layer called with and without it is refused.
-void set_use_causal_mask(LayerImpl& layer, bool causal, std::size_t call,
-                         const std::string& where) {
+// A call's use_causal_mask or return_attention_scores, which Lockstep's
+// attention layers hold for every call: a layer called with and without
+// one is refused.
+void set_call_argument(LayerImpl& layer, const std::string& key, bool on, std::size_t call,
+                       const std::string& where) {
   bool was = false;
+  auto set = [&](auto& attention) {
+    if (key == "use_causal_mask") {
+      was = attention.use_causal_mask();
+      attention.set_use_causal_mask(on);
+    } else {
+      was = attention.return_attention_scores();
+      attention.set_return_attention_scores(on);
+    }
+  };
   if (auto* mha = dynamic_cast<layers::MultiHeadAttentionImpl*>(&layer)) {
-    was = mha->use_causal_mask();
-    mha->set_use_causal_mask(causal);
+    set(*mha);
   } else if (auto* att = dynamic_cast<layers::AttentionImpl*>(&layer)) {
-    was = att->use_causal_mask();
-    att->set_use_causal_mask(causal);
+    set(*att);
   } else {
-    detail::throw_error<ValueError>(where,
-                                    ": the call passes use_causal_mask, which only "
-                                    "MultiHeadAttention and Attention take");
+    detail::throw_error<ValueError>(where, ": the call passes ", key,
+                                    ", which only MultiHeadAttention and Attention take");
   }
-  LOCKSTEP_CHECK(call == 0 || was == causal, where, ": call ", call,
-                 " passes use_causal_mask = ", causal, " and an earlier call ", was,
-                 "; Lockstep's attention layers are causal in every call or in none");
+  LOCKSTEP_CHECK(call == 0 || was == on, where, ": call ", call, " passes ", key, " = ", on,
+                 " and an earlier call ", was,
+                 "; Lockstep's attention layers hold it for every "
+                 "call");
 }
 
 Model functional_from_config(const json& config, const std::string& where) {
   const std::string name = config.value("name", std::string());
-  std::map<std::string, std::vector<KerasTensor>> outputs_of;  // layer -> output of each call
+  // layer -> the outputs of each of its calls
+  std::map<std::string, std::vector<std::vector<KerasTensor>>> outputs_of;
   struct Pending {
     std::string name;
     Layer layer;
@@ -818,7 +832,7 @@ Model functional_from_config(const json& config, const std::string& where) {
     }
     if (cls == "InputLayer") {
       outputs_of[lname].push_back(
-          Input(input_shape_of(layer_config, at), input_dtype_of(layer_config), lname));
+          {Input(input_shape_of(layer_config, at), input_dtype_of(layer_config), lname)});
       continue;
     }
     Layer layer = is_model_class(cls) ? Layer(model_from_config(entry, at).impl())
@@ -831,7 +845,10 @@ Model functional_from_config(const json& config, const std::string& where) {
       ok = false;
       return {};
     }
-    return it->second[r.node];
+    const std::vector<KerasTensor>& outs = it->second[r.node];
+    LOCKSTEP_CHECK(r.tensor < outs.size(), where, ": a layer reads output ", r.tensor, " of '",
+                   r.layer, "', which has ", outs.size());
+    return outs[r.tensor];
   };
   // Calls in dependency order: a node waits until what it reads exists.
   for (bool progress = true; progress;) {
@@ -843,8 +860,8 @@ Model functional_from_config(const json& config, const std::string& where) {
         bool ok = true;
         CallArguments call_arguments;
         const std::vector<Ref> refs = node_refs(p.nodes[p.done], at, &call_arguments);
-        if (call_arguments.use_causal_mask)
-          set_use_causal_mask(*p.layer.impl(), *call_arguments.use_causal_mask, p.done, at);
+        for (const auto& [key, on] : call_arguments.attention)
+          set_call_argument(*p.layer.impl(), key, on, p.done, at);
         for (const std::string& source : call_arguments.mask_sources) {
           LOCKSTEP_CHECK(!outputs_of.contains(source) &&
                              std::none_of(pending.begin(), pending.end(),
@@ -860,14 +877,12 @@ Model functional_from_config(const json& config, const std::string& where) {
                 "), which Lockstep builds no layer for; Hint: write it as a layer (a Lambda "
                 "needs a registered C++ layer, lockstep::register_layer)");
           }
-          LOCKSTEP_CHECK(r.tensor == 0, at, ": reads output ", r.tensor, " of '", r.layer,
-                         "'; Lockstep's layers have one output");
           args.push_back(resolve(r, ok));
         }
         if (!ok) break;
         LOCKSTEP_CHECK(!args.empty(), at, ": call ", p.done, " passes no tensor");
         try {  // builds the layer: its weights' shapes come from the file
-          outputs_of[p.name].push_back(args.size() == 1 ? p.layer(args[0]) : p.layer(args));
+          outputs_of[p.name].push_back(p.layer.call_all(args));
         } catch (const Error&) {
           detail::rethrow_with_prefix(at + ": ");
         }

@@ -120,14 +120,6 @@ std::string shape_of(const KerasTensor& k) { return k.shape_string(); }
 std::vector<Row> functional_rows(const FunctionalImpl& graph, bool& sequential_like) {
   const FunctionalImpl* f = &graph;
   std::vector<Row> rows;
-  // Chain-shaped graphs (one input, one path, no shared layers) print as
-  // Sequential; others get a "Connected to" column.
-  std::map<const LayerImpl*, int> calls;
-  for (const auto& step : f->steps()) {
-    if (++calls[step.node->layer.get()] > 1 || step.node->inputs.size() > 1)
-      sequential_like = false;
-  }
-  if (f->inputs().size() > 1 || f->outputs().size() > 1) sequential_like = false;
   // Node index of each call of a layer, for "Connected to".
   std::map<const KerasTensor::Node*, int> node_index;
   std::map<const LayerImpl*, int> seen_calls;
@@ -168,6 +160,16 @@ std::vector<Row> functional_rows(const FunctionalImpl& graph, bool& sequential_l
       d = std::max(d, depth + 1);
     }
   }
+  // Keras's test for a graph that prints as Sequential (no "Connected to"
+  // column): one node at each depth, none reading several tensors, and no
+  // layer called twice. A layer whose several outputs are all read still
+  // counts as one node.
+  std::map<int, int> nodes_at_depth;
+  std::map<const void*, int> calls;
+  for (const auto& [node, depth] : node_depth) {
+    if (++nodes_at_depth[depth] > 1 || node->inputs.size() > 1 || ++calls[op_of(node)] > 1)
+      sequential_like = false;
+  }
   std::vector<NodeP> first_node_of_op;
   std::set<const void*> seen_ops;
   for (NodeP n : post_order) {
@@ -195,6 +197,14 @@ std::vector<Row> functional_rows(const FunctionalImpl& graph, bool& sequential_l
   for (const auto& step : f->steps()) {
     Row& row = rows[row_of.at(step.node->layer.get())];
     row.cells[1] = shape_of(step.output);
+    if (const auto& shapes = step.node->output_shapes; shapes.size() > 1) {
+      // Keras's for a layer with several outputs: the list of their shapes.
+      row.cells[1] = "[";
+      for (std::size_t i = 0; i < shapes.size(); ++i)
+        row.cells[1] +=
+            (i ? ", " : "") + KerasTensor(nullptr, 0, shapes[i], DType::kFloat32).shape_string();
+      row.cells[1] += "]";
+    }
     for (const KerasTensor& in : step.node->inputs) {
       if (!row.cells[3].empty()) row.cells[3] += ", ";
       row.cells[3] += source_name(in);

@@ -46,7 +46,10 @@ Ref ref_sequence(Cell cell, const Ref& xw, const Ref& kernel, const Ref& bias, c
                  const RecurrentOptions& o, const std::vector<int>& steps_real = {}) {
   const std::int64_t b = xw.dims[0], steps = xw.dims[1], u = kernel.dims[0];
   const std::int64_t g = gates_of(cell), w = g * u;
-  Ref out({b, steps, u});
+  // With return_states the final h (and LSTM's c) follow the steps.
+  const std::int64_t extra = o.return_states ? (cell == Cell::kLstm ? 2 : 1) : 0;
+  const std::int64_t rows = steps + extra;
+  Ref out({b, rows, u});
   for (std::int64_t n = 0; n < b; ++n) {
     std::vector<double> h(static_cast<std::size_t>(u), 0.0), c(h);
     for (std::int64_t s = 0; s < steps; ++s) {
@@ -119,10 +122,13 @@ Ref ref_sequence(Cell cell, const Ref& xw, const Ref& kernel, const Ref& bias, c
         c = c_before;
       }
       for (std::int64_t j = 0; j < u; ++j) {
-        out[(n * steps + s) * u + j] =
+        out[(n * rows + s) * u + j] =
             !real && o.zero_output_for_mask ? 0.0 : h[static_cast<std::size_t>(j)];
       }
     }
+    for (std::int64_t j = 0; j < u * extra; ++j)
+      out[(n * rows + steps) * u + j] =
+          j < u ? h[static_cast<std::size_t>(j)] : c[static_cast<std::size_t>(j - u)];
   }
   return out;
 }
@@ -197,43 +203,63 @@ TEST(RecurrentOps, EachCellIsKerasFormulaWithItsGradients) {
   }
 }
 
+// Checks `cell` under `o` over random inputs [b, steps] with `real`, the
+// sequence mask [b · steps] (1 real; empty: none), against the float64
+// loop, with finite-difference gradients of every input.
+void check_with_mask(Cell cell, const RecurrentOptions& o, std::int64_t b, std::int64_t steps,
+                     std::int64_t u, const std::vector<int>& real, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  const std::int64_t g = gates_of(cell);
+  std::vector<Ref> inputs{random_ref({b, steps, g * u}, rng, -1.5, 1.5),
+                          random_ref({u, g * u}, rng, -0.8, 0.8)};
+  if (cell == Cell::kGru) inputs.push_back(random_ref({g * u}, rng, -0.5, 0.5));
+  const std::vector<std::uint8_t> bytes(real.begin(), real.end());
+  const Tensor mask =
+      real.empty() ? Tensor() : cast(Tensor::from_vector(bytes, {b, steps}), DType::kBool);
+  check_gradients(
+      cell_name(cell),
+      [&](const std::vector<Tensor>& in) {
+        RecurrentOptions with = o;
+        with.mask = mask;
+        return run_op(cell, in, with);
+      },
+      [&](const std::vector<Ref>& in) {
+        return ref_sequence(cell, in[0], in[1], in.size() > 2 ? in[2] : Ref({0}), Ref({0}), o,
+                            real);
+      },
+      inputs);
+}
+
 // Keras's sequence masks (Embedding's mask_zero): a masked step keeps the
 // states, and outputs the last output or zeros; padding at the end, at the
 // start and inside, forwards and backwards, with the gradients of every
 // input (a masked step's input gets none).
 TEST(RecurrentOps, SequenceMasksSkipStepsAsKeras) {
-  const std::int64_t b = 3, steps = 5, u = 2;
   // Row 0 padded at the end, row 1 with a hole and padded at the start,
   // row 2 all real.
   const std::vector<int> real{1, 1, 1, 0, 0, 0, 1, 0, 1, 1, 1, 1, 1, 1, 1};
-  std::vector<std::uint8_t> bytes(real.begin(), real.end());
-  const Tensor mask = Tensor::from_vector(bytes, {b, steps});
   for (Cell cell : {Cell::kSimple, Cell::kLstm, Cell::kGru, Cell::kGruResetBefore}) {
     for (bool backwards : {false, true}) {
       for (bool zero_output : {false, true}) {
         SCOPED_TRACE(std::string(cell_name(cell)) + (backwards ? " go_backwards" : "") +
                      (zero_output ? " zero_output_for_mask" : ""));
-        std::mt19937 rng(23);
-        const std::int64_t g = gates_of(cell);
-        const Ref xw = random_ref({b, steps, g * u}, rng, -1.5, 1.5);
-        const Ref kernel = random_ref({u, g * u}, rng, -0.8, 0.8);
-        const Ref bias = cell == Cell::kGru ? random_ref({g * u}, rng, -0.5, 0.5) : Ref({0});
-        std::vector<Ref> inputs{xw, kernel};
-        if (cell == Cell::kGru) inputs.push_back(bias);
-        const RecurrentOptions o{.go_backwards = backwards, .zero_output_for_mask = zero_output};
-        check_gradients(
-            cell_name(cell),
-            [&](const std::vector<Tensor>& in) {
-              RecurrentOptions with = o;
-              with.mask = cast(mask, DType::kBool);
-              return run_op(cell, in, with);
-            },
-            [&](const std::vector<Ref>& in) {
-              return ref_sequence(cell, in[0], in[1], in.size() > 2 ? in[2] : Ref({0}), Ref({0}), o,
-                                  real);
-            },
-            inputs);
+        check_with_mask(cell, {.go_backwards = backwards, .zero_output_for_mask = zero_output}, 3,
+                        5, 2, real, 23);
       }
+    }
+  }
+}
+
+// Keras's return_state: the final states after the outputs, with their
+// gradients (which reach every step through the recurrence), under a mask
+// (the states kept at padded steps) and going backwards.
+TEST(RecurrentOps, FinalStatesWithTheirGradients) {
+  const std::vector<int> real{1, 1, 1, 0, 0, 1, 1, 1};
+  for (Cell cell : {Cell::kSimple, Cell::kLstm, Cell::kGru, Cell::kGruResetBefore}) {
+    for (bool masked : {false, true}) {
+      SCOPED_TRACE(std::string(cell_name(cell)) + (masked ? " masked, go_backwards" : ""));
+      check_with_mask(cell, {.go_backwards = masked, .return_states = true}, 2, 4, 2,
+                      masked ? real : std::vector<int>{}, 29);
     }
   }
 }

@@ -443,6 +443,18 @@ TEST(KerasFiles, MaskedModelsPredictAndStepAsKeras) {
   }
 }
 
+// Layers with several outputs (make_states_keras_fixture.py): LSTM, GRU,
+// SimpleRNN and Bidirectional with return_state, MultiHeadAttention and
+// Attention with return_attention_scores (a call argument in Keras's file),
+// each output read by later layers through its index in the file. The
+// model predicts and steps as Keras did, and survives our save.
+TEST(KerasFiles, LayersWithSeveralOutputsPredictAndStepAsKeras) {
+  const json e = json::parse(slurp(kFixtures / "states_expected.json"));
+  Model m = load_model((kFixtures / "states.keras").string());
+  predicts_and_steps_as_keras(m, e, "states", DType::kInt32);
+  saved_and_loaded(m, "states");
+}
+
 // Metrics with settings, as Keras 3 compiled and saved them
 // (make_metrics_keras_fixture.py): each arrives with its threshold, k,
 // num_thresholds, label_smoothing and name, evaluates to Keras's numbers,

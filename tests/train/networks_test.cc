@@ -72,6 +72,46 @@ TEST(Functional, SharedLayersResidualsAndSeveralOutputs) {
   EXPECT_EQ(outs[1].to_vector<float>(), head2(sb).to_vector<float>());
 }
 
+// A layer with several outputs (an LSTM with return_state): call_all gives
+// one symbolic tensor per output, the graph runs the layer once and hands
+// each reader its output, an output nothing reads is dropped, and calling
+// such a layer for one tensor says to use call_all. Its states are the last
+// step's: h is the last output, and the graph trains through all three.
+TEST(Functional, ALayerWithSeveralOutputsRunsOnceForAllItsReaders) {
+  set_random_seed(2);
+  auto in = Input({5, 3});
+  layers::LSTM lstm(4, {.return_sequences = true, .return_state = true});
+  const std::vector<KerasTensor> outs = lstm.call_all(in);
+  ASSERT_EQ(outs.size(), 3u);
+  EXPECT_EQ(outs[0].shape_string(), "(None, 5, 4)");
+  EXPECT_EQ(outs[2].shape_string(), "(None, 4)");
+  try {
+    (void)lstm(in);
+    FAIL() << "expected an error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("returns 3 outputs; Hint: take them all with call_all"),
+              std::string::npos)
+        << e.what();
+  }
+  // The sequence and c are read, h is not.
+  layers::Dense head_c(1);
+  Model model({in}, {layers::Dense(1)(layers::Flatten()(outs[0])), head_c(outs[2])});
+  const Tensor x = random::normal({2, 5, 3}, {.seed = 3});
+  const std::vector<Tensor> got = model(std::vector<Tensor>{x});
+  const std::vector<Tensor> eager = lstm->apply({x}, {});
+  EXPECT_EQ(slice(eager[0], {0, 4, 0}, {2, 1, 4}).to_vector<float>(),
+            eager[1].to_vector<float>());  // h is the last output
+  EXPECT_EQ(got.at(1).to_vector<float>(), head_c(eager[2]).to_vector<float>());
+  model.compile({.optimizer = optimizers::SGD(), .loss = losses::MeanSquaredError()});
+  const History h = model.fit({x}, {Tensor::zeros({2, 1}), Tensor::ones({2, 1})},
+                              {.batch_size = 2, .epochs = 3, .verbose = 0});
+  for (const auto& [name, values] : h.history()) {
+    if (name == "loss") {
+      EXPECT_LT(values.back(), values.front());
+    }
+  }
+}
+
 // A graph's intermediate tensor lives until its last reader has run, not
 // until the forward pass ends: a chain of 7 tanh layers with a skip from
 // the first to the end holds 3 of its 16 MiB activations at a time, not 8.

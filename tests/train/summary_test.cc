@@ -82,5 +82,31 @@ TEST(Summary, CountsFrozenAndOptimizerParams) {
   EXPECT_NE(s.find(" Total params: 48 (196.00 B)\n"), std::string::npos) << s;
 }
 
+// A layer with several outputs (an LSTM with return_state) shows the list
+// of their shapes, as Keras 3.15.1 prints it.
+TEST(Summary, ALayerWithSeveralOutputsShowsEachShapeAsKeras) {
+  clear_session();
+  auto x = Input({5, 3});
+  const auto outs = layers::LSTM(4, {.return_sequences = true, .return_state = true}).call_all(x);
+  Model model({x}, {layers::Dense(2)(outs[0]), outs[2]});
+  std::ostringstream out;
+  model.summary(out, {.line_length = 76});
+  EXPECT_EQ(out.str(),
+            "Model: \"functional\"\n"
+            "┏━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━┓\n"
+            "┃ Layer (type)                    ┃ Output Shape           ┃       Param # ┃\n"
+            "┡━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━┩\n"
+            "│ input_layer (InputLayer)        │ (None, 5, 3)           │             0 │\n"
+            "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+            "│ lstm (LSTM)                     │ [(None, 5, 4), (None,  │           128 │\n"
+            "│                                 │ 4), (None, 4)]         │               │\n"
+            "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+            "│ dense (Dense)                   │ (None, 5, 2)           │            10 │\n"
+            "└─────────────────────────────────┴────────────────────────┴───────────────┘\n"
+            " Total params: 138 (552.00 B)\n"
+            " Trainable params: 138 (552.00 B)\n"
+            " Non-trainable params: 0 (0.00 B)\n");
+}
+
 }  // namespace
 }  // namespace lockstep

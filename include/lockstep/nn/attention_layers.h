@@ -21,8 +21,13 @@
 // Attention is Keras's dot-product (Luong) or additive ("concat", Bahdanau)
 // attention of a query over a value, without projections.
 //
-// Not yet: return_attention_scores, an explicit attention_mask argument,
-// attention over several axes; each is refused by name.
+// return_attention_scores (like use_causal_mask, a call argument in Keras
+// and a setting here) makes the scores a second output: after the softmax,
+// [batch, heads, query steps, value steps] (MultiHeadAttention) or
+// [batch, query steps, value steps] (Attention).
+//
+// Not yet: an explicit attention_mask argument, attention over several
+// axes; each is refused by name.
 #pragma once
 
 #include <cstdint>
@@ -90,6 +95,8 @@ struct MultiHeadAttentionOptions {
   std::optional<std::uint64_t> seed{};
   // Step i of the query attends to steps ≤ i of the value only.
   bool use_causal_mask = false;
+  // The attention scores as a second output.
+  bool return_attention_scores = false;
   std::string name{};
 };
 // Called on {query, value} or {query, value, key} ([batch, steps, features]
@@ -108,9 +115,13 @@ class MultiHeadAttentionImpl : public LayerImpl {
   std::int64_t num_heads() const { return num_heads_; }
   std::int64_t key_dim() const { return key_dim_; }
   std::int64_t value_dim() const { return options_.value_dim; }
+  // What a Keras file's call arguments set (keras_config).
   bool use_causal_mask() const { return options_.use_causal_mask; }
-  // What a Keras file's call argument sets (keras_config).
   void set_use_causal_mask(bool causal) { options_.use_causal_mask = causal; }
+  bool return_attention_scores() const { return options_.return_attention_scores; }
+  void set_return_attention_scores(bool on) { options_.return_attention_scores = on; }
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs,
+                                   const std::vector<Tensor>& masks) const override;
 
  private:
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& masks,
@@ -140,6 +151,8 @@ struct AttentionOptions {
   std::optional<std::uint64_t> seed{};
   // Step i of the query attends to steps ≤ i of the value only.
   bool use_causal_mask = false;
+  // The attention distribution as a second output.
+  bool return_attention_scores = false;
   std::string name{};
 };
 // keras.layers.Attention, called on {query, value} or {query, value, key}
@@ -159,6 +172,10 @@ class AttentionImpl : public LayerImpl {
   LayerConfig get_config() const override;
   bool use_causal_mask() const { return options_.use_causal_mask; }
   void set_use_causal_mask(bool causal) { options_.use_causal_mask = causal; }
+  bool return_attention_scores() const { return options_.return_attention_scores; }
+  void set_return_attention_scores(bool on) { options_.return_attention_scores = on; }
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs,
+                                   const std::vector<Tensor>& masks) const override;
 
  private:
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& masks,

@@ -18,6 +18,8 @@ struct KerasTensor::Node {
   std::vector<KerasTensor> inputs{};
   std::string input_name{};                  // for an Input
   std::shared_ptr<LayerImpl> input_layer{};  // for an Input: its InputLayer (model.layers)
+  // The example shape of each of the call's outputs (read or not).
+  std::vector<Shape> output_shapes{};
 };
 
 // What Keras lists for an Input among a functional model's layers

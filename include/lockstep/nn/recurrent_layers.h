@@ -21,8 +21,12 @@
 // when it returns sequences). A layer with return_sequences passes the mask
 // on; one without ends it.
 //
-// Not yet: return_state, initial states, stateful layers; each is refused
-// by name.
+// return_state: the layer's outputs are the output, then its final states
+// (h; LSTM: h, c), as Keras's `output, h, c = lstm(x)`:
+//
+//   auto outs = ls::layers::LSTM(32, {.return_state = true}).call_all(x);
+//
+// Not yet: initial states, stateful layers; each is refused by name.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +54,7 @@ struct RecurrentLayerOptions {
   float recurrent_dropout = 0.0f;  // of the state, in training
   std::optional<std::uint64_t> seed{};
   bool return_sequences = false;  // every step's output, else the last
+  bool return_state = false;      // the final states as further outputs
   bool go_backwards = false;      // last step first; the output keeps that order
   bool reset_after = true;        // GRU: Keras 3's default
   bool unroll = false;            // accepted for Keras's files; the same arithmetic either way
@@ -59,11 +64,12 @@ struct RecurrentLayerOptions {
 };
 
 // SimpleRNN (1 gate), LSTM (4: i, f, c, o) or GRU (3: z, r, h).
-class RecurrentImpl : public SingleInputLayerImpl {
+class RecurrentImpl : public LayerImpl {
  public:
   RecurrentImpl(std::string class_name, std::int64_t units, RecurrentLayerOptions options);
   void build(const std::vector<Shape>& input_shapes) override;
-  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  // {output}, or {output, h} and LSTM's {output, h, c} with return_state.
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
   bool supports_masking() const override { return true; }
   std::vector<Tensor> call_masked(const std::vector<Tensor>& inputs,
                                   const std::vector<Tensor>& masks,
@@ -87,7 +93,7 @@ class RecurrentImpl : public SingleInputLayerImpl {
   // Dropout masks, one per sequence (and per gate with recurrent dropout).
   Tensor mask(const Shape& shape, float rate);
   // The layer's computation, under a sequence mask (undefined: none).
-  Tensor run(const Tensor& x, const Tensor& sequence_mask, const CallContext& ctx);
+  std::vector<Tensor> run(const Tensor& x, const Tensor& sequence_mask, const CallContext& ctx);
 
   std::int64_t units_;
   RecurrentLayerOptions options_;
@@ -119,11 +125,13 @@ struct BidirectionalOptions {
   std::string merge_mode = "concat";
   std::string name{};
 };
-class BidirectionalImpl : public SingleInputLayerImpl {
+class BidirectionalImpl : public LayerImpl {
  public:
   BidirectionalImpl(const Layer& layer, BidirectionalOptions options,
                     std::optional<Layer> backward_layer = std::nullopt);
-  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  // {merged output}, then with return_state the forward layer's final
+  // states and the backward layer's, as Keras's.
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
   bool supports_masking() const override { return true; }
   std::vector<Tensor> call_masked(const std::vector<Tensor>& inputs,
                                   const std::vector<Tensor>& masks,
@@ -136,7 +144,7 @@ class BidirectionalImpl : public SingleInputLayerImpl {
   const std::string& merge_mode() const { return options_.merge_mode; }
 
  private:
-  Tensor run(const Tensor& x, const Tensor& sequence_mask, const CallContext& ctx);
+  std::vector<Tensor> run(const Tensor& x, const Tensor& sequence_mask, const CallContext& ctx);
 
   BidirectionalOptions options_;
   std::shared_ptr<RecurrentImpl> forward_, backward_;

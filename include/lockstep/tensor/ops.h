@@ -188,6 +188,10 @@ struct RecurrentOptions {
   // with zero_output_for_mask), as Keras's backend rnn.
   Tensor mask{};
   bool zero_output_for_mask = false;
+  // Also returns the final states (Keras's return_state): after the steps'
+  // outputs come the state h after the last step processed and, for lstm,
+  // the cell state c: [batch, steps + 1, units] (+ 2 for lstm).
+  bool return_states = false;
 };
 // Whole sequences, as Keras's SimpleRNN, LSTM and GRU cells run them from a
 // zero state, in one op whose backward pass is backpropagation through time:

@@ -306,6 +306,7 @@ Tensor simple_rnn(const Tensor& projected, const Tensor& recurrent_kernel,
       outs.push_back(masked.output(t, fresh, h));
       if (recording) steps->push_back({std::move(r), fresh});
     }
+    if (options.return_states) outs.push_back(h);
     out = batch_major(outs);
   }
   if (recording) {
@@ -314,7 +315,8 @@ Tensor simple_rnn(const Tensor& projected, const Tensor& recurrent_kernel,
                      const Tensor g = transpose(grad, {1, 0, 2});
                      std::vector<Tensor> dx(static_cast<std::size_t>(d.steps));
                      KernelGradient acc;
-                     Tensor dh_next;
+                     // The final state's gradient, when it is an output.
+                     Tensor dh_next = options.return_states ? step_of(g, d.steps) : Tensor();
                      for (std::int64_t s = d.steps - 1; s >= 0; --s) {
                        const SimpleRnnStep& st = (*steps)[static_cast<std::size_t>(s)];
                        const std::int64_t t = options.go_backwards ? d.steps - 1 - s : s;
@@ -376,6 +378,10 @@ Tensor lstm(const Tensor& projected, const Tensor& recurrent_kernel,
       outs.push_back(masked.output(t, h_fresh, h));
       if (recording) steps->push_back(std::move(st));
     }
+    if (options.return_states) {
+      outs.push_back(h);
+      outs.push_back(c);
+    }
     out = batch_major(outs);
   }
   if (recording) {
@@ -384,7 +390,12 @@ Tensor lstm(const Tensor& projected, const Tensor& recurrent_kernel,
                      const Tensor g = transpose(grad, {1, 0, 2});
                      std::vector<Tensor> dz(static_cast<std::size_t>(d.steps));
                      KernelGradient acc;
+                     // The final states' gradients, when they are outputs.
                      Tensor dh_next, dc_next;
+                     if (options.return_states) {
+                       dh_next = step_of(g, d.steps);
+                       dc_next = step_of(g, d.steps + 1);
+                     }
                      const Act act = options.activation, ract = options.recurrent_activation;
                      for (std::int64_t s = d.steps - 1; s >= 0; --s) {
                        const LstmStep& st = (*steps)[static_cast<std::size_t>(s)];
@@ -483,6 +494,7 @@ Tensor gru(const Tensor& projected, const Tensor& recurrent_kernel, const Tensor
       outs.push_back(masked.output(t, fresh, h));
       if (recording) steps->push_back(std::move(st));
     }
+    if (options.return_states) outs.push_back(h);
     out = batch_major(outs);
   }
   if (!recording) return out;
@@ -494,7 +506,9 @@ Tensor gru(const Tensor& projected, const Tensor& recurrent_kernel, const Tensor
         const Tensor g = transpose(grad, {1, 0, 2});
         std::vector<Tensor> dx(static_cast<std::size_t>(d.steps));
         KernelGradient acc;
-        Tensor dh_next, dbias;
+        // The final state's gradient, when it is an output.
+        Tensor dh_next = options.return_states ? step_of(g, d.steps) : Tensor();
+        Tensor dbias;
         const Act act = options.activation, ract = options.recurrent_activation;
         for (std::int64_t s = d.steps - 1; s >= 0; --s) {
           const GruStep& st = (*steps)[static_cast<std::size_t>(s)];
