@@ -101,17 +101,16 @@ Tensor RecurrentImpl::mask(const Shape& shape, float rate) {
 }
 
 std::vector<Tensor> RecurrentImpl::call(const std::vector<Tensor>& inputs, const CallContext& ctx) {
-  LOCKSTEP_CHECK(inputs.size() == 1, class_name_text(), ": expected 1 input (the sequences), got ",
-                 inputs.size(), "; initial states are not supported yet");
-  return run(inputs[0], Tensor(), ctx);
+  return run(inputs, Tensor(), ctx);
 }
 
 std::vector<Tensor> RecurrentImpl::call_masked(const std::vector<Tensor>& inputs,
                                                const std::vector<Tensor>& masks,
                                                const CallContext& ctx) {
-  LOCKSTEP_CHECK(inputs.size() == 1, class_name_text(), ": expected 1 input (the sequences), got ",
-                 inputs.size(), "; initial states are not supported yet");
-  return run(inputs[0], masks.at(0), ctx);
+  // As Keras: a layer called with initial states gets no mask (Keras fills
+  // a call's `mask` argument only when it passes one tensor), though its
+  // output carries the sequences' mask on (compute_mask).
+  return run(inputs, inputs.size() > 1 ? Tensor() : masks.at(0), ctx);
 }
 
 std::vector<Tensor> RecurrentImpl::compute_mask(const std::vector<Tensor>&,
@@ -122,8 +121,14 @@ std::vector<Tensor> RecurrentImpl::compute_mask(const std::vector<Tensor>&,
   return out;
 }
 
-std::vector<Tensor> RecurrentImpl::run(const Tensor& x_in, const Tensor& sequence_mask,
-                                       const CallContext& ctx) {
+std::vector<Tensor> RecurrentImpl::run(const std::vector<Tensor>& inputs,
+                                       const Tensor& sequence_mask, const CallContext& ctx) {
+  // Keras's initial_state: {sequences, h} or LSTM's {sequences, h, c}.
+  const std::size_t states = gates() == 4 ? 2 : 1;
+  LOCKSTEP_CHECK(inputs.size() == 1 || inputs.size() == 1 + states, class_name_text(),
+                 ": expected the sequences, or the sequences and ", states, " initial state",
+                 states > 1 ? "s (h, c)" : " (h)", ", got ", inputs.size(), " inputs");
+  const Tensor& x_in = inputs[0];
   LOCKSTEP_CHECK_AS(ShapeError, x_in.rank() == 3, class_name_text(),
                     ": expected sequences [batch, steps, features], got ", x_in.shape());
   const std::int64_t batch = x_in.shape()[0], steps = x_in.shape()[1], features = x_in.shape()[2];
@@ -173,6 +178,10 @@ std::vector<Tensor> RecurrentImpl::run(const Tensor& x_in, const Tensor& sequenc
       .mask = sequence_mask,
       .zero_output_for_mask = options_.zero_output_for_mask,
       .return_states = options_.return_state};
+  if (inputs.size() > 1) {
+    o.initial_h = inputs[1];
+    if (inputs.size() > 2) o.initial_c = inputs[2];
+  }
   if (recurrent_dropping) {
     std::vector<Tensor> masks;
     for (std::int64_t k = 0; k < g; ++k)
@@ -301,7 +310,7 @@ std::vector<Tensor> BidirectionalImpl::call(const std::vector<Tensor>& inputs,
                                             const CallContext& ctx) {
   LOCKSTEP_CHECK(inputs.size() == 1, "Bidirectional '", name(),
                  "': expected 1 input (the sequences), got ", inputs.size(),
-                 "; initial states are not supported yet");
+                 "; a Bidirectional's initial states are not supported yet");
   return run(inputs[0], Tensor(), ctx);
 }
 
@@ -310,7 +319,7 @@ std::vector<Tensor> BidirectionalImpl::call_masked(const std::vector<Tensor>& in
                                                    const CallContext& ctx) {
   LOCKSTEP_CHECK(inputs.size() == 1, "Bidirectional '", name(),
                  "': expected 1 input (the sequences), got ", inputs.size(),
-                 "; initial states are not supported yet");
+                 "; a Bidirectional's initial states are not supported yet");
   return run(inputs[0], masks.at(0), ctx);
 }
 

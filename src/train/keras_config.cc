@@ -538,6 +538,14 @@ json leaf_entry(const LayerImpl& layer, const json& build_shape) {
     build = {{"shapes_dict", {{"query_shape", build_shape[0]}, {"value_shape", build_shape[1]}}}};
     if (build_shape.size() > 2) build["shapes_dict"]["key_shape"] = build_shape[2];
   }
+  if (dynamic_cast<const layers::RecurrentImpl*>(&layer) != nullptr && build_shape.is_array() &&
+      !build_shape.empty() && build_shape[0].is_array()) {
+    // RNN.build(sequences_shape, initial_state_shape), as Keras saves it
+    // for a layer called with initial_state (a list of the states' shapes).
+    json states(build_shape.begin() + 1, build_shape.end());
+    build = {
+        {"shapes_dict", {{"sequences_shape", build_shape[0]}, {"initial_state_shape", states}}}};
+  }
   return {{"module", builtin ? json("keras.layers") : json("lockstep")},
           {"class_name", layer.class_name()},
           {"config", config},
@@ -609,14 +617,20 @@ json functional_config(const FunctionalImpl& f) {
     entry["inbound_nodes"] = json::array();
     for (const KerasTensor::Node* node : calls.at(layer)) {
       json args = json::array();
-      if (node->inputs.size() == 1 || takes_positional_inputs(*layer)) {
+      json kwargs = call_kwargs(*layer);
+      if (dynamic_cast<const layers::RecurrentImpl*>(layer) != nullptr) {
+        // lstm(x, initial_state=[h, c]): the states Keras takes by keyword.
+        args.push_back(tensor(node->inputs.at(0)));
+        for (std::size_t i = 1; i < node->inputs.size(); ++i)
+          kwargs["initial_state"].push_back(tensor(node->inputs[i]));
+      } else if (node->inputs.size() == 1 || takes_positional_inputs(*layer)) {
         for (const KerasTensor& k : node->inputs) args.push_back(tensor(k));
       } else {
         json list = json::array();
         for (const KerasTensor& k : node->inputs) list.push_back(tensor(k));
         args.push_back(list);
       }
-      entry["inbound_nodes"].push_back({{"args", args}, {"kwargs", call_kwargs(*layer)}});
+      entry["inbound_nodes"].push_back({{"args", args}, {"kwargs", kwargs}});
     }
     layers.push_back(entry);
   }
@@ -689,6 +703,8 @@ struct CallArguments {
   // that are not layers of the model), which Lockstep's graph propagates
   // itself. A mask from a layer of the model was passed by hand.
   std::vector<std::string> mask_sources{};
+  // A recurrent layer's initial_state: inputs after the sequences.
+  std::vector<Ref> initial_state{};
 };
 
 bool is_mask_argument(const std::string& key) {
@@ -719,6 +735,17 @@ std::vector<Ref> node_refs(const json& node, const std::string& where,
       if ((k == "use_causal_mask" || k == "return_attention_scores") && v.is_boolean() &&
           arguments != nullptr) {
         arguments->attention[k] = v.get<bool>();
+        continue;
+      }
+      if (k == "initial_state" && !v.is_null() && arguments != nullptr) {
+        const json states = v.is_array() ? v : json::array({v});
+        for (const json& state : states) {
+          LOCKSTEP_CHECK(
+              state.is_object() && state.value("class_name", std::string()) == "__keras_tensor__",
+              where, ": initial_state holds ", state.dump(), ", not a tensor of the model");
+          arguments->initial_state.push_back(
+              read_ref(state.at("config").at("keras_history"), where));
+        }
         continue;
       }
       if (is_mask_argument(k) && v.is_object() &&
@@ -859,7 +886,9 @@ Model functional_from_config(const json& config, const std::string& where) {
         std::vector<KerasTensor> args;
         bool ok = true;
         CallArguments call_arguments;
-        const std::vector<Ref> refs = node_refs(p.nodes[p.done], at, &call_arguments);
+        std::vector<Ref> refs = node_refs(p.nodes[p.done], at, &call_arguments);
+        refs.insert(refs.end(), call_arguments.initial_state.begin(),
+                    call_arguments.initial_state.end());
         for (const auto& [key, on] : call_arguments.attention)
           set_call_argument(*p.layer.impl(), key, on, p.done, at);
         for (const std::string& source : call_arguments.mask_sources) {

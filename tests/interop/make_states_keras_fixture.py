@@ -2,8 +2,9 @@
 whose call returns several tensors, as Keras users take them apart:
 `seq, h, c = LSTM(return_state=True)(x)`, a GRU's and a SimpleRNN's state,
 a Bidirectional LSTM's four states, MultiHeadAttention and Attention with
-return_attention_scores (the scores read by later layers), under an
-Embedding's padding mask; trained 3 steps and saved, with a fixed input,
+return_attention_scores (the scores read by later layers), an LSTM and a GRU
+starting from other layers' states (initial_state), under an Embedding's
+padding mask; trained 3 steps and saved, with a fixed input,
 Keras's outputs, one more step on a fixed batch and the outputs after it.
 Read by tests/train/keras_files_test.cc
 (KerasFiles.LayersWithSeveralOutputsPredictAndStepAsKeras).
@@ -39,9 +40,12 @@ def main(out):
     a, scores = layers.MultiHeadAttention(num_heads=2, key_dim=2)(
         q, q, return_attention_scores=True)
     d, weights = layers.Attention(use_scale=True)([a, a], return_attention_scores=True)
+    # A decoder starting from its encoder's states (initial_state).
+    decoded = layers.LSTM(4, return_sequences=True)(x, initial_state=[h, c])
+    regru = layers.GRU(3)(seq, initial_state=g)
     features = layers.Concatenate()([
         h, c, last, g, r, b, fh, fc, bh, bc,
-        layers.GlobalAveragePooling1D()(d),
+        layers.GlobalAveragePooling1D()(d), layers.GlobalAveragePooling1D()(decoded), regru,
         layers.Flatten()(scores), layers.Flatten()(weights)])
     classify_tokens(out, rng, "states", tokens, features, 80)
 

@@ -43,7 +43,8 @@ std::int64_t gates_of(Cell c) { return c == Cell::kSimple ? 1 : c == Cell::kLstm
 // keeps the states at a masked step and outputs the last output there, or
 // zeros with o.zero_output_for_mask.
 Ref ref_sequence(Cell cell, const Ref& xw, const Ref& kernel, const Ref& bias, const Ref& masks,
-                 const RecurrentOptions& o, const std::vector<int>& steps_real = {}) {
+                 const RecurrentOptions& o, const std::vector<int>& steps_real = {},
+                 const Ref& h0 = Ref({0}), const Ref& c0 = Ref({0})) {
   const std::int64_t b = xw.dims[0], steps = xw.dims[1], u = kernel.dims[0];
   const std::int64_t g = gates_of(cell), w = g * u;
   // With return_states the final h (and LSTM's c) follow the steps.
@@ -52,6 +53,10 @@ Ref ref_sequence(Cell cell, const Ref& xw, const Ref& kernel, const Ref& bias, c
   Ref out({b, rows, u});
   for (std::int64_t n = 0; n < b; ++n) {
     std::vector<double> h(static_cast<std::size_t>(u), 0.0), c(h);
+    for (std::int64_t j = 0; j < u; ++j) {  // the initial states, when given
+      if (h0.size() > 0) h[static_cast<std::size_t>(j)] = h0[n * u + j];
+      if (c0.size() > 0) c[static_cast<std::size_t>(j)] = c0[n * u + j];
+    }
     for (std::int64_t s = 0; s < steps; ++s) {
       const std::int64_t t = o.go_backwards ? steps - 1 - s : s;
       const bool real =
@@ -207,12 +212,17 @@ TEST(RecurrentOps, EachCellIsKerasFormulaWithItsGradients) {
 // sequence mask [b · steps] (1 real; empty: none), against the float64
 // loop, with finite-difference gradients of every input.
 void check_with_mask(Cell cell, const RecurrentOptions& o, std::int64_t b, std::int64_t steps,
-                     std::int64_t u, const std::vector<int>& real, std::uint32_t seed) {
+                     std::int64_t u, const std::vector<int>& real, std::uint32_t seed,
+                     bool initial_states = false) {
   std::mt19937 rng(seed);
   const std::int64_t g = gates_of(cell);
   std::vector<Ref> inputs{random_ref({b, steps, g * u}, rng, -1.5, 1.5),
                           random_ref({u, g * u}, rng, -0.8, 0.8)};
   if (cell == Cell::kGru) inputs.push_back(random_ref({g * u}, rng, -0.5, 0.5));
+  // Initial states (h, and LSTM's c) as the last inputs, with gradients.
+  const std::size_t first_state = inputs.size();
+  const std::size_t states = initial_states ? (cell == Cell::kLstm ? 2 : 1) : 0;
+  for (std::size_t k = 0; k < states; ++k) inputs.push_back(random_ref({b, u}, rng, -0.9, 0.9));
   const std::vector<std::uint8_t> bytes(real.begin(), real.end());
   const Tensor mask =
       real.empty() ? Tensor() : cast(Tensor::from_vector(bytes, {b, steps}), DType::kBool);
@@ -221,11 +231,14 @@ void check_with_mask(Cell cell, const RecurrentOptions& o, std::int64_t b, std::
       [&](const std::vector<Tensor>& in) {
         RecurrentOptions with = o;
         with.mask = mask;
-        return run_op(cell, in, with);
+        if (states > 0) with.initial_h = in[first_state];
+        if (states > 1) with.initial_c = in[first_state + 1];
+        return run_op(cell, std::vector<Tensor>(in.begin(), in.begin() + first_state), with);
       },
       [&](const std::vector<Ref>& in) {
-        return ref_sequence(cell, in[0], in[1], in.size() > 2 ? in[2] : Ref({0}), Ref({0}), o,
-                            real);
+        return ref_sequence(cell, in[0], in[1], cell == Cell::kGru ? in[2] : Ref({0}), Ref({0}), o,
+                            real, states > 0 ? in[first_state] : Ref({0}),
+                            states > 1 ? in[first_state + 1] : Ref({0}));
       },
       inputs);
 }
@@ -260,6 +273,21 @@ TEST(RecurrentOps, FinalStatesWithTheirGradients) {
       SCOPED_TRACE(std::string(cell_name(cell)) + (masked ? " masked, go_backwards" : ""));
       check_with_mask(cell, {.go_backwards = masked, .return_states = true}, 2, 4, 2,
                       masked ? real : std::vector<int>{}, 29);
+    }
+  }
+}
+
+// Keras's initial_state: the recurrence starts from given states (an
+// encoder's, in a sequence-to-sequence model), which get their gradients;
+// with the final states returned too, and under a mask whose first steps
+// are padding (the initial states carried through them).
+TEST(RecurrentOps, InitialStatesWithTheirGradients) {
+  const std::vector<int> real{0, 1, 1, 1, 1, 1, 0, 1};
+  for (Cell cell : {Cell::kSimple, Cell::kLstm, Cell::kGru, Cell::kGruResetBefore}) {
+    for (bool masked : {false, true}) {
+      SCOPED_TRACE(std::string(cell_name(cell)) + (masked ? " masked" : ""));
+      check_with_mask(cell, {.return_states = masked}, 2, 4, 2, masked ? real : std::vector<int>{},
+                      31, true);
     }
   }
 }

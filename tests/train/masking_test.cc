@@ -81,6 +81,25 @@ TEST(Masking, RecurrentLayersSkipThePadding) {
   }
 }
 
+// As Keras: a recurrent layer called with initial states gets no mask
+// (Keras fills a call's mask argument only when it passes one tensor), and
+// its output carries the sequences' mask on.
+TEST(Masking, ARecurrentLayerGivenInitialStatesRunsOverEveryStepAsKeras) {
+  set_random_seed(6);
+  layers::Embedding embedding(10, 3, {.mask_zero = true});
+  layers::GRU gru(2, {.return_sequences = true});
+  auto in = Input({5}, DType::kInt32);
+  auto state = Input({2});
+  const KerasTensor e = embedding(in);
+  const KerasTensor out = gru({e, state});
+  EXPECT_TRUE(out.has_mask());
+  Model model({in, state}, {out});
+  const Tensor h0 = Tensor::full({2, 2}, 0.25);
+  const Tensor got = model.predict({padded_ids(), h0}, {.verbose = 0}).at(0);
+  const Tensor unmasked = gru({embedding(padded_ids()), h0}).at(0);
+  expect_near(got, unmasked, 0.0f, "every step");
+}
+
 TEST(Masking, BidirectionalReturnsZerosAtPaddedSteps) {
   set_random_seed(4);
   layers::Embedding embedding(10, 3, {.mask_zero = true});

@@ -26,7 +26,12 @@
 //
 //   auto outs = ls::layers::LSTM(32, {.return_state = true}).call_all(x);
 //
-// Not yet: initial states, stateful layers; each is refused by name.
+// Initial states (Keras's `lstm(x, initial_state=[h, c])`, a decoder
+// starting from its encoder's states) are inputs after the sequences:
+//
+//   auto decoded = ls::layers::LSTM(32, {.return_sequences = true})({y, outs[1], outs[2]});
+//
+// Not yet: stateful layers, refused by name.
 #pragma once
 
 #include <cstdint>
@@ -68,7 +73,9 @@ class RecurrentImpl : public LayerImpl {
  public:
   RecurrentImpl(std::string class_name, std::int64_t units, RecurrentLayerOptions options);
   void build(const std::vector<Shape>& input_shapes) override;
-  // {output}, or {output, h} and LSTM's {output, h, c} with return_state.
+  // Called on {sequences}, or with initial states {sequences, h} (LSTM:
+  // {sequences, h, c}); returns {output}, or {output, h} and LSTM's
+  // {output, h, c} with return_state.
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
   bool supports_masking() const override { return true; }
   std::vector<Tensor> call_masked(const std::vector<Tensor>& inputs,
@@ -93,7 +100,8 @@ class RecurrentImpl : public LayerImpl {
   // Dropout masks, one per sequence (and per gate with recurrent dropout).
   Tensor mask(const Shape& shape, float rate);
   // The layer's computation, under a sequence mask (undefined: none).
-  std::vector<Tensor> run(const Tensor& x, const Tensor& sequence_mask, const CallContext& ctx);
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const Tensor& sequence_mask,
+                          const CallContext& ctx);
 
   std::int64_t units_;
   RecurrentLayerOptions options_;

@@ -192,6 +192,10 @@ struct RecurrentOptions {
   // outputs come the state h after the last step processed and, for lstm,
   // the cell state c: [batch, steps + 1, units] (+ 2 for lstm).
   bool return_states = false;
+  // The states before the first step (Keras's initial_state), [batch,
+  // units] each, with gradients; undefined: zeros. initial_c: lstm only.
+  Tensor initial_h{};
+  Tensor initial_c{};
 };
 // Whole sequences, as Keras's SimpleRNN, LSTM and GRU cells run them from a
 // zero state, in one op whose backward pass is backpropagation through time:

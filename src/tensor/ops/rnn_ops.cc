@@ -81,6 +81,14 @@ Dims check(const char* op, const Tensor& projected, const Tensor& kernel, std::i
                  ": expected float32 (or bfloat16) operands, got ", dtype_name(projected.dtype()),
                  " and ", dtype_name(kernel.dtype()));
   const Dims d{projected.shape()[0], projected.shape()[1], units};
+  for (const Tensor* state : {&o.initial_h, &o.initial_c}) {
+    if (!state->defined()) continue;
+    LOCKSTEP_CHECK_AS(ShapeError, state->shape() == Shape({d.batch, units}), op,
+                      ": expected initial states [", d.batch, ", ", units, "] (batch, units), got ",
+                      state->shape());
+  }
+  LOCKSTEP_CHECK(!o.initial_c.defined() || gates == 4, op,
+                 ": only lstm has a cell state to start from");
   if (o.recurrent_masks.defined()) {
     const Shape want{gates, d.batch, units};
     LOCKSTEP_CHECK_AS(ShapeError, o.recurrent_masks.shape() == want, op,
@@ -260,6 +268,23 @@ class StepMask {
 
 Tensor plus(const Tensor& a, const Tensor& b) { return b.defined() ? a + b : a; }
 
+// What a recurrent op records as its inputs: the given ones, then the
+// initial states it starts from (those given).
+std::vector<Tensor> recorded_inputs(std::vector<Tensor> inputs, const RecurrentOptions& o) {
+  for (const Tensor* state : {&o.initial_h, &o.initial_c}) {
+    if (state->defined()) inputs.push_back(*state);
+  }
+  return inputs;
+}
+
+// The gradients of the initial states (those given), after the others: what
+// reached the state before the first step.
+void add_initial_state_grads(Grads& grads, const RecurrentOptions& o, const Tensor& dh,
+                             const Tensor& dc) {
+  if (o.initial_h.defined()) grads.push_back(dh);
+  if (o.initial_c.defined()) grads.push_back(dc);
+}
+
 bool any_bf16(const Tensor& a, const Tensor& b) {
   return a.dtype() == DType::kBFloat16 || b.dtype() == DType::kBFloat16;
 }
@@ -268,6 +293,8 @@ Tensor widened(const Tensor& x) {
 }
 RecurrentOptions widened(RecurrentOptions o) {
   o.recurrent_masks = widened(o.recurrent_masks);
+  o.initial_h = widened(o.initial_h);
+  o.initial_c = widened(o.initial_c);
   return o;
 }
 
@@ -286,7 +313,8 @@ Tensor simple_rnn(const Tensor& projected, const Tensor& recurrent_kernel,
     return cast(simple_rnn(widened(projected), widened(recurrent_kernel), widened(options)),
                 projected.dtype());
   const Dims d = check("simple_rnn", projected, recurrent_kernel, 1, options);
-  const bool recording = detail::should_record({projected, recurrent_kernel});
+  const std::vector<Tensor> inputs = recorded_inputs({projected, recurrent_kernel}, options);
+  const bool recording = detail::should_record(inputs);
   auto rec = std::make_shared<Recurrence>(recurrent_kernel, d.units);
   auto steps = std::make_shared<std::vector<SimpleRnnStep>>();
   const StateReads reads(options.recurrent_masks, 1);
@@ -295,7 +323,7 @@ Tensor simple_rnn(const Tensor& projected, const Tensor& recurrent_kernel,
   {
     detail::RecordingPause pause;
     const Tensor time_major = transpose(projected, {1, 0, 2});
-    Tensor h = zeros_like(step_of(time_major, 0));
+    Tensor h = options.initial_h.defined() ? options.initial_h : zeros_like(step_of(time_major, 0));
     std::vector<Tensor> outs;
     for (std::int64_t s = 0; s < d.steps; ++s) {
       const std::int64_t t = options.go_backwards ? d.steps - 1 - s : s;
@@ -310,7 +338,7 @@ Tensor simple_rnn(const Tensor& projected, const Tensor& recurrent_kernel,
     out = batch_major(outs);
   }
   if (recording) {
-    detail::record("simple_rnn", {projected, recurrent_kernel}, out,
+    detail::record("simple_rnn", inputs, out,
                    [rec, steps, reads, masked, d, options](const Tensor& grad) {
                      const Tensor g = transpose(grad, {1, 0, 2});
                      std::vector<Tensor> dx(static_cast<std::size_t>(d.steps));
@@ -325,7 +353,9 @@ Tensor simple_rnn(const Tensor& projected, const Tensor& recurrent_kernel,
                        dx[static_cast<std::size_t>(t)] = da;
                        dh_next = plus(reads.back(rec->backward(0, 1, st.reads, da, acc)), around);
                      }
-                     return Grads{batch_major(dx), Recurrence::kernel_gradient(acc)};
+                     Grads grads{batch_major(dx), Recurrence::kernel_gradient(acc)};
+                     add_initial_state_grads(grads, options, dh_next, Tensor());
+                     return grads;
                    });
   }
   return out;
@@ -347,7 +377,8 @@ Tensor lstm(const Tensor& projected, const Tensor& recurrent_kernel,
                 projected.dtype());
   const Dims d = check("lstm", projected, recurrent_kernel, 4, options);
   const std::int64_t u = d.units;
-  const bool recording = detail::should_record({projected, recurrent_kernel});
+  const std::vector<Tensor> inputs = recorded_inputs({projected, recurrent_kernel}, options);
+  const bool recording = detail::should_record(inputs);
   auto rec = std::make_shared<Recurrence>(recurrent_kernel, u);
   auto steps = std::make_shared<std::vector<LstmStep>>();
   const StateReads reads(options.recurrent_masks, 4);
@@ -356,8 +387,9 @@ Tensor lstm(const Tensor& projected, const Tensor& recurrent_kernel,
   {
     detail::RecordingPause pause;
     const Tensor time_major = transpose(projected, {1, 0, 2});
-    Tensor h = zeros_like(columns(step_of(time_major, 0), 0, u));
-    Tensor c = h;
+    const Tensor zeros = zeros_like(columns(step_of(time_major, 0), 0, u));
+    Tensor h = options.initial_h.defined() ? options.initial_h : zeros;
+    Tensor c = options.initial_c.defined() ? options.initial_c : zeros;
     std::vector<Tensor> outs;
     for (std::int64_t s = 0; s < d.steps; ++s) {
       const std::int64_t t = options.go_backwards ? d.steps - 1 - s : s;
@@ -385,40 +417,41 @@ Tensor lstm(const Tensor& projected, const Tensor& recurrent_kernel,
     out = batch_major(outs);
   }
   if (recording) {
-    detail::record("lstm", {projected, recurrent_kernel}, out,
-                   [rec, steps, reads, masked, d, options](const Tensor& grad) {
-                     const Tensor g = transpose(grad, {1, 0, 2});
-                     std::vector<Tensor> dz(static_cast<std::size_t>(d.steps));
-                     KernelGradient acc;
-                     // The final states' gradients, when they are outputs.
-                     Tensor dh_next, dc_next;
-                     if (options.return_states) {
-                       dh_next = step_of(g, d.steps);
-                       dc_next = step_of(g, d.steps + 1);
-                     }
-                     const Act act = options.activation, ract = options.recurrent_activation;
-                     for (std::int64_t s = d.steps - 1; s >= 0; --s) {
-                       const LstmStep& st = (*steps)[static_cast<std::size_t>(s)];
-                       const std::int64_t t = options.go_backwards ? d.steps - 1 - s : s;
-                       const auto [dh, around] = masked.split(t, step_of(g, s), dh_next);
-                       Tensor dc = dh * st.o * slope(act, st.ac);
-                       Tensor dc_around;
-                       if (dc_next.defined()) {
-                         dc = dc + masked.to_fresh(t, dc_next);
-                         if (masked.on()) dc_around = masked.to_old(t, dc_next);
-                       }
-                       const Tensor di = dc * st.g * slope(ract, st.i);
-                       const Tensor df = dc * st.c_prev * slope(ract, st.f);
-                       const Tensor dg = dc * st.i * slope(act, st.g);
-                       const Tensor dout = dh * st.ac * slope(ract, st.o);
-                       dc_next = plus(dc * st.f, dc_around);
-                       const Tensor step_grad = concat({di, df, dg, dout}, 1);
-                       dz[static_cast<std::size_t>(t)] = step_grad;
-                       dh_next =
-                           plus(reads.back(rec->backward(0, 4, st.reads, step_grad, acc)), around);
-                     }
-                     return Grads{batch_major(dz), Recurrence::kernel_gradient(acc)};
-                   });
+    detail::record(
+        "lstm", inputs, out, [rec, steps, reads, masked, d, options](const Tensor& grad) {
+          const Tensor g = transpose(grad, {1, 0, 2});
+          std::vector<Tensor> dz(static_cast<std::size_t>(d.steps));
+          KernelGradient acc;
+          // The final states' gradients, when they are outputs.
+          Tensor dh_next, dc_next;
+          if (options.return_states) {
+            dh_next = step_of(g, d.steps);
+            dc_next = step_of(g, d.steps + 1);
+          }
+          const Act act = options.activation, ract = options.recurrent_activation;
+          for (std::int64_t s = d.steps - 1; s >= 0; --s) {
+            const LstmStep& st = (*steps)[static_cast<std::size_t>(s)];
+            const std::int64_t t = options.go_backwards ? d.steps - 1 - s : s;
+            const auto [dh, around] = masked.split(t, step_of(g, s), dh_next);
+            Tensor dc = dh * st.o * slope(act, st.ac);
+            Tensor dc_around;
+            if (dc_next.defined()) {
+              dc = dc + masked.to_fresh(t, dc_next);
+              if (masked.on()) dc_around = masked.to_old(t, dc_next);
+            }
+            const Tensor di = dc * st.g * slope(ract, st.i);
+            const Tensor df = dc * st.c_prev * slope(ract, st.f);
+            const Tensor dg = dc * st.i * slope(act, st.g);
+            const Tensor dout = dh * st.ac * slope(ract, st.o);
+            dc_next = plus(dc * st.f, dc_around);
+            const Tensor step_grad = concat({di, df, dg, dout}, 1);
+            dz[static_cast<std::size_t>(t)] = step_grad;
+            dh_next = plus(reads.back(rec->backward(0, 4, st.reads, step_grad, acc)), around);
+          }
+          Grads grads{batch_major(dz), Recurrence::kernel_gradient(acc)};
+          add_initial_state_grads(grads, options, dh_next, dc_next);
+          return grads;
+        });
   }
   return out;
 }
@@ -453,9 +486,10 @@ Tensor gru(const Tensor& projected, const Tensor& recurrent_kernel, const Tensor
                       "recurrent bias [",
                       3 * u, "], got ", recurrent_bias.shape());
   }
-  const bool recording = detail::should_record(
-      has_bias ? std::initializer_list<Tensor>{projected, recurrent_kernel, recurrent_bias}
-               : std::initializer_list<Tensor>{projected, recurrent_kernel});
+  std::vector<Tensor> given{projected, recurrent_kernel};
+  if (has_bias) given.push_back(recurrent_bias);
+  const std::vector<Tensor> inputs = recorded_inputs(std::move(given), options);
+  const bool recording = detail::should_record(inputs);
   auto rec = std::make_shared<Recurrence>(recurrent_kernel, u);
   auto steps = std::make_shared<std::vector<GruStep>>();
   const StateReads reads(options.recurrent_masks, 3);
@@ -464,7 +498,8 @@ Tensor gru(const Tensor& projected, const Tensor& recurrent_kernel, const Tensor
   {
     detail::RecordingPause pause;
     const Tensor time_major = transpose(projected, {1, 0, 2});
-    Tensor h = zeros_like(columns(step_of(time_major, 0), 0, u));
+    Tensor h = options.initial_h.defined() ? options.initial_h
+                                           : zeros_like(columns(step_of(time_major, 0), 0, u));
     std::vector<Tensor> outs;
     for (std::int64_t s = 0; s < d.steps; ++s) {
       const std::int64_t t = options.go_backwards ? d.steps - 1 - s : s;
@@ -498,8 +533,6 @@ Tensor gru(const Tensor& projected, const Tensor& recurrent_kernel, const Tensor
     out = batch_major(outs);
   }
   if (!recording) return out;
-  std::vector<Tensor> inputs{projected, recurrent_kernel};
-  if (has_bias) inputs.push_back(recurrent_bias);
   detail::record(
       "gru", inputs, out,
       [rec, steps, reads, masked, d, options, reset_after, has_bias](const Tensor& grad) {
@@ -547,6 +580,7 @@ Tensor gru(const Tensor& projected, const Tensor& recurrent_kernel, const Tensor
         }
         Grads grads{batch_major(dx), Recurrence::kernel_gradient(acc)};
         if (has_bias) grads.push_back(dbias);
+        add_initial_state_grads(grads, options, dh_next, Tensor());
         return grads;
       });
   return out;
