@@ -52,10 +52,16 @@ int list_config_layers(const json& model, int depth) {
     const std::string cls = entry.value("class_name", std::string("?"));
     const std::string name = entry.value("config", json::object()).value("name", std::string());
     const bool network = cls == "Functional" || cls == "Sequential" || cls == "Model";
-    const bool known = network || is_known_layer_class(cls);
+    // A Lambda is Python code: buildable only as the C++ layer registered
+    // under its name.
+    const bool lambda = cls == "Lambda";
+    const bool known =
+        network || (lambda ? lambda_factory(name) != nullptr : is_known_layer_class(cls));
     unknown += known ? 0 : 1;
     std::printf("  %*s%-32s %s%s\n", 2 * depth, "", name.c_str(), cls.c_str(),
-                known ? "" : "   <- Lockstep has no such layer class");
+                known    ? ""
+                : lambda ? "   <- Python code: supply it with register_lambda"
+                         : "   <- Lockstep has no such layer class");
     if (network) unknown += list_config_layers(entry, depth + 1);
   }
   return unknown;
@@ -94,8 +100,9 @@ int inspect_keras_model(const std::string& path) {
   try {
     model = load_model(path);
   } catch (const ValueError& e) {
-    if (ends_with(path, ".keras") &&
-        std::string(e.what()).find("unknown layer class") != std::string::npos)
+    const std::string what = e.what();
+    if (ends_with(path, ".keras") && (what.find("unknown layer class") != std::string::npos ||
+                                      what.find("a Lambda layer holds") != std::string::npos))
       show_unbuilt(path);
     throw;
   }

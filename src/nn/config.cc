@@ -475,6 +475,7 @@ std::map<std::string, LayerFactory> builtin_factories() {
 struct Registry {
   std::mutex mutex;
   std::map<std::string, LayerFactory> factories = builtin_factories();
+  std::map<std::string, LayerFactory> lambdas;  // by layer name
 };
 
 Registry& registry() {
@@ -503,6 +504,19 @@ void register_layer(const std::string& class_name, LayerFactory factory) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   r.factories[class_name] = std::move(factory);
+}
+
+void register_lambda(const std::string& layer_name, LayerFactory factory) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.lambdas[layer_name] = std::move(factory);
+}
+
+LayerFactory lambda_factory(const std::string& layer_name) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  const auto it = r.lambdas.find(layer_name);
+  return it == r.lambdas.end() ? LayerFactory() : it->second;
 }
 
 Layer layer_from_config(const std::string& class_name, const LayerConfig& config) {

@@ -482,11 +482,32 @@ Layer make_time_distributed(const json& config, const std::string& where) {
   return made;
 }
 
+// A Lambda: Python code, replaced by the C++ layer registered under its
+// name (register_lambda), or refused with how to supply one.
+Layer make_lambda(const json& config, const std::string& where) {
+  const std::string name = config.value("name", std::string());
+  const LayerFactory factory = lambda_factory(name);
+  LOCKSTEP_CHECK(factory != nullptr, where,
+                 ": a Lambda layer holds Python code, which Lockstep cannot run; Hint: supply "
+                 "the layer in C++ with lockstep::register_lambda(\"",
+                 name, "\", factory) before loading (docs/models.md, \"Custom layers\")");
+  LayerConfig given;
+  given.set("name", name);
+  given.set("trainable", config.value("trainable", true));
+  Layer made = factory(given);
+  LOCKSTEP_CHECK(made.defined(), where, ": the factory registered for Lambda '", name,
+                 "' made no layer");
+  made.set_trainable(config.value("trainable", true));
+  if (config.contains("dtype")) made.set_dtype_policy(policy_name(config["dtype"], where));
+  return made;
+}
+
 Layer make_leaf(const json& entry, const std::string& where) {
   const std::string cls = entry_class(entry);
   const json config = entry.value("config", json::object());
   if (cls == "Bidirectional") return make_bidirectional(config, where);
   if (cls == "TimeDistributed") return make_time_distributed(config, where);
+  if (cls == "Lambda") return make_lambda(config, where);
   const LayerConfig wanted = read_leaf_config(cls, config, where);
   Layer made;
   try {

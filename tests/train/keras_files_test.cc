@@ -786,6 +786,25 @@ TEST(KerasFiles, RegisteredLayersAreSavedUnderTheLockstepPackage) {
   EXPECT_EQ(back.predict(x).to_vector<float>(), m.predict(x).to_vector<float>());
 }
 
+// A Keras Lambda holds Python code: without a C++ layer registered under
+// its name it is refused with the way to supply one; with register_lambda
+// the model loads, predicts and steps as Keras did
+// (make_lambda_keras_fixture.py: x * 2 between two Dense layers).
+TEST(KerasFiles, ALambdaLoadsWithTheCxxLayerRegisteredUnderItsName) {
+  const std::string file = (kFixtures / "lambda.keras").string();
+  const std::string refused = message_of([&] { (void)load_model(file); });
+  EXPECT_NE(refused.find("layer 'double' (Lambda): a Lambda layer holds Python code"),
+            std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("register_lambda(\"double\", factory)"), std::string::npos) << refused;
+  register_lambda("double", [](const LayerConfig& c) {
+    return make_layer<ScaleImpl>(2.0, c.get<std::string>("name"));
+  });
+  const json e = json::parse(slurp(kFixtures / "lambda_expected.json"));
+  Model m = load_model(file);
+  predicts_and_steps_as_keras(m, e, "lambda");
+}
+
 // Saved under two replicas, loaded under one: training continues (within
 // float rounding: one replica sums the batch's gradient in another order).
 TEST(KerasFiles, AModelSavedUnderTwoReplicasTrainsOnUnderOne) {

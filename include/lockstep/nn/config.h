@@ -42,6 +42,18 @@ using LayerFactory = std::function<Layer(const LayerConfig&)>;
 
 // Makes `class_name` loadable (replaces an earlier registration).
 void register_layer(const std::string& class_name, LayerFactory factory);
+// The same under Keras's word for it (register_keras_serializable, or a
+// load_model custom_objects entry).
+inline void register_keras_layer(const std::string& class_name, LayerFactory factory) {
+  register_layer(class_name, std::move(factory));
+}
+// A Keras Lambda layer holds Python code Lockstep cannot run: registered by
+// the layer's name, `factory` builds the C++ layer that replaces the one of
+// that name when a Keras file is loaded (it gets the name and trainable
+// flag). Saved again, it is saved as the C++ layer's class.
+void register_lambda(const std::string& layer_name, LayerFactory factory);
+// The factory registered for the Lambda layer of that name; empty if none.
+LayerFactory lambda_factory(const std::string& layer_name);
 // Whether `class_name` is one of Lockstep's own layers (each is a Keras
 // class of the same name), not one registered with register_layer.
 bool is_builtin_layer_class(const std::string& class_name);
