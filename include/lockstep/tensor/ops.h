@@ -209,8 +209,17 @@ Tensor simple_rnn(const Tensor& projected, const Tensor& recurrent_kernel,
                   const RecurrentOptions& options = {});
 //   lstm, gates i, f, c, o (Keras's order): c = f·c + i·activation(z_c),
 //   h = o·activation(c), the others through recurrent_activation.
+//   On the host in float32 with tanh and sigmoid and no recurrent dropout,
+//   lstm runs one fused kernel per step (the same formulas, checked
+//   against the composed form below).
 Tensor lstm(const Tensor& projected, const Tensor& recurrent_kernel,
             const RecurrentOptions& options = {});
+namespace detail {
+// lstm composed of this library's ops, as accelerators run it: the
+// reference the tests hold the host's fused kernel to.
+Tensor lstm_composed(const Tensor& projected, const Tensor& recurrent_kernel,
+                     const RecurrentOptions& options = {});
+}  // namespace detail
 //   gru, gates z, r, h (Keras's order), h = z·h + (1 − z)·hh. reset_after
 //   (Keras 3's default): hh = activation(x_h + r·(h·U_h + recurrent_bias_h));
 //   otherwise hh = activation(x_h + (r·h)·U_h). `recurrent_bias` [3 · units]

@@ -19,6 +19,7 @@
 #include "lockstep/core/error.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/recording.h"
+#include "tensor/ops/rnn_host.h"
 
 namespace lockstep {
 namespace {
@@ -374,6 +375,19 @@ Tensor lstm(const Tensor& projected, const Tensor& recurrent_kernel,
             const RecurrentOptions& options) {
   if (any_bf16(projected, recurrent_kernel))
     return cast(lstm(widened(projected), widened(recurrent_kernel), widened(options)),
+                projected.dtype());
+  if (!detail::lstm_runs_fused(projected, options))
+    return detail::lstm_composed(projected, recurrent_kernel, options);
+  const Dims d = check("lstm", projected, recurrent_kernel, 4, options);
+  (void)StepMask("lstm", options, d);  // checks the mask's shape
+  return detail::lstm_fused(projected, recurrent_kernel, options,
+                            recorded_inputs({projected, recurrent_kernel}, options));
+}
+
+Tensor detail::lstm_composed(const Tensor& projected, const Tensor& recurrent_kernel,
+                             const RecurrentOptions& options) {
+  if (any_bf16(projected, recurrent_kernel))
+    return cast(lstm_composed(widened(projected), widened(recurrent_kernel), widened(options)),
                 projected.dtype());
   const Dims d = check("lstm", projected, recurrent_kernel, 4, options);
   const std::int64_t u = d.units;
