@@ -21,6 +21,10 @@ Tensor mean_last(const Tensor& t) {
   return mean(flat, {.axes = {1}});
 }
 
+// Keras's unreduced values of elementwise losses: the mean over the last
+// axis only ([batch, steps] for a sequence); a [batch] tensor as is.
+Tensor mean_of_last_axis(const Tensor& t) { return t.rank() <= 1 ? t : mean(t, {.axes = {-1}}); }
+
 void check_batch(const char* loss, const Tensor& y_true, const Tensor& y_pred) {
   check_defined(y_true, loss, "y_true");
   check_defined(y_pred, loss, "y_pred");
@@ -54,14 +58,27 @@ class SparseCCE : public LossImpl {
     return crossentropy_config(LossImpl::get_config(), o_, false);
   }
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override {
+    return mean_last(unreduced(y_true, y_pred));
+  }
+  // One value per example, or per step of a sequence [batch, steps, classes]:
+  // the rows before the classes axis, each with its label.
+  Tensor unreduced(const Tensor& y_true, const Tensor& y_pred) const override {
     constexpr const char* op = "SparseCategoricalCrossentropy";
     check_batch(op, y_true, y_pred);
-    LOCKSTEP_CHECK_AS(ShapeError, y_pred.rank() == 2, op,
-                      ": expected y_pred of shape [batch, classes], got ", y_pred.shape());
-    const std::int64_t batch = y_pred.shape()[0], classes = y_pred.shape()[1];
-    LOCKSTEP_CHECK_AS(ShapeError, y_true.numel() == batch, op,
-                      ": expected one label per example (shape [", batch, "] or [", batch,
-                      ", 1]), got y_true ", y_true.shape());
+    LOCKSTEP_CHECK_AS(ShapeError, y_pred.rank() >= 2, op,
+                      ": expected y_pred of shape [batch, classes] (or [batch, steps, classes]), "
+                      "got ",
+                      y_pred.shape());
+    std::vector<std::int64_t> value_shape = y_pred.shape().to_vector();
+    const std::int64_t classes = value_shape.back();
+    value_shape.pop_back();
+    const std::int64_t batch = y_pred.numel() / std::max<std::int64_t>(classes, 1);
+    LOCKSTEP_CHECK_AS(ShapeError, y_true.numel() == batch, op, ": expected one label per ",
+                      y_pred.rank() == 2 ? "example" : "step", " (shape ", Shape(value_shape),
+                      " or ", Shape(value_shape), " + [1]), got y_true ", y_true.shape());
+    if (y_pred.rank() > 2)
+      return reshape(unreduced(reshape(y_true, {batch}), reshape(y_pred, {batch, classes})),
+                     value_shape);
     // Checked on the host (labels on a GPU are copied back for it): a bad
     // label is an error naming it, never a silent read out of range.
     const std::vector<double> host_labels = y_true.to_vector<double>();
@@ -117,6 +134,10 @@ class CategoricalCCE : public LossImpl {
     return crossentropy_config(LossImpl::get_config(), o_, true);
   }
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override {
+    const Tensor per = unreduced(y_true, y_pred);
+    return per.rank() == 1 ? per : mean_last(per);
+  }
+  Tensor unreduced(const Tensor& y_true, const Tensor& y_pred) const override {
     constexpr const char* op = "CategoricalCrossentropy";
     check_batch(op, y_true, y_pred);
     LOCKSTEP_CHECK_AS(
@@ -136,8 +157,7 @@ class CategoricalCCE : public LossImpl {
       const Tensor p = div(y_pred, sum(y_pred, {.axes = {-1}, .keepdims = true}));
       log_p = log(clip(p, kEpsilon, 1.0f - kEpsilon));
     }
-    Tensor per = relu(neg(sum(mul(y, log_p), {.axes = {-1}})));  // never negative, as above
-    return per.rank() == 1 ? per : mean_last(per);
+    return relu(neg(sum(mul(y, log_p), {.axes = {-1}})));  // never negative, as above
   }
 
  private:
@@ -153,6 +173,14 @@ class BinaryCE : public LossImpl {
     return crossentropy_config(LossImpl::get_config(), o_, true);
   }
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override {
+    return mean_last(elementwise(y_true, y_pred));
+  }
+  Tensor unreduced(const Tensor& y_true, const Tensor& y_pred) const override {
+    return mean_of_last_axis(elementwise(y_true, y_pred));
+  }
+
+ private:
+  Tensor elementwise(const Tensor& y_true, const Tensor& y_pred) const {
     constexpr const char* op = "BinaryCrossentropy";
     check_batch(op, y_true, y_pred);
     Tensor z = as_float(y_true);
@@ -165,22 +193,21 @@ class BinaryCE : public LossImpl {
       z = add(mul(z, Tensor::scalar(1.0f - o_.label_smoothing)),
               Tensor::scalar(0.5f * o_.label_smoothing));
     }
-    Tensor elementwise;
+    Tensor values;
     if (o_.from_logits) {
       // max(x, 0) - x·z + log1p(exp(-|x|)): finite for every x, and exact
       // for confident logits (log(1 + exp(-20)) would round to 0), as
       // TensorFlow's sigmoid_cross_entropy_with_logits computes it.
       const Tensor& x = y_pred;
-      elementwise = add(sub(relu(x), mul(x, z)), log1p(exp(neg(abs(x)))));
+      values = add(sub(relu(x), mul(x, z)), log1p(exp(neg(abs(x)))));
     } else {
       const Tensor p = clip(y_pred, kEpsilon, 1.0f - kEpsilon);
-      elementwise = neg(add(mul(z, log(p)),
-                            mul(sub(Tensor::scalar(1.0f), z), log(sub(Tensor::scalar(1.0f), p)))));
+      values = neg(add(mul(z, log(p)),
+                       mul(sub(Tensor::scalar(1.0f), z), log(sub(Tensor::scalar(1.0f), p)))));
     }
-    return mean_last(elementwise);
+    return values;
   }
 
- private:
   losses::CrossentropyOptions o_;
 };
 
@@ -205,6 +232,14 @@ class Elementwise : public LossImpl {
     return c;
   }
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override {
+    return mean_last(elementwise(y_true, y_pred));
+  }
+  Tensor unreduced(const Tensor& y_true, const Tensor& y_pred) const override {
+    return mean_of_last_axis(elementwise(y_true, y_pred));
+  }
+
+ private:
+  Tensor elementwise(const Tensor& y_true, const Tensor& y_pred) const {
     const char* op = kind_ == Kind::kMse   ? "MeanSquaredError"
                      : kind_ == Kind::kMae ? "MeanAbsoluteError"
                                            : "Huber";
@@ -217,9 +252,9 @@ class Elementwise : public LossImpl {
     const Tensor diff = sub(y_pred, y);
     switch (kind_) {
       case Kind::kMse:
-        return mean_last(square(diff));
+        return square(diff);
       case Kind::kMae:
-        return mean_last(abs(diff));
+        return abs(diff);
       case Kind::kHuber:
         break;
     }
@@ -227,10 +262,9 @@ class Elementwise : public LossImpl {
     const Tensor quadratic = mul(Tensor::scalar(0.5f), square(diff));
     const Tensor linear =
         sub(mul(Tensor::scalar(delta_), a), Tensor::scalar(0.5f * delta_ * delta_));
-    return mean_last(where(less_equal(a, Tensor::scalar(delta_)), quadratic, linear));
+    return where(less_equal(a, Tensor::scalar(delta_)), quadratic, linear);
   }
 
- private:
   Kind kind_;
   float delta_;
 };

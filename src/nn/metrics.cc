@@ -19,10 +19,18 @@ std::vector<double> host(const Tensor& t) { return t.to_vector<double>(); }
 std::vector<double> weights_for(const Tensor& sample_weight, std::int64_t batch,
                                 const std::string& name) {
   if (!sample_weight.defined()) return std::vector<double>(static_cast<std::size_t>(batch), 1.0);
-  LOCKSTEP_CHECK_AS(ShapeError, sample_weight.numel() == batch, "metric '", name,
-                    "': sample_weight has ", sample_weight.numel(), " values for ", batch,
-                    " examples");
-  return host(sample_weight);
+  const std::int64_t given = sample_weight.numel();
+  LOCKSTEP_CHECK_AS(ShapeError, given == batch || (given > 0 && batch % given == 0), "metric '",
+                    name, "': sample_weight has ", given, " values for ", batch, " values");
+  if (given == batch) return host(sample_weight);
+  // One weight per example over values per step (a sequence output): each
+  // example's weight for each of its steps, as Keras broadcasts it.
+  const std::vector<double> w = host(sample_weight);
+  const std::int64_t steps = batch / given;
+  std::vector<double> out(static_cast<std::size_t>(batch));
+  for (std::int64_t i = 0; i < batch; ++i)
+    out[static_cast<std::size_t>(i)] = w[static_cast<std::size_t>(i / steps)];
+  return out;
 }
 
 void check_pair(const std::string& name, const Tensor& y_true, const Tensor& y_pred) {
@@ -115,7 +123,9 @@ std::vector<double> categorical_accuracy(const Tensor& y_true, const Tensor& y_p
   return out;
 }
 
-// Mean over the last axis of f(true, pred) per example.
+// Mean over the last axis of f(true, pred): one value per example, or per
+// step of a sequence output (as Keras's metric functions reduce; a mask on
+// the output then weights each step).
 std::vector<double> per_example_mean(const Tensor& y_true, const Tensor& y_pred,
                                      const std::string& name,
                                      const std::function<double(double, double)>& f) {
@@ -124,8 +134,8 @@ std::vector<double> per_example_mean(const Tensor& y_true, const Tensor& y_pred,
                     y_true.shape(), " and y_pred ", y_pred.shape(),
                     " must have the same number of values");
   const std::vector<double> t = host(y_true), p = host(y_pred);
-  const std::int64_t batch = y_pred.shape()[0];
-  const std::int64_t per = batch == 0 ? 0 : y_pred.numel() / batch;
+  const std::int64_t per = y_pred.rank() >= 2 ? y_pred.shape()[y_pred.rank() - 1] : 1;
+  const std::int64_t batch = per == 0 ? 0 : y_pred.numel() / per;
   std::vector<double> out(static_cast<std::size_t>(batch));
   for (std::int64_t i = 0; i < batch; ++i) {
     double s = 0;

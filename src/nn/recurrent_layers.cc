@@ -308,19 +308,14 @@ BidirectionalImpl::BidirectionalImpl(const Layer& layer, BidirectionalOptions op
 
 std::vector<Tensor> BidirectionalImpl::call(const std::vector<Tensor>& inputs,
                                             const CallContext& ctx) {
-  LOCKSTEP_CHECK(inputs.size() == 1, "Bidirectional '", name(),
-                 "': expected 1 input (the sequences), got ", inputs.size(),
-                 "; a Bidirectional's initial states are not supported yet");
-  return run(inputs[0], Tensor(), ctx);
+  return run(inputs, Tensor(), ctx);
 }
 
 std::vector<Tensor> BidirectionalImpl::call_masked(const std::vector<Tensor>& inputs,
                                                    const std::vector<Tensor>& masks,
                                                    const CallContext& ctx) {
-  LOCKSTEP_CHECK(inputs.size() == 1, "Bidirectional '", name(),
-                 "': expected 1 input (the sequences), got ", inputs.size(),
-                 "; a Bidirectional's initial states are not supported yet");
-  return run(inputs[0], masks.at(0), ctx);
+  // As a recurrent layer's: given initial states, Keras passes no mask.
+  return run(inputs, inputs.size() > 1 ? Tensor() : masks.at(0), ctx);
 }
 
 std::vector<Tensor> BidirectionalImpl::compute_mask(const std::vector<Tensor>& inputs,
@@ -331,12 +326,22 @@ std::vector<Tensor> BidirectionalImpl::compute_mask(const std::vector<Tensor>& i
   return out;
 }
 
-std::vector<Tensor> BidirectionalImpl::run(const Tensor& x, const Tensor& sequence_mask,
-                                           const CallContext& ctx) {
+std::vector<Tensor> BidirectionalImpl::run(const std::vector<Tensor>& inputs,
+                                           const Tensor& sequence_mask, const CallContext& ctx) {
+  // Keras's initial_state: the forward layer's states, then the backward's
+  // (h, or LSTM's h and c, each), split in half as Bidirectional.call does.
+  const std::size_t per_layer = forward_->gates() == 4 ? 2 : 1;
+  LOCKSTEP_CHECK(inputs.size() == 1 || inputs.size() == 1 + 2 * per_layer, "Bidirectional '",
+                 name(), "': expected the sequences, or the sequences and ", 2 * per_layer,
+                 " initial states (the forward layer's ", per_layer == 2 ? "h, c" : "h",
+                 ", then the backward's), got ", inputs.size(), " inputs");
+  std::vector<Tensor> forward_in{inputs[0]}, backward_in{inputs[0]};
+  for (std::size_t i = 1; i < inputs.size(); ++i)
+    (i <= per_layer ? forward_in : backward_in).push_back(inputs[i]);
   const std::vector<Tensor> masks =
       sequence_mask.defined() ? std::vector<Tensor>{sequence_mask} : std::vector<Tensor>{};
-  const std::vector<Tensor> forward = forward_->apply({x}, masks, ctx);
-  const std::vector<Tensor> backward = backward_->apply({x}, masks, ctx);
+  const std::vector<Tensor> forward = forward_->apply(forward_in, masks, ctx);
+  const std::vector<Tensor> backward = backward_->apply(backward_in, masks, ctx);
   const Tensor& y = forward.at(0);
   Tensor y_rev = backward.at(0);
   if (forward_->options().return_sequences) {  // back in time order

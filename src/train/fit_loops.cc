@@ -205,7 +205,9 @@ Logs Model::Loops::train_batch(Model& m, const Batch& b) {
     if (shares.sizes[i] > 0) {
       m.train_step(shares.x[i], shares.y[i]);
     } else {
-      // No examples here: take part in the gradient all-reduce with nothing.
+      // No examples here: take part in the loss's reductions and the
+      // gradient all-reduce with nothing.
+      detail::join_loss_reductions(s, *m.impl_, ctx);
       const std::vector<Variable> vars = m.impl_->trainable_weights(call);
       s.optimizer.apply_gradients(std::vector<Tensor>(vars.size()), vars);
     }
@@ -216,9 +218,18 @@ Logs Model::Loops::train_batch(Model& m, const Batch& b) {
 Logs Model::Loops::test_batch(Model& m, const Batch& b) {
   if (!distributed(m)) return m.test_step(b.x, b.y);
   const Shares shares = share_out(m, b);
-  m.state().strategy.extended().run_replicas([&](distribute::ReplicaContext& ctx) {
+  // The global batch set as in training: a masked output's loss is the
+  // mean over the whole batch's real steps. Nothing to keep in sync.
+  const std::vector<Variable> nothing;
+  const distribute::StrategyExtended::ReplicaStep step{
+      .global_rows = shares.global, .sizes = shares.sizes, .sync = &nothing};
+  m.state().strategy.extended().run_step(step, [&](distribute::ReplicaContext& ctx) {
     const auto i = static_cast<std::size_t>(ctx.local_replica_id());
-    if (shares.sizes[i] > 0) m.test_step(shares.x[i], shares.y[i]);
+    if (shares.sizes[i] > 0) {
+      m.test_step(shares.x[i], shares.y[i]);
+    } else {
+      detail::join_loss_reductions(m.state(), *m.impl_, ctx);
+    }
   });
   return m.get_metrics_result();
 }

@@ -526,6 +526,13 @@ bool takes_positional_inputs(const LayerImpl& layer) {
   return dynamic_cast<const layers::MultiHeadAttentionImpl*>(&layer) != nullptr;
 }
 
+// Whether Keras calls the layer as rnn(sequences, initial_state=[...]): the
+// recurrent layers and Bidirectional.
+bool takes_initial_state(const LayerImpl& layer) {
+  return dynamic_cast<const layers::RecurrentImpl*>(&layer) != nullptr ||
+         dynamic_cast<const layers::BidirectionalImpl*>(&layer) != nullptr;
+}
+
 // The call arguments Keras must call this layer with: the attention
 // layers' use_causal_mask and return_attention_scores, which Lockstep holds
 // as their settings.
@@ -559,8 +566,8 @@ json leaf_entry(const LayerImpl& layer, const json& build_shape) {
     build = {{"shapes_dict", {{"query_shape", build_shape[0]}, {"value_shape", build_shape[1]}}}};
     if (build_shape.size() > 2) build["shapes_dict"]["key_shape"] = build_shape[2];
   }
-  if (dynamic_cast<const layers::RecurrentImpl*>(&layer) != nullptr && build_shape.is_array() &&
-      !build_shape.empty() && build_shape[0].is_array()) {
+  if (takes_initial_state(layer) && build_shape.is_array() && !build_shape.empty() &&
+      build_shape[0].is_array()) {
     // RNN.build(sequences_shape, initial_state_shape), as Keras saves it
     // for a layer called with initial_state (a list of the states' shapes).
     json states(build_shape.begin() + 1, build_shape.end());
@@ -639,7 +646,7 @@ json functional_config(const FunctionalImpl& f) {
     for (const KerasTensor::Node* node : calls.at(layer)) {
       json args = json::array();
       json kwargs = call_kwargs(*layer);
-      if (dynamic_cast<const layers::RecurrentImpl*>(layer) != nullptr) {
+      if (takes_initial_state(*layer)) {
         // lstm(x, initial_state=[h, c]): the states Keras takes by keyword.
         args.push_back(tensor(node->inputs.at(0)));
         for (std::size_t i = 1; i < node->inputs.size(); ++i)
@@ -874,7 +881,12 @@ Model functional_from_config(const json& config, const std::string& where) {
     const std::string at = where + ": layer '" + lname + "'";
     const std::string cls = entry_class(entry);
     const std::string module = entry.value("module", std::string());
-    if (module.rfind("keras.src.ops.", 0) == 0 || module.rfind("keras.ops.", 0) == 0) {
+    // A legacy .h5 file's model_config names no modules: its mask
+    // operations are known by their classes.
+    static const std::set<std::string> kMaskOperations{
+        "NotEqual", "Any", "All", "LogicalOr", "LogicalAnd", "ConvertToTensor"};
+    if (module.rfind("keras.src.ops.", 0) == 0 || module.rfind("keras.ops.", 0) == 0 ||
+        (!entry.contains("module") && kMaskOperations.contains(cls))) {
       operations[lname] = cls;
       continue;
     }

@@ -246,6 +246,10 @@ void load_legacy_weights(const LayerImpl& net, const io::H5Group& file, bool by_
     std::vector<Variable> w = is_network(*l) ? l->trainable_weights() : l->own_variables();
     if (is_network(*l)) {
       for (const Variable& v : l->non_trainable_weights()) w.push_back(v);
+    } else if (w.empty()) {
+      // A wrapper (Bidirectional, TimeDistributed) keeps its layers' weights
+      // in its own group, in their order (forward_gru/gru_cell/kernel, ...).
+      w = l->weights();
     }
     if (!w.empty()) in_model.push_back({l->name(), w});
   }

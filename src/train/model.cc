@@ -302,56 +302,109 @@ struct LossParts {
   Tensor total;     // what gradients are taken of
   Tensor reported;  // what the loss tracker records (this replica's mean)
   std::vector<Tensor> per_output;
+  // Each output's Keras mask (undefined: none), as float32 weights [batch,
+  // steps]: the metrics' sample weights.
+  std::vector<Tensor> output_weights;
 };
+
+// Keras's loss of an output that carries a mask: the mean of the unreduced
+// values over the real steps, Σ values·mask / Σ mask (0 when none is real;
+// Keras's apply_mask with sum_over_batch_size). The denominator is the
+// global batch's count of real steps, summed across the replicas (Keras
+// takes each replica's own, so its N replicas do not train like one).
+// Returns {what the gradient is taken of: this replica's share of the
+// global mean; what the tracker records: the share scaled to this replica's
+// batch, so that merging trackers by batch size gives the global mean}.
+std::pair<Tensor, Tensor> masked_loss(const Loss& loss, const Tensor& y, const Tensor& y_pred,
+                                      const Tensor& weights, const distribute::ReplicaContext* ctx,
+                                      bool scaled, bool counted_across_replicas,
+                                      std::size_t output) {
+  const Tensor values = loss.unreduced(y, y_pred);
+  LOCKSTEP_CHECK_AS(ShapeError, values.shape() == weights.shape(), "output ", output,
+                    " carries a Keras mask of shape ", weights.shape(), " but its loss '",
+                    loss.name(), "' gives values of shape ", values.shape(),
+                    " (Keras weights each value by the mask: a sequence output [batch, steps, "
+                    "...] with labels per step)");
+  const Tensor weighted = sum(mul(values, weights));
+  if (loss.impl()->reduction() == Reduction::kSum) return {weighted, weighted};
+  LOCKSTEP_CHECK(loss.impl()->reduction() == Reduction::kSumOverBatchSize, "output ", output,
+                 " carries a Keras mask, which needs a loss reduced to one number; '", loss.name(),
+                 "' has reduction none");
+  Tensor valid = sum(weights);
+  if (scaled) {
+    LOCKSTEP_CHECK(counted_across_replicas, "output ", output,
+                   " carries a Keras mask that its model's graph does not record (a subclassed "
+                   "model's), so replicas with no examples could not take part in counting its "
+                   "real steps: weight the loss by hand in train_step");
+    valid = ctx->all_reduce(distribute::ReduceOp::kSum, valid);
+  }
+  const double count = valid.item<float>();
+  if (count == 0.0) return {mul(weighted, Tensor::scalar(0.0f)), Tensor::scalar(0.0f)};
+  const Tensor mean = div(weighted, Tensor::scalar(static_cast<float>(count)));
+  if (!scaled) return {mean, mean};
+  const double to_local = static_cast<double>(ctx->global_batch_size()) /
+                          static_cast<double>(std::max<std::int64_t>(ctx->local_batch_size(), 1));
+  return {mean, mul(mean, Tensor::scalar(static_cast<float>(to_local)))};
+}
 
 // On a replica of a multi-replica step the loss is scaled for the global
 // batch: (mean over this replica's n examples) × n / global batch, plus the
 // regularisation / replicas — so the all-reduced sum of gradients is the
 // gradient of the global mean loss ("add across replicas, never average").
+// An output with a Keras mask is weighted by it (masked_loss).
 // `ctx`: the replica running the step (null outside replicas).
 LossParts compute_losses(const Model::TrainState& s, const LayerImpl& net,
                          const distribute::ReplicaContext* ctx, const std::vector<Tensor>& y,
                          const std::vector<Tensor>& y_pred) {
   LOCKSTEP_CHECK(y.size() == y_pred.size(), "the model has ", y_pred.size(), " outputs but ",
                  y.size(), " targets were given; pass one target per output");
-  // Keras weights an output's loss and metrics by the mask it carries (a
-  // sequence output under Embedding(mask_zero=True)); Lockstep does not
-  // yet, and says so rather than count the padding.
-  const std::vector<Tensor> output_masks = net.compute_mask({}, {});
-  for (std::size_t i = 0; i < output_masks.size(); ++i) {
-    LOCKSTEP_CHECK(!output_masks[i].defined(), "model '", net.name(), "': output ", i,
-                   " carries a Keras mask (padding steps from Embedding(mask_zero=True) or "
-                   "Masking), which Keras applies to the loss and metrics and Lockstep does not "
-                   "yet. Hint: end the mask before the output (a recurrent layer without "
-                   "return_sequences, or GlobalAveragePooling1D, which averages the real steps)");
-  }
   const bool scaled = ctx && ctx->num_replicas_in_sync() > 1 && ctx->global_batch_size() > 0;
+  const double share = scaled ? static_cast<double>(ctx->local_batch_size()) /
+                                    static_cast<double>(ctx->global_batch_size())
+                              : 1.0;
+  // Keras weights an output's loss and metrics by the mask it carries (a
+  // sequence output under Embedding(mask_zero=True) or Masking).
+  const std::vector<Tensor> output_masks = net.compute_mask({}, {});
+  const std::vector<bool> in_graph = detail::outputs_with_masks(net, y.size());
   LossParts parts;
+  Tensor unmasked, masked;  // Σ weight · loss of the outputs without and with masks
   for (std::size_t i = 0; i < y.size(); ++i) {
+    const Tensor mask = i < output_masks.size() ? output_masks[i] : Tensor();
+    parts.output_weights.push_back(mask.defined() ? cast(mask, DType::kFloat32) : Tensor());
     const Loss& loss = s.losses.size() == 1 ? s.losses[0] : s.losses.at(i);
     if (!loss.defined()) continue;  // an output without a loss (Keras's dict left it out)
-    Tensor value = loss(y[i], y_pred[i]);
+    Tensor value, contribution;
+    if (mask.defined()) {
+      std::tie(contribution, value) = masked_loss(
+          loss, y[i], y_pred[i], parts.output_weights.back(), ctx, scaled, in_graph[i], i);
+    } else {
+      value = loss(y[i], y_pred[i]);
+    }
     parts.per_output.push_back(value);
-    if (!s.loss_weights.empty())
-      value = mul(value, Tensor::scalar(static_cast<float>(s.loss_weights[i])));
+    if (!s.loss_weights.empty()) {
+      const Tensor w = Tensor::scalar(static_cast<float>(s.loss_weights[i]));
+      value = mul(value, w);
+      if (contribution.defined()) contribution = mul(contribution, w);
+    }
     parts.reported = parts.reported.defined() ? add(parts.reported, value) : value;
+    Tensor& sum_of = contribution.defined() ? masked : unmasked;
+    const Tensor& term = contribution.defined() ? contribution : value;
+    sum_of = sum_of.defined() ? add(sum_of, term) : term;
   }
+  Tensor total = unmasked;
+  if (total.defined() && scaled) total = mul(total, Tensor::scalar(static_cast<float>(share)));
+  if (masked.defined()) total = total.defined() ? add(total, masked) : masked;
   Tensor penalties;
   for (const Tensor& penalty : net.regularization_losses())
     penalties = penalties.defined() ? add(penalties, penalty) : penalty;
-  if (scaled) {
-    const double share = static_cast<double>(ctx->local_batch_size()) /
-                         static_cast<double>(ctx->global_batch_size());
-    parts.total = mul(parts.reported, Tensor::scalar(static_cast<float>(share)));
-    if (penalties.defined())
-      parts.total =
-          add(parts.total,
-              div(penalties, Tensor::scalar(static_cast<float>(ctx->num_replicas_in_sync()))));
-  } else {
-    parts.total = parts.reported;
-    if (penalties.defined()) parts.total = add(parts.total, penalties);
+  parts.total = total;
+  if (penalties.defined()) {
+    const Tensor p =
+        scaled ? div(penalties, Tensor::scalar(static_cast<float>(ctx->num_replicas_in_sync())))
+               : penalties;
+    parts.total = parts.total.defined() ? add(parts.total, p) : p;
+    parts.reported = add(parts.reported, stop_gradient(penalties));
   }
-  if (penalties.defined()) parts.reported = add(parts.reported, stop_gradient(penalties));
   return parts;
 }
 
@@ -372,7 +425,7 @@ void update_trackers(Model::TrainState& s, const distribute::ReplicaContext* ctx
       mine.at(k++).update_state(parts.per_output[i], Tensor(), weight);
     for (std::size_t i = 0; i < s.output_metrics.size(); ++i) {
       for (std::size_t j = 0; j < s.output_metrics[i].size(); ++j)
-        mine.at(k++).update_state(y[i], y_pred[i]);
+        mine.at(k++).update_state(y[i], y_pred[i], parts.output_weights.at(i));
     }
     return;
   }
@@ -381,13 +434,40 @@ void update_trackers(Model::TrainState& s, const distribute::ReplicaContext* ctx
     s.output_loss_trackers[i].update_state(parts.per_output[i], weight);
   }
   for (std::size_t i = 0; i < s.output_metrics.size(); ++i) {
-    for (const Metric& m : s.output_metrics[i]) m.update_state(y[i], y_pred[i]);
+    for (const Metric& m : s.output_metrics[i]) {
+      m.update_state(y[i], y_pred[i], parts.output_weights.at(i));
+    }
   }
 }
 
 }  // namespace
 
 namespace detail {
+
+std::vector<bool> outputs_with_masks(const LayerImpl& net, std::size_t outputs) {
+  std::vector<bool> out(outputs, false);
+  if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) {
+    for (std::size_t i = 0; i < outputs && i < f->outputs().size(); ++i)
+      out[i] = f->outputs()[i].has_mask();
+  } else if (auto* seq = dynamic_cast<const SequentialImpl*>(&net)) {
+    if (outputs > 0 && !seq->layer_outputs().empty())
+      out[0] = seq->layer_outputs().back().has_mask();
+  }
+  return out;
+}
+
+void join_loss_reductions(const Model::TrainState& s, const LayerImpl& net,
+                          const distribute::ReplicaContext& ctx) {
+  if (ctx.num_replicas_in_sync() <= 1 || ctx.global_batch_size() <= 0) return;
+  const std::size_t outputs = declared_outputs(net);
+  const std::vector<bool> masked = outputs_with_masks(net, outputs);
+  for (std::size_t i = 0; i < outputs; ++i) {
+    if (s.losses.empty()) break;
+    const Loss& loss = s.losses.size() == 1 ? s.losses[0] : s.losses.at(i);
+    if (masked[i] && loss.defined() && loss.impl()->reduction() == Reduction::kSumOverBatchSize)
+      (void)ctx.all_reduce(distribute::ReduceOp::kSum, Tensor::scalar(0.0f));
+  }
+}
 
 std::vector<std::string> output_names(const LayerImpl& net, std::size_t n) {
   std::vector<std::string> names;

@@ -86,6 +86,14 @@ std::vector<Tensor> prepare_inputs(const LayerImpl& network, const std::vector<T
 // A model's outputs as losses and metrics take them: bfloat16 outputs of a
 // mixed-precision model are cast to float32 (nn/mixed_precision.h).
 std::vector<Tensor> float32_outputs(std::vector<Tensor> outputs);
+// Which outputs carry a Keras mask, as the built graph says (a functional
+// model's or a Sequential's); false for a subclassed model's.
+std::vector<bool> outputs_with_masks(const LayerImpl& net, std::size_t outputs);
+// For a replica with no examples in a step: takes part in the reductions
+// that the others' losses make (the count of real steps of each masked
+// output with a loss), so that none waits for it.
+void join_loss_reductions(const Model::TrainState& s, const LayerImpl& net,
+                          const distribute::ReplicaContext& ctx);
 // The number of examples of x and y, which must agree; errors name `op`.
 std::int64_t check_data(const char* op, const std::vector<Tensor>& x, const std::vector<Tensor>& y);
 // The model's TrainableSnapshot, taken now if this is the first training

@@ -270,6 +270,66 @@ TEST(MirroredStrategy, MaskedSequenceModelsOnNReplicasTrainLikeOneDevice) {
       x, y);
 }
 
+// An output that carries a mask (a sequence tagger: Keras weights the loss
+// and metrics by it). Each replica's share has its own count of real steps;
+// the loss divides by the global batch's, so N replicas train like one, and
+// the loss and accuracy they report (per epoch, and evaluate) are the one
+// device's too. The last batch (3 examples) leaves a replica of four with
+// none: it still takes part in counting the real steps.
+TEST(MirroredStrategy, MaskedOutputsOnNReplicasTrainAndReportLikeOneDevice) {
+  const std::int64_t n = 8 * 24 + 3, steps = 6;
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(n * steps));
+  std::vector<std::int64_t> labels(ids.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t length = 1 + (i * 5) % 6;  // 1..6 real steps, then padding
+    for (std::int64_t t = 0; t < steps; ++t) {
+      const auto at = static_cast<std::size_t>(i * steps + t);
+      ids[at] = t < length ? static_cast<std::int32_t>(1 + (i * 13 + t * 7) % 29) : 0;
+      labels[at] = (i * 7 + t * 3) % 4;
+    }
+  }
+  const Tensor x = Tensor::from_vector(ids, {n, steps}),
+               y = Tensor::from_vector(labels, {n, steps});
+  auto make = [&] {
+    set_random_seed(7);
+    auto in = Input({steps}, DType::kInt32);
+    auto h = layers::Embedding(30, 4, {.mask_zero = true})(in);
+    h = layers::LSTM(5, {.return_sequences = true})(h);
+    Model m(in, layers::Dense(4)(h));
+    m.compile({.optimizer = optimizers::Adam({.learning_rate = 0.01}),
+               .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+               .metrics = {metrics::SparseCategoricalAccuracy()}});
+    return m;
+  };
+  auto run = [&](const Strategy* strategy) {
+    Model m;
+    if (strategy) {
+      auto scope = strategy->scope();
+      m = make();
+    } else {
+      m = make();
+    }
+    const History h = m.fit(x, y, {.batch_size = 24, .epochs = 2, .verbose = 0, .shuffle = false});
+    const Logs e = m.evaluate(x, y, {.batch_size = 24, .verbose = 0});
+    std::vector<double> reported;
+    for (const auto& [name, values] : h.history())
+      reported.insert(reported.end(), values.begin(), values.end());
+    reported.push_back(e.at("loss"));
+    reported.push_back(e.at("sparse_categorical_accuracy"));
+    return std::make_pair(weights(m), reported);
+  };
+  const auto [want, want_reported] = run(nullptr);
+  for (int replicas : {1, 2, 3, 4}) {
+    SCOPED_TRACE(std::to_string(replicas) + " replicas");
+    const Strategy strategy = with_replicas(replicas);
+    const auto [got, got_reported] = run(&strategy);
+    expect_close(want, got, 1e-5, "weights");
+    ASSERT_EQ(got_reported.size(), want_reported.size());
+    for (std::size_t i = 0; i < want_reported.size(); ++i)
+      EXPECT_NEAR(got_reported[i], want_reported[i], 1e-5) << "reported value " << i;
+  }
+}
+
 // Mixed precision under MirroredStrategy: replicas stay bitwise identical
 // after every batch, and N replicas train like one within bfloat16
 // rounding. Each replica's bfloat16 gradient is its share of the batch

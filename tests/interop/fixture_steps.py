@@ -21,12 +21,14 @@ def values(a):
     return [int(v) for v in a.reshape(-1)] if a.dtype.kind in "iu" else flat(a)
 
 
-def fit_save_and_step(model, out, name, x_train, y_train, x, extra=None):
+def fit_save_and_step(model, out, name, x_train, y_train, x, extra=None, file_name=None):
+    """file_name: what to save the model as (default NAME.keras; NAME.h5 is
+    Keras's legacy HDF5 format)."""
     model.fit(x_train, y_train, batch_size=8, epochs=1, shuffle=False, verbose=0)
     entry = {"input_shape": list(x.shape), "input": values(x),
              "output": flat(model.predict(x, verbose=0))}
     entry.update(extra or {})
-    model.save(os.path.join(out, f"{name}.keras"))
+    model.save(os.path.join(out, file_name or f"{name}.keras"))
     xb, yb = x_train[:8], y_train[:8]
     model.train_on_batch(xb, yb)
     entry.update({"step_x_shape": list(xb.shape), "step_x": values(xb),

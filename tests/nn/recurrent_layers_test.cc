@@ -525,5 +525,35 @@ TEST(RecurrentLayers, BidirectionalMergesItsTwoLayers) {
   EXPECT_THROW(layers::Bidirectional(layers::LSTM(2), {.merge_mode = "max"}), ValueError);
 }
 
+// Keras's Bidirectional(layer)(x, initial_state=[...]): the first half of
+// the states starts the forward layer, the second half the backward one
+// (GRU: h each; LSTM: h, c each); a count that does not split is refused.
+TEST(RecurrentLayers, BidirectionalSplitsItsInitialStatesInHalf) {
+  std::mt19937 rng(8);
+  const Tensor x = to_tensor(random_ref({2, 4, 3}, rng));
+  auto state = [&] { return to_tensor(random_ref({2, 2}, rng)); };
+  for (bool lstm : {false, true}) {
+    SCOPED_TRACE(lstm ? "LSTM" : "GRU");
+    layers::Bidirectional bi(lstm ? Layer(layers::LSTM(2)) : Layer(layers::GRU(2)),
+                             {.merge_mode = "sum"});
+    std::vector<Tensor> states;
+    for (int i = 0; i < (lstm ? 4 : 2); ++i) states.push_back(state());
+    std::vector<Tensor> inputs{x};
+    inputs.insert(inputs.end(), states.begin(), states.end());
+    const Tensor y = bi(inputs).at(0);
+    const std::size_t half = states.size() / 2;
+    std::vector<Tensor> f_in{x}, b_in{x};
+    f_in.insert(f_in.end(), states.begin(), states.begin() + static_cast<std::ptrdiff_t>(half));
+    b_in.insert(b_in.end(), states.begin() + static_cast<std::ptrdiff_t>(half), states.end());
+    const Tensor f = bi->forward_layer().apply(f_in, {}).at(0);
+    const Tensor b = bi->backward_layer().apply(b_in, {}).at(0);
+    expect_close(to_ref(f + b), y, 1e-6, 1e-6, "sum of the two layers from their states");
+    // Without states the result differs: the states were used.
+    EXPECT_GT(max(abs(bi(x) - y)).item<float>(), 1e-3f);
+    inputs.pop_back();
+    EXPECT_THROW(bi(inputs), ValueError);
+  }
+}
+
 }  // namespace
 }  // namespace lockstep::testing

@@ -52,8 +52,8 @@ inline Model every_layer_model() {
   auto masked = layers::Embedding(10, 3, {.mask_zero = true})(ids);
   masked = layers::MultiHeadAttention(1, 2, {.use_causal_mask = true})({masked, masked});
   masked = layers::Attention({.use_scale = true, .score_mode = "concat"})({masked, masked});
-  // Layers with several outputs: a GRU's state (which another GRU starts
-  // from: initial_state), attention scores.
+  // Layers with several outputs: a GRU's state (which another GRU, and a
+  // Bidirectional's two, start from: initial_state), attention scores.
   const auto states = layers::GRU(2, {.return_state = true}).call_all(t);
   const auto scored =
       layers::MultiHeadAttention(1, 2, {.return_attention_scores = true}).call_all({t, t});
@@ -61,7 +61,8 @@ inline Model every_layer_model() {
       {layers::GlobalAveragePooling1D()(seq), layers::GlobalMaxPooling1D()(seq), last,
        layers::GlobalAveragePooling1D()(masked),
        layers::GlobalAveragePooling1D()(layers::Masking(0.0)(t)), states[1],
-       layers::Flatten()(scored[1]), layers::GRU(2)({t, states[1]})});
+       layers::Flatten()(scored[1]), layers::GRU(2)({t, states[1]}),
+       layers::Bidirectional(layers::GRU(2))({t, states[1], states[1]})});
   t = layers::Flatten()(layers::Reshape({12})(t));
   auto combined = layers::Concatenate()(
       {layers::Dot(1)({x, x}), layers::Flatten()(layers::RepeatVector(2)(x)),

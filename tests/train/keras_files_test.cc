@@ -443,6 +443,63 @@ TEST(KerasFiles, MaskedModelsPredictAndStepAsKeras) {
   }
 }
 
+// The recurrent layers in Keras's legacy HDF5 format
+// (make_legacy_recurrent_keras_fixture.py): the file names no modules, so
+// the NotEqual that made Embedding(mask_zero=True)'s mask is listed as a
+// layer and skipped by its class; the LSTM's and the Bidirectional GRU's
+// weights sit under their cells' names. It predicts and steps as Keras did.
+TEST(KerasFiles, RecurrentLayersLoadFromALegacyH5) {
+  const json e = json::parse(slurp(kFixtures / "recurrent_legacy_expected.json"));
+  Model m = load_model((kFixtures / "recurrent_legacy.h5").string());
+  predicts_and_steps_as_keras(m, e, "recurrent_legacy", DType::kInt32);
+  saved_and_loaded(m, "recurrent_legacy");
+}
+
+// A Bidirectional decoder started from a Bidirectional encoder's four final
+// states (make_bidirectional_states_keras_fixture.py): Keras's
+// initial_state split in half between the two layers, read from the file
+// and written back.
+TEST(KerasFiles, BidirectionalStartsFromInitialStatesAsKeras) {
+  const json e = json::parse(slurp(kFixtures / "bidirectional_states_expected.json"));
+  Model m = load_model((kFixtures / "bidirectional_states.keras").string());
+  predicts_and_steps_as_keras(m, e, "bidirectional_states");
+  saved_and_loaded(m, "bidirectional_states");
+}
+
+// An output that carries a Keras mask (make_masked_output_keras_fixture.py):
+// a sequence tagger (Embedding(mask_zero=True) → LSTM → Dense logits per
+// step, sparse cross-entropy and accuracy) and a regression per step under
+// Masking (mean squared error, mean absolute error). Keras weights the loss
+// and the metrics by the mask (the mean over the real steps); evaluate, a
+// step's logs and the weights after it agree with Keras's.
+TEST(KerasFiles, AMaskedOutputWeightsLossAndMetricsAsKeras) {
+  for (const std::string name : {"masked_output_tagger", "masked_output_regression"}) {
+    SCOPED_TRACE(name);
+    const json e = json::parse(slurp(kFixtures / (name + "_expected.json")));
+    Model m = load_model((kFixtures / (name + ".keras")).string());
+    const bool tokens = name == "masked_output_tagger";
+    auto input = [&](const std::string& key) {
+      const Tensor t = tensor_of(e, key);
+      return tokens ? cast(t, DType::kInt32) : t;
+    };
+    const Tensor y =
+        tokens ? cast(tensor_of(e, "train_y"), DType::kInt64) : tensor_of(e, "train_y");
+    expect_near_keras(m.predict(input("input")), e.at("output").get<std::vector<float>>(), 1e-5,
+                      name + " output");
+    const Tensor x = input("train_x");
+    const Logs evaluated = m.evaluate(x, y, {.batch_size = 8, .verbose = 0});
+    for (const auto& [metric, value] : e.at("evaluate").items())
+      EXPECT_NEAR(evaluated.at(metric), value.get<double>(), 2e-6) << "evaluate " << metric;
+    const Logs step = m.train_on_batch(x.view_rows(0, 8), y.view_rows(0, 8));
+    for (const auto& [metric, value] : e.at("step_logs").items())
+      EXPECT_NEAR(step.at(metric), value.get<double>(), 2e-6) << "train_on_batch " << metric;
+    expect_near_keras(m.predict(input("input")),
+                      e.at("output_after_step").get<std::vector<float>>(), 2e-5,
+                      name + " output after one more step");
+    saved_and_loaded(m, name);
+  }
+}
+
 // Layers with several outputs (make_states_keras_fixture.py): LSTM, GRU,
 // SimpleRNN and Bidirectional with return_state, MultiHeadAttention and
 // Attention with return_attention_scores (a call argument in Keras's file),

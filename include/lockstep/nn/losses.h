@@ -26,6 +26,13 @@ class LossImpl {
   virtual ~LossImpl() = default;
   // Loss of each example: shape [batch].
   virtual Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const = 0;
+  // Keras's loss values before the reduction: y_pred's shape without its
+  // last axis ([batch], or [batch, steps] for a sequence output), what
+  // Keras weights by an output's mask. The built-in losses override it; by
+  // default, per_example.
+  virtual Tensor unreduced(const Tensor& y_true, const Tensor& y_pred) const {
+    return per_example(y_true, y_pred);
+  }
   const std::string& name() const { return name_; }
   Reduction reduction() const { return reduction_; }
   // Keras's class ("SparseCategoricalCrossentropy") and arguments: name,
@@ -54,6 +61,9 @@ class Loss {
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const {
     return impl_->per_example(y_true, y_pred);
   }
+  Tensor unreduced(const Tensor& y_true, const Tensor& y_pred) const {
+    return impl_->unreduced(y_true, y_pred);
+  }
   const std::string& name() const { return impl_->name(); }
   bool defined() const { return impl_ != nullptr; }
   const LossImpl* impl() const { return impl_.get(); }
@@ -78,8 +88,10 @@ struct HuberOptions {
 };
 
 // Integer labels [batch] or [batch, 1] (int32, int64, or integral floats)
-// against logits or probabilities [batch, classes]. A label outside
-// [0, classes) is an IndexError naming its position and value.
+// against logits or probabilities [batch, classes]; for a sequence output
+// [batch, steps, classes], labels [batch, steps] (or [..., 1]), one value
+// per step. A label outside [0, classes) is an IndexError naming its
+// position and value.
 class SparseCategoricalCrossentropy : public Loss {
  public:
   explicit SparseCategoricalCrossentropy(CrossentropyOptions options = {});

@@ -93,9 +93,10 @@ class RecurrentImpl : public LayerImpl {
   const Variable& kernel() const { return kernel_; }
   const Variable& recurrent_kernel() const { return recurrent_kernel_; }
   const Variable& bias() const { return bias_; }
+  // Gate blocks per unit: 1 (SimpleRNN), 3 (GRU) or 4 (LSTM).
+  std::int64_t gates() const;
 
  private:
-  std::int64_t gates() const;
   std::string class_name_text() const;  // "LSTM 'lstm'", for messages
   // Dropout masks, one per sequence (and per gate with recurrent dropout).
   Tensor mask(const Shape& shape, float rate);
@@ -138,7 +139,9 @@ class BidirectionalImpl : public LayerImpl {
   BidirectionalImpl(const Layer& layer, BidirectionalOptions options,
                     std::optional<Layer> backward_layer = std::nullopt);
   // {merged output}, then with return_state the forward layer's final
-  // states and the backward layer's, as Keras's.
+  // states and the backward layer's, as Keras's. Inputs: the sequences,
+  // then optionally Keras's initial_state, the forward layer's states (h,
+  // or LSTM's h and c) followed by the backward layer's.
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
   bool supports_masking() const override { return true; }
   std::vector<Tensor> call_masked(const std::vector<Tensor>& inputs,
@@ -152,7 +155,8 @@ class BidirectionalImpl : public LayerImpl {
   const std::string& merge_mode() const { return options_.merge_mode; }
 
  private:
-  std::vector<Tensor> run(const Tensor& x, const Tensor& sequence_mask, const CallContext& ctx);
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const Tensor& sequence_mask,
+                          const CallContext& ctx);
 
   BidirectionalOptions options_;
   std::shared_ptr<RecurrentImpl> forward_, backward_;
