@@ -149,10 +149,13 @@ MultiHeadAttentionImpl::MultiHeadAttentionImpl(std::int64_t num_heads, std::int6
 
 void MultiHeadAttentionImpl::build(const std::vector<Shape>& input_shapes) {
   const std::string where = "MultiHeadAttention '" + name() + "'";
-  LOCKSTEP_CHECK(input_shapes.size() == 2 || input_shapes.size() == 3, where,
-                 ": expected {query, value} or {query, value, key}, got ", input_shapes.size(),
+  const std::size_t extra = options_.attention_mask ? 1 : 0;
+  LOCKSTEP_CHECK(input_shapes.size() == 2 + extra || input_shapes.size() == 3 + extra, where,
+                 ": expected {query, value} or {query, value, key}",
+                 extra ? ", then the attention mask" : "", ", got ", input_shapes.size(),
                  " inputs");
-  for (const Shape& s : input_shapes) {
+  for (std::size_t i = 0; i + extra < input_shapes.size(); ++i) {
+    const Shape& s = input_shapes[i];
     LOCKSTEP_CHECK_AS(ShapeError, s.rank() == 3, where,
                       ": expected inputs [batch, steps, features] (attention over axis 1), got ",
                       s);
@@ -181,7 +184,7 @@ void MultiHeadAttentionImpl::build(const std::vector<Shape>& input_shapes) {
   dropout_ = track(Dropout(options_.dropout, dropout), "_dropout_layer");
   for (const Layer* l : {&softmax_, &dropout_}) (*l)->set_dtype_policy(dtype_policy());
   const Shape& value = input_shapes[1];
-  const Shape& key = input_shapes.size() > 2 ? input_shapes[2] : value;
+  const Shape& key = input_shapes.size() > 2 + extra ? input_shapes[2] : value;
   query_dense_->ensure_built({query});
   key_dense_->ensure_built({key});
   value_dense_->ensure_built({value});
@@ -227,13 +230,27 @@ std::vector<Tensor> MultiHeadAttentionImpl::call_masked(const std::vector<Tensor
   return run(inputs, masks, ctx);
 }
 
-std::vector<Tensor> MultiHeadAttentionImpl::run(const std::vector<Tensor>& inputs,
+std::vector<Tensor> MultiHeadAttentionImpl::run(const std::vector<Tensor>& all_inputs,
                                                 const std::vector<Tensor>& masks,
                                                 const CallContext& ctx) {
+  std::vector<Tensor> inputs = all_inputs;
+  Tensor given_mask;  // Keras's attention_mask argument, the last input
+  if (options_.attention_mask) {
+    LOCKSTEP_CHECK(inputs.size() >= 3, "MultiHeadAttention '", name(),
+                   "': expected {query, value[, key], attention_mask}, got ", inputs.size(),
+                   " inputs");
+    given_mask = inputs.back();
+    inputs.pop_back();
+  }
   const Tensor& query = inputs.at(0);
   const Tensor& value = inputs.at(1);
   const Tensor& key = inputs.size() > 2 ? inputs[2] : value;
   const std::int64_t b = query.shape()[0], t = query.shape()[1], s = value.shape()[1];
+  if (given_mask.defined()) {
+    LOCKSTEP_CHECK_AS(ShapeError, given_mask.shape() == Shape({b, t, s}), "MultiHeadAttention '",
+                      name(), "': expected an attention_mask [batch, query steps, value steps] = ",
+                      Shape({b, t, s}), ", got ", given_mask.shape());
+  }
   LOCKSTEP_CHECK_AS(ShapeError, key.shape()[1] == s && key.shape()[0] == b && value.shape()[0] == b,
                     "MultiHeadAttention '", name(), "': the query ", query.shape(), ", value ",
                     value.shape(), " and key ", key.shape(),
@@ -255,8 +272,9 @@ std::vector<Tensor> MultiHeadAttentionImpl::run(const std::vector<Tensor>& input
                                                       : std::vector<std::int64_t>{b, steps, 1});
   };
   Tensor mask = both(mask_of(0, t, false), mask_of(1, s, true));
-  mask = both(mask, mask_of(2, s, true));
+  if (inputs.size() > 2) mask = both(mask, mask_of(2, s, true));
   if (options_.use_causal_mask) mask = both(mask, causal_mask(t, s));
+  if (given_mask.defined()) mask = both(mask, nn_detail::as_mask(given_mask));
   Tensor scores = reshape(matmul(q, kk, {.transpose_b = true}), {b, h, t, s});
   Tensor probs;
   if (!mask.defined()) {

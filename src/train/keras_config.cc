@@ -562,9 +562,12 @@ json leaf_entry(const LayerImpl& layer, const json& build_shape) {
   }
   json build = {{"input_shape", build_shape}};
   if (takes_positional_inputs(layer) && build_shape.is_array() && build_shape.size() >= 2) {
-    // MultiHeadAttention.build(query_shape, value_shape, key_shape=None).
+    // MultiHeadAttention.build(query_shape, value_shape, key_shape=None);
+    // an attention mask, the last input, is no part of it.
+    const auto* mha = dynamic_cast<const layers::MultiHeadAttentionImpl*>(&layer);
+    const std::size_t shapes = build_shape.size() - (mha && mha->attention_mask() ? 1 : 0);
     build = {{"shapes_dict", {{"query_shape", build_shape[0]}, {"value_shape", build_shape[1]}}}};
-    if (build_shape.size() > 2) build["shapes_dict"]["key_shape"] = build_shape[2];
+    if (shapes > 2) build["shapes_dict"]["key_shape"] = build_shape[2];
   }
   if (takes_initial_state(layer) && build_shape.is_array() && !build_shape.empty() &&
       build_shape[0].is_array()) {
@@ -652,7 +655,12 @@ json functional_config(const FunctionalImpl& f) {
         for (std::size_t i = 1; i < node->inputs.size(); ++i)
           kwargs["initial_state"].push_back(tensor(node->inputs[i]));
       } else if (node->inputs.size() == 1 || takes_positional_inputs(*layer)) {
-        for (const KerasTensor& k : node->inputs) args.push_back(tensor(k));
+        // mha(query, value, key, attention_mask=m): the mask by keyword.
+        const auto* mha = dynamic_cast<const layers::MultiHeadAttentionImpl*>(layer);
+        const std::size_t positional = node->inputs.size() - (mha && mha->attention_mask() ? 1 : 0);
+        for (std::size_t i = 0; i < positional; ++i) args.push_back(tensor(node->inputs[i]));
+        if (positional < node->inputs.size())
+          kwargs["attention_mask"] = tensor(node->inputs.back());
       } else {
         json list = json::array();
         for (const KerasTensor& k : node->inputs) list.push_back(tensor(k));
@@ -733,6 +741,8 @@ struct CallArguments {
   std::vector<std::string> mask_sources{};
   // A recurrent layer's initial_state: inputs after the sequences.
   std::vector<Ref> initial_state{};
+  // MultiHeadAttention's attention_mask: its last input.
+  std::vector<Ref> attention_mask{};
 };
 
 bool is_mask_argument(const std::string& key) {
@@ -774,6 +784,13 @@ std::vector<Ref> node_refs(const json& node, const std::string& where,
           arguments->initial_state.push_back(
               read_ref(state.at("config").at("keras_history"), where));
         }
+        continue;
+      }
+      if (k == "attention_mask" && !v.is_null() && arguments != nullptr) {
+        LOCKSTEP_CHECK(v.is_object() && v.value("class_name", std::string()) == "__keras_tensor__",
+                       where, ": attention_mask holds ", v.dump(), ", not a tensor of the model");
+        arguments->attention_mask.push_back(read_ref(v.at("config").at("keras_history"), where));
+        arguments->attention["attention_mask"] = true;
         continue;
       }
       if (is_mask_argument(k) && v.is_object() &&
@@ -835,6 +852,17 @@ DType input_dtype_of(const json& config) {
 void set_call_argument(LayerImpl& layer, const std::string& key, bool on, std::size_t call,
                        const std::string& where) {
   bool was = false;
+  if (key == "attention_mask") {
+    auto* mha = dynamic_cast<layers::MultiHeadAttentionImpl*>(&layer);
+    LOCKSTEP_CHECK(mha != nullptr, where,
+                   ": the call passes attention_mask, which only MultiHeadAttention takes");
+    was = mha->attention_mask();
+    mha->set_attention_mask(on);
+    LOCKSTEP_CHECK(call == 0 || was == on, where, ": call ", call,
+                   " passes an attention_mask and an earlier call none (or the reverse); "
+                   "Lockstep's MultiHeadAttention takes one in every call or in none");
+    return;
+  }
   auto set = [&](auto& attention) {
     if (key == "use_causal_mask") {
       was = attention.use_causal_mask();
@@ -922,6 +950,8 @@ Model functional_from_config(const json& config, const std::string& where) {
         std::vector<Ref> refs = node_refs(p.nodes[p.done], at, &call_arguments);
         refs.insert(refs.end(), call_arguments.initial_state.begin(),
                     call_arguments.initial_state.end());
+        refs.insert(refs.end(), call_arguments.attention_mask.begin(),
+                    call_arguments.attention_mask.end());
         for (const auto& [key, on] : call_arguments.attention)
           set_call_argument(*p.layer.impl(), key, on, p.done, at);
         for (const std::string& source : call_arguments.mask_sources) {

@@ -189,6 +189,44 @@ TEST(AttentionLayers, MultiHeadAttentionHonoursMasksWithItsGradients) {
   }
 }
 
+// Keras's attention_mask argument ([batch, query steps, value steps], 0/1),
+// the layer's last input: it joins the value's mask; gradients for the
+// query and the value (the mask has none).
+TEST(AttentionLayers, MultiHeadAttentionTakesAnAttentionMaskWithItsGradients) {
+  std::mt19937 rng(10);
+  const Ref query = random_ref({2, 4, 3}, rng), value = random_ref({2, 5, 3}, rng);
+  const std::vector<std::uint8_t> value_real{1, 1, 1, 0, 1, 1, 0, 1, 1, 1};
+  const Tensor value_mask = cast(Tensor::from_vector(value_real, {2, 5}), DType::kBool);
+  const Tensor query_mask = Tensor::ones({2, 4}, DType::kBool);
+  auto allowed = [](std::int64_t n, std::int64_t i, std::int64_t j) {
+    return (i + j + n) % 3 != 1;  // a pattern no other mask makes
+  };
+  std::vector<float> given(2 * 4 * 5);
+  for (std::int64_t n = 0; n < 2; ++n)
+    for (std::int64_t i = 0; i < 4; ++i)
+      for (std::int64_t j = 0; j < 5; ++j)
+        given[static_cast<std::size_t>((n * 4 + i) * 5 + j)] = allowed(n, i, j) ? 1.0f : 0.0f;
+  const Tensor attention_mask = Tensor::from_vector(given, {2, 4, 5});
+  layers::MultiHeadAttention mha(2, 3, {.attention_mask = true});
+  (void)mha({to_tensor(query), to_tensor(value), attention_mask});
+  check_gradients(
+      "attention_mask",
+      [&](const std::vector<Tensor>& in) {
+        return mha->apply({in[0], in[1], attention_mask}, {query_mask, value_mask, Tensor()}, {})
+            .at(0);
+      },
+      [&](const std::vector<Ref>& in) {
+        return ref_attention(in[0], in[1], in[1], *mha.operator->(),
+                             [&](std::int64_t n, std::int64_t i, std::int64_t j) {
+                               return value_real[static_cast<std::size_t>(n * 5 + j)] &&
+                                      allowed(n, i, j);
+                             });
+      },
+      {query, value});
+  // A mask of the wrong shape names the one expected.
+  EXPECT_THROW(mha({to_tensor(query), to_tensor(value), Tensor::ones({2, 4, 4})}), ShapeError);
+}
+
 // keras.layers.Attention: softmax(q·kᵀ · scale) · v, the value's mask
 // lowering hidden scores by 1e9, the query's zeroing the output's rows;
 // and the additive score Σ tanh(q + k) · weight. Gradients for every input.

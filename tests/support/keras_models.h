@@ -1,8 +1,8 @@
 // A model holding every layer class Lockstep has, for the tests that check
 // each is serialized with Keras's class name and keys: Lockstep's round
 // trip (tests/train/keras_files_test.cc) and Keras reading our file
-// (tests/interop/keras_writer.cc). Two inputs: an 8x8x3 image and 4 token
-// ids (int32) for the Embedding.
+// (tests/interop/keras_writer.cc). Three inputs: an 8x8x3 image, 4 token
+// ids (int32) for the Embedding, and a [4, 4] attention mask of 0/1.
 #pragma once
 
 #include "lockstep/lockstep.h"
@@ -12,6 +12,7 @@ namespace lockstep::testing_support {
 inline Model every_layer_model() {
   auto image = Input({8, 8, 3}, DType::kFloat32, "image");
   auto ids = Input({4}, DType::kInt32, "ids");
+  auto allowed = Input({4, 4}, DType::kFloat32, "allowed");
   auto x = layers::RandomFlip("horizontal", {.seed = 3})(image);
   x = layers::RandomRotation(
       std::array<double, 2>{-0.2, 0.3},
@@ -57,28 +58,35 @@ inline Model every_layer_model() {
   const auto states = layers::GRU(2, {.return_state = true}).call_all(t);
   const auto scored =
       layers::MultiHeadAttention(1, 2, {.return_attention_scores = true}).call_all({t, t});
+  // An explicit attention mask (Keras's attention_mask argument).
+  auto given = layers::MultiHeadAttention(1, 2, {.attention_mask = true})({t, t, allowed});
   auto pooled = layers::Concatenate()(
       {layers::GlobalAveragePooling1D()(seq), layers::GlobalMaxPooling1D()(seq), last,
        layers::GlobalAveragePooling1D()(masked),
        layers::GlobalAveragePooling1D()(layers::Masking(0.0)(t)), states[1],
        layers::Flatten()(scored[1]), layers::GRU(2)({t, states[1]}),
-       layers::Bidirectional(layers::GRU(2))({t, states[1], states[1]})});
+       layers::Bidirectional(layers::GRU(2))({t, states[1], states[1]}),
+       layers::GlobalAveragePooling1D()(given)});
   t = layers::Flatten()(layers::Reshape({12})(t));
   auto combined = layers::Concatenate()(
       {layers::Dot(1)({x, x}), layers::Flatten()(layers::RepeatVector(2)(x)),
        layers::Flatten()(layers::Permute({2, 1})(layers::Reshape({4, 3})(t)))});
   auto joined = layers::Concatenate()({x, layers::Dropout(0.1f)(t), pooled, combined});
   auto out = layers::Softmax()(layers::Dense(3, {.activation = "linear"})(joined));
-  return Model({image, ids}, {out}, "every_layer");
+  return Model({image, ids, allowed}, {out}, "every_layer");
 }
 
-// Inputs for it: images from normal noise, ids in [0, 10).
+// Inputs for it: images from normal noise, ids in [0, 10), attention masks.
 inline std::vector<Tensor> every_layer_inputs(std::int64_t batch, std::uint64_t seed) {
   std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * 4));
   for (std::size_t i = 0; i < ids.size(); ++i)
     ids[i] = static_cast<std::int32_t>((i * 7 + seed) % 10);
+  std::vector<float> allowed(static_cast<std::size_t>(batch * 16));
+  for (std::size_t i = 0; i < allowed.size(); ++i)  // each query sees its own step at least
+    allowed[i] = (i % 16) / 4 == i % 4 || (i * 5 + seed) % 3 != 0 ? 1.0f : 0.0f;
   return {random::normal({batch, 8, 8, 3}, {.seed = seed}),
-          Tensor::from_vector<std::int32_t>(ids, Shape({batch, 4}))};
+          Tensor::from_vector<std::int32_t>(ids, Shape({batch, 4})),
+          Tensor::from_vector<float>(allowed, Shape({batch, 4, 4}))};
 }
 
 }  // namespace lockstep::testing_support

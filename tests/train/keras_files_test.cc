@@ -466,6 +466,35 @@ TEST(KerasFiles, BidirectionalStartsFromInitialStatesAsKeras) {
   saved_and_loaded(m, "bidirectional_states");
 }
 
+// MultiHeadAttention given an explicit attention_mask, a model input
+// (make_attention_mask_keras_fixture.py), joined with the Embedding's
+// padding mask and, in the second, the causal mask: read as the layer's
+// last input, it predicts and steps as Keras did, and is written back as
+// Keras's attention_mask argument.
+TEST(KerasFiles, AnAttentionMaskArgumentIsKerasOwn) {
+  const json e = json::parse(slurp(kFixtures / "attention_mask_expected.json"));
+  Model m = load_model((kFixtures / "attention_mask.keras").string());
+  const std::vector<Tensor> x{cast(tensor_of(e, "tokens"), DType::kInt32), tensor_of(e, "allowed")};
+  expect_near_keras(m.predict(x, {.verbose = 0}).at(0), e.at("output").get<std::vector<float>>(),
+                    1e-5, "attention_mask output");
+  const auto ids = e.at("step_y").get<std::vector<std::int64_t>>();
+  m.fit(std::vector<Tensor>{cast(tensor_of(e, "step_tokens"), DType::kInt32),
+                            tensor_of(e, "step_allowed")},
+        {Tensor::from_vector<std::int64_t>(ids, Shape{8})},
+        {.batch_size = 8, .epochs = 1, .verbose = 0, .shuffle = false});
+  expect_near_keras(m.predict(x, {.verbose = 0}).at(0),
+                    e.at("output_after_step").get<std::vector<float>>(), 2e-5,
+                    "attention_mask output after one more step");
+  const Model back = saved_and_loaded(m, "attention_mask");
+  const json config = json::parse(back.to_json());
+  int with_mask = 0;
+  for (const json& layer : config.at("config").at("layers")) {
+    if (layer.at("class_name") == "MultiHeadAttention")
+      with_mask += layer.at("inbound_nodes").at(0).at("kwargs").contains("attention_mask");
+  }
+  EXPECT_EQ(with_mask, 2);
+}
+
 // An output that carries a Keras mask (make_masked_output_keras_fixture.py):
 // a sequence tagger (Embedding(mask_zero=True) → LSTM → Dense logits per
 // step, sparse cross-entropy and accuracy) and a regression per step under

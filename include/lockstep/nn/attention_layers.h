@@ -97,10 +97,16 @@ struct MultiHeadAttentionOptions {
   bool use_causal_mask = false;
   // The attention scores as a second output.
   bool return_attention_scores = false;
+  // Keras's attention_mask call argument: the last input is then a mask
+  // [batch, query steps, value steps] (bool, or 0 / 1), true
+  // where a query step may attend to a value step; it joins the inputs'
+  // masks and the causal one.
+  bool attention_mask = false;
   std::string name{};
 };
 // Called on {query, value} or {query, value, key} ([batch, steps, features]
-// each; key defaults to value); returns [batch, query steps, output_dim].
+// each; key defaults to value), then the attention mask with
+// `attention_mask`; returns [batch, query steps, output_dim].
 class MultiHeadAttentionImpl : public LayerImpl {
  public:
   MultiHeadAttentionImpl(std::int64_t num_heads, std::int64_t key_dim,
@@ -120,6 +126,8 @@ class MultiHeadAttentionImpl : public LayerImpl {
   void set_use_causal_mask(bool causal) { options_.use_causal_mask = causal; }
   bool return_attention_scores() const { return options_.return_attention_scores; }
   void set_return_attention_scores(bool on) { options_.return_attention_scores = on; }
+  bool attention_mask() const { return options_.attention_mask; }
+  void set_attention_mask(bool on) { options_.attention_mask = on; }
   std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs,
                                    const std::vector<Tensor>& masks) const override;
 
