@@ -1,10 +1,15 @@
 // TF_CONFIG and MPI launch environments.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <map>
+#include <sstream>
 
 #include "lockstep/lockstep.h"
+#include "support/files.h"
 
 namespace lockstep::distribute {
 namespace {
@@ -213,6 +218,110 @@ TEST(SlurmClusterResolver, AnInconsistentEnvironmentIsAnErrorNamingTheVariables)
                   {"SLURM_STEP_TASKS_PER_NODE", "2"},
                   {"SLURM_STEP_NODELIST", "n1"}},
                  "past 65535");
+}
+
+// The Kubernetes example (examples/kubernetes/multi-worker.yaml), read as
+// lines: a manifest value, the value of a container's env variable, and the
+// pod's shell script (the block under `args: - |`).
+struct Manifest {
+  std::vector<std::string> lines;
+  explicit Manifest(const std::string& text) {
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  static std::string trimmed(const std::string& s) {
+    const auto b = s.find_first_not_of(' ');
+    return b == std::string::npos ? "" : s.substr(b);
+  }
+  // The text after "key: " on the first line that starts with it (quotes
+  // and a trailing comment removed).
+  std::string value(const std::string& key) const {
+    for (const std::string& line : lines) {
+      std::string t = trimmed(line);
+      if (t.rfind("- ", 0) == 0) t = t.substr(2);  // the first key of a list item
+      if (t.rfind(key + ": ", 0) != 0) continue;
+      std::string v = t.substr(key.size() + 2);
+      v = v.substr(0, v.find("  #"));
+      if (v.size() >= 2 && v.front() == '"') v = v.substr(1, v.size() - 2);
+      return v;
+    }
+    return "";
+  }
+  std::string env(const std::string& name) const {
+    for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
+      const std::string t = trimmed(lines[i]);
+      if (t.rfind("- name: " + name, 0) == 0) {
+        const std::string v = trimmed(lines[i + 1]);
+        if (v.rfind("value: \"", 0) == 0) return v.substr(8, v.size() - 9);
+      }
+    }
+    return "";
+  }
+  std::string script() const {
+    std::string out;
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      if (trimmed(lines[i]) != "- |") continue;
+      const std::size_t indent = lines[i].find('-') + 2;
+      for (std::size_t j = i + 1; j < lines.size(); ++j) {
+        if (!trimmed(lines[j]).empty() && lines[j].find_first_not_of(' ') < indent) break;
+        out += (lines[j].size() > indent ? lines[j].substr(indent) : "") + "\n";
+      }
+      break;
+    }
+    return out;
+  }
+};
+
+// The manifest's parts agree (replicas and WORKERS, the Service and the
+// StatefulSet's serviceName, the port), and its pod script, run as each pod
+// of the StatefulSet with a stand-in `lockstep` that records its
+// environment, gives that pod a TF_CONFIG Lockstep reads as a cluster of
+// every pod through the headless Service, with the pod's own index (pod 0
+// the chief), and passes the Secret's token on.
+TEST(KubernetesExample, EachPodGetsATfConfigNamingEveryPodAndItsOwnIndex) {
+  const Manifest m(testing_support::slurp(std::filesystem::path(LOCKSTEP_SOURCE_DIR) /
+                                          "examples/kubernetes/multi-worker.yaml"));
+  const int replicas = std::stoi(m.value("replicas"));
+  ASSERT_GE(replicas, 2);
+  EXPECT_EQ(m.env("WORKERS"), std::to_string(replicas));
+  EXPECT_EQ(m.value("serviceName"), m.env("SERVICE"));
+  EXPECT_EQ(m.value("port"), m.env("PORT"));
+  EXPECT_EQ(m.value("containerPort"), m.env("PORT"));
+  EXPECT_EQ(m.value("clusterIP"), "None");  // headless: one DNS name per pod
+  const std::string script = m.script();
+  ASSERT_NE(script.find("exec lockstep train --strategy multi-worker"), std::string::npos)
+      << script;
+
+  testing_support::TempDir dir("lockstep_k8s");
+  testing_support::spit(dir / "pod.sh", script);
+  std::filesystem::create_directories(dir.path / "bin");
+  testing_support::spit(
+      dir / "bin/lockstep",
+      "#!/bin/sh\nprintf '%s\\n%s' \"$TF_CONFIG\" \"$LOCKSTEP_JOB_TOKEN\" > \"$OUT\"\n");
+  ::chmod((dir / "bin/lockstep").c_str(), 0755);
+  const std::string statefulset = m.value("name");  // the Service's and the set's
+  for (int pod = 0; pod < replicas; ++pod) {
+    SCOPED_TRACE("pod " + std::to_string(pod));
+    const std::string out = dir / ("pod" + std::to_string(pod));
+    const std::string command =
+        "env -i PATH=" + (dir.path / "bin").string() + ":/usr/bin:/bin HOSTNAME=" + statefulset +
+        "-" + std::to_string(pod) + " WORKERS=" + m.env("WORKERS") + " PORT=" + m.env("PORT") +
+        " SERVICE=" + m.env("SERVICE") + " LOCKSTEP_JOB_TOKEN=s3cret OUT=" + out + " /bin/sh " +
+        (dir / "pod.sh");
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    const std::string written = testing_support::slurp(out);
+    const std::string tf_config = written.substr(0, written.find('\n'));
+    EXPECT_EQ(written.substr(written.find('\n') + 1), "s3cret");
+    const ClusterResolver r = ClusterResolver::from_tf_config(tf_config, "pod's TF_CONFIG");
+    EXPECT_EQ(r.num_workers(), replicas);
+    EXPECT_EQ(r.task_type(), "worker");
+    EXPECT_EQ(r.task_id(), pod);
+    EXPECT_EQ(r.is_chief(), pod == 0);
+    for (int w = 0; w < replicas; ++w) {
+      EXPECT_EQ(r.worker_address(w).to_string(), statefulset + "-" + std::to_string(w) + "." +
+                                                     m.env("SERVICE") + ":" + m.env("PORT"));
+    }
+  }
 }
 
 }  // namespace
