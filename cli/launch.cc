@@ -363,14 +363,6 @@ struct Outcome {
   std::string cause;  // "worker 1 was killed by signal 9 (Killed)", "worker 0 exited with code 3"
 };
 
-std::string describe_exit(const std::string& label, int status) {
-  if (WIFSIGNALED(status)) {
-    return label + " was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
-           ::strsignal(WTERMSIG(status)) + ")";
-  }
-  return label + " exited with code " + std::to_string(WEXITSTATUS(status));
-}
-
 // Whether the workers keep backups a restart resumes from: `lockstep train
 // --checkpoint-dir`. Of another program launch cannot tell.
 std::string resume_note(const std::vector<std::string>& command) {
@@ -482,6 +474,14 @@ Outcome supervise(const LaunchArgs& a, const std::vector<std::string>& command,
 }
 
 }  // namespace
+
+std::string describe_exit(const std::string& label, int status) {
+  if (WIFSIGNALED(status)) {
+    return label + " was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+           ::strsignal(WTERMSIG(status)) + ")";
+  }
+  return label + " exited with code " + std::to_string(WEXITSTATUS(status));
+}
 
 int run_launch(const LaunchArgs& a) {
   LOCKSTEP_CHECK(a.host != "0.0.0.0",

@@ -29,4 +29,8 @@ struct LaunchArgs {
 CLI::App* add_launch_command(CLI::App& app, LaunchArgs& args);
 int run_launch(const LaunchArgs& args);
 
+// "worker 1 was killed by signal 9 (Killed)", "worker 0 exited with code 3":
+// how a child's wait status is said (launch and supervise).
+std::string describe_exit(const std::string& label, int status);
+
 }  // namespace lockstep::cli

@@ -9,6 +9,8 @@
 //                        (launch --workers 2 -- lockstep train --strategy multi-worker),
 //                        or a parameter-server job (launch --workers 2 --ps 1 -- lockstep
 //                        train --strategy parameter-server)
+//   lockstep supervise   runs one worker of a job started by hand, restarting it
+//                        when it fails (each host its own: supervise -- lockstep train)
 //   lockstep ps / worker serve a task of a parameter-server job (TF_CONFIG)
 //   lockstep inspect F   lists a checkpoint's tensors and metadata and
 //                        verifies every checksum (exit 1 when damaged)
@@ -27,6 +29,7 @@
 #include "launch.h"
 #include "lockstep/lockstep.h"
 #include "serve.h"
+#include "supervise.h"
 #include "train.h"
 #include "use_model.h"
 
@@ -65,6 +68,8 @@ int main(int argc, char** argv) {
   CLI::App* train = lockstep::cli::add_train_command(app, train_args);
   lockstep::cli::LaunchArgs launch_args;
   CLI::App* launch = lockstep::cli::add_launch_command(app, launch_args);
+  lockstep::cli::SuperviseArgs supervise_args;
+  CLI::App* supervise = lockstep::cli::add_supervise_command(app, supervise_args);
   lockstep::cli::UseModelArgs evaluate_args, predict_args;
   CLI::App* evaluate = lockstep::cli::add_evaluate_command(app, evaluate_args);
   CLI::App* predict = lockstep::cli::add_predict_command(app, predict_args);
@@ -101,6 +106,7 @@ int main(int argc, char** argv) {
     if (evaluate->parsed()) return lockstep::cli::run_evaluate(evaluate_args);
     if (predict->parsed()) return lockstep::cli::run_predict(predict_args);
     if (launch->parsed()) return lockstep::cli::run_launch(launch_args);
+    if (supervise->parsed()) return lockstep::cli::run_supervise(supervise_args);
     if (inspect->parsed()) return lockstep::cli::run_inspect(inspect_args);
     if (ps_cmd->parsed()) return lockstep::cli::run_serve(serve_args, "ps");
     if (worker_cmd->parsed()) return lockstep::cli::run_serve(serve_args, "worker");
