@@ -31,9 +31,9 @@ fail() {
 weights_of() { "$bin" inspect "$1" | grep crc32c || fail "inspect $1 failed"; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# A job of two supervised workers whose backups go to $1 (a folder both
-# reach: the chief writes them, as on a cluster's shared file system); the
-# supervisors' pids in $pids.
+# A job of two supervised workers with --checkpoint-dir $1 (the chief
+# writes the backups, and sends the last to the other worker when they
+# resume); the supervisors' pids in $pids.
 start_job() {
   pids=()
   local dir=$1 p0 p1

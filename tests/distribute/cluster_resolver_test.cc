@@ -289,8 +289,8 @@ TEST(KubernetesExample, EachPodGetsATfConfigNamingEveryPodAndItsOwnIndex) {
   EXPECT_EQ(m.value("containerPort"), m.env("PORT"));
   EXPECT_EQ(m.value("clusterIP"), "None");  // headless: one DNS name per pod
   const std::string script = m.script();
-  ASSERT_NE(script.find("exec lockstep train --strategy multi-worker"), std::string::npos)
-      << script;
+  ASSERT_NE(script.find("exec lockstep supervise --max-restarts"), std::string::npos) << script;
+  ASSERT_NE(script.find("lockstep train --strategy multi-worker"), std::string::npos) << script;
 
   testing_support::TempDir dir("lockstep_k8s");
   testing_support::spit(dir / "pod.sh", script);
