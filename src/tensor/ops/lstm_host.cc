@@ -8,14 +8,14 @@
 // training step in oneDNN's products and the rest in the ops around them:
 // their tape records, temporaries, slices and transposes. Here a step's
 // elementwise work is one loop over the rows, vectorized (sigmoid and tanh
-// from exp64.h's float64 exponential, so each is within one float32
-// rounding), the states live in preallocated [steps + 1, batch, units]
-// buffers the products read directly, and the recurrent kernel's gradient
+// from a float32 exponential, within a few float32 roundings), the states live in preallocated
+// [steps + 1, batch, units] buffers the products read directly, and the recurrent kernel's gradient
 // is one product over every step at the end. docs/benchmarks.md has the
 // step times before and after. tests/nn/recurrent_layers_test.cc checks
 // this kernel against a float64 loop with finite-difference gradients and
 // against the composed form.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -27,30 +27,62 @@
 #include "lockstep/tensor/parallel.h"
 #include "lockstep/tensor/recording.h"
 #include "tensor/backend/onednn/onednn.h"
-#include "tensor/ops/exp64.h"
 #include "tensor/ops/rnn_host.h"
 
 namespace lockstep::detail {
 namespace {
 
-// sigmoid(x) and tanh(x) from e^-|x| in float64: one float32 rounding of the
-// exact values. Inline and branch-free, so that the row loops vectorize.
+// e^x − 1 for |x| <= ln2/2 in float32, from its Taylor polynomial to
+// degree 7 (the first term left out, x^8/8!, is below 6e-9 of the result).
+inline float expm1_small(float x) {
+  float p = 1.0f / 5040.0f;
+  p = p * x + 1.0f / 720.0f;
+  p = p * x + 1.0f / 120.0f;
+  p = p * x + 1.0f / 24.0f;
+  p = p * x + 1.0f / 6.0f;
+  p = p * x + 0.5f;
+  p = p * x + 1.0f;
+  return p * x;
+}
+
+// e^x for x <= 0 in float32: x = k·ln2 + r with |r| <= ln2/2 (ln2 in two
+// parts, Cody and Waite: k·C1 is exact), 1 + expm1_small(r), scaled by 2^k
+// through the exponent bits. Below −87 (e^−87 is near float32's smallest
+// normal) the result is e^−87.
+inline float exp_nonpositive_f(float x) {
+  constexpr float kLog2e = 1.44269504f;
+  constexpr float kC1 = 0.693359375f;      // ln2's first 9 bits
+  constexpr float kC2 = -2.12194440e-4f;   // the rest
+  constexpr float kShifter = 12582912.0f;  // 1.5 · 2^23: rounds to an integer
+  x = std::max(x, -87.0f);
+  const float shifted = x * kLog2e + kShifter;
+  const float k = shifted - kShifter;  // round(x / ln2), in [−126, 0]
+  const float r = (x - k * kC1) - k * kC2;
+  const std::int32_t k_bits =
+      std::bit_cast<std::int32_t>(shifted) - std::bit_cast<std::int32_t>(kShifter);
+  return (1.0f + expm1_small(r)) * std::bit_cast<float>((k_bits + 127) << 23);
+}
+
+// sigmoid(x) and tanh(x) in float32, within a few float32 roundings of the
+// exact values (the fused kernel is held to the composed form, which runs
+// oneDNN's, by tests/nn/recurrent_layers_test.cc). Branch-free selects, so
+// that the row loops vectorize; twice as many lanes as float64's, which
+// made the forward pass's activations a third of its time (perf).
 inline float sigmoid_of(float x) {
-  const double a = static_cast<double>(x);
-  const double e = exp_nonpositive(-std::abs(a));
-  // 1 / (1 + e^-a) for a >= 0, e^a / (1 + e^a) below: a select of the
-  // numerator, so that no arithmetic hides in a branch (which GCC would not
-  // vectorize).
-  const double numerator = a >= 0.0 ? 1.0 : e;
-  return static_cast<float>(numerator / (1.0 + e));
+  const float e = exp_nonpositive_f(-std::abs(x));
+  // 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below.
+  const float numerator = x >= 0.0f ? 1.0f : e;
+  return numerator / (1.0f + e);
 }
 inline float tanh_of(float x) {
-  const double a = static_cast<double>(x), m = std::abs(a);
-  const double e = exp_nonpositive(-2.0 * m);
-  const double t = (1.0 - e) / (1.0 + e);
-  // Below 1e-4, tanh(m) = m to float32's precision (m³/3 < 4e-13 · m), and
-  // 1 − e would lose the digits float32 keeps.
-  return static_cast<float>(std::copysign(m < 1e-4 ? m : t, a));
+  const float m = std::abs(x);
+  // (1 − e^−2m) / (1 + e^−2m); below m = ln2/4, 1 − e^−2m would lose
+  // digits to cancellation, and −q / (2 + q) with q = e^−2m − 1 taken
+  // directly keeps them.
+  const float e = exp_nonpositive_f(-2.0f * m);
+  const float q = expm1_small(-2.0f * m);
+  const float r = m < 0.1732868f ? -q / (2.0f + q) : (1.0f - e) / (1.0f + e);
+  return std::copysign(r, x);
 }
 
 // One step of one batch row, forward. z = x_t + h·U (the product's row);
@@ -175,18 +207,25 @@ std::vector<std::uint8_t> step_mask(const Tensor& mask) {
   return out;
 }
 
-// What the backward pass reads: by step processed s, the states before it
-// (h_prev: s, the state after: s + 1), the activated gates and tanh(c).
+// What the backward pass reads. By time position t (batch-major, as the
+// gates' gradients are written: the recurrent kernel's gradient is then one
+// product of the two): h[b, t], the state the step at position t read. By
+// step processed s: the cell state before it (c[s]; after it: s + 1), the
+// activated gates and tanh(c).
 struct Tape {
-  Tensor h, c;   // [steps + 1, batch, units]
+  Tensor h;      // [batch, steps, units]
+  Tensor c;      // [steps + 1, batch, units]
   Tensor gates;  // [steps, batch, 4 · units]
   Tensor ac;     // [steps, batch, units]
   std::vector<std::uint8_t> mask;
 };
 
+// A's rows `lda` apart (0: contiguous).
 backend::onednn::MatmulShape product(std::int64_t m, std::int64_t k, std::int64_t n,
-                                     bool transpose_a = false, bool transpose_b = false) {
-  return {.m = m, .k = k, .n = n, .transpose_a = transpose_a, .transpose_b = transpose_b};
+                                     bool transpose_a = false, bool transpose_b = false,
+                                     std::int64_t lda = 0) {
+  return {
+      .m = m, .k = k, .n = n, .transpose_a = transpose_a, .transpose_b = transpose_b, .lda = lda};
 }
 
 }  // namespace
@@ -205,26 +244,48 @@ Tensor lstm_fused(const Tensor& projected, const Tensor& kernel, const Recurrent
                   const std::vector<Tensor>& inputs) {
   const detail::OnDevice on;  // a device that runs host kernels: its scope
   const std::int64_t batch = projected.shape()[0], steps = projected.shape()[1];
-  const std::int64_t u = kernel.shape()[0], w = 4 * u;
+  const std::int64_t u = kernel.shape()[0], w = 4 * u, bu = batch * u;
   const bool recording = should_record(inputs);
   const bool zero_output = o.zero_output_for_mask;
   const std::int64_t extra = o.return_states ? 2 : 0;
+  auto position = [&](std::int64_t s) { return o.go_backwards ? steps - 1 - s : s; };
 
   auto tape = std::make_shared<Tape>();
   tape->mask = step_mask(o.mask);
-  // The states: every step's when recording, else two rows that alternate.
-  const std::int64_t kept = recording ? steps + 1 : 2;
-  tape->h = Tensor::empty({kept, batch, u});
-  tape->c = Tensor::empty({kept, batch, u});
+  // h: recording, every step's read state at its position ([batch, steps,
+  // units], rows `steps · units` apart within a step) and the last state
+  // alone; else two [batch, units] buffers that alternate. c: every step's
+  // when recording, else two that alternate.
+  const std::int64_t c_kept = recording ? steps + 1 : 2;
+  tape->h = Tensor::empty(recording ? Shape{batch, steps, u} : Shape{2, batch, u});
+  Tensor h_last = Tensor::empty({batch, u});
+  tape->c = Tensor::empty({c_kept, batch, u});
   tape->gates = Tensor::empty({recording ? steps : 1, batch, w});
   tape->ac = Tensor::empty({recording ? steps : 1, batch, u});
   float* hs = tape->h.data<float>();
   float* cs = tape->c.data<float>();
-  const std::int64_t bu = batch * u;
-  if (o.initial_h.defined()) {
-    std::memcpy(hs, o.initial_h.data<float>(), sizeof(float) * static_cast<std::size_t>(bu));
-  } else {
-    std::fill(hs, hs + bu, 0.0f);
+  float* pl = h_last.data<float>();
+  // Row b of the state step s reads, and of the one it writes.
+  const std::int64_t h_stride = recording ? steps * u : u;
+  auto h_read = [&](std::int64_t s) {
+    return recording ? hs + position(s) * u : hs + (s % 2) * bu;
+  };
+  auto h_written = [&](std::int64_t s) {
+    if (!recording) return hs + ((s + 1) % 2) * bu;
+    return s + 1 < steps ? hs + position(s + 1) * u : pl;
+  };
+  const std::int64_t written_stride_last = recording ? u : h_stride;
+  {
+    const float* h0 = o.initial_h.defined() ? o.initial_h.data<float>() : nullptr;
+    float* first = h_read(0);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      float* row = first + b * h_stride;
+      if (h0) {
+        std::memcpy(row, h0 + b * u, sizeof(float) * static_cast<std::size_t>(u));
+      } else {
+        std::fill(row, row + u, 0.0f);
+      }
+    }
   }
   if (o.initial_c.defined()) {
     std::memcpy(cs, o.initial_c.data<float>(), sizeof(float) * static_cast<std::size_t>(bu));
@@ -242,21 +303,24 @@ Tensor lstm_fused(const Tensor& projected, const Tensor& kernel, const Recurrent
   float* pac = tape->ac.data<float>();
   const std::vector<std::uint8_t>& mask = tape->mask;
   for (std::int64_t s = 0; s < steps; ++s) {
-    const std::int64_t t = o.go_backwards ? steps - 1 - s : s;
+    const std::int64_t t = position(s);
     const std::int64_t before = recording ? s : s % 2, after = recording ? s + 1 : (s + 1) % 2;
-    const float* h_prev = hs + before * bu;
-    backend::onednn::matmul(product(batch, u, w), h_prev, ker, nullptr, phu);
+    const float* h_prev = h_read(s);
+    float* h_next = h_written(s);
+    const std::int64_t next_stride = recording && s + 1 == steps ? written_stride_last : h_stride;
+    backend::onednn::matmul(product(batch, u, w, false, false, h_stride), h_prev, ker, nullptr,
+                            phu);
     const std::int64_t at = recording ? s : 0;
-    parallel_for(batch, 60 * w, [&](std::int64_t b0, std::int64_t b1) {
+    parallel_for(batch, 30 * w, [&](std::int64_t b0, std::int64_t b1) {
       for (std::int64_t b = b0; b < b1; ++b) {
         const bool counts = mask.empty() || mask[static_cast<std::size_t>(b * steps + t)];
         forward_row({.x = x + (b * steps + t) * w,
                      .hu = phu + b * w,
-                     .h_prev = h_prev + b * u,
+                     .h_prev = h_prev + b * h_stride,
                      .c_prev = cs + before * bu + b * u,
                      .gates = pg + (at * batch + b) * w,
                      .ac = pac + (at * batch + b) * u,
-                     .h = hs + after * bu + b * u,
+                     .h = h_next + b * next_stride,
                      .c = cs + after * bu + b * u,
                      .out = po + (b * (steps + extra) + s) * u},
                     u, counts, zero_output);
@@ -264,11 +328,12 @@ Tensor lstm_fused(const Tensor& projected, const Tensor& kernel, const Recurrent
     });
   }
   if (o.return_states) {
-    const std::int64_t last = recording ? steps : steps % 2;
+    const float* last_h = recording ? pl : hs + (steps % 2) * bu;
+    const float* last_c = cs + (recording ? steps : steps % 2) * bu;
     for (std::int64_t b = 0; b < batch; ++b) {
       float* row = po + (b * (steps + extra) + steps) * u;
-      std::memcpy(row, hs + last * bu + b * u, sizeof(float) * static_cast<std::size_t>(u));
-      std::memcpy(row + u, cs + last * bu + b * u, sizeof(float) * static_cast<std::size_t>(u));
+      std::memcpy(row, last_h + b * u, sizeof(float) * static_cast<std::size_t>(u));
+      std::memcpy(row + u, last_c + b * u, sizeof(float) * static_cast<std::size_t>(u));
     }
   }
   if (!recording) return out;
@@ -278,10 +343,12 @@ Tensor lstm_fused(const Tensor& projected, const Tensor& kernel, const Recurrent
     const std::int64_t bu = batch * u;
     const float* g = grad.data<float>();
     const float* ker = kernel.data<float>();
-    Tensor dz_all = Tensor::empty({steps, batch, w});
+    // The gates' gradients, straight into the projected inputs' gradient
+    // [batch, steps, 4 · units]: step s's rows are `steps · 4 · units` apart.
+    Tensor dx = Tensor::empty({batch, steps, w});
     Tensor dh_mm = Tensor::zeros({batch, u}), dh_around = Tensor::zeros({batch, u});
     Tensor dc = Tensor::zeros({batch, u});
-    float* pdz = dz_all.data<float>();
+    float* pdx = dx.data<float>();
     float* pmm = dh_mm.data<float>();
     float* paround = dh_around.data<float>();
     float* pdc = dc.data<float>();
@@ -309,24 +376,17 @@ Tensor lstm_fused(const Tensor& projected, const Tensor& kernel, const Recurrent
                         .dh_mm = pmm + b * u,
                         .dh_around = paround + b * u,
                         .dc = pdc + b * u,
-                        .dz = pdz + (s * batch + b) * w},
+                        .dz = pdx + (b * steps + t) * w},
                        u, counts, zero_output);
         }
       });
-      backend::onednn::matmul(product(batch, w, u, false, true), pdz + s * batch * w, ker, nullptr,
-                              pmm);
+      backend::onednn::matmul(product(batch, w, u, false, true, steps * w), pdx + t * w, ker,
+                              nullptr, pmm);
     }
-    // dprojected[b, t] = dz of step s; dU = Σ_s h_prevᵀ · dz, one product.
-    Tensor dx = Tensor::empty({batch, steps, w});
-    float* pdx = dx.data<float>();
-    for (std::int64_t s = 0; s < steps; ++s) {
-      const std::int64_t t = o.go_backwards ? steps - 1 - s : s;
-      for (std::int64_t b = 0; b < batch; ++b)
-        std::memcpy(pdx + (b * steps + t) * w, pdz + (s * batch + b) * w,
-                    sizeof(float) * static_cast<std::size_t>(w));
-    }
+    // dU = Σ over (b, t) of h[b, t]ᵀ · dz[b, t]: one product, the rows of
+    // the state tape and of dx matching.
     Tensor dkernel = Tensor::empty({u, w});
-    backend::onednn::matmul(product(u, steps * batch, w, true), tape->h.data<float>(), pdz, nullptr,
+    backend::onednn::matmul(product(u, batch * steps, w, true), tape->h.data<float>(), pdx, nullptr,
                             dkernel.data<float>());
     Grads grads{dx, dkernel};
     if (o.initial_h.defined()) {

@@ -92,24 +92,30 @@ void matmul(const MatmulShape& s, const void* a, const void* b, const void* bias
     // GEMMs (the classifier head, N = 10) are made of. Bias is fused as
     // beta = 1 over an output pre-filled with it.
     float* cf = static_cast<float*>(c);
+    const std::int64_t ldc = s.ldc > 0 ? s.ldc : s.n;
     float beta = 0.0f;
     if (bias) {
       for (std::int64_t i = 0; i < s.m; ++i)
-        std::memcpy(cf + i * s.n, bias, static_cast<std::size_t>(s.n) * sizeof(float));
+        std::memcpy(cf + i * ldc, bias, static_cast<std::size_t>(s.n) * sizeof(float));
       beta = 1.0f;
     }
-    const std::int64_t lda = s.transpose_a ? s.m : s.k;
-    const std::int64_t ldb = s.transpose_b ? s.k : s.n;
+    const std::int64_t lda = s.lda > 0 ? s.lda : (s.transpose_a ? s.m : s.k);
+    const std::int64_t ldb = s.ldb > 0 ? s.ldb : (s.transpose_b ? s.k : s.n);
     const dnnl_status_t status = dnnl_sgemm(s.transpose_a ? 'T' : 'N', s.transpose_b ? 'T' : 'N',
                                             s.m, s.n, s.k, 1.0f, static_cast<const float*>(a), lda,
-                                            static_cast<const float*>(b), ldb, beta, cf, s.n);
+                                            static_cast<const float*>(b), ldb, beta, cf, ldc);
     LOCKSTEP_CHECK_AS(InternalError, status == dnnl_success, "oneDNN sgemm failed with status ",
                       static_cast<int>(status), " for M=", s.m, " K=", s.k, " N=", s.n);
     if (s.relu) {
-      for (std::int64_t i = 0; i < s.m * s.n; ++i) cf[i] = cf[i] > 0.0f ? cf[i] : 0.0f;
+      for (std::int64_t i = 0; i < s.m; ++i) {
+        for (std::int64_t j = 0; j < s.n; ++j)
+          cf[i * ldc + j] = cf[i * ldc + j] > 0.0f ? cf[i * ldc + j] : 0.0f;
+      }
     }
     return;
   }
+  LOCKSTEP_CHECK(s.lda == 0 && s.ldb == 0 && s.ldc == 0,
+                 "onednn::matmul: row strides are for unbatched float32 products only");
   // Primitive caches are per thread (here and in conv.cc): each replica
   // thread runs its own kernels with its own memory objects bound to them,
   // and a shared cache would put a lock on every op.

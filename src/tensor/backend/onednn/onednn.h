@@ -38,6 +38,10 @@ struct MatmulShape {
   bool b_shared = false;  // B has batch 1 and is used for every batch entry
   bool relu = false;      // C = max(C, 0), a post-op (after sgemm: one pass while C is hot)
   Precision precision = Precision::kFloat32;
+  // Row strides of A, B and C in elements (0: their rows are contiguous):
+  // a matrix whose rows are every T-th of a bigger one (one time step of a
+  // batch-major sequence). Unbatched float32 products only.
+  std::int64_t lda = 0, ldb = 0, ldc = 0;
 };
 
 void matmul(const MatmulShape& shape, const void* a, const void* b, const void* bias, void* c);
