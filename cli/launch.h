@@ -29,6 +29,11 @@ struct LaunchArgs {
 CLI::App* add_launch_command(CLI::App& app, LaunchArgs& args);
 int run_launch(const LaunchArgs& args);
 
+// `lockstep`'s exit code for a RejoinError (EX_TEMPFAIL): not a failure —
+// a job that went on without some workers re-forms with them; start the
+// worker again (supervise does, without counting it as a restart).
+inline constexpr int kRejoinExitCode = 75;
+
 // "worker 1 was killed by signal 9 (Killed)", "worker 0 exited with code 3":
 // how a child's wait status is said (launch and supervise).
 std::string describe_exit(const std::string& label, int status);

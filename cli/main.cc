@@ -116,6 +116,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     return 2;
+  } catch (const lockstep::RejoinError& e) {
+    std::fprintf(stderr, "lockstep: %s\n", e.what());
+    return lockstep::cli::kRejoinExitCode;
   } catch (const lockstep::DistributedError& e) {
     // A lost worker, a failed or timed-out collective: exit 4, so that a
     // launcher can tell it from bad input.

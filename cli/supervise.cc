@@ -19,6 +19,10 @@
 // stops at N with the *first* failure's code and cause, not the last's. A
 // run that ends well removes the file. SIGINT and SIGTERM are passed to the
 // worker as one SIGTERM (a second signal: SIGKILL) and end supervision.
+// Exit code 75 (a RejoinError) is not a failure: a job that went on without
+// this worker (elastic shrink) re-forms with it; the worker starts again
+// after the delay, uncounted, with LOCKSTEP_RESTART_COUNT still counting
+// every start so that the job's rendezvous knows it is a restart.
 #include "supervise.h"
 
 #include <signal.h>
@@ -150,6 +154,15 @@ int exit_code_of(int status) {
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
+// The delay before a restart, cut short by a signal (false: which then
+// ends supervision).
+bool sleep_unless_signalled(double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!g_signal && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return !g_signal;
+}
+
 }  // namespace
 
 CLI::App* add_supervise_command(CLI::App& app, SuperviseArgs& a) {
@@ -189,6 +202,9 @@ int run_supervise(const SuperviseArgs& a) {
   }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  // LOCKSTEP_RESTART_COUNT: the restarts counted, and those to rejoin a
+  // job that went on without this worker (counted in no file).
+  int starts = count.restarts;
   for (;;) {
     if (!count.first_failure.empty() && count.restarts >= a.max_restarts) {
       std::fprintf(stderr,
@@ -197,7 +213,7 @@ int run_supervise(const SuperviseArgs& a) {
                    path.empty() ? "" : ("; remove " + path + " to start counting again").c_str());
       return count.first_code;
     }
-    const int status = run_once(command, count.restarts);
+    const int status = run_once(command, starts++);
     if (g_signal) {
       std::fprintf(stderr, "lockstep supervise: stopped by a signal; %s\n",
                    describe_exit("the worker", status).c_str());
@@ -206,6 +222,14 @@ int run_supervise(const SuperviseArgs& a) {
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
       if (!path.empty()) std::filesystem::remove(path);
       return 0;
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == kRejoinExitCode) {
+      // Not a failure: the job re-forms with a worker that was left out.
+      std::fprintf(stderr,
+                   "lockstep supervise: the job re-forms to take back a worker left out; the "
+                   "worker starts again (not counted as a restart)\n");
+      if (!sleep_unless_signalled(a.restart_delay)) return 128 + g_signal;
+      continue;
     }
     const std::string cause = describe_exit("the worker", status);
     if (count.first_failure.empty()) {
@@ -223,12 +247,7 @@ int run_supervise(const SuperviseArgs& a) {
                  "backup%s\n",
                  count.restarts, a.max_restarts, cause.c_str(),
                  dir.empty() ? " if it keeps one" : (" in " + dir).c_str());
-    // The delay, cut short by a signal (which then ends supervision).
-    const auto until =
-        std::chrono::steady_clock::now() + std::chrono::duration<double>(a.restart_delay);
-    while (!g_signal && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (g_signal) return 128 + g_signal;
+    if (!sleep_unless_signalled(a.restart_delay)) return 128 + g_signal;
   }
 }
 

@@ -155,8 +155,17 @@ distribute::Strategy make_strategy(const TrainArgs& a) {
   LOCKSTEP_CHECK(
       a.communication == "auto" || name == "multi-worker", "--communication ", a.communication,
       " picks how workers talk: it needs --strategy multi-worker (this run is ", name, ")");
+  LOCKSTEP_CHECK(a.min_workers == 0 || name == "multi-worker", "--min-workers ", a.min_workers,
+                 " lets a multi-worker job shrink on a restart: it needs --strategy multi-worker "
+                 "(this run is ",
+                 name, ")");
   if (name == "multi-worker") {
     distribute::MultiWorkerMirroredStrategyOptions o;
+    o.min_workers = a.min_workers;
+    o.rejoin_timeout =
+        std::chrono::milliseconds(static_cast<long long>(a.rejoin_timeout_seconds * 1000));
+    o.join_timeout =
+        std::chrono::milliseconds(static_cast<long long>(a.join_timeout_seconds * 1000));
     o.local_replicas = a.local_replicas;
     if (o.local_replicas == 0) {
       const std::string given = env::local_replicas().value_or("1");
@@ -430,6 +439,27 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
                    "parameter-server: before a scheduled function is, and before the chief "
                    "gives up when no worker answers")
       ->check(positive())
+      ->capture_default_str();
+  train
+      ->add_option("--join-timeout", a.join_timeout_seconds,
+                   "multi-worker: seconds every worker waits at start-up for the others (and a "
+                   "worker for the chief) before it gives up naming those missing")
+      ->check(positive())
+      ->capture_default_str();
+  CLI::Option* min_workers =
+      train
+          ->add_option("--min-workers", a.min_workers,
+                       "multi-worker: on a restart (launch or supervise), go on with the workers "
+                       "that come back within --rejoin-timeout if they are at least this many, "
+                       "the chief among them: the same global batch over fewer replicas "
+                       "(default: every worker must come)")
+          ->check(at_least(1));
+  train
+      ->add_option("--rejoin-timeout", a.rejoin_timeout_seconds,
+                   "multi-worker with --min-workers: seconds the chief waits on a restart for "
+                   "every worker before it goes on without those missing")
+      ->check(positive())
+      ->needs(min_workers)
       ->capture_default_str();
   train->add_option("--data-dir", a.data_dir,
                     "directory with the IDX files (default: /usr/share/datasets/fashion-mnist)");

@@ -30,6 +30,11 @@ struct TrainArgs {
   std::string communication = "auto";
   std::string gradient_compression = "none";  // multi-worker: none | bf16
   double timeout_seconds = 300;
+  // multi-worker elastic shrink: on a restart, go on with the workers back
+  // within rejoin_timeout_seconds if they are at least min_workers (0: all).
+  int min_workers = 0;
+  double rejoin_timeout_seconds = 30;
+  double join_timeout_seconds = 60;  // multi-worker: every worker's arrival at start-up
   std::string data_dir;  // empty: Debian's dataset-fashion-mnist directory
   // --data SOURCE and its settings (data_source.h); empty: Fashion-MNIST.
   DataArgs data;

@@ -32,6 +32,14 @@ std::optional<std::string> job_token() { return get("LOCKSTEP_JOB_TOKEN"); }
 
 std::optional<std::string> local_replicas() { return get("LOCKSTEP_LOCAL_REPLICAS"); }
 
+int restart_count() {
+  const std::optional<std::string> v = get("LOCKSTEP_RESTART_COUNT");
+  if (!v || v->empty() || v->size() > 6) return 0;
+  for (char c : *v)
+    if (c < '0' || c > '9') return 0;
+  return std::stoi(*v);
+}
+
 std::optional<std::string> crash_at() { return get("LOCKSTEP_CRASH_AT"); }
 
 bool pin_workers() { return get("LOCKSTEP_PIN_WORKERS").value_or("1") != "0"; }

@@ -12,6 +12,7 @@ const char* error_class_name(const std::exception& e) {
   if (dynamic_cast<const TimeoutError*>(&e)) return "TimeoutError";
   if (dynamic_cast<const UnavailableError*>(&e)) return "UnavailableError";
   if (dynamic_cast<const CancelledError*>(&e)) return "CancelledError";
+  if (dynamic_cast<const RejoinError*>(&e)) return "RejoinError";
   if (dynamic_cast<const DistributedError*>(&e)) return "DistributedError";
   if (dynamic_cast<const IOError*>(&e)) return "IOError";
   if (dynamic_cast<const DeviceError*>(&e)) return "DeviceError";
@@ -26,6 +27,7 @@ void throw_error_of_class(const std::string& name, const std::string& message) {
   if (name == "TimeoutError") throw TimeoutError(message);
   if (name == "UnavailableError") throw UnavailableError(message);
   if (name == "CancelledError") throw CancelledError(message);
+  if (name == "RejoinError") throw RejoinError(message);
   if (name == "DistributedError") throw DistributedError(message);
   if (name == "IOError") throw IOError(message);
   if (name == "DeviceError") throw DeviceError(message);

@@ -274,4 +274,27 @@ std::string ClusterResolver::canonical_cluster_spec() const {
   return s;
 }
 
+ClusterResolver ClusterResolver::with_workers(const std::vector<int>& ranks) const {
+  LOCKSTEP_CHECK(std::is_sorted(ranks.begin(), ranks.end()) &&
+                     std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end() &&
+                     !ranks.empty() && ranks.front() >= 0 && ranks.back() < num_workers(),
+                 "ClusterResolver::with_workers: expected increasing ranks below ", num_workers());
+  const int me = worker_rank();
+  LOCKSTEP_CHECK(std::find(ranks.begin(), ranks.end(), me) != ranks.end(),
+                 "ClusterResolver::with_workers: this process, ", describe_worker(me),
+                 ", is not among the workers kept");
+  const int chiefs = cluster_.num_tasks("chief");
+  std::map<std::string, std::vector<TaskAddress>> jobs = cluster_.jobs();
+  jobs.erase("chief");
+  jobs.erase("worker");
+  ClusterResolver r = *this;
+  for (int rank : ranks) {
+    jobs[rank < chiefs ? "chief" : "worker"].push_back(worker_address(rank));
+    if (rank == me && task_type_ == "worker")
+      r.task_id_ = static_cast<int>(jobs["worker"].size()) - 1;
+  }
+  r.cluster_ = ClusterSpec(std::move(jobs));
+  return r;
+}
+
 }  // namespace lockstep::distribute

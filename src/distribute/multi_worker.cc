@@ -14,6 +14,7 @@
 #include "host_cores.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/comm/store.h"
+#include "lockstep/core/env.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/log.h"
 #include "strategy_impl.h"
@@ -106,10 +107,177 @@ class LivenessWatcher {
   std::thread thread_;  // last: starts when the members it uses exist
 };
 
+// Elastic shrink on this start: the chief may go on without workers that
+// do not come back within rejoin_timeout, down to min_workers.
+struct Elastic {
+  bool configured = false;  // min_workers below the cluster's workers
+  bool active = false;      // configured, and this start is a restart
+  int min_workers = 0;
+  std::chrono::milliseconds rejoin_timeout{0};
+};
+
+Elastic elastic_of(const MultiWorkerMirroredStrategyOptions& o, const ClusterResolver& r) {
+  LOCKSTEP_CHECK(o.min_workers >= 0 && o.min_workers <= r.num_workers(),
+                 "MultiWorkerMirroredStrategy: min_workers must be from 0 to the cluster's ",
+                 r.num_workers(), " workers, got ", o.min_workers);
+  LOCKSTEP_CHECK(o.min_workers == 0 || o.rejoin_timeout.count() > 0,
+                 "MultiWorkerMirroredStrategy: rejoin_timeout must be positive, got ",
+                 o.rejoin_timeout.count(), " ms");
+  const bool restarted = o.restarted.value_or(env::restart_count() > 0);
+  const bool configured = o.min_workers > 0 && o.min_workers < r.num_workers();
+  return Elastic{.configured = configured,
+                 .active = configured && restarted,
+                 .min_workers = o.min_workers,
+                 .rejoin_timeout = o.rejoin_timeout};
+}
+
+const char* const kMembersKey = "lockstep/members";
+const char* const kWaitingKey = "lockstep/waiting/";  // + rank: left out, waiting to rejoin
+const char* const kRejoinKey = "lockstep/rejoin";     // the chief calls them back
+const char* const kNoShrinkWithoutChief =
+    " (a job cannot shrink without its chief: the rendezvous store lives in it; restart the "
+    "chief)";
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string s;
+  for (int w : ranks) s += (s.empty() ? "" : ",") + std::to_string(w);
+  return s;
+}
+
+std::vector<int> split_ranks(const std::string& s) {
+  std::vector<int> ranks;
+  std::size_t at = 0;
+  while (at < s.size()) {
+    std::size_t end = s.find(',', at);
+    if (end == std::string::npos) end = s.size();
+    ranks.push_back(std::stoi(s.substr(at, end - at)));
+    at = end + 1;
+  }
+  return ranks;
+}
+
+std::string describe_workers(const std::vector<int>& ranks, const ClusterResolver& r) {
+  std::string s;
+  for (int w : ranks) s += (s.empty() ? "" : ", ") + r.describe_worker(w);
+  return s;
+}
+
+bool has_key(comm::StoreClient& store, const std::string& key) {
+  try {
+    store.wait({key}, std::chrono::milliseconds(1));
+    return true;
+  } catch (const TimeoutError&) {
+    return false;
+  }
+}
+
+// After the chief's call back: waits (up to `patience`) until the chief
+// has stopped — its store gone, or a new one without the call — so that a
+// worker started again joins the chief's next store, not this one.
+void wait_for_chief_to_stop(comm::StoreClient& store, std::chrono::milliseconds patience) {
+  const auto deadline = Clock::now() + patience;
+  while (Clock::now() < deadline) {
+    try {
+      if (!has_key(store, kRejoinKey)) return;
+    } catch (const Error&) {
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void check_same_spec(comm::StoreClient& store, const ClusterResolver& r,
+                     const std::vector<std::string>& keys, int w, const std::string& spec) {
+  const std::vector<char> theirs = store.get(keys[static_cast<std::size_t>(w)]);
+  LOCKSTEP_CHECK_AS(DistributedError, std::string(theirs.begin(), theirs.end()) == spec,
+                    "MultiWorkerMirroredStrategy: ", r.describe_worker(w),
+                    " was given another cluster spec than ", r.describe_worker(r.worker_rank()),
+                    ": \"", std::string(theirs.begin(), theirs.end()), "\" vs \"", spec, "\"");
+}
+
+// A worker other than the chief, joined: waits for the chief's list of the
+// workers that form the job, checking the specs of those that join
+// meanwhile (a difference is said at once; the chief will publish no list).
+// A worker left out by an elastic restart waits until the chief calls it
+// back, at the job's next backup.
+std::vector<int> members_from_chief(comm::StoreClient& store, const ClusterResolver& r,
+                                    const std::vector<std::string>& keys, const std::string& spec,
+                                    std::chrono::milliseconds join_timeout,
+                                    const Elastic& elastic) {
+  const int rank = r.worker_rank();
+  const auto patience =
+      join_timeout + (elastic.configured ? elastic.rejoin_timeout : std::chrono::milliseconds(0));
+  const auto deadline = Clock::now() + patience;
+  std::vector<bool> checked(keys.size(), false);
+  for (;;) {
+    try {
+      store.wait({kMembersKey}, std::chrono::milliseconds(100));
+      break;
+    } catch (const TimeoutError&) {
+    } catch (const Error& e) {
+      // The chief gave up (it names those missing) or failed.
+      throw DistributedError(
+          lockstep::detail::str_cat("MultiWorkerMirroredStrategy: ", r.describe_worker(rank),
+                                    ": lost contact with the chief, ", r.describe_worker(0),
+                                    ", before it said which workers form the job: ", e.what()));
+    }
+    std::vector<int> missing;
+    for (int w = 0; w < r.num_workers(); ++w) {
+      if (checked[static_cast<std::size_t>(w)]) continue;
+      if (!has_key(store, keys[static_cast<std::size_t>(w)])) {
+        missing.push_back(w);
+        continue;
+      }
+      check_same_spec(store, r, keys, w, spec);
+      checked[static_cast<std::size_t>(w)] = true;
+    }
+    if (Clock::now() < deadline) continue;
+    throw TimeoutError(lockstep::detail::str_cat(
+        "MultiWorkerMirroredStrategy: ", r.describe_worker(rank), ": ",
+        missing.empty() ? "the chief did not say which workers form the job"
+                        : describe_workers(missing, r) + " did not join",
+        " within ", patience.count() / 1000.0, " s"));
+  }
+  const std::vector<char> list = store.get(kMembersKey);
+  const std::vector<int> members = split_ranks(std::string(list.begin(), list.end()));
+  if (std::find(members.begin(), members.end(), rank) != members.end()) {
+    for (int w : members) check_same_spec(store, r, keys, w, spec);
+    return members;
+  }
+  log(LogLevel::kWarning,
+      lockstep::detail::str_cat(
+          "MultiWorkerMirroredStrategy: ", r.describe_worker(rank),
+          " came back after the chief's rejoin timeout: the job went on with ",
+          describe_workers(members, r), "; this worker waits to rejoin it at its next backup\n"));
+  const std::string waiting = kWaitingKey + std::to_string(rank);
+  store.set(waiting, std::vector<char>{'1'});
+  for (;;) {
+    try {
+      store.wait({kRejoinKey}, std::chrono::seconds(1));
+      break;
+    } catch (const TimeoutError&) {
+    } catch (const Error& e) {
+      throw DistributedError(lockstep::detail::str_cat(
+          "MultiWorkerMirroredStrategy: ", r.describe_worker(rank),
+          ": the chief went away while this worker waited to rejoin the job (it ended, or "
+          "its chief failed): ",
+          e.what()));
+    }
+  }
+  wait_for_chief_to_stop(store, join_timeout);
+  throw RejoinError(lockstep::detail::str_cat(
+      "MultiWorkerMirroredStrategy: ", r.describe_worker(rank),
+      ": the job re-forms with this worker from its last backup: start it again"));
+}
+
 // Waits until every worker has joined through the store; names those that
-// did not, and those given another cluster spec.
-void join_through_store(comm::StoreClient& store, const ClusterResolver& r,
-                        std::chrono::milliseconds join_timeout) {
+// did not, and those given another cluster spec. Returns the workers that
+// form the job (ranks in the full cluster): all of them, or, on an elastic
+// restart, those that came back within the rejoin timeout — the chief
+// decides and publishes the list; the others read it.
+std::vector<int> join_through_store(comm::StoreClient& store, const ClusterResolver& r,
+                                    std::chrono::milliseconds join_timeout,
+                                    const Elastic& elastic) {
   const int rank = r.worker_rank();
   const std::string spec = r.canonical_cluster_spec();
   std::vector<std::string> keys;
@@ -126,7 +294,8 @@ void join_through_store(comm::StoreClient& store, const ClusterResolver& r,
     } catch (const TimeoutError&) {
       throw TimeoutError(lockstep::detail::str_cat(
           "MultiWorkerMirroredStrategy: ", r.describe_worker(rank), ": the chief, ",
-          r.describe_worker(0), ", did not join within ", join_timeout.count() / 1000.0, " s"));
+          r.describe_worker(0), ", did not join within ", join_timeout.count() / 1000.0, " s",
+          elastic.configured ? kNoShrinkWithoutChief : ""));
     }
     const std::vector<char> chiefs = store.get(keys[0]);
     chiefs_spec.emplace(chiefs.begin(), chiefs.end());
@@ -145,28 +314,40 @@ void join_through_store(comm::StoreClient& store, const ClusterResolver& r,
                                   "\" here, \"", *chiefs_spec, "\" on the chief"));
   }
   store.set(keys[static_cast<std::size_t>(rank)], mine);
+  if (rank != 0) return members_from_chief(store, r, keys, spec, join_timeout, elastic);
+  // The chief: every worker, or on an elastic restart those back in time.
+  std::vector<int> members;
   try {
-    store.wait(keys, join_timeout);
+    store.wait(keys, elastic.active ? elastic.rejoin_timeout : join_timeout);
+    for (int w = 0; w < r.num_workers(); ++w) members.push_back(w);
   } catch (const TimeoutError&) {
-    std::string missing;
+    std::vector<int> missing;
     for (int w = 0; w < r.num_workers(); ++w) {
-      try {
-        store.wait({keys[static_cast<std::size_t>(w)]}, std::chrono::milliseconds(1));
-      } catch (const TimeoutError&) {
-        missing += (missing.empty() ? "" : ", ") + r.describe_worker(w);
-      }
+      (has_key(store, keys[static_cast<std::size_t>(w)]) ? members : missing).push_back(w);
     }
-    throw TimeoutError(lockstep::detail::str_cat(
-        "MultiWorkerMirroredStrategy: ", r.describe_worker(rank), ": ", missing,
-        " did not join within ", join_timeout.count() / 1000.0, " s"));
+    if (!elastic.active) {
+      throw TimeoutError(
+          lockstep::detail::str_cat("MultiWorkerMirroredStrategy: ", r.describe_worker(rank), ": ",
+                                    describe_workers(missing, r), " did not join within ",
+                                    join_timeout.count() / 1000.0, " s"));
+    }
+    LOCKSTEP_CHECK_AS(TimeoutError, static_cast<int>(members.size()) >= elastic.min_workers,
+                      "MultiWorkerMirroredStrategy: ", r.describe_worker(rank), ": ",
+                      describe_workers(missing, r), " did not rejoin within ",
+                      elastic.rejoin_timeout.count() / 1000.0, " s, and the ", members.size(),
+                      " worker(s) that did are fewer than min_workers (", elastic.min_workers, ")");
+    log(LogLevel::kWarning,
+        lockstep::detail::str_cat(
+            "MultiWorkerMirroredStrategy: ", describe_workers(missing, r),
+            " did not rejoin within ", elastic.rejoin_timeout.count() / 1000.0,
+            " s; the job goes on with ", members.size(), " of ", r.num_workers(), " workers (",
+            describe_workers(members, r), "; min_workers ", elastic.min_workers,
+            "): the same global batch, split over fewer replicas\n"));
   }
-  for (int w = 0; w < r.num_workers(); ++w) {
-    const std::vector<char> theirs = store.get(keys[static_cast<std::size_t>(w)]);
-    LOCKSTEP_CHECK_AS(DistributedError, std::string(theirs.begin(), theirs.end()) == spec,
-                      "MultiWorkerMirroredStrategy: ", r.describe_worker(w),
-                      " was given another cluster spec than ", r.describe_worker(rank), ": \"",
-                      std::string(theirs.begin(), theirs.end()), "\" vs \"", spec, "\"");
-  }
+  for (int w : members) check_same_spec(store, r, keys, w, spec);
+  const std::string list = join_ranks(members);
+  store.set(kMembersKey, std::vector<char>(list.begin(), list.end()));
+  return members;
 }
 
 CrossWorker join_workers(const MultiWorkerMirroredStrategyOptions& o, const ClusterResolver& r) {
@@ -190,6 +371,9 @@ CrossWorker join_workers(const MultiWorkerMirroredStrategyOptions& o, const Clus
     how = mpi_launch ? CommunicationImplementation::kMpi : CommunicationImplementation::kGloo;
   comm::ProcessGroupOptions po{
       .rank = cw.worker_index, .size = cw.num_workers, .timeout = o.timeout};
+  LOCKSTEP_CHECK(o.min_workers == 0 || how != CommunicationImplementation::kMpi,
+                 "MultiWorkerMirroredStrategy: min_workers (elastic shrink) needs Gloo and a "
+                 "cluster from TF_CONFIG or Slurm: an MPI job keeps the size mpirun gave it");
   if (how == CommunicationImplementation::kMpi) {
     LOCKSTEP_CHECK(mpi_launch,
                    "MultiWorkerMirroredStrategy: communication = MPI needs processes started by "
@@ -212,22 +396,66 @@ CrossWorker join_workers(const MultiWorkerMirroredStrategyOptions& o, const Clus
   so.heartbeat_timeout =
       std::clamp(o.timeout / 2, std::chrono::milliseconds(1000), std::chrono::milliseconds(10000));
   so.heartbeat_interval = so.heartbeat_timeout / 8;
+  const Elastic elastic = elastic_of(o, r);
   if (cw.worker_index == 0) cw.store_server = comm::StoreServer::start(so);
-  cw.store_client = comm::StoreClient::connect(so);
+  try {
+    cw.store_client = comm::StoreClient::connect(so);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(lockstep::detail::str_cat(
+        "MultiWorkerMirroredStrategy: ", r.describe_worker(r.worker_rank()), ": the chief, ",
+        r.describe_worker(0), ", did not come up within ", o.join_timeout.count() / 1000.0, " s",
+        elastic.configured ? kNoShrinkWithoutChief : "", ": ", e.what()));
+  }
   cw.store_client->start_heartbeat(cw.worker_index);
-  join_through_store(*cw.store_client, r, o.join_timeout);
+  const std::vector<int> members = join_through_store(*cw.store_client, r, o.join_timeout, elastic);
+  if (static_cast<int>(members.size()) < cw.num_workers) {
+    // Re-formed without some workers: ranks are places among those kept.
+    // The store keeps the full cluster's ranks (heartbeats), so the lost
+    // workers below are still named from `r`.
+    cw.resolver = r.with_workers(members);
+    cw.num_workers = static_cast<int>(members.size());
+    cw.worker_index = cw.resolver.worker_rank();
+    po.rank = cw.worker_index;
+    po.size = cw.num_workers;
+    comm::StoreClient* store = cw.store_client.get();
+    const bool chief = cw.worker_index == 0;
+    cw.waiting_to_rejoin = [store, chief, members, r]() -> std::string {
+      if (!chief) return {};
+      std::vector<int> waiting;
+      for (int w = 0; w < r.num_workers(); ++w) {
+        if (std::find(members.begin(), members.end(), w) == members.end() &&
+            has_key(*store, kWaitingKey + std::to_string(w)))
+          waiting.push_back(w);
+      }
+      if (!waiting.empty()) store->set(kRejoinKey, std::vector<char>{'1'});
+      return describe_workers(waiting, r);
+    };
+    const auto patience = o.timeout;
+    cw.wait_for_chief_to_stop = [store, chief, patience] {
+      if (!chief) wait_for_chief_to_stop(*store, patience);
+    };
+  }
   comm::StoreServer* server = cw.store_server.get();
   comm::StoreClient* client = cw.store_client.get();
+  // Who the chief's store says is lost, among the workers of this job (one
+  // left out by an elastic restart may come and go).
+  auto lost_members = [server, client, members] {
+    std::vector<comm::LostWorker> lost = server ? server->lost_workers() : client->lost_workers();
+    std::erase_if(lost, [&](const comm::LostWorker& l) {
+      return std::find(members.begin(), members.end(), l.rank) == members.end();
+    });
+    return lost;
+  };
   // After a failed collective: ask the chief whom it lost. A dead process's
   // heartbeat connection closes at once, but the collective may notice
   // first, so ask again for up to a heartbeat timeout.
   const auto patience = so.heartbeat_timeout + std::chrono::milliseconds(500);
-  po.diagnose = [server, client, r, patience]() -> std::string {
+  po.diagnose = [lost_members, r, patience]() -> std::string {
     const auto until = Clock::now() + patience;
     for (;;) {
       std::vector<comm::LostWorker> lost;
       try {
-        lost = server ? server->lost_workers() : client->lost_workers();
+        lost = lost_members();
       } catch (const Error& e) {
         return "lost contact with the chief, " + r.describe_worker(0) + ": " + e.what();
       }
@@ -235,11 +463,10 @@ CrossWorker join_workers(const MultiWorkerMirroredStrategyOptions& o, const Clus
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   };
-  cw.comm = comm::create_gloo_communicator(*cw.store_client, r.worker_address(cw.worker_index).host,
+  cw.comm = comm::create_gloo_communicator(*cw.store_client, r.worker_address(r.worker_rank()).host,
                                            "lockstep/gloo/", po);
-  cw.liveness = std::make_shared<LivenessWatcher>(
-      [server, client] { return server ? server->lost_workers() : client->lost_workers(); },
-      cw.comm.get(), r, so.heartbeat_interval);
+  cw.liveness =
+      std::make_shared<LivenessWatcher>(lost_members, cw.comm.get(), r, so.heartbeat_interval);
   return cw;
 }
 

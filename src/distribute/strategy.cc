@@ -193,6 +193,17 @@ void StrategyExtended::barrier_across_workers() const {
   if (comm::Communicator* workers = cross_worker_communicator()) workers->barrier();
 }
 
+std::string StrategyExtended::workers_waiting_to_rejoin() const {
+  const CrossWorker& w = strategy_.impl_->workers();
+  if (!w.waiting_to_rejoin) return {};
+  std::string waiting = w.waiting_to_rejoin();
+  std::vector<double> count{waiting.empty() ? 0.0 : 1.0};
+  sum_across_workers(count);
+  if (count[0] == 0.0) return {};
+  if (w.wait_for_chief_to_stop) w.wait_for_chief_to_stop();
+  return waiting.empty() ? "the workers left out" : waiting;
+}
+
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
                         std::optional<int> axis) const {
   LOCKSTEP_CHECK(value.size() == num_local_replicas(), "Strategy::reduce: ", value.size(),

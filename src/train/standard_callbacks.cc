@@ -184,14 +184,30 @@ BackupAndRestore::restore_from_chief(comm::Communicator& workers, std::ostream& 
 }
 
 void BackupAndRestore::on_train_batch_end(std::int64_t, const Logs&) {
-  if (options_.save_freq.per_epoch() || !writes_files(model())) return;
-  if (model()->optimizer().iterations() % options_.save_freq.batches() == 0)
-    manager().save_async(options_.save_input_state);
+  if (options_.save_freq.per_epoch()) return;
+  if (model()->optimizer().iterations() % options_.save_freq.batches() != 0) return;
+  if (writes_files(model())) manager().save_async(options_.save_input_state);
+  rejoin_waiting_workers();
 }
 
 void BackupAndRestore::on_epoch_end(int, const Logs&) {
-  if (options_.save_freq.per_epoch() && writes_files(model()))
-    manager().save_async(options_.save_input_state);
+  if (!options_.save_freq.per_epoch()) return;
+  if (writes_files(model())) manager().save_async(options_.save_input_state);
+  rejoin_waiting_workers();
+}
+
+// Elastic shrink: a job that went on without some of its workers takes
+// them back at a backup — every worker stops once it is on disk, and the
+// job, started again, re-forms with them and resumes from it.
+void BackupAndRestore::rejoin_waiting_workers() {
+  const std::string waiting = model()->distribute_strategy().extended().workers_waiting_to_rejoin();
+  if (waiting.empty()) return;
+  if (writes_files(model())) manager().wait();
+  throw RejoinError(detail::str_cat("BackupAndRestore: ", waiting,
+                                    " waits to rejoin the job; every worker stops after the "
+                                    "backup of step ",
+                                    model()->optimizer().iterations(),
+                                    ", and the job started again re-forms with it from there"));
 }
 
 void BackupAndRestore::backup_now() {

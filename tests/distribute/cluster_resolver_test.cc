@@ -36,6 +36,40 @@ TEST(ClusterResolver, ReadsTheGuidesTfConfig) {
   EXPECT_EQ(w0.worker_rank(), 0);
 }
 
+// Elastic shrink: the job re-formed without a lost worker keeps the others
+// in order, this process at its new place, and the jobs outside training.
+TEST(ClusterResolver, ReformedWithSomeWorkersKeepsTheirOrderAndRenumbersThisOne) {
+  const auto r = ClusterResolver::from_tf_config(R"({
+      "cluster": {"chief": ["c:1"], "worker": ["w0:1", "w1:1", "w2:1"], "ps": ["p:1"]},
+      "task": {"type": "worker", "index": 2}})");
+  ASSERT_EQ(r.worker_rank(), 3);
+  const ClusterResolver kept = r.with_workers({0, 2, 3});  // w0 lost
+  EXPECT_EQ(kept.num_workers(), 3);
+  EXPECT_EQ(kept.worker_rank(), 2);
+  EXPECT_EQ(kept.task_type(), "worker");
+  EXPECT_EQ(kept.task_id(), 1);
+  EXPECT_FALSE(kept.is_chief());
+  EXPECT_EQ(kept.worker_address(0).to_string(), "c:1");
+  EXPECT_EQ(kept.worker_address(1).to_string(), "w1:1");
+  EXPECT_EQ(kept.worker_address(2).to_string(), "w2:1");
+  EXPECT_EQ(kept.cluster_spec().num_tasks("ps"), 1);
+  EXPECT_EQ(kept.describe_worker(2), "worker 2 (w2:1)");
+
+  // Without a chief job, worker 0 stays the chief.
+  const auto w = ClusterResolver::from_tf_config(
+      R"({"cluster": {"worker": ["a:1", "b:1", "c:1"]}, "task": {"type": "worker", "index": 0}})");
+  const ClusterResolver two = w.with_workers({0, 2});
+  EXPECT_TRUE(two.is_chief());
+  EXPECT_EQ(two.num_workers(), 2);
+  EXPECT_EQ(two.worker_address(1).to_string(), "c:1");
+  EXPECT_NE(two.canonical_cluster_spec(), w.canonical_cluster_spec());
+
+  // This process must be among those kept; ranks increasing and in range.
+  EXPECT_THROW(r.with_workers({0, 1, 2}), ValueError);
+  EXPECT_THROW(r.with_workers({3, 0}), ValueError);
+  EXPECT_THROW(r.with_workers({0, 3, 4}), ValueError);
+}
+
 TEST(ClusterResolver, EveryBadTfConfigNamesItsProblem) {
   const std::map<std::string, std::string> cases = {
       {"not json", "TF_CONFIG: not valid JSON"},

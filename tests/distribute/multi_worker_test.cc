@@ -6,9 +6,15 @@
 // multi_worker_fault_test.cc.)
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <set>
+#include <thread>
 
 #include "distribute/multi_worker_support.h"
+#include "lockstep/core/error.h"
+#include "lockstep/distribute/cluster_resolver.h"
+#include "lockstep/distribute/strategy.h"
+#include "lockstep/distribute/strategy_extended.h"
 #include "lockstep/tensor/device.h"
 
 namespace {
@@ -291,6 +297,99 @@ TEST_F(MultiWorkerTest, AWorkerThatNeverJoinsIsNamedWithinTheJoinTimeout) {
   EXPECT_NE(log.find("worker 1 (127.0.0.1:" + std::to_string(ports[1]) + ") did not join within 2"),
             std::string::npos)
       << log;
+}
+
+// Elastic shrink (issue #40), the rendezvous alone, workers on threads: on a
+// restart the chief waits rejoin_timeout and goes on with the workers that
+// came if they are at least min_workers; they take new places and their
+// collectives span the job re-formed; a worker that comes later is told it
+// was left out; fewer than min_workers, or a first start, is the join error.
+TEST_F(MultiWorkerTest, OnAnElasticRestartTheChiefGoesOnWithTheWorkersBackInTime) {
+  namespace ld = lockstep::distribute;
+  // The workers share this process: they must not split its cores.
+  ::setenv("LOCKSTEP_PIN_WORKERS", "0", 1);
+  struct Unset {
+    ~Unset() { ::unsetenv("LOCKSTEP_PIN_WORKERS"); }
+  } unset;
+  const std::vector<int> ports = {free_port(), free_port(), free_port()};
+  auto options = [&](int index, int min_workers, bool restarted) {
+    return ld::MultiWorkerMirroredStrategyOptions{
+        .cluster_resolver = ld::ClusterResolver::from_tf_config(tf_config(ports, index)),
+        .timeout = 20s,
+        .join_timeout = 20s,
+        .job_token = "elastic-join-test",
+        .min_workers = min_workers,
+        .rejoin_timeout = 1500ms,
+        .restarted = restarted};
+  };
+  {
+    std::optional<ld::MultiWorkerMirroredStrategy> chief, one;
+    std::thread t([&] { one.emplace(options(2, 2, true)); });  // worker 2 of 3, back in time
+    chief.emplace(options(0, 2, true));
+    t.join();
+    ASSERT_EQ(chief->num_workers(), 2);
+    EXPECT_EQ(chief->worker_index(), 0);
+    ASSERT_EQ(one->num_workers(), 2);
+    EXPECT_EQ(one->worker_index(), 1);
+    EXPECT_EQ(one->cluster_resolver().worker_address(1).port, ports[2]);
+    std::vector<double> a{1.0}, b{2.0};
+    std::thread s([&] { one->extended().sum_across_workers(b); });
+    chief->extended().sum_across_workers(a);
+    s.join();
+    EXPECT_EQ(a[0], 3.0);
+    EXPECT_EQ(b[0], 3.0);
+    // Worker 1 comes late: it is told it was left out and waits; the chief
+    // sees it at its next backup (a collective every worker calls), calls
+    // it back, and stops; worker 1 then stops too, to be started again.
+    std::string late_error;
+    std::thread late([&] {
+      try {
+        ld::MultiWorkerMirroredStrategy s(options(1, 2, true));
+        late_error = "joined a job that went on without it";
+      } catch (const lockstep::RejoinError& e) {
+        late_error = e.what();
+      } catch (const std::exception& e) {
+        late_error = std::string("not a RejoinError: ") + e.what();
+      }
+    });
+    std::string waiting, heard;
+    std::thread other;
+    for (int i = 0; i < 200; ++i) {
+      other = std::thread([&] { heard = one->extended().workers_waiting_to_rejoin(); });
+      waiting = chief->extended().workers_waiting_to_rejoin();
+      if (!waiting.empty()) break;
+      other.join();
+      std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_EQ(waiting, "worker 1 (127.0.0.1:" + std::to_string(ports[1]) + ")");
+    chief.reset();  // the chief stops: the others then do
+    if (other.joinable()) other.join();
+    late.join();
+    EXPECT_EQ(heard, "the workers left out");  // what the chief's list is, worker 2 cannot know
+    EXPECT_NE(late_error.find("worker 1 (127.0.0.1:" + std::to_string(ports[1]) +
+                              "): the job re-forms with this worker from its last backup"),
+              std::string::npos)
+        << late_error;
+  }
+  // Fewer than min_workers back: the chief names the missing.
+  const std::vector<int> again = {free_port(), free_port(), free_port()};
+  auto alone = options(0, 2, true);
+  alone.cluster_resolver = ld::ClusterResolver::from_tf_config(tf_config(again, 0));
+  try {
+    ld::MultiWorkerMirroredStrategy chief(alone);
+    ADD_FAILURE() << "the chief went on alone with min_workers 2";
+  } catch (const lockstep::TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("did not rejoin within 1.5 s, and the 1 worker(s) that "
+                                         "did are fewer than min_workers (2)"),
+              std::string::npos)
+        << e.what();
+  }
+  // A first start waits for every worker, whatever min_workers says.
+  alone.restarted = false;
+  alone.join_timeout = 1s;
+  EXPECT_THROW(ld::MultiWorkerMirroredStrategy{alone}, lockstep::TimeoutError);
+  alone.min_workers = 4;
+  EXPECT_THROW(ld::MultiWorkerMirroredStrategy{alone}, lockstep::ValueError);
 }
 
 // Issue #23, item 11: a worker given a longer cluster list than the chief's

@@ -41,6 +41,11 @@ std::optional<std::string> job_token();
 // per worker when --local-replicas is not given (`lockstep launch` sets it).
 std::optional<std::string> local_replicas();
 
+// LOCKSTEP_RESTART_COUNT: which restart of its job this process is (0 or
+// unset: the first start), as `lockstep launch` and `lockstep supervise` set
+// it; anything but a count reads as 0.
+int restart_count();
+
 // LOCKSTEP_CRASH_AT=<stage>:<n>: fault injection for the checkpoint tests
 // (core/file.cc, docs/checkpoints.md).
 std::optional<std::string> crash_at();

@@ -72,6 +72,16 @@ class CancelledError : public DistributedError {
   using DistributedError::DistributedError;
 };
 
+// Not a failure: a multi-worker job that went on without some of its
+// workers (elastic shrink) re-forms with those waiting to come back, after
+// a backup. Every worker stops; each is to be started again at once and
+// resumes from that backup (`lockstep` exits with code 75, which `lockstep
+// supervise` restarts without counting it).
+class RejoinError : public DistributedError {
+ public:
+  using DistributedError::DistributedError;
+};
+
 // A device that does not exist or cannot be used (no CUDA driver), device
 // memory that ran out, or host code that reached for device memory.
 class DeviceError : public Error {

@@ -117,6 +117,11 @@ class ClusterResolver {
   // The cluster spec in one canonical line, equal on every worker that was
   // given the same cluster (compared at start-up).
   std::string canonical_cluster_spec() const;
+  // The job re-formed with these workers alone (ranks as worker_rank(), in
+  // increasing order, this process among them): the others leave the
+  // cluster, and this process's index is its place among those kept.
+  // Elastic shrink (MultiWorkerMirroredStrategyOptions::min_workers).
+  ClusterResolver with_workers(const std::vector<int>& ranks) const;
 
  private:
   ClusterSpec cluster_;

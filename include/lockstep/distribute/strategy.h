@@ -284,6 +284,19 @@ struct MultiWorkerMirroredStrategyOptions {
   // The job's shared secret for the rendezvous store (Gloo); empty: the
   // LOCKSTEP_JOB_TOKEN environment variable (`lockstep launch` sets it).
   std::string job_token{};
+  // Elastic shrink (Gloo; issue #40). On a restart the chief waits
+  // rejoin_timeout for every worker, then, if at least min_workers have
+  // come (itself included), re-forms the job with them alone: fewer
+  // replicas take the same global batches in the same order, so training
+  // resumes from the backup with the same arithmetic, summed in another
+  // order. 0 (or the worker count): every worker must come, as on a first
+  // start, which always waits for all of them (join_timeout). The chief
+  // cannot be left out: the rendezvous store lives in it.
+  int min_workers = 0;
+  std::chrono::milliseconds rejoin_timeout{std::chrono::seconds(30)};
+  // Whether this start is a restart; empty: LOCKSTEP_RESTART_COUNT >= 1, as
+  // `lockstep launch` and `lockstep supervise` set it.
+  std::optional<bool> restarted{};
 };
 
 // Synchronous training across worker processes (and hosts): every worker

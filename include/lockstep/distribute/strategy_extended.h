@@ -119,6 +119,14 @@ class StrategyExtended {
   // Returns when every worker has called it (the chief's checkpoint is
   // written before any worker reads it).
   void barrier_across_workers() const;
+  // Elastic shrink: on a job that went on without some of its workers, the
+  // chief asks its store whether any of them waits to come back, and tells
+  // the others. Collective: every worker calls it at the same step (after a
+  // backup). A description of those waiting ("worker 2 (10.0.0.3:2222)"),
+  // empty when none is (always on a job with all its workers, without a
+  // word across them). When it is not empty the chief has told them to
+  // start again; the job is to re-form with them from the last backup.
+  std::string workers_waiting_to_rejoin() const;
   // ---- Variables held elsewhere (ParameterServerStrategy; with every
   // other strategy the variables are here and these do nothing) ----
   // Whether training runs as functions scheduled on workers, the variables

@@ -61,7 +61,10 @@ struct BackupAndRestoreOptions {
 // and the previous one is used. On normal completion the backup is deleted
 // (unless delete_checkpoint is false). Backups are written in the
 // background (CheckpointManager::save_async): training pays for a copy of
-// the state, not for the write and fsync.
+// the state, not for the write and fsync. On a multi-worker job that went
+// on without some of its workers (elastic shrink, min_workers), each backup
+// is where those waiting to come back are taken in: every worker stops
+// with a RejoinError once the backup is on disk, to be started again.
 class BackupAndRestore : public Callback {
  public:
   using Options = BackupAndRestoreOptions;
@@ -82,6 +85,7 @@ class BackupAndRestore : public Callback {
 
  private:
   CheckpointManager& manager();
+  void rejoin_waiting_workers();
   std::optional<std::pair<std::string, std::optional<TrainingSnapshot>>> restore_from_chief(
       comm::Communicator& workers, std::ostream& log);
   Options options_;

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Elastic shrink with real processes (issue #40, item 2): three workers on
+# loopback, each under its own `lockstep supervise` as each host would run
+# it, `lockstep train --min-workers 2`.
+#
+# 1. The uninterrupted three-worker job: the reference model.
+# 2. The same job; after the chief's first backup worker 2's host "goes for
+#    good" (its supervisor stopped, its worker SIGKILLed, the supervisor
+#    then SIGKILLed: nothing restarts it). Workers 0 and 1 fail when they
+#    lose it, their supervisors restart them, the chief waits
+#    --rejoin-timeout for worker 2 and re-forms the job with two workers,
+#    which resume from the backup with the same global batch. The job ends
+#    with weights within float rounding of the reference (the sums run in
+#    another order) and the same test accuracy to the 4th decimal. The time
+#    from the kill to training again (the chief's resume line) is printed.
+# 3. The chief lost for good: the others do not shrink past it; their error
+#    says a job cannot shrink without its chief.
+#
+# usage: elastic_test.sh LOCKSTEP_BINARY WORK_DIR
+set -uo pipefail
+bin=$1
+work=$2
+rm -rf "$work"
+mkdir -p "$work"
+export OMP_NUM_THREADS=1 LOCKSTEP_JOB_TOKEN=elastic-job-started-by-hand
+timeout_s=4  # the collective deadline: a lost worker is named within it
+rejoin_s=2
+train=(lockstep train --strategy multi-worker --epochs 3 --steps-per-epoch 60 --verbose 0
+  --save-freq 7 --timeout "$timeout_s" --join-timeout 15 --min-workers 2
+  --rejoin-timeout "$rejoin_s")
+
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$work"/*.log; do echo "--- $f" >&2; tail -25 "$f" >&2; done
+  exit 1
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# The largest difference between two safetensors files' float32 tensors, and
+# the largest magnitude in the first (plain Python: no packages needed).
+max_difference() {
+  python3 - "$1" "$2" <<'EOF'
+import json, struct, sys
+from array import array
+def tensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__" or t["dtype"] != "F32":
+            continue
+        a = array("f")
+        a.frombytes(data[t["data_offsets"][0]:t["data_offsets"][1]])
+        out[name] = a
+    return out
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert a.keys() == b.keys() and a, (sorted(a), sorted(b))
+diff = max(abs(x - y) for k in a for x, y in zip(a[k], b[k]))
+scale = max(abs(x) for k in a for x in a[k])
+print(f"{diff:.3g} {scale:.3g}")
+EOF
+}
+
+# A job of three supervised workers with --checkpoint-dir $1; the
+# supervisors' pids in $pids.
+start_job() {
+  pids=()
+  local dir=$1 ports=() cluster i
+  for i in 0 1 2; do ports+=("\"127.0.0.1:$(free_port)\""); done
+  cluster="{\"cluster\": {\"worker\": [${ports[0]}, ${ports[1]}, ${ports[2]}]}"
+  for i in 0 1 2; do
+    TF_CONFIG="$cluster, \"task\": {\"type\": \"worker\", \"index\": $i}}" \
+      "$bin" supervise --max-restarts 2 -- "${train[@]}" --checkpoint-dir "$dir" \
+      >"$work/$(basename "$dir")-$i.log" 2>&1 &
+    pids+=($!)
+  done
+}
+
+# Waits for the chief's first backup (or a supervisor's end).
+await_backup() {
+  local dir=$1
+  for _ in $(seq 600); do
+    [[ -n $(find "$dir" -name '*.safetensors' -path '*backup*' 2>/dev/null) ]] && return 0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || return 1; done
+    sleep 0.05
+  done
+  return 1
+}
+
+# Worker $1's host goes away for good: its supervisor frozen (so that it
+# restarts nothing), its worker and then the supervisor killed.
+lose_host() {
+  local supervisor=${pids[$1]} worker
+  worker=$(pgrep -P "$supervisor" | head -1)
+  [[ -n $worker ]] || fail "worker $1 is not running"
+  kill -STOP "$supervisor"
+  kill -9 "$worker"
+  kill -9 "$supervisor"
+  wait "$supervisor" 2>/dev/null
+}
+
+test_accuracy() { grep -o "test accuracy: [0-9.]*" "$1" | tail -1; }
+
+# 1. The uninterrupted job.
+start_job "$work/ref"
+for p in "${pids[@]}"; do wait "$p" || fail "an uninterrupted supervised worker exited with $?"; done
+reference_accuracy=$(test_accuracy "$work/ref-0.log")
+[[ -n $reference_accuracy ]] || fail "the uninterrupted job printed no test accuracy"
+
+# 2. Worker 2's host lost after the first backup.
+start_job "$work/shrink"
+await_backup "$work/shrink" || fail "no backup appeared before a worker ended"
+lose_host 2
+lost_at=$(now_ms)
+# Training again: the chief's second resume line (its first start has none).
+resumed_ms=""
+for _ in $(seq 1200); do
+  if grep -q "BackupAndRestore: resuming from" "$work/shrink-0.log"; then
+    resumed_ms=$(($(now_ms) - lost_at))
+    break
+  fi
+  sleep 0.05
+done
+[[ -n $resumed_ms ]] || fail "the chief did not resume within 60 s of the loss"
+for i in 0 1; do wait "${pids[$i]}" || fail "supervised worker $i exited with $? after the shrink"; done
+grep -q "worker 2 (127.0.0.1:[0-9]*) did not rejoin within $rejoin_s s; the job goes on with 2 of 3 workers" \
+  "$work/shrink-0.log" || fail "the chief did not say that it went on without worker 2"
+for i in 0 1; do
+  grep -q "lockstep supervise: restart 1 of 2 after the worker exited with code" "$work/shrink-$i.log" ||
+    fail "worker $i's supervisor did not restart it after the loss"
+  grep -q "Worker $i of 2" "$work/shrink-$i.log" || fail "worker $i did not resume as worker $i of 2"
+done
+read -r difference scale < <(max_difference "$work/ref/model.safetensors" "$work/shrink/model.safetensors")
+python3 -c "import sys; sys.exit(0 if $difference <= 1e-4 * max($scale, 1.0) else 1)" ||
+  fail "the shrunk job's weights differ from the uninterrupted job's by $difference (largest weight $scale)"
+accuracy=$(test_accuracy "$work/shrink-0.log")
+[[ $accuracy == "$reference_accuracy" ]] ||
+  fail "the shrunk job's $accuracy differs from the uninterrupted job's $reference_accuracy"
+echo "lost host: the job went on with 2 of 3 workers, training again ${resumed_ms} ms after the loss" \
+  "(collective deadline ${timeout_s} s, rejoin timeout ${rejoin_s} s, restart delay 3 s);" \
+  "weights within $difference of the uninterrupted job's (largest $scale), $accuracy as it"
+
+# 3. The chief's host lost: no shrink past it. The others' first restart
+# waits --join-timeout for the chief and says why it cannot go on.
+start_job "$work/chief"
+await_backup "$work/chief" || fail "no backup appeared before a worker ended (chief job)"
+lose_host 0
+said=""
+for _ in $(seq 900); do
+  said=$(grep -l "a job cannot shrink without its chief: the rendezvous store lives in it; restart the chief" \
+    "$work/chief-1.log" "$work/chief-2.log" 2>/dev/null | wc -l)
+  [[ $said == 2 ]] && break
+  sleep 0.1
+done
+kill "${pids[1]}" "${pids[2]}" 2>/dev/null
+wait "${pids[1]}" "${pids[2]}" 2>/dev/null
+[[ $said == 2 ]] || fail "workers 1 and 2 did not say why they cannot go on without the chief"
+grep -q "Worker [12] of 2" "$work"/chief-[12].log && fail "a job went on without its chief"
+echo "lost chief: workers 1 and 2 wait for it, saying a job cannot shrink without its chief"
