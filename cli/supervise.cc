@@ -20,9 +20,10 @@
 // run that ends well removes the file. SIGINT and SIGTERM are passed to the
 // worker as one SIGTERM (a second signal: SIGKILL) and end supervision.
 // Exit code 75 (a RejoinError) is not a failure: a job that went on without
-// this worker (elastic shrink) re-forms with it; the worker starts again
+// some workers (elastic shrink) re-forms with them; the worker starts again
 // after the delay, uncounted, with LOCKSTEP_RESTART_COUNT still counting
-// every start so that the job's rendezvous knows it is a restart.
+// every start and LOCKSTEP_REJOIN=1, so that the chief waits for every
+// worker as on a first start (they are all coming back).
 #include "supervise.h"
 
 #include <signal.h>
@@ -113,7 +114,7 @@ void write_count(const std::string& path, const Count& c) {
 }
 
 // Runs the command once; its wait status.
-int run_once(const std::vector<std::string>& command, int restart) {
+int run_once(const std::vector<std::string>& command, int restart, bool rejoin) {
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t pid = ::fork();
@@ -125,6 +126,10 @@ int run_once(const std::vector<std::string>& command, int restart) {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::setenv("LOCKSTEP_RESTART_COUNT", std::to_string(restart).c_str(), 1);
+    if (rejoin)
+      ::setenv("LOCKSTEP_REJOIN", "1", 1);
+    else
+      ::unsetenv("LOCKSTEP_REJOIN");
     std::vector<char*> argv;
     for (const std::string& s : command) argv.push_back(const_cast<char*>(s.c_str()));
     argv.push_back(nullptr);
@@ -205,6 +210,7 @@ int run_supervise(const SuperviseArgs& a) {
   // LOCKSTEP_RESTART_COUNT: the restarts counted, and those to rejoin a
   // job that went on without this worker (counted in no file).
   int starts = count.restarts;
+  bool rejoin = false;  // this start re-forms the job after an exit 75
   for (;;) {
     if (!count.first_failure.empty() && count.restarts >= a.max_restarts) {
       std::fprintf(stderr,
@@ -213,7 +219,8 @@ int run_supervise(const SuperviseArgs& a) {
                    path.empty() ? "" : ("; remove " + path + " to start counting again").c_str());
       return count.first_code;
     }
-    const int status = run_once(command, starts++);
+    const int status = run_once(command, starts++, rejoin);
+    rejoin = WIFEXITED(status) && WEXITSTATUS(status) == kRejoinExitCode;
     if (g_signal) {
       std::fprintf(stderr, "lockstep supervise: stopped by a signal; %s\n",
                    describe_exit("the worker", status).c_str());
@@ -223,7 +230,7 @@ int run_supervise(const SuperviseArgs& a) {
       if (!path.empty()) std::filesystem::remove(path);
       return 0;
     }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == kRejoinExitCode) {
+    if (rejoin) {
       // Not a failure: the job re-forms with a worker that was left out.
       std::fprintf(stderr,
                    "lockstep supervise: the job re-forms to take back a worker left out; the "

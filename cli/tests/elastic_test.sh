@@ -9,10 +9,14 @@
 #    then SIGKILLed: nothing restarts it). Workers 0 and 1 fail when they
 #    lose it, their supervisors restart them, the chief waits
 #    --rejoin-timeout for worker 2 and re-forms the job with two workers,
-#    which resume from the backup with the same global batch. The job ends
-#    with weights within float rounding of the reference (the sums run in
-#    another order) and the same test accuracy to the 4th decimal. The time
-#    from the kill to training again (the chief's resume line) is printed.
+#    which resume from the backup with the same global batch. The time from
+#    the kill to training again (the chief's resume line) is printed. Then
+#    the host comes back (worker 2 started again under a new supervisor): it
+#    hears that the job went on without it and waits; at the next backup
+#    every worker stops (exit 75, not counted), and the job re-forms with
+#    three workers. It ends with weights within float rounding of the
+#    reference (the sums run in another order) and the same test accuracy
+#    to the 4th decimal.
 # 3. The chief lost for good: the others do not shrink past it; their error
 #    says a job cannot shrink without its chief.
 #
@@ -64,19 +68,23 @@ print(f"{diff:.3g} {scale:.3g}")
 EOF
 }
 
-# A job of three supervised workers with --checkpoint-dir $1; the
-# supervisors' pids in $pids.
+# Worker $1 of the job in $cluster, supervised, with --checkpoint-dir $2,
+# logging to $3; its supervisor's pid in pids[$1].
+start_worker() {
+  local i=$1 dir=$2 log=$3
+  TF_CONFIG="$cluster, \"task\": {\"type\": \"worker\", \"index\": $i}}" \
+    "$bin" supervise --max-restarts 2 -- "${train[@]}" --checkpoint-dir "$dir" >"$log" 2>&1 &
+  pids[i]=$!
+}
+
+# A job of three supervised workers with --checkpoint-dir $1 on fresh
+# ports; the supervisors' pids in $pids.
 start_job() {
   pids=()
-  local dir=$1 ports=() cluster i
+  local dir=$1 ports=() i
   for i in 0 1 2; do ports+=("\"127.0.0.1:$(free_port)\""); done
   cluster="{\"cluster\": {\"worker\": [${ports[0]}, ${ports[1]}, ${ports[2]}]}"
-  for i in 0 1 2; do
-    TF_CONFIG="$cluster, \"task\": {\"type\": \"worker\", \"index\": $i}}" \
-      "$bin" supervise --max-restarts 2 -- "${train[@]}" --checkpoint-dir "$dir" \
-      >"$work/$(basename "$dir")-$i.log" 2>&1 &
-    pids+=($!)
-  done
+  for i in 0 1 2; do start_worker "$i" "$dir" "$work/$(basename "$dir")-$i.log"; done
 }
 
 # Waits for the chief's first backup (or a supervisor's end).
@@ -125,7 +133,10 @@ for _ in $(seq 1200); do
   sleep 0.05
 done
 [[ -n $resumed_ms ]] || fail "the chief did not resume within 60 s of the loss"
-for i in 0 1; do wait "${pids[$i]}" || fail "supervised worker $i exited with $? after the shrink"; done
+# The host comes back: worker 2 started again (a new supervisor) waits and
+# is taken back at the job's next backup.
+start_worker 2 "$work/shrink" "$work/shrink-back-2.log"
+for i in 0 1 2; do wait "${pids[$i]}" || fail "supervised worker $i exited with $? after the shrink"; done
 grep -q "worker 2 (127.0.0.1:[0-9]*) did not rejoin within $rejoin_s s; the job goes on with 2 of 3 workers" \
   "$work/shrink-0.log" || fail "the chief did not say that it went on without worker 2"
 for i in 0 1; do
@@ -133,6 +144,18 @@ for i in 0 1; do
     fail "worker $i's supervisor did not restart it after the loss"
   grep -q "Worker $i of 2" "$work/shrink-$i.log" || fail "worker $i did not resume as worker $i of 2"
 done
+grep -q "worker 2 (127.0.0.1:[0-9]*) came back after the chief's rejoin timeout" "$work/shrink-back-2.log" ||
+  fail "worker 2, back, was not told that the job went on without it"
+grep -q "BackupAndRestore: worker 2 (127.0.0.1:[0-9]*) waits to rejoin the job; every worker stops after the backup of step" \
+  "$work/shrink-0.log" || fail "the chief did not take worker 2 back at a backup"
+for i in 0 1; do
+  grep -q "the job re-forms to take back a worker left out" "$work/shrink-$i.log" ||
+    fail "worker $i was not started again to take worker 2 back"
+  [[ $(grep -c "Worker $i of 3" "$work/shrink-$i.log") == 2 ]] ||
+    fail "worker $i did not train again as worker $i of 3"
+done
+grep -q "Worker 2 of 3" "$work/shrink-back-2.log" || fail "worker 2 did not rejoin as worker 2 of 3"
+grew_at=$(grep -o "every worker stops after the backup of step [0-9]*" "$work/shrink-0.log" | grep -o "[0-9]*$")
 read -r difference scale < <(max_difference "$work/ref/model.safetensors" "$work/shrink/model.safetensors")
 python3 -c "import sys; sys.exit(0 if $difference <= 1e-4 * max($scale, 1.0) else 1)" ||
   fail "the shrunk job's weights differ from the uninterrupted job's by $difference (largest weight $scale)"
@@ -141,6 +164,7 @@ accuracy=$(test_accuracy "$work/shrink-0.log")
   fail "the shrunk job's $accuracy differs from the uninterrupted job's $reference_accuracy"
 echo "lost host: the job went on with 2 of 3 workers, training again ${resumed_ms} ms after the loss" \
   "(collective deadline ${timeout_s} s, rejoin timeout ${rejoin_s} s, restart delay 3 s);" \
+  "the host back, the job grew to 3 workers at the backup of step $grew_at;" \
   "weights within $difference of the uninterrupted job's (largest $scale), $accuracy as it"
 
 # 3. The chief's host lost: no shrink past it. The others' first restart

@@ -40,6 +40,8 @@ int restart_count() {
   return std::stoi(*v);
 }
 
+bool rejoin() { return get("LOCKSTEP_REJOIN").value_or("") == "1"; }
+
 std::optional<std::string> crash_at() { return get("LOCKSTEP_CRASH_AT"); }
 
 bool pin_workers() { return get("LOCKSTEP_PIN_WORKERS").value_or("1") != "0"; }

@@ -123,7 +123,8 @@ Elastic elastic_of(const MultiWorkerMirroredStrategyOptions& o, const ClusterRes
   LOCKSTEP_CHECK(o.min_workers == 0 || o.rejoin_timeout.count() > 0,
                  "MultiWorkerMirroredStrategy: rejoin_timeout must be positive, got ",
                  o.rejoin_timeout.count(), " ms");
-  const bool restarted = o.restarted.value_or(env::restart_count() > 0);
+  // A start to take back workers left out waits for all, as a first start.
+  const bool restarted = o.restarted.value_or(env::restart_count() > 0 && !env::rejoin());
   const bool configured = o.min_workers > 0 && o.min_workers < r.num_workers();
   return Elastic{.configured = configured,
                  .active = configured && restarted,

@@ -46,6 +46,11 @@ std::optional<std::string> local_replicas();
 // it; anything but a count reads as 0.
 int restart_count();
 
+// LOCKSTEP_REJOIN=1: this start re-forms a job that went on without some of
+// its workers, to take them back (`lockstep supervise` sets it after exit
+// code 75): every worker is coming, so none is left out.
+bool rejoin();
+
 // LOCKSTEP_CRASH_AT=<stage>:<n>: fault injection for the checkpoint tests
 // (core/file.cc, docs/checkpoints.md).
 std::optional<std::string> crash_at();

@@ -294,8 +294,10 @@ struct MultiWorkerMirroredStrategyOptions {
   // cannot be left out: the rendezvous store lives in it.
   int min_workers = 0;
   std::chrono::milliseconds rejoin_timeout{std::chrono::seconds(30)};
-  // Whether this start is a restart; empty: LOCKSTEP_RESTART_COUNT >= 1, as
-  // `lockstep launch` and `lockstep supervise` set it.
+  // Whether this start is a restart after a failure (a worker may be gone);
+  // empty: LOCKSTEP_RESTART_COUNT >= 1 without LOCKSTEP_REJOIN=1, as
+  // `lockstep launch` and `lockstep supervise` set them (a start to take
+  // back the workers left out waits for all, join_timeout).
   std::optional<bool> restarted{};
 };
 
