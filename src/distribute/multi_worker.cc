@@ -431,10 +431,6 @@ CrossWorker join_workers(const MultiWorkerMirroredStrategyOptions& o, const Clus
       if (!waiting.empty()) store->set(kRejoinKey, std::vector<char>{'1'});
       return describe_workers(waiting, r);
     };
-    const auto patience = o.timeout;
-    cw.wait_for_chief_to_stop = [store, chief, patience] {
-      if (!chief) wait_for_chief_to_stop(*store, patience);
-    };
   }
   comm::StoreServer* server = cw.store_server.get();
   comm::StoreClient* client = cw.store_client.get();

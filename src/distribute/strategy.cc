@@ -200,7 +200,6 @@ std::string StrategyExtended::workers_waiting_to_rejoin() const {
   std::vector<double> count{waiting.empty() ? 0.0 : 1.0};
   sum_across_workers(count);
   if (count[0] == 0.0) return {};
-  if (w.wait_for_chief_to_stop) w.wait_for_chief_to_stop();
   return waiting.empty() ? "the workers left out" : waiting;
 }
 

@@ -35,11 +35,9 @@ struct CrossWorker {
   std::shared_ptr<comm::StoreClient> store_client;  // rendezvous and heartbeats (Gloo)
   // Elastic shrink (a job that went on without some of its workers): on
   // the chief, the list of those waiting to come back ("" when none waits;
-  // always "" off the chief), each called back to start again; then, off
-  // the chief, a wait until the chief has stopped (every worker starts
-  // again against its next store). Unset: the job has all its workers.
+  // always "" off the chief), each called back to start again. Unset: the
+  // job has all its workers.
   std::function<std::string()> waiting_to_rejoin;
-  std::function<void()> wait_for_chief_to_stop;
   // Declared after the store, destroyed before it: it uses the store.
   std::shared_ptr<comm::Communicator> comm;
   // Aborts `comm` when the chief names a lost worker (multi_worker.cc);

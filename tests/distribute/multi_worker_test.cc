@@ -362,8 +362,12 @@ TEST_F(MultiWorkerTest, OnAnElasticRestartTheChiefGoesOnWithTheWorkersBackInTime
       std::this_thread::sleep_for(50ms);
     }
     EXPECT_EQ(waiting, "worker 1 (127.0.0.1:" + std::to_string(ports[1]) + ")");
-    chief.reset();  // the chief stops: the others then do
     if (other.joinable()) other.join();
+    // The job stops (its workers part together), and the worker left out
+    // with it.
+    std::thread stop_one([&] { one.reset(); });
+    chief.reset();
+    stop_one.join();
     late.join();
     EXPECT_EQ(heard, "the workers left out");  // what the chief's list is, worker 2 cannot know
     EXPECT_NE(late_error.find("worker 1 (127.0.0.1:" + std::to_string(ports[1]) +
