@@ -211,14 +211,16 @@ int run_supervise(const SuperviseArgs& a) {
   // job that went on without this worker (counted in no file).
   int starts = count.restarts;
   bool rejoin = false;  // this start re-forms the job after an exit 75
+  const auto give_up = [&] {
+    std::fprintf(stderr,
+                 "lockstep supervise: giving up after %d restart%s; the first failure: %s%s\n",
+                 count.restarts, count.restarts == 1 ? "" : "s", count.first_failure.c_str(),
+                 path.empty() ? "" : ("; remove " + path + " to start counting again").c_str());
+    return count.first_code;
+  };
+  // A count used up by an earlier supervisor: the command does not run.
+  if (!count.first_failure.empty() && count.restarts >= a.max_restarts) return give_up();
   for (;;) {
-    if (!count.first_failure.empty() && count.restarts >= a.max_restarts) {
-      std::fprintf(stderr,
-                   "lockstep supervise: giving up after %d restart%s; the first failure: %s%s\n",
-                   count.restarts, count.restarts == 1 ? "" : "s", count.first_failure.c_str(),
-                   path.empty() ? "" : ("; remove " + path + " to start counting again").c_str());
-      return count.first_code;
-    }
     const int status = run_once(command, starts++, rejoin);
     rejoin = WIFEXITED(status) && WEXITSTATUS(status) == kRejoinExitCode;
     if (g_signal) {
@@ -245,7 +247,7 @@ int run_supervise(const SuperviseArgs& a) {
     }
     if (count.restarts >= a.max_restarts) {
       if (!path.empty()) write_count(path, count);
-      continue;  // gives up above, naming the first failure
+      return give_up();
     }
     ++count.restarts;
     if (!path.empty()) write_count(path, count);

@@ -41,32 +41,9 @@ fail() {
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
-# The largest difference between two safetensors files' float32 tensors, and
-# the largest magnitude in the first (plain Python: no packages needed).
-max_difference() {
-  python3 - "$1" "$2" <<'EOF'
-import json, struct, sys
-from array import array
-def tensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__" or t["dtype"] != "F32":
-            continue
-        a = array("f")
-        a.frombytes(data[t["data_offsets"][0]:t["data_offsets"][1]])
-        out[name] = a
-    return out
-a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
-assert a.keys() == b.keys() and a, (sorted(a), sorted(b))
-diff = max(abs(x - y) for k in a for x, y in zip(a[k], b[k]))
-scale = max(abs(x) for k in a for x in a[k])
-print(f"{diff:.3g} {scale:.3g}")
-EOF
-}
+# The largest difference between two safetensors files' float32 tensors,
+# and the largest magnitude in the first.
+max_difference() { python3 "$(dirname "$0")/max_difference.py" "$1" "$2"; }
 
 # Worker $1 of the job in $cluster, supervised, with --checkpoint-dir $2,
 # logging to $3; its supervisor's pid in pids[$1].

@@ -82,6 +82,9 @@ loop=(sh -c 'touch "$0/ran.$LOCKSTEP_RESTART_COUNT"; exit $((3 + LOCKSTEP_RESTAR
 "$bin" supervise --max-restarts 2 --state-dir "$work/state" -- "${loop[@]}" >"$work/loop.log" 2>&1
 code=$?
 [[ $code == 3 ]] || fail "the crash loop exited with $code, not the first failure's 3"
+for i in 0 1 2; do
+  [[ -e $work/ran.$i ]] || fail "start $i of the crash loop did not run (a restart said and not done)"
+done
 [[ $(grep -c "lockstep supervise: restart [12] of 2 after the worker exited with code [34]" "$work/loop.log") == 2 ]] ||
   fail "not two restarts"
 grep -q "lockstep supervise: giving up after 2 restarts; the first failure: the worker exited with code 3; remove $work/state/supervisor-task.json to start counting again" \

@@ -12,40 +12,16 @@ set -euo pipefail
 TRAIN=$1
 WORK=$2
 TAG="ls$$"
-BRIDGE_NS="${TAG}br"
 TIMEOUT_MS=4000
 
 rm -rf "$WORK"
 mkdir -p "$WORK"
 
-cleanup() {
-  for i in 0 1 2; do
-    ip netns pids "${TAG}w$i" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
-    ip netns del "${TAG}w$i" 2>/dev/null || true
-  done
-  ip netns del "$BRIDGE_NS" 2>/dev/null || true
-}
-trap cleanup EXIT
+# shellcheck source=netns_hosts.sh
+source "$(dirname "$0")/netns_hosts.sh"
+trap netns_cleanup EXIT
+netns_make_hosts
 
-if ! ip netns add "$BRIDGE_NS" 2>/dev/null; then
-  echo "SKIP: cannot create network namespaces here (needs root and iproute2)"
-  exit 77
-fi
-ip -n "$BRIDGE_NS" link add br0 type bridge
-ip -n "$BRIDGE_NS" link set br0 up
-for i in 0 1 2; do
-  ns="${TAG}w$i"
-  ip netns add "$ns"
-  ip link add "v${TAG}$i" type veth peer name "b${TAG}$i"
-  ip link set "v${TAG}$i" netns "$ns"
-  ip link set "b${TAG}$i" netns "$BRIDGE_NS"
-  ip -n "$BRIDGE_NS" link set "b${TAG}$i" master br0 up
-  ip -n "$ns" addr add "10.77.0.$((i + 1))/24" dev "v${TAG}$i"
-  ip -n "$ns" link set "v${TAG}$i" up
-  ip -n "$ns" link set lo up
-done
-
-TF_CLUSTER='"cluster": {"worker": ["10.77.0.1:2222", "10.77.0.2:2222", "10.77.0.3:2222"]}'
 start_worker() {  # index, log, extra args...; appends the pid to pids
   local i=$1 log=$2
   shift 2
@@ -83,7 +59,7 @@ for _ in $(seq 1 200); do
   sleep 0.05
 done
 grep -q "Epoch 2/" "$WORK/cut0.log" || { echo "FAIL: the job did not start"; cat "$WORK"/cut*.log; exit 1; }
-ip -n "$BRIDGE_NS" link set "b${TAG}2" down
+cut_link 2
 cut_at=$(date +%s%N)
 for i in 0 1; do
   code=0
