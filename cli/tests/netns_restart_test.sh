@@ -14,8 +14,8 @@
 #    accuracy. The time from the cut to training again is printed.
 # c. A crash loop: worker 1 fails at every start (its data folder is
 #    missing); its supervisor stops after 2 restarts with the first
-#    failure named, and the chief's stops too, each failure naming worker
-#    1's host.
+#    failure named, and the chief's stops too, each failure saying that
+#    worker 1 left the job.
 # Needs root; exits 77 (skipped) where namespaces cannot be made.
 #
 # usage: netns_restart_test.sh LOCKSTEP_BINARY WORK_DIR
@@ -150,10 +150,10 @@ wait "${pids[0]}" || code=$?
 grep -q "lockstep supervise: giving up after 2 restarts; the first failure: the worker exited with code 4" \
   "$work/loop-0.log" || fail "the chief's supervisor did not give up naming its first failure"
 # Worker 1 joins, then stops on its bad input: the chief's collectives fail
-# on its closed connection, named by its address.
-[[ $(grep -c "lockstep: error: .*10.77.0.2" "$work/loop-0.log") == 3 ]] ||
-  fail "the chief's three failures do not each name worker 1's host"
+# on its closed connection, and the chief says that worker 1 left the job.
+[[ $(grep -c "lockstep: error: .*worker 1 (10.77.0.2:2222): it left the job" "$work/loop-0.log") == 3 ]] ||
+  fail "the chief's three failures do not each say that worker 1 left the job"
 kill "${pids[2]}" 2>/dev/null
 wait "${pids[2]}" 2>/dev/null
-echo "ok (c): worker 1's crash loop stopped after 2 restarts naming the first failure; the chief's too, naming worker 1's host"
+echo "ok (c): worker 1's crash loop stopped after 2 restarts naming the first failure; the chief's too, saying worker 1 left the job"
 echo PASS

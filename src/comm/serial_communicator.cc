@@ -208,7 +208,7 @@ void SerialCommunicator::fail(const Task& task, const std::string& message, bool
   std::string report =
       lockstep::detail::str_cat("worker ", options_.rank, ": ", task.what, " across ",
                                 options_.size, " workers (", backend_, ") failed: ", message);
-  if (options_.diagnose) {
+  if (options_.diagnose && diagnosing_) {
     std::string diagnosis;
     try {
       diagnosis = options_.diagnose();

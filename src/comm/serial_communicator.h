@@ -94,6 +94,11 @@ class SerialCommunicator : public Communicator {
   void drain();
   // A collective failed or the group was aborted.
   bool broken();
+  // From now on a failure is reported without asking options().diagnose
+  // (leaving the group: the failure is swallowed, and asking the chief
+  // whom it lost would hold this process for a heartbeat timeout before it
+  // tells the chief's store it left).
+  void stop_diagnosing() { diagnosing_ = false; }
   // The communication thread is left inside a library call (a timeout, or
   // an abort while a peer was stopped): the library's state must outlive it.
   bool stuck() const { return executor_->stuck(); }
@@ -111,6 +116,7 @@ class SerialCommunicator : public Communicator {
   // then fail at once with its reason instead of at the deadline.
   std::vector<std::weak_ptr<Task>> pending_;
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> diagnosing_{true};
   // Callers in wait_task, and when the first of them began (under wait_mu_).
   mutable std::mutex wait_mu_;
   int waiters_ = 0;

@@ -185,6 +185,8 @@ class StoreServerImpl final : public StoreServer {
     std::lock_guard lk(mu_);
     std::vector<LostWorker> out;
     for (const auto& [rank, lw] : lost_) out.push_back(lw);
+    for (const auto& [rank, lw] : left_)
+      if (!lost_.count(rank)) out.push_back(lw);
     return out;
   }
 
@@ -434,7 +436,8 @@ class StoreServerImpl final : public StoreServer {
       case kLost: {
         const auto lost = lost_workers();
         w.pod<char>(0).pod(static_cast<std::uint32_t>(lost.size()));
-        for (const auto& l : lost) w.pod(static_cast<std::int32_t>(l.rank)).str(l.reason);
+        for (const auto& l : lost)
+          w.pod(static_cast<std::int32_t>(l.rank)).str(l.reason).pod<char>(l.left ? 1 : 0);
         return true;
       }
       default:
@@ -472,7 +475,15 @@ class StoreServerImpl final : public StoreServer {
         if (lost_.size() < kMaxLost) lost_.emplace(rank, LostWorker{rank, reason});
         return;
       }
-      if (beat == kBye) return;
+      if (beat == kBye) {
+        std::lock_guard lk(mu_);
+        if (left_.size() < kMaxLost)
+          left_.emplace(rank, LostWorker{rank,
+                                         "it left the job (its process ended, or stopped on an "
+                                         "error: its own log says why)",
+                                         true});
+        return;
+      }
       if (beat != kBeat) {
         ++rejected_;
         return;
@@ -490,6 +501,7 @@ class StoreServerImpl final : public StoreServer {
   std::map<std::string, std::vector<char>> data_;
   std::size_t stored_bytes_ = 0;  // keys and values in data_
   std::map<int, LostWorker> lost_;
+  std::map<int, LostWorker> left_;  // said goodbye (LostWorker::left)
   int watching_ = 0;  // under mu_: heartbeat connections being watched
   struct Connection {
     Socket socket;
@@ -610,7 +622,8 @@ class StoreClientImpl final : public StoreClient {
       LostWorker l;
       l.rank = r.pod<std::int32_t>();
       l.reason = r.str();
-      out.push_back(std::move(l));
+      l.left = r.pod<char>() != 0;
+      if (r.ok()) out.push_back(std::move(l));
     }
     return out;
   }

@@ -52,7 +52,8 @@ std::string job_token(const MultiWorkerMirroredStrategyOptions& o, const Cluster
 std::string format_lost(const std::vector<comm::LostWorker>& lost, const ClusterResolver& r) {
   std::string s;
   for (const auto& l : lost)
-    s += (s.empty() ? "" : "; ") + r.describe_worker(l.rank) + " was lost: " + l.reason;
+    s += (s.empty() ? "" : "; ") + r.describe_worker(l.rank) + (l.left ? ": " : " was lost: ") +
+         l.reason;
   return s.empty() ? s : "the chief reports " + s;
 }
 
@@ -462,8 +463,16 @@ CrossWorker join_workers(const MultiWorkerMirroredStrategyOptions& o, const Clus
   };
   cw.comm = comm::create_gloo_communicator(*cw.store_client, r.worker_address(r.worker_rank()).host,
                                            "lockstep/gloo/", po);
+  // A worker that left (said goodbye) is no reason to abort: at a job's end
+  // every worker leaves; mid-job its closed connections fail the
+  // collective at once, and the diagnosis then names it.
+  auto lost_not_left = [lost_members] {
+    std::vector<comm::LostWorker> lost = lost_members();
+    std::erase_if(lost, [](const comm::LostWorker& l) { return l.left; });
+    return lost;
+  };
   cw.liveness =
-      std::make_shared<LivenessWatcher>(lost_members, cw.comm.get(), r, so.heartbeat_interval);
+      std::make_shared<LivenessWatcher>(lost_not_left, cw.comm.get(), r, so.heartbeat_interval);
   return cw;
 }
 

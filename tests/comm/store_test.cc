@@ -289,7 +289,7 @@ TEST(StoreTest, LivenessNamesAWorkerWhoseProcessEndedOrWentSilent) {
   auto server = StoreServer::start(options());
   auto watcher = StoreClient::connect(client_options(*server));
   {
-    // Worker 1 says goodbye cleanly: not lost.
+    // Worker 1 says goodbye cleanly: not lost, but said to have left.
     auto w1 = StoreClient::connect(client_options(*server));
     w1->start_heartbeat(1);
     std::this_thread::sleep_for(150ms);
@@ -316,9 +316,14 @@ TEST(StoreTest, LivenessNamesAWorkerWhoseProcessEndedOrWentSilent) {
   // loaded machine only makes this slower.
   auto lost = watcher->lost_workers();
   for (const auto until = std::chrono::steady_clock::now() + 10s;
-       lost.size() < 2 && std::chrono::steady_clock::now() < until; lost = watcher->lost_workers())
+       lost.size() < 3 && std::chrono::steady_clock::now() < until; lost = watcher->lost_workers())
     std::this_thread::sleep_for(50ms);
-  ASSERT_EQ(lost.size(), 2u);
+  ASSERT_EQ(lost.size(), 3u);
+  EXPECT_EQ(lost[2].rank, 1);
+  EXPECT_TRUE(lost[2].left);
+  EXPECT_NE(lost[2].reason.find("it left the job"), std::string::npos) << lost[2].reason;
+  EXPECT_FALSE(lost[0].left);
+  EXPECT_FALSE(lost[1].left);
   EXPECT_EQ(lost[0].rank, 2);
   EXPECT_NE(lost[0].reason.find("connection to the chief closed"), std::string::npos)
       << lost[0].reason;

@@ -45,6 +45,10 @@ struct StoreOptions {
 struct LostWorker {
   int rank = -1;
   std::string reason{};  // "its connection closed", "no heartbeat for 5.0 s"
+  // It said goodbye: its process ended on its own (done, or stopped on an
+  // error its log names), not lost. Said after a failed collective; never
+  // a reason to abort one (at a job's end every worker leaves).
+  bool left = false;
 };
 
 class StoreServer {

@@ -324,6 +324,7 @@ class GlooCommunicator final : public detail::SerialCommunicator {
   // code for long is not waited for.
   void farewell() {
     if (size() == 1 || broken()) return;
+    stop_diagnosing();
     try {
       run("leaving the group", [this] {
         gloo::BarrierOptions opts(context_);
