@@ -27,8 +27,8 @@ work=$2
 rm -rf "$work"
 mkdir -p "$work"
 export OMP_NUM_THREADS=1 LOCKSTEP_JOB_TOKEN=elastic-job-started-by-hand
-timeout_s=4  # the collective deadline: a lost worker is named within it
-rejoin_s=2
+timeout_s=6  # the collective deadline: a lost worker is named within it
+rejoin_s=4
 train=(lockstep train --strategy multi-worker --epochs 3 --steps-per-epoch 60 --verbose 0
   --save-freq 7 --timeout "$timeout_s" --join-timeout 15 --min-workers 2
   --rejoin-timeout "$rejoin_s")

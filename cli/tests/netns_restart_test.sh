@@ -30,8 +30,8 @@ source "$(dirname "$0")/../../tests/distribute/netns_hosts.sh"
 trap netns_cleanup EXIT
 netns_make_hosts
 
-timeout_s=4  # the collective deadline; the heartbeat timeout is half of it
-rejoin_s=2
+timeout_s=6  # the collective deadline; the heartbeat timeout is half of it
+rejoin_s=4
 train=(lockstep train --strategy multi-worker --epochs 3 --steps-per-epoch 60 --verbose 0
   --save-freq 7 --timeout "$timeout_s")
 
