@@ -75,7 +75,7 @@ TEST(Masking, RecurrentLayersSkipThePadding) {
       expect_near(slice(seq, {0, first_real, 0}, {1, 3, 4}), alone, 1e-6f, "the real steps");
       // Repeated exactly: compared with the same run's last real step (the
       // run alone above may sum in another order: oneDNN blocks a batch of
-      // one otherwise than a batch of two on some CPUs, AMD Zen 4 here).
+      // one otherwise than a batch of two on some CPUs: a Zen 3 EPYC).
       const Tensor padded_steps = slice(seq, {0, first_padded, 0}, {1, 2, 4});
       const Tensor last = slice(seq, {0, 2, 0}, {1, 1, 4});
       const Tensor expected = backwards ? Tensor::zeros({1, 2, 4}) : concat({last, last}, 1);

@@ -9,6 +9,7 @@
 // float32 accumulation inside oneDNN); batch and layer normalisation are
 // float32.
 #include <cstddef>
+#include <cstring>
 #include <unordered_map>
 #include <vector>
 
@@ -197,6 +198,29 @@ void conv2d_backward_data(const ConvShape& s, const void* dy, const void* w, voi
 
 void conv2d_backward_weights(const ConvShape& s, const void* x, const void* dy, void* dw,
                              void* dbias) {
+  if (s.kh == 1 && s.kw == 1 && (s.sh > 1 || s.sw > 1) && s.pad_t == 0 && s.pad_l == 0 &&
+      s.pad_b == 0 && s.pad_r == 0) {
+    // A 1×1 kernel with strides: oneDNN's jit_1x1:avx2 weights gradient
+    // (which reduces the strides internally) gave wrong values that changed
+    // from run to run on a Zen 3 EPYC with AVX2 alone (half the runs of
+    // ConvLayers.Conv2DTransposeIsTheConvolutionsInputGradient). The same
+    // gradient from the pixels the windows read, at stride 1.
+    ConvShape t = s;
+    t.h = s.oh, t.w = s.ow, t.sh = 1, t.sw = 1, t.dh = 1, t.dw = 1;
+    const std::size_t bytes = s.precision == Precision::kBFloat16 ? 2 : 4;
+    const std::size_t pixel = static_cast<std::size_t>(s.c) * bytes;
+    std::vector<unsigned char> picked(static_cast<std::size_t>(s.n * t.h * t.w) * pixel);
+    const auto* from = static_cast<const unsigned char*>(x);
+    unsigned char* to = picked.data();
+    for (std::int64_t n = 0; n < s.n; ++n)
+      for (std::int64_t i = 0; i < t.h; ++i)
+        for (std::int64_t j = 0; j < t.w; ++j, to += pixel)
+          std::memcpy(
+              to, from + static_cast<std::size_t>(((n * s.h + i * s.sh) * s.w + j * s.sw)) * pixel,
+              pixel);
+    conv2d_backward_weights(t, picked.data(), dy, dw, dbias);
+    return;
+  }
   struct Entry {
     dnnl::convolution_backward_weights prim;
     memory src, diff_dst, diff_bias;
