@@ -35,7 +35,7 @@ struct TrainArgs {
   int min_workers = 0;
   double rejoin_timeout_seconds = 30;
   double join_timeout_seconds = 60;  // multi-worker: every worker's arrival at start-up
-  std::string data_dir;  // empty: Debian's dataset-fashion-mnist directory
+  std::string data_dir;              // empty: Debian's dataset-fashion-mnist directory
   // --data SOURCE and its settings (data_source.h); empty: Fashion-MNIST.
   DataArgs data;
   // --weights, --alpha, --freeze-base, --fine-tune-from,

@@ -502,7 +502,7 @@ class StoreServerImpl final : public StoreServer {
   std::size_t stored_bytes_ = 0;  // keys and values in data_
   std::map<int, LostWorker> lost_;
   std::map<int, LostWorker> left_;  // said goodbye (LostWorker::left)
-  int watching_ = 0;  // under mu_: heartbeat connections being watched
+  int watching_ = 0;                // under mu_: heartbeat connections being watched
   struct Connection {
     Socket socket;
     std::thread thread;
