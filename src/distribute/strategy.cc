@@ -200,7 +200,7 @@ std::string StrategyExtended::workers_waiting_to_rejoin() const {
   std::vector<double> count{waiting.empty() ? 0.0 : 1.0};
   sum_across_workers(count);
   if (count[0] == 0.0) return {};
-  return waiting.empty() ? "the workers left out" : waiting;
+  return waiting.empty() ? "a worker left out" : waiting;
 }
 
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,

@@ -369,7 +369,7 @@ TEST_F(MultiWorkerTest, OnAnElasticRestartTheChiefGoesOnWithTheWorkersBackInTime
     chief.reset();
     stop_one.join();
     late.join();
-    EXPECT_EQ(heard, "the workers left out");  // what the chief's list is, worker 2 cannot know
+    EXPECT_EQ(heard, "a worker left out");  // what the chief's list is, worker 2 cannot know
     EXPECT_NE(late_error.find("worker 1 (127.0.0.1:" + std::to_string(ports[1]) +
                               "): the job re-forms with this worker from its last backup"),
               std::string::npos)
