@@ -342,6 +342,26 @@ void BM_ReadCsvTable(benchmark::State& state) {
 }
 BENCHMARK(BM_ReadCsvTable)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// dictionary_encode of a 50,000-row text column of 4 values (the table's
+// 'colour'), on 1 and 2 threads.
+void BM_DictionaryEncode(benchmark::State& state) {
+  omp_set_num_threads(static_cast<int>(state.range(0)));
+  const char* colours[] = {"amber", "blue", "green", "red"};
+  std::mt19937 rng(7);
+  std::vector<std::string_view> column(50000);
+  for (std::string_view& v : column) v = colours[rng() % 4];
+  for (auto _ : state) {
+    const ld::Dictionary d = ld::dictionary_encode(column);
+    benchmark::DoNotOptimize(d.codes.data());
+  }
+  state.counters["ns_per_row"] = benchmark::Counter(
+      static_cast<double>(column.size()) * 1e-9,
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.SetLabel(std::to_string(state.range(0)) + " thread(s)");
+  omp_set_num_threads(omp_get_num_procs());
+}
+BENCHMARK(BM_DictionaryEncode)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 }  // namespace
 
 int main(int argc, char** argv) {

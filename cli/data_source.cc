@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string_view>
 #include <unordered_map>
@@ -18,7 +19,9 @@
 
 #include "lockstep/core/file.h"
 #include "lockstep/core/timer.h"
+#include "lockstep/data/dictionary.h"
 #include "lockstep/io/zip.h"
+#include "lockstep/tensor/parallel.h"
 
 namespace lockstep::cli {
 namespace {
@@ -93,31 +96,87 @@ std::string number_text(double v) {
   return s.str();
 }
 
-// The label column's classes (sorted: text by its characters, numbers by
-// value), or none when its values are a regression's.
-// The distinct texts of texts[0, rows), sorted, "" left out.
-std::vector<std::string> distinct_texts(const std::vector<std::string>& texts, std::size_t rows) {
-  std::unordered_set<std::string_view> seen;
-  for (std::size_t r = 0; r < rows; ++r) {
-    if (!texts[r].empty()) seen.insert(texts[r]);
+// A CSV table's text columns dictionary-encoded once each, when first
+// asked: the spec's checks, vocabularies and classes and the encoding read
+// the same codes (one hash lookup a row, on all cores).
+class TextCodes {
+ public:
+  // Encodes these text columns at once, one column to a core (numeric
+  // ones and those done already are passed over).
+  void prepare(const ld::CsvTable& table, const std::vector<std::string>& names) {
+    std::vector<const ld::CsvTable::Column*> todo;
+    for (const std::string& name : names) {
+      const ld::CsvTable::Column& col = table.column(name);
+      if (!col.numeric && !codes_.contains(name) &&
+          std::find(todo.begin(), todo.end(), &col) == todo.end())
+        todo.push_back(&col);
+    }
+    std::vector<ld::Dictionary> done(todo.size());
+    parallel_for(static_cast<std::int64_t>(todo.size()), 1 << 20,
+                 [&](std::int64_t b, std::int64_t e) {
+                   for (std::int64_t i = b; i < e; ++i)
+                     done[static_cast<std::size_t>(i)] =
+                         ld::dictionary_encode(todo[static_cast<std::size_t>(i)]->text);
+                 });
+    for (std::size_t i = 0; i < todo.size(); ++i) codes_.emplace(todo[i]->name, std::move(done[i]));
   }
-  std::vector<std::string> out(seen.begin(), seen.end());
+  const ld::Dictionary& of(const ld::CsvTable::Column& col) {
+    auto it = codes_.find(col.name);
+    if (it == codes_.end()) it = codes_.emplace(col.name, ld::dictionary_encode(col.text)).first;
+    return it->second;
+  }
+
+ private:
+  std::map<std::string, ld::Dictionary> codes_{};
+};
+
+// The distinct texts of a column's rows [0, rows), sorted, "" left out.
+std::vector<std::string> distinct_texts(const ld::Dictionary& d, std::size_t rows) {
+  std::vector<char> seen(d.values.size(), 0);
+  for (std::size_t r = 0; r < std::min(rows, d.codes.size()); ++r)
+    seen[static_cast<std::size_t>(d.codes[r])] = 1;
+  std::vector<std::string> out;
+  for (std::size_t v = 0; v < d.values.size(); ++v) {
+    if (seen[v] && !d.values[v].empty()) out.emplace_back(d.values[v]);
+  }
   std::sort(out.begin(), out.end());
   return out;
 }
 
+// Each of the rows [begin, end)'s index among `names` (-1 where its text
+// is not one of them): one lookup per distinct text.
+std::vector<std::int32_t> indices_among(const ld::Dictionary& d, std::size_t begin, std::size_t end,
+                                        const std::vector<std::string>& names) {
+  std::unordered_map<std::string_view, std::int32_t> index;
+  for (std::size_t i = 0; i < names.size(); ++i) index[names[i]] = static_cast<std::int32_t>(i);
+  std::vector<std::int32_t> to(d.values.size(), -1);
+  for (std::size_t v = 0; v < d.values.size(); ++v) {
+    if (auto it = index.find(d.values[v]); it != index.end()) to[v] = it->second;
+  }
+  std::vector<std::int32_t> out(end - begin);
+  for (std::size_t r = begin; r < end; ++r)
+    out[r - begin] = to[static_cast<std::size_t>(d.codes[r])];
+  return out;
+}
+
+// The label column's classes (sorted: text by its characters, numbers by
+// value), or none when its values are a regression's.
 std::optional<std::vector<std::string>> csv_classes(const ld::CsvTable::Column& label,
-                                                    const std::string& loss) {
+                                                    const std::string& loss, TextCodes& codes) {
   if (!label.numeric) {
     LOCKSTEP_CHECK(loss == "auto" || loss == "sparse_categorical_crossentropy", "--loss ", loss,
                    ": the label column '", label.name, "' holds text (classes)");
-    return distinct_texts(label.text, label.text.size());
+    return distinct_texts(codes.of(label), label.text.size());
   }
   if (loss == "mse" || loss == "mae") return std::nullopt;
-  std::set<double> values(label.numbers.begin(), label.numbers.end());
-  const bool whole =
-      std::all_of(values.begin(), values.end(), [](double v) { return v == std::floor(v); });
-  if (loss == "auto" && (!whole || values.size() > kMaxInferredClasses)) return std::nullopt;
+  const bool whole = std::all_of(label.numbers.begin(), label.numbers.end(),
+                                 [](double v) { return v == std::floor(v); });
+  if (loss == "auto" && !whole) return std::nullopt;
+  std::set<double> values;
+  for (double v : label.numbers) {
+    values.insert(v);
+    if (loss == "auto" && values.size() > kMaxInferredClasses) return std::nullopt;
+  }
   LOCKSTEP_CHECK(whole, "--loss ", loss, ": the label column '", label.name,
                  "' holds fractions; classes need whole numbers or text");
   std::vector<std::string> names;
@@ -125,42 +184,67 @@ std::optional<std::vector<std::string>> csv_classes(const ld::CsvTable::Column& 
   return names;
 }
 
+// The rows [begin, end) of a column as texts: its own, or its numbers
+// written as text (a column of numbers where the training data had text).
+std::vector<std::int32_t> indices_of_rows(const ld::CsvTable::Column& col, std::int64_t begin,
+                                          std::int64_t end, const std::vector<std::string>& names,
+                                          TextCodes& codes) {
+  const auto b = static_cast<std::size_t>(begin), e = static_cast<std::size_t>(end);
+  if (!col.numeric) return indices_among(codes.of(col), b, e, names);
+  std::vector<std::string> texts;
+  for (std::size_t r = b; r < e; ++r) texts.push_back(number_text(col.numbers[r]));
+  const std::vector<std::string_view> views(texts.begin(), texts.end());
+  return indices_among(ld::dictionary_encode(views), 0, e - b, names);
+}
+
 // Rows [begin, end) of `table` encoded as `spec` says: x [n, width],
-// y (with labels) int32 class ids or float32 [n, 1].
+// y (with labels) int32 class ids or float32 [n, 1]. Each text column is
+// dictionary-encoded once (one hash lookup a row); the rows are written on
+// all cores.
 std::pair<Tensor, Tensor> encode_csv(const ld::CsvTable& table, const DataSpec& spec,
-                                     std::int64_t begin, std::int64_t end, bool with_labels) {
+                                     std::int64_t begin, std::int64_t end, bool with_labels,
+                                     TextCodes& codes) {
   const std::int64_t n = end - begin, width = spec.sample_shape.at(0);
-  Tensor xs = Tensor::zeros(Shape{n, width});
-  float* const x = xs.data<float>();
+  // Per feature: its numbers, or each row's index in its vocabulary (-1:
+  // outside it, all zeros).
+  struct Source {
+    const double* numbers = nullptr;
+    std::vector<std::int32_t> one_hot{};
+    std::int64_t offset = 0;
+  };
+  std::vector<Source> sources;
   std::int64_t offset = 0;
   for (const DataSpec::Feature& f : spec.features) {
     const ld::CsvTable::Column& col = table.column(f.name);
+    Source& source = sources.emplace_back(Source{.offset = offset});
     if (f.vocabulary.empty()) {
       LOCKSTEP_CHECK(col.numeric, table.path, ": column '", f.name,
                      "' was numbers in the training data and holds text here");
       LOCKSTEP_CHECK(col.missing == 0, table.path, ":", col.first_missing_line, ": column '",
                      f.name, "' has no value (", col.missing,
                      " rows miss one); fill or drop them: every input needs a number");
-      for (std::int64_t r = begin; r < end; ++r)
-        x[static_cast<std::size_t>((r - begin) * width + offset)] =
-            static_cast<float>(col.numbers[static_cast<std::size_t>(r)]);
+      source.numbers = col.numbers.data() + begin;
       ++offset;
-      continue;
+    } else {
+      source.one_hot = indices_of_rows(col, begin, end, f.vocabulary, codes);
+      offset += static_cast<std::int64_t>(f.vocabulary.size());
     }
-    // One-hot over the vocabulary; a value outside it is all zeros.
-    std::unordered_map<std::string_view, std::int64_t> index;
-    for (std::size_t i = 0; i < f.vocabulary.size(); ++i)
-      index[f.vocabulary[i]] = static_cast<std::int64_t>(i);
-    std::string number;
-    for (std::int64_t r = begin; r < end; ++r) {
-      if (col.numeric) number = number_text(col.numbers[static_cast<std::size_t>(r)]);
-      const std::string_view value =
-          col.numeric ? std::string_view(number) : col.text[static_cast<std::size_t>(r)];
-      if (auto it = index.find(value); it != index.end())
-        x[static_cast<std::size_t>((r - begin) * width + offset + it->second)] = 1.0f;
-    }
-    offset += static_cast<std::int64_t>(f.vocabulary.size());
   }
+  Tensor xs = Tensor::empty(Shape{n, width});
+  float* const x = xs.data<float>();
+  parallel_for(n, width * 2, [&](std::int64_t b, std::int64_t e) {
+    std::fill(x + b * width, x + e * width, 0.0f);
+    for (const Source& source : sources) {
+      for (std::int64_t r = b; r < e; ++r) {
+        float* const row = x + r * width + source.offset;
+        if (source.numbers != nullptr) {
+          row[0] = static_cast<float>(source.numbers[r]);
+        } else if (const std::int32_t k = source.one_hot[static_cast<std::size_t>(r)]; k >= 0) {
+          row[k] = 1.0f;
+        }
+      }
+    }
+  });
   if (!with_labels) return {xs, Tensor()};
   const ld::CsvTable::Column& label = table.column(spec.label);
   LOCKSTEP_CHECK(label.missing == 0, table.path, ":", label.first_missing_line,
@@ -174,27 +258,23 @@ std::pair<Tensor, Tensor> encode_csv(const ld::CsvTable& table, const DataSpec& 
       y.push_back(static_cast<float>(label.numbers[static_cast<std::size_t>(r)]));
     return {xs, Tensor::from_vector(y, Shape{n, 1})};
   }
-  std::unordered_map<std::string_view, std::int32_t> ids;
-  for (std::size_t i = 0; i < spec.class_names.size(); ++i)
-    ids[spec.class_names[i]] = static_cast<std::int32_t>(i);
-  std::vector<std::int32_t> y;
-  y.reserve(static_cast<std::size_t>(n));
-  std::string number;
-  for (std::int64_t r = begin; r < end; ++r) {
-    if (label.numeric) number = number_text(label.numbers[static_cast<std::size_t>(r)]);
-    const std::string_view value =
-        label.numeric ? std::string_view(number) : label.text[static_cast<std::size_t>(r)];
-    const auto it = ids.find(value);
-    LOCKSTEP_CHECK(it != ids.end(), table.path, ":", r + 2, ": the label '", value,
-                   "' is not one of the model's classes (", join(spec.class_names), ")");
-    y.push_back(it->second);
+  const std::vector<std::int32_t> y = indices_of_rows(label, begin, end, spec.class_names, codes);
+  for (std::size_t r = 0; r < y.size(); ++r) {
+    if (y[r] >= 0) continue;
+    const std::size_t row = static_cast<std::size_t>(begin) + r;
+    const std::string value =
+        label.numeric ? number_text(label.numbers[row]) : std::string(label.text[row]);
+    detail::throw_error<ValueError>(table.path, ":", row + 2, ": the label '", value,
+                                    "' is not one of the model's classes (", join(spec.class_names),
+                                    ")");
   }
   return {xs, Tensor::from_vector(y, Shape{n})};
 }
 
 // The spec of a CSV source: the label column, the features and their
 // vocabularies, the classes; `train_rows` rows make the training split.
-DataSpec csv_spec(const ld::CsvTable& table, const DataArgs& args, std::int64_t train_rows) {
+DataSpec csv_spec(const ld::CsvTable& table, const DataArgs& args, std::int64_t train_rows,
+                  TextCodes& codes) {
   DataSpec spec;
   spec.kind = "csv";
   if (!args.label.empty()) {
@@ -213,28 +293,42 @@ DataSpec csv_spec(const ld::CsvTable& table, const DataArgs& args, std::int64_t 
   }
   std::vector<std::string> names = split_list(args.features);
   if (names.empty()) {
+    // A text column with a value per row or so is an identifier or free
+    // text, not categories: left out, and said. A glance at the first rows
+    // shows most such columns without encoding all of them; the others
+    // are encoded together (and kept for the vocabularies and the
+    // encoding).
+    const std::size_t at_most =
+        std::min(kMaxCategories, static_cast<std::size_t>(0.5 * static_cast<double>(table.rows)));
+    const auto leave_out = [&](const ld::CsvTable::Column& c) {
+      std::printf(
+          "Leaving out column '%s': more than %zu different texts in %lld rows (an "
+          "identifier or free text; --features takes it as categories all the same).\n",
+          c.name.c_str(), at_most, static_cast<long long>(table.rows));
+    };
+    std::vector<std::string> candidates{spec.label};
     for (const auto& c : table.columns) {
       if (c.name == spec.label) continue;
-      // A text column with a value per row or so is an identifier or free
-      // text, not categories: left out, and said.
-      if (!c.numeric) {
-        const std::size_t at_most = std::min(
-            kMaxCategories, static_cast<std::size_t>(0.5 * static_cast<double>(table.rows)));
-        std::unordered_set<std::string_view> values;
-        for (const std::string& text : c.text) {
-          values.insert(text);
-          if (values.size() > at_most) break;
-        }
-        if (values.size() > at_most) {
-          std::printf(
-              "Leaving out column '%s': more than %zu different texts in %lld rows (an "
-              "identifier or free text; --features takes it as categories all the same).\n",
-              c.name.c_str(), at_most, static_cast<long long>(table.rows));
-          continue;
-        }
+      const std::size_t glance = std::min(c.text.size(), 4 * at_most + 1);
+      if (!c.numeric && ld::dictionary_encode(c.text.first(glance)).values.size() > at_most) {
+        leave_out(c);
+        continue;
+      }
+      candidates.push_back(c.name);
+    }
+    codes.prepare(table, candidates);
+    for (std::size_t k = 1; k < candidates.size(); ++k) {
+      const ld::CsvTable::Column& c = table.column(candidates[k]);
+      if (!c.numeric && codes.of(c).values.size() > at_most) {
+        leave_out(c);
+        continue;
       }
       names.push_back(c.name);
     }
+  } else {
+    std::vector<std::string> all = names;
+    all.push_back(spec.label);
+    codes.prepare(table, all);
   }
   LOCKSTEP_CHECK(!names.empty(), table.path, ": no input columns beside the label '", spec.label,
                  "'");
@@ -244,7 +338,7 @@ DataSpec csv_spec(const ld::CsvTable& table, const DataArgs& args, std::int64_t 
     const ld::CsvTable::Column& col = table.column(name);
     DataSpec::Feature f{.name = name};
     if (!col.numeric) {
-      f.vocabulary = distinct_texts(col.text, static_cast<std::size_t>(train_rows));
+      f.vocabulary = distinct_texts(codes.of(col), static_cast<std::size_t>(train_rows));
       LOCKSTEP_CHECK(!f.vocabulary.empty(), table.path, ": column '", name,
                      "' has no values in the training rows");
     }
@@ -252,7 +346,7 @@ DataSpec csv_spec(const ld::CsvTable& table, const DataArgs& args, std::int64_t 
     spec.features.push_back(std::move(f));
   }
   spec.sample_shape = {width};
-  const auto classes = csv_classes(table.column(spec.label), args.loss);
+  const auto classes = csv_classes(table.column(spec.label), args.loss, codes);
   if (classes) {
     spec.class_names = *classes;
     LOCKSTEP_CHECK(spec.class_names.size() >= 2, table.path, ": the label column '", spec.label,
@@ -345,6 +439,38 @@ void column_statistics(const Tensor& x, std::int64_t rows, DataSpec& spec) {
   statistics->adapt(x.view_rows(0, rows));
   spec.mean = statistics->mean();
   spec.variance = statistics->variance();
+}
+
+// The mean and population variance of each numeric feature over the
+// training rows [0, rows), of the float32 values the model sees (two
+// passes in double, a column to a core); 0 and 1 for one-hot columns,
+// which pass the model's Normalization unchanged.
+void csv_statistics(const ld::CsvTable& table, std::int64_t rows, DataSpec& spec) {
+  spec.mean.assign(static_cast<std::size_t>(spec.sample_shape.at(0)), 0.0);
+  spec.variance.assign(spec.mean.size(), 1.0);
+  std::vector<std::pair<const double*, std::size_t>> numeric;  // values, place in x
+  std::size_t at = 0;
+  for (const DataSpec::Feature& f : spec.features) {
+    if (f.vocabulary.empty()) numeric.emplace_back(table.column(f.name).numbers.data(), at);
+    at += f.vocabulary.empty() ? 1 : f.vocabulary.size();
+  }
+  const auto n = static_cast<std::size_t>(rows);
+  parallel_for(static_cast<std::int64_t>(numeric.size()), rows * 4,
+               [&](std::int64_t b, std::int64_t e) {
+                 for (std::int64_t i = b; i < e; ++i) {
+                   const auto [values, place] = numeric[static_cast<std::size_t>(i)];
+                   double sum = 0;
+                   for (std::size_t r = 0; r < n; ++r) sum += static_cast<float>(values[r]);
+                   const double mean = sum / static_cast<double>(n);
+                   double squares = 0;
+                   for (std::size_t r = 0; r < n; ++r) {
+                     const double d = static_cast<float>(values[r]) - mean;
+                     squares += d * d;
+                   }
+                   spec.mean[place] = mean;
+                   spec.variance[place] = squares / static_cast<double>(n);
+                 }
+               });
 }
 
 // ---- splits ----
@@ -549,24 +675,17 @@ TrainingData read_training_data(const DataArgs& args,
   if (kind == Kind::kCsv) {
     const ld::CsvTable table = ld::read_csv_table(args.source);
     const std::int64_t val = validation_rows(args, table.rows, args.source);
-    spec = csv_spec(table, args, table.rows - val);
-    auto [x, y] = encode_csv(table, spec, 0, table.rows, true);
+    TextCodes codes;
+    spec = csv_spec(table, args, table.rows - val, codes);
+    auto [x, y] = encode_csv(table, spec, 0, table.rows, true, codes);
     // Numeric columns standardised by the training rows' statistics (the
     // model's Normalization layer); one-hot columns pass unchanged.
-    column_statistics(x, table.rows - val, spec);
-    std::int64_t at = 0;
-    for (const DataSpec::Feature& f : spec.features) {
-      for (std::size_t k = 0; k < f.vocabulary.size(); ++k, ++at) {
-        spec.mean[static_cast<std::size_t>(at)] = 0.0;
-        spec.variance[static_cast<std::size_t>(at)] = 1.0;
-      }
-      if (f.vocabulary.empty()) ++at;
-    }
+    csv_statistics(table, table.rows - val, spec);
     const Examples all = in_memory(x, y);
     out.train = rows_of(all, 0, table.rows - val);
     if (val > 0) out.validation = rows_of(all, table.rows - val, table.rows);
     out.fingerprint = "csv " + std::to_string(table.rows) + " rows, crc32c " + checksum_of({x, y});
-    std::printf("Read %lld rows of %s in %.2f s.\n", static_cast<long long>(table.rows),
+    std::printf("Read %lld rows of %s in %.3f s.\n", static_cast<long long>(table.rows),
                 args.source.c_str(), reading.seconds());
   } else if (kind == Kind::kNpy || kind == Kind::kNpz) {
     auto [x_raw, y_raw] = read_npy_pair(args.source, kind);
@@ -665,7 +784,8 @@ Examples read_examples(const std::string& source, const DataSpec& spec, bool wit
   if (spec.kind == "csv") {
     LOCKSTEP_CHECK(kind == Kind::kCsv, source, ": the model was trained on a CSV file; give one");
     const ld::CsvTable table = ld::read_csv_table(source);
-    auto [x, y] = encode_csv(table, spec, 0, table.rows, with_labels);
+    TextCodes codes;
+    auto [x, y] = encode_csv(table, spec, 0, table.rows, with_labels, codes);
     return in_memory(x, y);
   }
   if (spec.kind == "npy") {

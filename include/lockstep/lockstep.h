@@ -17,6 +17,7 @@
 #include "lockstep/data/csv_table.h"
 #include "lockstep/data/dataset.h"
 #include "lockstep/data/datasets.h"
+#include "lockstep/data/dictionary.h"
 #include "lockstep/data/idx.h"
 #include "lockstep/data/image.h"
 #include "lockstep/data/image_dataset.h"

@@ -1,16 +1,27 @@
 // read_csv_table: a whole CSV file into typed columns (csv_table.h).
 //
-// One buffer holding the file; the line starts (memchr, serial: 3 ms for
-// 10 MB); each column's kind guessed from the first rows; then the rows
-// split over the cores, each field parsed straight into its column (a
-// number, or a text for the columns guessed text). A column guessed numeric
-// that later holds text has its fields read again. No intermediate per
-// field: issue #38's table of 50,000 rows has 1.2 million, and on a 2-core
-// machine the first touch of fresh memory costs about 0.6 ms a MB
-// (docs/benchmarks.md, "Your own data", has the times).
+// One buffer holding the file, cut at line ends into chunks; the chunks'
+// rows counted on all cores (so each knows its first row); each column's
+// kind guessed from the first rows; then the chunks parsed on all cores,
+// each field straight into its column in one pass over its bytes: a
+// number into the table's block of numbers, or, for the columns guessed
+// text, a view of the field's bytes in the file's buffer (a quoted field
+// with doubled quotes unescaped into its chunk's own strings). A column
+// guessed numeric that later holds text has its fields read again. The
+// file's buffer and the numbers sit on huge pages (core/huge_pages.h): in a
+// fresh process their 4 KiB page faults cost more than the parse.
+//
+// Numbers take a fast path (digits, a point, an exponent, parsed as they
+// are scanned): a value of at most 15 significant digits whose power of ten
+// is within 22 is one exact integer times or over one exact power of ten,
+// so one correctly rounded operation gives std::from_chars's double
+// (Clinger's fast path); any other field goes to std::from_chars itself.
+// Issue #38's table (50,000 rows, 24 columns, 10 MB) has 1.2 million
+// fields; docs/benchmarks.md, "Your own data", has the times.
 #include "lockstep/data/csv_table.h"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -38,12 +49,104 @@ bool parse_number(std::string_view field, double& value) {
   return error == std::errc() && end == field.data() + field.size() && std::isfinite(value);
 }
 
-// One line of the file, without its "\r\n" or "\n", and its number (1 is
-// the header).
-struct Line {
-  std::string_view text{};
-  std::int64_t number = 0;
-};
+// Exact powers of ten as doubles (10^22 is the last one a double holds).
+constexpr double kPowersOfTen[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                   1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                   1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+constexpr std::uint64_t kIntegerPowersOfTen[] = {1,      10,      100,      1000,     10000,
+                                                 100000, 1000000, 10000000, 100000000};
+
+// How many of the 8 bytes of `w`, from its first (the lowest: x86 and ARM
+// are little-endian), are ASCII digits: a byte is one when its high nibble
+// is 3 and adding 6 keeps it so. A carry out of a byte of 0xFA or more only
+// reaches the bytes after it, after the first non-digit.
+inline int leading_digits(std::uint64_t w) {
+  const std::uint64_t x = ((w & 0xF0F0F0F0F0F0F0F0) ^ 0x3030303030303030) |
+                          (((w + 0x0606060606060606) & 0xF0F0F0F0F0F0F0F0) ^ 0x3030303030303030);
+  return x == 0 ? 8 : std::countr_zero(x) / 8;
+}
+
+// The value of the first `d` (1–8) bytes of `w`, all digits: shifted so
+// that they are the last of eight digits behind leading zeros, then
+// combined in pairs, and the four pairs by two multiplications.
+inline std::uint64_t digits_value(std::uint64_t w, int d) {
+  w -= 0x3030303030303030;  // a borrow from a later non-digit byte goes later still
+  w <<= 8 * (8 - d);
+  w = w * 10 + (w >> 8);  // byte 2k: the pair of digits 2k and 2k+1
+  return (((w & 0x000000FF000000FF) * (100 + (std::uint64_t{1000000} << 32))) +
+          (((w >> 16) & 0x000000FF000000FF) * (1 + (std::uint64_t{10000} << 32)))) >>
+         32;
+}
+
+// The run of digits at `q` (before `end`) added to `value` (value * 10^n +
+// run), eight bytes at a time while eight are left: no branch per digit (a
+// loop over ~6 digits mispredicted its end once a number, which cost more
+// than the digits). Returns the run's length; `value` wraps past 19 digits,
+// which the caller refuses.
+inline int digit_run(const char*& q, const char* end, std::uint64_t& value) {
+  int count = 0;
+  while (end - q >= 8) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, q, 8);
+    const int d = leading_digits(w);
+    if (d == 0) return count;
+    value = value * kIntegerPowersOfTen[d] + digits_value(w, d);
+    q += d;
+    count += d;
+    if (d < 8 || count > 16) return count;
+  }
+  while (q < end && static_cast<unsigned>(*q - '0') < 10) {
+    value = value * 10 + static_cast<unsigned>(*q - '0');
+    ++q;
+    ++count;
+  }
+  return count;
+}
+
+// The fast path: at `p`, [-]digits[.digits][(e|E)[+|-]digits] ending at
+// `end` or at `delim`, of at most 15 digits and a power of ten within 22.
+// Sets `value` (bitwise what parse_number gives) and `p` to the field's
+// end; false, with `p` unchanged, for anything else.
+inline bool fast_number(const char*& p, const char* end, char delim, double& value) {
+  const char* q = p;
+  const bool negative = q < end && *q == '-';
+  if (negative) ++q;
+  std::uint64_t mantissa = 0;
+  int digits = digit_run(q, end, mantissa);  // leading zeros counted: a cautious bound
+  int scale = 0;                             // digits after the point
+  if (q < end && *q == '.') {
+    ++q;
+    scale = digit_run(q, end, mantissa);
+    digits += scale;
+  }
+  if (digits == 0 || digits > 15) return false;
+  int exponent = 0;
+  if (q < end && (*q == 'e' || *q == 'E')) {
+    ++q;
+    const bool minus = q < end && *q == '-';
+    if (q < end && (*q == '-' || *q == '+')) ++q;
+    int exponent_digits = 0;
+    while (q < end && static_cast<unsigned>(*q - '0') < 10 && exponent_digits < 4) {
+      exponent = exponent * 10 + (*q - '0');
+      ++exponent_digits;
+      ++q;
+    }
+    if (exponent_digits == 0 || exponent_digits == 4) return false;
+    if (minus) exponent = -exponent;
+  }
+  if (q != end && *q != delim) return false;
+  const int power = exponent - scale;
+  if (power < -22 || power > 22) return false;
+  // mantissa < 10^15 < 2^53: exact, as is the power; one rounding. The
+  // sign goes on the integer (no branch on it: signs are random in data).
+  const auto whole = static_cast<std::int64_t>(mantissa);
+  const auto m = static_cast<double>(negative ? -whole : whole);
+  const double ten = kPowersOfTen[power < 0 ? -power : power];
+  value = mantissa == 0 ? (negative ? -0.0 : 0.0) : power < 0 ? m / ten : m * ten;
+  p = q;
+  return true;
+}
 
 // What went wrong on a line: the first such line of the file is reported.
 struct LineError {
@@ -54,81 +157,109 @@ struct LineError {
 // Rows that guess each column's kind before the parallel pass.
 constexpr std::int64_t kGuessRows = 100;
 
-// Splits `line` into `fields` (cleared first). A quoted field (RFC 4180)
-// is its inside as a view, or, when it holds doubled quotes, unescaped into
-// `unquoted`, which its view then points into. Returns "" or what is wrong.
+// The field at `p` on a line ending at `end` (RFC 4180 quotes: the inside,
+// doubled quotes unescaped into `unquoted`, which the view then points
+// into, and `in_unquoted` set); `p` moves to the delimiter after it or to
+// `end`. Returns "" or what is wrong.
+std::string next_field(const char*& p, const char* end, char delim, std::string_view& field,
+                       std::string& unquoted, bool& in_unquoted) {
+  in_unquoted = false;
+  if (p < end && *p == '"') {
+    const char* close = p + 1;
+    bool doubled = false;
+    while (true) {
+      close =
+          static_cast<const char*>(std::memchr(close, '"', static_cast<std::size_t>(end - close)));
+      if (close == nullptr) return "unterminated quote";
+      if (close + 1 < end && close[1] == '"') {
+        doubled = true;
+        close += 2;
+        continue;
+      }
+      break;
+    }
+    field = std::string_view(p + 1, static_cast<std::size_t>(close - p - 1));
+    if (doubled) {
+      unquoted.clear();
+      for (std::size_t i = 0; i < field.size(); ++i) {
+        unquoted += field[i];
+        if (field[i] == '"') ++i;  // the second of a doubled quote
+      }
+      field = unquoted;
+      in_unquoted = true;
+    }
+    p = close + 1;
+    if (p < end && *p != delim)
+      return "a quoted field is followed by '" + std::string(1, *p) + "', not the delimiter";
+    return "";
+  }
+  const void* hit = p < end ? std::memchr(p, delim, static_cast<std::size_t>(end - p)) : nullptr;
+  const char* stop = hit == nullptr ? end : static_cast<const char*>(hit);
+  field = std::string_view(p, static_cast<std::size_t>(stop - p));
+  p = stop;
+  return "";
+}
+
+// Every field of `line` into `fields`; doubled-quote fields kept in
+// `unquoted`. Returns "" or what is wrong.
 std::string split_fields(std::string_view line, char delim, std::vector<std::string_view>& fields,
                          std::deque<std::string>& unquoted) {
   fields.clear();
-  std::size_t from = 0;
+  const char* p = line.data();
+  const char* const end = line.data() + line.size();
+  std::string scratch;
   while (true) {
-    if (from < line.size() && line[from] == '"') {
-      std::size_t close = from + 1;
-      bool doubled = false;
-      while (true) {
-        close = line.find('"', close);
-        if (close == std::string_view::npos) return "unterminated quote";
-        if (close + 1 < line.size() && line[close + 1] == '"') {
-          doubled = true;
-          close += 2;
-          continue;
-        }
-        break;
-      }
-      std::string_view inside = line.substr(from + 1, close - from - 1);
-      if (doubled) {
-        std::string plain;
-        for (std::size_t i = 0; i < inside.size(); ++i) {
-          plain += inside[i];
-          if (inside[i] == '"') ++i;  // the second of a doubled quote
-        }
-        inside = unquoted.emplace_back(std::move(plain));
-      }
-      fields.push_back(inside);
-      const std::size_t next = close + 1;
-      if (next >= line.size()) return "";
-      if (line[next] != delim)
-        return "a quoted field is followed by '" + std::string(1, line[next]) +
-               "', not the delimiter";
-      from = next + 1;
-      if (from == line.size()) {
-        fields.emplace_back();  // a trailing delimiter: one more, empty field
-        return "";
-      }
-      continue;
-    }
-    const void* hit =
-        from < line.size() ? std::memchr(line.data() + from, delim, line.size() - from) : nullptr;
-    if (hit == nullptr) {
-      fields.push_back(line.substr(std::min(from, line.size())));
-      return "";
-    }
-    const auto delim_at = static_cast<std::size_t>(static_cast<const char*>(hit) - line.data());
-    fields.push_back(line.substr(from, delim_at - from));
-    from = delim_at + 1;
+    std::string_view field;
+    bool in_scratch = false;
+    if (std::string what = next_field(p, end, delim, field, scratch, in_scratch); !what.empty())
+      return what;
+    if (in_scratch) field = unquoted.emplace_back(std::move(scratch));
+    fields.push_back(field);
+    if (p == end) return "";
+    ++p;  // the delimiter; after a trailing one, one more, empty field
   }
 }
 
-// The lines of `text` that are not blank (a blank line, the last one often,
-// is skipped; the header is kept even when blank, to be refused).
-std::vector<Line> lines_of(const std::string& text) {
-  std::vector<Line> lines;
-  lines.reserve(static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) + 1);
-  const char* at = text.data();
-  const char* const end = text.data() + text.size();
-  std::int64_t number = 0;
-  while (at < end || number == 0) {
-    const char* newline = static_cast<const char*>(std::memchr(at, '\n', end - at));
-    const char* stop = newline == nullptr ? end : newline;
-    std::string_view line(at, static_cast<std::size_t>(stop - at));
-    ++number;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (!line.empty() || number == 1) lines.push_back({line, number});
-    if (newline == nullptr) break;
-    at = newline + 1;
-  }
-  return lines;
+// The line at `at` (before `end`): its text without "\r\n" or "\n", and
+// where the next one starts.
+std::string_view line_at(const char* at, const char* end, const char*& next) {
+  const char* newline =
+      static_cast<const char*>(std::memchr(at, '\n', static_cast<std::size_t>(end - at)));
+  const char* stop = newline == nullptr ? end : newline;
+  next = newline == nullptr ? end : newline + 1;
+  std::string_view line(at, static_cast<std::size_t>(stop - at));
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  return line;
 }
+
+// A part of the file's rows: bytes [begin, end) cut at line ends, its
+// first row and first line (counted before the parse).
+struct Chunk {
+  const char* begin = nullptr;
+  const char* end = nullptr;
+  std::int64_t rows = 0;        // lines that are not blank
+  std::int64_t lines = 0;       // every line
+  std::int64_t first_row = 0;   // of the table (0 is the first row after the header)
+  std::int64_t first_line = 0;  // of the file (1 is the header)
+};
+
+// Per chunk and column: whether a field of a column guessed numeric was
+// not a number, and the missing fields.
+struct ChunkColumn {
+  bool not_numbers = false;
+  std::int64_t missing = 0;
+  std::int64_t first_missing_line = 0;
+};
+
+// What a table's columns point into.
+struct Storage {
+  HugePageVector<char> file{};                    // its bytes: the texts' views
+  HugePageVector<double> numbers{};               // the numeric columns, one after another
+  HugePageVector<std::string_view> texts{};       // the text columns, one after another
+  HugePageVector<std::string_view> late_texts{};  // columns that held text after the guessed rows
+  HugePageVector<std::string_view> no_texts{};    // one empty view per row: columns without values
+  std::vector<std::deque<std::string>> unescaped{};  // per chunk: texts with doubled quotes
+};
 
 }  // namespace
 
@@ -155,9 +286,9 @@ std::vector<std::string> CsvTable::names() const {
 }
 
 CsvTable read_csv_table(const std::string& path, const CsvTableOptions& options) {
-  std::string text;
+  auto storage = std::make_shared<Storage>();
   try {
-    text = read_whole_file(path);
+    storage->file = read_whole_file_to_huge_pages(path);
   } catch (const IOError& e) {
     detail::throw_error<IOError>(path, ": cannot open the CSV file (", e.what(), ")");
   }
@@ -166,14 +297,16 @@ CsvTable read_csv_table(const std::string& path, const CsvTableOptions& options)
   auto bad = [&](std::int64_t line, const std::string& what) {
     detail::throw_error<IOError>(path, ":", line, ": ", what);
   };
+  const HugePageVector<char>& text = storage->file;
   if (text.empty()) bad(1, "the file is empty; expected a header line naming the columns");
-  const std::vector<Line> lines = lines_of(text);
+  const char delim = options.field_delim;
+  const char* const file_end = text.data() + text.size();
+  const char* body = nullptr;
+  const std::string_view header = line_at(text.data(), file_end, body);
 
   std::vector<std::string_view> fields;
-  std::deque<std::string> header_unquoted;
-  if (std::string what = split_fields(lines[0].text, options.field_delim, fields, header_unquoted);
-      !what.empty())
-    bad(1, what);
+  std::deque<std::string> kept;
+  if (std::string what = split_fields(header, delim, fields, kept); !what.empty()) bad(1, what);
   std::set<std::string, std::less<>> seen;
   for (std::string_view name : fields) {
     if (name.empty())
@@ -184,9 +317,42 @@ CsvTable read_csv_table(const std::string& path, const CsvTableOptions& options)
     table.columns.push_back({.name = std::string(name)});
   }
   const std::size_t width = table.columns.size();
-  const auto rows = static_cast<std::int64_t>(lines.size()) - 1;
+
+  // The body cut at line ends into chunks, their rows counted on all cores.
+  const auto body_bytes = static_cast<std::size_t>(file_end - body);
+  const std::size_t chunk_count =
+      std::clamp<std::size_t>(body_bytes / (64 << 10), 1, 64);  // ≥ 64 KB each
+  std::vector<Chunk> chunks;
+  for (const char* at = body; at < file_end && chunks.size() < chunk_count;) {
+    const char* stop = chunks.size() + 1 == chunk_count
+                           ? file_end
+                           : std::max(at, body + body_bytes * (chunks.size() + 1) / chunk_count);
+    const void* newline = std::memchr(stop, '\n', static_cast<std::size_t>(file_end - stop));
+    stop = newline == nullptr ? file_end : static_cast<const char*>(newline) + 1;
+    chunks.push_back({.begin = at, .end = stop});
+    at = stop;
+  }
+  const auto count = static_cast<std::int64_t>(chunks.size());
+  parallel_for(count, 1 << 16, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t k = b; k < e; ++k) {
+      Chunk& chunk = chunks[static_cast<std::size_t>(k)];
+      for (const char* p = chunk.begin; p < chunk.end;) {
+        const std::string_view line = line_at(p, chunk.end, p);
+        ++chunk.lines;
+        chunk.rows += !line.empty();
+      }
+    }
+  });
+  std::int64_t rows = 0, lines = 1;
+  for (Chunk& chunk : chunks) {
+    chunk.first_row = rows;
+    chunk.first_line = lines + 1;
+    rows += chunk.rows;
+    lines += chunk.lines;
+  }
   LOCKSTEP_CHECK_AS(IOError, rows > 0, path, ": the file has a header and no rows");
   table.rows = rows;
+  const auto n = static_cast<std::size_t>(rows);
 
   // Each column's kind guessed from the first rows: text when one of
   // their fields is not a number (final), else numbers (until a field
@@ -195,123 +361,154 @@ CsvTable read_csv_table(const std::string& path, const CsvTableOptions& options)
   const auto is_missing = [&](std::string_view field) {
     return field.empty() || (!options.na_value.empty() && field == options.na_value);
   };
-  for (std::int64_t r = 1; r <= std::min<std::int64_t>(rows, kGuessRows); ++r) {
-    std::deque<std::string> scratch;
-    if (split_fields(lines[static_cast<std::size_t>(r)].text, options.field_delim, fields, scratch)
-            .empty() &&
-        fields.size() == width) {
-      double value = 0;
-      for (std::size_t c = 0; c < width; ++c)
-        as_text[c] = as_text[c] || (!is_missing(fields[c]) && !parse_number(fields[c], value));
-    }
-  }
-  std::vector<std::vector<double>> numbers(width);
-  std::vector<std::vector<std::string>> texts(width);
-  for (std::size_t c = 0; c < width; ++c) {
-    if (as_text[c]) {
-      texts[c].resize(static_cast<std::size_t>(rows));
-    } else {
-      numbers[c].resize(static_cast<std::size_t>(rows));
-    }
-  }
-  // Pass 2, the rows split over the cores, straight into the columns: a
-  // number (NaN where missing) or a text ("" where missing). Each part keeps
-  // its first error and, per column, its missing fields and whether a field
-  // of a column guessed numeric was not a number.
-  struct PartColumn {
-    bool not_numbers = false;
-    std::int64_t missing = 0;
-    std::int64_t first_missing_line = 0;
-  };
-  constexpr std::int64_t kParts = 64;  // ranges to hand out; enough for any core count here
-  std::vector<LineError> errors(kParts);
-  std::vector<std::vector<PartColumn>> parts(kParts, std::vector<PartColumn>(width));
-  const std::int64_t per_part = (rows + kParts - 1) / kParts;
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  // Calls row(r, fields, part) for each row, its fields split; an error
-  // ends the part's rows.
-  const auto each_row = [&](const auto& row) {
-    parallel_for(kParts, per_part * static_cast<std::int64_t>(width) * 30,
-                 [&](std::int64_t begin, std::int64_t end) {
-                   std::vector<std::string_view> fields_of_row;
-                   std::deque<std::string> unquoted;
-                   for (std::int64_t part = begin; part < end; ++part) {
-                     const auto p = static_cast<std::size_t>(part);
-                     const std::int64_t last = std::min(rows, (part + 1) * per_part);
-                     for (std::int64_t r = part * per_part; r < last; ++r) {
-                       const Line& line = lines[static_cast<std::size_t>(r + 1)];
-                       unquoted.clear();
-                       std::string what =
-                           split_fields(line.text, options.field_delim, fields_of_row, unquoted);
-                       if (what.empty() && fields_of_row.size() != width)
-                         what = "expected " + std::to_string(width) +
-                                " fields (as the header), got " +
-                                std::to_string(fields_of_row.size());
-                       if (!what.empty()) {
-                         errors[p] = {line.number, std::move(what)};
-                         break;
-                       }
-                       row(static_cast<std::size_t>(r), line.number, fields_of_row, parts[p]);
-                     }
-                   }
-                 });
-  };
-  each_row([&](std::size_t r, std::int64_t line, const std::vector<std::string_view>& row,
-               std::vector<PartColumn>& part) {
-    for (std::size_t c = 0; c < width; ++c) {
-      PartColumn& mine = part[c];
-      const std::string_view field = row[c];
-      const bool missing = is_missing(field);
-      if (missing && mine.missing++ == 0) mine.first_missing_line = line;
-      if (as_text[c]) {
-        if (!missing) texts[c][r] = field;
-        continue;
+  {
+    std::int64_t guessed = 0;
+    for (const char* p = body; p < file_end && guessed < kGuessRows;) {
+      const std::string_view line = line_at(p, file_end, p);
+      if (line.empty()) continue;
+      ++guessed;
+      std::deque<std::string> scratch;
+      if (split_fields(line, delim, fields, scratch).empty() && fields.size() == width) {
+        double value = 0;
+        for (std::size_t c = 0; c < width; ++c)
+          as_text[c] = as_text[c] || (!is_missing(fields[c]) && !parse_number(fields[c], value));
       }
-      double& value = numbers[c][r];
-      value = nan;
-      if (!missing && !mine.not_numbers && !parse_number(field, value)) mine.not_numbers = true;
     }
-  });
+  }
+  // The fast path would read a missing-value marker that is a number as
+  // that number.
+  double marker = 0;
+  const bool fast = options.na_value.empty() || !parse_number(options.na_value, marker);
+
+  // Where each column goes: its place in the block of numbers or of texts.
+  std::vector<double*> numbers(width, nullptr);
+  std::vector<std::string_view*> texts(width, nullptr);
+  {
+    const auto text_columns =
+        static_cast<std::size_t>(std::count(as_text.begin(), as_text.end(), 1));
+    storage->numbers.resize((width - text_columns) * n);
+    storage->texts.resize(text_columns * n);
+    std::size_t next_number = 0, next_text = 0;
+    for (std::size_t c = 0; c < width; ++c) {
+      if (as_text[c]) {
+        texts[c] = storage->texts.data() + n * next_text++;
+      } else {
+        numbers[c] = storage->numbers.data() + n * next_number++;
+      }
+    }
+  }
+  storage->unescaped.resize(chunks.size());
+
+  // The chunks on all cores, straight into the columns: a number (NaN where
+  // missing) or a text ("" where missing). `again` set: only its columns,
+  // as texts (the second pass). Each chunk keeps its first error.
+  std::vector<LineError> errors(chunks.size());
+  std::vector<std::vector<ChunkColumn>> chunk_columns(chunks.size(),
+                                                      std::vector<ChunkColumn>(width));
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto parse = [&](const std::vector<char>* again) {
+    parallel_for(count, 1 << 16, [&](std::int64_t b, std::int64_t e) {
+      std::string unquoted;
+      for (std::int64_t k = b; k < e; ++k) {
+        const Chunk& chunk = chunks[static_cast<std::size_t>(k)];
+        std::vector<ChunkColumn>& mine = chunk_columns[static_cast<std::size_t>(k)];
+        std::deque<std::string>& unescaped = storage->unescaped[static_cast<std::size_t>(k)];
+        const auto keep = [&](std::string_view field, bool in_unquoted) {
+          return in_unquoted ? std::string_view(unescaped.emplace_back(field)) : field;
+        };
+        auto r = static_cast<std::size_t>(chunk.first_row);
+        std::int64_t number = chunk.first_line - 1;
+        for (const char* next = chunk.begin; next < chunk.end;) {
+          const std::string_view line = line_at(next, chunk.end, next);
+          ++number;
+          if (line.empty()) continue;
+          const char* p = line.data();
+          const char* const end = p + line.size();
+          std::size_t c = 0;
+          std::string what;
+          while (true) {
+            if (c < width && again == nullptr && fast && numbers[c] != nullptr &&
+                !mine[c].not_numbers && fast_number(p, end, delim, numbers[c][r])) {
+              // parsed
+            } else {
+              std::string_view field;
+              bool in_unquoted = false;
+              what = next_field(p, end, delim, field, unquoted, in_unquoted);
+              if (!what.empty()) break;
+              if (c < width) {
+                const bool missing = is_missing(field);
+                if (again != nullptr) {
+                  if ((*again)[c] && !missing) texts[c][r] = keep(field, in_unquoted);
+                } else {
+                  ChunkColumn& column = mine[c];
+                  if (missing && column.missing++ == 0) column.first_missing_line = number;
+                  if (texts[c] != nullptr) {
+                    if (!missing) texts[c][r] = keep(field, in_unquoted);
+                  } else {
+                    double& value = numbers[c][r];
+                    value = nan;
+                    if (!missing && !column.not_numbers && !parse_number(field, value))
+                      column.not_numbers = true;
+                  }
+                }
+              }
+            }
+            ++c;
+            if (p == end) break;
+            ++p;  // the delimiter; after a trailing one, one more, empty field
+          }
+          if (what.empty() && c != width)
+            what = "expected " + std::to_string(width) + " fields (as the header), got " +
+                   std::to_string(c);
+          if (!what.empty()) {
+            errors[static_cast<std::size_t>(k)] = {number, std::move(what)};
+            break;
+          }
+          ++r;
+        }
+      }
+    });
+  };
+  parse(nullptr);
   for (const LineError& e : errors) {
     if (e.line != 0) bad(e.line, e.what);
   }
   // A column guessed numeric that held text after the first rows: its
-  // fields read again, as texts.
+  // fields read again, as texts, into a block of their own.
   std::vector<char> again(width, 0);
-  bool any_again = false;
+  std::size_t again_count = 0;
   for (std::size_t c = 0; c < width; ++c) {
-    for (const std::vector<PartColumn>& part : parts) again[c] = again[c] || part[c].not_numbers;
-    if (again[c]) {
-      any_again = true;
-      numbers[c] = {};
-      texts[c].resize(static_cast<std::size_t>(rows));
+    for (const std::vector<ChunkColumn>& chunk : chunk_columns)
+      again[c] = again[c] || chunk[c].not_numbers;
+    again_count += again[c] != 0;
+  }
+  if (again_count > 0) {
+    storage->late_texts.resize(again_count * n);
+    std::size_t next_text = 0;
+    for (std::size_t c = 0; c < width; ++c) {
+      if (again[c]) texts[c] = storage->late_texts.data() + n * next_text++;
     }
+    parse(&again);
   }
-  if (any_again) {
-    each_row([&](std::size_t r, std::int64_t, const std::vector<std::string_view>& row,
-                 std::vector<PartColumn>&) {
-      for (std::size_t c = 0; c < width; ++c) {
-        if (again[c] && !is_missing(row[c])) texts[c][r] = row[c];
-      }
-    });
-  }
+  // A column with no value at all is text (no field is a number).
   for (std::size_t c = 0; c < width; ++c) {
     CsvTable::Column& col = table.columns[c];
-    for (const std::vector<PartColumn>& part : parts) {
-      if (part[c].missing > 0 && col.missing == 0)
-        col.first_missing_line = part[c].first_missing_line;
-      col.missing += part[c].missing;
+    for (const std::vector<ChunkColumn>& chunk : chunk_columns) {
+      if (chunk[c].missing > 0 && col.missing == 0)
+        col.first_missing_line = chunk[c].first_missing_line;
+      col.missing += chunk[c].missing;
     }
-    // A column with no value at all is text (no field is a number).
     col.numeric = !as_text[c] && !again[c] && col.missing < rows;
     if (col.numeric) {
-      col.numbers = std::move(numbers[c]);
-    } else if (!texts[c].empty()) {
-      col.text = std::move(texts[c]);
+      col.numbers = {numbers[c], n};
+    } else if (texts[c] != nullptr) {
+      col.text = {texts[c], n};
     } else {
-      col.text.resize(static_cast<std::size_t>(rows));
+      if (storage->no_texts.empty()) storage->no_texts.resize(n);
+      col.text = {storage->no_texts.data(), n};
     }
   }
+  table.storage = std::move(storage);
   return table;
 }
 

@@ -1,13 +1,12 @@
 // CachingAllocator: size-class free lists over aligned system allocations.
 #include "lockstep/tensor/allocator.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/huge_pages.h"
 
 namespace lockstep {
 namespace {
@@ -17,21 +16,16 @@ constexpr std::size_t kAlignment = 64;
 // without page faults, and waste matters more than misses.
 constexpr std::size_t kLargerClassMinimum = std::size_t{1} << 20;
 constexpr std::size_t kLargerClassFactor = 2;
-// Buffers this large sit on 2 MiB boundaries and ask the kernel for
-// transparent huge pages (MADV_HUGEPAGE: Debian's default THP mode is
-// "madvise", so nothing is huge unless asked). Their size classes are
-// multiples of 2 MiB (a quarter of 8 MiB), so nothing is wasted; what they
-// buy is one TLB entry and one page fault per 2 MiB instead of 512 — a
-// dataset's random rows, a convnet's activations.
-constexpr std::size_t kHugePage = std::size_t{2} << 20;
-constexpr std::size_t kHugePageMinimum = std::size_t{8} << 20;
+// Buffers this large sit on 2 MiB boundaries on transparent huge pages
+// (core/huge_pages.h): one TLB entry and one page fault per 2 MiB instead
+// of 512 — a dataset's random rows, a convnet's activations, a table
+// encoded for training (issue #38: 6 MiB took 3.5–4.5 ms to fault in on
+// 4 KiB pages). Their size classes are multiples of 1 MiB (a quarter of
+// 4 MiB), so at most the last MiB of one is on small pages.
+constexpr std::size_t kHugePageMinimum = std::size_t{4} << 20;
 
 void* system_allocate(std::size_t size) {
-  if (size < kHugePageMinimum) return std::aligned_alloc(kAlignment, size);
-  void* ptr = std::aligned_alloc(kHugePage, size);
-  // Advice only: where THP is off or unavailable the buffer works as is.
-  if (ptr != nullptr) ::madvise(ptr, size, MADV_HUGEPAGE);
-  return ptr;
+  return lockstep::system_allocate(size, kAlignment, kHugePageMinimum);
 }
 }  // namespace
 

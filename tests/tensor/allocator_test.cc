@@ -82,14 +82,14 @@ std::string thp_mode() {
   return open == std::string::npos ? "" : all.substr(open + 1, close - open - 1);
 }
 
-// Buffers of 8 MiB or more sit on 2 MiB boundaries and are advised for
+// Buffers of 4 MiB or more sit on 2 MiB boundaries and are advised for
 // transparent huge pages, so that the kernel may back them so under its
 // default "madvise" mode; smaller ones are left to the heap.
-TEST(CachingAllocator, BuffersOf8MiBOrMoreAreAdvisedForHugePages) {
+TEST(CachingAllocator, BuffersOf4MiBOrMoreAreAdvisedForHugePages) {
   constexpr std::size_t mib = std::size_t{1} << 20;
   CachingAllocator alloc;
-  void* large = alloc.allocate(10 * mib);
-  void* small = alloc.allocate(1 * mib);
+  void* large = alloc.allocate(5 * mib);
+  void* small = alloc.allocate(3 * mib);
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(large) % (2 * mib), 0u);
   const std::string mode = thp_mode();
   if (mode == "madvise") {
@@ -100,8 +100,8 @@ TEST(CachingAllocator, BuffersOf8MiBOrMoreAreAdvisedForHugePages) {
   } else if (mode == "never") {
     EXPECT_EQ(thp_eligible(large), 0);  // advice the system does not take
   }  // a kernel without THP: the alignment is all there is to check
-  alloc.deallocate(large, 10 * mib);
-  alloc.deallocate(small, 1 * mib);
+  alloc.deallocate(large, 5 * mib);
+  alloc.deallocate(small, 3 * mib);
 }
 
 // A large request whose class has no idle buffer takes the smallest idle
