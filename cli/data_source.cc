@@ -506,8 +506,137 @@ Examples in_memory(Tensor x, Tensor y) {
 }
 
 Examples rows_of(const Examples& all, std::int64_t begin, std::int64_t end) {
+  if (!all.arrays.empty()) {
+    Examples e;
+    e.names = all.names;
+    for (const Tensor& a : all.arrays) e.arrays.push_back(a.view_rows(begin, end));
+    e.count = end - begin;
+    return e;
+  }
   return in_memory(all.x.view_rows(begin, end),
                    all.y.defined() ? all.y.view_rows(begin, end) : Tensor());
+}
+
+// ---- named arrays: a model with several inputs or outputs ----
+
+std::string tensor_name(const KerasTensor& t) {
+  return t.node()->layer ? t.node()->layer->name() : t.node()->input_name;
+}
+
+// The names of a .npz's arrays and of what the model wants, for errors.
+std::string archive_and_model(const std::map<std::string, Tensor>& arrays,
+                              const std::vector<DataSpec::Array>& inputs,
+                              const std::vector<DataSpec::Array>& outputs) {
+  std::vector<std::string> held, wanted;
+  for (const auto& [name, t] : arrays) held.push_back(name);
+  for (const auto& a : inputs) wanted.push_back(a.name);
+  for (const auto& a : outputs) wanted.push_back(a.name);
+  return "it holds " + join(held) + "; the model's inputs and outputs are " + join(wanted);
+}
+
+// The arrays of a .npz named as the spec's inputs (and, with labels, its
+// outputs), each checked against its example shape and cast as the model
+// takes it; every array with as many examples.
+Examples named_examples(const std::string& source, Kind kind, const DataSpec& spec,
+                        bool with_labels) {
+  LOCKSTEP_CHECK(kind == Kind::kNpz, source, ": the model has ", spec.inputs.size(),
+                 " input(s) and ", spec.outputs.size(),
+                 " output(s); give a .npz whose arrays are named after them (", join([&] {
+                   std::vector<std::string> n;
+                   for (const auto& a : spec.inputs) n.push_back(a.name);
+                   for (const auto& a : spec.outputs) n.push_back(a.name);
+                   return n;
+                 }()),
+                 "), as numpy.savez(file, name=array, ...) writes");
+  const std::map<std::string, Tensor> arrays = read_npz(source);
+  Examples e;
+  const auto take = [&](const DataSpec::Array& want, bool output) {
+    const auto it = arrays.find(want.name);
+    LOCKSTEP_CHECK(it != arrays.end(), source, ": no array named '", want.name, "' (the model's ",
+                   output ? "output" : "input", "); ",
+                   archive_and_model(arrays, spec.inputs, spec.outputs));
+    const Tensor& raw = it->second;
+    const std::string where = source + " (" + want.name + ")";
+    LOCKSTEP_CHECK_AS(ShapeError, raw.rank() >= 1, where,
+                      ": a scalar; expected one row per example");
+    Tensor t;
+    if (!output) {
+      t = npy_inputs(raw.rank() == 1 ? reshape(raw, {raw.dim(0), 1}) : raw, where, want.shape,
+                     want.dtype == "int32" ? DType::kInt32 : DType::kFloat32);
+      const std::vector<std::int64_t> got(t.shape().dims().begin() + 1, t.shape().dims().end());
+      LOCKSTEP_CHECK_AS(ShapeError, got == want.shape, where, ": examples of shape ", Shape(got),
+                        "; the model's input '", want.name, "' takes ", Shape(want.shape));
+    } else if (!want.class_names.empty()) {
+      LOCKSTEP_CHECK_AS(ShapeError, raw.rank() == 1, where,
+                        ": class labels are one number per example; got shape ", raw.shape());
+      t = cast(raw, DType::kInt32);
+      const std::vector<std::int32_t> v = t.to_vector<std::int32_t>();
+      const auto classes = static_cast<std::int32_t>(want.class_names.size());
+      for (std::size_t r = 0; r < v.size(); ++r)
+        LOCKSTEP_CHECK(v[r] >= 0 && v[r] < classes, where, ": label ", r, " is ", v[r],
+                       "; the output '", want.name, "' has ", classes, " classes (0 to ",
+                       classes - 1, ")");
+    } else {
+      t = cast(raw, DType::kFloat32);
+      const std::int64_t n = t.dim(0);
+      LOCKSTEP_CHECK_AS(ShapeError, t.numel() == n * want.targets, where, ": shape ", raw.shape(),
+                        "; the output '", want.name, "' has ", want.targets,
+                        " value(s) per example");
+      t = reshape(t, {n, want.targets});
+    }
+    if (!e.arrays.empty())
+      LOCKSTEP_CHECK_AS(ShapeError, t.dim(0) == e.count, source, ": '", want.name, "' has ",
+                        t.dim(0), " examples and '", e.names[0], "' ", e.count,
+                        "; every array needs one row per example");
+    e.count = t.dim(0);
+    e.names.push_back(want.name);
+    e.arrays.push_back(t);
+  };
+  for (const auto& a : spec.inputs) take(a, false);
+  if (with_labels) {
+    for (const auto& a : spec.outputs) take(a, true);
+  }
+  return e;
+}
+
+// The spec of a .npz for a model with several inputs or outputs: the
+// inputs as the model takes them, each output's task from its array
+// (whole numbers, one per example: classes 0 to the largest; else a
+// regression), or from --loss.
+DataSpec named_spec(const std::string& source, Kind kind, const ModelSides& sides,
+                    const std::string& loss) {
+  DataSpec spec;
+  spec.kind = "npy";
+  for (std::size_t i = 0; i < sides.input_names.size(); ++i)
+    spec.inputs.push_back(
+        {.name = sides.input_names[i],
+         .shape = sides.input_shapes[i],
+         .dtype = sides.input_dtypes[i] == DType::kInt32 || sides.input_dtypes[i] == DType::kInt64
+                      ? "int32"
+                      : "float32"});
+  for (const std::string& name : sides.output_names) spec.outputs.push_back({.name = name});
+  if (kind != Kind::kNpz) return spec;  // named_examples says what is wanted
+  const std::map<std::string, Tensor> arrays = read_npz(source);
+  for (DataSpec::Array& out : spec.outputs) {
+    const auto it = arrays.find(out.name);
+    LOCKSTEP_CHECK(it != arrays.end(), source, ": no array named '", out.name,
+                   "' (the model's output); ",
+                   archive_and_model(arrays, spec.inputs, spec.outputs));
+    const Tensor& y = it->second;
+    const bool integers = y.dtype() != DType::kFloat32 && y.dtype() != DType::kBFloat16;
+    const bool classes =
+        loss == "sparse_categorical_crossentropy" || (loss == "auto" && integers && y.rank() == 1);
+    if (classes) {
+      out.class_names = npy_classes(y, source + " (" + out.name + ")");
+      std::printf("Output '%s': %zu classes (labels 0 to %zu).\n", out.name.c_str(),
+                  out.class_names.size(), out.class_names.size() - 1);
+    } else {
+      out.targets = y.rank() <= 1 ? 1 : y.numel() / std::max<std::int64_t>(y.dim(0), 1);
+      std::printf("Output '%s': a regression on %lld value(s) per example.\n", out.name.c_str(),
+                  static_cast<long long>(out.targets));
+    }
+  }
+  return spec;
 }
 
 // Every image file starts as a JPEG or a PNG does, checked before any step
@@ -604,7 +733,18 @@ std::string DataSpec::to_json() const {
                   {"image_size", image_size},
                   {"color_mode", color_mode},
                   {"input_dtype", input_dtype}};
-  return j.dump(2) + "\n";
+  json named = j;
+  for (const auto* side : {&inputs, &outputs}) {
+    json list = json::array();
+    for (const Array& a : *side)
+      list.push_back({{"name", a.name},
+                      {"shape", a.shape},
+                      {"dtype", a.dtype},
+                      {"class_names", a.class_names},
+                      {"targets", a.targets}});
+    named[side == &inputs ? "inputs" : "outputs"] = list;
+  }
+  return named.dump(2) + "\n";
 }
 
 DataSpec DataSpec::from_json(const std::string& text, const std::string& where) {
@@ -626,6 +766,14 @@ DataSpec DataSpec::from_json(const std::string& text, const std::string& where) 
     s.image_size = j.at("image_size").get<std::array<std::int64_t, 2>>();
     s.input_dtype = j.value("input_dtype", std::string("float32"));  // absent before int ids
     s.color_mode = j.at("color_mode").get<std::string>();
+    for (auto* side : {&s.inputs, &s.outputs}) {
+      for (const json& a : j.value(side == &s.inputs ? "inputs" : "outputs", json::array()))
+        side->push_back({.name = a.at("name").get<std::string>(),
+                         .shape = a.at("shape").get<std::vector<std::int64_t>>(),
+                         .dtype = a.at("dtype").get<std::string>(),
+                         .class_names = a.at("class_names").get<std::vector<std::string>>(),
+                         .targets = a.at("targets").get<std::int64_t>()});
+    }
   } catch (const json::exception& e) {
     detail::throw_error<ValueError>(where, ": a damaged data description (", e.what(), ")");
   }
@@ -657,8 +805,9 @@ ld::Dataset Examples::batches(std::int64_t batch_size,
     if (shuffle_seed) ds = ds.shuffle(std::min<std::int64_t>(count, 1024), {.seed = *shuffle_seed});
     return ds.batch(batch_size).prefetch(ld::kAutotune);
   }
-  ld::Dataset ds = y.defined() ? ld::Dataset::from_tensor_slices({x, y})
-                               : ld::Dataset::from_tensor_slices(std::vector<Tensor>{x});
+  ld::Dataset ds = !arrays.empty() ? ld::Dataset::from_tensor_slices(arrays, names)
+                   : y.defined()   ? ld::Dataset::from_tensor_slices({x, y})
+                                   : ld::Dataset::from_tensor_slices(std::vector<Tensor>{x});
   if (shuffle_seed) ds = ds.shuffle(count, {.seed = *shuffle_seed});
   return ds.batch(batch_size).prefetch(ld::kAutotune);
 }
@@ -667,7 +816,7 @@ ld::Dataset Examples::batches(std::int64_t batch_size,
 
 TrainingData read_training_data(const DataArgs& args,
                                 const std::optional<std::vector<std::int64_t>>& model_input,
-                                DType model_input_dtype) {
+                                DType model_input_dtype, const ModelSides* sides) {
   TrainingData out;
   DataSpec& spec = out.spec;
   const Kind kind = kind_of(args.source);
@@ -687,6 +836,14 @@ TrainingData read_training_data(const DataArgs& args,
     out.fingerprint = "csv " + std::to_string(table.rows) + " rows, crc32c " + checksum_of({x, y});
     std::printf("Read %lld rows of %s in %.3f s.\n", static_cast<long long>(table.rows),
                 args.source.c_str(), reading.seconds());
+  } else if (sides != nullptr && sides->several()) {
+    spec = named_spec(args.source, kind, *sides, args.loss);
+    const Examples all = named_examples(args.source, kind, spec, true);
+    const std::int64_t val = validation_rows(args, all.count, args.source);
+    out.train = rows_of(all, 0, all.count - val);
+    if (val > 0) out.validation = rows_of(all, all.count - val, all.count);
+    out.fingerprint =
+        "npz " + std::to_string(all.count) + " examples, crc32c " + checksum_of(all.arrays);
   } else if (kind == Kind::kNpy || kind == Kind::kNpz) {
     auto [x_raw, y_raw] = read_npy_pair(args.source, kind);
     LOCKSTEP_CHECK(y_raw.defined(), args.source, ": no array named 'y' (the labels)");
@@ -788,6 +945,7 @@ Examples read_examples(const std::string& source, const DataSpec& spec, bool wit
     auto [x, y] = encode_csv(table, spec, 0, table.rows, with_labels, codes);
     return in_memory(x, y);
   }
+  if (spec.named()) return named_examples(source, kind, spec, with_labels);
   if (spec.kind == "npy") {
     LOCKSTEP_CHECK(kind == Kind::kNpy || kind == Kind::kNpz || ends_with(source, ".npy"), source,
                    ": the model was trained on NumPy arrays; give x.npy,y.npy, x.npy or a .npz");
@@ -827,6 +985,17 @@ Examples read_examples(const std::string& source, const DataSpec& spec, bool wit
 
 // ---- models ----
 
+ModelSides ModelSides::of(const Model& model) {
+  ModelSides sides;
+  for (const KerasTensor& in : model.inputs()) {
+    sides.input_names.push_back(tensor_name(in));
+    sides.input_shapes.push_back(in.sample_shape().to_vector());
+    sides.input_dtypes.push_back(in.dtype());
+  }
+  for (const KerasTensor& out : model.outputs()) sides.output_names.push_back(tensor_name(out));
+  return sides;
+}
+
 bool ends_in_softmax(const Model& model) {
   const std::vector<Layer> layers = model.layers();
   if (layers.empty()) return false;
@@ -834,6 +1003,22 @@ bool ends_in_softmax(const Model& model) {
   if (last.impl()->class_name() == "Softmax") return true;
   const LayerConfig c = last.impl()->get_config();
   return c.has("activation") && c.get<std::string>("activation") == "softmax";
+}
+
+bool ends_in_softmax(const KerasTensor& output) {
+  const auto& layer = output.node()->layer;
+  if (!layer) return false;
+  if (layer->class_name() == "Softmax") return true;
+  const LayerConfig c = layer->get_config();
+  return c.has("activation") && c.get<std::string>("activation") == "softmax";
+}
+
+void write_npz(const std::string& path, const std::vector<std::string>& names,
+               const std::vector<Tensor>& arrays) {
+  std::vector<io::ZipMember> members;
+  for (std::size_t i = 0; i < arrays.size(); ++i)
+    members.push_back({.name = names.at(i) + ".npy", .data = ld::npy_bytes(arrays[i])});
+  atomic_write(path, io::zip_archive_image(members, 0));
 }
 
 namespace {
@@ -846,6 +1031,34 @@ std::int64_t outputs_wanted(const DataSpec& spec) {
 
 void check_model_fits_data(const Model& model, const DataSpec& spec, const std::string& name) {
   const std::vector<KerasTensor> inputs = model.inputs(), outputs = model.outputs();
+  if (spec.named()) {
+    LOCKSTEP_CHECK(inputs.size() == spec.inputs.size() && outputs.size() == spec.outputs.size(),
+                   "--model ", name, ": the model has ", inputs.size(), " input(s) and ",
+                   outputs.size(), " output(s); the data was read for ", spec.inputs.size(),
+                   " and ", spec.outputs.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const DataSpec::Array& a = spec.inputs[i];
+      LOCKSTEP_CHECK(tensor_name(inputs[i]) == a.name, "--model ", name, ": input ", i, " is '",
+                     tensor_name(inputs[i]), "'; the data's is '", a.name, "'");
+      LOCKSTEP_CHECK_AS(ShapeError, inputs[i].sample_shape() == Shape(a.shape), "--model ", name,
+                        ": the input '", a.name, "' takes examples of shape ",
+                        inputs[i].sample_shape(), " and the data's are ", Shape(a.shape));
+    }
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      const DataSpec::Array& a = spec.outputs[i];
+      LOCKSTEP_CHECK(tensor_name(outputs[i]) == a.name, "--model ", name, ": output ", i, " is '",
+                     tensor_name(outputs[i]), "'; the data's is '", a.name, "'");
+      const Shape& out = outputs[i].sample_shape();
+      const std::int64_t units = out.rank() == 0 ? 1 : out.dims().back();
+      const std::int64_t wanted =
+          a.class_names.empty() ? a.targets : static_cast<std::int64_t>(a.class_names.size());
+      LOCKSTEP_CHECK_AS(ShapeError, units == wanted, "--model ", name, ": the output '", a.name,
+                        "' has ", units, " value(s) per example (shape ", out, ") and the data ",
+                        a.class_names.empty() ? std::to_string(a.targets) + " target value(s)"
+                                              : std::to_string(a.class_names.size()) + " classes");
+    }
+    return;
+  }
   LOCKSTEP_CHECK(inputs.size() == 1 && outputs.size() == 1, "--model ", name, ": the model has ",
                  inputs.size(), " input(s) and ", outputs.size(),
                  " output(s); --data trains models with one of each");
@@ -992,6 +1205,23 @@ CompileOptions compile_options_for(const DataSpec& spec, const Model& model,
                                    const std::string& loss, double learning_rate) {
   CompileOptions o;
   o.optimizer = optimizers::Adam({.learning_rate = learning_rate});
+  if (spec.named()) {
+    // Each output its own loss and metric, as Keras's compile with lists.
+    const std::vector<KerasTensor> outputs = model.outputs();
+    for (std::size_t i = 0; i < spec.outputs.size(); ++i) {
+      const DataSpec::Array& a = spec.outputs[i];
+      if (!a.class_names.empty()) {
+        o.losses.push_back(losses::SparseCategoricalCrossentropy(
+            {.from_logits = !ends_in_softmax(outputs.at(i))}));
+        o.output_metrics.push_back({"accuracy"});
+      } else {
+        o.losses.push_back(loss == "mae" ? Loss(losses::MeanAbsoluteError())
+                                         : Loss(losses::MeanSquaredError()));
+        o.output_metrics.push_back({"mae"});
+      }
+    }
+    return o;
+  }
   if (spec.classification()) {
     o.loss = losses::SparseCategoricalCrossentropy({.from_logits = !ends_in_softmax(model)});
     o.metrics = {"accuracy"};

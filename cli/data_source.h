@@ -59,8 +59,21 @@ struct DataSpec {
   // NPY: "int32" when the model takes integer inputs (an Embedding's token
   // ids), which x then keeps; else "float32".
   std::string input_dtype = "float32";
+  // A model with several inputs or outputs: a .npz whose arrays are named
+  // after them (Keras's fit with dicts), each with one example's shape and,
+  // for an output, its classes (empty: a regression on `targets` values).
+  // Empty: one x and one y, as above.
+  struct Array {
+    std::string name;
+    std::vector<std::int64_t> shape{};
+    std::string dtype = "float32";
+    std::vector<std::string> class_names{};
+    std::int64_t targets = 0;
+  };
+  std::vector<Array> inputs{}, outputs{};
 
   bool classification() const { return targets == 0; }
+  bool named() const { return !inputs.empty(); }
   std::string to_json() const;
   static DataSpec from_json(const std::string& text, const std::string& where);
 };
@@ -70,6 +83,10 @@ struct DataSpec {
 // single (image, label) elements.
 struct Examples {
   Tensor x, y;
+  // Or, from a .npz of named arrays: the model's inputs then its outputs
+  // (outputs absent without labels), in the spec's order.
+  std::vector<std::string> names;
+  std::vector<Tensor> arrays;
   data::Dataset files;
   std::vector<std::string> paths;  // an image folder's files, in the dataset's order
   std::int64_t count = 0;
@@ -84,14 +101,27 @@ struct TrainingData {
   std::string fingerprint;     // the source's size and checksum (an exact resume's check)
 };
 
+// A model's inputs and outputs as --data names them: the arrays of a .npz
+// when there are several of either.
+struct ModelSides {
+  std::vector<std::string> input_names, output_names;
+  std::vector<std::vector<std::int64_t>> input_shapes;
+  std::vector<DType> input_dtypes;
+  static ModelSides of(const Model& model);
+  bool several() const { return input_names.size() > 1 || output_names.size() > 1; }
+};
+
 // --data and its validation, split and encoded; `model_input`: a model
 // file's input shape, which images are resized to when --image-size is not
 // given, and which says whether a NumPy x [n, a, b] is sequences or images
 // (given a channel); `model_input_dtype`: int32 keeps integer x as ids. Prints what it found, as
 // Keras does ("Found 2000 files belonging to 2 classes.", the classes of a label column).
+// `sides`: a model with several inputs or outputs, whose named arrays a
+// .npz then holds.
 TrainingData read_training_data(const DataArgs& args,
                                 const std::optional<std::vector<std::int64_t>>& model_input,
-                                DType model_input_dtype = DType::kFloat32);
+                                DType model_input_dtype = DType::kFloat32,
+                                const ModelSides* sides = nullptr);
 
 // `source` encoded as `spec` says (evaluate, predict); `with_labels`: the
 // targets too (a CSV's label column must then be there).
@@ -133,6 +163,12 @@ void check_model_fits_data(const Model& model, const DataSpec& spec, const std::
 
 // Whether the model's last layer is a softmax (its outputs probabilities).
 bool ends_in_softmax(const Model& model);
+bool ends_in_softmax(const KerasTensor& output);
+
+// `arrays` written as numpy.savez does (a zip of stored .npy members, one
+// per name), atomically: predict's outputs of a model with several.
+void write_npz(const std::string& path, const std::vector<std::string>& names,
+               const std::vector<Tensor>& arrays);
 
 // The loss and metrics the data calls for: classes → sparse categorical
 // crossentropy (from logits unless the model ends in a softmax) and

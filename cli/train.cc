@@ -259,14 +259,21 @@ Model own_data_model(const TrainArgs& a, std::optional<TrainingData>& data) {
   Model model;
   std::optional<std::vector<std::int64_t>> input;
   DType input_dtype = DType::kFloat32;
+  std::optional<ModelSides> sides;
   if (!is_builtin(a.model)) {
     model = build_model(a.model);
     if (model.inputs().size() == 1) {
       input = model.inputs()[0].sample_shape().to_vector();
       input_dtype = model.inputs()[0].dtype();
     }
+    if (ModelSides s = ModelSides::of(model); s.several()) sides = std::move(s);
   }
-  data = read_training_data(d, input, input_dtype);
+  LOCKSTEP_CHECK(!sides || a.strategy != "parameter-server", "--model ", a.model, ": a model with ",
+                 sides ? sides->input_names.size() : 0, " input(s) and ",
+                 sides ? sides->output_names.size() : 0,
+                 " output(s) trains on --data under --strategy mirrored, multi-worker or none; "
+                 "a parameter-server job's workers take one input and one output");
+  data = read_training_data(d, input, input_dtype, sides ? &*sides : nullptr);
   const bool built_with_weights = is_builtin(a.model) && a.model == "mobilenet_v2";
   if (is_builtin(a.model)) model = model_for_data(a.model, data->spec, a.tuning);
   check_model_fits_data(model, data->spec, a.model);
@@ -712,9 +719,9 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
     }
   }
   const std::vector<KerasTensor> inputs = model.inputs();
-  LOCKSTEP_CHECK(inputs.size() == 1, "train: the model must have one input, it has ",
-                 inputs.size());
-  const Shape sample = inputs[0].sample_shape();
+  LOCKSTEP_CHECK(inputs.size() == 1 || own_data, "train: the model must have one input, it has ",
+                 inputs.size(), " (--data trains models with several, from a .npz)");
+  const Shape sample = inputs.at(0).sample_shape();
 
   // The data: --data's (read with the model), or the guide's get_dataset on
   // Fashion-MNIST (the last 10,000 training images for validation).

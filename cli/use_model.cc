@@ -71,7 +71,8 @@ Loaded load(const UseModelArgs& a, bool with_labels) {
       input = l.model.inputs()[0].sample_shape().to_vector();
       input_dtype = l.model.inputs()[0].dtype();
     }
-    l.spec = read_training_data(d, input, input_dtype).spec;
+    const ModelSides sides = ModelSides::of(l.model);
+    l.spec = read_training_data(d, input, input_dtype, sides.several() ? &sides : nullptr).spec;
   }
   check_model_fits_data(l.model, l.spec, a.model);
   l.examples = read_examples(a.data.source, l.spec, with_labels);
@@ -127,9 +128,26 @@ int run_evaluate(const UseModelArgs& a) {
 
 int run_predict(const UseModelArgs& a) {
   const std::string suffix = std::filesystem::path(a.output).extension().string();
-  LOCKSTEP_CHECK(suffix == ".csv" || suffix == ".npy", "--output ", a.output,
-                 ": expected a .csv or .npy file");
+  LOCKSTEP_CHECK(suffix == ".csv" || suffix == ".npy" || suffix == ".npz", "--output ", a.output,
+                 ": expected a .csv, .npy or .npz file");
   Loaded l = load(a, /*with_labels=*/false);
+  const std::size_t outputs = l.model.outputs().size();
+  if (suffix == ".npz" || outputs > 1) {
+    // Every output, each an array named after its layer (a .npz; a model
+    // with several outputs writes nothing else).
+    LOCKSTEP_CHECK(suffix == ".npz", "--output ", a.output, ": the model has ", outputs,
+                   " outputs; give a .npz, which holds one array per output");
+    const std::vector<Tensor> out = l.model.predict_outputs(
+        l.examples.batches(a.batch_size, std::nullopt), {.steps = a.steps, .verbose = a.verbose});
+    if (!l.strategy.is_chief()) return 0;
+    std::vector<std::string> names;
+    for (const KerasTensor& t : l.model.outputs())
+      names.push_back(t.node()->layer ? t.node()->layer->name() : t.node()->input_name);
+    write_npz(a.output, names, out);
+    std::printf("wrote %lld predictions of %zu output(s) to %s\n",
+                static_cast<long long>(out.at(0).dim(0)), out.size(), a.output.c_str());
+    return 0;
+  }
   const Tensor out = l.model.predict(l.examples.batches(a.batch_size, std::nullopt),
                                      {.steps = a.steps, .verbose = a.verbose});
   if (!l.strategy.is_chief()) return 0;

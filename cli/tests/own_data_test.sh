@@ -137,6 +137,50 @@ expect tokens-eval.log "accuracy: "
   --learning-rate 0.01 --verbose 2 >seq.log 2>&1 || fail "training on float sequences failed"
 expect_val_accuracy seq.log 0.9
 
+# 3c. A model with two inputs and two outputs: a .npz whose arrays are
+# named after them; each output gets its own loss and metric; two replicas
+# train as one; evaluate names each output's; predict writes a .npz of both.
+"$bin" train --data "$d/multi.npz" --model "$d/multi_model.keras" --epochs 20 --devices 1 \
+  --learning-rate 0.01 --verbose 2 --save multi.keras >multi.log 2>&1 || fail "training two inputs and outputs failed"
+expect multi.log "Output 'kind': 3 classes (labels 0 to 2)."
+expect multi.log "Output 'size': a regression on 1 value(s) per example."
+expect multi.log "Training on 640 examples, validating on 160."
+kind=$(grep -o 'val_kind_accuracy: [0-9.]*' multi.log | tail -1 | cut -d' ' -f2)
+size=$(grep -o 'val_size_mae: [0-9.]*' multi.log | tail -1 | cut -d' ' -f2)
+awk -v k="$kind" -v s="$size" 'BEGIN { exit !(k >= 0.85 && s <= 0.3 && s > 0) }' ||
+  fail "two outputs: val_kind_accuracy '$kind' (>= 0.85), val_size_mae '$size' (<= 0.3)"
+"$bin" train --data "$d/multi.npz" --model "$d/multi_model.keras" --epochs 2 --devices 1 \
+  --learning-rate 0.01 --verbose 2 >multi-one.log 2>&1 || fail "two outputs, one device"
+"$bin" train --data "$d/multi.npz" --model "$d/multi_model.keras" --epochs 2 --devices 2 \
+  --learning-rate 0.01 --verbose 2 >multi-two.log 2>&1 || fail "two outputs, two replicas"
+# Every loss and metric of the last epoch, to the 4 decimals printed.
+one=$(grep -o 'kind_accuracy: .*' multi-one.log | tail -1)
+two=$(grep -o 'kind_accuracy: .*' multi-two.log | tail -1)
+[[ -n $one && $one == "$two" ]] || fail "two replicas' '$two', one device's '$one'"
+"$bin" launch --workers 2 -- "$bin" train --strategy multi-worker --data "$d/multi.npz" \
+  --model "$d/multi_model.keras" --epochs 2 --learning-rate 0.01 --verbose 2 >multi-workers.log 2>&1 ||
+  fail "two workers with two outputs failed"
+[[ $(grep -c -F "$one" multi-workers.log) == 2 ]] || fail "the two workers' last lines are not '$one'"
+"$bin" evaluate --model multi.keras --data "$d/multi.npz" --verbose 0 >multi-eval.log 2>&1 ||
+  fail "evaluate with two outputs failed"
+expect multi-eval.log "kind_accuracy: "
+expect multi-eval.log "size_mae: "
+"$bin" predict --model multi.keras --data "$d/multi.npz" --output multi-preds.npz >multi-pred.log 2>&1 ||
+  fail "predict with two outputs failed"
+expect multi-pred.log "wrote 800 predictions of 2 output(s) to multi-preds.npz"
+python3 - multi-preds.npz <<'PY' || fail "multi-preds.npz is not kind [800, 3] and size [800, 1]"
+import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+shapes = {}
+for name in z.namelist():
+    head = z.read(name)[:128].decode("latin1")
+    shapes[name] = head[head.index("'shape': ") + 9 : head.index(")") + 1]
+assert shapes == {"kind.npy": "(800, 3)", "size.npy": "(800, 1)"}, shapes
+PY
+"$bin" predict --model multi.keras --data "$d/multi.npz" --output multi.csv >multi-csv.log 2>&1 &&
+  fail "predict of two outputs into a .csv did not fail"
+expect multi-csv.log "the model has 2 outputs; give a .npz"
+
 # 4. Strategies: two workers train as one process; a parameter-server job.
 "$bin" train --data "$d/table.csv" --epochs 2 --verbose 2 >one.log 2>&1 || fail "one process"
 "$bin" launch --workers 2 -- "$bin" train --strategy multi-worker --data "$d/table.csv" --epochs 2 \
@@ -177,6 +221,15 @@ refuse outputs "--model npy.keras: the model has 10 output(s) per example (shape
   --data "$d/images" --model npy.keras --color-mode grayscale
 refuse shape "--model npy.keras: the model takes examples of shape [28, 28, 1] and the data's are [28, 28, 3]" \
   --data "$d/images" --model npy.keras
+refuse missing "multi_no_size.npz: no array named 'size' (the model's output); it holds features, kind, tokens" \
+  --data "$d/multi_no_size.npz" --model "$d/multi_model.keras"
+refuse short "multi_short.npz: 'kind' has 799 examples and 'features' 800" \
+  --data "$d/multi_short.npz" --model "$d/multi_model.keras"
+"$bin" launch --workers 1 --ps 1 -- "$bin" train --strategy parameter-server --data "$d/multi.npz" \
+  --model "$d/multi_model.keras" --epochs 1 --verbose 0 >bad-ps.log 2>&1 && fail "ps: a job ran"
+expect bad-ps.log "a parameter-server job's workers take one input and one output"
+refuse pair "the model has 2 input(s) and 2 output(s); give a .npz whose arrays are named after them (features, tokens, kind, size)" \
+  --data "$d/x.npy,$d/y.npy" --model "$d/multi_model.keras"
 
 # 6. The documentation's commands.
 if [[ -n $doc ]]; then

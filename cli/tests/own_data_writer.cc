@@ -12,6 +12,12 @@
 //                                       DIR/tokens_float.npy the ids as float32
 //   DIR/seq_x.npy, DIR/seq_y.npy, DIR/seq_model.keras   float sequences
 //                                       [600, 6, 3] and a GRU model
+//   DIR/multi.npz, DIR/multi_model.keras  two inputs ('features' [4] float,
+//                                       'tokens' [5] int ids) and two outputs
+//                                       ('kind': 3 classes, 'size': a value),
+//                                       800 examples; DIR/multi_no_size.npz
+//                                       without 'size', DIR/multi_short.npz
+//                                       with one 'kind' label fewer
 //   DIR/base.weights.h5                 a MobileNetV2 base (alpha 0.35, 32x32, no
 //                                       top), for the fine-tuning flags
 //
@@ -100,6 +106,55 @@ void write_sequences(const fs::path& dir) {
       .save((dir / "seq_model.keras").string());
 }
 
+// A model with two inputs and two outputs and its arrays, named after them
+// in a .npz as numpy.savez writes one: 'kind' is which of the first three
+// features is largest, 'size' the features' sum plus a tenth of the first
+// token id.
+void write_two_headed(const fs::path& dir) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int n = 800;
+  std::vector<float> features(n * 4), size(n);
+  std::vector<std::int32_t> tokens(n * 5);
+  std::vector<std::int64_t> kind(n);
+  for (int i = 0; i < n; ++i) {
+    float total = 0;
+    for (int k = 0; k < 4; ++k) total += features[i * 4 + k] = normal(rng);
+    for (int t = 0; t < 5; ++t) tokens[i * 5 + t] = static_cast<std::int32_t>(rng() % 20);
+    const float* f = &features[i * 4];
+    kind[i] = f[0] >= f[1] && f[0] >= f[2] ? 0 : f[1] >= f[2] ? 1 : 2;
+    size[i] = total + 0.1f * static_cast<float>(tokens[i * 5]);
+  }
+  const auto npy = [](const ls::Tensor& t) { return ls::data::npy_bytes(t); };
+  const ls::Tensor f = ls::Tensor::from_vector(features, ls::Shape{n, 4});
+  const ls::Tensor t = ls::Tensor::from_vector(tokens, ls::Shape{n, 5});
+  const ls::Tensor k = ls::Tensor::from_vector(kind, ls::Shape{n});
+  const ls::Tensor s = ls::Tensor::from_vector(size, ls::Shape{n});
+  const auto archive = [&](const fs::path& path, std::vector<ls::io::ZipMember> members) {
+    std::ofstream(path, std::ios::binary) << ls::io::zip_archive_image(members, 0);
+  };
+  archive(dir / "multi.npz", {{.name = "features.npy", .data = npy(f)},
+                              {.name = "tokens.npy", .data = npy(t)},
+                              {.name = "kind.npy", .data = npy(k)},
+                              {.name = "size.npy", .data = npy(s)}});
+  archive(dir / "multi_no_size.npz", {{.name = "features.npy", .data = npy(f)},
+                                      {.name = "tokens.npy", .data = npy(t)},
+                                      {.name = "kind.npy", .data = npy(k)}});
+  archive(dir / "multi_short.npz", {{.name = "features.npy", .data = npy(f)},
+                                    {.name = "tokens.npy", .data = npy(t)},
+                                    {.name = "kind.npy", .data = npy(k.view_rows(0, n - 1).copy())},
+                                    {.name = "size.npy", .data = npy(s)}});
+  ls::set_random_seed(7);
+  const ls::KerasTensor in_f = ls::Input({4}, ls::DType::kFloat32, "features");
+  const ls::KerasTensor in_t = ls::Input({5}, ls::DType::kInt32, "tokens");
+  const ls::KerasTensor emb = ls::layers::Flatten()(ls::layers::Embedding(20, 2)(in_t));
+  const ls::KerasTensor h =
+      ls::layers::Dense(32, {.activation = "relu"})(ls::layers::Concatenate()({in_f, emb}));
+  ls::Model({in_f, in_t}, {ls::layers::Dense(3, {.activation = "softmax", .name = "kind"})(h),
+                           ls::layers::Dense(1, {.name = "size"})(h)})
+      .save((dir / "multi_model.keras").string());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -129,6 +184,7 @@ int main(int argc, char** argv) {
                                 0);
   std::ofstream(dir / "xy.npz", std::ios::binary) << npz;
   write_sequences(dir);
+  write_two_headed(dir);
   // A class folder without images; a file that does not decode.
   fs::create_directories(dir / "bad_images" / "a");
   fs::create_directories(dir / "bad_images" / "b");

@@ -361,7 +361,7 @@ Tensor read_npy_bytes(const std::string& bytes, const std::string& name) {
   return parse_npy(in, bytes.size(), name);
 }
 
-void write_npy(const std::string& path, const Tensor& t) {
+std::string npy_bytes(const Tensor& t) {
   check_defined(t, "write_npy", "tensor");
   const char* descr = nullptr;
   switch (t.dtype()) {
@@ -399,8 +399,11 @@ void write_npy(const std::string& path, const Tensor& t) {
   out += static_cast<char>(header.size() & 0xFF);
   out += static_cast<char>((header.size() >> 8) & 0xFF);
   out += header;
-  out.append(static_cast<const char*>(t.raw_data()), t.nbytes());
-  atomic_write(path, out);
+  const Tensor c = t.copy();  // contiguous
+  out.append(static_cast<const char*>(c.raw_data()), c.nbytes());
+  return out;
 }
+
+void write_npy(const std::string& path, const Tensor& t) { atomic_write(path, npy_bytes(t)); }
 
 }  // namespace lockstep::data

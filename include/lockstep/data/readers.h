@@ -44,7 +44,8 @@ Tensor read_npy(const std::string& path);
 // The same from an array's bytes held in memory (a member of a .npz
 // archive); errors name `name`.
 Tensor read_npy_bytes(const std::string& bytes, const std::string& name);
-// Writes `t` as .npy format 1.0, atomically.
+// Writes `t` as .npy format 1.0, atomically; npy_bytes gives those bytes.
 void write_npy(const std::string& path, const Tensor& t);
+std::string npy_bytes(const Tensor& t);
 
 }  // namespace lockstep::data
