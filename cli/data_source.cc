@@ -939,6 +939,10 @@ TrainingData read_training_data(const DataArgs& args,
   return out;
 }
 
+Examples training_rows(const DataArgs& args, const Examples& all) {
+  return rows_of(all, 0, all.count - validation_rows(args, all.count, args.source));
+}
+
 Examples read_examples(const std::string& source, const DataSpec& spec, bool with_labels) {
   const Kind kind = kind_of(source);
   if (spec.kind == "csv") {

@@ -123,6 +123,10 @@ TrainingData read_training_data(const DataArgs& args,
                                 DType model_input_dtype = DType::kFloat32,
                                 const ModelSides* sides = nullptr);
 
+// The training rows of `all` (all but the validation split's last rows,
+// as read_training_data splits them).
+Examples training_rows(const DataArgs& args, const Examples& all);
+
 // `source` encoded as `spec` says (evaluate, predict); `with_labels`: the
 // targets too (a CSV's label column must then be there).
 Examples read_examples(const std::string& source, const DataSpec& spec, bool with_labels);

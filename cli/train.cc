@@ -268,11 +268,6 @@ Model own_data_model(const TrainArgs& a, std::optional<TrainingData>& data) {
     }
     if (ModelSides s = ModelSides::of(model); s.several()) sides = std::move(s);
   }
-  LOCKSTEP_CHECK(!sides || a.strategy != "parameter-server", "--model ", a.model, ": a model with ",
-                 sides ? sides->input_names.size() : 0, " input(s) and ",
-                 sides ? sides->output_names.size() : 0,
-                 " output(s) trains on --data under --strategy mirrored, multi-worker or none; "
-                 "a parameter-server job's workers take one input and one output");
   data = read_training_data(d, input, input_dtype, sides ? &*sides : nullptr);
   const bool built_with_weights = is_builtin(a.model) && a.model == "mobilenet_v2";
   if (is_builtin(a.model)) model = model_for_data(a.model, data->spec, a.tuning);
@@ -819,10 +814,14 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
     const std::int64_t per_epoch = a.steps_per_epoch > 0
                                        ? a.steps_per_epoch
                                        : (train_examples + a.batch_size - 1) / a.batch_size;
-    model.fit(distribute::DatasetCreator{own_data ? kOwnTrainingData : kTrainingData,
-                                         {Tensor::from_vector(std::vector<std::int64_t>{
-                                              a.batch_size, static_cast<std::int64_t>(a.seed)}),
-                                          Tensor::from_vector(sample.to_vector())}},
+    std::vector<Tensor> call = {Tensor::from_vector(std::vector<std::int64_t>{
+                                    a.batch_size, static_cast<std::int64_t>(a.seed)}),
+                                Tensor::from_vector(sample.to_vector())};
+    // A model with several inputs or outputs: the workers read the named
+    // arrays the chief's spec says.
+    if (own_data && own_data->spec.named())
+      call.push_back(ld::Element::string_tensor(own_data->spec.to_json()));
+    model.fit(distribute::DatasetCreator{own_data ? kOwnTrainingData : kTrainingData, call},
               {.epochs = a.epochs,
                .verbose = a.verbose,
                .callbacks = callbacks,
@@ -933,15 +932,23 @@ void register_training_data(const std::string& data_dir, const DataArgs* data) {
     distribute::register_dataset_function(
         kOwnTrainingData,
         [args = *data](const distribute::InputContext& ctx, const std::vector<Tensor>& call) {
-          LOCKSTEP_CHECK(call.size() == 2, kOwnTrainingData, ": expected 2 arguments, got ",
-                         call.size());
+          LOCKSTEP_CHECK(call.size() == 2 || call.size() == 3, kOwnTrainingData,
+                         ": expected 2 or 3 arguments, got ", call.size());
           const std::vector<std::int64_t> settings = call[0].to_vector<std::int64_t>();
-          const TrainingData d = read_training_data(args, call[1].to_vector<std::int64_t>());
-          const Examples& e = d.train;
-          ld::Dataset rows = e.files.defined() ? e.files
-                             : e.y.defined()
-                                 ? ld::Dataset::from_tensor_slices({e.x, e.y})
-                                 : ld::Dataset::from_tensor_slices(std::vector<Tensor>{e.x});
+          Examples e;
+          if (call.size() == 3) {
+            // Named arrays: the chief's spec, its training rows.
+            const DataSpec spec = DataSpec::from_json(
+                ld::Element({call[2]}).string(0), std::string(kOwnTrainingData) + " (the spec)");
+            e = training_rows(args, read_examples(args.source, spec, true));
+          } else {
+            e = read_training_data(args, call[1].to_vector<std::int64_t>()).train;
+          }
+          ld::Dataset rows =
+              e.files.defined()   ? e.files
+              : !e.arrays.empty() ? ld::Dataset::from_tensor_slices(e.arrays, e.names)
+              : e.y.defined()     ? ld::Dataset::from_tensor_slices({e.x, e.y})
+                                  : ld::Dataset::from_tensor_slices(std::vector<Tensor>{e.x});
           return rows.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
               .shuffle(std::min<std::int64_t>(e.count, 10000),
                        {.seed = static_cast<std::uint64_t>(settings.at(1)) +
