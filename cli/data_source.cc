@@ -15,7 +15,6 @@
 #include <sstream>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "lockstep/core/file.h"
 #include "lockstep/core/timer.h"
@@ -526,15 +525,20 @@ std::string tensor_name(const KerasTensor& t) {
   return t.node()->layer ? t.node()->layer->name() : t.node()->input_name;
 }
 
+// The model's inputs' then outputs' names, as a .npz names its arrays.
+std::vector<std::string> array_names(const DataSpec& spec) {
+  std::vector<std::string> names;
+  for (const auto& a : spec.inputs) names.push_back(a.name);
+  for (const auto& a : spec.outputs) names.push_back(a.name);
+  return names;
+}
+
 // The names of a .npz's arrays and of what the model wants, for errors.
-std::string archive_and_model(const std::map<std::string, Tensor>& arrays,
-                              const std::vector<DataSpec::Array>& inputs,
-                              const std::vector<DataSpec::Array>& outputs) {
-  std::vector<std::string> held, wanted;
+std::string archive_and_model(const std::map<std::string, Tensor>& arrays, const DataSpec& spec) {
+  std::vector<std::string> held;
   for (const auto& [name, t] : arrays) held.push_back(name);
-  for (const auto& a : inputs) wanted.push_back(a.name);
-  for (const auto& a : outputs) wanted.push_back(a.name);
-  return "it holds " + join(held) + "; the model's inputs and outputs are " + join(wanted);
+  return "it holds " + join(held) + "; the model's inputs and outputs are " +
+         join(array_names(spec));
 }
 
 // The arrays of a .npz named as the spec's inputs (and, with labels, its
@@ -544,20 +548,14 @@ Examples named_examples(const std::string& source, Kind kind, const DataSpec& sp
                         bool with_labels) {
   LOCKSTEP_CHECK(kind == Kind::kNpz, source, ": the model has ", spec.inputs.size(),
                  " input(s) and ", spec.outputs.size(),
-                 " output(s); give a .npz whose arrays are named after them (", join([&] {
-                   std::vector<std::string> n;
-                   for (const auto& a : spec.inputs) n.push_back(a.name);
-                   for (const auto& a : spec.outputs) n.push_back(a.name);
-                   return n;
-                 }()),
-                 "), as numpy.savez(file, name=array, ...) writes");
+                 " output(s); give a .npz whose arrays are named after them (",
+                 join(array_names(spec)), "), as numpy.savez(file, name=array, ...) writes");
   const std::map<std::string, Tensor> arrays = read_npz(source);
   Examples e;
   const auto take = [&](const DataSpec::Array& want, bool output) {
     const auto it = arrays.find(want.name);
     LOCKSTEP_CHECK(it != arrays.end(), source, ": no array named '", want.name, "' (the model's ",
-                   output ? "output" : "input", "); ",
-                   archive_and_model(arrays, spec.inputs, spec.outputs));
+                   output ? "output" : "input", "); ", archive_and_model(arrays, spec));
     const Tensor& raw = it->second;
     const std::string where = source + " (" + want.name + ")";
     LOCKSTEP_CHECK_AS(ShapeError, raw.rank() >= 1, where,
@@ -623,8 +621,7 @@ DataSpec named_spec(const std::string& source, Kind kind, const ModelSides& side
   for (DataSpec::Array& out : spec.outputs) {
     const auto it = arrays.find(out.name);
     LOCKSTEP_CHECK(it != arrays.end(), source, ": no array named '", out.name,
-                   "' (the model's output); ",
-                   archive_and_model(arrays, spec.inputs, spec.outputs));
+                   "' (the model's output); ", archive_and_model(arrays, spec));
     const Tensor& y = it->second;
     const bool integers = y.dtype() != DType::kFloat32 && y.dtype() != DType::kBFloat16;
     const bool classes =

@@ -140,10 +140,7 @@ int run_predict(const UseModelArgs& a) {
     const std::vector<Tensor> out = l.model.predict_outputs(
         l.examples.batches(a.batch_size, std::nullopt), {.steps = a.steps, .verbose = a.verbose});
     if (!l.strategy.is_chief()) return 0;
-    std::vector<std::string> names;
-    for (const KerasTensor& t : l.model.outputs())
-      names.push_back(t.node()->layer ? t.node()->layer->name() : t.node()->input_name);
-    write_npz(a.output, names, out);
+    write_npz(a.output, ModelSides::of(l.model).output_names, out);
     std::printf("wrote %lld predictions of %zu output(s) to %s\n",
                 static_cast<long long>(out.at(0).dim(0)), out.size(), a.output.c_str());
     return 0;

@@ -29,8 +29,8 @@ struct CsvTable {
     bool numeric = true;
     std::span<const double> numbers{};         // numeric: one per row (NaN where missing)
     std::span<const std::string_view> text{};  // text: one per row ("" where missing)
-    std::int64_t missing = 0;             // rows without a value
-    std::int64_t first_missing_line = 0;  // the file's line of the first (1 is the header)
+    std::int64_t missing = 0;                  // rows without a value
+    std::int64_t first_missing_line = 0;       // the file's line of the first (1 is the header)
   };
   std::string path{};
   std::int64_t rows = 0;
