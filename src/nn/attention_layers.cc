@@ -1,6 +1,7 @@
 // EinsumDense and MultiHeadAttention (nn/attention_layers.h).
 #include "lockstep/nn/attention_layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <utility>
@@ -154,15 +155,43 @@ void MultiHeadAttentionImpl::build(const std::vector<Shape>& input_shapes) {
                  ": expected {query, value} or {query, value, key}",
                  extra ? ", then the attention mask" : "", ", got ", input_shapes.size(),
                  " inputs");
-  for (std::size_t i = 0; i + extra < input_shapes.size(); ++i) {
-    const Shape& s = input_shapes[i];
-    LOCKSTEP_CHECK_AS(ShapeError, s.rank() == 3, where,
-                      ": expected inputs [batch, steps, features] (attention over axis 1), got ",
-                      s);
-  }
   const Shape& query = input_shapes[0];
-  const std::int64_t out = options_.output_dim > 0 ? options_.output_dim : query[2];
-  auto dense = [&](const char* equation, std::vector<std::int64_t> shape, const char* bias) {
+  const std::int64_t rank = query.rank();
+  LOCKSTEP_CHECK_AS(ShapeError, rank >= 3, where,
+                    ": expected inputs [batch, steps…, features], got a query ", query);
+  // Keras's _build_attention: the default is every step axis; a negative
+  // axis counts from the end of the query's shape.
+  std::vector<std::int64_t>& axes = options_.attention_axes;
+  if (axes.empty()) {
+    for (std::int64_t a = 1; a <= rank - 2; ++a) axes.push_back(a);
+  }
+  for (std::int64_t& a : axes) {
+    const std::int64_t given = a;
+    if (a < 0) a += rank;
+    LOCKSTEP_CHECK(a >= 1 && a <= rank - 2, where, ": attention_axes holds ", given,
+                   ", not a step axis of the query ", query, " (1 to ", rank - 2,
+                   ", or negative from the end)");
+  }
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j)
+      LOCKSTEP_CHECK(axes[i] != axes[j], where, ": attention_axes names axis ", axes[i], " twice");
+  }
+  free_axes_.clear();
+  for (std::int64_t a = 1; a <= rank - 2; ++a) {
+    if (std::find(axes.begin(), axes.end(), a) == axes.end()) free_axes_.push_back(a);
+  }
+  for (std::size_t i = 1; i + extra < input_shapes.size(); ++i) {
+    const Shape& s = input_shapes[i];
+    bool same_free = s.rank() == rank;
+    for (std::int64_t a : free_axes_) same_free = same_free && s[a] == query[a];
+    LOCKSTEP_CHECK_AS(ShapeError, same_free, where, ": the ", i == 1 ? "value " : "key ", s,
+                      " must have the query's rank and, on the axes not attended over, its "
+                      "sizes; the query is ",
+                      query);
+  }
+  const std::int64_t out = options_.output_dim > 0 ? options_.output_dim : query[rank - 1];
+  auto dense = [&](const std::string& equation, std::vector<std::int64_t> shape,
+                   const std::string& bias) {
     Layer l = EinsumDense(equation, std::move(shape),
                           {.bias_axes = options_.use_bias ? bias : "",
                            .kernel_initializer = options_.kernel_initializer,
@@ -172,12 +201,29 @@ void MultiHeadAttentionImpl::build(const std::vector<Shape>& input_shapes) {
     l->set_dtype_policy(dtype_policy());
     return l;
   };
+  // Keras's _build_proj_equation: for rank 3, "abc,cde->abde" into the
+  // heads and "abcd,cde->abe" out of them.
+  const auto r = static_cast<std::size_t>(rank);
+  std::string letters;
+  for (std::size_t i = 0; i <= r + 1; ++i) letters += static_cast<char>('a' + i);
+  const std::string lead = letters.substr(0, r - 1);  // the batch and the steps
+  const std::string in_eq = lead + letters[r - 1] + "," + letters[r - 1] + letters.substr(r, 2) +
+                            "->" + lead + letters.substr(r, 2);
+  const std::string out_eq = lead + letters.substr(r - 1, 2) + "," + letters.substr(r - 1, 3) +
+                             "->" + lead + letters[r + 1];
+  auto heads_shape = [&](std::int64_t dim) {
+    std::vector<std::int64_t> shape(r - 2, -1);
+    shape.insert(shape.end(), {num_heads_, dim});
+    return shape;
+  };
+  std::vector<std::int64_t> out_shape(r - 2, -1);
+  out_shape.push_back(out);
+  const std::string head_bias = letters.substr(r, 2), out_bias(1, letters[r + 1]);
   // Keras's order, which its optimizer's variables follow.
-  query_dense_ = track(dense("abc,cde->abde", {-1, num_heads_, key_dim_}, "de"), "query_dense");
-  key_dense_ = track(dense("abc,cde->abde", {-1, num_heads_, key_dim_}, "de"), "key_dense");
-  value_dense_ =
-      track(dense("abc,cde->abde", {-1, num_heads_, options_.value_dim}, "de"), "value_dense");
-  output_dense_ = track(dense("abcd,cde->abe", {-1, out}, "e"), "output_dense");
+  query_dense_ = track(dense(in_eq, heads_shape(key_dim_), head_bias), "query_dense");
+  key_dense_ = track(dense(in_eq, heads_shape(key_dim_), head_bias), "key_dense");
+  value_dense_ = track(dense(in_eq, heads_shape(options_.value_dim), head_bias), "value_dense");
+  output_dense_ = track(dense(out_eq, out_shape, out_bias), "output_dense");
   softmax_ = track(Softmax(-1), "_softmax");
   DropoutOptions dropout{};
   dropout.seed = options_.seed;
@@ -188,7 +234,10 @@ void MultiHeadAttentionImpl::build(const std::vector<Shape>& input_shapes) {
   query_dense_->ensure_built({query});
   key_dense_->ensure_built({key});
   value_dense_->ensure_built({value});
-  output_dense_->ensure_built({Shape{query[0], query[1], num_heads_, options_.value_dim}});
+  std::vector<std::int64_t> merged = query.to_vector();
+  merged.back() = num_heads_;
+  merged.push_back(options_.value_dim);
+  output_dense_->ensure_built({Shape(merged)});
 }
 
 namespace {
@@ -245,25 +294,68 @@ std::vector<Tensor> MultiHeadAttentionImpl::run(const std::vector<Tensor>& all_i
   const Tensor& query = inputs.at(0);
   const Tensor& value = inputs.at(1);
   const Tensor& key = inputs.size() > 2 ? inputs[2] : value;
-  const std::int64_t b = query.shape()[0], t = query.shape()[1], s = value.shape()[1];
-  if (given_mask.defined()) {
-    LOCKSTEP_CHECK_AS(ShapeError, given_mask.shape() == Shape({b, t, s}), "MultiHeadAttention '",
-                      name(), "': expected an attention_mask [batch, query steps, value steps] = ",
-                      Shape({b, t, s}), ", got ", given_mask.shape());
+  const std::string who = "MultiHeadAttention '" + name() + "'";
+  const std::vector<std::int64_t> qd = query.shape().to_vector(), vd = value.shape().to_vector(),
+                                  kd = key.shape().to_vector();
+  const std::int64_t rank = static_cast<std::int64_t>(qd.size());
+  const std::vector<std::int64_t>& axes = options_.attention_axes;
+  bool fits = vd.size() == qd.size() && kd.size() == qd.size() && vd[0] == qd[0] && kd[0] == qd[0];
+  for (std::int64_t a : free_axes_) fits = fits && vd[a] == qd[a] && kd[a] == qd[a];
+  for (std::int64_t a : axes) fits = fits && kd[a] == vd[a];
+  LOCKSTEP_CHECK_AS(ShapeError, fits, who, ": the query ", query.shape(), ", value ", value.shape(),
+                    " and key ", key.shape(),
+                    " must share the batch and the axes not attended over, and the key and value "
+                    "the attended ones");
+  // b examples, f positions on the axes not attended over, t query and s
+  // key positions on the attended ones.
+  const std::int64_t b = qd[0];
+  std::int64_t f = 1, t = 1, s = 1;
+  for (std::int64_t a : free_axes_) f *= qd[a];
+  std::vector<std::int64_t> given_shape{b}, scores_shape{b};
+  for (std::int64_t a : free_axes_) scores_shape.push_back(qd[a]);
+  scores_shape.push_back(num_heads_);
+  for (std::int64_t a : axes) {
+    t *= qd[a];
+    given_shape.push_back(qd[a]);
   }
-  LOCKSTEP_CHECK_AS(ShapeError, key.shape()[1] == s && key.shape()[0] == b && value.shape()[0] == b,
-                    "MultiHeadAttention '", name(), "': the query ", query.shape(), ", value ",
-                    value.shape(), " and key ", key.shape(),
-                    " must share the batch, and the key and value their steps");
+  for (std::int64_t a : axes) {
+    s *= vd[a];
+    given_shape.push_back(vd[a]);
+  }
+  scores_shape.insert(scores_shape.end(), given_shape.begin() + 1, given_shape.end());
+  // Keras's masks of the inputs and its causal mask are [batch, steps]
+  // and [1, T, S]: defined for one step axis.
+  const bool steps_only = rank == 3;
+  if (!steps_only) {
+    bool masked = false;
+    for (std::size_t i = 0; i < inputs.size() && i < masks.size(); ++i)
+      masked = masked || masks[i].defined();
+    LOCKSTEP_CHECK(!masked && !options_.use_causal_mask, who, ": ",
+                   masked ? "the Keras masks of its inputs" : "use_causal_mask",
+                   " need inputs [batch, steps, features]; the query is ", query.shape(),
+                   " (give an attention_mask ", Shape(given_shape), " instead)");
+  }
+  if (given_mask.defined()) {
+    LOCKSTEP_CHECK_AS(ShapeError, given_mask.shape() == Shape(given_shape), who,
+                      ": expected an attention_mask [batch, query's attended axes…, key's attended "
+                      "axes…] = ",
+                      Shape(given_shape), ", got ", given_mask.shape());
+  }
   const std::int64_t h = num_heads_, k = key_dim_, v = options_.value_dim;
-  // [batch, steps, heads, dim] -> [batch · heads, steps, dim]
-  auto heads_first = [&](const Tensor& x, std::int64_t steps, std::int64_t dim) {
-    return reshape(transpose(x, {0, 2, 1, 3}), {b * h, steps, dim});
+  // [batch, steps…, heads, dim] -> [batch · free · heads, attended, dim]:
+  // for [batch, steps, features], [b, t, h, d] -> [b · h, t, d].
+  std::vector<int> perm{0};
+  for (std::int64_t a : free_axes_) perm.push_back(static_cast<int>(a));
+  perm.push_back(static_cast<int>(rank - 1));
+  for (std::int64_t a : axes) perm.push_back(static_cast<int>(a));
+  perm.push_back(static_cast<int>(rank));
+  auto grouped = [&](const Tensor& x, std::int64_t positions, std::int64_t dim) {
+    return reshape(transpose(x, perm), {b * f * h, positions, dim});
   };
   const Tensor q =
-      heads_first(query_dense_(query, ctx) * static_cast<float>(1.0 / std::sqrt(double(k))), t, k);
-  const Tensor kk = heads_first(key_dense_(key, ctx), s, k);
-  const Tensor vv = heads_first(value_dense_(value, ctx), s, v);
+      grouped(query_dense_(query, ctx) * static_cast<float>(1.0 / std::sqrt(double(k))), t, k);
+  const Tensor kk = grouped(key_dense_(key, ctx), s, k);
+  const Tensor vv = grouped(value_dense_(value, ctx), s, v);
   // Keras's attention mask [b, t, s]: the query's mask, the value's and
   // the key's (when the key is its own input), and the causal one.
   auto mask_of = [&](std::size_t i, std::int64_t steps, bool keys) {
@@ -274,27 +366,36 @@ std::vector<Tensor> MultiHeadAttentionImpl::run(const std::vector<Tensor>& all_i
   Tensor mask = both(mask_of(0, t, false), mask_of(1, s, true));
   if (inputs.size() > 2) mask = both(mask, mask_of(2, s, true));
   if (options_.use_causal_mask) mask = both(mask, causal_mask(t, s));
-  if (given_mask.defined()) mask = both(mask, nn_detail::as_mask(given_mask));
-  Tensor scores = reshape(matmul(q, kk, {.transpose_b = true}), {b, h, t, s});
+  if (given_mask.defined()) mask = both(mask, reshape(nn_detail::as_mask(given_mask), {b, t, s}));
+  // The softmax spans every attended key position at once (Keras's
+  // Softmax over its attention axes).
+  Tensor scores = reshape(matmul(q, kk, {.transpose_b = true}), {b, f * h, t, s});
   Tensor probs;
   if (!mask.defined()) {
     probs = softmax_(scores, ctx);
   } else {
     mask = on_device_of(reshape(mask, {mask.shape()[0], 1, t, s}), scores);
-    if (options_.dropout > 0.0f || options_.return_attention_scores) {
-      // Keras's masked softmax (its path with dropout or the scores
-      // returned): a query step that sees no key gets zeros.
+    if (options_.dropout > 0.0f || options_.return_attention_scores || !steps_only) {
+      // Keras's masked softmax (its path with dropout, the scores returned
+      // or several step axes): a query position that sees no key gets zeros.
       probs = softmax_->apply({scores}, {mask}, ctx).at(0);
     } else {
-      // Keras's dot_product_attention (its path without dropout): masked
-      // scores at -1e9, so a query step that sees no key attends evenly.
+      // Keras's dot_product_attention (its path for [batch, steps,
+      // features] without dropout): masked scores at -1e9, so a query step
+      // that sees no key attends evenly.
       probs = softmax_(where(mask, scores, Tensor::full({}, -1e9, scores.dtype())), ctx);
     }
   }
-  const Tensor scores_out = probs;  // Keras returns them before the dropout
+  const Tensor scores_out = reshape(probs, scores_shape);  // Keras's, before the dropout
   probs = dropout_(cast(probs, vv.dtype()), ctx);
-  const Tensor heads = matmul(reshape(probs, {b * h, t, s}), vv);  // [b·h, t, v]
-  const Tensor merged = transpose(reshape(heads, {b, h, t, v}), {0, 2, 1, 3});
+  const Tensor heads = matmul(reshape(probs, {b * f * h, t, s}), vv);  // [b·f·h, t, v]
+  std::vector<std::int64_t> heads_shape(
+      scores_shape.begin(), scores_shape.end() - static_cast<std::ptrdiff_t>(axes.size()));
+  heads_shape.push_back(v);
+  std::vector<int> back(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i)
+    back[static_cast<std::size_t>(perm[i])] = static_cast<int>(i);
+  const Tensor merged = transpose(reshape(heads, heads_shape), back);
   if (options_.return_attention_scores) return {output_dense_(merged, ctx), scores_out};
   return {output_dense_(merged, ctx)};
 }
@@ -315,7 +416,8 @@ LayerConfig MultiHeadAttentionImpl::get_config() const {
   c.set("dropout", static_cast<double>(options_.dropout));
   c.set("use_bias", options_.use_bias);
   if (options_.output_dim > 0) c.set("output_shape", options_.output_dim);
-  c.set("attention_axes", std::vector<std::int64_t>{1});
+  // Keras's None (every step axis) until built.
+  if (!options_.attention_axes.empty()) c.set("attention_axes", options_.attention_axes);
   put_initializer(c, "kernel_initializer", options_.kernel_initializer);
   put_initializer(c, "bias_initializer", options_.bias_initializer);
   put_regularizer(c, "kernel_regularizer", options_.kernel_regularizer);

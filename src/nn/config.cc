@@ -301,12 +301,9 @@ std::map<std::string, LayerFactory> builtin_factories() {
          .name = name(c)});
   };
   f["MultiHeadAttention"] = [](const LayerConfig& c) -> Layer {
+    std::vector<std::int64_t> axes;
     if (c.has("attention_axes")) {
-      const std::vector<double> axes = numbers(c, "attention_axes");
-      LOCKSTEP_CHECK(axes == std::vector{1.0} || axes == std::vector{-2.0}, "MultiHeadAttention '",
-                     name(c),
-                     "': Lockstep attends over axis 1 (the steps of [batch, steps, "
-                     "features]) only");
+      for (double a : numbers(c, "attention_axes")) axes.push_back(static_cast<std::int64_t>(a));
     }
     layers::MultiHeadAttentionOptions o{
         .value_dim = c.get_or<std::int64_t>("value_dim", 0),
@@ -317,6 +314,7 @@ std::map<std::string, LayerFactory> builtin_factories() {
         .bias_initializer = initializer(c, "bias_initializer", initializers::Zeros()),
         .kernel_regularizer = regularizer(c, "kernel_regularizer"),
         .bias_regularizer = regularizer(c, "bias_regularizer"),
+        .attention_axes = axes,
         .name = name(c)};
     if (c.has("seed")) o.seed = static_cast<std::uint64_t>(c.get<std::int64_t>("seed"));
     return layers::MultiHeadAttention(c.get<std::int64_t>("num_heads"),

@@ -227,6 +227,130 @@ TEST(AttentionLayers, MultiHeadAttentionTakesAnAttentionMaskWithItsGradients) {
   EXPECT_THROW(mha({to_tensor(query), to_tensor(value), Tensor::ones({2, 4, 4})}), ShapeError);
 }
 
+// A Ref with the same values in other dims.
+Ref reshaped(const Ref& x, Dims dims) {
+  Ref y(std::move(dims));
+  y.v = x.v;
+  EXPECT_EQ(y.size(), x.size());
+  return y;
+}
+
+// [a, b, c, d] -> [a, c, b, d].
+Ref swap_middle(const Ref& x) {
+  const std::int64_t a = x.dims[0], b = x.dims[1], c = x.dims[2], d = x.dims[3];
+  Ref y({a, c, b, d});
+  for (std::int64_t i = 0; i < a; ++i)
+    for (std::int64_t j = 0; j < b; ++j)
+      for (std::int64_t k = 0; k < c; ++k)
+        for (std::int64_t l = 0; l < d; ++l)
+          y[((i * c + k) * b + j) * d + l] = x[((i * b + j) * c + k) * d + l];
+  return y;
+}
+
+// attention_axes: on [batch, T1, T2, features], attention over (1, 2) is
+// the one-axis layer's on the T1·T2 positions flattened; over (2,) (or
+// -2), the one-axis layer's on each T1 slice; over (1,), on each T2 slice.
+// The reference is the float64 loop of the one-axis layer, with the
+// layer's own weights; gradients by finite differences.
+TEST(AttentionLayers, MultiHeadAttentionOverSeveralAxesIsTheOneAxisLayerOnThosePositions) {
+  std::mt19937 rng(12);
+  const Ref query = random_ref({2, 3, 2, 4}, rng);
+  struct Case {
+    std::vector<std::int64_t> axes;
+    Dims value;
+  };
+  for (const Case& c :
+       {Case{{1, 2}, {2, 2, 3, 5}}, Case{{2}, {2, 3, 4, 5}}, Case{{-2}, {2, 3, 4, 5}},
+        Case{{1}, {2, 4, 2, 5}}, Case{{}, {2, 1, 4, 5}}}) {
+    SCOPED_TRACE("attention_axes of " + std::to_string(c.axes.size()) + " axes, value " +
+                 Shape(c.value).to_string());
+    const Ref value = random_ref(c.value, rng);
+    layers::MultiHeadAttention mha(2, 3,
+                                   {.value_dim = 2,
+                                    .output_dim = 3,
+                                    .bias_initializer = initializers::RandomNormal(0.0f, 0.5f, 1),
+                                    .return_attention_scores = true,
+                                    .attention_axes = c.axes});
+    const std::vector<Tensor> out = mha({to_tensor(query), to_tensor(value)});
+    const auto& layer = *mha.operator->();
+    const bool both = layer.attention_axes().size() == 2,
+               first = layer.attention_axes() == std::vector<std::int64_t>{1};
+    EXPECT_EQ(out.at(0).shape(), Shape({2, 3, 2, 3}));
+    // Keras's scores: [batch, axes not attended…, heads, query's…, key's…].
+    EXPECT_EQ(out.at(1).shape(), both    ? Shape({2, 2, 3, 2, c.value[1], c.value[2]})
+                                 : first ? Shape({2, 2, 2, 3, c.value[1]})
+                                         : Shape({2, 3, 2, 2, c.value[2]}));
+    check_gradients(
+        "attention over several axes", [&](const std::vector<Tensor>& in) { return mha(in).at(0); },
+        [&](const std::vector<Ref>& in) {
+          const Ref& q = in[0];
+          const Ref& v = in[1];
+          if (both) {
+            const Ref y =
+                ref_attention(reshaped(q, {2, 6, 4}), reshaped(v, {2, v.dims[1] * v.dims[2], 5}),
+                              reshaped(v, {2, v.dims[1] * v.dims[2], 5}), layer);
+            return reshaped(y, {2, 3, 2, 3});
+          }
+          if (first) {
+            const Ref qs = reshaped(swap_middle(q), {4, 3, 4});
+            const Ref vs = reshaped(swap_middle(v), {4, v.dims[1], 5});
+            return swap_middle(reshaped(ref_attention(qs, vs, vs, layer), {2, 2, 3, 3}));
+          }
+          const Ref vs = reshaped(v, {6, v.dims[2], 5});
+          return reshaped(ref_attention(reshaped(q, {6, 2, 4}), vs, vs, layer), {2, 3, 2, 3});
+        },
+        {query, value});
+  }
+}
+
+// On several axes, an attention_mask [batch, query's attended axes…,
+// key's attended axes…] hides keys as on the flattened positions; the
+// inputs' Keras masks and the causal mask (Keras's, for one step axis) and
+// axes that are not step axes are refused.
+TEST(AttentionLayers, MultiHeadAttentionOverSeveralAxesTakesAnAttentionMask) {
+  std::mt19937 rng(13);
+  const Ref query = random_ref({2, 3, 2, 4}, rng), value = random_ref({2, 2, 2, 4}, rng);
+  auto allowed = [](std::int64_t n, std::int64_t i, std::int64_t j) {
+    return (i + j + n) % 3 != 1;  // i of 6 query positions, j of 4 key positions
+  };
+  std::vector<float> given(2 * 6 * 4);
+  for (std::int64_t n = 0; n < 2; ++n)
+    for (std::int64_t i = 0; i < 6; ++i)
+      for (std::int64_t j = 0; j < 4; ++j)
+        given[static_cast<std::size_t>((n * 6 + i) * 4 + j)] = allowed(n, i, j) ? 1.0f : 0.0f;
+  const Tensor attention_mask = Tensor::from_vector(given, {2, 3, 2, 2, 2});
+  layers::MultiHeadAttention mha(2, 3, {.attention_mask = true, .attention_axes = {1, 2}});
+  (void)mha({to_tensor(query), to_tensor(value), attention_mask});
+  check_gradients(
+      "attention_mask over two axes",
+      [&](const std::vector<Tensor>& in) {
+        return mha({in[0], in[1], attention_mask}).at(0);
+      },
+      [&](const std::vector<Ref>& in) {
+        const Ref v = reshaped(in[1], {2, 4, 4});
+        return reshaped(ref_attention(reshaped(in[0], {2, 6, 4}), v, v, *mha.operator->(), allowed),
+                        {2, 3, 2, 4});
+      },
+      {query, value});
+  EXPECT_THROW(mha({to_tensor(query), to_tensor(value), Tensor::ones({2, 6, 4})}), ShapeError);
+  const Tensor q = to_tensor(query), v = to_tensor(value);
+  layers::MultiHeadAttention causal(2, 3, {.use_causal_mask = true, .attention_axes = {1, 2}});
+  EXPECT_THROW(causal({q, v}), ValueError);
+  layers::MultiHeadAttention plain(2, 3, {.attention_axes = {1, 2}});
+  (void)plain({q, v});
+  EXPECT_THROW(plain->apply({q, v}, {Tensor::ones({2, 3, 2}, DType::kBool), Tensor()}, {}),
+               ValueError);
+  for (const std::vector<std::int64_t>& axes :
+       {std::vector<std::int64_t>{3}, std::vector<std::int64_t>{0},
+        std::vector<std::int64_t>{1, -3}}) {
+    layers::MultiHeadAttention wrong(2, 3, {.attention_axes = axes});
+    EXPECT_THROW(wrong({q, v}), ValueError);
+  }
+  // The value's size on an axis not attended over must be the query's.
+  layers::MultiHeadAttention sliced(2, 3, {.attention_axes = {2}});
+  EXPECT_THROW(sliced({q, v}), ShapeError);
+}
+
 // keras.layers.Attention: softmax(q·kᵀ · scale) · v, the value's mask
 // lowering hidden scores by 1e9, the query's zeroing the output's rows;
 // and the additive score Σ tanh(q + k) · weight. Gradients for every input.

@@ -60,13 +60,17 @@ inline Model every_layer_model() {
       layers::MultiHeadAttention(1, 2, {.return_attention_scores = true}).call_all({t, t});
   // An explicit attention mask (Keras's attention_mask argument).
   auto given = layers::MultiHeadAttention(1, 2, {.attention_mask = true})({t, t, allowed});
+  // Attention over several axes of the image: along its rows (axis 2),
+  // and over all its positions (Keras's default on [batch, 8, 8, 3]).
+  auto axial = layers::MultiHeadAttention(1, 2, {.attention_axes = {2}})({image, image});
+  axial = layers::MultiHeadAttention(1, 2)({axial, image});
   auto pooled = layers::Concatenate()(
       {layers::GlobalAveragePooling1D()(seq), layers::GlobalMaxPooling1D()(seq), last,
        layers::GlobalAveragePooling1D()(masked),
        layers::GlobalAveragePooling1D()(layers::Masking(0.0)(t)), states[1],
        layers::Flatten()(scored[1]), layers::GRU(2)({t, states[1]}),
        layers::Bidirectional(layers::GRU(2))({t, states[1], states[1]}),
-       layers::GlobalAveragePooling1D()(given)});
+       layers::GlobalAveragePooling1D()(given), layers::GlobalAveragePooling2D()(axial)});
   t = layers::Flatten()(layers::Reshape({12})(t));
   auto combined = layers::Concatenate()(
       {layers::Dot(1)({x, x}), layers::Flatten()(layers::RepeatVector(2)(x)),

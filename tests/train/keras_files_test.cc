@@ -495,6 +495,40 @@ TEST(KerasFiles, AnAttentionMaskArgumentIsKerasOwn) {
   EXPECT_EQ(with_mask, 2);
 }
 
+// MultiHeadAttention over several axes (make_attention_axes_keras_fixture.py):
+// over both axes of an image with an attention_mask input, over its second
+// axis with the scores returned, over axes (1, 3) of a rank-5 input. The
+// model predicts and steps as Keras did; the scores are Keras's, in its
+// layout; the axes are written back.
+TEST(KerasFiles, AttentionOverSeveralAxesIsKerasOwn) {
+  const json e = json::parse(slurp(kFixtures / "attention_axes_expected.json"));
+  Model m = load_model((kFixtures / "attention_axes.keras").string());
+  const std::vector<Tensor> x{tensor_of(e, "image"), tensor_of(e, "allowed")};
+  expect_near_keras(m.predict(x, {.verbose = 0}).at(0), e.at("output").get<std::vector<float>>(),
+                    1e-5, "attention_axes output");
+  const Layer rows = m.get_layer("rows");
+  const std::vector<Tensor> scored = rows->apply({x[0], x[0]}, {}, {});
+  ASSERT_EQ(scored.size(), 2u);
+  EXPECT_EQ(scored[1].shape(), Shape(e.at("rows_scores_shape").get<std::vector<std::int64_t>>()));
+  expect_near_keras(scored[1], e.at("rows_scores").get<std::vector<float>>(), 1e-5,
+                    "attention scores over axis 2");
+  const auto ids = e.at("step_y").get<std::vector<std::int64_t>>();
+  m.fit(std::vector<Tensor>{tensor_of(e, "step_image"), tensor_of(e, "step_allowed")},
+        {Tensor::from_vector<std::int64_t>(ids, Shape{8})},
+        {.batch_size = 8, .epochs = 1, .verbose = 0, .shuffle = false});
+  expect_near_keras(m.predict(x, {.verbose = 0}).at(0),
+                    e.at("output_after_step").get<std::vector<float>>(), 2e-5,
+                    "attention_axes output after one more step");
+  const Model back = saved_and_loaded(m, "attention_axes");
+  std::vector<json> axes;
+  const json config = json::parse(back.to_json());
+  for (const json& layer : config.at("config").at("layers")) {
+    if (layer.at("class_name") == "MultiHeadAttention")
+      axes.push_back(layer.at("config").at("attention_axes"));
+  }
+  EXPECT_EQ(axes, (std::vector<json>{json{1, 2}, json{2}, json{1, 3}}));
+}
+
 // An output that carries a Keras mask (make_masked_output_keras_fixture.py):
 // a sequence tagger (Embedding(mask_zero=True) → LSTM → Dense logits per
 // step, sparse cross-entropy and accuracy) and a regression per step under

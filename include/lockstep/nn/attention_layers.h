@@ -26,8 +26,16 @@
 // [batch, heads, query steps, value steps] (MultiHeadAttention) or
 // [batch, query steps, value steps] (Attention).
 //
-// Not yet: an explicit attention_mask argument, attention over several
-// axes; each is refused by name.
+// attention_axes (Keras's): the query, value and key may have several
+// step axes, [batch, T1, …, Tn, features]; attention runs over the axes
+// named (all of them by default), as one flattened set of positions: the
+// softmax spans every attended key position at once, and the axes not
+// named are batch-like (each slice attends within itself). The scores are
+// then [batch, free axes…, heads, query's attended axes…, key's attended
+// axes…], Keras's layout. On such inputs Keras's masks of the inputs and
+// use_causal_mask (defined for [batch, steps, features]) are refused; an
+// attention_mask [batch, query's attended axes…, key's attended axes…]
+// is taken.
 #pragma once
 
 #include <cstdint>
@@ -102,11 +110,15 @@ struct MultiHeadAttentionOptions {
   // where a query step may attend to a value step; it joins the inputs'
   // masks and the causal one.
   bool attention_mask = false;
+  // The axes attended over (Keras's attention_axes), of the query's shape,
+  // negative from its end; empty: every axis but the batch and features
+  // (Keras's None).
+  std::vector<std::int64_t> attention_axes{};
   std::string name{};
 };
-// Called on {query, value} or {query, value, key} ([batch, steps, features]
-// each; key defaults to value), then the attention mask with
-// `attention_mask`; returns [batch, query steps, output_dim].
+// Called on {query, value} or {query, value, key} ([batch, steps…,
+// features] each, one rank; key defaults to value), then the attention mask
+// with `attention_mask`; returns [batch, query steps…, output_dim].
 class MultiHeadAttentionImpl : public LayerImpl {
  public:
   MultiHeadAttentionImpl(std::int64_t num_heads, std::int64_t key_dim,
@@ -128,6 +140,8 @@ class MultiHeadAttentionImpl : public LayerImpl {
   void set_return_attention_scores(bool on) { options_.return_attention_scores = on; }
   bool attention_mask() const { return options_.attention_mask; }
   void set_attention_mask(bool on) { options_.attention_mask = on; }
+  // The attended axes, normalised (after build; before it, as given).
+  const std::vector<std::int64_t>& attention_axes() const { return options_.attention_axes; }
   std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs,
                                    const std::vector<Tensor>& masks) const override;
 
@@ -137,6 +151,7 @@ class MultiHeadAttentionImpl : public LayerImpl {
 
   std::int64_t num_heads_, key_dim_;
   MultiHeadAttentionOptions options_;
+  std::vector<std::int64_t> free_axes_;  // the step axes not attended over (batch-like)
   Layer query_dense_, key_dense_, value_dense_, output_dense_, softmax_, dropout_;
 };
 class MultiHeadAttention : public Layer {
