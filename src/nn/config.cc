@@ -279,10 +279,9 @@ std::map<std::string, LayerFactory> builtin_factories() {
           .reset_after = c.get_or("reset_after", true),
           .unroll = c.get_or("unroll", false),
           .zero_output_for_mask = c.get_or("zero_output_for_mask", false),
+          .stateful = c.get_or("stateful", false),
           .name = name(c)};
       if (c.has("seed")) o.seed = static_cast<std::uint64_t>(c.get<std::int64_t>("seed"));
-      LOCKSTEP_CHECK(!c.get_or("stateful", false), cls, " '", name(c),
-                     "': stateful = true is not supported (each batch starts from a zero state)");
       const std::int64_t units = c.get<std::int64_t>("units");
       if (cls == "LSTM") return layers::LSTM(units, o);
       if (cls == "GRU") return layers::GRU(units, o);

@@ -350,9 +350,10 @@ SequentialImpl::SequentialImpl(std::string name) : LayerImpl("Sequential", std::
   set_autocast_inputs(false);  // its layers cast for themselves
 }
 
-void SequentialImpl::set_input_shape(const Shape& sample_shape, DType dtype) {
+void SequentialImpl::set_input_shape(const Shape& sample_shape, DType dtype,
+                                     std::int64_t batch_size) {
   LOCKSTEP_CHECK(!input_.defined(), "Sequential '", name(), "': the input shape is already set");
-  input_ = Input(sample_shape, dtype);
+  input_ = Input(sample_shape, dtype, "", batch_size);
   KerasTensor x = input_;
   for (const Layer& l : layers_) {
     x = l(x);

@@ -210,6 +210,17 @@ void LayerImpl::collect(std::vector<const LayerImpl*>& out) const {
   for (const auto& s : sublayers_) s->collect(out);
 }
 
+bool LayerImpl::stateful() const {
+  for (const auto& l : sublayers_) {
+    if (l->stateful()) return true;
+  }
+  return false;
+}
+
+void LayerImpl::reset_states() {
+  for (const auto& l : sublayers_) l->reset_states();
+}
+
 std::vector<Variable> LayerImpl::weights() const {
   std::vector<const LayerImpl*> layers;
   collect(layers);
@@ -343,7 +354,7 @@ std::vector<KerasTensor> Layer::call_all(const std::vector<KerasTensor>& inputs)
   std::vector<Tensor> outs, out_masks;
   auto probe = [&] {
     NoGradGuard no_grad;
-    outs = impl_->apply(probes, masks, {.training = false});
+    outs = impl_->apply(probes, masks, {.training = false, .shape_probe = true});
     out_masks = impl_->compute_mask(probes, masks);
   };
   try {
@@ -379,9 +390,13 @@ std::vector<KerasTensor> Layer::call_all(const std::vector<KerasTensor>& inputs)
   return result;
 }
 
-KerasTensor Input(const Shape& sample_shape, DType dtype, std::string name) {
+KerasTensor Input(const Shape& sample_shape, DType dtype, std::string name,
+                  std::int64_t batch_size) {
+  LOCKSTEP_CHECK(batch_size >= 0, "Input '", name,
+                 "': batch_size must be positive (or 0: any), got ", batch_size);
   auto node = std::make_shared<KerasTensor::Node>();
   node->input_name = name.empty() ? unique_name("input_layer") : std::move(name);
+  node->input_batch_size = batch_size;
   node->input_layer = std::make_shared<InputLayerImpl>(node->input_name);
   return KerasTensor(node, 0, sample_shape, dtype);
 }

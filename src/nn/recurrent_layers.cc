@@ -1,8 +1,10 @@
 // SimpleRNN, LSTM, GRU and Bidirectional (nn/recurrent_layers.h).
 #include "lockstep/nn/recurrent_layers.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "lockstep/autodiff/mirrored_copy.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/nearest_name.h"
 #include "lockstep/tensor/device.h"
@@ -121,6 +123,22 @@ std::vector<Tensor> RecurrentImpl::compute_mask(const std::vector<Tensor>&,
   return out;
 }
 
+RecurrentImpl::Held& RecurrentImpl::held() {
+  std::lock_guard lock(held_mu_);
+  return held_[std::max(0, current_mirrored_copy())];  // a map's entries stay put
+}
+
+void RecurrentImpl::reset_states() {
+  std::lock_guard lock(held_mu_);
+  held_.clear();
+}
+
+std::vector<Tensor> RecurrentImpl::states() const {
+  std::lock_guard lock(held_mu_);
+  const auto it = held_.find(std::max(0, current_mirrored_copy()));
+  return it == held_.end() ? std::vector<Tensor>{} : it->second.states;
+}
+
 std::vector<Tensor> RecurrentImpl::run(const std::vector<Tensor>& inputs,
                                        const Tensor& sequence_mask, const CallContext& ctx) {
   // Keras's initial_state: {sequences, h} or LSTM's {sequences, h, c}.
@@ -133,6 +151,17 @@ std::vector<Tensor> RecurrentImpl::run(const std::vector<Tensor>& inputs,
                     ": expected sequences [batch, steps, features], got ", x_in.shape());
   const std::int64_t batch = x_in.shape()[0], steps = x_in.shape()[1], features = x_in.shape()[2];
   const std::int64_t g = gates(), width = g * units_;
+  Held* kept = nullptr;  // a stateful layer's states, outside shape probes
+  if (options_.stateful && !ctx.shape_probe) {
+    kept = &held();
+    LOCKSTEP_CHECK(kept->batch == 0 || kept->batch == batch, class_name_text(),
+                   " is stateful: its states hold a batch of ", kept->batch,
+                   current_mirrored_copy() >= 0 ? " (this replica's part)" : "",
+                   ", these sequences a batch of ", batch,
+                   "; every batch must have the same size (batch the data so that the last batch "
+                   "is whole, or call reset_states() before changing it)");
+    kept->batch = batch;
+  }
   const Tensor kernel = autocast(kernel_);
   Tensor input_bias, recurrent_bias;
   if (bias_.defined()) {
@@ -177,10 +206,14 @@ std::vector<Tensor> RecurrentImpl::run(const std::vector<Tensor>& inputs,
       .go_backwards = options_.go_backwards,
       .mask = sequence_mask,
       .zero_output_for_mask = options_.zero_output_for_mask,
-      .return_states = options_.return_state};
+      .return_states = options_.return_state || kept != nullptr};
   if (inputs.size() > 1) {
     o.initial_h = inputs[1];
     if (inputs.size() > 2) o.initial_c = inputs[2];
+  } else if (kept != nullptr && !kept->states.empty()) {
+    // Keras: the states given by initial_state win; else the held ones.
+    o.initial_h = kept->states[0];
+    if (kept->states.size() > 1) o.initial_c = kept->states[1];
   }
   if (recurrent_dropping) {
     std::vector<Tensor> masks;
@@ -202,6 +235,15 @@ std::vector<Tensor> RecurrentImpl::run(const std::vector<Tensor>& inputs,
   auto row = [&](std::int64_t r) {
     return reshape(slice(seq, {0, r, 0}, {batch, 1, units_}), {batch, units_});
   };
+  if (kept != nullptr) {
+    // The next batch starts here; no gradient reaches back into this one.
+    kept->states = {stop_gradient(row(steps))};
+    if (g == 4) kept->states.push_back(stop_gradient(row(steps + 1)));
+    if (!options_.return_state) {
+      return {options_.return_sequences ? slice(seq, {0, 0, 0}, {batch, steps, units_})
+                                        : row(steps - 1)};
+    }
+  }
   if (!options_.return_state) return {options_.return_sequences ? seq : row(steps - 1)};
   std::vector<Tensor> out{
       options_.return_sequences ? slice(seq, {0, 0, 0}, {batch, steps, units_}) : row(steps - 1),
@@ -215,7 +257,7 @@ LayerConfig RecurrentImpl::get_config() const {
   c.set("return_sequences", options_.return_sequences);
   c.set("return_state", options_.return_state);
   c.set("go_backwards", options_.go_backwards);
-  c.set("stateful", false);
+  c.set("stateful", options_.stateful);
   c.set("unroll", options_.unroll);
   c.set("zero_output_for_mask", options_.zero_output_for_mask);
   c.set("units", units_);

@@ -33,8 +33,9 @@ json dtype_policy(const std::string& name) {
           {"registered_name", nullptr}};
 }
 
-json batch_shape(const Shape& sample_shape) {
-  json s = json::array({nullptr});
+// [batch, dims...]: the batch null (Keras's None) unless static (> 0).
+json batch_shape(const Shape& sample_shape, std::int64_t batch = 0) {
+  json s = json::array({batch > 0 ? json(batch) : json(nullptr)});
   for (std::int64_t d : sample_shape.dims()) s.push_back(d);
   return s;
 }
@@ -584,8 +585,10 @@ json leaf_entry(const LayerImpl& layer, const json& build_shape) {
           {"build_config", build}};
 }
 
-json input_layer_config(const std::string& name, const Shape& shape, DType dtype) {
-  return {{"batch_shape", batch_shape(shape)},
+// batch: the Input's static batch size (0: any, Keras's None).
+json input_layer_config(const std::string& name, const Shape& shape, DType dtype,
+                        std::int64_t batch) {
+  return {{"batch_shape", batch_shape(shape, batch)},
           {"dtype", std::string(dtype_name(dtype))},
           {"sparse", false},
           {"ragged", false},
@@ -616,10 +619,17 @@ json functional_config(const FunctionalImpl& f) {
     if (!n->layer) return json::array({n->input_name, 0, k.index()});
     return json::array({n->layer->name(), node_index.at(n), k.index()});
   };
+  // A tensor's static batch size: its Input's (layers keep the batch).
+  std::function<std::int64_t(const KerasTensor&)> batch_of = [&](const KerasTensor& k) {
+    const KerasTensor::Node* n = k.node().get();
+    if (!n->layer) return n->input_batch_size;
+    return n->inputs.empty() ? std::int64_t{0} : batch_of(n->inputs[0]);
+  };
+  auto shape_of = [&](const KerasTensor& k) { return batch_shape(k.sample_shape(), batch_of(k)); };
   auto tensor = [&](const KerasTensor& k) {
     return json{{"class_name", "__keras_tensor__"},
                 {"config",
-                 {{"shape", batch_shape(k.sample_shape())},
+                 {{"shape", shape_of(k)},
                   {"dtype", std::string(dtype_name(k.dtype()))},
                   {"keras_history", history(k)}}}};
   };
@@ -632,16 +642,17 @@ json functional_config(const FunctionalImpl& f) {
       const std::string& name = in.node()->input_name;
       layers.push_back({{"module", "keras.layers"},
                         {"class_name", "InputLayer"},
-                        {"config", input_layer_config(name, in.sample_shape(), in.dtype())},
+                        {"config", input_layer_config(name, in.sample_shape(), in.dtype(),
+                                                      in.node()->input_batch_size)},
                         {"registered_name", nullptr},
                         {"name", name},
                         {"inbound_nodes", json::array()}});
       continue;
     }
     const auto& ins = calls.at(layer).front()->inputs;
-    json shape = ins.size() == 1 ? batch_shape(ins[0].sample_shape()) : json::array();
+    json shape = ins.size() == 1 ? shape_of(ins[0]) : json::array();
     if (ins.size() != 1) {
-      for (const KerasTensor& k : ins) shape.push_back(batch_shape(k.sample_shape()));
+      for (const KerasTensor& k : ins) shape.push_back(shape_of(k));
     }
     json entry = layer_entry(*layer, shape);
     entry["name"] = layer->name();
@@ -689,22 +700,24 @@ json sequential_config(const SequentialImpl& s) {
                  "with Sequential(layers, {.input_shape = ...})");
   json layers = json::array();
   const std::string input_name = s.input().node()->input_name;
+  const std::int64_t batch = s.input().node()->input_batch_size;
   layers.push_back(
       {{"module", "keras.layers"},
        {"class_name", "InputLayer"},
        {"config", input_layer_config(input_name.empty() ? s.name() + "_input" : input_name,
-                                     s.input().sample_shape(), s.input().dtype())},
+                                     s.input().sample_shape(), s.input().dtype(), batch)},
        {"registered_name", nullptr}});
   KerasTensor previous = s.input();
   for (std::size_t i = 0; i < s.layers().size(); ++i) {
-    layers.push_back(layer_entry(*s.layers()[i].impl(), batch_shape(previous.sample_shape())));
+    layers.push_back(
+        layer_entry(*s.layers()[i].impl(), batch_shape(previous.sample_shape(), batch)));
     if (i < s.layer_outputs().size()) previous = s.layer_outputs()[i];
   }
   return {{"name", s.name()},
           {"trainable", s.trainable()},
           {"dtype", dtype_policy(s.dtype_policy().name)},
           {"layers", layers},
-          {"build_input_shape", batch_shape(s.input().sample_shape())}};
+          {"build_input_shape", batch_shape(s.input().sample_shape(), batch)}};
 }
 
 json layer_entry(const LayerImpl& layer, const json& build_shape) {
@@ -840,6 +853,16 @@ Shape input_shape_of(const json& config, const std::string& where) {
   return Shape(dims);
 }
 
+// The static batch size of an InputLayer's batch_shape (0: None).
+std::int64_t input_batch_of(const json& config) {
+  const json shape = config.contains("batch_shape")         ? config["batch_shape"]
+                     : config.contains("batch_input_shape") ? config["batch_input_shape"]
+                                                            : json();
+  return shape.is_array() && !shape.empty() && shape[0].is_number_integer() && shape[0] > 0
+             ? shape[0].get<std::int64_t>()
+             : 0;
+}
+
 DType input_dtype_of(const json& config) {
   const json d = config.value("dtype", json("float32"));
   if (d.is_string()) return dtype_from_name(d.get<std::string>());
@@ -920,7 +943,8 @@ Model functional_from_config(const json& config, const std::string& where) {
     }
     if (cls == "InputLayer") {
       outputs_of[lname].push_back(
-          {Input(input_shape_of(layer_config, at), input_dtype_of(layer_config), lname)});
+          {Input(input_shape_of(layer_config, at), input_dtype_of(layer_config), lname,
+                 input_batch_of(layer_config))});
       continue;
     }
     Layer layer = is_model_class(cls) ? Layer(model_from_config(entry, at).impl())
@@ -1006,8 +1030,8 @@ Model sequential_from_config(const json& config, const std::string& where) {
   Sequential seq({}, {.name = config.value("name", std::string())});
   auto* impl = static_cast<SequentialImpl*>(seq.impl().get());
   bool shaped = false;
-  auto set_shape = [&](const Shape& s, DType d) {
-    impl->set_input_shape(s, d);
+  auto set_shape = [&](const Shape& s, DType d, std::int64_t batch) {
+    impl->set_input_shape(s, d, batch);
     shaped = true;
   };
   std::vector<Layer> layers;
@@ -1017,17 +1041,19 @@ Model sequential_from_config(const json& config, const std::string& where) {
     const std::string at = where + ": layer '" + lname + "'";
     const std::string cls = entry_class(entry);
     if (cls == "InputLayer") {
-      set_shape(input_shape_of(layer_config, at), input_dtype_of(layer_config));
+      set_shape(input_shape_of(layer_config, at), input_dtype_of(layer_config),
+                input_batch_of(layer_config));
       continue;
     }
     if (!shaped && layers.empty() && layer_config.contains("batch_input_shape"))
-      set_shape(input_shape_of(layer_config, at), input_dtype_of(layer_config));
+      set_shape(input_shape_of(layer_config, at), input_dtype_of(layer_config),
+                input_batch_of(layer_config));
     layers.push_back(is_model_class(cls) ? Layer(model_from_config(entry, at).impl())
                                          : make_leaf(entry, at + " (" + cls + ")"));
   }
   if (!shaped && config.contains("build_input_shape") && config["build_input_shape"].is_array())
     set_shape(input_shape_of({{"batch_shape", config["build_input_shape"]}}, where),
-              DType::kFloat32);
+              DType::kFloat32, input_batch_of({{"batch_shape", config["build_input_shape"]}}));
   LOCKSTEP_CHECK(shaped, where,
                  ": a Sequential model without an input shape; Lockstep builds it when loaded "
                  "and needs the shape");

@@ -103,6 +103,8 @@ std::vector<Layer> Model::layers() const {
   return out;
 }
 
+void Model::reset_states() const { impl_->reset_states(); }
+
 Layer Model::get_layer(const std::string& name) const {
   std::string names;
   for (const Layer& l : layers()) {
@@ -623,7 +625,8 @@ Tensor Model::predict_on_batch(const Tensor& x) {
 Sequential::Sequential(std::vector<Layer> layers, Options options)
     : Model(std::make_shared<SequentialImpl>(options.name)) {
   auto* seq = static_cast<SequentialImpl*>(impl_.get());
-  if (options.input_shape) seq->set_input_shape(*options.input_shape);
+  if (options.input_shape)
+    seq->set_input_shape(*options.input_shape, DType::kFloat32, options.batch_size);
   for (const Layer& l : layers) seq->add(l);
 }
 
@@ -636,7 +639,7 @@ void Sequential::add(const KerasTensor& input) const {
   LOCKSTEP_CHECK(seq->layers().empty(), "Sequential.add(Input(", input.sample_shape(),
                  ")): an Input comes first, before any layer (this model has ",
                  seq->layers().size(), ")");
-  seq->set_input_shape(input.sample_shape(), input.dtype());
+  seq->set_input_shape(input.sample_shape(), input.dtype(), input.node()->input_batch_size);
 }
 
 }  // namespace lockstep

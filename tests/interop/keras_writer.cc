@@ -151,6 +151,32 @@ int main(int argc, char** argv) {
                                {"iterations", two.optimizer().iterations()},
                                {"metrics", {"cls_accuracy", "reg_mae", "cls_loss", "reg_loss"}}};
   }
+  // Stateful recurrent layers on an Input of static batch size 4 (which
+  // Keras needs to build them): trained with states carried across
+  // batches, reset, then predicted from zeros as Keras starts a loaded model.
+  {
+    const ls::KerasTensor in = ls::Input({5, 3}, ls::DType::kFloat32, "sequences", 4);
+    ls::KerasTensor h = ls::layers::LSTM(4, {.return_sequences = true, .stateful = true})(in);
+    h = ls::layers::GRU(3, {.stateful = true})(h);
+    ls::Model stateful(in, ls::layers::Dense(3)(h));
+    stateful.compile({.optimizer = ls::optimizers::Adam(),
+                      .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true})});
+    std::vector<std::int64_t> ids(24);
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i % 3);
+    stateful.fit(ls::random::normal({24, 5, 3}, {.seed = seed++}),
+                 ls::Tensor::from_vector<std::int64_t>(ids, ls::Shape({24})),
+                 {.batch_size = 4, .epochs = 1, .verbose = 0, .shuffle = false});
+    stateful.reset_states();
+    const ls::Tensor x = ls::random::normal({4, 5, 3}, {.seed = seed++});
+    const ls::Tensor y = stateful.predict(x);
+    stateful.save((out / "stateful.keras").string());
+    stateful.save_weights((out / "stateful.weights.h5").string());
+    expected["stateful"] = {{"input_shape", dims(x)},
+                            {"input", x.to_vector<float>()},
+                            {"output_shape", dims(y)},
+                            {"output", y.to_vector<float>()},
+                            {"iterations", stateful.optimizer().iterations()}};
+  }
   // Every layer class Lockstep has, in one model with two inputs.
   ls::Model every = lockstep::testing_support::every_layer_model();
   every.compile(

@@ -555,5 +555,63 @@ TEST(RecurrentLayers, BidirectionalSplitsItsInitialStatesInHalf) {
   }
 }
 
+// stateful = true: row i of a batch continues row i of the batch before,
+// so two calls are one call on their steps joined; no gradient reaches the
+// earlier batch; reset_states() starts from zeros; a batch of another size
+// is refused; the probe that builds a graph leaves no state.
+TEST(RecurrentLayers, StatefulLayersContinueEachRowFromThePreviousBatch) {
+  std::mt19937 rng(11);
+  const Ref a = random_ref({3, 4, 2}, rng), b = random_ref({3, 5, 2}, rng);
+  Ref ab({3, 9, 2});
+  for (std::int64_t n = 0; n < 3; ++n)
+    for (std::int64_t t = 0; t < 9; ++t)
+      for (std::int64_t f = 0; f < 2; ++f)
+        ab[(n * 9 + t) * 2 + f] = t < 4 ? a[(n * 4 + t) * 2 + f] : b[(n * 5 + t - 4) * 2 + f];
+  for (const std::string cls : {"SimpleRNN", "LSTM", "GRU"}) {
+    SCOPED_TRACE(cls);
+    auto make = [&](bool stateful) -> Layer {
+      const layers::RecurrentLayerOptions o{.return_sequences = true, .stateful = stateful};
+      if (cls == "LSTM") return layers::LSTM(3, o);
+      if (cls == "GRU") return layers::GRU(3, o);
+      return layers::SimpleRNN(3, o);
+    };
+    Layer kept = make(true), plain = make(false);
+    auto* impl = static_cast<layers::RecurrentImpl*>(kept.impl().get());
+    const Tensor first = kept(to_tensor(a));
+    EXPECT_EQ(impl->states().size(), cls == "LSTM" ? 2u : 1u);
+    const Tensor second = kept(to_tensor(b));
+    (void)plain(to_tensor(ab));
+    for (std::size_t i = 0; i < 3; ++i) plain->weights()[i].assign(kept->weights()[i].value());
+    const Tensor whole = plain(to_tensor(ab));
+    expect_close(to_ref(slice(whole, {0, 0, 0}, {3, 4, 3})), first, 1e-6, 1e-6, "first batch");
+    expect_close(to_ref(slice(whole, {0, 4, 0}, {3, 5, 3})), second, 1e-6, 1e-6,
+                 "second batch, from the first one's states");
+    // The previous batch is a constant to the next one.
+    kept->reset_states();
+    EXPECT_TRUE(impl->states().empty());
+    {
+      const Tensor at = to_tensor(a), bt = to_tensor(b);
+      GradientTape tape;
+      tape.watch(at);
+      tape.watch(bt);
+      (void)kept(at);
+      const Tensor y = kept(bt);
+      const auto g = tape.gradient(sum(y), {at, bt}, UnconnectedGradients::kZero);
+      EXPECT_EQ(max(abs(g[0])).item<float>(), 0.0f);
+      EXPECT_GT(max(abs(g[1])).item<float>(), 0.0f);
+    }
+    kept->reset_states();
+    EXPECT_EQ(kept(to_tensor(a)).to_vector<float>(), first.to_vector<float>());
+    EXPECT_THROW(kept(to_tensor(random_ref({2, 4, 2}, rng))), ValueError);
+    kept->reset_states();  // a new batch size after a reset
+    EXPECT_EQ(kept(to_tensor(random_ref({2, 4, 2}, rng))).shape(), Shape({2, 4, 3}));
+  }
+  // Building a graph runs the layer on one example of zeros: no state.
+  layers::LSTM lstm(2, {.stateful = true});
+  (void)lstm(Input({4, 2}));
+  EXPECT_TRUE(lstm->states().empty());
+  EXPECT_TRUE(lstm->stateful());
+}
+
 }  // namespace
 }  // namespace lockstep::testing

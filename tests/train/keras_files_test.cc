@@ -529,6 +529,44 @@ TEST(KerasFiles, AttentionOverSeveralAxesIsKerasOwn) {
   EXPECT_EQ(axes, (std::vector<json>{json{1, 2}, json{2}, json{1, 3}}));
 }
 
+// Stateful recurrent layers (make_stateful_keras_fixture.py) on an Input
+// of static batch size 8: loaded with zero states (Keras saves none), a
+// first predict is Keras's; a second starts from the states the first
+// left, a step from those the second left, and a predict after it — all
+// Keras's. reset_states() starts again from zeros; a batch of another size
+// is refused by name; the batch size is written back.
+TEST(KerasFiles, StatefulLayersCarryStatesAsKeras) {
+  const json e = json::parse(slurp(kFixtures / "stateful_expected.json"));
+  Model m = load_model((kFixtures / "stateful.keras").string());
+  const Tensor x = tensor_of(e, "input");
+  const Tensor first = m.predict(x, {.verbose = 0});
+  expect_near_keras(first, e.at("output").get<std::vector<float>>(), 1e-5, "stateful output");
+  expect_near_keras(m.predict(x, {.verbose = 0}), e.at("output_again").get<std::vector<float>>(),
+                    1e-5, "stateful output from the states the first call left");
+  const auto ids = e.at("step_y").get<std::vector<std::int64_t>>();
+  m.train_on_batch(tensor_of(e, "step_x"), Tensor::from_vector<std::int64_t>(ids, Shape{8}));
+  expect_near_keras(m.predict(x, {.verbose = 0}),
+                    e.at("output_after_step").get<std::vector<float>>(), 2e-5,
+                    "stateful output after one more step");
+  const Model back = saved_and_loaded(m, "stateful");
+  const json config = json::parse(back.to_json());
+  EXPECT_EQ(config.at("config").at("layers").at(0).at("config").at("batch_shape"), (json{8, 5, 3}));
+  int stateful = 0;
+  for (const json& layer : config.at("config").at("layers"))
+    stateful += layer.at("config").value("stateful", false);
+  EXPECT_EQ(stateful, 3);
+  // From zeros again: the first call's outputs, bitwise.
+  Model again = load_model((kFixtures / "stateful.keras").string());
+  const Tensor fresh = again.predict(x, {.verbose = 0});
+  (void)again.predict(x, {.verbose = 0});
+  again.reset_states();
+  expect_bitwise({again.predict(x, {.verbose = 0}).to_vector<float>()}, {fresh.to_vector<float>()},
+                 "after reset_states()");
+  testing_support::expect_error_containing<ValueError>(
+      [&] { (void)again.predict(x.view_rows(0, 4), {.verbose = 0}); },
+      "is stateful: its states hold a batch of 8, these sequences a batch of 4");
+}
+
 // An output that carries a Keras mask (make_masked_output_keras_fixture.py):
 // a sequence tagger (Embedding(mask_zero=True) → LSTM → Dense logits per
 // step, sparse cross-entropy and accuracy) and a regression per step under

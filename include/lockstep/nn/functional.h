@@ -18,6 +18,7 @@ struct KerasTensor::Node {
   std::vector<KerasTensor> inputs{};
   std::string input_name{};                  // for an Input
   std::shared_ptr<LayerImpl> input_layer{};  // for an Input: its InputLayer (model.layers)
+  std::int64_t input_batch_size = 0;         // for an Input: its static batch size; 0: any
   // The example shape of each of the call's outputs (read or not).
   std::vector<Shape> output_shapes{};
 };
@@ -110,7 +111,9 @@ class SequentialImpl : public LayerImpl {
   explicit SequentialImpl(std::string name = "");
   // Declares the shape of one example, so that every layer is built (and has
   // an output shape for summary) as soon as it is added.
-  void set_input_shape(const Shape& sample_shape, DType dtype = DType::kFloat32);
+  // batch_size: the Input's static batch size (0: any; see Input()).
+  void set_input_shape(const Shape& sample_shape, DType dtype = DType::kFloat32,
+                       std::int64_t batch_size = 0);
   void add(const Layer& layer);
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallContext& ctx) override;
   // As a functional graph's (FunctionalImpl).

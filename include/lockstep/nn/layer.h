@@ -64,6 +64,10 @@ struct CallContext {
   // max pooling that alone reads its output: the layer returns its result
   // without that activation.
   bool skip_own_relu = false;
+  // True in the call on one example of zeros that learns a layer's output
+  // shapes (Layer::call_all on symbolic inputs): stateful layers keep no
+  // state from it.
+  bool shape_probe = false;
 
   // This context with `relu` set (a graph's folds).
   CallContext with_relu(const ReluOptions* r) const {
@@ -203,6 +207,14 @@ class LayerImpl : public std::enable_shared_from_this<LayerImpl> {
   // Where Keras's files keep this layer's own weights, under the layer's
   // path: "vars", or "cell/vars" for the recurrent layers (their cell's).
   virtual std::string keras_vars_path() const { return "vars"; }
+
+  // ---- stateful layers (Keras's RNN(stateful=True)) ----
+  // Whether this layer or a sublayer carries state from one batch to the
+  // next (a stateful recurrent layer).
+  virtual bool stateful() const;
+  // Forgets that state (Keras's layer.reset_states()): the next batch starts
+  // from zeros. By default, resets every sublayer's.
+  virtual void reset_states();
 
  protected:
   struct WeightOptions {
@@ -345,8 +357,12 @@ Layer make_layer(Args&&... args) {
 }
 
 // The entry point of a functional model: a symbolic tensor of examples of
-// shape `sample_shape` (the batch dimension is implied).
-KerasTensor Input(const Shape& sample_shape, DType dtype = DType::kFloat32, std::string name = "");
+// shape `sample_shape` (the batch dimension is implied). `batch_size`:
+// Keras's static batch size (Input(batch_shape=(4, ...))), which Keras
+// needs to load a model with stateful layers; it is written in the model's
+// files and changes nothing here (0: any).
+KerasTensor Input(const Shape& sample_shape, DType dtype = DType::kFloat32, std::string name = "",
+                  std::int64_t batch_size = 0);
 
 // Resets the counters behind automatic layer names ("dense", "dense_1"...),
 // as keras.backend.clear_session().

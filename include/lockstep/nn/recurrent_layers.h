@@ -31,10 +31,21 @@
 //
 //   auto decoded = ls::layers::LSTM(32, {.return_sequences = true})({y, outs[1], outs[2]});
 //
-// Not yet: stateful layers, refused by name.
+// Stateful layers (Keras's stateful=True): each batch starts from the
+// states the previous batch ended with, row by row — row i of a batch
+// continues row i of the one before — until reset_states() (on the layer,
+// or Model::reset_states() on them all). The state holds the batch size of
+// the first call after a reset; a batch of another size is a ValueError
+// naming both (batch the data so that every batch is whole). No gradient
+// flows into the previous batch. Under a strategy each replica keeps the
+// states of its own rows, so N replicas train like one. As in Keras the
+// states are no part of the model's files; Keras needs a static batch size
+// to load such a model, which an Input's batch_size gives.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -65,6 +76,8 @@ struct RecurrentLayerOptions {
   bool unroll = false;            // accepted for Keras's files; the same arithmetic either way
   // Under a mask: zeros at masked steps, in place of the last output.
   bool zero_output_for_mask = false;
+  // Each batch starts from the states the previous one ended with.
+  bool stateful = false;
   std::string name{};
 };
 
@@ -87,6 +100,11 @@ class RecurrentImpl : public LayerImpl {
   std::string keras_vars_path() const override { return "cell/vars"; }
   // Keras's Bidirectional sets it on both its layers (to return_sequences).
   void set_zero_output_for_mask(bool zero) { options_.zero_output_for_mask = zero; }
+  bool stateful() const override { return options_.stateful; }
+  void reset_states() override;
+  // A stateful layer's states now (h; LSTM: h, c) for the calling replica,
+  // [batch, units] each; empty before the first batch and after a reset.
+  std::vector<Tensor> states() const;
 
   std::int64_t units() const { return units_; }
   const RecurrentLayerOptions& options() const { return options_; }
@@ -104,11 +122,22 @@ class RecurrentImpl : public LayerImpl {
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const Tensor& sequence_mask,
                           const CallContext& ctx);
 
+  // A stateful layer's states for one replica (copy of the mirrored
+  // variables; 0 outside replicas): the batch size they were made for
+  // (0 after a reset) and the final states of the last batch.
+  struct Held {
+    std::int64_t batch = 0;
+    std::vector<Tensor> states{};
+  };
+  Held& held();
+
   std::int64_t units_;
   RecurrentLayerOptions options_;
   std::uint64_t seed_ = 0;
   std::uint64_t next_stream_ = 0;
   Variable kernel_, recurrent_kernel_, bias_;
+  mutable std::mutex held_mu_;  // the replicas' threads add their entries
+  std::map<int, Held> held_;
 };
 class SimpleRNN : public Layer {
  public:

@@ -156,6 +156,10 @@ class Model : public Layer {
   // The layer of that name among layers() (model.get_layer); a ValueError
   // that lists the names when there is none.
   Layer get_layer(const std::string& name) const;
+  // Forgets the states of every stateful layer (recurrent layers with
+  // stateful = true; nn/recurrent_layers.h): the next batch starts from
+  // zeros. TF 2's model.reset_states(); Keras 3 has it per layer.
+  void reset_states() const;
   // The symbolic inputs and outputs of a functional model (or of a
   // Sequential whose input shape is known): model.inputs / model.outputs,
   // and model.input / model.output for a model with exactly one.
@@ -318,6 +322,9 @@ Model make_model(Args&&... args) {
 struct SequentialOptions {
   std::optional<Shape> input_shape{};  // shape of one example; builds layers as they are added
   std::string name{};
+  // The input's static batch size (Keras's Input(batch_shape=...); see
+  // Input()); 0: any.
+  std::int64_t batch_size = 0;
 };
 
 // A linear stack of layers (keras.Sequential).
