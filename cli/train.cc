@@ -24,6 +24,7 @@
 #include "lockstep/core/file.h"
 #include "lockstep/lockstep.h"
 #include "run_settings.h"
+#include "step_log.h"
 #include "stop_signals.h"
 #include "validators.h"
 
@@ -529,6 +530,10 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
                     "write TensorBoard event files under DIR (train/ and validation/, per epoch)");
   train->add_option("--csv-log", a.csv_log,
                     "append each epoch's logs to this CSV file (CSVLogger)");
+  train->add_option("--step-log", a.step_log,
+                    "append one line per training step to this CSV file: epoch, the optimizer's "
+                    "step, the logged loss to 17 digits (the chief's; to compare runs step by "
+                    "step)");
   train
       ->add_option("--early-stopping", a.early_stopping,
                    "stop after PATIENCE epochs without a lower val_loss, keeping the best "
@@ -766,6 +771,8 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
   }
 
   std::vector<std::shared_ptr<Callback>> callbacks;
+  // First: a step's line is written before a backup (and a stop after it).
+  if (!a.step_log.empty() && strategy.is_chief()) callbacks.push_back(step_log(a.step_log));
   std::shared_ptr<BackupAndRestore> backup;
   if (!a.checkpoint_dir.empty() && strategy.is_chief()) {
     check_and_record_run_settings(a.checkpoint_dir, run_settings(a, fingerprint),

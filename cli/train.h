@@ -69,6 +69,7 @@ struct TrainArgs {
   // improvement (0: none).
   std::string tensorboard;
   std::string csv_log;
+  std::string step_log;  // --step-log: one line per step (step_log.h)
   int early_stopping = 0;
 };
 

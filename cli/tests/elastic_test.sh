@@ -16,7 +16,9 @@
 #    every worker stops (exit 75, not counted), and the job re-forms with
 #    three workers. It ends with weights within float rounding of the
 #    reference (the sums run in another order) and the same test accuracy
-#    to the 4th decimal.
+#    to the 4th decimal; the chief's --step-log against the reference's
+#    (step_losses.py): no step skipped, the steps after each resume those
+#    after its backup, every step's loss within float rounding.
 # 3. The chief lost for good: the others do not shrink past it; their error
 #    says a job cannot shrink without its chief.
 #
@@ -52,7 +54,8 @@ max_difference() { python3 "$(dirname "$0")/max_difference.py" "$1" "$2"; }
 start_worker() {
   local i=$1 dir=$2 log=$3
   TF_CONFIG="$cluster, \"task\": {\"type\": \"worker\", \"index\": $i}}" \
-    "$bin" supervise --max-restarts 4 -- "${train[@]}" --checkpoint-dir "$dir" >"$log" 2>&1 &
+    "$bin" supervise --max-restarts 4 -- "${train[@]}" --checkpoint-dir "$dir" \
+    --step-log "$dir.steps.csv" >"$log" 2>&1 &
   pids[i]=$!
 }
 
@@ -145,6 +148,9 @@ python3 -c "import sys; sys.exit(0 if $difference <= 1e-4 * max($scale, 1.0) els
 accuracy=$(test_accuracy "$work/shrink-0.log")
 [[ $accuracy == "$reference_accuracy" ]] ||
   fail "the shrunk job's $accuracy differs from the uninterrupted job's $reference_accuracy"
+steps=$(python3 "$(dirname "$0")/step_losses.py" "$work/ref.steps.csv" "$work/shrink.steps.csv" \
+  --tolerance 1e-4) || fail "the step logs: $steps"
+echo "$steps"
 echo "lost host: the job went on with 2 of 3 workers, training again ${resumed_ms} ms after the loss" \
   "(collective deadline ${timeout_s} s, rejoin timeout ${rejoin_s} s, restart delay 3 s);" \
   "the host back, the job grew to 3 workers at the backup of step $grew_at;" \

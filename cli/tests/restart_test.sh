@@ -5,13 +5,19 @@
 #    names the failure, stops the other worker, starts the job again; the
 #    workers resume from their backups and the job ends with a model
 #    bitwise equal to an uninterrupted launch's (inspect's CRC32Cs). The
-#    time from the kill to the restarted workers' resume is printed.
+#    chief's --step-log, compared with the uninterrupted job's
+#    (step_losses.py): after the kill the job resumed at the step after its
+#    backup, every step's loss bitwise the uninterrupted job's, none
+#    skipped (the log shows the resume when the chief had logged steps past
+#    the backup; killed right after it, the steps just go on). The time from the kill to the restarted workers' resume is
+#    printed.
 # 2. A crash loop: a command that fails at every start, with a different
 #    code each time (3, 4, 5): launch restarts it twice, then gives up and
 #    exits with the first failure's code, naming it.
 #
 # usage: restart_test.sh LOCKSTEP_BINARY WORK_DIR
 set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 bin=$1
 work=$2
 rm -rf "$work"
@@ -27,13 +33,14 @@ fail() {
 weights_of() { "$bin" inspect "$1" | grep crc32c || fail "inspect $1 failed"; }
 
 # The uninterrupted job.
-"$bin" launch --workers 2 -- "${train[@]}" --checkpoint-dir "$work/ref" >"$work/ref.log" 2>&1 ||
+"$bin" launch --workers 2 -- "${train[@]}" --checkpoint-dir "$work/ref" \
+  --step-log "$work/ref_steps.csv" >"$work/ref.log" 2>&1 ||
   fail "the uninterrupted job failed"
 reference=$(weights_of "$work/ref/model.safetensors")
 
 # 1. Killed after the first backup, restarted by launch.
 "$bin" launch --workers 2 --max-restarts 2 -- "${train[@]}" --checkpoint-dir "$work/run" \
-  >"$work/run.log" 2>&1 &
+  --step-log "$work/run_steps.csv" >"$work/run.log" 2>&1 &
 launcher=$!
 for _ in $(seq 600); do
   [[ -n $(find "$work/run" -name '*.safetensors' -path '*backup*' 2>/dev/null) ]] && break
@@ -58,6 +65,9 @@ grep -q "lockstep launch: restart 1 of 2 after worker [01] was killed by signal 
 grep -q "BackupAndRestore: resuming from" "$work/run.log" || fail "the restarted workers did not resume"
 [[ $(weights_of "$work/run/model.safetensors") == "$reference" ]] ||
   fail "the restarted job's model differs from the uninterrupted job's"
+steps=$(python3 "$here/step_losses.py" "$work/ref_steps.csv" "$work/run_steps.csv") ||
+  fail "the step logs: $steps"
+echo "$steps"
 echo "killed worker: restarted and resumed ${resumed_ms} ms after the kill; the model bitwise equal to the uninterrupted job's"
 
 # 2. A crash loop: codes 3, 4, 5 at starts 0, 1, 2.
