@@ -6,12 +6,14 @@
 # 0. The uninterrupted three-host job: the reference model.
 # a. A worker killed (SIGKILL) after the chief's first backup, with
 #    --max-restarts 2: every supervisor restarts its worker, and the job
-#    ends with the reference's weights, bitwise.
+#    ends with the reference's weights, bitwise, its chief's --step-log the
+#    reference's step for step, bitwise (cli/tests/step_losses.py).
 # b. Worker 2's link cut for good after the first backup, with
 #    --min-workers 2: workers 0 and 1 name it at the heartbeat timeout,
 #    restart, and the chief re-forms the job with the two of them; it ends
 #    with weights within float rounding of the reference and the same test
-#    accuracy. The time from the cut to training again is printed.
+#    accuracy, its step log the reference's within float rounding, no step
+#    skipped. The time from the cut to training again is printed.
 # c. A crash loop: worker 1 fails at every start (its data folder is
 #    missing); its supervisor stops after 2 restarts with the first
 #    failure named, and the chief's stops too, each failure saying that
@@ -53,7 +55,8 @@ start_worker() {
     TF_CONFIG="{$TF_CLUSTER, \"task\": {\"type\": \"worker\", \"index\": $i}}" \
     LOCKSTEP_JOB_TOKEN="netns-restart-test-$TAG" OMP_NUM_THREADS=1 \
     "$bin" supervise --max-restarts 2 --restart-delay "$delay" -- "${train[@]}" \
-    --checkpoint-dir "$work/$run/host$i" "$@" >"$work/$run-$i.log" 2>&1 &
+    --checkpoint-dir "$work/$run/host$i" --step-log "$work/$run-steps-$i.csv" "$@" \
+    >"$work/$run-$i.log" 2>&1 &
   pids[i]=$!
 }
 start_job() {  # run name, restart delay, extra train flags
@@ -92,6 +95,9 @@ for i in 0 1 2; do
 done
 [[ $(weights_of "$work/killed/host0/model.safetensors") == "$reference" ]] ||
   fail "the restarted job's model differs from the uninterrupted job's"
+steps=$(python3 "$(dirname "$0")/step_losses.py" "$work/ref-steps-0.csv" "$work/killed-steps-0.csv") ||
+  fail "the step logs: $steps"
+echo "(a) $steps"
 echo "ok (a): worker 1 killed on its host; every supervisor restarted its worker; the model bitwise equal to the uninterrupted job's"
 
 # b. Worker 2's link cut for good.
@@ -127,6 +133,9 @@ python3 -c "import sys; sys.exit(0 if $difference <= 1e-4 * max($scale, 1.0) els
 accuracy=$(test_accuracy "$work/cut-0.log")
 [[ $accuracy == "$reference_accuracy" ]] ||
   fail "the shrunk job's $accuracy differs from the uninterrupted job's $reference_accuracy"
+steps=$(python3 "$(dirname "$0")/step_losses.py" "$work/ref-steps-0.csv" "$work/cut-steps-0.csv" \
+  --tolerance 1e-4) || fail "the step logs: $steps"
+echo "(b) $steps"
 echo "ok (b): worker 2's link cut; the job went on with 2 of 3 hosts, training again ${resumed_ms} ms" \
   "after the cut (collective deadline ${timeout_s} s, rejoin timeout ${rejoin_s} s, restart delay 1 s);" \
   "weights within $difference of the uninterrupted job's (largest $scale), $accuracy as it"
