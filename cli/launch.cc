@@ -15,7 +15,10 @@
 // BackupAndRestore) resume from their last backup. The log names each
 // failure (worker, exit code or signal) and the restart; when R restarts
 // are used up, launch exits with the *first* failure's code and names it
-// (in a crash loop the first cause is the one that matters).
+// (in a crash loop the first cause is the one that matters). A job whose
+// workers exit with kRejoinExitCode (a job that went on without a worker
+// re-forms to take it back, at a backup) is started again at once, with
+// LOCKSTEP_REJOIN=1, not counted as a restart (as `lockstep supervise`).
 //
 // With --ps M, a ParameterServerStrategy job: a chief, N workers, M ps
 // tasks and, with --evaluator, an evaluator outside the cluster, all running
@@ -203,7 +206,8 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
 // (empty: every core), its stdout and stderr into a pipe launch reads.
 Worker spawn_worker(const LaunchArgs& a, const std::vector<std::string>& command,
                     const std::string& tf_config, const std::string& token,
-                    const std::vector<int>& share, const std::string& label, int restart) {
+                    const std::vector<int>& share, const std::string& label, int restart,
+                    bool rejoin) {
   int fds[2];
   LOCKSTEP_CHECK_AS(IOError, ::pipe2(fds, O_CLOEXEC) == 0, "launch: pipe: ", std::strerror(errno));
   std::fflush(stdout);
@@ -225,6 +229,10 @@ Worker spawn_worker(const LaunchArgs& a, const std::vector<std::string>& command
     ::setenv("LOCKSTEP_JOB_TOKEN", token.c_str(), 1);
     ::setenv("LOCKSTEP_LOCAL_REPLICAS", std::to_string(a.local_replicas).c_str(), 1);
     ::setenv("LOCKSTEP_RESTART_COUNT", std::to_string(restart).c_str(), 1);
+    if (rejoin)
+      ::setenv("LOCKSTEP_REJOIN", "1", 1);
+    else
+      ::unsetenv("LOCKSTEP_REJOIN");
     // --no-pin: the workers keep every core, and do not split them
     // themselves either (distribute/host_cores.cc).
     if (!a.pin) ::setenv("LOCKSTEP_PIN_WORKERS", "0", 1);
@@ -361,6 +369,7 @@ struct Outcome {
   int failed = -1;    // the first worker that failed; a parameter-server job's chief when it ended
   int exit_code = 0;  // its code (128 + signal when it was killed)
   std::string cause;  // "worker 1 was killed by signal 9 (Killed)", "worker 0 exited with code 3"
+  bool rejoin = false;  // no failure, and a worker exited with kRejoinExitCode
 };
 
 // Whether the workers keep backups a restart resumes from: `lockstep train
@@ -381,14 +390,14 @@ std::string resume_note(const std::vector<std::string>& command) {
 // fails (or, in a parameter-server job, after the chief), and passes the
 // user's interrupt on.
 Outcome supervise(const LaunchArgs& a, const std::vector<std::string>& command,
-                  const std::vector<Task>& tasks, bool ps_job, int restart) {
+                  const std::vector<Task>& tasks, bool ps_job, int restart, bool rejoin) {
   const std::string token = fresh_token();
   const int n = static_cast<int>(tasks.size());
   std::vector<Worker> workers(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
     const Task& t = tasks[static_cast<std::size_t>(i)];
     workers[static_cast<std::size_t>(i)] =
-        spawn_worker(a, command, t.tf_config, token, t.share, t.label, restart);
+        spawn_worker(a, command, t.tf_config, token, t.share, t.label, restart, rejoin);
   }
 
   Outcome outcome;
@@ -430,6 +439,12 @@ Outcome supervise(const LaunchArgs& a, const std::vector<std::string>& command,
                        "it\n",
                        w.label.c_str(), w.exit_code);
         }
+        continue;
+      }
+      // Not a failure: the job re-forms to take back a worker left out, and
+      // every worker stops after the same backup.
+      if (w.exit_code == kRejoinExitCode && !forwarded_signal) {
+        outcome.rejoin = true;
         continue;
       }
       // Workers stopped because the user interrupted launch are not failures.
@@ -497,14 +512,37 @@ int run_launch(const LaunchArgs& a) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::optional<Outcome> first_failure;
+  // LOCKSTEP_RESTART_COUNT counts every start after the first; restarts
+  // after failures alone count against --max-restarts.
+  int starts = 0, consecutive_rejoins = 0;
+  bool rejoin = false;
+  // A job re-forms at a backup, so a command that exits kRejoinExitCode at
+  // once, start after start, is not re-forming: it is stopped.
+  constexpr int kMaxConsecutiveRejoins = 10;
   for (int restart = 0;; ++restart) {
     // Fresh ports (unless --port) and a fresh token for every start.
     const std::vector<Task> tasks =
         ps_job ? parameter_server_tasks(a, cores) : multi_worker_tasks(a, cores);
-    const Outcome o = supervise(a, command, tasks, ps_job, restart);
+    const Outcome o = supervise(a, command, tasks, ps_job, starts++, rejoin);
     if (o.failed < 0 && g_stop_signal) {
       std::fprintf(stderr, "lockstep launch: stopped by the user's interrupt\n");
       return 128 + g_stop_signal;
+    }
+    rejoin = o.failed < 0 && o.rejoin && !ps_job;
+    consecutive_rejoins = rejoin ? consecutive_rejoins + 1 : 0;
+    if (consecutive_rejoins > kMaxConsecutiveRejoins) {
+      std::fprintf(stderr,
+                   "lockstep launch: the workers asked to re-form the job %d times in a row "
+                   "(exit code %d each time); giving up\n",
+                   consecutive_rejoins, kRejoinExitCode);
+      return kRejoinExitCode;
+    }
+    if (rejoin) {
+      std::fprintf(stderr,
+                   "lockstep launch: the job re-forms to take back a worker left out; every "
+                   "worker starts again (not counted as a restart)\n");
+      --restart;
+      continue;
     }
     if (o.failed < 0 || ps_job) return o.exit_code;
     if (!first_failure) first_failure = o;

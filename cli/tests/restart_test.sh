@@ -14,6 +14,10 @@
 # 2. A crash loop: a command that fails at every start, with a different
 #    code each time (3, 4, 5): launch restarts it twice, then gives up and
 #    exits with the first failure's code, naming it.
+# 3. A job that re-forms (its workers exit 75, as at the backup where a job
+#    that went on without a worker takes it back): started again at once
+#    with LOCKSTEP_REJOIN=1, not counted (it runs without --max-restarts);
+#    a command that asks for that at every start is stopped after 10.
 #
 # usage: restart_test.sh LOCKSTEP_BINARY WORK_DIR
 set -uo pipefail
@@ -80,3 +84,15 @@ code=$?
 grep -q "lockstep launch: giving up after 2 restarts; the first failure: worker [01] exited with code 3" \
   "$work/loop.log" || fail "the first failure is not named when giving up"
 echo "crash loop: 2 restarts, then exit code 3 naming the first failure"
+
+# 3. Re-forming: not a failure, not counted.
+"$bin" launch --workers 2 -- sh -c '[ "$LOCKSTEP_REJOIN" = 1 ] && exit 0; exit 75' \
+  >"$work/rejoin.log" 2>&1 || fail "a job that re-formed once exited with $?"
+grep -q "lockstep launch: the job re-forms to take back a worker left out; every worker starts again (not counted as a restart)" \
+  "$work/rejoin.log" || fail "the re-forming is not said"
+"$bin" launch --workers 2 -- sh -c 'exit 75' >"$work/rejoin_loop.log" 2>&1
+code=$?
+[[ $code == 75 ]] || fail "a command that asks to re-form at every start exited with $code, not 75"
+grep -q "lockstep launch: the workers asked to re-form the job 11 times in a row (exit code 75 each time); giving up" \
+  "$work/rejoin_loop.log" || fail "the endless re-forming is not stopped with its reason"
+echo "re-forming: started again at once with LOCKSTEP_REJOIN=1, not counted; an endless one stopped"
