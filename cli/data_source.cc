@@ -929,10 +929,6 @@ TrainingData read_training_data(const DataArgs& args,
                    args.validation_split, ": give one of them");
     out.validation = read_examples(args.validation_source, spec, true);
   }
-  std::printf("Training on %lld examples, validating on %lld.\n",
-              static_cast<long long>(out.train.count),
-              static_cast<long long>(out.validation.count));
-  std::fflush(stdout);
   return out;
 }
 

@@ -270,6 +270,10 @@ Model own_data_model(const TrainArgs& a, std::optional<TrainingData>& data) {
     if (ModelSides s = ModelSides::of(model); s.several()) sides = std::move(s);
   }
   data = read_training_data(d, input, input_dtype, sides ? &*sides : nullptr);
+  std::printf("Training on %lld examples, validating on %lld.\n",
+              static_cast<long long>(data->train.count),
+              static_cast<long long>(data->validation.count));
+  std::fflush(stdout);
   const bool built_with_weights = is_builtin(a.model) && a.model == "mobilenet_v2";
   if (is_builtin(a.model)) model = model_for_data(a.model, data->spec, a.tuning);
   check_model_fits_data(model, data->spec, a.model);

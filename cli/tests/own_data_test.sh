@@ -136,6 +136,12 @@ expect tokens-eval.log "accuracy: "
 "$bin" train --data "$d/seq_x.npy,$d/seq_y.npy" --model "$d/seq_model.keras" --epochs 15 \
   --learning-rate 0.01 --verbose 2 >seq.log 2>&1 || fail "training on float sequences failed"
 expect_val_accuracy seq.log 0.9
+# A Keras model with no data description beside it: predict reads --data as
+# train would, and says so — not that it trains.
+"$bin" predict --model "$d/seq_model.keras" --data "$d/seq_x.npy,$d/seq_y.npy" --output seq-preds.npy \
+  --verbose 0 >seq-pred.log 2>&1 || fail "predict with a Keras model file failed"
+expect seq-pred.log "data.json beside the model: reading --data as lockstep train would."
+grep -q "Training on" seq-pred.log && fail "predict says it trains: $(grep 'Training on' seq-pred.log)"
 
 # 3c. A model with two inputs and two outputs: a .npz whose arrays are
 # named after them; each output gets its own loss and metric; two replicas
