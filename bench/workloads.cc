@@ -32,11 +32,14 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
 #include <thread>
 
 #include "lockstep/lockstep.h"
+#include "lockstep/tensor/device_kernels.h"
 #include "seed_mlp.h"
 
 namespace ls = lockstep;
@@ -159,12 +162,24 @@ void train(const Args& args) {
 }
 
 // `warmup` untimed then `steps` timed training steps of `model` on the
-// repeated `data`: the seconds of the timed ones.
-double timed_fit(ls::Model& model, const ls::data::Dataset& data, const Args& args) {
+// repeated `data`: the seconds of the timed ones. LOCKSTEP_PROFILE_TIMED_STEPS=1
+// marks the timed steps for a profiler that starts with profiling off
+// (scripts/gpu-check.sh: ncu --profile-from-start off), past start-up and
+// cuDNN's autotuning.
+double timed_fit(ls::Model& model, const ls::data::Dataset& data, const Args& args,
+                 const dist::Strategy& strategy) {
   model.fit(data, {.epochs = 1, .verbose = 0, .steps_per_epoch = args.warmup});
+  const char* profile =
+      std::getenv("LOCKSTEP_PROFILE_TIMED_STEPS");  // NOLINT(concurrency-mt-unsafe)
+  ls::detail::DeviceKernels* kernels = profile != nullptr && std::string(profile) == "1"
+                                           ? strategy.replica_devices()[0]->kernels()
+                                           : nullptr;
+  if (kernels) kernels->set_profiling(true);
   const auto t0 = Clock::now();
   model.fit(data, {.epochs = 1, .verbose = 0, .steps_per_epoch = args.steps});
-  return seconds_since(t0);
+  const double seconds = seconds_since(t0);
+  if (kernels) kernels->set_profiling(false);
+  return seconds;
 }
 
 // MobileNetV2 as keras.applications builds it with weights=None (logits),
@@ -189,7 +204,7 @@ void mobilenet(const Args& args) {
                    .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
                    .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
   }
-  const double seconds = timed_fit(model, data, args);
+  const double seconds = timed_fit(model, data, args, strategy);
   const double examples = static_cast<double>(args.batch * args.steps);
   report({{"workload", "mobilenet"},
           {"mode", mode_name(args.mode, strategy)},
@@ -251,7 +266,7 @@ void sequences(const Args& args) {
                    .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
                    .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
   }
-  const double seconds = timed_fit(model, data, args);
+  const double seconds = timed_fit(model, data, args, strategy);
   const double examples = static_cast<double>(args.batch * args.steps);
   report({{"workload", args.workload},
           {"mode", mode_name(args.mode, strategy)},

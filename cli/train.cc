@@ -134,11 +134,12 @@ std::vector<Device*> named_devices(const std::string& spec) {
 distribute::Strategy make_strategy(const TrainArgs& a) {
   const std::string& name = a.strategy;
   const std::vector<Device*> named = named_devices(a.devices);
-  LOCKSTEP_CHECK(named.empty() || name == "mirrored" || name == "one-device", "--devices ",
-                 a.devices,
-                 ": accelerator devices serve --strategy mirrored or one-device (this "
-                 "run is ",
-                 name, ")");
+  LOCKSTEP_CHECK(
+      named.empty() || name == "mirrored" || name == "one-device" || name == "multi-worker",
+      "--devices ", a.devices,
+      ": accelerator devices serve --strategy mirrored, one-device or multi-worker "
+      "(this run is ",
+      name, ")");
   LOCKSTEP_CHECK(a.gradient_compression == "none" || name == "multi-worker",
                  "--gradient-compression ", a.gradient_compression,
                  " compresses the gradients sent between workers: it needs --strategy "
@@ -162,6 +163,7 @@ distribute::Strategy make_strategy(const TrainArgs& a) {
                  name, ")");
   if (name == "multi-worker") {
     distribute::MultiWorkerMirroredStrategyOptions o;
+    o.devices = named;  // empty: every GPU of this worker, else the CPU
     o.min_workers = a.min_workers;
     o.rejoin_timeout =
         std::chrono::milliseconds(static_cast<long long>(a.rejoin_timeout_seconds * 1000));
@@ -674,6 +676,13 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
     std::printf("Worker %d of %d (%s)\n", strategy.worker_index(), strategy.num_workers(),
                 strategy.is_chief() ? "chief" : "not the chief: writes no files");
   std::printf("Number of devices: %d\n", strategy.num_replicas_in_sync());
+  if (!strategy.replica_devices().empty() &&
+      !strategy.replica_devices().front()->host_accessible()) {
+    std::string where;
+    for (const Device* d : strategy.replica_devices())
+      where += (where.empty() ? "" : ", ") + d->name();
+    std::printf("Replicas on %s\n", where.c_str());
+  }
   if (a.mixed_precision == "bfloat16") {
     mixed_precision::set_global_policy("mixed_bfloat16");
     std::printf("Mixed precision: mixed_bfloat16 (%s)\n", bfloat16_kernels().c_str());

@@ -9,8 +9,11 @@
 #                                  Fashion-MNIST
 #   scripts/gpu-check.sh run OUT   there (LOCKSTEP_CHECK_ROUNDS and
 #                                  LOCKSTEP_CHECK_MOBILENET_ROUNDS: rounds, 2
-#                                  unless set; LOCKSTEP_CHECK_PROFILE=1 adds
-#                                  ncu's kernel times of a MobileNetV2 step): versions (failing fast when a library
+#                                  unless set; LOCKSTEP_CHECK_SMALL_PEERS=0
+#                                  leaves out PyTorch's MLP and CNN runs;
+#                                  LOCKSTEP_CHECK_PROFILE=1 adds ncu's kernel
+#                                  times of two steady MobileNetV2 steps):
+#                                  versions (failing fast when a library
 #                                  is missing), every device op against the CPU,
 #                                  compute-sanitizer's memcheck over training
 #                                  steps, the seed MLP on /gpu:0 and on two
@@ -39,7 +42,9 @@ pack() {
   ldd "$carry"/bin/* "$carry/lib/liblockstep_cuda.so" | awk '/=> \//{print $3}' | sort -u |
     grep -Ev '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|libcublas|libcudart|libcudnn' |
     while read -r lib; do cp -L "$lib" "$carry/lib/"; done
-  tar -C "$carry" -cJf "$carry/lockstep.tar.xz" bin lib
+  # Stripped: the tree and the carry travel within 64 MiB.
+  strip --strip-unneeded "$carry"/bin/* "$carry"/lib/*.so*
+  XZ_OPT=-9 tar -C "$carry" -cJf "$carry/lockstep.tar.xz" bin lib
   rm -rf "$carry/bin" "$carry/lib"
   cp /usr/share/datasets/fashion-mnist/*.gz "$carry/data/"
   cp "$here"/bench/peers/{torch_gpu,torch_workloads,common}.py "$carry/"
@@ -109,10 +114,13 @@ EOF
   : >"$results"
   timeout 120 "$bin/workloads" --workload mlp --batch 64 --epochs 2 --mode one-replica --data-dir "$data" \
     2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results"
+  # LOCKSTEP_CHECK_SMALL_PEERS=0 leaves PyTorch's MLP and CNN runs out.
+  local peers=${LOCKSTEP_CHECK_SMALL_PEERS:-1}
   for round in $(seq "${LOCKSTEP_CHECK_ROUNDS:-2}"); do
     for batch in 64 512; do
       timeout 120 "$bin/workloads" --workload mlp --batch $batch --epochs 2 --mode gpu --data-dir "$data" \
         2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads gpu b$batch: failed"
+      [[ $peers == 1 ]] || continue
       timeout 120 $py "$carry/torch_gpu.py" --workload mlp --batch $batch --epochs 2 --data-dir "$data" \
         2>>"$out/torch.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "torch b$batch: failed"
     done
@@ -120,12 +128,20 @@ EOF
       2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads gpu-logical2: failed"
     timeout 120 "$bin/workloads" --workload cnn --batch 64 --epochs 1 --mode gpu --data-dir "$data" \
       2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads cnn gpu: failed"
+    [[ $peers == 1 ]] || continue
     timeout 120 $py "$carry/torch_gpu.py" --workload cnn --batch 64 --epochs 1 --data-dir "$data" \
       2>>"$out/torch.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "torch cnn: failed"
   done
   timeout 120 "$bin/workloads" --workload cnn --batch 64 --epochs 1 --mode one-replica --data-dir "$data" \
     2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads cnn cpu: failed"
 
+  say "== MultiWorkerMirroredStrategy on GPUs: two workers (lockstep launch) both on GPU 0, against one-device"
+  timeout 150 "$bin/lockstep" launch --workers 2 -- "$bin/lockstep" train --strategy multi-worker \
+    --data-dir "$data" --epochs 1 --verbose 2 >"$out/mwms.log" 2>&1 || say "multi-worker on the GPU: rc $?"
+  grep -E "Replicas on|test accuracy|rror" "$out/mwms.log" | sort | uniq -c | head -8 | tee -a "$summary"
+  timeout 120 "$bin/lockstep" train --strategy one-device --devices /gpu:0 --data-dir "$data" --epochs 1 \
+    --verbose 2 >"$out/one_gpu.log" 2>&1 || say "one-device on the GPU: rc $?"
+  grep -E "Replicas on|test accuracy|rror" "$out/one_gpu.log" | head -4 | tee -a "$summary"
   say "== MobileNetV2 (alpha 1.0, 224x224, batch 64, training) on /gpu:0 against PyTorch, float32 and bf16"
   for round in $(seq "${LOCKSTEP_CHECK_MOBILENET_ROUNDS:-2}"); do
     timeout 150 "$bin/workloads" --workload mobilenet --batch 64 --size 224 --steps 20 --warmup 5 --mode gpu \
@@ -145,9 +161,10 @@ EOF
   timeout 120 $py "$carry/torch_gpu.py" --workload mobilenet --batch 2 --size 32 --steps 50 --warmup 5 \
     2>>"$out/torch.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "torch mobilenet b2: failed"
   if [[ -n "${LOCKSTEP_CHECK_PROFILE:-}" ]] && command -v ncu >/dev/null; then
-    say "== where MobileNetV2's step spends its GPU time (ncu, kernel durations; model build + 2 steps)"
-    timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-count 4000 \
-      "$bin/workloads" --workload mobilenet --batch 64 --size 224 --steps 1 --warmup 1 --mode gpu \
+    say "== where MobileNetV2's steady step spends its GPU time (ncu kernel durations of 2 timed steps, after 3 untimed)"
+    LOCKSTEP_PROFILE_TIMED_STEPS=1 timeout 200 ncu --clock-control none --profile-from-start off \
+      --metrics gpu__time_duration.sum --csv \
+      "$bin/workloads" --workload mobilenet --batch 64 --size 224 --steps 2 --warmup 3 --mode gpu \
       >"$out/ncu_mobilenet.csv" 2>"$out/ncu.log" || say "ncu: rc $? (see ncu.log)"
     $py - "$out/ncu_mobilenet.csv" <<'EOF2' | tee -a "$summary"
 import csv, collections, sys
@@ -161,7 +178,7 @@ for r in csv.DictReader(lines):
     total[name] += float(r["Metric Value"].replace(",", "")) * scale.get(r["Metric Unit"], 1e-6)
     count[name] += 1
 all_ms = sum(total.values())
-print(f"{sum(count.values())} kernels, {all_ms:.1f} ms of GPU time")
+print(f"{sum(count.values())} kernels, {all_ms:.1f} ms of GPU time (2 steps)")
 for name, ms in total.most_common(25):
     print(f"{ms:9.2f} ms {100 * ms / all_ms:5.1f}% {count[name]:6d}x  {name}")
 EOF2

@@ -490,16 +490,35 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   // Workers started by hand on one host split its cores (as launch does),
   // before the devices are chosen from them.
   if (workers.comm) split_host_cores(*workers.comm, resolver);
-  // Local replicas: the logical devices when there are enough, else replicas
-  // sharing the host's cores; one replica uses every core of the process.
-  std::vector<Device*> devices;
+  // A Slurm task's share of its node's GPUs, before anything lists them.
+  if (!resolver.task_gpus().empty()) {
+    set_visible_gpus(resolver.task_gpus());
+    std::string ids;
+    for (const std::string& id : resolver.task_gpus()) ids += (ids.empty() ? "" : ",") + id;
+    log(LogLevel::kInfo,
+        detail::str_cat("MultiWorkerMirroredStrategy: this task uses GPUs CUDA_VISIBLE_DEVICES=",
+                        ids, " (Slurm: ", resolver.task_gpus_reason(),
+                        "; LOCKSTEP_SLURM_AUTO_SET_GPU=0 to choose otherwise)\n"));
+  }
+  // Local replicas: the devices given; else every GPU (TensorFlow's rule);
+  // else the logical devices when there are enough, else replicas sharing
+  // the host's cores; one replica uses every core of the process.
+  std::vector<Device*> devices = o.devices;
   int replicas_per_device = 1;
-  const std::vector<Device*> logical = logical_devices();
-  if (o.local_replicas > 1 && static_cast<int>(logical.size()) >= o.local_replicas) {
-    devices.assign(logical.begin(), logical.begin() + o.local_replicas);
-  } else {
-    devices = {&host_device()};
-    replicas_per_device = o.local_replicas;
+  if (devices.empty() && o.local_replicas == 1) devices = gpu_devices();
+  LOCKSTEP_CHECK(devices.empty() || o.local_replicas == 1 ||
+                     o.local_replicas == static_cast<int>(devices.size()),
+                 "MultiWorkerMirroredStrategy: local_replicas = ", o.local_replicas,
+                 " but devices names ", devices.size(),
+                 " device(s): each device runs one replica (leave local_replicas at 1)");
+  if (devices.empty()) {
+    const std::vector<Device*> logical = logical_devices();
+    if (o.local_replicas > 1 && static_cast<int>(logical.size()) >= o.local_replicas) {
+      devices.assign(logical.begin(), logical.begin() + o.local_replicas);
+    } else {
+      devices = {&host_device()};
+      replicas_per_device = o.local_replicas;
+    }
   }
   auto impl = std::make_shared<StrategyImpl>(
       "MultiWorkerMirroredStrategy", std::move(devices), replicas_per_device,

@@ -1,6 +1,7 @@
 // Slurm's srun environment -> ClusterResolver (TensorFlow's
 // SlurmClusterResolver): the step's node list and tasks per node give every
-// task's host and port, SLURM_PROCID this process's place among them.
+// task's host and port, SLURM_PROCID this process's place among them, and
+// the node's GPUs this task's share of them.
 #include <cctype>
 #include <cstdint>
 #include <string>
@@ -84,6 +85,20 @@ void expand_name(const std::string& name, const std::string& what, std::vector<s
     expand_name(prefix + v + rest, what, out);
 }
 
+std::vector<std::string> split_commas(const std::string& list) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t comma = list.find(',', start);
+    const std::string item =
+        list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::string> expand_slurm_hostlist(const std::string& list, const std::string& what) {
@@ -148,6 +163,46 @@ std::optional<ClusterResolver> ClusterResolver::from_slurm_environment(
   LOCKSTEP_CHECK(rank < ntasks, "SLURM_PROCID=", rank,
                  " is out of range for SLURM_NTASKS=", ntasks);
   ClusterResolver r;
+  // This task's node and its place among the node's tasks (srun's block
+  // distribution; SLURM_LOCALID says the same where it is set).
+  std::size_t node = 0;
+  int first = 0;
+  while (first + per_node[node] <= rank) first += per_node[node++];
+  int local = rank - first;
+  if (const char* localid = getenv("SLURM_LOCALID")) local = small_number(localid, "SLURM_LOCALID");
+  LOCKSTEP_CHECK(local < per_node[node], "SLURM_LOCALID=", local, " is out of range for the ",
+                 per_node[node], " task(s) ", tasks_var, " places on node ", hosts[node]);
+  std::string step_var = "SLURM_STEP_GPUS";
+  const char* step_gpus = getenv("SLURM_STEP_GPUS");
+  if (!step_gpus || !*step_gpus) {
+    step_var = "SLURM_JOB_GPUS";
+    step_gpus = getenv("SLURM_JOB_GPUS");
+  }
+  const char* auto_set = getenv("LOCKSTEP_SLURM_AUTO_SET_GPU");
+  const bool auto_set_gpu = auto_set == nullptr || std::string(auto_set) != "0";
+  if (auto_set_gpu && step_gpus && per_node[node] > 1) {
+    const std::vector<std::string> node_gpus = split_commas(step_gpus);
+    const char* visible_text = getenv("CUDA_VISIBLE_DEVICES");
+    // Slurm's cgroup may renumber the GPUs a task sees: what it sees is
+    // CUDA_VISIBLE_DEVICES, and all of the node's when it lists as many.
+    const std::vector<std::string> visible = visible_text ? split_commas(visible_text) : node_gpus;
+    if (!node_gpus.empty() && visible.size() == node_gpus.size()) {
+      const std::size_t tasks = static_cast<std::size_t>(per_node[node]);
+      const std::string where = "local task " + std::to_string(local) + " of " +
+                                std::to_string(tasks) + " on node " + hosts[node] + ", " +
+                                step_var + "=" + step_gpus;
+      LOCKSTEP_CHECK(visible.size() % tasks == 0, "Slurm shows each of the ", tasks,
+                     " tasks on node ", hosts[node], " all ", visible.size(), " of its GPUs (",
+                     step_var, "=", step_gpus,
+                     "), which do not split evenly among them: ask srun for --gpus-per-task, "
+                     "or a GPU count that the node's tasks divide, or set "
+                     "LOCKSTEP_SLURM_AUTO_SET_GPU=0 to choose by hand");
+      const std::size_t share = visible.size() / tasks;
+      const auto begin = visible.begin() + static_cast<std::ptrdiff_t>(share * local);
+      r.task_gpus_.assign(begin, begin + static_cast<std::ptrdiff_t>(share));
+      r.task_gpus_reason_ = where;
+    }
+  }
   r.cluster_ = ClusterSpec({{"worker", std::move(workers)}});
   r.task_type_ = "worker";
   r.task_id_ = rank;

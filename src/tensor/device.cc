@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -409,6 +410,27 @@ std::string gpu_unavailable_reason() {
   AcceleratorRegistry& r = accelerators();
   std::lock_guard lock(r.mutex);
   return gpus_locked(r).unavailable;
+}
+
+void set_visible_gpus(const std::vector<std::string>& cuda_ids) {
+  std::string list;
+  for (const std::string& id : cuda_ids) {
+    LOCKSTEP_CHECK(!id.empty() && id.find_first_of(", ") == std::string::npos,
+                   "set_visible_gpus: expected CUDA device numbers or UUIDs, got \"", id, "\"");
+    list += (list.empty() ? "" : ",") + id;
+  }
+  AcceleratorRegistry& r = accelerators();
+  std::lock_guard lock(r.mutex);
+  const char* now = std::getenv("CUDA_VISIBLE_DEVICES");  // NOLINT(concurrency-mt-unsafe)
+  if (r.gpu_frozen) {
+    LOCKSTEP_CHECK(now != nullptr && list == now, "set_visible_gpus(", list,
+                   "): the GPUs were already listed (CUDA_VISIBLE_DEVICES=", now ? now : "unset",
+                   "); make the strategy, or call this, before anything reads the GPUs, or set "
+                   "CUDA_VISIBLE_DEVICES=",
+                   list, " before the program starts");
+    return;
+  }
+  ::setenv("CUDA_VISIBLE_DEVICES", list.c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
 }
 
 void set_logical_gpu_devices(int per_gpu) {

@@ -141,6 +141,10 @@ class GpuKernels final : public DeviceKernels {
   void synchronize(Device& d) override {
     guarded(d, "synchronize", [&] { api_->synchronize(stream_); });
   }
+  void set_profiling(bool on) override {
+    api_->synchronize(stream_);
+    api_->profiler(gpu_, on);
+  }
 
   Tensor fill(const Shape& shape, DType dtype, double value) override {
     Tensor out = Tensor::empty(shape, dtype);
@@ -293,24 +297,82 @@ class GpuKernels final : public DeviceKernels {
     });
     return out;
   }
+  // Which path a convolution takes: a 1×1 stride-1 unpadded convolution
+  // is a matrix product over the pixels (cuBLAS, no layout change); a
+  // depthwise one runs our own kernels (backend/cuda/depthwise.cu); the
+  // rest runs cuDNN. Measured on MobileNetV2 (docs/benchmarks.md, "GPUs").
+  enum class ConvPath { kCudnn, kMatmul, kDepthwise };
+  static ConvPath path(const ConvGeometry& g) {
+    if (g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.groups == 1 && g.pad_t == 0 &&
+        g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0 && g.n * g.h * g.w < 0x7fffffff &&
+        g.c < 0x7fffffff && g.oc < 0x7fffffff)
+      return ConvPath::kMatmul;
+    if (g.groups > 1 && g.groups == g.c && g.kh * g.kw <= backend::cuda::kDepthwiseMaxTaps)
+      return ConvPath::kDepthwise;
+    return ConvPath::kCudnn;
+  }
+  // Our depthwise kernels read TensorFlow's padding in place: pad_h / pad_w
+  // are the top and left.
+  static backend::cuda::ConvParams depthwise_params(const ConvGeometry& g) {
+    backend::cuda::ConvParams p;
+    p.n = g.n, p.h = g.h, p.w = g.w, p.c = g.c, p.kh = g.kh, p.kw = g.kw, p.oc = g.oc;
+    p.oh = g.oh, p.ow = g.ow, p.sh = g.sh, p.sw = g.sw, p.dh = g.dh, p.dw = g.dw;
+    p.pad_h = g.pad_t, p.pad_w = g.pad_l, p.groups = g.groups;
+    return p;
+  }
+  // Row-major C[m, n] = op(A)·op(B) (+ bias) on this device's stream, float32.
+  void gemm(const char* op, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+            const Tensor& a, const Tensor& b, Tensor& c, const Tensor& bias) {
+    run(op, [&] {
+      api_->gemm(gpu_, stream_, ta, tb, m, n, k, f(a), f(b), f(c), 1, 0, 0,
+                 bias.defined() ? f(bias) : nullptr, false, tensor_float_32_execution_enabled());
+    });
+  }
   Tensor conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias_in,
                 const ConvGeometry& g) override {
-    const Tensor x = padded_input(on_current_device(x_in), g);
-    // HWIO (Keras's kernel) to cuDNN's [oc, kh, kw, c / groups].
-    const Tensor filter = transpose(on_current_device(kernel_in), {3, 0, 1, 2});
+    const ConvPath how = path(g);
     Tensor out = Tensor::empty({g.n, g.oh, g.ow, g.oc});
     if (out.numel() == 0) return out;
-    const backend::cuda::ConvParams p = params(g);
-    run("conv2d", [&] { api_->conv_forward(gpu_, stream_, p, f(x), f(filter), f(out)); });
-    if (bias_in.defined()) {
-      const Tensor bias = on_current_device(bias_in);
-      return binary(BinaryKind::kAdd, out, bias, out.shape());
+    const Tensor bias = bias_in.defined() ? on_current_device(bias_in) : Tensor();
+    if (how == ConvPath::kMatmul) {
+      // y[pixels, oc] = x[pixels, c] · kernel[c, oc] + bias
+      gemm("conv2d", false, false, g.n * g.h * g.w, g.oc, g.c, on_current_device(x_in),
+           on_current_device(kernel_in), out, bias);
+      return out;
     }
+    if (how == ConvPath::kDepthwise) {
+      const Tensor x = on_current_device(x_in), kernel = on_current_device(kernel_in);
+      run("conv2d",
+          [&] { api_->depthwise_forward(stream_, depthwise_params(g), f(x), f(kernel), f(out)); });
+    } else {
+      const Tensor x = padded_input(on_current_device(x_in), g);
+      // HWIO (Keras's kernel) to cuDNN's [oc, kh, kw, c / groups].
+      const Tensor filter = transpose(on_current_device(kernel_in), {3, 0, 1, 2});
+      const backend::cuda::ConvParams p = params(g);
+      run("conv2d", [&] { api_->conv_forward(gpu_, stream_, p, f(x), f(filter), f(out)); });
+    }
+    if (bias.defined()) return binary(BinaryKind::kAdd, out, bias, out.shape());
     return out;
   }
   Tensor conv2d_backward_data(const Tensor& dy_in, const Tensor& kernel_in,
                               const ConvGeometry& g) override {
     const Tensor dy = on_current_device(dy_in);
+    const ConvPath how = path(g);
+    if (how != ConvPath::kCudnn) {
+      const Tensor kernel = on_current_device(kernel_in);
+      Tensor dx = Tensor::empty({g.n, g.h, g.w, g.c});
+      if (dx.numel() == 0) return dx;
+      if (how == ConvPath::kMatmul) {
+        // dx[pixels, c] = dy[pixels, oc] · kernel[c, oc]ᵀ
+        gemm("conv2d's input gradient", false, true, g.n * g.h * g.w, g.c, g.oc, dy, kernel, dx,
+             Tensor());
+      } else {
+        run("conv2d's input gradient", [&] {
+          api_->depthwise_backward_data(stream_, depthwise_params(g), f(dy), f(kernel), f(dx));
+        });
+      }
+      return dx;
+    }
     const Tensor filter = transpose(on_current_device(kernel_in), {3, 0, 1, 2});
     const backend::cuda::ConvParams p = params(g);
     Tensor dxp = Tensor::empty({g.n, p.h, p.w, g.c});
@@ -325,8 +387,24 @@ class GpuKernels final : public DeviceKernels {
   }
   Tensor conv2d_backward_kernel(const Tensor& x_in, const Tensor& dy_in,
                                 const ConvGeometry& g) override {
-    const Tensor x = padded_input(on_current_device(x_in), g);
     const Tensor dy = on_current_device(dy_in);
+    const ConvPath how = path(g);
+    if (how != ConvPath::kCudnn) {
+      const Tensor x = on_current_device(x_in);
+      Tensor dkernel = Tensor::empty({g.kh, g.kw, g.c / g.groups, g.oc});
+      if (dkernel.numel() == 0) return dkernel;
+      if (how == ConvPath::kMatmul) {
+        // dkernel[c, oc] = x[pixels, c]ᵀ · dy[pixels, oc]
+        gemm("conv2d's kernel gradient", true, false, g.c, g.oc, g.n * g.h * g.w, x, dy, dkernel,
+             Tensor());
+      } else {
+        run("conv2d's kernel gradient", [&] {
+          api_->depthwise_backward_filter(stream_, depthwise_params(g), f(x), f(dy), f(dkernel));
+        });
+      }
+      return dkernel;
+    }
+    const Tensor x = padded_input(on_current_device(x_in), g);
     const backend::cuda::ConvParams p = params(g);
     Tensor dfilter = Tensor::empty({g.oc, g.kh, g.kw, g.c / g.groups});
     run("conv2d's kernel gradient",

@@ -159,6 +159,19 @@ std::function<const char*(const char*)> fake_env(std::map<std::string, std::stri
   };
 }
 
+// `base` with `changes` applied: a value replaces, an empty one removes.
+std::map<std::string, std::string> changed(std::map<std::string, std::string> base,
+                                           const std::map<std::string, std::string>& changes) {
+  for (const auto& [k, v] : changes) {
+    if (v.empty()) {
+      base.erase(k);
+    } else {
+      base[k] = v;
+    }
+  }
+  return base;
+}
+
 TEST(SlurmClusterResolver, ExpandsHostListsAndTasksPerNodeAsSlurmWritesThem) {
   using V = std::vector<std::string>;
   EXPECT_EQ(expand_slurm_hostlist("node01"), V({"node01"}));
@@ -221,6 +234,55 @@ TEST(SlurmClusterResolver, PlacesTheStepsTasksOnItsNodesInOrder) {
           .has_value());
 }
 
+// A step that gave each node's GPUs to all its tasks at once: each task
+// takes an equal share in local order (TensorFlow's auto_set_gpu); a step
+// that bound each task's GPUs itself is left alone.
+TEST(SlurmClusterResolver, TasksSharingTheirNodesGpusTakeAnEqualShareEach) {
+  const std::map<std::string, std::string> step = {{"SLURM_NTASKS", "4"},
+                                                   {"SLURM_STEP_NODELIST", "gpu[01-02]"},
+                                                   {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"},
+                                                   {"SLURM_STEP_GPUS", "0,1,2,3"}};
+  const auto resolve = [&](std::map<std::string, std::string> changes) {
+    return ClusterResolver::from_slurm_environment(fake_env(changed(step, changes))).value();
+  };
+  using Ids = std::vector<std::string>;
+  // Task 3: node gpu02's second task; its local id from the placement.
+  const ClusterResolver r = resolve({{"SLURM_PROCID", "3"}});
+  EXPECT_EQ(r.task_gpus(), Ids({"2", "3"}));
+  EXPECT_NE(r.task_gpus_reason().find("local task 1 of 2 on node gpu02, SLURM_STEP_GPUS=0,1,2,3"),
+            std::string::npos)
+      << r.task_gpus_reason();
+  // Slurm shows them all (its cgroup's numbers) and names the local id.
+  EXPECT_EQ(
+      resolve({{"SLURM_PROCID", "2"}, {"SLURM_LOCALID", "0"}, {"CUDA_VISIBLE_DEVICES", "0,1,2,3"}})
+          .task_gpus(),
+      Ids({"0", "1"}));
+  // The job's GPUs when the step's are not named.
+  EXPECT_EQ(resolve({{"SLURM_PROCID", "1"}, {"SLURM_STEP_GPUS", ""}, {"SLURM_JOB_GPUS", "4,5"}})
+                .task_gpus(),
+            Ids({"5"}));
+  // Bound by Slurm (--gpus-per-task: each task sees its own), opted out, or
+  // one task per node: nothing to choose.
+  EXPECT_TRUE(
+      resolve({{"SLURM_PROCID", "1"}, {"CUDA_VISIBLE_DEVICES", "0,1"}}).task_gpus().empty());
+  EXPECT_TRUE(
+      resolve({{"SLURM_PROCID", "1"}, {"LOCKSTEP_SLURM_AUTO_SET_GPU", "0"}}).task_gpus().empty());
+  EXPECT_TRUE(
+      resolve(
+          {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}})
+          .task_gpus()
+          .empty());
+  // Three GPUs for two tasks do not split: said, with what to do.
+  try {
+    resolve({{"SLURM_PROCID", "0"}, {"SLURM_STEP_GPUS", "0,1,2"}});
+    ADD_FAILURE() << "three GPUs split between two tasks";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("do not split evenly"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--gpus-per-task"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(resolve({{"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "2"}}), ValueError);
+}
+
 TEST(SlurmClusterResolver, AnInconsistentEnvironmentIsAnErrorNamingTheVariables) {
   const std::map<std::string, std::string> good = {{"SLURM_PROCID", "1"},
                                                    {"SLURM_NTASKS", "2"},
@@ -228,16 +290,8 @@ TEST(SlurmClusterResolver, AnInconsistentEnvironmentIsAnErrorNamingTheVariables)
                                                    {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}};
   const auto expect_refused = [&](std::map<std::string, std::string> changes,
                                   const std::string& named) {
-    std::map<std::string, std::string> vars = good;
-    for (auto& [k, v] : changes) {
-      if (v.empty()) {
-        vars.erase(k);
-      } else {
-        vars[k] = v;
-      }
-    }
     try {
-      ClusterResolver::from_slurm_environment(fake_env(vars));
+      ClusterResolver::from_slurm_environment(fake_env(changed(good, changes)));
       ADD_FAILURE() << "accepted: " << named;
     } catch (const ValueError& e) {
       EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();

@@ -312,6 +312,44 @@ TEST(DeviceOps, ConvolutionAndPoolingMatchCpu) {
            {x});
 }
 
+// On a GPU these take their own paths (gpu_kernels.cc's ConvPath): 1×1
+// stride-1 convolutions are cuBLAS matrix products; depthwise ones up to 5×5
+// run our kernels (four channels a thread where the multiplier is 1 and the
+// channels come in fours, else one), with the kernel gradient summed in
+// chunks of 512 positions and blocks of 32 channels; 7×7 stays on cuDNN.
+TEST(DeviceOps, DepthwiseAndPointwiseConvolutionsMatchCpu) {
+  std::mt19937 rng(11);
+  const auto depthwise = [](std::int64_t groups, Conv2DOptions o) {
+    o.groups = groups;
+    return [o](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], Tensor(), o); };
+  };
+  check_op("depthwise 3x3, multiplier 2, valid stride 2", depthwise(3, {.strides = {2, 2}}),
+           {random_tensor({2, 9, 8, 3}, rng), random_tensor({3, 3, 1, 6}, rng)});
+  check_op("depthwise 3x3 dilated 2, same",
+           depthwise(4, {.padding = Padding::kSame, .dilation_rate = {2, 2}}),
+           {random_tensor({2, 9, 8, 4}, rng), random_tensor({3, 3, 1, 4}, rng)});
+  check_op("depthwise 5x5 same stride 2, 8 channels",
+           depthwise(8, {.strides = {2, 2}, .padding = Padding::kSame}),
+           {random_tensor({2, 11, 10, 8}, rng), random_tensor({5, 5, 1, 8}, rng)});
+  check_op("depthwise 3x3, explicit padding 0/2 rows, 1/0 columns",
+           depthwise(4, {.padding = Padding::kExplicit, .explicit_padding = {{{0, 2}, {1, 0}}}}),
+           {random_tensor({2, 7, 6, 4}, rng), random_tensor({3, 3, 1, 4}, rng)});
+  check_op("depthwise 7x7 same (cuDNN)", depthwise(4, {.padding = Padding::kSame}),
+           {random_tensor({1, 9, 9, 4}, rng), random_tensor({7, 7, 1, 4}, rng)});
+  // 2,700 positions (6 chunks, the last partial) and 40 channels (two
+  // blocks, the second partial).
+  check_op("depthwise 3x3 same, 3x30x30x40", depthwise(40, {.padding = Padding::kSame}),
+           {random_tensor({3, 30, 30, 40}, rng), random_tensor({3, 3, 1, 40}, rng)}, 1e-4);
+  check_op("pointwise 1x1 with bias", [](const auto& v) { return conv2d(v[0], v[1], v[2]); },
+           {random_tensor({2, 5, 6, 12}, rng), random_tensor({1, 1, 12, 7}, rng),
+            random_tensor({7}, rng)});
+  check_op("pointwise 1x1 stride 2 (cuDNN)",
+           [](const auto& v) {
+             return conv2d(v[0], v[1], Tensor(), {.strides = {2, 2}});
+           },
+           {random_tensor({2, 5, 6, 12}, rng), random_tensor({1, 1, 12, 7}, rng)});
+}
+
 TEST(DeviceOps, ShapeIndexAndCastOpsMatchCpu) {
   std::mt19937 rng(5);
   const Tensor x = random_tensor({4, 6}, rng);

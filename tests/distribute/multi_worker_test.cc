@@ -191,6 +191,31 @@ TEST_F(MultiWorkerTest, LocalReplicasInEveryWorkerReduceHierarchically) {
   }
 }
 
+// Replicas on accelerator devices (here the fake accelerator's: memory only
+// device code and explicit copies reach, as a GPU's), one and two per
+// worker: the gradients travel through host memory between workers (the
+// hierarchical reduction of LocalReplicas…) and the job trains like one
+// process on the CPU. The same path serves GPUs (each worker's, or a Slurm
+// task's share of its node's: ClusterResolverTest.SlurmTasks…).
+TEST_F(MultiWorkerTest, WorkersWithReplicasOnAcceleratorsTrainLikeOneProcess) {
+  const Trained ref = reference({}, "ref");
+  for (const std::string devices : {"1", "2"}) {
+    const std::string tag = "fake" + devices;
+    auto ps =
+        start_workers(2, {"--out", path(tag + "-{rank}.bin"), "--fake-devices", devices}, tag);
+    for (auto& p : ps) ASSERT_EQ(wait_exit(p), 0) << slurp(p.log);
+    for (auto& p : ps) {
+      EXPECT_NE(
+          slurp(p.log).find("a replica on /device:FAKE:" + std::to_string(std::stoi(devices) - 1)),
+          std::string::npos)
+          << slurp(p.log);
+    }
+    const Trained w0 = read_weights(path(tag + "-0.bin"));
+    expect_close(w0, ref, 1e-5, "2 workers x " + devices + " fake device(s) vs one process");
+    expect_bitwise(read_weights(path(tag + "-1.bin")), w0, "worker 1 vs worker 0");
+  }
+}
+
 // mixed_bfloat16 across 2 Gloo workers of 2 replicas each: the workers stay
 // bitwise identical and train like one process within bfloat16 rounding
 // (each replica's gradient is rounded to bfloat16 before the float32 sums;

@@ -59,6 +59,7 @@ struct Args {
   bool print_cores = false;
   bool mixed_precision = false;
   std::string optimizer = "adam";
+  int fake_devices = 0;  // each worker's replicas on this many fake accelerator devices
 };
 
 Args parse(int argc, char** argv) {
@@ -111,6 +112,8 @@ Args parse(int argc, char** argv) {
       a.mixed_precision = v == "1";
     else if (k == "--optimizer")
       a.optimizer = v;
+    else if (k == "--fake-devices")
+      a.fake_devices = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -234,7 +237,13 @@ int main(int argc, char** argv) {
         o.communication = distribute::CommunicationImplementation::kGloo;
       if (a.communication == "mpi") o.communication = distribute::CommunicationImplementation::kMpi;
       if (a.compress) o.gradient_compression = distribute::GradientCompression::kBfloat16;
+      if (a.fake_devices > 0) {
+        set_fake_devices(a.fake_devices);
+        o.devices = fake_devices();
+      }
       strategy = distribute::MultiWorkerMirroredStrategy(o);
+      for (const Device* d : strategy->replica_devices())
+        std::printf("a replica on %s\n", d->name().c_str());
     }
     if (a.print_cores) print_cores();
     if (a.mixed_precision) mixed_precision::set_global_policy("mixed_bfloat16");

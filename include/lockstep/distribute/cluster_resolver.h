@@ -81,6 +81,12 @@ class ClusterResolver {
   // process is task SLURM_PROCID. nullopt outside an srun step (no
   // SLURM_PROCID or no SLURM_STEP_NODELIST: a batch script trains alone);
   // each inconsistency a ValueError naming the variables.
+  // GPUs: when the step gave the node's GPUs to all its tasks at once
+  // (--gres=gpu:N or --gpus-per-node without a per-task binding: every
+  // task sees all of SLURM_STEP_GPUS), each task takes an equal share in
+  // SLURM_LOCALID order — task_gpus() — as TensorFlow's auto_set_gpu; a
+  // step that bound each task's GPUs itself (--gpus-per-task) is left as
+  // it is, and LOCKSTEP_SLURM_AUTO_SET_GPU=0 leaves every step alone.
   static std::optional<ClusterResolver> from_slurm_environment(
       const std::function<const char*(const char*)>& getenv);
   // TF_CONFIG if set, else an MPI launch (OpenMPI's or PMI's variables),
@@ -94,6 +100,15 @@ class ClusterResolver {
   int task_id() const { return task_id_; }
   const std::string& rpc_layer() const { return rpc_layer_; }
   Launcher launcher() const { return launcher_; }
+  // The GPUs (CUDA's numbers, as CUDA_VISIBLE_DEVICES lists them) that
+  // this task should see: its share of its node's, when Slurm showed every
+  // task all of them (from_slurm_environment); empty when there is
+  // nothing to choose. MultiWorkerMirroredStrategy sets
+  // CUDA_VISIBLE_DEVICES to them before it lists the GPUs.
+  const std::vector<std::string>& task_gpus() const { return task_gpus_; }
+  // "local task 1 of 2 on node gpu01, SLURM_STEP_GPUS=0,1,2,3": where
+  // task_gpus() came from, for logs and errors.
+  const std::string& task_gpus_reason() const { return task_gpus_reason_; }
 
   // Chief and workers: the processes that train in sync.
   int num_workers() const;
@@ -129,6 +144,8 @@ class ClusterResolver {
   int task_id_ = 0;
   std::string rpc_layer_;
   Launcher launcher_ = Launcher::kTfConfig;
+  std::vector<std::string> task_gpus_;
+  std::string task_gpus_reason_;
 };
 
 }  // namespace lockstep::distribute

@@ -268,9 +268,14 @@ struct MultiWorkerMirroredStrategyOptions {
   // Who the workers are; empty: ClusterResolver::from_environment() (no
   // TF_CONFIG and no MPI launch: a single worker).
   std::optional<ClusterResolver> cluster_resolver{};
-  // Replicas in each worker, each on a logical device (LOCKSTEP_CPU_DEVICES)
-  // when there are that many, else sharing the host's cores. TensorFlow's
-  // CPU workers have one.
+  // The devices of this worker's replicas, one replica each (/gpu:0 and
+  // /gpu:1, or a fake accelerator's devices). Empty: every GPU this worker
+  // has (as TensorFlow's MultiWorkerMirroredStrategy) unless
+  // local_replicas asks for several CPU replicas, else the CPU.
+  std::vector<Device*> devices{};
+  // Replicas in each worker on the CPU (no GPUs or devices): each on a logical
+  // device (LOCKSTEP_CPU_DEVICES) when there are that many, else sharing
+  // the host's cores. TensorFlow's CPU workers have one.
   int local_replicas = 1;
   std::size_t bytes_per_pack = kDefaultBytesPerPack;
   // As MirroredStrategyOptions::shard_optimizer_update, among each worker's

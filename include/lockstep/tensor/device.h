@@ -100,6 +100,13 @@ const std::vector<Device*>& gpu_devices();
 // CUDA", ...); empty when there are GPUs.
 std::string gpu_unavailable_reason();
 
+// Limits the GPUs this process uses to `cuda_ids` (CUDA's numbers, as
+// CUDA_VISIBLE_DEVICES lists them) by setting CUDA_VISIBLE_DEVICES. Call it
+// before anything reads the GPU list: after, it is a ValueError unless the
+// list is already that. MultiWorkerMirroredStrategy calls it with a Slurm
+// task's share of its node's GPUs (ClusterResolver::task_gpus).
+void set_visible_gpus(const std::vector<std::string>& cuda_ids);
+
 // Splits each physical GPU into `per_gpu` logical GPUs, each with its own
 // stream and memory statistics (tf.config.set_logical_device_configuration).
 // Call before anything reads the GPU list; also LOCKSTEP_LOGICAL_GPUS.

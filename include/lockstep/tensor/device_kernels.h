@@ -119,6 +119,10 @@ class DeviceKernels {
   virtual void copy_on_device(Device& device, void* dst, const void* src, std::size_t bytes) = 0;
   // Waits for everything queued on `device`.
   virtual void synchronize(Device& device) = 0;
+  // Marks where an external profiler records (GPUs: cudaProfilerStart /
+  // Stop, for `ncu --profile-from-start off`); nothing elsewhere. The
+  // benchmarks use it to profile steady steps, past start-up and autotuning.
+  virtual void set_profiling(bool /*on*/) {}
 
   // Computation (GPU). Inputs are on the current device (the caller copied
   // them there); outputs are made there. Each default throws DeviceError

@@ -194,25 +194,6 @@ void column_sums(cudaStream_t s, std::int64_t rows, std::int64_t c, Terms terms,
 // 32-bit indices while i + the grid's stride cannot wrap.
 constexpr std::int64_t kMax32 = 0xefffffffLL;
 
-// Stream-ordered scratch, freed once the kernels queued before the free ran.
-class Scratch {
- public:
-  Scratch(cudaStream_t s, std::size_t bytes, const char* what) : s_(s) {
-    check(cudaMallocAsync(&p_, bytes, s), what);
-  }
-  ~Scratch() { cudaFreeAsync(p_, s_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(p_);
-  }
-
- private:
-  cudaStream_t s_;
-  void* p_ = nullptr;
-};
-
 }  // namespace
 
 void launch_batch_norm(cudaStream_t s, const float* x, float* y, std::int64_t rows, std::int64_t c,

@@ -1,7 +1,8 @@
 // Convolution and pooling on cuDNN (its legacy API, kept in cuDNN 9): NHWC
 // data end to end, float32 without TF32 (CUDNN_FMA_MATH), and for each pass
 // the fastest of cuDNN's deterministic algorithms, chosen once per shape and
-// remembered. Workspaces come from the stream's pool (cudaMallocAsync).
+// remembered with the shape's descriptors and workspace size. Workspaces come from the stream's
+// pool (cudaMallocAsync).
 //
 // "Fastest" is timed, as PyTorch's cudnn.benchmark: cuDNN's Find runs every
 // algorithm once on the shape. Its heuristic ranking (Get*_v7) picked
@@ -35,7 +36,10 @@ int i32(std::int64_t v) {
   return static_cast<int>(v);
 }
 
-// The descriptors of one convolution, made per call (cheap host objects).
+}  // namespace
+
+// The descriptors of one convolution shape (cuDNN's host objects, read-only
+// once set: replica threads may share them).
 struct ConvDescriptors {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
@@ -71,46 +75,35 @@ struct ConvDescriptors {
   ConvDescriptors& operator=(const ConvDescriptors&) = delete;
 };
 
-using ShapeKey = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+namespace {
+
+using ShapeKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                             std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                            std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
-ShapeKey key(int pass, const ConvParams& p) {
-  return {pass,
-          p.n,
-          p.h,
-          p.w,
-          p.c,
-          p.kh,
-          p.kw,
-          p.oc,
-          p.sh,
-          p.sw,
-          p.dh,
-          p.dw,
-          p.pad_h * 65536 + p.pad_w,
+                            std::int64_t, std::int64_t, std::int64_t>;
+ShapeKey key(const ConvParams& p) {
+  return {p.n,     p.h,  p.w,  p.c,  p.kh, p.kw,
+          p.oc,    p.sh, p.sw, p.dh, p.dw, p.pad_h * 65536 + p.pad_w,
           p.groups};
 }
 
-// A workspace from the stream's pool, freed in stream order after the call.
-struct Workspace {
-  void* ptr = nullptr;
-  cudaStream_t stream;
-  Workspace(std::size_t bytes, cudaStream_t s) : stream(s) {
-    if (bytes > 0) check(cudaMallocAsync(&ptr, bytes, s), "cuDNN workspace");
-  }
-  ~Workspace() {
-    if (ptr) cudaFreeAsync(ptr, stream);
-  }
-  Workspace(const Workspace&) = delete;
-  Workspace& operator=(const Workspace&) = delete;
-};
-
 }  // namespace
+
+// What a convolution shape needs at every call, made at its first: the
+// descriptors, and per pass (forward, backward-data, backward-filter) the
+// algorithm chosen and its workspace size. A MobileNetV2 step makes ~150
+// convolution calls; making and destroying four descriptors and asking
+// the workspace size at each was host time the GPU waited for.
+struct ConvPlan {
+  explicit ConvPlan(const ConvParams& p) : d(p) {}
+  ConvDescriptors d;
+  int algo[3] = {-1, -1, -1};
+  std::size_t workspace[3] = {0, 0, 0};
+};
 
 struct CudnnState::Impl {
   std::mutex mutex;
   std::map<cudaStream_t, cudnnHandle_t> handles;
-  std::map<ShapeKey, int> algorithms;  // the deterministic algorithm chosen per pass and shape
+  std::map<ShapeKey, std::unique_ptr<ConvPlan>> plans;  // per shape, made once, never freed
 };
 
 CudnnState::CudnnState() : impl_(new Impl()) {}
@@ -135,22 +128,31 @@ bool autotune() {
   return on;
 }
 
-// The fastest of the algorithms cuDNN ranks for this pass and shape that is
-// deterministic and keeps float32 (no tensor-op math), found once and
-// remembered. `rank(perf, count, &found)` is the pass's Find*Algorithm
+// The plan of this shape, with pass `pass`'s algorithm chosen: the fastest
+// of the algorithms cuDNN ranks for it that is deterministic and keeps
+// float32 (no tensor-op math), found once and remembered.
+// `rank(descriptors, perf, count, &found)` is the pass's Find*Algorithm
 // (timed; the heuristic where Find fails) or Get*Algorithm_v7 (heuristic),
-// both sorted fastest first.
-template <typename Perf, typename Rank>
-int CudnnState::choose(int pass, const ConvParams& p, int count, const char* what, Rank&& rank) {
-  const ShapeKey k = key(pass, p);
+// both sorted fastest first; `size(descriptors, algo, &bytes)` its
+// workspace query. Returns the algorithm and its workspace size.
+template <typename Perf, typename Rank, typename Size>
+std::pair<int, std::size_t> CudnnState::choose(int pass, const ConvParams& p, int count,
+                                               const char* what, const ConvPlan*& plan, Rank&& rank,
+                                               Size&& size) {
+  ConvPlan* mine = nullptr;
   {
     std::lock_guard lock(impl_->mutex);
-    auto it = impl_->algorithms.find(k);
-    if (it != impl_->algorithms.end()) return it->second;
+    std::unique_ptr<ConvPlan>& slot = impl_->plans[key(p)];
+    if (!slot) slot = std::make_unique<ConvPlan>(p);
+    mine = slot.get();
+    plan = mine;
+    if (mine->algo[pass] >= 0) return {mine->algo[pass], mine->workspace[pass]};
   }
+  // Found outside the lock (Find runs every algorithm once); two threads
+  // may both find, and agree or not: the first to store wins.
   std::vector<Perf> perf(static_cast<std::size_t>(count));
   int found = 0;
-  check_cudnn(rank(perf.data(), count, &found), what);
+  check_cudnn(rank(mine->d, perf.data(), count, &found), what);
   int algo = -1;
   for (int i = 0; i < found && algo < 0; ++i) {
     const Perf& c = perf[static_cast<std::size_t>(i)];
@@ -160,78 +162,90 @@ int CudnnState::choose(int pass, const ConvParams& p, int count, const char* wha
   }
   if (algo < 0)
     throw std::runtime_error(std::string(what) + ": cuDNN offers no deterministic algorithm here");
+  std::size_t bytes = 0;
+  check_cudnn(size(mine->d, algo, &bytes), what);
   std::lock_guard lock(impl_->mutex);
-  impl_->algorithms[k] = algo;
-  return algo;
+  if (mine->algo[pass] < 0) {
+    mine->algo[pass] = algo;
+    mine->workspace[pass] = bytes;
+  }
+  return {mine->algo[pass], mine->workspace[pass]};
 }
 
 void CudnnState::conv_forward(cudaStream_t s, const ConvParams& p, const float* x,
                               const float* filter, float* y) {
   cudnnHandle_t h = handle(s);
-  ConvDescriptors d(p);
-  const auto a = static_cast<cudnnConvolutionFwdAlgo_t>(choose<cudnnConvolutionFwdAlgoPerf_t>(
-      0, p, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, "choosing a convolution algorithm",
-      [&](cudnnConvolutionFwdAlgoPerf_t* perf, int n, int* found) {
+  const ConvPlan* plan = nullptr;
+  const auto [algo, bytes] = choose<cudnnConvolutionFwdAlgoPerf_t>(
+      0, p, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, "choosing a convolution algorithm", plan,
+      [&](const ConvDescriptors& d, cudnnConvolutionFwdAlgoPerf_t* perf, int n, int* found) {
         if (autotune() && cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.conv, d.y, n, found,
                                                                perf) == CUDNN_STATUS_SUCCESS)
           return CUDNN_STATUS_SUCCESS;
         return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, found, perf);
-      }));
-  std::size_t bytes = 0;
-  check_cudnn(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, a, &bytes),
-              "convolution workspace");
-  Workspace ws(bytes, s);
+      },
+      [&](const ConvDescriptors& d, int a, std::size_t* out) {
+        return cudnnGetConvolutionForwardWorkspaceSize(
+            h, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(a), out);
+      });
+  const ConvDescriptors& d = plan->d;
+  const Scratch ws(s, bytes, "cuDNN workspace");
   const float one = 1.0f, zero = 0.0f;
-  check_cudnn(cudnnConvolutionForward(h, &one, d.x, x, d.w, filter, d.conv, a, ws.ptr, bytes, &zero,
-                                      d.y, y),
+  check_cudnn(cudnnConvolutionForward(h, &one, d.x, x, d.w, filter, d.conv,
+                                      static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws.as<void>(),
+                                      bytes, &zero, d.y, y),
               "cudnnConvolutionForward");
 }
 
 void CudnnState::conv_backward_data(cudaStream_t s, const ConvParams& p, const float* dy,
                                     const float* filter, float* dx) {
   cudnnHandle_t h = handle(s);
-  ConvDescriptors d(p);
-  const auto a =
-      static_cast<cudnnConvolutionBwdDataAlgo_t>(choose<cudnnConvolutionBwdDataAlgoPerf_t>(
-          1, p, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, "choosing a backward-data algorithm",
-          [&](cudnnConvolutionBwdDataAlgoPerf_t* perf, int n, int* found) {
-            if (autotune() && cudnnFindConvolutionBackwardDataAlgorithm(
-                                  h, d.w, d.y, d.conv, d.x, n, found, perf) == CUDNN_STATUS_SUCCESS)
-              return CUDNN_STATUS_SUCCESS;
-            return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, found,
-                                                               perf);
-          }));
-  std::size_t bytes = 0;
-  check_cudnn(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, a, &bytes),
-              "backward-data workspace");
-  Workspace ws(bytes, s);
+  const ConvPlan* plan = nullptr;
+  const auto [algo, bytes] = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
+      1, p, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, "choosing a backward-data algorithm", plan,
+      [&](const ConvDescriptors& d, cudnnConvolutionBwdDataAlgoPerf_t* perf, int n, int* found) {
+        if (autotune() && cudnnFindConvolutionBackwardDataAlgorithm(
+                              h, d.w, d.y, d.conv, d.x, n, found, perf) == CUDNN_STATUS_SUCCESS)
+          return CUDNN_STATUS_SUCCESS;
+        return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, found,
+                                                           perf);
+      },
+      [&](const ConvDescriptors& d, int a, std::size_t* out) {
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(
+            h, d.w, d.y, d.conv, d.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(a), out);
+      });
+  const ConvDescriptors& d = plan->d;
+  const Scratch ws(s, bytes, "cuDNN workspace");
   const float one = 1.0f, zero = 0.0f;
-  check_cudnn(cudnnConvolutionBackwardData(h, &one, d.w, filter, d.y, dy, d.conv, a, ws.ptr, bytes,
-                                           &zero, d.x, dx),
+  check_cudnn(cudnnConvolutionBackwardData(h, &one, d.w, filter, d.y, dy, d.conv,
+                                           static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
+                                           ws.as<void>(), bytes, &zero, d.x, dx),
               "cudnnConvolutionBackwardData");
 }
 
 void CudnnState::conv_backward_filter(cudaStream_t s, const ConvParams& p, const float* x,
                                       const float* dy, float* dfilter) {
   cudnnHandle_t h = handle(s);
-  ConvDescriptors d(p);
-  const auto a =
-      static_cast<cudnnConvolutionBwdFilterAlgo_t>(choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
-          2, p, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, "choosing a backward-filter algorithm",
-          [&](cudnnConvolutionBwdFilterAlgoPerf_t* perf, int n, int* found) {
-            if (autotune() && cudnnFindConvolutionBackwardFilterAlgorithm(
-                                  h, d.x, d.y, d.conv, d.w, n, found, perf) == CUDNN_STATUS_SUCCESS)
-              return CUDNN_STATUS_SUCCESS;
-            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, found,
-                                                                 perf);
-          }));
-  std::size_t bytes = 0;
-  check_cudnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, a, &bytes),
-              "backward-filter workspace");
-  Workspace ws(bytes, s);
+  const ConvPlan* plan = nullptr;
+  const auto [algo, bytes] = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      2, p, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, "choosing a backward-filter algorithm", plan,
+      [&](const ConvDescriptors& d, cudnnConvolutionBwdFilterAlgoPerf_t* perf, int n, int* found) {
+        if (autotune() && cudnnFindConvolutionBackwardFilterAlgorithm(
+                              h, d.x, d.y, d.conv, d.w, n, found, perf) == CUDNN_STATUS_SUCCESS)
+          return CUDNN_STATUS_SUCCESS;
+        return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, found,
+                                                             perf);
+      },
+      [&](const ConvDescriptors& d, int a, std::size_t* out) {
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            h, d.x, d.y, d.conv, d.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(a), out);
+      });
+  const ConvDescriptors& d = plan->d;
+  const Scratch ws(s, bytes, "cuDNN workspace");
   const float one = 1.0f, zero = 0.0f;
-  check_cudnn(cudnnConvolutionBackwardFilter(h, &one, d.x, x, d.y, dy, d.conv, a, ws.ptr, bytes,
-                                             &zero, d.w, dfilter),
+  check_cudnn(cudnnConvolutionBackwardFilter(h, &one, d.x, x, d.y, dy, d.conv,
+                                             static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo),
+                                             ws.as<void>(), bytes, &zero, d.w, dfilter),
               "cudnnConvolutionBackwardFilter");
 }
 

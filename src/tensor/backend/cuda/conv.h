@@ -7,10 +7,13 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "tensor/backend/cuda/gpu_api.h"
 
 namespace lockstep::backend::cuda {
+
+struct ConvPlan;  // a convolution shape's descriptors and algorithms (conv.cu)
 
 class CudnnState {
  public:
@@ -33,8 +36,9 @@ class CudnnState {
 
  private:
   cudnnHandle_t handle(cudaStream_t s);
-  template <typename Perf, typename Rank>
-  int choose(int pass, const ConvParams& p, int count, const char* what, Rank&& rank);
+  template <typename Perf, typename Rank, typename Size>
+  std::pair<int, std::size_t> choose(int pass, const ConvParams& p, int count, const char* what,
+                                     const ConvPlan*& plan, Rank&& rank, Size&& size);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

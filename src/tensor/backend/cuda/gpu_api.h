@@ -15,8 +15,11 @@
 
 namespace lockstep::backend::cuda {
 
-constexpr int kApiVersion = 2;
+constexpr int kApiVersion = 3;
 constexpr int kMaxRank = 8;
+// The largest depthwise window (kh · kw) our own depthwise kernels take;
+// larger ones go to cuDNN.
+constexpr int kDepthwiseMaxTaps = 25;
 
 // Element types, as lockstep::DType numbers them.
 enum class Type : int { kFloat32 = 0, kInt32 = 1, kInt64 = 2, kUInt8 = 3, kBool = 4, kBf16 = 5 };
@@ -69,6 +72,9 @@ class GpuApi {
   virtual void copy_to_host(void* stream, void* host, const void* src, std::size_t bytes) = 0;
   virtual void copy_on_device(void* stream, void* dst, const void* src, std::size_t bytes) = 0;
   virtual void synchronize(void* stream) = 0;
+  // cudaProfilerStart / Stop on `gpu`: what a profiler started with
+  // "profile from start off" (ncu --profile-from-start off) records.
+  virtual void profiler(int gpu, bool start) = 0;
 
   virtual void fill(void* stream, Type type, void* out, std::int64_t n, double value) = 0;
   virtual void cast(void* stream, Type from, Type to, const void* x, void* out, std::int64_t n) = 0;
@@ -103,6 +109,17 @@ class GpuApi {
                                   const float* filter, float* dx) = 0;
   virtual void conv_backward_filter(int gpu, void* stream, const ConvParams& p, const float* x,
                                     const float* dy, float* dfilter) = 0;
+  // Depthwise convolution (groups = c, oc = c · multiplier, kh · kw ≤
+  // kDepthwiseMaxTaps) on our own kernels (depthwise.cu): Keras's HWIO
+  // filter [kh, kw, 1, oc] as it is; pad_h / pad_w are the top and left
+  // padding (the bottom and right follow from oh, ow: TensorFlow's
+  // asymmetric "same" needs no padded copy). Deterministic.
+  virtual void depthwise_forward(void* stream, const ConvParams& p, const float* x,
+                                 const float* filter, float* y) = 0;
+  virtual void depthwise_backward_data(void* stream, const ConvParams& p, const float* dy,
+                                       const float* filter, float* dx) = 0;
+  virtual void depthwise_backward_filter(void* stream, const ConvParams& p, const float* x,
+                                         const float* dy, float* dfilter) = 0;
   virtual void pool_forward(int gpu, void* stream, const PoolParams& p, const float* x,
                             float* y) = 0;
   virtual void pool_backward(int gpu, void* stream, const PoolParams& p, const float* x,

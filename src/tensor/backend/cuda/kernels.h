@@ -1,4 +1,5 @@
-// The CUDA adapter's kernels, each queued on a stream (kernels.cu, batch_norm.cu);
+// The CUDA adapter's kernels, each queued on a stream (kernels.cu, batch_norm.cu,
+// depthwise.cu);
 // runtime.cu's GpuApi calls them. Every launch is checked: a failure throws
 // std::runtime_error with CUDA's message.
 #pragma once
@@ -20,6 +21,29 @@ inline void check(cudaError_t e, const char* what) {
 }
 // After a launch: a bad configuration shows here, a fault at the next sync.
 inline void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+// Stream-ordered scratch (cuDNN's workspaces, partial sums): taken from the
+// stream's pool, freed once the kernels queued before the free have run.
+// Zero bytes take nothing.
+class Scratch {
+ public:
+  Scratch(cudaStream_t s, std::size_t bytes, const char* what) : s_(s) {
+    if (bytes > 0) check(cudaMallocAsync(&p_, bytes, s), what);
+  }
+  ~Scratch() {
+    if (p_) cudaFreeAsync(p_, s_);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+
+ private:
+  cudaStream_t s_;
+  void* p_ = nullptr;
+};
 
 // The adapter's elementwise launch shape: blocks of kThreads over n items,
 // at most 2^20 blocks, each kernel a grid-stride loop (LOCKSTEP_FOR_EACH).
@@ -75,6 +99,13 @@ void launch_gather_rows_grad(cudaStream_t s, const float* g, const std::int64_t*
                              const std::int64_t* starts, const std::int64_t* targets,
                              std::int64_t unique, float* out, std::int64_t outer, std::int64_t n,
                              std::int64_t m, std::int64_t inner);
+// depthwise.cu
+void launch_depthwise_forward(cudaStream_t s, const ConvParams& p, const float* x, const float* f,
+                              float* y);
+void launch_depthwise_backward_data(cudaStream_t s, const ConvParams& p, const float* dy,
+                                    const float* f, float* dx);
+void launch_depthwise_backward_filter(cudaStream_t s, const ConvParams& p, const float* x,
+                                      const float* dy, float* df);
 // batch_norm.cu
 void launch_batch_norm(cudaStream_t s, const float* x, float* y, std::int64_t rows, std::int64_t c,
                        const float* gamma, const float* beta, float* mean, float* variance,

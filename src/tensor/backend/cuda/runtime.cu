@@ -3,6 +3,7 @@
 // (cudaMallocAsync, kept between steps as PyTorch's caching allocator keeps
 // its blocks), copies, and the matrix product. Kernels are in kernels.cu.
 #include <cublas_v2.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -161,6 +162,11 @@ class CudaApi final : public GpuApi {
     check(cudaStreamSynchronize(as_stream(stream)), "synchronize");
   }
 
+  void profiler(int gpu, bool start) override {
+    use_gpu(gpu);
+    check(start ? cudaProfilerStart() : cudaProfilerStop(), "cudaProfilerStart/Stop");
+  }
+
   void fill(void* stream, Type type, void* out, std::int64_t n, double value) override {
     launch_fill(on(stream), type, out, n, value);
   }
@@ -238,6 +244,18 @@ class CudaApi final : public GpuApi {
   void conv_backward_filter(int, void* stream, const ConvParams& p, const float* x, const float* dy,
                             float* dfilter) override {
     cudnn_.conv_backward_filter(on(stream), p, x, dy, dfilter);
+  }
+  void depthwise_forward(void* stream, const ConvParams& p, const float* x, const float* filter,
+                         float* y) override {
+    launch_depthwise_forward(on(stream), p, x, filter, y);
+  }
+  void depthwise_backward_data(void* stream, const ConvParams& p, const float* dy,
+                               const float* filter, float* dx) override {
+    launch_depthwise_backward_data(on(stream), p, dy, filter, dx);
+  }
+  void depthwise_backward_filter(void* stream, const ConvParams& p, const float* x, const float* dy,
+                                 float* dfilter) override {
+    launch_depthwise_backward_filter(on(stream), p, x, dy, dfilter);
   }
   void pool_forward(int, void* stream, const PoolParams& p, const float* x, float* y) override {
     cudnn_.pool_forward(on(stream), p, x, y);
