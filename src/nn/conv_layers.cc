@@ -486,10 +486,8 @@ Tensor BatchNormalizationImpl::call(const Tensor& input, const CallContext& ctx)
   Tensor y = out(r.y);
   NoGradGuard no_grad;
   // moving = moving · momentum + batch · (1 − momentum)
-  const Tensor m = Tensor::scalar(options_.momentum),
-               one_minus = Tensor::scalar(1.0f - options_.momentum);
-  moving_mean_.assign(add(mul(moving_mean_.value(), m), mul(r.mean, one_minus)));
-  moving_variance_.assign(add(mul(moving_variance_.value(), m), mul(r.variance, one_minus)));
+  moving_mean_.assign(moving_average(moving_mean_.value(), r.mean, options_.momentum));
+  moving_variance_.assign(moving_average(moving_variance_.value(), r.variance, options_.momentum));
   return y;
 }
 

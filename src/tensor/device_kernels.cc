@@ -96,6 +96,9 @@ Tensor DeviceKernels::gather_grad(const Tensor&, const std::vector<std::int64_t>
                                   const Shape&) {
   no_kernel("gather's gradient");
 }
+Tensor DeviceKernels::moving_average(const Tensor&, const Tensor&, float) {
+  no_kernel("moving_average");
+}
 Tensor DeviceKernels::relu_general(const Tensor&, float, float, float) {
   no_kernel("relu with a slope, threshold or max_value");
 }

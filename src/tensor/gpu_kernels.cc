@@ -537,6 +537,16 @@ class GpuKernels final : public DeviceKernels {
     });
     return out;
   }
+  Tensor moving_average(const Tensor& moving_in, const Tensor& value_in, float momentum) override {
+    const Tensor moving = on_current_device(moving_in), value = on_current_device(value_in);
+    Tensor out = Tensor::empty(moving.shape());
+    if (out.numel() == 0) return out;
+    run("moving_average", [&] {
+      api_->moving_average(stream_, f(moving), f(value), f(out), out.numel(), momentum,
+                           1.0f - momentum);
+    });
+    return out;
+  }
   Tensor relu_general(const Tensor& x_in, float slope, float top, float threshold) override {
     const Tensor x = on_current_device(x_in);
     Tensor out = Tensor::empty(x.shape());

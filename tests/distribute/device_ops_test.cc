@@ -159,6 +159,17 @@ TEST(DeviceOps, ReductionsAndSoftmaxMatchCpu) {
   check_op("softmax", [](const auto& v) { return softmax(v[0], -1); }, {x});
   check_op("log_softmax", [](const auto& v) { return log_softmax(v[0], -1); }, {x});
   check_op("log_softmax axis 1", [](const auto& v) { return log_softmax(v[0], 1); }, {x});
+  // Rows of 1,000 classes take a block each on a GPU; ties for the maximum
+  // (its first position is the one left out of the sum) and a row of -inf
+  // but one.
+  std::vector<float> wide = random_tensor({3, 1000}, rng, -8.0f, 8.0f).to_vector<float>();
+  wide[17] = wide[600] = 9.0f;
+  for (int j = 1000; j < 2000; ++j) wide[static_cast<std::size_t>(j)] = -INFINITY;
+  wide[1999] = 0.5f;
+  const Tensor classes = Tensor::from_vector(wide, {3, 1000});
+  check_op("softmax of 1000 classes", [](const auto& v) { return softmax(v[0], -1); }, {classes});
+  check_op("log_softmax of 1000 classes", [](const auto& v) { return log_softmax(v[0], -1); },
+           {random_tensor({3, 1000}, rng, -8.0f, 8.0f)});
 }
 
 // The recurrent sequence ops (composed of the ops above, so they run
@@ -195,6 +206,25 @@ TEST(DeviceOps, SequenceOpsAndLayerNormalizationMatchCpu) {
 // Batch normalisation in its three modes (training, training folded with a
 // ReLU or ReLU6, inference with given statistics), a capped ReLU, and
 // gather (an Embedding's op, with repeated indices), forward and backward.
+// BatchNormalization's moving statistics: one kernel on a device, the
+// CPU's three ops' bits (two products and their sum, no fused multiply-add).
+TEST(DeviceOps, MovingAverageIsBitwiseTheCpusThreeOps) {
+  std::mt19937 rng(4);
+  const Tensor moving = random_tensor({1000}, rng), value = random_tensor({1000}, rng, 0.0f, 3.0f);
+  const float momentum = 0.99f;
+  const Tensor three_ops =
+      add(mul(moving, Tensor::scalar(momentum)), mul(value, Tensor::scalar(1.0f - momentum)));
+  EXPECT_EQ(moving_average(moving, value, momentum).to_vector<float>(),
+            three_ops.to_vector<float>());
+  Tensor on_device;
+  {
+    DeviceScope on(dev(), {.pin_thread = false});
+    on_device = moving_average(moving.copy_to(dev()), value.copy_to(dev()), momentum).cpu();
+  }
+  EXPECT_EQ(on_device.to_vector<float>(), three_ops.to_vector<float>());
+  EXPECT_THROW(moving_average(moving, value.view_rows(0, 10), momentum), ShapeError);
+}
+
 TEST(DeviceOps, BatchNormCappedReluAndGatherMatchCpu) {
   std::mt19937 rng(12);
   const Tensor x = random_tensor({4, 5, 3, 6}, rng, -3.0f, 5.0f);

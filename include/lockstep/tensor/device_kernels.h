@@ -181,6 +181,8 @@ class DeviceKernels {
                                                   const Tensor& gamma, const Tensor& mean,
                                                   const Tensor& variance, bool batch_stats,
                                                   float epsilon, float bottom, float top);
+  // moving · momentum + value · (1 − momentum), float32 (ops.h's moving_average).
+  virtual Tensor moving_average(const Tensor& moving, const Tensor& value, float momentum);
   virtual Tensor transpose(const Tensor& x, const std::vector<int>& perm);
   // One optimizer step on `n` float32 values: value, gradient, slots (m, v).
   virtual void apply_update(const DeviceUpdate& update, float* value, const float* grad,

@@ -168,6 +168,12 @@ Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& 
 BatchNormResult batch_norm_relu_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                          float epsilon, std::optional<float> max_value);
 
+// Keras's moving-statistics update, moving · momentum + value · (1 − momentum),
+// rounded as those two products and their sum (float32, same shapes; no
+// gradient). One kernel on accelerators where the three ops were six with
+// their scalars' copies (BatchNormalization's moving mean and variance).
+Tensor moving_average(const Tensor& moving, const Tensor& value, float momentum);
+
 // ---- recurrent sequences (rnn_ops.cc) -------------------------------------------
 // The activations a recurrent op applies, each with a derivative that its
 // output alone gives (what lets the backward pass keep outputs only).

@@ -512,4 +512,24 @@ BatchNormResult batch_norm_relu_training(const Tensor& x, const Tensor& gamma, c
   return r;
 }
 
+Tensor moving_average(const Tensor& moving, const Tensor& value, float momentum) {
+  check_defined(moving, "moving_average", "moving");
+  check_defined(value, "moving_average", "value");
+  LOCKSTEP_CHECK_AS(ShapeError,
+                    moving.shape() == value.shape() && moving.dtype() == DType::kFloat32 &&
+                        value.dtype() == DType::kFloat32,
+                    "moving_average: expected two float32 tensors of one shape, got ",
+                    moving.dtype(), " ", moving.shape(), " and ", value.dtype(), " ",
+                    value.shape());
+  const float one_minus = 1.0f - momentum;
+  const detail::OnDevice on;
+  if (detail::DeviceKernels* k = on.kernels()) return k->moving_average(moving, value, momentum);
+  Tensor out = Tensor::empty(moving.shape());
+  const float* m = moving.data<float>();
+  const float* v = value.data<float>();
+  float* o = out.data<float>();
+  for (std::int64_t i = 0; i < out.numel(); ++i) o[i] = m[i] * momentum + v[i] * one_minus;
+  return out;
+}
+
 }  // namespace lockstep

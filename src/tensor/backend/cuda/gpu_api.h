@@ -15,7 +15,7 @@
 
 namespace lockstep::backend::cuda {
 
-constexpr int kApiVersion = 3;
+constexpr int kApiVersion = 4;
 constexpr int kMaxRank = 8;
 // The largest depthwise window (kh · kw) our own depthwise kernels take;
 // larger ones go to cuDNN.
@@ -171,6 +171,9 @@ class GpuApi {
                                    const float* mean, const float* variance, bool batch_stats,
                                    float epsilon, float bottom, float top, float* dx, float* dgamma,
                                    float* dbeta) = 0;
+  // out = moving · momentum + value · one_minus (two products, one sum).
+  virtual void moving_average(void* stream, const float* moving, const float* value, float* out,
+                              std::int64_t n, float momentum, float one_minus) = 0;
   virtual void apply_update(void* stream, const UpdateParams& p, float* value, const float* grad,
                             float* const* slots, int num_slots, std::int64_t n) = 0;
   virtual void sum_buffers(void* stream, const float* const* srcs, int count, float* dst,

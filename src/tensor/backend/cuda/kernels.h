@@ -115,6 +115,8 @@ void launch_batch_norm_backward(cudaStream_t s, const float* x, const float* z, 
                                 const float* mean, const float* variance, bool batch_stats,
                                 float epsilon, float bottom, float top, float* dx, float* dgamma,
                                 float* dbeta);
+void launch_moving_average(cudaStream_t s, const float* moving, const float* value, float* out,
+                           std::int64_t n, float momentum, float one_minus);
 void launch_update(cudaStream_t s, const UpdateParams& p, float* value, const float* grad,
                    float* const* slots, int num_slots, std::int64_t n);
 void launch_sum_buffers(cudaStream_t s, const float* const* srcs, int count, float* dst,

@@ -287,6 +287,10 @@ class CudaApi final : public GpuApi {
                  const std::int64_t* in_strides, const void* x, void* out) override {
     launch_transpose(on(stream), elem_bytes, rank, out_dims, in_strides, x, out);
   }
+  void moving_average(void* stream, const float* moving, const float* value, float* out,
+                      std::int64_t n, float momentum, float one_minus) override {
+    launch_moving_average(on(stream), moving, value, out, n, momentum, one_minus);
+  }
   void apply_update(void* stream, const UpdateParams& p, float* value, const float* grad,
                     float* const* slots, int num_slots, std::int64_t n) override {
     launch_update(on(stream), p, value, grad, slots, num_slots, n);
