@@ -11,6 +11,10 @@
 #                                  LOCKSTEP_CHECK_MOBILENET_ROUNDS: rounds, 2
 #                                  unless set; LOCKSTEP_CHECK_SMALL_PEERS=0
 #                                  leaves out PyTorch's MLP and CNN runs;
+#                                  LOCKSTEP_CHECK_QUICK=1 runs the device
+#                                  tests and MobileNetV2 alone, PyTorch in
+#                                  LOCKSTEP_CHECK_TORCH_PRECISIONS (float32
+#                                  bf16 unless set);
 #                                  LOCKSTEP_CHECK_PROFILE=1 adds ncu's kernel
 #                                  times of two steady MobileNetV2 steps):
 #                                  versions (failing fast when a library
@@ -101,17 +105,22 @@ EOF
     say "device_tests: FAILED"; grep -E 'FAILED|Failure|error' "$out/device_tests.log" | head -20 | tee -a "$summary"
   fi
 
-  say "== compute-sanitizer memcheck over device ops and training steps"
-  if command -v compute-sanitizer >/dev/null; then
+  # LOCKSTEP_CHECK_QUICK=1: the device tests and MobileNetV2 only (a
+  # short second run within the lease).
+  local full=1
+  [[ ${LOCKSTEP_CHECK_QUICK:-0} == 1 ]] && full=0
+  if [[ $full == 1 ]] && command -v compute-sanitizer >/dev/null; then
+    say "== compute-sanitizer memcheck over device ops and training steps"
     LOCKSTEP_TEST_DEVICE=/gpu:0 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
       "$bin/device_tests" --gtest_filter='DeviceOps.*:-DeviceOps.RunningOutOfMemory*:DeviceOps.MobileNetV2*' \
       >"$out/memcheck.log" 2>&1 && say "memcheck: clean" || say "memcheck: rc $? (see memcheck.log)"
     tail -3 "$out/memcheck.log" | tee -a "$summary"
   fi
 
-  say "== seed MLP on Fashion-MNIST: accuracy against the CPU run of this binary, samples/s against PyTorch"
   local results=$out/results.jsonl
   : >"$results"
+  if [[ $full == 1 ]]; then
+  say "== seed MLP on Fashion-MNIST: accuracy against the CPU run of this binary, samples/s against PyTorch"
   timeout 120 "$bin/workloads" --workload mlp --batch 64 --epochs 2 --mode one-replica --data-dir "$data" \
     2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results"
   # LOCKSTEP_CHECK_SMALL_PEERS=0 leaves PyTorch's MLP and CNN runs out.
@@ -142,16 +151,23 @@ EOF
   timeout 120 "$bin/lockstep" train --strategy one-device --devices /gpu:0 --data-dir "$data" --epochs 1 \
     --verbose 2 >"$out/one_gpu.log" 2>&1 || say "one-device on the GPU: rc $?"
   { grep -E "Replicas on|test accuracy|rror" "$out/one_gpu.log" || true; } | head -4 | tee -a "$summary"
+  fi
   say "== MobileNetV2 (alpha 1.0, 224x224, batch 64, training) on /gpu:0 against PyTorch, float32 and bf16"
   for round in $(seq "${LOCKSTEP_CHECK_MOBILENET_ROUNDS:-2}"); do
     timeout 150 "$bin/workloads" --workload mobilenet --batch 64 --size 224 --steps 20 --warmup 5 --mode gpu \
       2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads mobilenet gpu: failed"
-    for precision in float32 bf16; do
+    # The images on the GPU once, as the PyTorch peer's: the step without
+    # its copy of the batch from host memory.
+    timeout 150 "$bin/workloads" --workload mobilenet --batch 64 --size 224 --steps 20 --warmup 5 --mode gpu \
+      --input-on-device 2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" ||
+      say "workloads mobilenet gpu, input on the device: failed"
+    for precision in ${LOCKSTEP_CHECK_TORCH_PRECISIONS:-float32 bf16}; do
       timeout 150 $py "$carry/torch_gpu.py" --workload mobilenet --batch 64 --size 224 --steps 20 --warmup 5 \
         --precision $precision 2>>"$out/torch.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" ||
         say "torch mobilenet $precision: failed"
     done
   done
+  if [[ $full == 1 ]]; then
   r=$(LOCKSTEP_CUDNN_AUTOTUNE=0 timeout 150 "$bin/workloads" --workload mobilenet --batch 64 --size 224 --steps 20 \
     --warmup 5 --mode gpu 2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' || true)
   say "the same with cuDNN's heuristic algorithm choice (LOCKSTEP_CUDNN_AUTOTUNE=0): $r"
@@ -160,6 +176,7 @@ EOF
     2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads mobilenet b2: failed"
   timeout 120 $py "$carry/torch_gpu.py" --workload mobilenet --batch 2 --size 32 --steps 50 --warmup 5 \
     2>>"$out/torch.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "torch mobilenet b2: failed"
+  fi
   if [[ -n "${LOCKSTEP_CHECK_PROFILE:-}" ]] && command -v ncu >/dev/null; then
     say "== where MobileNetV2's steady step spends its GPU time (ncu kernel durations of 2 timed steps, after 3 untimed)"
     LOCKSTEP_PROFILE_TIMED_STEPS=1 timeout 200 ncu --clock-control none --profile-from-start off \
@@ -186,17 +203,21 @@ EOF2
     timeout 120 $py "$carry/torch_gpu.py" --workload mobilenet --batch 64 --size 224 --warmup 3 --profile \
       2>>"$out/torch.log" | head -30 | cut -c1-160 | tee -a "$summary"
   fi
+  if [[ $full == 1 ]]; then
   say "== the sequence workloads (Embedding, LSTM; attention, layer normalization) on /gpu:0"
   for w in lstm transformer; do
     timeout 120 "$bin/workloads" --workload $w --batch 64 --steps 20 --warmup 3 --mode gpu \
       2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads $w gpu: failed"
   done
+  fi
   { grep -iE 'error|what\(\)' "$out/workloads.log" || true; } | sort | uniq -c | head -8 | tee -a "$summary"
   $py - "$results" <<'EOF' | tee -a "$summary"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 for r in rows:
     mode = r['mode'].replace('eager on NVIDIA ', 'eager, ')
+    if r.get('input') == 'on the device':
+        mode = mode.replace('OneDeviceStrategy', 'input on GPU, OneDevice')
     acc = f"test acc {r['test_accuracy']:.4f}" if 'test_accuracy' in r else f"{r.get('step_ms', 0):.1f} ms/step"
     print(f"{r['system'][:16]:16} {r['workload'][:11]:11} {mode[:44]:44} batch {r['batch']:4}  "
           f"{r['samples_per_s']:10.0f} samples/s  {acc}")

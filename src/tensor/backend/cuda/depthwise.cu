@@ -96,7 +96,10 @@ __global__ void forward_kernel(const float* x, const float* f, float* y, Shape<I
 
 // dx[b, ih, iw, c] = Σ over the taps (i, j) and outputs (r, q) that read it,
 // and the multiplier's channels m: dy[b, r, q, c·mult + m] · f[i, j, 0, c·mult + m].
-template <typename I, int W>
+// kUnit: strides of 1, where every tap's output position is whole (no
+// division by the stride: a quarter of the kernel's time in MobileNetV2,
+// whose depthwise layers mostly have stride 1).
+template <typename I, int W, bool kUnit>
 __global__ void backward_data_kernel(const float* dy, const float* f, float* dx, Shape<I> s,
                                      I total) {
   using V = typename Vec<W>::T;
@@ -108,12 +111,14 @@ __global__ void backward_data_kernel(const float* dy, const float* f, float* dx,
     float acc[W] = {};
     for (I i = 0; i < s.kh; ++i) {
       const I th = ih + s.pt - i * s.dh;
-      if (th < 0 || th % s.sh != 0 || th / s.sh >= s.oh) continue;
-      const I r = th / s.sh;
+      if (th < 0 || (!kUnit && th % s.sh != 0)) continue;
+      const I r = kUnit ? th : th / s.sh;
+      if (r >= s.oh) continue;
       for (I j = 0; j < s.kw; ++j) {
         const I tw = iw + s.pl - j * s.dw;
-        if (tw < 0 || tw % s.sw != 0 || tw / s.sw >= s.ow) continue;
-        const I q = tw / s.sw;
+        if (tw < 0 || (!kUnit && tw % s.sw != 0)) continue;
+        const I q = kUnit ? tw : tw / s.sw;
+        if (q >= s.ow) continue;
         const float* g = dy + ((b * s.oh + r) * s.ow + q) * s.oc;
         const float* k = f + (i * s.kw + j) * s.oc;
         for (I m = 0; m < s.mult; ++m) {
@@ -270,12 +275,23 @@ template <typename I>
 void backward_data(cudaStream_t st, const ConvParams& p, const float* dy, const float* f,
                    float* dx) {
   const Shape<I> s = shape_of<I>(p);
+  const bool unit = p.sh == 1 && p.sw == 1;
   if (four_wide(p, dy, f, dx)) {
     const I total = s.n * s.h * s.w * s.c / 4;
-    backward_data_kernel<I, 4><<<blocks_for(total), kThreads, 0, st>>>(dy, f, dx, s, total);
+    if (unit) {
+      backward_data_kernel<I, 4, true><<<blocks_for(total), kThreads, 0, st>>>(dy, f, dx, s, total);
+    } else {
+      backward_data_kernel<I, 4, false>
+          <<<blocks_for(total), kThreads, 0, st>>>(dy, f, dx, s, total);
+    }
   } else {
     const I total = s.n * s.h * s.w * s.c;
-    backward_data_kernel<I, 1><<<blocks_for(total), kThreads, 0, st>>>(dy, f, dx, s, total);
+    if (unit) {
+      backward_data_kernel<I, 1, true><<<blocks_for(total), kThreads, 0, st>>>(dy, f, dx, s, total);
+    } else {
+      backward_data_kernel<I, 1, false>
+          <<<blocks_for(total), kThreads, 0, st>>>(dy, f, dx, s, total);
+    }
   }
   check_launch("depthwise convolution's input gradient");
 }
