@@ -235,20 +235,18 @@ std::vector<Tensor> RecurrentImpl::run(const std::vector<Tensor>& inputs,
   auto row = [&](std::int64_t r) {
     return reshape(slice(seq, {0, r, 0}, {batch, 1, units_}), {batch, units_});
   };
+  // With the states asked for, seq holds them after the steps' outputs.
+  const Tensor outputs = !options_.return_sequences ? row(steps - 1)
+                         : o.return_states          ? slice(seq, {0, 0, 0}, {batch, steps, units_})
+                                                    : seq;
   if (kept != nullptr) {
     // The next batch starts here; no gradient reaches back into this one.
     kept->states = {stop_gradient(row(steps))};
     if (g == 4) kept->states.push_back(stop_gradient(row(steps + 1)));
-    if (!options_.return_state) {
-      return {options_.return_sequences ? slice(seq, {0, 0, 0}, {batch, steps, units_})
-                                        : row(steps - 1)};
-    }
   }
-  if (!options_.return_state) return {options_.return_sequences ? seq : row(steps - 1)};
-  std::vector<Tensor> out{
-      options_.return_sequences ? slice(seq, {0, 0, 0}, {batch, steps, units_}) : row(steps - 1),
-      row(steps)};                            // h
-  if (g == 4) out.push_back(row(steps + 1));  // LSTM's c
+  if (!options_.return_state) return {outputs};
+  std::vector<Tensor> out{outputs, row(steps)};  // the outputs, h
+  if (g == 4) out.push_back(row(steps + 1));     // LSTM's c
   return out;
 }
 

@@ -296,9 +296,15 @@ void Model::summary(std::ostream& out, const SummaryOptions& options) const {
   bool sequential_like = true;
   const LayerImpl& net = *impl_;
 
+  // A static batch size that every input names (Input(..., batch_size),
+  // SequentialOptions::batch_size: a stateful model's) is every shape's
+  // first dimension, as Keras prints it; else None.
+  std::vector<KerasTensor> inputs;
   if (auto* f = dynamic_cast<const FunctionalImpl*>(&net)) {
+    inputs = f->inputs();
     rows = functional_rows(*f, sequential_like);
   } else if (auto* s = dynamic_cast<const SequentialImpl*>(&net)) {
+    if (s->input().defined()) inputs = {s->input()};
     for (std::size_t i = 0; i < s->layers().size(); ++i) {
       const Layer& l = s->layers()[i];
       const bool built = l->built();
@@ -310,6 +316,20 @@ void Model::summary(std::ostream& out, const SummaryOptions& options) const {
     for (const auto& l : net.sublayers()) {
       rows.push_back({{l->name() + " (" + l->class_name() + ")", "?",
                        l->built() ? with_commas(l->count_params()) : "0 (unbuilt)"}});
+    }
+  }
+  std::int64_t batch = 0;
+  for (const KerasTensor& in : inputs) {
+    const std::int64_t b = in.node() ? in.node()->input_batch_size : 0;
+    batch = (&in == &inputs.front() || b == batch) ? b : 0;
+    if (batch == 0) break;
+  }
+  if (batch > 0) {
+    const std::string none = "(None", named = "(" + std::to_string(batch);
+    for (Row& row : rows) {
+      for (std::size_t at = row.cells[1].find(none); at != std::string::npos;
+           at = row.cells[1].find(none, at + named.size()))
+        row.cells[1].replace(at, none.size(), named);
     }
   }
 

@@ -33,6 +33,30 @@ TEST(Summary, SeedMlpTableAsKeras) {
             " Non-trainable params: 0 (0.00 B)\n");
 }
 
+// A static batch size (a stateful model's, Keras's Input(batch_shape=...))
+// is every shape's first dimension: Keras 3.15.1's table for
+// Sequential([Input(batch_shape=(4, 10, 8)), LSTM(16, stateful=True),
+// Dense(2)]).
+TEST(Summary, AStaticBatchSizeIsEveryShapesFirstDimensionAsKeras) {
+  clear_session();
+  Sequential model({layers::LSTM(16, {.stateful = true}), layers::Dense(2)},
+                   {.input_shape = Shape{10, 8}, .batch_size = 4});
+  std::ostringstream out;
+  model.summary(out, {.line_length = 76});
+  EXPECT_EQ(out.str(),
+            "Model: \"sequential\"\n"
+            "┏━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━┓\n"
+            "┃ Layer (type)                    ┃ Output Shape           ┃       Param # ┃\n"
+            "┡━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━┩\n"
+            "│ lstm (LSTM)                     │ (4, 16)                │         1,600 │\n"
+            "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+            "│ dense (Dense)                   │ (4, 2)                 │            34 │\n"
+            "└─────────────────────────────────┴────────────────────────┴───────────────┘\n"
+            " Total params: 1,634 (6.38 KB)\n"
+            " Trainable params: 1,634 (6.38 KB)\n"
+            " Non-trainable params: 0 (0.00 B)\n");
+}
+
 // Keras 3.15.1's output for the same graph (two inputs, so not a chain):
 // depth-ordered rows, wrapped cells, "…" for a word too long for its column.
 TEST(Summary, GraphWithConnectionsAsKeras) {
