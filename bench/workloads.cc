@@ -222,7 +222,9 @@ void mobilenet(const Args& args) {
           {"examples", examples},
           {"samples_per_s", examples / seconds},
           {"policy", args.policy},
-          {"input", args.input_on_device ? "on the device" : "copied from host memory each step"},
+          {"input", args.input_on_device
+                        ? "on the device"
+                        : "sent from host memory each step, ahead of it (prefetch_to_device)"},
           {"step_ms", 1e3 * seconds / static_cast<double>(args.steps)}});
 }
 

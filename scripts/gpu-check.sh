@@ -157,7 +157,8 @@ EOF
     timeout 150 "$bin/workloads" --workload mobilenet --batch 64 --size 224 --steps 20 --warmup 5 --mode gpu \
       2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads mobilenet gpu: failed"
     # The images on the GPU once, as the PyTorch peer's: the step without
-    # its copy of the batch from host memory.
+    # its copy of the batch from host memory (which the run above sends
+    # ahead, on the copy stream, while the step before computes).
     timeout 150 "$bin/workloads" --workload mobilenet --batch 64 --size 224 --steps 20 --warmup 5 --mode gpu \
       --input-on-device 2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" ||
       say "workloads mobilenet gpu, input on the device: failed"

@@ -9,6 +9,8 @@
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/distribute/strategy_extended.h"
 #include "lockstep/distribute/worker_batches.h"
+#include "lockstep/tensor/device.h"
+#include "lockstep/tensor/device_kernels.h"
 
 namespace lockstep::distribute {
 
@@ -52,13 +54,39 @@ data::Element StrategyExtended::batch_part(const data::Element& batch, int parts
   return data::Element(std::move(views), batch.names());
 }
 
+namespace {
+
+// The batches copied ahead to the replicas' accelerator (TensorFlow's
+// InputOptions.experimental_fetch_to_device, on by default): to the one
+// replica's device, or to the first when every replica's device shares its
+// memory (logical GPUs of one GPU, the fake devices), waiting for the copies
+// then since the others read on streams of their own. Replicas on CPUs, or
+// on GPUs that do not share memory, take their batches from host memory,
+// copied at their first op.
+data::Dataset fetch_to_device(const Strategy& strategy, data::Dataset dataset) {
+  std::vector<Device*> devices = strategy.replica_devices();
+  if (strategy.is_default()) devices = {&current_device()};
+  if (devices.empty()) return dataset;
+  for (const Device* d : devices) {
+    if (d->kernels() == nullptr || !d->kernels()->shares_memory_with(*devices[0]->kernels()))
+      return dataset;
+  }
+  return dataset.prefetch_to_device(*devices[0],
+                                    {.buffer_size = 1, .synchronize = devices.size() > 1});
+}
+
+}  // namespace
+
 WorkerBatches::WorkerBatches(const Strategy* strategy, data::Dataset dataset, std::string op)
     : op_(std::move(op)), dataset_(std::move(dataset)) {
   LOCKSTEP_CHECK(dataset_.defined(), op_, ": the dataset is undefined");
-  if (strategy == nullptr || strategy->num_workers() == 1) return;
-  StrategyExtended::AutoShard shard = strategy->extended().auto_shard(dataset_, op_);
-  dataset_ = std::move(shard.dataset);
-  parts_ = shard.parts;
+  if (strategy == nullptr) return;
+  if (strategy->num_workers() > 1) {
+    StrategyExtended::AutoShard shard = strategy->extended().auto_shard(dataset_, op_);
+    dataset_ = std::move(shard.dataset);
+    parts_ = shard.parts;
+  }
+  dataset_ = fetch_to_device(*strategy, std::move(dataset_));
 }
 
 WorkerBatches WorkerBatches::unstarted_copy() const {

@@ -47,6 +47,35 @@ Tensor on_current_device(const Tensor& t) {
   return t.copy_to(current_device());
 }
 
+namespace {
+
+// Bytes wait in host memory until the consumer copies them out with the
+// device's copy_from_host.
+class HostStagingArea final : public StagingArea {
+ public:
+  HostStagingArea(DeviceKernels& kernels, Device& device) : kernels_(kernels), device_(device) {}
+  unsigned char* host(std::size_t bytes) override {
+    if (buffer_.size() < bytes) buffer_.resize(bytes);
+    return buffer_.data();
+  }
+  void send(std::size_t) override {}
+  void copy_out(void* dst, std::size_t offset, std::size_t bytes) override {
+    kernels_.copy_from_host(device_, dst, buffer_.data() + offset, bytes);
+  }
+  void copied_out() override {}
+
+ private:
+  DeviceKernels& kernels_;
+  Device& device_;
+  std::vector<unsigned char> buffer_;
+};
+
+}  // namespace
+
+std::unique_ptr<StagingArea> DeviceKernels::make_staging_area(Device& device) {
+  return std::make_unique<HostStagingArea>(*this, device);
+}
+
 Tensor DeviceKernels::fill(const Shape&, DType, double) { no_kernel("fill"); }
 Tensor DeviceKernels::cast(const Tensor&, DType) { no_kernel("cast"); }
 Tensor DeviceKernels::binary(BinaryKind, const Tensor&, const Tensor&, const Shape&) {

@@ -119,6 +119,76 @@ class GpuAllocator final : public Allocator {
   Stats stats_;
 };
 
+// Page-locked host memory → the area's device memory on the GPU's copy
+// stream; copies out on the logical GPU's stream, which the next send's copy
+// waits for through an event (tensor/device_kernels.h's StagingArea).
+class GpuStagingArea final : public StagingArea {
+ public:
+  GpuStagingArea(GpuApi* api, Device& device, int gpu, void* stream, void* copy_stream)
+      : api_(api), device_(device), gpu_(gpu), stream_(stream), copy_stream_(copy_stream) {
+    event_ = guarded(device_, "prefetch_to_device", [&] { return api_->create_event(gpu_); });
+  }
+  ~GpuStagingArea() override {
+    try {
+      // Stream-ordered: freed after the copies out queued before.
+      if (device_memory_) api_->deallocate(gpu_, stream_, device_memory_);
+      api_->synchronize(copy_stream_);
+      if (host_memory_) api_->host_deallocate(host_memory_);
+      api_->destroy_event(event_);
+    } catch (const std::runtime_error&) {  // a context torn down at exit
+    }
+  }
+  GpuStagingArea(const GpuStagingArea&) = delete;
+  GpuStagingArea& operator=(const GpuStagingArea&) = delete;
+
+  unsigned char* host(std::size_t bytes) override {
+    if (bytes > host_bytes_) {
+      // The last send has finished with it: sends return when done.
+      guarded(device_, "prefetch_to_device's page-locked memory", [&] {
+        if (host_memory_) api_->host_deallocate(host_memory_);
+        host_memory_ = nullptr;
+        host_memory_ = static_cast<unsigned char*>(api_->host_allocate(bytes));
+      });
+      host_bytes_ = bytes;
+    }
+    return host_memory_;
+  }
+  void send(std::size_t bytes) override {
+    guarded(device_, "prefetch_to_device", [&] {
+      if (bytes > device_bytes_) {
+        if (device_memory_) api_->deallocate(gpu_, stream_, device_memory_);
+        device_memory_ = nullptr;
+        device_memory_ = static_cast<unsigned char*>(api_->allocate(gpu_, stream_, bytes));
+        // Its allocation is ordered on the logical GPU's stream.
+        api_->record_event(event_, stream_);
+        device_bytes_ = bytes;
+      }
+      api_->stream_wait_event(copy_stream_, event_);
+      api_->copy_from_host(copy_stream_, device_memory_, host_memory_, bytes);
+      api_->synchronize(copy_stream_);
+    });
+  }
+  void copy_out(void* dst, std::size_t offset, std::size_t bytes) override {
+    guarded(device_, "prefetch_to_device",
+            [&] { api_->copy_on_device(stream_, dst, device_memory_ + offset, bytes); });
+  }
+  void copied_out() override {
+    guarded(device_, "prefetch_to_device", [&] { api_->record_event(event_, stream_); });
+  }
+
+ private:
+  GpuApi* api_;
+  Device& device_;
+  int gpu_;
+  void* stream_;
+  void* copy_stream_;
+  void* event_ = nullptr;
+  unsigned char* host_memory_ = nullptr;
+  std::size_t host_bytes_ = 0;
+  unsigned char* device_memory_ = nullptr;
+  std::size_t device_bytes_ = 0;
+};
+
 class GpuKernels final : public DeviceKernels {
  public:
   GpuKernels(GpuApi* api, int gpu, void* stream, std::string what)
@@ -140,6 +210,14 @@ class GpuKernels final : public DeviceKernels {
   }
   void synchronize(Device& d) override {
     guarded(d, "synchronize", [&] { api_->synchronize(stream_); });
+  }
+  std::unique_ptr<StagingArea> make_staging_area(Device& d) override {
+    void* copy_stream = guarded(d, "prefetch_to_device's copy stream", [&] {
+      std::lock_guard lock(copy_stream_mutex_);
+      if (copy_stream_ == nullptr) copy_stream_ = api_->create_stream(gpu_);
+      return copy_stream_;
+    });
+    return std::make_unique<GpuStagingArea>(api_, d, gpu_, stream_, copy_stream);
   }
   void set_profiling(bool on) override {
     api_->synchronize(stream_);
@@ -660,6 +738,9 @@ class GpuKernels final : public DeviceKernels {
   int gpu_;
   void* stream_;
   std::string what_;
+  // The stream prefetch_to_device's sends run on, made at the first one.
+  std::mutex copy_stream_mutex_;
+  void* copy_stream_ = nullptr;
 };
 
 GpuApi* load_api(std::string& why) {

@@ -436,6 +436,54 @@ TEST(DeviceOps, RunningOutOfMemoryIsAnErrorNamingTheSize) {
   EXPECT_EQ(dev().allocator().stats().bytes_in_use, before.bytes_in_use);
 }
 
+// Dataset::prefetch_to_device: every byte arrives, through staging areas
+// that grow and are reused (sizes up and down, three dtypes with odd byte
+// counts), while the device computes on the element before; with
+// `synchronize`, a second logical device reads the element on its own
+// stream. On a GPU: page-locked memory, the copy stream and its events.
+TEST(DeviceOps, PrefetchToDeviceDeliversEveryByteWhileTheDeviceComputes) {
+  const std::vector<std::int64_t> rows = {1, 700, 3, 20000, 5, 20000, 90000, 2};
+  auto element = [&](std::size_t i) {
+    const std::int64_t n = rows[i];
+    std::vector<float> f(static_cast<std::size_t>(n * 37));
+    for (std::size_t k = 0; k < f.size(); ++k) f[k] = static_cast<float>(k % 1013) * 0.25f - 7.0f;
+    std::vector<std::uint8_t> b(static_cast<std::size_t>(n * 3 + 1));
+    for (std::size_t k = 0; k < b.size(); ++k) b[k] = static_cast<std::uint8_t>(k * 7 + i);
+    std::vector<std::int64_t> l(static_cast<std::size_t>(n));
+    for (std::size_t k = 0; k < l.size(); ++k) l[k] = static_cast<std::int64_t>(k) - 3;
+    return data::Element(
+        {Tensor::from_vector(f, Shape{n, 37}), Tensor::from_vector(b), Tensor::from_vector(l)});
+  };
+  const data::Dataset ds = data::Dataset::from_generator([&]() -> data::Generator {
+    auto i = std::make_shared<std::size_t>(0);
+    return [&, i]() -> std::optional<data::Element> {
+      if (*i == rows.size()) return std::nullopt;
+      return element((*i)++);
+    };
+  });
+  for (const bool two_devices : {false, true}) {
+    const std::string what = two_devices ? "read on a second device" : "read on the device";
+    std::size_t i = 0;
+    Tensor busy;
+    for (const data::Element& e :
+         ds.prefetch_to_device(dev(), {.buffer_size = 2, .synchronize = two_devices})) {
+      ASSERT_LT(i, rows.size());
+      const data::Element want = element(i);
+      for (std::size_t c = 0; c < 3; ++c) ASSERT_EQ(&e[c].device(), &dev()) << what << " " << i;
+      DeviceScope on(*devices()[two_devices ? 1 : 0], {.pin_thread = false});
+      // Work queued on the device while the next elements are sent.
+      busy = matmul(random::uniform({512, 512}, {.seed = 1}), random::uniform({512, 512}));
+      EXPECT_EQ(mul(e[0], Tensor::scalar(2.0f)).to_vector<float>(),
+                mul(want[0], Tensor::scalar(2.0f)).to_vector<float>())
+          << what << ", element " << i;
+      EXPECT_EQ(e[1].to_vector<std::uint8_t>(), want[1].to_vector<std::uint8_t>()) << what;
+      EXPECT_EQ(e[2].to_vector<std::int64_t>(), want[2].to_vector<std::int64_t>()) << what;
+      ++i;
+    }
+    EXPECT_EQ(i, rows.size()) << what;
+  }
+}
+
 // Each rule's update on the device gives the CPU's bits (same operations in
 // the same order, no contraction on either side).
 TEST(DeviceOps, OptimizerUpdatesAreBitwiseTheCpus) {

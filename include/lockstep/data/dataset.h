@@ -159,6 +159,15 @@ struct Options {
   DistributeOptions experimental_distribute{};
 };
 
+struct PrefetchToDeviceOptions {
+  // Elements copied ahead and not yet taken.
+  std::int64_t buffer_size = 1;
+  // Wait after each element's copies on the device until they have run, so
+  // that replicas on other streams of the same GPU (logical GPUs) may read
+  // the element: what fit and DistributedDataset ask for several replicas.
+  bool synchronize = false;
+};
+
 class Dataset {
  public:
   Dataset() = default;
@@ -217,6 +226,18 @@ class Dataset {
   // file atomically and later passes (and later runs) read it.
   Dataset cache(const std::string& filename = "") const;
   Dataset prefetch(std::int64_t buffer_size = kAutotune) const;
+  // The elements' tensors on `device`, copied ahead of their use
+  // (tf.data.experimental.prefetch_to_device): a background thread reads
+  // the input and sends each element while the device computes — on a GPU
+  // from page-locked memory on a copy stream of its own, so that a step
+  // never waits for its batch to cross the bus. Make it the last
+  // transformation. Tensors already on an accelerator pass as they are; on
+  // a CPU device this is prefetch(buffer_size). fit, evaluate and
+  // DistributedDataset add it themselves when the replicas run on
+  // accelerators (tf.distribute's InputOptions.experimental_fetch_to_device).
+  Dataset prefetch_to_device(Device& device, PrefetchToDeviceOptions options = {}) const;
+  // By name: "/gpu:0", "GPU:1", "/job:localhost/replica:0/task:0/device:GPU:0".
+  Dataset prefetch_to_device(const std::string& device, std::int64_t buffer_size = 1) const;
   // Maps each element to a dataset and interleaves their elements: cycle_length
   // inputs open at once, block_length elements from each in turn.
   Dataset interleave(std::function<Dataset(const Element&)> fn,

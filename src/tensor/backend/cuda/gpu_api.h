@@ -15,7 +15,7 @@
 
 namespace lockstep::backend::cuda {
 
-constexpr int kApiVersion = 4;
+constexpr int kApiVersion = 5;
 constexpr int kMaxRank = 8;
 // The largest depthwise window (kh · kw) our own depthwise kernels take;
 // larger ones go to cuDNN.
@@ -72,6 +72,18 @@ class GpuApi {
   virtual void copy_to_host(void* stream, void* host, const void* src, std::size_t bytes) = 0;
   virtual void copy_on_device(void* stream, void* dst, const void* src, std::size_t bytes) = 0;
   virtual void synchronize(void* stream) = 0;
+
+  // Page-locked host memory (cudaHostAlloc, portable to every GPU): copies
+  // from it run at the bus's speed and leave the host free at once.
+  virtual void* host_allocate(std::size_t bytes) = 0;
+  virtual void host_deallocate(void* host) = 0;
+  // Events order one stream after another without the host waiting:
+  // record on one stream, wait on another (or on the host).
+  virtual void* create_event(int gpu) = 0;
+  virtual void destroy_event(void* event) = 0;
+  virtual void record_event(void* event, void* stream) = 0;
+  virtual void stream_wait_event(void* stream, void* event) = 0;
+  virtual void event_synchronize(void* event) = 0;
   // cudaProfilerStart / Stop on `gpu`: what a profiler started with
   // "profile from start off" (ncu --profile-from-start off) records.
   virtual void profiler(int gpu, bool start) = 0;

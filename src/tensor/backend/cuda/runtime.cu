@@ -162,6 +162,36 @@ class CudaApi final : public GpuApi {
     check(cudaStreamSynchronize(as_stream(stream)), "synchronize");
   }
 
+  void* host_allocate(std::size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess || p == nullptr) {
+      (void)cudaGetLastError();
+      check(e == cudaSuccess ? cudaErrorMemoryAllocation : e, "cudaHostAlloc");
+    }
+    return p;
+  }
+  void host_deallocate(void* host) override { check(cudaFreeHost(host), "cudaFreeHost"); }
+  void* create_event(int gpu) override {
+    use_gpu(gpu);
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    return e;
+  }
+  void destroy_event(void* event) override {
+    check(cudaEventDestroy(static_cast<cudaEvent_t>(event)), "cudaEventDestroy");
+  }
+  void record_event(void* event, void* stream) override {
+    check(cudaEventRecord(static_cast<cudaEvent_t>(event), on(stream)), "cudaEventRecord");
+  }
+  void stream_wait_event(void* stream, void* event) override {
+    check(cudaStreamWaitEvent(on(stream), static_cast<cudaEvent_t>(event), 0),
+          "cudaStreamWaitEvent");
+  }
+  void event_synchronize(void* event) override {
+    check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cudaEventSynchronize");
+  }
+
   void profiler(int gpu, bool start) override {
     use_gpu(gpu);
     check(start ? cudaProfilerStart() : cudaProfilerStop(), "cudaProfilerStart/Stop");
