@@ -14,7 +14,7 @@ DTypePolicy DTypePolicy::from_name(const std::string& name) {
   if (name == "mixed_float16" || name == "float16") {
     detail::throw_error<ValueError>(
         "dtype policy '", name,
-        "': float16 compute is for GPUs and Lockstep runs on CPUs. Hint: use 'mixed_bfloat16' "
+        "': Lockstep has no float16 dtype yet, on CPUs or GPUs. Hint: use 'mixed_bfloat16' "
         "(bfloat16 compute, float32 variables, no loss scaling needed), as Keras's mixed "
         "precision guide advises for CPUs");
   }

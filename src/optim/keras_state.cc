@@ -36,8 +36,19 @@ std::size_t keras_slot_index(bool by_variable, std::size_t k, int i, std::size_t
 
 }  // namespace
 
+// A LossScaleOptimizer's own variables come first in Keras 3: its
+// iterations and learning rate (both 0: Keras counts and schedules in the
+// inner optimizer), step_counter and dynamic_scale; then the inner's.
+constexpr std::size_t kLossScaleVariables = 4;
+
 std::vector<Tensor> OptimizerImpl::keras_variables(const std::vector<Variable>& trainable) const {
   std::vector<Tensor> out;
+  if (loss_scaling_) {
+    out.push_back(Tensor::from_vector<std::int64_t>({0}, Shape{}));
+    out.push_back(Tensor::from_vector<float>({0.0f}, Shape{}));
+    out.push_back(Tensor::from_vector<std::int64_t>({loss_scale_step_counter()}, Shape{}));
+    out.push_back(Tensor::from_vector<float>({static_cast<float>(dynamic_scale())}, Shape{}));
+  }
   out.push_back(Tensor::from_vector<std::int64_t>({iterations()}, Shape{}));
   const bool constant = constant_rate(learning_rate_.schedule());
   if (constant)
@@ -60,8 +71,30 @@ std::vector<Tensor> OptimizerImpl::keras_variables(const std::vector<Variable>& 
 }
 
 void OptimizerImpl::set_keras_variables(const std::vector<Variable>& trainable,
-                                        const std::vector<Tensor>& values,
+                                        const std::vector<Tensor>& all_values,
                                         const std::string& source) {
+  std::vector<Tensor> values = all_values;
+  std::optional<std::pair<std::int64_t, double>> scale_state;
+  if (loss_scaling_) {
+    LOCKSTEP_CHECK(values.size() > kLossScaleVariables, source, ": the optimizer has ",
+                   values.size(), " variables; a LossScaleOptimizer has ", kLossScaleVariables,
+                   " of its own (iterations, learning_rate, step_counter, dynamic_scale) before "
+                   "its inner optimizer's");
+    const Tensor& counter = values[2];
+    const Tensor& scale = values[3];
+    LOCKSTEP_CHECK(counter.numel() == 1 && is_integral(counter.dtype()) && scale.numel() == 1 &&
+                       is_floating(scale.dtype()),
+                   source, ": the LossScaleOptimizer's step_counter and dynamic_scale are ",
+                   counter.dtype(), " ", counter.shape(), " and ", scale.dtype(), " ",
+                   scale.shape(), "; expected an integer and a number");
+    scale_state.emplace(counter.to(DType::kInt64).item<std::int64_t>(),
+                        scale.to(DType::kFloat32).item<float>());
+    LOCKSTEP_CHECK(
+        scale_state->first >= 0 && std::isfinite(scale_state->second) && scale_state->second > 0,
+        source, ": the LossScaleOptimizer's dynamic_scale ", scale_state->second, " after ",
+        scale_state->first, " steps is not a scale");
+    values.erase(values.begin(), values.begin() + kLossScaleVariables);
+  }
   const bool constant = constant_rate(learning_rate_.schedule());
   const int slots = num_slots();
   const std::size_t scalars = 1 + (constant ? 1 : 0);
@@ -113,7 +146,13 @@ void OptimizerImpl::set_keras_variables(const std::vector<Variable>& trainable,
       by_name.emplace(std::to_string(k) + "/" + slot_name(i), t);
     }
   }
-  if (!unbuilt) restore_slot_values(trainable, by_name);  // checks everything before it sets
+  if (scale_state) {
+    by_name.emplace("loss_scale/step_counter",
+                    Tensor::from_vector<std::int64_t>({scale_state->first}, Shape{}));
+    by_name.emplace("loss_scale/dynamic_scale",
+                    Tensor::from_vector<float>({static_cast<float>(scale_state->second)}, Shape{}));
+  }
+  if (!unbuilt || scale_state) restore_slot_values(trainable, by_name);  // checks, then sets
   set_iterations(step);
   // Keras keeps the rate as a float32 variable: a value that rounds to ours
   // is ours (a round trip keeps every bit of the float64 rate); another one

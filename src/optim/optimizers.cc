@@ -22,6 +22,9 @@ namespace {
 // few loads, stores and a square root): splits updates above ~4k elements.
 constexpr std::int64_t kUpdateCostPerElement = 8;
 constexpr std::size_t kMaxSlots = 4;  // the most any rule keeps (RMSprop: 3)
+// Loss scaling's state among slot_values' entries (Keras's variable names).
+constexpr char kLossScaleKey[] = "loss_scale/dynamic_scale";
+constexpr char kFiniteStepsKey[] = "loss_scale/step_counter";
 }  // namespace
 
 OptimizerImpl::OptimizerImpl(std::string name, LearningRate learning_rate, ClipOptions clip,
@@ -51,6 +54,8 @@ OptimizerImpl::ReplicaState& OptimizerImpl::replica_state(int replica) {
   while (static_cast<int>(replicas_.size()) <= replica) {
     replicas_.emplace_back();
     replicas_.back().iterations = replicas_.front().iterations;
+    replicas_.back().loss_scale = replicas_.front().loss_scale;
+    replicas_.back().finite_steps = replicas_.front().finite_steps;
   }
   return replicas_[static_cast<std::size_t>(replica)];
 }
@@ -113,6 +118,11 @@ std::vector<std::pair<std::string, Tensor>> OptimizerImpl::slot_values(
       out.emplace_back(prefix + slot_name(i),
                        it->second.slots[static_cast<std::size_t>(i)].replica_value(0));
   }
+  if (loss_scaling_) {
+    out.emplace_back(kLossScaleKey, Tensor::from_vector<float>({rs.loss_scale}, Shape{}));
+    out.emplace_back(kFiniteStepsKey,
+                     Tensor::from_vector<std::int64_t>({rs.finite_steps}, Shape{}));
+  }
   return out;
 }
 
@@ -120,6 +130,26 @@ void OptimizerImpl::restore_slot_values(const std::vector<Variable>& vars,
                                         const std::map<std::string, Tensor>& values) {
   std::unordered_map<std::uint64_t, std::vector<Tensor>> restored;
   std::size_t used = 0;
+  // Loss scaling's state (saved by slot_values when it is on).
+  std::optional<float> scale;
+  std::optional<std::int64_t> finite_steps;
+  {
+    auto s = values.find(kLossScaleKey);
+    auto c = values.find(kFiniteStepsKey);
+    if (s != values.end() || c != values.end()) {
+      LOCKSTEP_CHECK(loss_scaling_, name_, ": the checkpoint holds a loss scale, but this ",
+                     "optimizer does not scale its loss: wrap it in a LossScaleOptimizer");
+      LOCKSTEP_CHECK(s != values.end() && c != values.end() && s->second.numel() == 1 &&
+                         c->second.numel() == 1 && is_integral(c->second.dtype()),
+                     name_, ": the checkpoint's loss scale state is incomplete or malformed");
+      scale = s->second.to(DType::kFloat32).item<float>();
+      finite_steps = c->second.to(DType::kInt64).item<std::int64_t>();
+      LOCKSTEP_CHECK(std::isfinite(*scale) && *scale > 0 && *finite_steps >= 0, name_,
+                     ": the checkpoint's loss scale ", *scale, " (after ", *finite_steps,
+                     " finite steps) is not a scale");
+      used += 2;
+    }
+  }
   for (std::size_t k = 0; k < vars.size(); ++k) {
     const Variable& v = vars[k];
     std::vector<Tensor> slots;
@@ -149,6 +179,10 @@ void OptimizerImpl::restore_slot_values(const std::vector<Variable>& vars,
                  " per variable, ", vars.size(), " variables): another optimizer or model");
   std::lock_guard lk(replicas_mu_);
   for (ReplicaState& rs : replicas_) {
+    if (scale) {
+      rs.loss_scale = *scale;
+      rs.finite_steps = *finite_steps;
+    }
     for (auto& [id, var_slots] : rs.var_slots) {
       auto r = restored.find(id);
       if (r == restored.end()) continue;
@@ -239,6 +273,7 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
   }
   if (aggregator && !options.skip_gradients_aggregation)
     grads = aggregator->sum_gradients(std::move(grads), vars);
+  if (loss_scaling_ && !unscale_gradients(grads, rs)) return;  // skipped: not finite
   clip_gradients(grads);
   if (aggregator && aggregator->apply_elsewhere(grads, vars, *this)) {
     ++rs.iterations;

@@ -188,9 +188,18 @@ json optimizer_json(const Optimizer& optimizer) {
   config["ema_overwrite_frequency"] = nullptr;
   config["loss_scale_factor"] = nullptr;
   config["gradient_accumulation_steps"] = nullptr;
+  json inner = {{"module", "keras.optimizers"},
+                {"class_name", cls},
+                {"config", config},
+                {"registered_name", nullptr}};
+  if (!o.loss_scaling()) return inner;
   return {{"module", "keras.optimizers"},
-          {"class_name", cls},
-          {"config", config},
+          {"class_name", "LossScaleOptimizer"},
+          {"config",
+           {{"name", "loss_scale_optimizer"},
+            {"inner_optimizer", std::move(inner)},
+            {"initial_scale", o.loss_scaling()->initial_scale},
+            {"dynamic_growth_steps", o.loss_scaling()->dynamic_growth_steps}}},
           {"registered_name", nullptr}};
 }
 
@@ -206,6 +215,29 @@ Optimizer optimizer_from_json(const json& j, const std::string& where) {
                  " is neither a name nor a Keras object");
   std::map<std::string, OptimizerArgument> args;
   const json config = j.value("config", json::object());
+  if (j["class_name"] == "LossScaleOptimizer") {
+    LOCKSTEP_CHECK(config.is_object() && config.contains("inner_optimizer"), where,
+                   ": the LossScaleOptimizer has no inner_optimizer");
+    optimizers::LossScaleOptimizerOptions options;
+    for (const auto& [k, v] : config.items()) {
+      if (k == "name" || k == "inner_optimizer") continue;
+      if (k == "initial_scale" && v.is_number()) {
+        options.initial_scale = v.get<double>();
+      } else if (k == "dynamic_growth_steps" && v.is_number_integer()) {
+        options.dynamic_growth_steps = v.get<std::int64_t>();
+      } else {
+        detail::throw_error<ValueError>(where, ": the LossScaleOptimizer's ", k, " = ", v.dump(),
+                                        " is a setting Lockstep cannot take");
+      }
+    }
+    const Optimizer inner =
+        optimizer_from_json(config["inner_optimizer"], where + ": inner_optimizer");
+    try {
+      return optimizers::LossScaleOptimizer(inner, options);
+    } catch (const ValueError& e) {
+      detail::throw_error<ValueError>(where, ": ", e.what());
+    }
+  }
   std::optional<LearningRateSchedule> schedule;
   for (const auto& [k, v] : config.items()) {
     if (v.is_null() || k == "name") continue;

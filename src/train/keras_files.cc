@@ -77,6 +77,9 @@ std::vector<VarsGroup> layout(const LayerImpl& net) {
 
 std::string snake_optimizer_name(const Optimizer& o) { return to_snake_case(o->class_name()); }
 
+// iterations, learning_rate, step_counter, dynamic_scale (optim/keras_state.cc).
+constexpr std::size_t kLossScaleOptimizerOwnVariables = 4;
+
 // Datasets "0".."n-1" of a vars group, in order; n is what the group holds.
 std::vector<const Tensor*> numbered(const io::H5Group& g) {
   std::vector<const Tensor*> out;
@@ -166,10 +169,19 @@ io::H5Group weights_tree(const LayerImpl& net, const Optimizer* optimizer) {
   }
   if (optimizer != nullptr && optimizer->defined()) {
     io::H5Group& vars = root.group("optimizer/vars");
-    vars.attributes["name"] = snake_optimizer_name(*optimizer);
+    const bool scaled = (*optimizer)->loss_scaling().has_value();
+    vars.attributes["name"] = scaled ? "loss_scale_optimizer" : snake_optimizer_name(*optimizer);
     const std::vector<Tensor> values =
         (*optimizer)->keras_variables(keras_trainable_variables(net));
     for (std::size_t i = 0; i < values.size(); ++i) vars.datasets[std::to_string(i)] = values[i];
+    if (scaled) {
+      // Keras 3 writes a LossScaleOptimizer's variables (its own four, then
+      // the inner optimizer's), and the inner optimizer's again on their own.
+      io::H5Group& inner = root.group("optimizer/inner_optimizer/vars");
+      inner.attributes["name"] = snake_optimizer_name(*optimizer);
+      for (std::size_t i = kLossScaleOptimizerOwnVariables; i < values.size(); ++i)
+        inner.datasets[std::to_string(i - kLossScaleOptimizerOwnVariables)] = values[i];
+    }
   }
   return root;
 }
@@ -202,7 +214,8 @@ void load_weights_tree(const LayerImpl& net, const io::H5Group& tree, const Opti
   std::vector<std::string> present;
   groups_with_data(tree, "", present);
   for (const std::string& p : present) {
-    if (p == "optimizer/vars") continue;
+    // A LossScaleOptimizer's inner variables are in optimizer/vars too.
+    if (p == "optimizer/vars" || p == "optimizer/inner_optimizer/vars") continue;
     LOCKSTEP_CHECK_AS(IOError, claimed.contains(p), source, ": ", p,
                       " holds weights the model has no place for; the file holds another "
                       "architecture");

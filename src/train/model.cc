@@ -584,7 +584,10 @@ Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor
     if (vars.empty() && !reduction.active()) vars = impl_->trainable_weights(call);
     resolve_outputs(y_pred.size());
     parts = compute_losses(s, *impl_, ctx, y, y_pred);
-    grads = tape.gradient(parts.total, vars, UnconnectedGradients::kNone, reduction.listener());
+    // Under a LossScaleOptimizer the scaled loss (the trackers keep the
+    // loss itself), as Keras 3's train_step.
+    grads = tape.gradient(s.optimizer.scale_loss(parts.total), vars, UnconnectedGradients::kNone,
+                          reduction.listener());
   }
   grads = reduction.finish(std::move(grads));
   s.optimizer.apply_gradients(grads, vars, {.skip_gradients_aggregation = reduction.active()});

@@ -188,6 +188,54 @@ TEST(FakeDevice, MlpOnTwoFakeDevicesTrainsLikeTwoCpuReplicas) {
 
 TEST(MirroredStrategy, MlpOnNReplicasTrainsLikeOneDevice) { check_equivalence(mlp, {20}); }
 
+// Under a LossScaleOptimizer the replicas check the summed gradients, so
+// they skip and rescale together: 3 replicas train as 1, and while no step
+// overflows both train bit for bit as without loss scaling.
+TEST(MirroredStrategy, ALossScaleOptimizerOnNReplicasTrainsAsOneReplica) {
+  auto [x, y] = data(10 * 24, {20}, 3);
+  auto make = [](double initial_scale) {
+    return [initial_scale] {
+      Model m = mlp();
+      m.compile({.optimizer = optimizers::LossScaleOptimizer(
+                     optimizers::Adam({.learning_rate = 0.01}),
+                     {.initial_scale = initial_scale, .dynamic_growth_steps = 4}),
+                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+      return m;
+    };
+  };
+  Model plain = mlp();
+  plain.fit(x, y, {.batch_size = 24, .epochs = 1, .verbose = 0, .shuffle = false});
+  Model one = make(1024)();
+  one.fit(x, y, {.batch_size = 24, .epochs = 1, .verbose = 0, .shuffle = false});
+  expect_bitwise(weights(plain), weights(one), "loss scaling 2^10 vs none");
+  EXPECT_EQ(one.optimizer()->dynamic_scale(), 1024 * 4);  // grown after steps 4 and 8
+  // Inputs and a scale so large that the first steps overflow: skipped on
+  // every replica alike.
+  const Tensor x_big = mul(x, Tensor::scalar(256.0f));
+  Model big = make(0x1p127)();
+  big.fit(x_big, y, {.batch_size = 24, .epochs = 1, .verbose = 0, .shuffle = false});
+  ASSERT_LT(big.optimizer().iterations(), 10);
+  ASSERT_GT(big.optimizer().iterations(), 0);
+  ASSERT_LT(big.optimizer()->dynamic_scale(), 0x1p127);
+  for (const int n : {2, 3}) {
+    const Strategy strategy = with_replicas(n);
+    Model model;
+    {
+      auto scope = strategy.scope();
+      model = make(0x1p127)();
+    }
+    auto check = std::make_shared<ReplicasIdentical>();
+    model.fit(
+        x_big, y,
+        {.batch_size = 24, .epochs = 1, .verbose = 0, .callbacks = {check}, .shuffle = false});
+    EXPECT_EQ(check->checked, 10);
+    const std::string what = std::to_string(n) + " replicas, overflowing steps";
+    EXPECT_EQ(model.optimizer().iterations(), big.optimizer().iterations()) << what;
+    EXPECT_EQ(model.optimizer()->dynamic_scale(), big.optimizer()->dynamic_scale()) << what;
+    expect_close(weights(big), weights(model), 1e-5, what);
+  }
+}
+
 TEST(MirroredStrategy, CnnOnNReplicasTrainsLikeOneDevice) { check_equivalence(cnn, {8, 8, 1}); }
 
 // The recurrent and attention layers (issue #37): sequences [6, 3] through

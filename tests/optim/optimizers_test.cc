@@ -300,3 +300,103 @@ TEST(Optimizers, AnUnknownKerasClassNamesTheNearestKnownOne) {
 
 }  // namespace
 }  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+// loss = Σ w² · k: its gradient 2·k·w, through the tape (as fit's).
+std::vector<Tensor> scaled_grads(const Optimizer& opt, const Variable& w, float k) {
+  GradientTape tape;
+  const Tensor loss = mul(sum(square(w.value())), Tensor::scalar(k));
+  return tape.gradient(opt.scale_loss(loss), std::vector<Variable>{w});
+}
+
+// Keras 3's rule, issue #35's acceptance: a step whose gradients overflow
+// changes nothing but the scale (halved) and the count of finite steps.
+TEST(LossScaleOptimizer, AnOverflowSkipsTheStepAndHalvesTheScale) {
+  Variable w = var({1.0f, -2.0f});
+  optimizers::LossScaleOptimizer opt(optimizers::Adam({.learning_rate = 0.1}),
+                                     {.initial_scale = 0x1p120, .dynamic_growth_steps = 5});
+  EXPECT_EQ(opt.dynamic_scale(), 0x1p120);
+  // 2^120 · 2 · 1e18 · 2 overflows float32: the gradient is inf.
+  std::vector<Tensor> g = scaled_grads(opt, w, 1e18f);
+  ASSERT_FALSE(std::isfinite(g[0].to_vector<float>()[1]));
+  opt.apply_gradients(g, {w});
+  EXPECT_EQ(w.value().to_vector<float>(), (std::vector<float>{1.0f, -2.0f}));
+  EXPECT_EQ(opt.iterations(), 0);
+  EXPECT_EQ(opt.dynamic_scale(), 0x1p119);
+  EXPECT_EQ(opt.step_counter(), 0);
+  EXPECT_TRUE(opt->variables().empty());  // no slot made, none moved
+  // A NaN skips the same way.
+  opt.apply_gradients({vec({NAN, 1.0f})}, {w});
+  EXPECT_EQ(opt.dynamic_scale(), 0x1p118);
+  EXPECT_EQ(opt.iterations(), 0);
+  // The next finite step is Adam's first step on the true gradient.
+  Variable fresh = var({1.0f, -2.0f});
+  optimizers::Adam plain({.learning_rate = 0.1});
+  plain.apply_gradients(scaled_grads(plain, fresh, 1.0f), {fresh});
+  opt.apply_gradients(scaled_grads(opt, w, 1.0f), {w});
+  EXPECT_EQ(w.value().to_vector<float>(), fresh.value().to_vector<float>());
+  EXPECT_EQ(opt.iterations(), 1);
+  EXPECT_EQ(opt.step_counter(), 1);
+}
+
+// Finite steps: the same bits as without scaling (a power of two in and
+// out), and after dynamic_growth_steps of them the scale doubles — but
+// never into inf.
+TEST(LossScaleOptimizer, FiniteStepsTrainAsWithoutItAndGrowTheScale) {
+  Variable a = var({0.5f, -1.5f, 3.0f}), b = var({0.5f, -1.5f, 3.0f});
+  optimizers::SGD plain({.learning_rate = 0.01, .momentum = 0.9});
+  optimizers::LossScaleOptimizer scaled(optimizers::SGD({.learning_rate = 0.01, .momentum = 0.9}),
+                                        {.initial_scale = 1024, .dynamic_growth_steps = 3});
+  for (int i = 0; i < 7; ++i) {
+    plain.apply_gradients(scaled_grads(plain, a, 0.3f), {a});
+    scaled.apply_gradients(scaled_grads(scaled, b, 0.3f), {b});
+  }
+  EXPECT_EQ(a.value().to_vector<float>(), b.value().to_vector<float>());
+  EXPECT_EQ(scaled.iterations(), 7);
+  EXPECT_EQ(scaled.dynamic_scale(), 4096);  // doubled after steps 3 and 6
+  EXPECT_EQ(scaled.step_counter(), 1);
+  // At float32's largest power of two the scale stays where Keras's turns inf.
+  Variable c = var({1.0f});
+  optimizers::LossScaleOptimizer top(optimizers::SGD(),
+                                     {.initial_scale = 0x1p127, .dynamic_growth_steps = 1});
+  top.apply_gradients({vec({1.0f})}, {c});
+  EXPECT_EQ(top.dynamic_scale(), 0x1p127);
+  EXPECT_EQ(top.iterations(), 1);
+  // The inner handle is the same optimizer.
+  EXPECT_EQ(scaled.inner_optimizer().iterations(), 7);
+  EXPECT_EQ(scaled.inner_optimizer().scale_loss(Tensor::scalar(1.0f)).item<float>(), 4096.0f);
+  // Without loss scaling scale_loss is the loss itself.
+  EXPECT_EQ(plain.scale_loss(Tensor::scalar(3.0f)).item<float>(), 3.0f);
+}
+
+TEST(LossScaleOptimizer, ItsScaleAndCountTravelWithTheSlotsAndBadSettingsAreClearErrors) {
+  Variable w = var({1.0f, 2.0f});
+  optimizers::LossScaleOptimizer opt(optimizers::Adam(),
+                                     {.initial_scale = 64, .dynamic_growth_steps = 4});
+  opt.apply_gradients({vec({0.5f, 0.5f})}, {w});
+  opt.apply_gradients({vec({INFINITY, 0.5f})}, {w});
+  opt.apply_gradients({vec({0.5f, 0.5f})}, {w});
+  std::map<std::string, Tensor> saved;
+  for (auto& [name, t] : opt->slot_values({w})) saved.emplace(name, t);
+  ASSERT_EQ(saved.count("loss_scale/dynamic_scale"), 1u);
+  optimizers::LossScaleOptimizer back(optimizers::Adam(),
+                                      {.initial_scale = 64, .dynamic_growth_steps = 4});
+  back->restore_slot_values({w}, saved);
+  EXPECT_EQ(back.dynamic_scale(), 32);
+  EXPECT_EQ(back.step_counter(), 1);
+  // An optimizer that does not scale refuses a saved scale.
+  optimizers::Adam unscaled;
+  EXPECT_THROW(unscaled->restore_slot_values({w}, saved), ValueError);
+  EXPECT_THROW(optimizers::LossScaleOptimizer(optimizers::SGD(), {.initial_scale = 0}), ValueError);
+  EXPECT_THROW(optimizers::LossScaleOptimizer(optimizers::SGD(), {.initial_scale = 1e39}),
+               ValueError);
+  EXPECT_THROW(optimizers::LossScaleOptimizer(optimizers::SGD(), {.dynamic_growth_steps = 0}),
+               ValueError);
+  EXPECT_THROW(optimizers::LossScaleOptimizer(static_cast<const Optimizer&>(opt)),
+               ValueError);  // wrapped twice
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -146,6 +146,43 @@ TEST(KerasFiles, AnFtrlModelKerasSavedStepsAsKerasStepped) {
   expect_bitwise(weights(back), weights(m), "ftrl round trip");
 }
 
+// keras.optimizers.LossScaleOptimizer around Adam
+// (make_loss_scale_keras_fixture.py): Keras's scale, step counter and the
+// inner optimizer's iterations load from the file; one more step on a batch
+// whose gradients overflow is skipped and halves the scale, as Keras's
+// was; saved again, the file holds Keras's wrapper config and state.
+TEST(KerasFiles, ALossScaleOptimizerKerasSavedSkipsAndScalesAsKeras) {
+  const json e = json::parse(slurp(kFixtures / "loss_scale_expected.json"));
+  Model m = load_model((kFixtures / "loss_scale.keras").string());
+  ASSERT_TRUE(m.optimizer()->loss_scaling().has_value());
+  EXPECT_EQ(m.optimizer()->class_name(), "Adam");
+  EXPECT_EQ(m.optimizer()->loss_scaling()->initial_scale, 0x1p126);
+  EXPECT_EQ(m.optimizer()->loss_scaling()->dynamic_growth_steps, 2);
+  auto expect_state = [&](const Model& model, const json& want, const std::string& what) {
+    EXPECT_EQ(model.optimizer()->dynamic_scale(), want.at("dynamic_scale").get<double>()) << what;
+    EXPECT_EQ(model.optimizer()->loss_scale_step_counter(), want.at("step_counter").get<int>())
+        << what;
+    EXPECT_EQ(model.optimizer().iterations(), want.at("iterations").get<int>()) << what;
+  };
+  expect_state(m, e.at("saved"), "as saved");
+  expect_near_keras(m.predict(tensor_of(e, "input")), e.at("output").get<std::vector<float>>(),
+                    1e-5, "loss-scaled model's output");
+  std::vector<std::int64_t> labels;
+  for (const json& v : e.at("step_y")) labels.push_back(v.get<std::int64_t>());
+  m.train_on_batch(tensor_of(e, "step_x"), Tensor::from_vector(labels));
+  expect_state(m, e.at("after_step"), "after one more step");
+  expect_near_keras(m.predict(tensor_of(e, "input")),
+                    e.at("output_after_step").get<std::vector<float>>(), 2e-5,
+                    "loss-scaled model's output after one more step");
+  TempDir dir("loss_scale_keras");
+  const std::string again = dir / "again.keras";
+  m.save(again);
+  Model back = load_model(again);
+  ASSERT_TRUE(back.optimizer()->loss_scaling().has_value());
+  expect_state(back, e.at("after_step"), "saved again");
+  expect_bitwise(weights(back), weights(m), "loss-scaled round trip");
+}
+
 // Nadam, Adamax, Adadelta and Lion, each with its arguments away from
 // Keras's defaults (make_optimizers_keras_fixture.py): the file's config
 // and slots (Nadam's running product too) load, one more step lands where

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <variant>
@@ -119,6 +120,28 @@ class OptimizerImpl {
   void set_keras_variables(const std::vector<Variable>& trainable,
                            const std::vector<Tensor>& values, const std::string& source);
 
+  // Dynamic loss scaling (optimizers::LossScaleOptimizer, optim/loss_scale.cc),
+  // off until enabled. Then apply_gradients first checks the gradients
+  // (after they are summed across replicas, so every replica decides
+  // alike): any inf or NaN skips the step — no update, no slot change, the
+  // step count stays — halves the scale and restarts the count of finite
+  // steps; otherwise they are divided by the scale, the update runs, and
+  // after `dynamic_growth_steps` finite steps in a row the scale doubles —
+  // unless that overflows float32: then it stays (as PyTorch's GradScaler;
+  // Keras 3 makes it inf, and every later step is skipped).
+  struct LossScaling {
+    double initial_scale = 32768.0;  // 2^15, Keras's
+    std::int64_t dynamic_growth_steps = 2000;
+  };
+  void enable_loss_scaling(const LossScaling& scaling);
+  const std::optional<LossScaling>& loss_scaling() const { return loss_scaling_; }
+  // loss × the calling replica's scale (the loss itself when not scaling):
+  // what fit's train_step differentiates, as Keras's optimizer.scale_loss.
+  Tensor scale_loss(const Tensor& loss);
+  // Replica 0's scale, and its finite steps since the scale last changed.
+  double dynamic_scale() const;
+  std::int64_t loss_scale_step_counter() const;
+
  protected:
   // Per-variable state: created on first use by create_slots.
   virtual int num_slots() const = 0;
@@ -155,6 +178,8 @@ class OptimizerImpl {
   struct ReplicaState {
     std::unordered_map<std::uint64_t, VarSlots> var_slots{};
     std::int64_t iterations = 0;
+    float loss_scale = 0;           // under loss scaling (float32, as Keras's)
+    std::int64_t finite_steps = 0;  // since the scale last changed
   };
   ReplicaState& replica_state(int replica);
   // Gradients and variables that cannot be updated are a ValueError or
@@ -166,6 +191,10 @@ class OptimizerImpl {
   // mirrored variable `v`, found in this replica's own map after the first
   // step (made once, under a lock, in shared_slots_).
   VarSlots& shared_slots_for(ReplicaState& rs, const Variable& v);
+  // Loss scaling's check (optim/loss_scale.cc): false when a gradient is
+  // not finite (the caller skips the step); else the gradients unscaled.
+  // Either way the replica's scale and count move on.
+  bool unscale_gradients(std::vector<Tensor>& grads, ReplicaState& rs) const;
   // apply_gradients for variables on an accelerator: device_update's kernel.
   void apply_on_device(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
                        ReplicaState& rs, int replica, double lr, std::int64_t step);
@@ -182,6 +211,7 @@ class OptimizerImpl {
   // Restored slot values by variable id, for replicas that have not created
   // their slots yet (they start from these instead of the initial value).
   std::unordered_map<std::uint64_t, std::vector<Tensor>> restored_;
+  std::optional<LossScaling> loss_scaling_;
 };
 
 // A handle to an OptimizerImpl; copies share it.
@@ -199,6 +229,9 @@ class Optimizer {
   }
   std::int64_t iterations() const { return impl_->iterations(); }
   double learning_rate() const { return impl_->learning_rate(); }
+  // Keras's optimizer.scale_loss: the loss times the loss scale under a
+  // LossScaleOptimizer, else the loss (a custom loop differentiates this).
+  Tensor scale_loss(const Tensor& loss) const { return impl_->scale_loss(loss); }
   OptimizerImpl* operator->() const { return impl_.get(); }
   bool defined() const { return impl_ != nullptr; }
 
@@ -340,6 +373,29 @@ struct LionOptions {
 class Lion : public Optimizer {
  public:
   explicit Lion(LionOptions options = {});
+};
+
+// keras.optimizers.LossScaleOptimizer: dynamic loss scaling around another
+// optimizer (OptimizerImpl::LossScaling says what a step does). fit scales
+// the loss itself; a custom loop writes, as with Keras 3:
+//   Tensor loss = optimizer.scale_loss(compute_loss(...));   // inside the tape
+//   optimizer.apply_gradients(tape.gradient(loss, vars), vars);
+// It wraps the inner optimizer's state, not a copy: the inner handle and
+// this one are one optimizer (Keras's inner_optimizer.iterations is this
+// one's too), which scales from now on. Loss scaling keeps float16
+// gradients from underflowing; float32 and bfloat16 training runs with it
+// too (bfloat16 has float32's range and needs none).
+struct LossScaleOptimizerOptions {
+  double initial_scale = 32768.0;  // 2^15
+  std::int64_t dynamic_growth_steps = 2000;
+};
+class LossScaleOptimizer : public Optimizer {
+ public:
+  explicit LossScaleOptimizer(const Optimizer& inner_optimizer,
+                              LossScaleOptimizerOptions options = {});
+  Optimizer inner_optimizer() const { return Optimizer(impl_); }
+  double dynamic_scale() const { return impl_->dynamic_scale(); }
+  std::int64_t step_counter() const { return impl_->loss_scale_step_counter(); }
 };
 
 // An optimizer from its Keras class name and arguments, as get_config gives
