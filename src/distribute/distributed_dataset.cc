@@ -183,6 +183,12 @@ DistributedDataset DistributedDataset::from_function(
                    "distribute_datasets_from_function: the function returned an "
                    "undefined dataset for pipeline ",
                    r);
+    // Each replica's batches sent ahead to its own accelerator, where it
+    // reads them on its own stream.
+    const std::vector<Device*>& devices = strategy.replica_devices();
+    if (!strategy.is_default() && static_cast<int>(devices.size()) == local &&
+        devices[static_cast<std::size_t>(r)]->kernels() != nullptr)
+      ds = ds.prefetch_to_device(*devices[static_cast<std::size_t>(r)]);
     d.datasets_.push_back(std::move(ds));
   }
   return d;

@@ -225,6 +225,19 @@ TEST(PrefetchToDevice, ADistributedDatasetHandsOutBatchesAlreadyOnTheReplicasDev
     ++batches;
   }
   EXPECT_EQ(batches, 2);
+  // One pipeline per replica: each sent to its replica's own device.
+  const auto per_replica =
+      distribute::distribute_datasets_from_function(fakes, [](const distribute::InputContext& c) {
+        return numbered(8).shard(c.num_input_pipelines, c.input_pipeline_id).batch(2);
+      });
+  batches = 0;
+  for (const auto& batch : per_replica) {
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(&batch[r][0].device(), two_fake_devices()[r]);
+    EXPECT_EQ(batch[1]["y"].to_vector<std::int64_t>(),
+              (std::vector<std::int64_t>{batches * 4 + 1, batches * 4 + 3}));
+    ++batches;
+  }
+  EXPECT_EQ(batches, 2);
   // On CPU replicas the batches stay in host memory.
   distribute::MirroredStrategy cpus({.devices = {logical_devices()[0]}, .replicas_per_device = 2});
   for (const auto& batch : distribute::experimental_distribute_dataset(cpus, ds)) {
