@@ -1,7 +1,7 @@
 """Keras reads what Lockstep wrote (keras_writer.cc): each .keras file loads
 with keras.models.load_model, keeps its compile settings and optimizer step,
 predicts Lockstep's outputs within 1e-5 (relative, floor 1e-5), and trains
-one more step; each .weights.h5 loads into the model rebuilt from its config.
+one more step (a LossScaleOptimizer with the scale and count Lockstep saved); each .weights.h5 loads into the model rebuilt from its config.
 
 usage: keras_interop.py DIR
 """
@@ -51,6 +51,14 @@ def main(root):
         steps = int(model.optimizer.iterations.numpy())
         if steps != e["iterations"]:
             raise SystemExit(f"{name}: Keras sees optimizer step {steps}, Lockstep saved {e['iterations']}")
+        if "dynamic_scale" in e:  # a LossScaleOptimizer: its scale and count as saved
+            opt = model.optimizer
+            if not isinstance(opt, keras.optimizers.LossScaleOptimizer):
+                raise SystemExit(f"{name}: Keras loads a {type(opt).__name__}, not a LossScaleOptimizer")
+            got = (float(opt.dynamic_scale.numpy()), int(opt.step_counter.numpy()))
+            if got != (e["dynamic_scale"], e["step_counter"]):
+                raise SystemExit(f"{name}: Keras sees scale and count {got}, Lockstep saved "
+                                 f"{(e['dynamic_scale'], e['step_counter'])}")
         shapes = model.output_shape if "outputs" in e else [model.output_shape]
         y = [np.zeros((batch,), dtype="int64") if s[-1] > 1 else np.zeros((batch, 1), dtype="float32")
              for s in shapes]

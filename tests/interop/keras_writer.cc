@@ -1,7 +1,8 @@
 // Writes Lockstep's Keras files for the Keras interop test
 // (keras_interop.py): the fixture script's four models (an MLP trained with
 // Adam and a top-3 accuracy renamed "top3", a CNN with BatchNormalization and Dropout, a base model
-// nested in a head with a shared layer, a Sequential stack), a two-output model compiled with
+// nested in a head with a shared layer, a Sequential stack), the stack under a
+// LossScaleOptimizer, a two-output model compiled with
 // Keras's dicts by output name, and a model holding every layer class Lockstep has, each as
 // <name>.keras and <name>.weights.h5, and expected.json with a fixed input and the outputs Lockstep
 // predicts for it.
@@ -70,6 +71,17 @@ ls::Model sequential() {
   return m;
 }
 
+// Keras 3's LossScaleOptimizer around Adam: a scale near float32's top, so
+// that it doubles once in the three steps.
+ls::Model loss_scaled() {
+  ls::Model m = sequential();
+  m.compile({.optimizer = ls::optimizers::LossScaleOptimizer(
+                 ls::optimizers::Adam(), {.initial_scale = 0x1p125, .dynamic_growth_steps = 2}),
+             .loss = "sparse_categorical_crossentropy",
+             .metrics = {"accuracy"}});
+  return m;
+}
+
 std::vector<std::int64_t> dims(const ls::Tensor& t) { return t.shape().to_vector(); }
 
 }  // namespace
@@ -91,7 +103,8 @@ int main(int argc, char** argv) {
   const Case cases[] = {{"mlp", mlp, {64}, 10},
                         {"cnn", cnn, {12, 12, 1}, 10},
                         {"nested", nested, {16}, 0},
-                        {"sequential", sequential, {8}, 3}};
+                        {"sequential", sequential, {8}, 3},
+                        {"loss_scaled", loss_scaled, {8}, 3}};
   nlohmann::json expected;
   std::uint64_t seed = 1;
   for (const Case& c : cases) {
@@ -119,6 +132,10 @@ int main(int argc, char** argv) {
                         {"output_shape", dims(y)},
                         {"output", y.to_vector<float>()},
                         {"iterations", m.optimizer().iterations()}};
+    if (m.optimizer()->loss_scaling()) {
+      expected[c.name]["dynamic_scale"] = m.optimizer()->dynamic_scale();
+      expected[c.name]["step_counter"] = m.optimizer()->loss_scale_step_counter();
+    }
   }
   // Two outputs compiled with Keras's forms by output name: losses, loss
   // weights and metrics as dicts (Keras reads them back as given).
