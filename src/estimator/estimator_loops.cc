@@ -44,7 +44,8 @@ double Estimator::Impl::train_step(const Features& features, const Tensor& label
     }
     vars = spec.train_op.var_list.empty() ? state.trainable : spec.train_op.var_list;
     const Tensor& objective = spec.train_op.loss.defined() ? spec.train_op.loss : spec.loss;
-    grads = tape.gradient(objective, vars);
+    // Scaled under a LossScaleOptimizer, whose apply_gradients unscales.
+    grads = tape.gradient(spec.train_op.optimizer.scale_loss(objective), vars);
   }
   if (adopt) adopt_optimizer(spec);
   spec.train_op.optimizer.apply_gradients(grads, vars);

@@ -625,6 +625,38 @@ TEST(Estimator, CustomModelFnTrainsPredictsAndMustReuseItsVariables) {
       << m;
 }
 
+// A model_fn whose train_op holds a LossScaleOptimizer: the Estimator
+// differentiates the scaled loss (apply_gradients unscales it), so training
+// is bit for bit that of the plain optimizer.
+TEST(Estimator, ALossScaleOptimizerInTheTrainOpTrainsAsThePlainOptimizer) {
+  auto trained = [](const Optimizer& opt, const std::string& name) {
+    TempDir dir(name);
+    layers::Dense dense(1, {.kernel_initializer = initializers::Zeros(), .name = "scaled_dense"});
+    auto model_fn = [dense, opt](const est::Features& f, const Tensor& labels, est::ModeKeys mode,
+                                 const est::Params&, const est::RunConfig&) {
+      Tensor y = dense(f.at("x"));
+      est::EstimatorSpec spec{.mode = mode, .predictions = {{"y", y}}};
+      if (mode == est::ModeKeys::kPredict) return spec;
+      spec.loss = mean(square(sub(y, labels)));
+      spec.train_op = {.optimizer = opt};
+      return spec;
+    };
+    std::ostringstream log;
+    est::Estimator e(model_fn, {.model_dir = dir.path.string(), .log = &log});
+    e.train([] { return regression_input(20); }, {.steps = 30});
+    std::vector<float> out;
+    for (const auto& p : e.predict([] { return regression_input(20).take(1); }))
+      out.push_back(p.at("y").item<float>());
+    return out;
+  };
+  const std::vector<float> plain =
+      trained(optimizers::SGD({.learning_rate = 0.1}), "lockstep_estimator_unscaled");
+  const optimizers::LossScaleOptimizer scaled(optimizers::SGD({.learning_rate = 0.1}),
+                                              {.initial_scale = 1024, .dynamic_growth_steps = 7});
+  EXPECT_EQ(trained(scaled, "lockstep_estimator_scaled"), plain);
+  EXPECT_EQ(scaled.dynamic_scale(), 1024 * 16);  // doubled after steps 7, 14, 21 and 28
+}
+
 // ---- Bad input ----------------------------------------------------------------------------
 
 TEST(Estimator, BadInputIsAClearErrorNamingTheKeyOrFile) {
