@@ -8,6 +8,7 @@
 #include "lockstep/core/nearest_name.h"
 #include "lockstep/optim/optimizers.h"
 #include "lockstep/tensor/ops.h"
+#include "optim/loss_scale.h"
 
 namespace lockstep {
 
@@ -36,10 +37,7 @@ std::size_t keras_slot_index(bool by_variable, std::size_t k, int i, std::size_t
 
 }  // namespace
 
-// A LossScaleOptimizer's own variables come first in Keras 3: its
-// iterations and learning rate (both 0: Keras counts and schedules in the
-// inner optimizer), step_counter and dynamic_scale; then the inner's.
-constexpr std::size_t kLossScaleVariables = 4;
+using detail::kLossScaleKerasVariables;
 
 std::vector<Tensor> OptimizerImpl::keras_variables(const std::vector<Variable>& trainable) const {
   std::vector<Tensor> out;
@@ -73,27 +71,19 @@ std::vector<Tensor> OptimizerImpl::keras_variables(const std::vector<Variable>& 
 void OptimizerImpl::set_keras_variables(const std::vector<Variable>& trainable,
                                         const std::vector<Tensor>& all_values,
                                         const std::string& source) {
+  // A LossScaleOptimizer's own variables come first (Keras 3's order):
+  // its step_counter and dynamic_scale go to restore_slot_values, which
+  // checks them with the slots.
   std::vector<Tensor> values = all_values;
-  std::optional<std::pair<std::int64_t, double>> scale_state;
+  std::map<std::string, Tensor> by_name;
   if (loss_scaling_) {
-    LOCKSTEP_CHECK(values.size() > kLossScaleVariables, source, ": the optimizer has ",
-                   values.size(), " variables; a LossScaleOptimizer has ", kLossScaleVariables,
+    LOCKSTEP_CHECK(values.size() > kLossScaleKerasVariables, source, ": the optimizer has ",
+                   values.size(), " variables; a LossScaleOptimizer has ", kLossScaleKerasVariables,
                    " of its own (iterations, learning_rate, step_counter, dynamic_scale) before "
                    "its inner optimizer's");
-    const Tensor& counter = values[2];
-    const Tensor& scale = values[3];
-    LOCKSTEP_CHECK(counter.numel() == 1 && is_integral(counter.dtype()) && scale.numel() == 1 &&
-                       is_floating(scale.dtype()),
-                   source, ": the LossScaleOptimizer's step_counter and dynamic_scale are ",
-                   counter.dtype(), " ", counter.shape(), " and ", scale.dtype(), " ",
-                   scale.shape(), "; expected an integer and a number");
-    scale_state.emplace(counter.to(DType::kInt64).item<std::int64_t>(),
-                        scale.to(DType::kFloat32).item<float>());
-    LOCKSTEP_CHECK(
-        scale_state->first >= 0 && std::isfinite(scale_state->second) && scale_state->second > 0,
-        source, ": the LossScaleOptimizer's dynamic_scale ", scale_state->second, " after ",
-        scale_state->first, " steps is not a scale");
-    values.erase(values.begin(), values.begin() + kLossScaleVariables);
+    by_name.emplace(detail::kLossScaleStepsKey, values[2]);
+    by_name.emplace(detail::kLossScaleKey, values[3]);
+    values.erase(values.begin(), values.begin() + kLossScaleKerasVariables);
   }
   const bool constant = constant_rate(learning_rate_.schedule());
   const int slots = num_slots();
@@ -133,7 +123,6 @@ void OptimizerImpl::set_keras_variables(const std::vector<Variable>& trainable,
                    "; a learning rate is a number >= 0");
   }
   const std::size_t first_slot = scalars;
-  std::map<std::string, Tensor> by_name;
   for (std::size_t k = 0; !unbuilt && k < trainable.size(); ++k) {
     for (int i = 0; i < slots; ++i) {
       const std::size_t at =
@@ -146,13 +135,7 @@ void OptimizerImpl::set_keras_variables(const std::vector<Variable>& trainable,
       by_name.emplace(std::to_string(k) + "/" + slot_name(i), t);
     }
   }
-  if (scale_state) {
-    by_name.emplace("loss_scale/step_counter",
-                    Tensor::from_vector<std::int64_t>({scale_state->first}, Shape{}));
-    by_name.emplace("loss_scale/dynamic_scale",
-                    Tensor::from_vector<float>({static_cast<float>(scale_state->second)}, Shape{}));
-  }
-  if (!unbuilt || scale_state) restore_slot_values(trainable, by_name);  // checks, then sets
+  if (!unbuilt || loss_scaling_) restore_slot_values(trainable, by_name);  // checks, then sets
   set_iterations(step);
   // Keras keeps the rate as a float32 variable: a value that rounds to ours
   // is ours (a round trip keeps every bit of the float64 rate); another one
@@ -203,7 +186,9 @@ Optimizer from_config(const std::string& class_name,
                  ": use_ema=true (weight averaging) is not implemented in Lockstep");
   (void)number("ema_momentum", 0.99);          // used only with use_ema
   (void)number("ema_overwrite_frequency", 0);  // used only with use_ema
-  refuse("loss_scale_factor", "Lockstep has no loss scaling in the optimizer");
+  refuse("loss_scale_factor",
+         "Lockstep has no fixed loss scale in the optimizer (LossScaleOptimizer scales "
+         "dynamically)");
   refuse("gradient_accumulation_steps", "Lockstep does not accumulate gradients in the optimizer");
 
   Optimizer made;

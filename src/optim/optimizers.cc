@@ -14,6 +14,7 @@
 #include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/parallel.h"
+#include "optim/loss_scale.h"
 
 namespace lockstep {
 
@@ -22,9 +23,8 @@ namespace {
 // few loads, stores and a square root): splits updates above ~4k elements.
 constexpr std::int64_t kUpdateCostPerElement = 8;
 constexpr std::size_t kMaxSlots = 4;  // the most any rule keeps (RMSprop: 3)
-// Loss scaling's state among slot_values' entries (Keras's variable names).
-constexpr char kLossScaleKey[] = "loss_scale/dynamic_scale";
-constexpr char kFiniteStepsKey[] = "loss_scale/step_counter";
+using detail::kLossScaleKey;
+using detail::kLossScaleStepsKey;
 }  // namespace
 
 OptimizerImpl::OptimizerImpl(std::string name, LearningRate learning_rate, ClipOptions clip,
@@ -120,7 +120,7 @@ std::vector<std::pair<std::string, Tensor>> OptimizerImpl::slot_values(
   }
   if (loss_scaling_) {
     out.emplace_back(kLossScaleKey, Tensor::from_vector<float>({rs.loss_scale}, Shape{}));
-    out.emplace_back(kFiniteStepsKey,
+    out.emplace_back(kLossScaleStepsKey,
                      Tensor::from_vector<std::int64_t>({rs.finite_steps}, Shape{}));
   }
   return out;
@@ -135,7 +135,7 @@ void OptimizerImpl::restore_slot_values(const std::vector<Variable>& vars,
   std::optional<std::int64_t> finite_steps;
   {
     auto s = values.find(kLossScaleKey);
-    auto c = values.find(kFiniteStepsKey);
+    auto c = values.find(kLossScaleStepsKey);
     if (s != values.end() || c != values.end()) {
       LOCKSTEP_CHECK(loss_scaling_, name_, ": the checkpoint holds a loss scale, but this ",
                      "optimizer does not scale its loss: wrap it in a LossScaleOptimizer");
