@@ -9,11 +9,13 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -87,11 +89,33 @@ inline std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+// Whether this process now holds port `port` for its cluster, against every
+// other test process on the machine: an abstract Unix socket named after the
+// port, bound until the process exits (the kernel frees it then, so no file
+// is left behind). A test that kills a worker and restarts it on its port
+// leaves that port free for a moment; another test's free_port() drew it in
+// that moment once, and the two jobs reached each other's tasks (CI, ASan).
+inline bool reserve_port_for_this_process(int port) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return true;  // no Unix sockets: the bind check below stays
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  const std::string name = "lockstep-test-port-" + std::to_string(port);
+  std::memcpy(a.sun_path + 1, name.data(), name.size());  // sun_path[0] == 0: abstract
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), len) != 0) {
+    ::close(fd);
+    return false;  // another test process holds it
+  }
+  return true;  // fd stays open for the life of the process
+}
+
 // A loopback port nothing listens on, for a worker to bind later. Taken at
 // random below the kernel's ephemeral range (32768+): a port the kernel hands
 // out (bind to 0) can be given again, in the moment before the worker binds
 // it, to an outgoing connection of a test running alongside (Gloo opens
-// many), and that worker then fails to start.
+// many), and that worker then fails to start. Reserved for this process
+// (above), so no test running alongside draws it while a worker restarts.
 inline int free_port() {
   static std::mt19937 rng(static_cast<unsigned>(::getpid()) ^
                           static_cast<unsigned>(std::random_device{}()));
@@ -109,7 +133,7 @@ inline int free_port() {
     a.sin_port = htons(static_cast<std::uint16_t>(port));
     const bool bindable = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
     ::close(fd);
-    if (bindable) {
+    if (bindable && reserve_port_for_this_process(port)) {
       given.insert(port);
       return port;
     }
