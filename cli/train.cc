@@ -523,8 +523,9 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   train
       ->add_option("--mixed-precision", a.mixed_precision,
                    "bfloat16: every layer computes in bfloat16 over float32 variables "
-                   "(Keras's mixed_bfloat16 policy); none: float32")
-      ->check(CLI::IsMember({"none", "bfloat16"}))
+                   "(Keras's mixed_bfloat16 policy); float16: in float16, the loss scaled "
+                   "(mixed_float16, with a LossScaleOptimizer; emulated on CPUs); none: float32")
+      ->check(CLI::IsMember({"none", "bfloat16", "float16"}))
       ->capture_default_str();
   train->add_option("--checkpoint-dir", a.checkpoint_dir,
                     "keep backups in DIR/backup and resume from them when the same command runs "
@@ -686,6 +687,11 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
   if (a.mixed_precision == "bfloat16") {
     mixed_precision::set_global_policy("mixed_bfloat16");
     std::printf("Mixed precision: mixed_bfloat16 (%s)\n", bfloat16_kernels().c_str());
+  } else if (a.mixed_precision == "float16") {
+    mixed_precision::set_global_policy("mixed_float16");
+    std::printf(
+        "Mixed precision: mixed_float16 (emulated: float32 kernels, each result rounded to "
+        "float16; the loss scaled by a LossScaleOptimizer)\n");
   }
   std::fflush(stdout);
   // One run at a time in a checkpoint directory (the chief's: it alone writes).

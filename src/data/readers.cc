@@ -297,10 +297,10 @@ Tensor parse_npy(std::istream& in, std::uint64_t size, const std::string& path) 
     std::size_t item;
     DType dtype;
   };
-  static const Kind kinds[] = {{"<f4", 4, DType::kFloat32}, {"<f8", 8, DType::kFloat32},
-                               {"<i4", 4, DType::kInt32},   {"<i8", 8, DType::kInt64},
-                               {"|u1", 1, DType::kUInt8},   {"<u1", 1, DType::kUInt8},
-                               {"|i1", 1, DType::kInt32},   {"|b1", 1, DType::kBool}};
+  static const Kind kinds[] = {
+      {"<f4", 4, DType::kFloat32}, {"<f8", 8, DType::kFloat32}, {"<f2", 2, DType::kFloat32},
+      {"<i4", 4, DType::kInt32},   {"<i8", 8, DType::kInt64},   {"|u1", 1, DType::kUInt8},
+      {"<u1", 1, DType::kUInt8},   {"|i1", 1, DType::kInt32},   {"|b1", 1, DType::kBool}};
   const Kind* kind = nullptr;
   for (const auto& k : kinds) {
     if (descr == k.descr) kind = &k;
@@ -308,7 +308,7 @@ Tensor parse_npy(std::istream& in, std::uint64_t size, const std::string& path) 
   if (!kind)
     npy_error(path, hdr_at,
               "unsupported dtype '" + descr +
-                  "' (supported: <f4 <f8 <i4 <i8 |u1 |i1 |b1, little-endian)");
+                  "' (supported: <f4 <f8 <f2 <i4 <i8 |u1 |i1 |b1, little-endian)");
   // Multiplied out without overflow (a shape like (2^40, 2^40) would wrap);
   // the claim is then held against the file's size below.
   std::optional<std::uint64_t> bytes = kind->item;
@@ -336,6 +336,13 @@ Tensor parse_npy(std::istream& in, std::uint64_t size, const std::string& path) 
       double v;
       std::memcpy(&v, raw.data() + i * 8, 8);
       d[i] = static_cast<float>(v);
+    }
+  } else if (descr == "<f2") {  // float16, widened exactly (as <f8 is narrowed)
+    auto* d = t.data<float>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::uint16_t h;
+      std::memcpy(&h, raw.data() + i * 2, 2);
+      d[i] = float16::widen(h);
     }
   } else if (descr == "|i1") {
     auto* d = t.data<std::int32_t>();
@@ -379,6 +386,9 @@ std::string npy_bytes(const Tensor& t) {
       break;
     case DType::kBool:
       descr = "|b1";
+      break;
+    case DType::kFloat16:
+      descr = "<f2";
       break;
     default:
       detail::throw_error<ValueError>("write_npy: dtype ", t.dtype(), " has no .npy equivalent");

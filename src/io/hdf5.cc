@@ -162,6 +162,7 @@ WriteTypes types_for(DType d, hid_t bool_type, const std::string& object) {
     case DType::kBool:
       return {bool_type, bool_type};
     case DType::kBFloat16:
+    case DType::kFloat16:
       break;
   }
   detail::throw_error<ValueError>("write_h5: dataset '", object, "' is ", d,

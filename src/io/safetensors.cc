@@ -30,16 +30,16 @@ const char* safetensors_dtype(DType d) {
       return "BOOL";
     case DType::kBFloat16:
       return "BF16";
+    case DType::kFloat16:
+      return "F16";
   }
   return "?";
 }
 
 bool parse_dtype(const std::string& s, DType& out) {
-  static const std::pair<const char*, DType> table[] = {{"F32", DType::kFloat32},
-                                                        {"I32", DType::kInt32},
-                                                        {"I64", DType::kInt64},
-                                                        {"U8", DType::kUInt8},
-                                                        {"BOOL", DType::kBool}};
+  static const std::pair<const char*, DType> table[] = {
+      {"F32", DType::kFloat32}, {"I32", DType::kInt32}, {"I64", DType::kInt64},
+      {"U8", DType::kUInt8},    {"BOOL", DType::kBool}, {"F16", DType::kFloat16}};
   for (const auto& [name, d] : table) {
     if (s == name) {
       out = d;

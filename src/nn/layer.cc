@@ -124,6 +124,18 @@ void warn_if_bfloat16_is_emulated() {
   });
 }
 
+// The first layer that computes in float16 says once what runs: every CPU
+// emulates it.
+void warn_that_float16_is_emulated() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    log(LogLevel::kWarning,
+        "lockstep: mixed_float16 is emulated: each float16 op runs its float32 kernel and rounds "
+        "its result to float16, so training has float16's range and precision (hence loss "
+        "scaling) and is slower than float32 (docs/models.md, \"Mixed precision\")\n");
+  });
+}
+
 }  // namespace
 
 std::vector<Tensor> LayerImpl::compute_mask(const std::vector<Tensor>& inputs,
@@ -156,6 +168,7 @@ std::vector<Tensor> LayerImpl::apply(const std::vector<Tensor>& inputs,
     for (const Tensor& t : inputs) cast_any |= is_floating(t.dtype()) && t.dtype() != compute;
   }
   if (compute == DType::kBFloat16) warn_if_bfloat16_is_emulated();
+  if (compute == DType::kFloat16) warn_that_float16_is_emulated();
   bool masked = false;
   for (const Tensor& m : masks) masked |= m.defined();
   LOCKSTEP_CHECK(!masked || masks.size() == inputs.size(), class_name_, " '", name_,

@@ -11,21 +11,15 @@ namespace lockstep {
 DTypePolicy DTypePolicy::from_name(const std::string& name) {
   if (name == "float32") return {"float32", DType::kFloat32, DType::kFloat32};
   if (name == "mixed_bfloat16") return {"mixed_bfloat16", DType::kBFloat16, DType::kFloat32};
-  if (name == "mixed_float16" || name == "float16") {
+  if (name == "mixed_float16") return {"mixed_float16", DType::kFloat16, DType::kFloat32};
+  if (name == "bfloat16" || name == "float16") {
     detail::throw_error<ValueError>(
-        "dtype policy '", name,
-        "': Lockstep has no float16 dtype yet, on CPUs or GPUs. Hint: use 'mixed_bfloat16' "
-        "(bfloat16 compute, float32 variables, no loss scaling needed), as Keras's mixed "
-        "precision guide advises for CPUs");
-  }
-  if (name == "bfloat16") {
-    detail::throw_error<ValueError>(
-        "dtype policy 'bfloat16' keeps the variables in bfloat16, and Lockstep's optimizers update "
-        "float32 variables only. Hint: use 'mixed_bfloat16' (bfloat16 compute, float32 "
-        "variables)");
+        "dtype policy '", name, "' keeps the variables in ", name,
+        ", and Lockstep's optimizers update float32 variables only. Hint: use 'mixed_", name, "' (",
+        name, " compute, float32 variables)");
   }
   detail::throw_error<ValueError>("unknown dtype policy '", name,
-                                  "'; valid policies: float32, mixed_bfloat16");
+                                  "'; valid policies: float32, mixed_bfloat16, mixed_float16");
 }
 
 namespace mixed_precision {

@@ -34,6 +34,9 @@ void visit_dtype(DType dtype, const char* op, F&& f) {
     case DType::kBFloat16:
       f.template operator()<bfloat16>();
       return;
+    case DType::kFloat16:
+      f.template operator()<float16>();
+      return;
   }
   throw_error<ValueError>(op, ": dtype ", dtype, " is not supported");
 }
@@ -76,10 +79,10 @@ void visit_index(DType dtype, const char* op, F&& f) {
   throw_error<ValueError>(op, ": expected int32, int64 or uint8 indices, got dtype ", dtype);
 }
 
-// float32 or bfloat16.
+// float32, bfloat16 or float16.
 inline void check_floating(DType dtype, const char* op, const char* what) {
-  LOCKSTEP_CHECK(dtype == DType::kFloat32 || dtype == DType::kBFloat16, op, ": expected ", what,
-                 " of dtype float32 or bfloat16, got ", dtype);
+  LOCKSTEP_CHECK(is_floating(dtype), op, ": expected ", what,
+                 " of dtype float32, bfloat16 or float16, got ", dtype);
 }
 
 inline void check_float32(DType dtype, const char* op, const char* what) {

@@ -204,6 +204,9 @@ void Model::compile(CompileOptions o) {
       std::any_of(s.losses.begin(), s.losses.end(), [](const Loss& l) { return l.defined(); }),
       "compile: loss_by_output gives no output a loss");
   s.optimizer = o.optimizer.defined() ? o.optimizer : optimizers::RMSprop();
+  if (o.auto_scale_loss && impl_->dtype_policy().name == "mixed_float16" &&
+      !s.optimizer->loss_scaling())
+    s.optimizer = optimizers::LossScaleOptimizer(s.optimizer);
   s.loss_weights = o.loss_weights_by_output.empty()
                        ? o.loss_weights
                        : by_output(o.loss_weights_by_output, names, 1.0, "loss_weights_by_output");
@@ -489,7 +492,7 @@ std::size_t declared_outputs(const LayerImpl& net) {
 
 std::vector<Tensor> float32_outputs(std::vector<Tensor> outputs) {
   for (Tensor& t : outputs) {
-    if (t.dtype() == DType::kBFloat16) t = cast(t, DType::kFloat32);
+    if (is_floating(t.dtype()) && t.dtype() != DType::kFloat32) t = cast(t, DType::kFloat32);
   }
   return outputs;
 }

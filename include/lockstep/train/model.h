@@ -68,6 +68,11 @@ struct CompileOptions {
   // call, at its first and last step; under ParameterServerStrategy, the
   // steps of one scheduled function on a worker.
   std::int64_t steps_per_execution = 1;
+  // Keras's auto_scale_loss: a model whose dtype policy is mixed_float16
+  // wraps its optimizer in a LossScaleOptimizer (unless it is one). The
+  // wrapper shares the optimizer's state (optimizers.h): the handle passed
+  // in scales too.
+  bool auto_scale_loss = true;
 };
 
 // Validation inputs and targets: one tensor each, one per model input /

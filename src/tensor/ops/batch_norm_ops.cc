@@ -408,6 +408,11 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
   LOCKSTEP_CHECK(s.rows > 0,
                  "batch_norm: cannot compute batch statistics of an empty batch (shape ", x.shape(),
                  ")");
+  if (x.dtype() == DType::kFloat16) {  // emulated: float32 in between, y rounded
+    BatchNormResult r = batch_norm_training(detail::widen(x), gamma, beta, epsilon);
+    r.y = detail::narrow(r.y, DType::kFloat16);
+    return r;
+  }
   const detail::OnDevice on;
   if (detail::DeviceKernels* k = on.kernels())
     return bn_on_device(*k, x, gamma, beta, epsilon, -kInf, kInf, "batch_norm");
@@ -434,9 +439,9 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
 Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                             const Tensor& mean, const Tensor& variance, float epsilon) {
   check_bn(x, gamma, beta, "batch_norm");
-  if (x.dtype() == DType::kBFloat16)  // emulated: inference runs once per batch, not per step
+  if (detail::any_half({&x}))  // emulated: inference runs once per batch, not per step
     return detail::narrow(
-        batch_norm_inference(detail::widen(x), gamma, beta, mean, variance, epsilon));
+        batch_norm_inference(detail::widen(x), gamma, beta, mean, variance, epsilon), x.dtype());
   for (const Tensor* t : {&mean, &variance}) {
     check_defined(*t, "batch_norm", "mean/variance");
     detail::check_float32(t->dtype(), "batch_norm", "mean/variance");
@@ -486,6 +491,11 @@ BatchNormResult batch_norm_relu_training(const Tensor& x, const Tensor& gamma, c
                  "batch_norm_relu: cannot compute batch statistics of an empty batch (shape ",
                  x.shape(), ")");
   const float top = max_value ? *max_value : kInf;
+  if (x.dtype() == DType::kFloat16) {  // emulated: float32 in between, y rounded
+    BatchNormResult r = batch_norm_relu_training(detail::widen(x), gamma, beta, epsilon, max_value);
+    r.y = detail::narrow(r.y, DType::kFloat16);
+    return r;
+  }
   const detail::OnDevice on;
   if (detail::DeviceKernels* k = on.kernels())
     return bn_on_device(*k, x, gamma, beta, epsilon, 0.0f, top, "batch_norm_relu");

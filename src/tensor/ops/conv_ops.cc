@@ -220,10 +220,10 @@ Tensor pool(const Tensor& x, const Pool2DOptions& o, bool max, const char* op) {
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Conv2DOptions& o) {
-  if (detail::any_bf16({&x, &kernel, &bias})) {
-    if (!detail::native_bf16())
-      return detail::narrow(
-          conv2d(detail::widen(x), detail::widen(kernel), detail::widen(bias), o));
+  if (const DType h = detail::half_dtype({&x, &kernel, &bias}); h != DType::kFloat32) {
+    if (!detail::native_half(h))
+      return detail::narrow(conv2d(detail::widen(x), detail::widen(kernel), detail::widen(bias), o),
+                            h);
     if (x.dtype() != kernel.dtype() || (bias.defined() && bias.dtype() != x.dtype()))
       return conv2d(detail::to_bf16(x), detail::to_bf16(kernel), detail::to_bf16(bias), o);
   }
@@ -281,9 +281,10 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const C
 Tensor conv2d_transpose(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                         const Conv2DOptions& o) {
   constexpr const char* op = "conv2d_transpose";
-  if (detail::any_bf16({&x, &kernel, &bias}))  // emulated: float32 in between
+  if (const DType h = detail::half_dtype({&x, &kernel, &bias});
+      h != DType::kFloat32)  // emulated: float32 in between
     return detail::narrow(
-        conv2d_transpose(detail::widen(x), detail::widen(kernel), detail::widen(bias), o));
+        conv2d_transpose(detail::widen(x), detail::widen(kernel), detail::widen(bias), o), h);
   check_nhwc(x, op);
   check_defined(kernel, op, "kernel");
   LOCKSTEP_CHECK_AS(ShapeError, kernel.rank() == 4 && kernel.shape()[3] == x.shape()[3], op,
@@ -367,21 +368,22 @@ namespace {
 // (strides >= pool size, Keras's default): oneDNN 2.6's bfloat16 backward
 // adds the contributions of overlapping windows in bfloat16, 1-2% off the
 // float32 sum (measured by tests/autodiff/bfloat16_native_test.cc), so
-// overlapping ones are emulated in float32.
-bool native_bf16_pool(const Tensor& x, const Pool2DOptions& o) {
-  if (!detail::any_bf16({&x})) return true;
+// overlapping ones are emulated in float32. float16 is emulated always.
+bool native_half_pool(const Tensor& x, const Pool2DOptions& o) {
+  const DType h = detail::half_dtype({&x});
+  if (h == DType::kFloat32) return true;
   const auto stride = [&](int i) { return o.strides[i] > 0 ? o.strides[i] : o.pool_size[i]; };
-  return detail::native_bf16() && stride(0) >= o.pool_size[0] && stride(1) >= o.pool_size[1];
+  return detail::native_half(h) && stride(0) >= o.pool_size[0] && stride(1) >= o.pool_size[1];
 }
 
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, const Pool2DOptions& o) {
-  if (!native_bf16_pool(x, o)) return detail::narrow(max_pool2d(detail::widen(x), o));
+  if (!native_half_pool(x, o)) return detail::narrow(max_pool2d(detail::widen(x), o), x.dtype());
   return pool(x, o, true, "max_pool2d");
 }
 Tensor avg_pool2d(const Tensor& x, const Pool2DOptions& o) {
-  if (!native_bf16_pool(x, o)) return detail::narrow(avg_pool2d(detail::widen(x), o));
+  if (!native_half_pool(x, o)) return detail::narrow(avg_pool2d(detail::widen(x), o), x.dtype());
   return pool(x, o, false, "avg_pool2d");
 }
 

@@ -4,10 +4,10 @@
 // Transcendental unary ops on large tensors run on oneDNN's JIT eltwise
 // kernels; small ones (where a oneDNN call's fixed cost dominates) run in our
 // own loop. Arithmetic, relu, clip and the backward maps run on bfloat16
-// data directly (mixed precision: widened and rounded block by block in L1,
-// tensor/ops/bf16.h), bitwise as the float32 op on the widened operands
-// followed by one rounding; transcendental ones on bfloat16 are emulated
-// through float32 tensors.
+// and float16 data directly (mixed precision: widened and rounded block by
+// block in L1, tensor/ops/bf16.h), bitwise as the float32 op on the widened
+// operands followed by one rounding; transcendental ones on those types are
+// emulated through float32 tensors.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -87,14 +87,14 @@ void run_binary(const Tensor& a, const Tensor& b, Tensor& out, F f) {
                        });
 }
 
-// out = f(a, b) over the broadcast of two bfloat16 tensors, computed in
-// float32 and rounded once per element.
-template <typename F>
-void run_binary_bf16(const Tensor& a, const Tensor& b, Tensor& out, F f) {
+// out = f(a, b) over the broadcast of two bfloat16 (or two float16: H)
+// tensors, computed in float32 and rounded once per element.
+template <typename H, typename F>
+void run_binary_half(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   const auto plan = detail::make_broadcast_plan<2>(out.shape(), {a.shape(), b.shape()});
-  const bfloat16* pa = a.data<bfloat16>();
-  const bfloat16* pb = b.data<bfloat16>();
-  bfloat16* po = out.data<bfloat16>();
+  const H* pa = a.data<H>();
+  const H* pb = b.data<H>();
+  H* po = out.data<H>();
   constexpr std::int64_t kBlock = detail::kBf16Block;
   detail::for_each_run(plan, 1,
                        [&](const auto& off, std::int64_t o, std::int64_t n, const auto& s) {
@@ -102,17 +102,17 @@ void run_binary_bf16(const Tensor& a, const Tensor& b, Tensor& out, F f) {
                          for (std::int64_t start = 0; start < n; start += kBlock) {
                            const std::int64_t len = std::min(kBlock, n - start);
                            if (s[0] == 1) {
-                             detail::widen_from_bf16(pa + off[0] + start, x, len);
+                             detail::widen_from(pa + off[0] + start, x, len);
                            } else {
                              std::fill(x, x + len, static_cast<float>(pa[off[0]]));
                            }
                            if (s[1] == 1) {
-                             detail::widen_from_bf16(pb + off[1] + start, y, len);
+                             detail::widen_from(pb + off[1] + start, y, len);
                            } else {
                              std::fill(y, y + len, static_cast<float>(pb[off[1]]));
                            }
                            for (std::int64_t i = 0; i < len; ++i) z[i] = f(x[i], y[i]);
-                           detail::round_to_bf16(z, po + o + start, len);
+                           detail::round_to(z, po + o + start, len);
                          }
                        });
 }
@@ -128,8 +128,10 @@ Tensor binary_arith(const char* op, detail::BinaryKind kind, const Tensor& a, co
   const detail::OnDevice on;
   if (on.kernels()) return on.kernels()->binary(kind, a, b, shape);
   Tensor out = Tensor::empty(shape, a.dtype());
-  if (a.dtype() == DType::kBFloat16) {
-    run_binary_bf16(a, b, out, [&](float x, float y) { return static_cast<float>(f(x, y)); });
+  if (detail::any_half({&a})) {
+    detail::visit_half(a.dtype(), [&]<typename H>() {
+      run_binary_half<H>(a, b, out, [&](float x, float y) { return static_cast<float>(f(x, y)); });
+    });
     return out;
   }
   detail::visit_numeric(a.dtype(), op, [&]<typename T>() { run_binary<T, T>(a, b, out, f); });
@@ -138,7 +140,7 @@ Tensor binary_arith(const char* op, detail::BinaryKind kind, const Tensor& a, co
 
 template <typename F>
 Tensor comparison(const char* op, detail::BinaryKind kind, const Tensor& a, const Tensor& b, F f) {
-  if (detail::any_bf16({&a, &b}) && a.dtype() != b.dtype())
+  if (detail::any_half({&a, &b}) && a.dtype() != b.dtype())
     return comparison(op, kind, detail::widen(a), detail::widen(b), f);
   check_binary(op, a, b);
   const Shape shape = detail::broadcast_shapes(a.shape(), b.shape(), op);
@@ -149,7 +151,7 @@ Tensor comparison(const char* op, detail::BinaryKind kind, const Tensor& a, cons
   return out;
 }
 
-// Same-shape map over two float32 (or two bfloat16) tensors: out[i] =
+// Same-shape map over two float32 (or two bfloat16, or float16) tensors: out[i] =
 // f(x[i], y[i]). The fused backward kernels of unary ops use it (one pass
 // instead of several ops).
 // `kind`: the GPU's kernel for it, where there is one.
@@ -162,17 +164,19 @@ Tensor map2(const Tensor& x, const Tensor& y, F f,
       return on.kernels()->map2(*kind, x, y);
     detail::no_device_kernel("this op's gradient (a fused map)");
   }
-  if (x.dtype() == DType::kBFloat16 && y.dtype() == DType::kBFloat16) {
-    Tensor out = Tensor::empty(x.shape(), DType::kBFloat16);
-    const bfloat16* px = x.data<bfloat16>();
-    const bfloat16* py = y.data<bfloat16>();
-    bfloat16* po = out.data<bfloat16>();
-    detail::parallel_for(x.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
-      detail::run_bf16_blocks<2>(end - begin, {px + begin, py + begin}, po + begin,
-                                 [&](const auto& in, float* o, std::int64_t n) {
-                                   for (std::int64_t i = 0; i < n; ++i)
-                                     o[i] = f(in[0][i], in[1][i]);
-                                 });
+  if (detail::any_half({&x}) && x.dtype() == y.dtype()) {
+    Tensor out = Tensor::empty(x.shape(), x.dtype());
+    detail::visit_half(x.dtype(), [&]<typename H>() {
+      const H* px = x.data<H>();
+      const H* py = y.data<H>();
+      H* po = out.data<H>();
+      detail::parallel_for(x.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
+        detail::run_half_blocks<2>(end - begin, std::array<const H*, 2>{px + begin, py + begin},
+                                   po + begin, [&](const auto& in, float* o, std::int64_t n) {
+                                     for (std::int64_t i = 0; i < n; ++i)
+                                       o[i] = f(in[0][i], in[1][i]);
+                                   });
+      });
     });
     return out;
   }
@@ -213,42 +217,43 @@ Tensor unary_float(const char* op, detail::UnaryKind device_kind, const Tensor& 
   return out;
 }
 
-// out[i] = f(x[i]) over bfloat16, computed in float32, rounded once.
+// out[i] = f(x[i]) over bfloat16 or float16, computed in float32, rounded
+// once.
 template <typename F>
-void map_bf16_into(const Tensor& x, Tensor& out, F f) {
-  const bfloat16* px = x.data<bfloat16>();
-  bfloat16* po = out.data<bfloat16>();
-  detail::parallel_for(x.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
-    detail::run_bf16_blocks<1>(end - begin, {px + begin}, po + begin,
-                               [&](const auto& in, float* o, std::int64_t n) {
-                                 for (std::int64_t i = 0; i < n; ++i) o[i] = f(in[0][i]);
-                               });
+void map_half_into(const Tensor& x, Tensor& out, F f) {
+  detail::visit_half(x.dtype(), [&]<typename H>() {
+    const H* px = x.data<H>();
+    H* po = out.data<H>();
+    detail::parallel_for(x.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
+      detail::run_half_blocks<1>(end - begin, std::array<const H*, 1>{px + begin}, po + begin,
+                                 [&](const auto& in, float* o, std::int64_t n) {
+                                   for (std::int64_t i = 0; i < n; ++i) o[i] = f(in[0][i]);
+                                 });
+    });
   });
 }
 
-// Unary op over float32/bfloat16/int32/int64.
+// Unary op over float32/bfloat16/float16/int32/int64.
 template <typename F>
 Tensor unary_numeric(const char* op, detail::UnaryKind kind, const Tensor& x, F f) {
   check_defined(x, op, "input");
   const detail::OnDevice on;
   if (on.kernels()) return on.kernels()->unary(kind, x);
   Tensor out = Tensor::empty(x.shape(), x.dtype());
-  if (x.dtype() == DType::kBFloat16) {
-    map_bf16_into(x, out, [&](float v) { return static_cast<float>(f(v)); });
+  if (detail::any_half({&x})) {
+    map_half_into(x, out, [&](float v) { return static_cast<float>(f(v)); });
     return out;
   }
   detail::visit_numeric(x.dtype(), op, [&]<typename T>() { map_into<T>(x, out, f); });
   return out;
 }
 
-bool is_floating(const Tensor& t) {
-  return t.dtype() == DType::kFloat32 || t.dtype() == DType::kBFloat16;
-}
+bool is_floating(const Tensor& t) { return lockstep::is_floating(t.dtype()); }
 
-// Binary ops on a float32 and a bfloat16 operand: both widened, the result
+// Binary ops on a float32 and a bfloat16 (or float16) operand: both widened, the result
 // rounded (Keras casts such operands; an op given both computes in float32).
 bool mixed_floats(const Tensor& a, const Tensor& b) {
-  return detail::any_bf16({&a, &b}) && a.dtype() != b.dtype();
+  return detail::any_half({&a, &b}) && a.dtype() != b.dtype();
 }
 
 }  // namespace
@@ -256,7 +261,8 @@ bool mixed_floats(const Tensor& a, const Tensor& b) {
 // ---- binary arithmetic --------------------------------------------------------
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  if (mixed_floats(a, b)) return detail::narrow(add(detail::widen(a), detail::widen(b)));
+  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(a, b))
+    return detail::narrow(add(detail::widen(a), detail::widen(b)), h);
   Tensor out = binary_arith("add", detail::BinaryKind::kAdd, a, b, false,
                             [](auto x, auto y) { return x + y; });
   if (detail::should_record({a, b})) {
@@ -268,7 +274,8 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  if (mixed_floats(a, b)) return detail::narrow(sub(detail::widen(a), detail::widen(b)));
+  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(a, b))
+    return detail::narrow(sub(detail::widen(a), detail::widen(b)), h);
   Tensor out = binary_arith("sub", detail::BinaryKind::kSub, a, b, false,
                             [](auto x, auto y) { return x - y; });
   if (detail::should_record({a, b})) {
@@ -280,7 +287,8 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  if (mixed_floats(a, b)) return detail::narrow(mul(detail::widen(a), detail::widen(b)));
+  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(a, b))
+    return detail::narrow(mul(detail::widen(a), detail::widen(b)), h);
   Tensor out = binary_arith("mul", detail::BinaryKind::kMul, a, b, false,
                             [](auto x, auto y) { return x * y; });
   if (detail::should_record({a, b})) {
@@ -292,7 +300,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  if (mixed_floats(a, b)) return detail::narrow(div(detail::widen(a), detail::widen(b)));
+  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(a, b))
+    return detail::narrow(div(detail::widen(a), detail::widen(b)), h);
   Tensor out = binary_arith("div", detail::BinaryKind::kDiv, a, b, true,
                             [](auto x, auto y) { return x / y; });
   if (detail::should_record({a, b})) {
@@ -305,7 +314,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
-  if (detail::any_bf16({&a, &b})) return detail::narrow(pow(detail::widen(a), detail::widen(b)));
+  if (const DType h = detail::half_dtype({&a, &b}); h != DType::kFloat32)
+    return detail::narrow(pow(detail::widen(a), detail::widen(b)), h);
   Tensor out = binary_arith("pow", detail::BinaryKind::kPow, a, b, true,
                             [](float x, float y) { return std::pow(x, y); });
   if (detail::should_record({a, b})) {
@@ -322,7 +332,8 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 }
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  if (mixed_floats(a, b)) return detail::narrow(maximum(detail::widen(a), detail::widen(b)));
+  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(a, b))
+    return detail::narrow(maximum(detail::widen(a), detail::widen(b)), h);
   Tensor out = binary_arith("maximum", detail::BinaryKind::kMaximum, a, b, false,
                             [](auto x, auto y) { return x >= y ? x : y; });
   if (detail::should_record({a, b})) {
@@ -337,7 +348,8 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  if (mixed_floats(a, b)) return detail::narrow(minimum(detail::widen(a), detail::widen(b)));
+  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(a, b))
+    return detail::narrow(minimum(detail::widen(a), detail::widen(b)), h);
   Tensor out = binary_arith("minimum", detail::BinaryKind::kMinimum, a, b, false,
                             [](auto x, auto y) { return x <= y ? x : y; });
   if (detail::should_record({a, b})) {
@@ -362,7 +374,8 @@ Tensor neg(const Tensor& x) {
 }
 
 Tensor exp(const Tensor& x) {
-  if (detail::any_bf16({&x})) return detail::narrow(exp(detail::widen(x)));
+  if (const DType h = detail::half_dtype({&x}); h != DType::kFloat32)
+    return detail::narrow(exp(detail::widen(x)), h);
   Tensor out = unary_float("exp", detail::UnaryKind::kExp, x, backend::onednn::Eltwise::kExp,
                            [](float v) { return std::exp(v); });
   if (detail::should_record({x})) {
@@ -372,7 +385,8 @@ Tensor exp(const Tensor& x) {
 }
 
 Tensor log(const Tensor& x) {
-  if (detail::any_bf16({&x})) return detail::narrow(log(detail::widen(x)));
+  if (const DType h = detail::half_dtype({&x}); h != DType::kFloat32)
+    return detail::narrow(log(detail::widen(x)), h);
   // libm's logf at every size, never oneDNN's eltwise log: on AVX2 (oneDNN
   // 2.6) that one is off by up to 917 float32 ulps, and by 15% relative
   // near x = 1, where log(1 − p) of a cross-entropy lives (issue #21;
@@ -391,7 +405,8 @@ Tensor log(const Tensor& x) {
 }
 
 Tensor erf(const Tensor& x) {
-  if (detail::any_bf16({&x})) return detail::narrow(erf(detail::widen(x)));
+  if (const DType h = detail::half_dtype({&x}); h != DType::kFloat32)
+    return detail::narrow(erf(detail::widen(x)), h);
   check_defined(x, "erf", "input");
   detail::check_float32(x.dtype(), "erf", "input");
   // Our loop at every size: oneDNN has an erf-based GELU but no erf.
@@ -411,7 +426,8 @@ Tensor erf(const Tensor& x) {
 }
 
 Tensor log1p(const Tensor& x) {
-  if (detail::any_bf16({&x})) return detail::narrow(log1p(detail::widen(x)));
+  if (const DType h = detail::half_dtype({&x}); h != DType::kFloat32)
+    return detail::narrow(log1p(detail::widen(x)), h);
   check_defined(x, "log1p", "input");
   detail::check_float32(x.dtype(), "log1p", "input");
   // Our loop at every size: oneDNN has no log1p, and its log of 1 + x
@@ -430,7 +446,8 @@ Tensor log1p(const Tensor& x) {
 }
 
 Tensor sqrt(const Tensor& x) {
-  if (detail::any_bf16({&x})) return detail::narrow(sqrt(detail::widen(x)));
+  if (const DType h = detail::half_dtype({&x}); h != DType::kFloat32)
+    return detail::narrow(sqrt(detail::widen(x)), h);
   Tensor out = unary_float("sqrt", detail::UnaryKind::kSqrt, x, backend::onednn::Eltwise::kSqrt,
                            [](float v) { return std::sqrt(v); });
   if (detail::should_record({x})) {
@@ -541,14 +558,16 @@ Tensor relu(const Tensor& x, const ReluOptions& o) {
     return out;
   }
   Tensor out = Tensor::empty(x.shape(), x.dtype());
-  if (x.dtype() == DType::kBFloat16) {
-    const bfloat16* px = x.data<bfloat16>();
-    bfloat16* py = out.data<bfloat16>();
-    detail::parallel_for(x.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
-      detail::run_bf16_blocks<1>(end - begin, {px + begin}, py + begin,
-                                 [&](const auto& in, float* o, std::int64_t n) {
-                                   relu_kernel(in[0], o, 0, n, slope, top, threshold);
-                                 });
+  if (detail::any_half({&x})) {
+    detail::visit_half(x.dtype(), [&]<typename H>() {
+      const H* px = x.data<H>();
+      H* py = out.data<H>();
+      detail::parallel_for(x.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
+        detail::run_half_blocks<1>(end - begin, std::array<const H*, 1>{px + begin}, py + begin,
+                                   [&](const auto& in, float* o, std::int64_t n) {
+                                     relu_kernel(in[0], o, 0, n, slope, top, threshold);
+                                   });
+      });
     });
   } else {
     const float* px = x.data<float>();
@@ -562,15 +581,17 @@ Tensor relu(const Tensor& x, const ReluOptions& o) {
       const Tensor g = upstream.dtype() == out.dtype() ? upstream : cast(upstream, out.dtype());
       const detail::OnDevice on;  // the fake accelerator's (a GPU recorded its own, above)
       Tensor dx = Tensor::empty(out.shape(), out.dtype());
-      if (out.dtype() == DType::kBFloat16) {
-        const bfloat16* pg = g.data<bfloat16>();
-        const bfloat16* po = out.data<bfloat16>();
-        bfloat16* pd = dx.data<bfloat16>();
-        detail::parallel_for(out.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
-          detail::run_bf16_blocks<2>(end - begin, {pg + begin, po + begin}, pd + begin,
-                                     [&](const auto& in, float* o, std::int64_t n) {
-                                       relu_grad_kernel(in[0], in[1], o, 0, n, slope, top);
-                                     });
+      if (detail::any_half({&out})) {
+        detail::visit_half(out.dtype(), [&]<typename H>() {
+          const H* pg = g.data<H>();
+          const H* po = out.data<H>();
+          H* pd = dx.data<H>();
+          detail::parallel_for(out.numel(), 2, [&](std::int64_t begin, std::int64_t end) {
+            detail::run_half_blocks<2>(end - begin, std::array<const H*, 2>{pg + begin, po + begin},
+                                       pd + begin, [&](const auto& in, float* o, std::int64_t n) {
+                                         relu_grad_kernel(in[0], in[1], o, 0, n, slope, top);
+                                       });
+          });
         });
         return Grads{dx};
       }
@@ -587,7 +608,8 @@ Tensor relu(const Tensor& x, const ReluOptions& o) {
 }
 
 Tensor sigmoid(const Tensor& x) {
-  if (detail::any_bf16({&x})) return detail::narrow(sigmoid(detail::widen(x)));
+  if (const DType h = detail::half_dtype({&x}); h != DType::kFloat32)
+    return detail::narrow(sigmoid(detail::widen(x)), h);
   Tensor out =
       unary_float("sigmoid", detail::UnaryKind::kSigmoid, x, backend::onednn::Eltwise::kSigmoid,
                   [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
@@ -602,7 +624,8 @@ Tensor sigmoid(const Tensor& x) {
 }
 
 Tensor tanh(const Tensor& x) {
-  if (detail::any_bf16({&x})) return detail::narrow(tanh(detail::widen(x)));
+  if (const DType h = detail::half_dtype({&x}); h != DType::kFloat32)
+    return detail::narrow(tanh(detail::widen(x)), h);
   Tensor out = unary_float("tanh", detail::UnaryKind::kTanh, x, backend::onednn::Eltwise::kTanh,
                            [](float v) { return std::tanh(v); });
   if (detail::should_record({x})) {
@@ -637,8 +660,8 @@ Tensor clip(const Tensor& x, float min_value, float max_value) {
   const auto f = [=](float v) {
     return v < min_value ? min_value : (v > max_value ? max_value : v);
   };
-  if (x.dtype() == DType::kBFloat16) {
-    map_bf16_into(x, out, f);
+  if (detail::any_half({&x})) {
+    map_half_into(x, out, f);
   } else {
     map_into<float>(x, out, f);
   }
@@ -678,8 +701,8 @@ Tensor greater_equal(const Tensor& a, const Tensor& b) {
 }
 
 Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
-  if (detail::any_bf16({&x, &y}) && x.dtype() != y.dtype())
-    return detail::narrow(where(cond, detail::widen(x), detail::widen(y)));
+  if (const DType h = detail::half_dtype({&x, &y}); h != DType::kFloat32 && x.dtype() != y.dtype())
+    return detail::narrow(where(cond, detail::widen(x), detail::widen(y)), h);
   check_defined(cond, "where", "condition");
   check_binary("where", x, y);
   LOCKSTEP_CHECK(cond.dtype() == DType::kBool, "where: expected a bool condition, got dtype ",

@@ -110,9 +110,9 @@ Grads matmul_grads(const Tensor& g, const Tensor& a, const Tensor& b, const Matm
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
-  if (detail::any_bf16({&a, &b})) {
-    if (!detail::native_bf16())
-      return detail::narrow(matmul(detail::widen(a), detail::widen(b), options));
+  if (const DType h = detail::half_dtype({&a, &b}); h != DType::kFloat32) {
+    if (!detail::native_half(h))
+      return detail::narrow(matmul(detail::widen(a), detail::widen(b), options), h);
     if (a.dtype() != b.dtype()) return matmul(detail::to_bf16(a), detail::to_bf16(b), options);
   }
   Tensor out = matmul_impl(a, b, nullptr, options);
@@ -129,10 +129,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const MatmulOptions& options) {
-  if (detail::any_bf16({&a, &b, &bias})) {
-    if (!detail::native_bf16())
+  if (const DType h = detail::half_dtype({&a, &b, &bias}); h != DType::kFloat32) {
+    if (!detail::native_half(h))
       return detail::narrow(
-          matmul(detail::widen(a), detail::widen(b), detail::widen(bias), options));
+          matmul(detail::widen(a), detail::widen(b), detail::widen(bias), options), h);
     if (a.dtype() != b.dtype() || a.dtype() != bias.dtype())
       return matmul(detail::to_bf16(a), detail::to_bf16(b), detail::to_bf16(bias), options);
   }

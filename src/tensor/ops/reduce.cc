@@ -206,7 +206,8 @@ Tensor reduce_minmax(const Tensor& x, const ReduceOptions& options, ReduceKind k
 }  // namespace
 
 Tensor sum(const Tensor& x, const ReduceOptions& options) {
-  if (detail::any_bf16({&x})) return detail::narrow(sum(detail::widen(x), options));
+  if (const DType h = detail::half_dtype({&x}); h != DType::kFloat32)
+    return detail::narrow(sum(detail::widen(x), options), h);
   check_defined(x, "sum", "input");
   const std::vector<int> axes = resolve_axes(x, options.axes, "sum");
   const Tensor kept = reduce_keepdims(x, axes, ReduceKind::kSum, "sum");
@@ -221,7 +222,8 @@ Tensor sum(const Tensor& x, const ReduceOptions& options) {
 }
 
 Tensor mean(const Tensor& x, const ReduceOptions& options) {
-  if (detail::any_bf16({&x})) return detail::narrow(mean(detail::widen(x), options));
+  if (const DType h = detail::half_dtype({&x}); h != DType::kFloat32)
+    return detail::narrow(mean(detail::widen(x), options), h);
   check_defined(x, "mean", "input");
   detail::check_float32(x.dtype(), "mean", "input");
   const std::vector<int> axes = resolve_axes(x, options.axes, "mean");
@@ -233,17 +235,19 @@ Tensor mean(const Tensor& x, const ReduceOptions& options) {
 }
 
 Tensor max(const Tensor& x, const ReduceOptions& options) {
-  if (detail::any_bf16({&x})) return detail::narrow(max(detail::widen(x), options));
+  if (const DType h = detail::half_dtype({&x}); h != DType::kFloat32)
+    return detail::narrow(max(detail::widen(x), options), h);
   return reduce_minmax(x, options, ReduceKind::kMax, "max");
 }
 
 Tensor min(const Tensor& x, const ReduceOptions& options) {
-  if (detail::any_bf16({&x})) return detail::narrow(min(detail::widen(x), options));
+  if (const DType h = detail::half_dtype({&x}); h != DType::kFloat32)
+    return detail::narrow(min(detail::widen(x), options), h);
   return reduce_minmax(x, options, ReduceKind::kMin, "min");
 }
 
 Tensor argmax(const Tensor& x, int axis) {
-  if (detail::any_bf16({&x})) return argmax(detail::widen(x), axis);
+  if (detail::any_half({&x})) return argmax(detail::widen(x), axis);
   check_defined(x, "argmax", "input");
   const int a = normalize_axis(axis, x.rank(), "argmax");
   const Shape& s = x.shape();

@@ -19,6 +19,7 @@
 #include "lockstep/core/error.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/recording.h"
+#include "tensor/ops/bf16.h"
 #include "tensor/ops/rnn_host.h"
 
 namespace lockstep {
@@ -286,12 +287,8 @@ void add_initial_state_grads(Grads& grads, const RecurrentOptions& o, const Tens
   if (o.initial_c.defined()) grads.push_back(dc);
 }
 
-bool any_bf16(const Tensor& a, const Tensor& b) {
-  return a.dtype() == DType::kBFloat16 || b.dtype() == DType::kBFloat16;
-}
-Tensor widened(const Tensor& x) {
-  return x.defined() && x.dtype() == DType::kBFloat16 ? cast(x, DType::kFloat32) : x;
-}
+bool half_operands(const Tensor& a, const Tensor& b) { return detail::any_half({&a, &b}); }
+Tensor widened(const Tensor& x) { return detail::widen(x); }
 RecurrentOptions widened(RecurrentOptions o) {
   o.recurrent_masks = widened(o.recurrent_masks);
   o.initial_h = widened(o.initial_h);
@@ -310,7 +307,7 @@ struct SimpleRnnStep {
 
 Tensor simple_rnn(const Tensor& projected, const Tensor& recurrent_kernel,
                   const RecurrentOptions& options) {
-  if (any_bf16(projected, recurrent_kernel))
+  if (half_operands(projected, recurrent_kernel))
     return cast(simple_rnn(widened(projected), widened(recurrent_kernel), widened(options)),
                 projected.dtype());
   const Dims d = check("simple_rnn", projected, recurrent_kernel, 1, options);
@@ -373,7 +370,7 @@ struct LstmStep {
 
 Tensor lstm(const Tensor& projected, const Tensor& recurrent_kernel,
             const RecurrentOptions& options) {
-  if (any_bf16(projected, recurrent_kernel))
+  if (half_operands(projected, recurrent_kernel))
     return cast(lstm(widened(projected), widened(recurrent_kernel), widened(options)),
                 projected.dtype());
   if (!detail::lstm_runs_fused(projected, options))
@@ -386,7 +383,7 @@ Tensor lstm(const Tensor& projected, const Tensor& recurrent_kernel,
 
 Tensor detail::lstm_composed(const Tensor& projected, const Tensor& recurrent_kernel,
                              const RecurrentOptions& options) {
-  if (any_bf16(projected, recurrent_kernel))
+  if (half_operands(projected, recurrent_kernel))
     return cast(lstm_composed(widened(projected), widened(recurrent_kernel), widened(options)),
                 projected.dtype());
   const Dims d = check("lstm", projected, recurrent_kernel, 4, options);
@@ -484,7 +481,7 @@ struct GruStep {
 
 Tensor gru(const Tensor& projected, const Tensor& recurrent_kernel, const Tensor& recurrent_bias,
            bool reset_after, const RecurrentOptions& options) {
-  if (any_bf16(projected, recurrent_kernel))
+  if (half_operands(projected, recurrent_kernel))
     return cast(gru(widened(projected), widened(recurrent_kernel), widened(recurrent_bias),
                     reset_after, widened(options)),
                 projected.dtype());

@@ -336,8 +336,8 @@ Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin,
 
 Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& paddings,
            float value) {
-  if (detail::any_bf16({&x}) && value != 0.0f)
-    return detail::narrow(pad(detail::widen(x), paddings, value));
+  if (const DType h = detail::half_dtype({&x}); h != DType::kFloat32 && value != 0.0f)
+    return detail::narrow(pad(detail::widen(x), paddings, value), h);
   check_defined(x, "pad", "input");
   LOCKSTEP_CHECK_AS(ShapeError, static_cast<int>(paddings.size()) == x.rank(), "pad: expected ",
                     x.rank(), " (before, after) pairs for shape ", x.shape(), ", got ",
@@ -426,17 +426,21 @@ Tensor cast(const Tensor& x, DType dtype) {
   if (on.kernels()) {
   } else if (dtype == x.dtype()) {
     std::memcpy(out.raw_data(), x.raw_data(), x.nbytes());
-  } else if (x.dtype() == DType::kFloat32 && dtype == DType::kBFloat16) {
-    const float* px = x.data<float>();
-    bfloat16* po = out.data<bfloat16>();
-    detail::parallel_for(x.numel(), 1, [&](std::int64_t begin, std::int64_t end) {
-      detail::round_to_bf16(px + begin, po + begin, end - begin);
+  } else if (x.dtype() == DType::kFloat32 && detail::any_half({&out})) {
+    detail::visit_half(dtype, [&]<typename H>() {  // rounded, by the vectorised loops
+      const float* px = x.data<float>();
+      H* po = out.data<H>();
+      detail::parallel_for(x.numel(), 1, [&](std::int64_t begin, std::int64_t end) {
+        detail::round_to(px + begin, po + begin, end - begin);
+      });
     });
-  } else if (x.dtype() == DType::kBFloat16 && dtype == DType::kFloat32) {
-    const bfloat16* px = x.data<bfloat16>();
-    float* po = out.data<float>();
-    detail::parallel_for(x.numel(), 1, [&](std::int64_t begin, std::int64_t end) {
-      detail::widen_from_bf16(px + begin, po + begin, end - begin);
+  } else if (detail::any_half({&x}) && dtype == DType::kFloat32) {
+    detail::visit_half(x.dtype(), [&]<typename H>() {  // widened, exactly
+      const H* px = x.data<H>();
+      float* po = out.data<float>();
+      detail::parallel_for(x.numel(), 1, [&](std::int64_t begin, std::int64_t end) {
+        detail::widen_from(px + begin, po + begin, end - begin);
+      });
     });
   } else {
     detail::visit_dtype(x.dtype(), "cast", [&]<typename S>() {

@@ -149,7 +149,7 @@ Tensor softmax_backward(const Tensor& g, const Tensor& y, int axis) {
 Tensor softmax(const Tensor& x, int axis) {
   // Mixed precision keeps softmax in float32 (Keras's advice for the output layer, made the rule):
   // a bfloat16 input gives a float32 result.
-  if (detail::any_bf16({&x})) return softmax(detail::widen(x), axis);
+  if (detail::any_half({&x})) return softmax(detail::widen(x), axis);
   Tensor out = softmax_kernel(x, axis, false, true, "softmax").prob;
   if (detail::should_record({x})) {
     detail::record("softmax", {x}, out,
@@ -159,7 +159,7 @@ Tensor softmax(const Tensor& x, int axis) {
 }
 
 Tensor log_softmax(const Tensor& x, int axis) {
-  if (detail::any_bf16({&x})) return log_softmax(detail::widen(x), axis);
+  if (detail::any_half({&x})) return log_softmax(detail::widen(x), axis);
   const bool recording = detail::should_record({x});
   Outputs both = softmax_kernel(x, axis, true, recording, "log_softmax");
   if (recording) {

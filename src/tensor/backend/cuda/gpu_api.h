@@ -15,14 +15,22 @@
 
 namespace lockstep::backend::cuda {
 
-constexpr int kApiVersion = 5;
+constexpr int kApiVersion = 6;
 constexpr int kMaxRank = 8;
 // The largest depthwise window (kh · kw) our own depthwise kernels take;
 // larger ones go to cuDNN.
 constexpr int kDepthwiseMaxTaps = 25;
 
 // Element types, as lockstep::DType numbers them.
-enum class Type : int { kFloat32 = 0, kInt32 = 1, kInt64 = 2, kUInt8 = 3, kBool = 4, kBf16 = 5 };
+enum class Type : int {
+  kFloat32 = 0,
+  kInt32 = 1,
+  kInt64 = 2,
+  kUInt8 = 3,
+  kBool = 4,
+  kBf16 = 5,
+  kF16 = 6
+};
 
 // out[i] over the broadcast: rank, out dims, each operand's element strides
 // (0 along broadcast axes).

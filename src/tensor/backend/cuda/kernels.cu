@@ -7,6 +7,7 @@
 // gives the CPU's bits; sums and transcendental functions match the CPU's
 // within float32 rounding (docs/distribute.md, "GPUs").
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
@@ -34,12 +35,28 @@ __device__ inline Bf16 float_to_bf16(float f) {
   return Bf16{static_cast<std::uint16_t>(rounded >> 16)};
 }
 
+// float16 storage as Lockstep's (IEEE binary16 bits), converted by CUDA's
+// own rules (round to nearest even, as the CPU's round_to_f16).
+struct F16 {
+  std::uint16_t bits;
+};
+__host__ __device__ inline float f16_to_float(F16 v) {
+  return __half2float(__ushort_as_half(v.bits));
+}
+__host__ __device__ inline F16 float_to_f16(float f) {
+  return F16{__half_as_ushort(__float2half_rn(f))};
+}
+
 template <typename D, typename S>
 __device__ inline D convert(S v) {
   if constexpr (std::is_same_v<S, Bf16>) {
     return convert<D>(bf16_to_float(v));
+  } else if constexpr (std::is_same_v<S, F16>) {
+    return convert<D>(f16_to_float(v));
   } else if constexpr (std::is_same_v<D, Bf16>) {
     return float_to_bf16(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<D, F16>) {
+    return float_to_f16(static_cast<float>(v));
   } else if constexpr (std::is_same_v<D, bool>) {
     return v != S{};
   } else {
@@ -68,6 +85,9 @@ void visit(Type t, F&& f) {
       return;
     case Type::kBf16:
       f.template operator()<Bf16>();
+      return;
+    case Type::kF16:
+      f.template operator()<F16>();
       return;
   }
   throw std::runtime_error("unknown element type");
@@ -585,6 +605,8 @@ void launch_fill(cudaStream_t s, Type type, void* out, std::int64_t n, double va
       std::uint32_t u;
       std::memcpy(&u, &f, 4);
       v = Bf16{static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+    } else if constexpr (std::is_same_v<T, F16>) {
+      v = float_to_f16(static_cast<float>(value));
     } else {
       v = static_cast<T>(value);
     }
@@ -608,8 +630,8 @@ void launch_binary(cudaStream_t s, int kind, Type type, const Broadcast& b, cons
   std::int64_t n = 1;
   for (int d = 0; d < b.rank; ++d) n *= b.dims[d];
   visit(type, [&]<typename T>() {
-    if constexpr (std::is_same_v<T, Bf16>) {
-      throw std::runtime_error("bfloat16 elementwise ops have no GPU kernel yet");
+    if constexpr (std::is_same_v<T, Bf16> || std::is_same_v<T, F16>) {
+      throw std::runtime_error("bfloat16 and float16 elementwise ops have no GPU kernel yet");
     } else {
       binary_kernel<<<blocks_for(n), kThreads, 0, s>>>(kind, b, static_cast<const T*>(x),
                                                        static_cast<const T*>(y), out, n);
@@ -620,7 +642,7 @@ void launch_binary(cudaStream_t s, int kind, Type type, const Broadcast& b, cons
 
 void launch_unary(cudaStream_t s, int kind, Type type, const void* x, void* out, std::int64_t n) {
   visit(type, [&]<typename T>() {
-    if constexpr (std::is_same_v<T, Bf16> || std::is_same_v<T, bool>) {
+    if constexpr (std::is_same_v<T, Bf16> || std::is_same_v<T, F16> || std::is_same_v<T, bool>) {
       throw std::runtime_error("this dtype has no GPU kernel for unary ops yet");
     } else {
       unary_kernel<<<blocks_for(n), kThreads, 0, s>>>(kind, static_cast<const T*>(x),
