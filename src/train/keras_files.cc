@@ -222,6 +222,14 @@ void load_weights_tree(const LayerImpl& net, const io::H5Group& tree, const Opti
   }
   const io::H5Group* opt = tree.find_group("optimizer/vars");
   if (optimizer != nullptr && optimizer->defined() && opt != nullptr && !opt->datasets.empty()) {
+    // Keras 3's compile wraps a mixed_float16 model's optimizer in a
+    // LossScaleOptimizer and its compile config names the inner one only;
+    // the variables say it was wrapped. Wrapped here too (the same state),
+    // whatever the global policy: Keras itself, loading such a file under
+    // float32, drops the optimizer's variables with a warning.
+    if (!(*optimizer)->loss_scaling() &&
+        tree.find_group("optimizer/inner_optimizer/vars") != nullptr)
+      const optimizers::LossScaleOptimizer wrapped(*optimizer);
     std::vector<Tensor> values;
     for (const Tensor* t : numbered(*opt)) values.push_back(*t);
     (*optimizer)

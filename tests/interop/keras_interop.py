@@ -19,14 +19,14 @@ import numpy as np
 import keras
 
 
-def check_close(name, got, want):
+def check_close(name, got, want, tolerance=1e-5):
     got = np.asarray(got, dtype=np.float32).reshape(-1)
     want = np.asarray(want, dtype=np.float32).reshape(-1)
-    bound = 1e-5 * np.maximum(1.0, np.abs(want))
+    bound = tolerance * np.maximum(1.0, np.abs(want))
     worst = float(np.max(np.abs(got - want) - bound))
     if worst > 0:
         raise SystemExit(f"{name}: Keras predicts {got[:4]}..., Lockstep {want[:4]}... "
-                         f"(off by {worst:.3g} beyond 1e-5)")
+                         f"(off by {worst:.3g} beyond {tolerance:g})")
 
 
 def main(root):
@@ -47,7 +47,7 @@ def main(root):
         predicted = model.predict(x, verbose=0)
         wanted = e["outputs"] if "outputs" in e else [e["output"]]
         for i, (got, want) in enumerate(zip(predicted if "outputs" in e else [predicted], wanted)):
-            check_close(f"{name}.keras output {i}", got, want)
+            check_close(f"{name}.keras output {i}", got, want, e.get("tolerance", 1e-5))
         steps = int(model.optimizer.iterations.numpy())
         if steps != e["iterations"]:
             raise SystemExit(f"{name}: Keras sees optimizer step {steps}, Lockstep saved {e['iterations']}")
@@ -59,6 +59,10 @@ def main(root):
             if got != (e["dynamic_scale"], e["step_counter"]):
                 raise SystemExit(f"{name}: Keras sees scale and count {got}, Lockstep saved "
                                  f"{(e['dynamic_scale'], e['step_counter'])}")
+        if name == "mixed_float16":  # the policy each layer was saved with
+            policies = {layer.dtype_policy.name for layer in model.layers}
+            if policies != {"mixed_float16"}:
+                raise SystemExit(f"mixed_float16: Keras loads layers with policies {policies}")
         shapes = model.output_shape if "outputs" in e else [model.output_shape]
         y = [np.zeros((batch,), dtype="int64") if s[-1] > 1 else np.zeros((batch, 1), dtype="float32")
              for s in shapes]
@@ -85,7 +89,7 @@ def main(root):
             rebuilt.load_weights(os.path.join(root, f"{name}.weights.h5"))
         again = rebuilt.predict(x, verbose=0)
         for i, (got, want) in enumerate(zip(again if "outputs" in e else [again], wanted)):
-            check_close(f"{name}.weights.h5 output {i}", got, want)
+            check_close(f"{name}.weights.h5 output {i}", got, want, e.get("tolerance", 1e-5))
         print(f"{name}: Keras {keras.__version__} loads it, predicts Lockstep's outputs, "
               f"resumes at step {steps} and trains on")
     print(f"all {len(expected)} models: Keras read them")

@@ -183,6 +183,47 @@ TEST(KerasFiles, ALossScaleOptimizerKerasSavedSkipsAndScalesAsKeras) {
   expect_bitwise(weights(back), weights(m), "loss-scaled round trip");
 }
 
+// A model Keras 3 built under mixed_float16 and compiled with plain SGD,
+// which Keras's compile wrapped in a LossScaleOptimizer
+// (make_mixed_float16_keras_fixture.py; its first seven steps overflowed
+// float16 and were skipped): loaded under the float32 global policy the file
+// decides — float16 layers, the optimizer wrapped again (the compile config
+// names SGD alone; the variables say it was wrapped) with Keras's scale,
+// count and iterations, Keras's outputs within float16's rounding, and one
+// more step lands where Keras's did.
+TEST(KerasFiles, AMixedFloat16ModelKerasSavedLoadsScaledAndStepsAsKeras) {
+  const json e = json::parse(slurp(kFixtures / "mixed_float16_expected.json"));
+  Model m = load_model((kFixtures / "mixed_float16.keras").string());
+  const std::vector<std::string> policies = e.at("policies").get<std::vector<std::string>>();
+  ASSERT_EQ(m.layers().size(), policies.size());
+  for (std::size_t i = 1; i < policies.size(); ++i)  // after the InputLayer
+    EXPECT_EQ(m.layers()[i].dtype_policy().name, policies[i]) << m.layers()[i].name();
+  ASSERT_TRUE(m.optimizer()->loss_scaling().has_value());
+  EXPECT_EQ(m.optimizer()->class_name(), "SGD");
+  auto expect_state = [&](const Model& model, const json& want, const std::string& what) {
+    EXPECT_EQ(model.optimizer()->dynamic_scale(), want.at("dynamic_scale").get<double>()) << what;
+    EXPECT_EQ(model.optimizer()->loss_scale_step_counter(), want.at("step_counter").get<int>())
+        << what;
+    EXPECT_EQ(model.optimizer().iterations(), want.at("iterations").get<int>()) << what;
+  };
+  expect_state(m, e.at("saved"), "as saved");
+  // TensorFlow's CPU kernels round float16 at other places than one
+  // rounding per op: the outputs (|y| < 0.4) differ by a float16 ulp or so
+  // (6.1e-5 at 0.11); 5e-4 is eight ulps at 0.25.
+  expect_near_keras(m.predict(tensor_of(e, "input")), e.at("output").get<std::vector<float>>(),
+                    5e-4, "mixed_float16 model's output");
+  m.train_on_batch(tensor_of(e, "step_x"), tensor_of(e, "step_y"));
+  expect_state(m, e.at("after_step"), "after one more step");
+  expect_near_keras(m.predict(tensor_of(e, "input")),
+                    e.at("output_after_step").get<std::vector<float>>(), 5e-4,
+                    "mixed_float16 model's output after one more step");
+  TempDir dir("mixed_float16_keras");
+  m.save(dir / "again.keras");
+  Model back = load_model(dir / "again.keras");
+  expect_state(back, e.at("after_step"), "saved again");
+  expect_bitwise(weights(back), weights(m), "mixed_float16 round trip");
+}
+
 // Nadam, Adamax, Adadelta and Lion, each with its arguments away from
 // Keras's defaults (make_optimizers_keras_fixture.py): the file's config
 // and slots (Nadam's running product too) load, one more step lands where
