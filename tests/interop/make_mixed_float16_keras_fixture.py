@@ -25,15 +25,7 @@ import numpy as np
 import keras
 from keras import layers
 
-
-def flat(a):
-    return [float(v) for v in np.asarray(a, dtype=np.float32).reshape(-1)]
-
-
-def state(opt):
-    return {"dynamic_scale": float(opt.dynamic_scale.numpy()),
-            "step_counter": int(opt.step_counter.numpy()),
-            "iterations": int(opt.iterations.numpy())}
+from make_loss_scale_keras_fixture import flat, state  # this folder is on sys.path
 
 
 def main(out):

@@ -146,6 +146,14 @@ TEST(KerasFiles, AnFtrlModelKerasSavedStepsAsKerasStepped) {
   expect_bitwise(weights(back), weights(m), "ftrl round trip");
 }
 
+// A loss-scaled model's optimizer state against what Keras reached.
+void expect_loss_scale_state(const Model& model, const json& want, const std::string& what) {
+  EXPECT_EQ(model.optimizer()->dynamic_scale(), want.at("dynamic_scale").get<double>()) << what;
+  EXPECT_EQ(model.optimizer()->loss_scale_step_counter(), want.at("step_counter").get<int>())
+      << what;
+  EXPECT_EQ(model.optimizer().iterations(), want.at("iterations").get<int>()) << what;
+}
+
 // keras.optimizers.LossScaleOptimizer around Adam
 // (make_loss_scale_keras_fixture.py): Keras's scale, step counter and the
 // inner optimizer's iterations load from the file; one more step on a batch
@@ -158,19 +166,13 @@ TEST(KerasFiles, ALossScaleOptimizerKerasSavedSkipsAndScalesAsKeras) {
   EXPECT_EQ(m.optimizer()->class_name(), "Adam");
   EXPECT_EQ(m.optimizer()->loss_scaling()->initial_scale, 0x1p126);
   EXPECT_EQ(m.optimizer()->loss_scaling()->dynamic_growth_steps, 2);
-  auto expect_state = [&](const Model& model, const json& want, const std::string& what) {
-    EXPECT_EQ(model.optimizer()->dynamic_scale(), want.at("dynamic_scale").get<double>()) << what;
-    EXPECT_EQ(model.optimizer()->loss_scale_step_counter(), want.at("step_counter").get<int>())
-        << what;
-    EXPECT_EQ(model.optimizer().iterations(), want.at("iterations").get<int>()) << what;
-  };
-  expect_state(m, e.at("saved"), "as saved");
+  expect_loss_scale_state(m, e.at("saved"), "as saved");
   expect_near_keras(m.predict(tensor_of(e, "input")), e.at("output").get<std::vector<float>>(),
                     1e-5, "loss-scaled model's output");
   std::vector<std::int64_t> labels;
   for (const json& v : e.at("step_y")) labels.push_back(v.get<std::int64_t>());
   m.train_on_batch(tensor_of(e, "step_x"), Tensor::from_vector(labels));
-  expect_state(m, e.at("after_step"), "after one more step");
+  expect_loss_scale_state(m, e.at("after_step"), "after one more step");
   expect_near_keras(m.predict(tensor_of(e, "input")),
                     e.at("output_after_step").get<std::vector<float>>(), 2e-5,
                     "loss-scaled model's output after one more step");
@@ -179,7 +181,7 @@ TEST(KerasFiles, ALossScaleOptimizerKerasSavedSkipsAndScalesAsKeras) {
   m.save(again);
   Model back = load_model(again);
   ASSERT_TRUE(back.optimizer()->loss_scaling().has_value());
-  expect_state(back, e.at("after_step"), "saved again");
+  expect_loss_scale_state(back, e.at("after_step"), "saved again");
   expect_bitwise(weights(back), weights(m), "loss-scaled round trip");
 }
 
@@ -200,27 +202,21 @@ TEST(KerasFiles, AMixedFloat16ModelKerasSavedLoadsScaledAndStepsAsKeras) {
     EXPECT_EQ(m.layers()[i].dtype_policy().name, policies[i]) << m.layers()[i].name();
   ASSERT_TRUE(m.optimizer()->loss_scaling().has_value());
   EXPECT_EQ(m.optimizer()->class_name(), "SGD");
-  auto expect_state = [&](const Model& model, const json& want, const std::string& what) {
-    EXPECT_EQ(model.optimizer()->dynamic_scale(), want.at("dynamic_scale").get<double>()) << what;
-    EXPECT_EQ(model.optimizer()->loss_scale_step_counter(), want.at("step_counter").get<int>())
-        << what;
-    EXPECT_EQ(model.optimizer().iterations(), want.at("iterations").get<int>()) << what;
-  };
-  expect_state(m, e.at("saved"), "as saved");
+  expect_loss_scale_state(m, e.at("saved"), "as saved");
   // TensorFlow's CPU kernels round float16 at other places than one
   // rounding per op: the outputs (|y| < 0.4) differ by a float16 ulp or so
   // (6.1e-5 at 0.11); 5e-4 is eight ulps at 0.25.
   expect_near_keras(m.predict(tensor_of(e, "input")), e.at("output").get<std::vector<float>>(),
                     5e-4, "mixed_float16 model's output");
   m.train_on_batch(tensor_of(e, "step_x"), tensor_of(e, "step_y"));
-  expect_state(m, e.at("after_step"), "after one more step");
+  expect_loss_scale_state(m, e.at("after_step"), "after one more step");
   expect_near_keras(m.predict(tensor_of(e, "input")),
                     e.at("output_after_step").get<std::vector<float>>(), 5e-4,
                     "mixed_float16 model's output after one more step");
   TempDir dir("mixed_float16_keras");
   m.save(dir / "again.keras");
   Model back = load_model(dir / "again.keras");
-  expect_state(back, e.at("after_step"), "saved again");
+  expect_loss_scale_state(back, e.at("after_step"), "saved again");
   expect_bitwise(weights(back), weights(m), "mixed_float16 round trip");
 }
 
