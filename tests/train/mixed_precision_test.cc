@@ -237,6 +237,44 @@ TEST(MixedFloat16, LayersComputeInFloat16OverFloat32VariablesAndOutputsAreFloat3
   for (float v : out.to_vector<float>()) EXPECT_TRUE(float16_exact(v)) << v;  // computed in float16
 }
 
+// The sequence models Keras users have (Embedding, Conv1D, LSTM, GRU,
+// MultiHeadAttention, LayerNormalization, 1-D pooling) train under both
+// mixed policies: a finite loss, every trainable variable moved, float32
+// outputs — float16 takes every op bfloat16 does.
+TEST(MixedFloat16, SequenceAndAttentionModelsTrainUnderBothMixedPolicies) {
+  for (const std::string name : {"mixed_bfloat16", "mixed_float16"}) {
+    SCOPED_TRACE(name);
+    GlobalPolicy policy(name);
+    set_random_seed(11);
+    auto ids = Input({12}, DType::kInt32);
+    auto h = layers::Embedding(50, 16)(ids);
+    h = layers::Conv1D(16, 3, {.padding = "same", .activation = "relu"})(h);
+    h = layers::LSTM(16, {.return_sequences = true})(h);
+    auto attended = layers::MultiHeadAttention(2, 8)({h, h});
+    h = layers::LayerNormalization()(layers::Add()({h, attended}));
+    h = layers::GRU(8, {.return_sequences = true})(h);
+    h = layers::GlobalAveragePooling1D()(h);
+    Model model(ids, layers::Dense(3)(h));
+    model.compile({.optimizer = "adam",
+                   .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                   .auto_scale_loss = false});
+    std::vector<std::int32_t> tokens(8 * 12);
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      tokens[i] = static_cast<std::int32_t>(i * 7 % 50);
+    const Tensor x = Tensor::from_vector(tokens, Shape({8, 12}));
+    const Tensor y = Tensor::from_vector(std::vector<std::int64_t>{0, 1, 2, 0, 1, 2, 0, 1});
+    std::vector<std::vector<float>> before;
+    for (const Variable& v : model.trainable_variables())
+      before.push_back(v.value().to_vector<float>());
+    const Logs logs = model.train_on_batch(x, y);
+    EXPECT_TRUE(std::isfinite(logs.at("loss"))) << logs.at("loss");
+    const std::vector<Variable> vars = model.trainable_variables();
+    for (std::size_t i = 0; i < vars.size(); ++i)
+      EXPECT_NE(vars[i].value().to_vector<float>(), before[i]) << vars[i].name();
+    EXPECT_EQ(model.predict(x, {.verbose = 0}).dtype(), DType::kFloat32);
+  }
+}
+
 // The same under mixed_float16, loss scaling off so that the step cannot be
 // a skipped one.
 TEST(MixedFloat16, MobileNetV2TrainsUnderMixedFloat16) {
