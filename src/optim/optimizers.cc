@@ -366,7 +366,7 @@ void OptimizerImpl::apply_on_device(const std::vector<Tensor>& grads,
   detail::DeviceUpdate u;
   LOCKSTEP_CHECK_AS(DeviceError, device_update(lr, step, u), name_,
                     ": this optimizer has no update kernel on ", vars[0].value().device().name(),
-                    " yet (SGD, SGD with momentum, Adam and AdamW have)");
+                    " yet (SGD, SGD with momentum, Adam, AdamW, RMSprop and Adagrad have)");
   if (weight_decay_ > 0) u.decay = static_cast<float>(1.0 - weight_decay_ * lr);
   Device& device = vars[0].value().device();
   const detail::OnDevice on;  // the fake accelerator's: its update is the CPU's loop
@@ -552,6 +552,15 @@ class RMSpropImpl : public OptimizerImpl {
             {"centered", o_.centered}};
   }
   bool keras_slots_by_variable() const override { return false; }
+  bool device_update(double lr, std::int64_t, detail::DeviceUpdate& u) const override {
+    u.rule = detail::DeviceUpdate::Rule::kRMSprop;
+    u.lr = static_cast<float>(lr);
+    u.rho = static_cast<float>(o_.rho);
+    u.epsilon = static_cast<float>(o_.epsilon);
+    u.momentum = static_cast<float>(o_.momentum);
+    u.centered = o_.centered;
+    return true;
+  }
   void update(float* var, const float* g, std::int64_t n, float** slots, double lr,
               std::int64_t) override {
     const float rho = static_cast<float>(o_.rho), l = static_cast<float>(lr),
@@ -594,6 +603,12 @@ class AdagradImpl : public OptimizerImpl {
   }
   float slot_initial_value(int) const override {
     return static_cast<float>(o_.initial_accumulator_value);
+  }
+  bool device_update(double lr, std::int64_t, detail::DeviceUpdate& u) const override {
+    u.rule = detail::DeviceUpdate::Rule::kAdagrad;
+    u.lr = static_cast<float>(lr);
+    u.epsilon = static_cast<float>(o_.epsilon);
+    return true;
   }
   void update(float* var, const float* g, std::int64_t n, float** slots, double lr,
               std::int64_t) override {

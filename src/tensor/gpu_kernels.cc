@@ -714,6 +714,8 @@ class GpuKernels final : public DeviceKernels {
     params.epsilon = u.epsilon;
     params.decay = u.decay;
     params.nesterov = u.nesterov;
+    params.rho = u.rho;
+    params.centered = u.centered;
     run("the optimizer's update", [&] {
       api_->apply_update(stream_, params, value, grad, slots.data(), static_cast<int>(slots.size()),
                          n);

@@ -498,6 +498,16 @@ TEST(DeviceOps, OptimizerUpdatesAreBitwiseTheCpus) {
        [] { return optimizers::SGD({.learning_rate = 0.1, .momentum = 0.9, .nesterov = true}); }},
       {"Adam", [] { return optimizers::Adam({.learning_rate = 0.01}); }},
       {"AdamW", [] { return optimizers::AdamW({.learning_rate = 0.01, .weight_decay = 0.1}); }},
+      {"RMSprop", [] { return optimizers::RMSprop({.learning_rate = 0.01}); }},
+      {"RMSprop momentum centered",
+       [] {
+         return optimizers::RMSprop({.learning_rate = 0.01, .momentum = 0.5, .centered = true});
+       }},
+      {"RMSprop centered",
+       [] { return optimizers::RMSprop({.learning_rate = 0.01, .centered = true}); }},
+      {"RMSprop momentum",
+       [] { return optimizers::RMSprop({.learning_rate = 0.01, .momentum = 0.5}); }},
+      {"Adagrad", [] { return optimizers::Adagrad({.learning_rate = 0.1}); }},
   };
   for (const auto& [name, make] : rules) {
     auto train = [&](Device& d) {

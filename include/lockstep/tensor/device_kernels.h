@@ -80,11 +80,16 @@ enum class ReduceKind { kSum, kMean, kMax, kMin };
 //   kSgd:      var -= lr·g
 //   kMomentum: m = momentum·m − lr·g; var += m (Nesterov: var += momentum·m − lr·g)
 //   kAdam:     m += (g − m)·c1; v += (g² − v)·c2; var −= alpha·m/(√v + ε)
+//   kRMSprop:  v = ρ·v + (1 − ρ)·g²; d = v + ε (centered: a = ρ·a + (1 − ρ)·g,
+//              d = v − a² + ε); i = lr·g/√d; var −= i (momentum: m = momentum·m + i;
+//              var −= m). Slots: v, then m when momentum > 0, then a when centered.
+//   kAdagrad:  acc += g²; var −= lr·g/√(acc + ε)
 // and first, when decay != 1, var *= decay (decoupled weight decay).
 struct DeviceUpdate {
-  enum class Rule { kSgd, kMomentum, kAdam } rule = Rule::kSgd;
-  float lr = 0, momentum = 0, alpha = 0, c1 = 0, c2 = 0, epsilon = 0, decay = 1;
+  enum class Rule { kSgd, kMomentum, kAdam, kRMSprop, kAdagrad } rule = Rule::kSgd;
+  float lr = 0, momentum = 0, alpha = 0, c1 = 0, c2 = 0, epsilon = 0, decay = 1, rho = 0;
   bool nesterov = false;
+  bool centered = false;
 };
 
 // A convolution as conv2d checked it (NHWC input, HWIO kernel, TensorFlow's

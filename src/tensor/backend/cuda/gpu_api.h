@@ -42,9 +42,10 @@ struct Broadcast {
 
 // detail::DeviceUpdate's numbers (lockstep/tensor/device_kernels.h).
 struct UpdateParams {
-  int rule = 0;  // 0: SGD, 1: SGD with momentum, 2: Adam
-  float lr = 0, momentum = 0, alpha = 0, c1 = 0, c2 = 0, epsilon = 0, decay = 1;
+  int rule = 0;  // 0: SGD, 1: SGD with momentum, 2: Adam, 3: RMSprop, 4: Adagrad
+  float lr = 0, momentum = 0, alpha = 0, c1 = 0, c2 = 0, epsilon = 0, decay = 1, rho = 0;
   bool nesterov = false;
+  bool centered = false;
 };
 
 // A convolution for cuDNN: NHWC data, a [oc, kh, kw, c / groups] filter

@@ -561,9 +561,11 @@ __global__ void transpose_kernel(Dims d, const T* x, T* out, std::int64_t n) {
 }
 
 // The update rules of optim/optimizers.cc, the same operations in the same
-// order (no contraction on either side), so the same bits.
+// order (no contraction on either side), so the same bits. The slots: m and
+// v (Adam); m (momentum); v, then m or nullptr, then a or nullptr (RMSprop:
+// velocity, momentum, average gradient); the accumulator in m (Adagrad).
 __global__ void update_kernel(UpdateParams p, float* var, const float* g, float* m, float* v,
-                              std::int64_t n) {
+                              float* a, std::int64_t n) {
   LOCKSTEP_FOR_EACH(i, n) {
     if (p.decay != 1.0f) var[i] *= p.decay;
     if (p.rule == 0) {
@@ -575,10 +577,28 @@ __global__ void update_kernel(UpdateParams p, float* var, const float* g, float*
       } else {
         var[i] += m[i];
       }
-    } else {
+    } else if (p.rule == 2) {
       m[i] += (g[i] - m[i]) * p.c1;
       v[i] += (g[i] * g[i] - v[i]) * p.c2;
       var[i] -= p.alpha * m[i] / (sqrtf(v[i]) + p.epsilon);
+    } else if (p.rule == 3) {
+      float* velocity = m;
+      velocity[i] = p.rho * velocity[i] + (1 - p.rho) * g[i] * g[i];
+      float denominator = velocity[i] + p.epsilon;
+      if (a != nullptr) {
+        a[i] = p.rho * a[i] + (1 - p.rho) * g[i];
+        denominator = velocity[i] - a[i] * a[i] + p.epsilon;
+      }
+      const float increment = p.lr * g[i] / sqrtf(denominator);
+      if (v != nullptr) {
+        v[i] = p.momentum * v[i] + increment;
+        var[i] -= v[i];
+      } else {
+        var[i] -= increment;
+      }
+    } else {
+      m[i] += g[i] * g[i];
+      var[i] -= p.lr * g[i] / sqrtf(m[i] + p.epsilon);
     }
   }
 }
@@ -834,8 +854,15 @@ void launch_transpose(cudaStream_t s, int elem_bytes, int rank, const std::int64
 
 void launch_update(cudaStream_t s, const UpdateParams& p, float* value, const float* grad,
                    float* const* slots, int num_slots, std::int64_t n) {
-  update_kernel<<<blocks_for(n), kThreads, 0, s>>>(
-      p, value, grad, num_slots > 0 ? slots[0] : nullptr, num_slots > 1 ? slots[1] : nullptr, n);
+  float* first = num_slots > 0 ? slots[0] : nullptr;
+  float* second = num_slots > 1 ? slots[1] : nullptr;
+  float* third = num_slots > 2 ? slots[2] : nullptr;
+  if (p.rule == 3) {  // RMSprop: velocity, then momentum if any, then the average gradient
+    const bool momentum = p.momentum > 0;
+    third = p.centered ? (momentum ? third : second) : nullptr;
+    second = momentum ? second : nullptr;
+  }
+  update_kernel<<<blocks_for(n), kThreads, 0, s>>>(p, value, grad, first, second, third, n);
   check_launch("the optimizer's update");
 }
 
