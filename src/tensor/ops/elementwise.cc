@@ -251,9 +251,10 @@ Tensor unary_numeric(const char* op, detail::UnaryKind kind, const Tensor& x, F 
 bool is_floating(const Tensor& t) { return lockstep::is_floating(t.dtype()); }
 
 // Binary ops on a float32 and a bfloat16 (or float16) operand: both widened, the result
-// rounded (Keras casts such operands; an op given both computes in float32).
-bool mixed_floats(const Tensor& a, const Tensor& b) {
-  return detail::any_half({&a, &b}) && a.dtype() != b.dtype();
+// rounded to `half`, the operands' reduced type (Keras casts such operands; an op given both
+// computes in float32).
+bool mixed_floats(DType half, const Tensor& a, const Tensor& b) {
+  return half != DType::kFloat32 && a.dtype() != b.dtype();
 }
 
 }  // namespace
@@ -261,7 +262,7 @@ bool mixed_floats(const Tensor& a, const Tensor& b) {
 // ---- binary arithmetic --------------------------------------------------------
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(a, b))
+  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(h, a, b))
     return detail::narrow(add(detail::widen(a), detail::widen(b)), h);
   Tensor out = binary_arith("add", detail::BinaryKind::kAdd, a, b, false,
                             [](auto x, auto y) { return x + y; });
@@ -274,7 +275,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(a, b))
+  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(h, a, b))
     return detail::narrow(sub(detail::widen(a), detail::widen(b)), h);
   Tensor out = binary_arith("sub", detail::BinaryKind::kSub, a, b, false,
                             [](auto x, auto y) { return x - y; });
@@ -287,7 +288,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(a, b))
+  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(h, a, b))
     return detail::narrow(mul(detail::widen(a), detail::widen(b)), h);
   Tensor out = binary_arith("mul", detail::BinaryKind::kMul, a, b, false,
                             [](auto x, auto y) { return x * y; });
@@ -300,7 +301,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(a, b))
+  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(h, a, b))
     return detail::narrow(div(detail::widen(a), detail::widen(b)), h);
   Tensor out = binary_arith("div", detail::BinaryKind::kDiv, a, b, true,
                             [](auto x, auto y) { return x / y; });
@@ -332,7 +333,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 }
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(a, b))
+  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(h, a, b))
     return detail::narrow(maximum(detail::widen(a), detail::widen(b)), h);
   Tensor out = binary_arith("maximum", detail::BinaryKind::kMaximum, a, b, false,
                             [](auto x, auto y) { return x >= y ? x : y; });
@@ -348,7 +349,7 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(a, b))
+  if (const DType h = detail::half_dtype({&a, &b}); mixed_floats(h, a, b))
     return detail::narrow(minimum(detail::widen(a), detail::widen(b)), h);
   Tensor out = binary_arith("minimum", detail::BinaryKind::kMinimum, a, b, false,
                             [](auto x, auto y) { return x <= y ? x : y; });
