@@ -161,6 +161,7 @@ void train(const Args& args) {
           {"examples", examples},
           {"samples_per_s", examples / seconds},
           {"policy", args.policy},
+          {"seed", args.seed},
           {"device", strategy.replica_devices()[0]->description()},
           {"test_accuracy", results.at("sparse_categorical_accuracy")}});
 }

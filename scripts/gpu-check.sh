@@ -144,6 +144,15 @@ EOF
   timeout 120 "$bin/workloads" --workload cnn --batch 64 --epochs 1 --mode one-replica --data-dir "$data" \
     2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads cnn cpu: failed"
 
+  say "== mixed_bfloat16 against float32 on /gpu:0: the seed MLP's test accuracy over 3 seeds (goal: within 0.5 pp)"
+  for seed in 1 2 3; do
+    for policy in float32 mixed_bfloat16; do
+      timeout 120 "$bin/workloads" --workload mlp --batch 64 --epochs 2 --mode gpu --seed $seed --policy $policy \
+        --data-dir "$data" 2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" ||
+        say "workloads mlp gpu $policy seed $seed: failed"
+    done
+  done
+
   say "== MultiWorkerMirroredStrategy on GPUs: two workers (lockstep launch) both on GPU 0, against one-device"
   timeout 150 "$bin/lockstep" launch --workers 2 -- "$bin/lockstep" train --strategy multi-worker \
     --data-dir "$data" --epochs 1 --verbose 2 >"$out/mwms.log" 2>&1 || say "multi-worker on the GPU: rc $?"
@@ -162,6 +171,13 @@ EOF
     timeout 150 "$bin/workloads" --workload mobilenet --batch 64 --size 224 --steps 20 --warmup 5 --mode gpu \
       --input-on-device 2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" ||
       say "workloads mobilenet gpu, input on the device: failed"
+    # Keras's mixed policies: half-type activations, cuBLAS's half-type
+    # products, float32 master weights (LOCKSTEP_CHECK_POLICIES, both unless set).
+    for policy in ${LOCKSTEP_CHECK_POLICIES:-mixed_bfloat16 mixed_float16}; do
+      timeout 150 "$bin/workloads" --workload mobilenet --batch 64 --size 224 --steps 20 --warmup 5 --mode gpu \
+        --policy $policy --input-on-device 2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' |
+        tee -a "$results" || say "workloads mobilenet gpu $policy, input on the device: failed"
+    done
     for precision in ${LOCKSTEP_CHECK_TORCH_PRECISIONS:-float32 bf16}; do
       timeout 150 $py "$carry/torch_gpu.py" --workload mobilenet --batch 64 --size 224 --steps 20 --warmup 5 \
         --precision $precision 2>>"$out/torch.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" ||
@@ -220,6 +236,10 @@ for r in rows:
     if r.get('input') == 'on the device':
         mode = mode.replace('OneDeviceStrategy', 'input on GPU, OneDevice')
     acc = f"test acc {r['test_accuracy']:.4f}" if 'test_accuracy' in r else f"{r.get('step_ms', 0):.1f} ms/step"
+    if r.get('policy', 'float32') != 'float32':
+        acc += f"  {r['policy']}"
+    if 'seed' in r:
+        acc += f"  seed {r['seed']}"
     print(f"{r['system'][:16]:16} {r['workload'][:11]:11} {mode[:44]:44} batch {r['batch']:4}  "
           f"{r['samples_per_s']:10.0f} samples/s  {acc}")
 EOF

@@ -112,8 +112,10 @@ Tensor RandomRotationImpl::rotation_matrices(const Tensor& angles_degrees, std::
   const auto to_radians = static_cast<float>(std::numbers::pi / 180.0);
   const float cx = 0.5f * static_cast<float>(width - 1);
   const float cy = 0.5f * static_cast<float>(height - 1);
-  Tensor m = Tensor::zeros({n, 8});
-  float* p = m.data<float>();
+  // Worked out on the host (the angles were drawn there), then made on the
+  // current device.
+  std::vector<float> m(static_cast<std::size_t>(8 * n), 0.0f);
+  float* p = m.data();
   for (std::int64_t i = 0; i < n; ++i, p += 8) {
     const float theta = angles[static_cast<std::size_t>(i)] * to_radians;
     const float cos_t = std::cos(theta), sin_t = std::sin(theta);
@@ -124,7 +126,7 @@ Tensor RandomRotationImpl::rotation_matrices(const Tensor& angles_degrees, std::
     p[4] = cos_t;
     p[5] = 0.0f + cy - cx * p[3] - cy * p[4];
   }
-  return m;
+  return Tensor::from_vector(m, {n, 8});
 }
 
 Tensor RandomRotationImpl::call(const Tensor& x, const CallContext& ctx) {

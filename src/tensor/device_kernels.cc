@@ -144,6 +144,10 @@ std::vector<Tensor> DeviceKernels::batch_norm_backward(const Tensor&, const Tens
   no_kernel("batch_norm's gradient");
 }
 Tensor DeviceKernels::transpose(const Tensor&, const std::vector<int>&) { no_kernel("transpose"); }
+Tensor DeviceKernels::resize(const Tensor&, const ResizePlan&) { no_kernel("image::resize"); }
+Tensor DeviceKernels::affine_transform(const Tensor&, const Tensor&, const AffineGeometry&) {
+  no_kernel("image::affine_transform");
+}
 void DeviceKernels::apply_update(const DeviceUpdate&, float*, const float*,
                                  const std::vector<float*>&, std::int64_t) {
   no_kernel("the optimizer's update");

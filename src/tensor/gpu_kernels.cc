@@ -198,6 +198,13 @@ class GpuKernels final : public DeviceKernels {
     const auto* g = dynamic_cast<const GpuKernels*>(&other);
     return g != nullptr && g->api_ == api_ && g->gpu_ == gpu_;
   }
+  // cuBLAS multiplies bfloat16 and float16 on the tensor cores: matmuls and
+  // the 1×1 convolutions that are matmuls run on the half types; the other
+  // convolutions widen them here (cuDNN's and our depthwise kernels' half
+  // paths are not written yet), and pooling at the op.
+  bool takes_half(HalfOp op, DType) const override {
+    return op == HalfOp::kMatmul || op == HalfOp::kConv;
+  }
 
   void copy_from_host(Device& d, void* dst, const void* src, std::size_t bytes) override {
     guarded(d, "copy to the device", [&] { api_->copy_from_host(stream_, dst, src, bytes); });
@@ -265,12 +272,19 @@ class GpuKernels final : public DeviceKernels {
   }
   Tensor clip(const Tensor& x_in, float lo, float hi) override {
     const Tensor x = on_current_device(x_in);
+    if (is_half(x)) return cast(clip(wide(x), lo, hi), x.dtype());
     Tensor out = Tensor::empty(x.shape(), x.dtype());
     run("clip", [&] { api_->clip(stream_, f(x), f(out), x.numel(), lo, hi); });
     return out;
   }
   Tensor map2(Map2Kind kind, const Tensor& x_in, const Tensor& y_in) override {
     const Tensor x = on_current_device(x_in), y = on_current_device(y_in);
+    if (is_half(x) || is_half(y)) {
+      // The CPU's rule: two operands of one half type give that type; a
+      // half beside a float32 gives float32.
+      const Tensor out = map2(kind, wide(x), wide(y));
+      return x.dtype() == y.dtype() ? cast(out, x.dtype()) : out;
+    }
     Tensor out = Tensor::empty(x.shape());
     run("map2",
         [&] { api_->map2(stream_, static_cast<int>(kind), f(x), f(y), f(out), x.numel()); });
@@ -280,6 +294,8 @@ class GpuKernels final : public DeviceKernels {
                const Shape& out_shape) override {
     const Tensor c = on_current_device(c_in), x = on_current_device(x_in),
                  y = on_current_device(y_in);
+    if (is_half(x) && x.dtype() == y.dtype())  // a selection: exact through float32
+      return cast(where(c, wide(x), wide(y), out_shape), x.dtype());
     Tensor out = Tensor::empty(out_shape, x.dtype());
     if (out.numel() == 0) return out;
     const Broadcast plan = broadcast_of(out_shape, {&c.shape(), &x.shape(), &y.shape()});
@@ -334,17 +350,28 @@ class GpuKernels final : public DeviceKernels {
                 const MatmulOptions& o) override {
     const Tensor a = on_current_device(a_in), b = on_current_device(b_in),
                  bias = on_current_device(bias_in);
-    LOCKSTEP_CHECK_AS(DeviceError, a.dtype() == DType::kFloat32, "matmul on ",
-                      current_device().name(), ": only float32 has a GPU kernel yet, got ",
-                      a.dtype());
+    const bool half = is_half(a);
+    LOCKSTEP_CHECK_AS(
+        DeviceError, b.dtype() == a.dtype() && (!bias.defined() || bias.dtype() == a.dtype()),
+        "matmul on ", current_device().name(), ": operands of one dtype expected, got ", a.dtype(),
+        " and ", b.dtype(), bias.defined() ? " with a bias of " : "",
+        bias.defined() ? dtype_name(bias.dtype()) : std::string_view());
     const int ra = a.rank(), rb = b.rank();
     const std::int64_t batch = ra == 3 ? a.shape()[0] : 1;
     const std::int64_t m = o.transpose_a ? a.shape()[ra - 1] : a.shape()[ra - 2];
     const std::int64_t k = o.transpose_a ? a.shape()[ra - 2] : a.shape()[ra - 1];
     const std::int64_t n = o.transpose_b ? b.shape()[rb - 2] : b.shape()[rb - 1];
     const Shape out_shape = ra == 3 ? Shape{batch, m, n} : Shape{m, n};
-    Tensor out = Tensor::empty(out_shape);
+    Tensor out = Tensor::empty(out_shape, a.dtype());
     if (out.numel() == 0) return out;
+    if (half) {
+      run("matmul", [&] {
+        api_->gemm_half(gpu_, stream_, type_of(a.dtype()), o.transpose_a, o.transpose_b, m, n, k,
+                        p(a), p(b), p(out), batch, ra == 3 ? m * k : 0, rb == 3 ? k * n : 0,
+                        bias.defined() ? p(bias) : nullptr, o.relu);
+      });
+      return out;
+    }
     run("matmul", [&] {
       api_->gemm(gpu_, stream_, o.transpose_a, o.transpose_b, m, n, k, f(a), f(b), f(out), batch,
                  ra == 3 ? m * k : 0, rb == 3 ? k * n : 0, bias.defined() ? f(bias) : nullptr,
@@ -398,18 +425,35 @@ class GpuKernels final : public DeviceKernels {
     p.pad_h = g.pad_t, p.pad_w = g.pad_l, p.groups = g.groups;
     return p;
   }
-  // Row-major C[m, n] = op(A)·op(B) (+ bias) on this device's stream, float32.
+  // Row-major C[m, n] = op(A)·op(B) (+ bias) on this device's stream, in
+  // float32 or in one half type throughout (float32 accumulation).
   void gemm(const char* op, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
             const Tensor& a, const Tensor& b, Tensor& c, const Tensor& bias) {
+    LOCKSTEP_CHECK_AS(DeviceError,
+                      b.dtype() == a.dtype() && c.dtype() == a.dtype() &&
+                          (!bias.defined() || bias.dtype() == a.dtype()),
+                      op, " on ", current_device().name(), ": operands of one dtype expected, got ",
+                      a.dtype(), " and ", b.dtype());
     run(op, [&] {
-      api_->gemm(gpu_, stream_, ta, tb, m, n, k, f(a), f(b), f(c), 1, 0, 0,
-                 bias.defined() ? f(bias) : nullptr, false, tensor_float_32_execution_enabled());
+      if (is_half(a)) {
+        api_->gemm_half(gpu_, stream_, type_of(a.dtype()), ta, tb, m, n, k, p(a), p(b), p(c), 1, 0,
+                        0, bias.defined() ? p(bias) : nullptr, false);
+      } else {
+        api_->gemm(gpu_, stream_, ta, tb, m, n, k, f(a), f(b), f(c), 1, 0, 0,
+                   bias.defined() ? f(bias) : nullptr, false, tensor_float_32_execution_enabled());
+      }
     });
   }
   Tensor conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias_in,
                 const ConvGeometry& g) override {
     const ConvPath how = path(g);
-    Tensor out = Tensor::empty({g.n, g.oh, g.ow, g.oc});
+    if (is_half(x_in) && how != ConvPath::kMatmul) {
+      // Widened: the float32 convolution and bias, the output rounded once.
+      return cast(conv2d(wide(on_current_device(x_in)), wide(on_current_device(kernel_in)),
+                         wide(on_current_device(bias_in)), g),
+                  x_in.dtype());
+    }
+    Tensor out = Tensor::empty({g.n, g.oh, g.ow, g.oc}, x_in.dtype());
     if (out.numel() == 0) return out;
     const Tensor bias = bias_in.defined() ? on_current_device(bias_in) : Tensor();
     if (how == ConvPath::kMatmul) {
@@ -436,9 +480,12 @@ class GpuKernels final : public DeviceKernels {
                               const ConvGeometry& g) override {
     const Tensor dy = on_current_device(dy_in);
     const ConvPath how = path(g);
+    if (is_half(dy) && how != ConvPath::kMatmul)
+      return cast(conv2d_backward_data(wide(dy), wide(on_current_device(kernel_in)), g),
+                  dy.dtype());
     if (how != ConvPath::kCudnn) {
       const Tensor kernel = on_current_device(kernel_in);
-      Tensor dx = Tensor::empty({g.n, g.h, g.w, g.c});
+      Tensor dx = Tensor::empty({g.n, g.h, g.w, g.c}, dy.dtype());
       if (dx.numel() == 0) return dx;
       if (how == ConvPath::kMatmul) {
         // dx[pixels, c] = dy[pixels, oc] · kernel[c, oc]ᵀ
@@ -467,9 +514,11 @@ class GpuKernels final : public DeviceKernels {
                                 const ConvGeometry& g) override {
     const Tensor dy = on_current_device(dy_in);
     const ConvPath how = path(g);
+    if (is_half(dy) && how != ConvPath::kMatmul)
+      return cast(conv2d_backward_kernel(wide(on_current_device(x_in)), wide(dy), g), dy.dtype());
     if (how != ConvPath::kCudnn) {
       const Tensor x = on_current_device(x_in);
-      Tensor dkernel = Tensor::empty({g.kh, g.kw, g.c / g.groups, g.oc});
+      Tensor dkernel = Tensor::empty({g.kh, g.kw, g.c / g.groups, g.oc}, dy.dtype());
       if (dkernel.numel() == 0) return dkernel;
       if (how == ConvPath::kMatmul) {
         // dkernel[c, oc] = x[pixels, c]ᵀ · dy[pixels, oc]
@@ -627,6 +676,7 @@ class GpuKernels final : public DeviceKernels {
   }
   Tensor relu_general(const Tensor& x_in, float slope, float top, float threshold) override {
     const Tensor x = on_current_device(x_in);
+    if (is_half(x)) return cast(relu_general(wide(x), slope, top, threshold), x.dtype());
     Tensor out = Tensor::empty(x.shape());
     if (x.numel() == 0) return out;
     run("relu",
@@ -636,6 +686,10 @@ class GpuKernels final : public DeviceKernels {
   Tensor relu_general_grad(const Tensor& g_in, const Tensor& y_in, float slope,
                            float top) override {
     const Tensor g = on_current_device(g_in), y = on_current_device(y_in);
+    if (is_half(y)) {  // the CPU's: g rounded to y's type first, dx in y's type
+      const Tensor gh = g.dtype() == y.dtype() ? g : cast(g, y.dtype());
+      return cast(relu_general_grad(wide(gh), wide(y), slope, top), y.dtype());
+    }
     Tensor dx = Tensor::empty(y.shape());
     if (y.numel() == 0) return dx;
     run("relu's gradient",
@@ -655,11 +709,12 @@ class GpuKernels final : public DeviceKernels {
       mean = on_current_device(mean);
       variance = on_current_device(variance);
     }
-    Tensor y = Tensor::empty(x.shape());
+    // x and y in x's type (float32, bfloat16 or float16), the statistics float32.
+    Tensor y = Tensor::empty(x.shape(), x.dtype());
     if (x.numel() == 0) return y;
     run("batch_norm", [&] {
-      api_->batch_norm(stream_, f(x), f(y), rows, c, f(gamma), f(beta), f(mean), f(variance),
-                       batch_stats, epsilon, bottom, top);
+      api_->batch_norm(stream_, floating(x), p(x), p(y), rows, c, f(gamma), f(beta), f(mean),
+                       f(variance), batch_stats, epsilon, bottom, top);
     });
     return y;
   }
@@ -672,12 +727,18 @@ class GpuKernels final : public DeviceKernels {
                  gamma = on_current_device(gamma_in), mean = on_current_device(mean_in),
                  variance = on_current_device(variance_in);
     const Tensor z = z_in.defined() ? on_current_device(z_in) : Tensor();
+    // The CPU's rule: the upstream gradient in x's type (rounded when x is
+    // bfloat16 or float16), x, z and dx in that type; dγ, dβ float32.
+    const Tensor gx = g.dtype() == x.dtype() ? g : cast(g, x.dtype());
+    LOCKSTEP_CHECK_AS(DeviceError, !z.defined() || z.dtype() == x.dtype(),
+                      "batch_norm's gradient: the output is ", z.dtype(), " but x is ", x.dtype());
     const std::int64_t c = x.shape()[x.rank() - 1], rows = c == 0 ? 0 : x.numel() / c;
-    Tensor dx = Tensor::empty(x.shape()), dgamma = Tensor::empty({c}), dbeta = Tensor::empty({c});
+    Tensor dx = Tensor::empty(x.shape(), x.dtype()), dgamma = Tensor::empty({c}),
+           dbeta = Tensor::empty({c});
     run("batch_norm's gradient", [&] {
-      api_->batch_norm_backward(stream_, f(x), z.defined() ? f(z) : nullptr, f(g), rows, c,
-                                f(gamma), f(mean), f(variance), batch_stats, epsilon, bottom, top,
-                                f(dx), f(dgamma), f(dbeta));
+      api_->batch_norm_backward(stream_, floating(x), p(x), z.defined() ? p(z) : nullptr, p(gx),
+                                rows, c, f(gamma), f(mean), f(variance), batch_stats, epsilon,
+                                bottom, top, p(dx), f(dgamma), f(dbeta));
     });
     return {dx, dgamma, dbeta};
   }
@@ -699,6 +760,44 @@ class GpuKernels final : public DeviceKernels {
     run("transpose", [&] {
       api_->transpose(stream_, static_cast<int>(dtype_size(x.dtype())), x.rank(), out_dims.data(),
                       strides.data(), p(x), p(out));
+    });
+    return out;
+  }
+  Tensor resize(const Tensor& images_in, const ResizePlan& r) override {
+    const Tensor images = on_current_device(images_in);
+    LOCKSTEP_CHECK_AS(DeviceError,
+                      images.dtype() == DType::kFloat32 || images.dtype() == DType::kUInt8,
+                      "image::resize on ", current_device().name(),
+                      ": expected float32 or uint8 images, got ", images.dtype());
+    Tensor out =
+        Tensor::empty({r.n, r.oh, r.ow, r.c}, r.bilinear ? DType::kFloat32 : images.dtype());
+    if (out.numel() == 0) return out;
+    // The host's tables on the device (a few KB).
+    auto table = [](const auto& v) {
+      return v.empty() ? Tensor() : on_current_device(Tensor::from_vector(v));
+    };
+    const Tensor y_lo = table(r.y_lower), y_hi = table(r.y_upper), y_l = table(r.y_lerp),
+                 x_lo = table(r.x_lower), x_hi = table(r.x_upper), x_l = table(r.x_lerp);
+    auto i64 = [](const Tensor& t) {
+      return t.defined() ? static_cast<const std::int64_t*>(p(t)) : nullptr;
+    };
+    auto f32 = [](const Tensor& t) { return t.defined() ? f(t) : nullptr; };
+    run("image::resize", [&] {
+      api_->resize(stream_, type_of(images.dtype()), p(images), p(out), r.n, r.h, r.w, r.c, r.oh,
+                   r.ow, r.bilinear, i64(y_lo), i64(y_hi), f32(y_l), i64(x_lo), i64(x_hi),
+                   f32(x_l));
+    });
+    return out;
+  }
+  Tensor affine_transform(const Tensor& images_in, const Tensor& transforms_in,
+                          const AffineGeometry& g) override {
+    const Tensor images = on_current_device(images_in),
+                 transforms = on_current_device(transforms_in);
+    Tensor out = Tensor::empty(images.shape());
+    if (out.numel() == 0) return out;
+    run("image::affine_transform", [&] {
+      api_->affine_transform(stream_, f(images), f(out), f(transforms), g.rows, g.n, g.h, g.w, g.c,
+                             g.fill, g.bilinear, g.fill_value);
     });
     return out;
   }
@@ -734,7 +833,26 @@ class GpuKernels final : public DeviceKernels {
     guarded(current_device(), op, std::forward<F>(fn));
   }
   static void* p(const Tensor& t) { return device_pointer(t); }
-  static float* f(const Tensor& t) { return static_cast<float*>(device_pointer(t)); }
+  // A float32 kernel's operand. Anything else reaching one is an op that
+  // forgot to widen it: an error, never its bytes read as floats.
+  static float* f(const Tensor& t) {
+    LOCKSTEP_CHECK_AS(DeviceError, t.dtype() == DType::kFloat32, "a ", t.dtype(),
+                      " tensor reached a float32-only GPU kernel on ", current_device().name(),
+                      " (internal: the op should have widened it to float32)");
+    return static_cast<float*>(device_pointer(t));
+  }
+  // A float kernel's element type: float32, bfloat16 or float16, else an error.
+  static Type floating(const Tensor& t) {
+    LOCKSTEP_CHECK_AS(DeviceError, is_floating(t.dtype()), "a ", t.dtype(),
+                      " tensor reached a floating-point GPU kernel on ", current_device().name());
+    return type_of(t.dtype());
+  }
+  static bool is_half(const Tensor& t) {
+    return t.defined() && (t.dtype() == DType::kBFloat16 || t.dtype() == DType::kFloat16);
+  }
+  // A bfloat16 or float16 tensor widened to float32 on this device (exact),
+  // for the kernels that have no half-type version; others as they are.
+  Tensor wide(const Tensor& t) { return is_half(t) ? cast(t, DType::kFloat32) : t; }
 
   GpuApi* api_;
   int gpu_;

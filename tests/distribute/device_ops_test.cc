@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -413,6 +414,198 @@ TEST(DeviceOps, ShapeIndexAndCastOpsMatchCpu) {
       IndexError);
 }
 
+// `f` forward on the CPU and on the device, bit for bit.
+void expect_same_bits(const std::string& name, const Fn& f, const std::vector<Tensor>& inputs) {
+  const std::vector<float> want = f(inputs).to_vector<float>();
+  std::vector<float> got;
+  {
+    DeviceScope on(dev(), {.pin_thread = false});
+    std::vector<Tensor> moved;
+    for (const Tensor& x : inputs) moved.push_back(x.copy_to(dev()));
+    got = f(moved).cpu().to_vector<float>();
+  }
+  ASSERT_EQ(want.size(), got.size()) << name;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(want[i]), std::bit_cast<std::uint32_t>(got[i]))
+        << name << " element " << i << ": " << want[i] << " on the CPU, " << got[i]
+        << " on the device";
+}
+
+// bfloat16 and float16 operands (mixed precision) on the device against the
+// CPU, each op between casts from and to float32 so that both gradients flow
+// back through them. On a GPU the elementwise ops run on the half types
+// themselves — float32 arithmetic, one rounding — so their results are the
+// CPU's bits; matmul runs cuBLAS's half-type product (float32 accumulation
+// in its own order: within one rounding of the half type); the rest widen
+// to float32 on the device, as the CPU emulates them.
+TEST(DeviceOps, HalfTypeOpsMatchCpu) {
+  std::mt19937 rng(21);
+  for (const DType h : {DType::kBFloat16, DType::kFloat16}) {
+    const std::string in = std::string(" in ") + std::string(dtype_name(h));
+    // One rounding of h, relative: 8 significant bits, or 11.
+    const double ulp = h == DType::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
+    const auto half = [h](const Tensor& t) { return cast(t, h); };
+    const auto back = [](const Tensor& t) { return cast(t, DType::kFloat32); };
+    const Tensor a = random_tensor({6, 5}, rng), b = random_tensor({5}, rng, 0.5f, 2.0f);
+    const std::vector<std::pair<std::string, Fn>> exact_binary = {
+        {"add", [&](const auto& x) { return back(add(half(x[0]), half(x[1]))); }},
+        {"sub", [&](const auto& x) { return back(sub(half(x[0]), half(x[1]))); }},
+        {"mul", [&](const auto& x) { return back(mul(half(x[0]), half(x[1]))); }},
+        {"div", [&](const auto& x) { return back(div(half(x[0]), half(x[1]))); }},
+        {"maximum", [&](const auto& x) { return back(maximum(half(x[0]), half(x[1]))); }},
+        {"where",
+         [&](const auto& x) {
+           const Tensor p = half(x[0]), q = half(x[1]);
+           return back(where(less(p, q), p, q));
+         }},
+    };
+    const std::vector<std::pair<std::string, Fn>> exact_unary = {
+        {"neg", [&](const auto& x) { return back(neg(half(x[0]))); }},
+        {"abs", [&](const auto& x) { return back(abs(half(x[0]))); }},
+        {"square", [&](const auto& x) { return back(square(half(x[0]))); }},
+        {"relu", [&](const auto& x) { return back(relu(half(x[0]))); }},
+        {"relu6", [&](const auto& x) { return back(relu(half(x[0]), {.max_value = 0.5f})); }},
+        {"clip", [&](const auto& x) { return back(clip(half(x[0]), -0.5f, 0.25f)); }},
+    };
+    for (const auto& [ops, inputs] : {std::make_pair(&exact_binary, std::vector<Tensor>{a, b}),
+                                      std::make_pair(&exact_unary, std::vector<Tensor>{a})}) {
+      for (const auto& [name, f] : *ops) {
+        expect_same_bits(name + in, f, inputs);
+        check_op(name + in, f, inputs, ulp);
+      }
+    }
+    check_op("greater" + in, [&](const auto& x) { return greater(half(x[0]), half(x[1])); },
+             {a, b});
+    check_op(
+        "sigmoid" + in, [&](const auto& x) { return back(sigmoid(half(x[0]))); }, {a}, ulp);
+    check_op(
+        "tanh" + in, [&](const auto& x) { return back(tanh(half(x[0]))); }, {a}, ulp);
+    check_op(
+        "sum" + in, [&](const auto& x) { return back(sum(half(x[0]), {.axes = {0}})); }, {a}, ulp);
+    check_op(
+        "softmax" + in, [&](const auto& x) { return softmax(half(x[0]), -1); }, {a}, ulp);
+
+    const Tensor w = random_tensor({5, 4}, rng), bias = random_tensor({4}, rng);
+    check_op(
+        "matmul" + in, [&](const auto& x) { return back(matmul(half(x[0]), half(x[1]))); }, {a, w},
+        ulp);
+    check_op(
+        "matmul with a bias and relu" + in,
+        [&](const auto& x) {
+          return back(matmul(half(x[0]), half(x[1]), half(x[2]), {.relu = true}));
+        },
+        {a, w, bias}, ulp);
+    check_op(
+        "matmul, a half operand beside a float32 one" + in,
+        [&](const auto& x) { return back(matmul(half(x[0]), x[1])); }, {a, w}, ulp);
+    check_op(
+        "matmul transposed" + in,
+        [&](const auto& x) {
+          return back(matmul(half(x[0]), half(x[1]), {.transpose_a = true, .transpose_b = true}));
+        },
+        {random_tensor({5, 6}, rng), random_tensor({4, 5}, rng)}, ulp);
+    check_op(
+        "batched matmul" + in, [&](const auto& x) { return back(matmul(half(x[0]), half(x[1]))); },
+        {random_tensor({2, 3, 5}, rng), random_tensor({5, 4}, rng)}, ulp);
+
+    const Tensor images = random_tensor({2, 6, 6, 3}, rng);
+    const Tensor gamma = random_tensor({3}, rng, 0.5f, 1.5f), beta = random_tensor({3}, rng);
+    check_op(
+        "batch_norm" + in,
+        [&](const auto& x) { return back(batch_norm_training(half(x[0]), x[1], x[2], 1e-3f).y); },
+        {images, gamma, beta}, ulp);
+    check_op(
+        "batch_norm_relu" + in,
+        [&](const auto& x) {
+          return back(batch_norm_relu_training(half(x[0]), x[1], x[2], 1e-3f, 6.0f).y);
+        },
+        {images, gamma, beta}, ulp);
+    check_op(
+        "conv2d" + in,
+        [&](const auto& x) {
+          return back(conv2d(half(x[0]), half(x[1]), half(x[2]), {.padding = Padding::kSame}));
+        },
+        {images, random_tensor({3, 3, 3, 4}, rng), random_tensor({4}, rng)}, 2 * ulp);
+    check_op(
+        "pointwise conv2d" + in,
+        [&](const auto& x) { return back(conv2d(half(x[0]), half(x[1]), half(x[2]))); },
+        {images, random_tensor({1, 1, 3, 4}, rng), random_tensor({4}, rng)}, ulp);
+    check_op(
+        "depthwise conv2d" + in,
+        [&](const auto& x) {
+          return back(conv2d(half(x[0]), half(x[1]), Tensor(),
+                             {.strides = {2, 2}, .padding = Padding::kSame, .groups = 3}));
+        },
+        {images, random_tensor({3, 3, 1, 3}, rng)}, 2 * ulp);
+    check_op(
+        "max_pool2d" + in, [&](const auto& x) { return back(max_pool2d(half(x[0]))); }, {images},
+        ulp);
+  }
+}
+
+// The image ops on the device against the CPU: forwards bit for bit (the
+// same expressions in the same order, no fused multiply-adds on either),
+// gradients (worked out on the host for a GPU) within float32 rounding.
+TEST(DeviceOps, ImageOpsMatchCpu) {
+  std::mt19937 rng(23);
+  const Tensor images = random_tensor({2, 7, 9, 3}, rng);
+  std::vector<std::uint8_t> pixels(static_cast<std::size_t>(images.numel()));
+  for (std::uint8_t& v : pixels) v = static_cast<std::uint8_t>(rng() % 256);
+  const Tensor bytes = Tensor::from_vector(pixels, images.shape());
+  for (const char* how : {"bilinear", "nearest"}) {
+    for (const std::array<std::int64_t, 2> size :
+         {std::array<std::int64_t, 2>{4, 5}, std::array<std::int64_t, 2>{13, 16}}) {
+      const std::string what = std::string("resize ") + how + " to " + std::to_string(size[0]) +
+                               "x" + std::to_string(size[1]);
+      const Fn f = [=](const auto& x) { return image::resize(x[0], size, {.interpolation = how}); };
+      expect_same_bits(what, f, {images});
+      expect_same_bits(what + " of uint8 images", f, {bytes});
+      check_op(what, f, {images});
+    }
+  }
+  // A rotation about the centre for one image; a shear, scale and
+  // projective row for the other — points land outside on every side.
+  const float c = std::cos(0.6f), s = std::sin(0.6f);
+  const Tensor transforms = Tensor::from_vector<float>(
+      {c, -s, 4.0f - 4.0f * c + 3.0f * s, s, c, 3.0f - 4.0f * s - 3.0f * c, 0.0f, 0.0f,  //
+       1.3f, 0.4f, -2.5f, -0.2f, 0.8f, 2.0f, 0.02f, -0.03f},
+      {2, 8});
+  for (const char* fill : {"constant", "reflect", "wrap", "nearest"}) {
+    for (const char* how : {"bilinear", "nearest"}) {
+      const std::string what = std::string("affine_transform ") + how + ", fill " + fill;
+      const Fn f = [=](const auto& x) {
+        return image::affine_transform(
+            x[0], transforms, {.interpolation = how, .fill_mode = fill, .fill_value = 0.5f});
+      };
+      expect_same_bits(what, f, {images});
+      check_op(what, f, {images});
+    }
+  }
+}
+
+// Keras's augmentation layers on the device, as on the CPU: the same draws
+// (made on the host), the same flipped and rotated images, bit for bit.
+TEST(DeviceOps, AugmentationLayersRunOnTheDeviceAsOnTheCpu) {
+  std::mt19937 rng(24);
+  const Tensor images = random_tensor({6, 12, 10, 3}, rng);
+  auto augment = [&](Device& d) {
+    DeviceScope on(d, {.pin_thread = false});
+    layers::RandomFlip flip("horizontal_and_vertical", {.seed = 3});
+    layers::RandomRotation rotate(0.2, {.seed = 4});
+    layers::RandomRotation turn_constant(0.3, {.fill_mode = "constant", .seed = 5});
+    const Tensor x = images.copy_to(d);
+    return turn_constant(rotate(flip(x, {.training = true}), {.training = true}),
+                         {.training = true})
+        .cpu()
+        .to_vector<float>();
+  };
+  const std::vector<float> want = augment(*logical_devices()[0]), got = augment(dev());
+  ASSERT_EQ(want.size(), got.size());
+  for (std::size_t i = 0; i < want.size(); ++i)
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(want[i]), std::bit_cast<std::uint32_t>(got[i]))
+        << "element " << i;
+}
+
 TEST(DeviceOps, HostCodeGetsAClearErrorNotACrash) {
   DeviceScope on(dev(), {.pin_thread = false});
   const Tensor t = Tensor::ones({3});
@@ -585,6 +778,59 @@ TEST(DeviceOps, SmallCnnTrainsOnTheDeviceAsOnTheCpu) {
   };
   testing_support::expect_close(fit(OneDeviceStrategy(*logical_devices()[0])),
                                 fit(OneDeviceStrategy(dev())), 1e-4, "small CNN, device vs CPU");
+}
+
+// The seed MLP and the small CNN under Keras's mixed policies train on the
+// device as on the CPU: float32 master weights, half-type activations, and
+// under mixed_float16 the LossScaleOptimizer compile wraps the optimizer in.
+// SGD with a large step, so that the weights move by far more than the
+// tolerance (the matmuls' sums run in another order on a GPU: results
+// within a rounding of the half type, step by step).
+TEST(DeviceOps, MixedPrecisionTrainsOnTheDeviceAsOnTheCpu) {
+  std::mt19937 rng(12);
+  const Tensor x = random_tensor({256, 784}, rng, 0.0f, 1.0f);
+  const Tensor images = random_tensor({64, 28, 28, 1}, rng, 0.0f, 1.0f);
+  std::vector<std::uint8_t> labels(256);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::uint8_t>(i * 7 % 10);
+  const Tensor y = Tensor::from_vector(labels);
+  const Tensor image_labels = slice(y, {0}, {64});
+  // The global policy back to float32 however the loop ends.
+  struct Policy {
+    explicit Policy(const char* name) { mixed_precision::set_global_policy(name); }
+    ~Policy() { mixed_precision::set_global_policy("float32"); }
+    Policy(const Policy&) = delete;
+    Policy& operator=(const Policy&) = delete;
+  };
+  for (const char* policy : {"mixed_bfloat16", "mixed_float16"}) {
+    const Policy scope(policy);
+    const double tol = std::string(policy) == "mixed_bfloat16" ? 5e-3 : 1e-3;
+    auto fit = [&](const distribute::Strategy& strategy, bool cnn) {
+      Model model;
+      {
+        auto scope = strategy.scope();
+        set_random_seed(7);
+        model = cnn ? zoo::small_cnn() : zoo::seed_mlp();
+        model.compile({.optimizer = optimizers::SGD({.learning_rate = 0.5}),
+                       .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+      }
+      const auto initial = testing_support::weights(model);
+      model.fit(cnn ? images : x, cnn ? image_labels : y,
+                {.batch_size = 32, .epochs = 2, .verbose = 0, .shuffle = false});
+      return std::make_pair(initial, testing_support::weights(model));
+    };
+    for (const bool cnn : {false, true}) {
+      const std::string what = std::string(cnn ? "small CNN" : "seed MLP") + " under " + policy;
+      const auto cpu = fit(OneDeviceStrategy(*logical_devices()[0]), cnn);
+      const auto on_device = fit(OneDeviceStrategy(dev()), cnn);
+      double moved = 0;
+      for (std::size_t i = 0; i < cpu.first.size(); ++i)
+        for (std::size_t j = 0; j < cpu.first[i].size(); ++j)
+          moved =
+              std::max(moved, std::abs(static_cast<double>(cpu.second[i][j]) - cpu.first[i][j]));
+      EXPECT_GT(moved, 5 * tol) << what << ": the steps must move the weights";
+      testing_support::expect_close(cpu.second, on_device.second, tol, what + ", device vs CPU");
+    }
+  }
 }
 
 // One training-mode forward and backward of MobileNetV2 on the device and on

@@ -75,6 +75,10 @@ enum class Map2Kind {
 
 enum class ReduceKind { kSum, kMean, kMax, kMin };
 
+// The op families a device may run natively on bfloat16 or float16 operands
+// (tensor/ops/bf16.h's native_half).
+enum class HalfOp { kMatmul, kConv, kPool };
+
 // One step of an update rule that has a device kernel, with the numbers the
 // CPU's loop uses (optim/optimizers.cc), so both give the same bits:
 //   kSgd:      var -= lr·g
@@ -105,6 +109,26 @@ struct PoolGeometry {
   std::int64_t n = 0, h = 0, w = 0, c = 0, kh = 0, kw = 0, sh = 1, sw = 1;
   std::int64_t pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0, oh = 0, ow = 0;
   bool max = true;
+};
+
+// image::resize's sampling, worked out on the host as the CPU's kernels use
+// it (half-pixel centres): for each output row and column its source rows
+// or columns and, for bilinear, its lerp weight. Offsets are in pixels.
+struct ResizePlan {
+  std::int64_t n = 0, h = 0, w = 0, c = 0, oh = 0, ow = 0;
+  bool bilinear = true;
+  std::vector<std::int64_t> y_lower{}, y_upper{}, x_lower{}, x_upper{};  // nearest: *_lower
+  std::vector<float> y_lerp{}, x_lerp{};                                 // bilinear only
+};
+
+// image::affine_transform's numbers: the batch, one transform row per image
+// (rows = n) or one for all (rows = 1), TensorFlow's fill mode (0 constant,
+// 1 reflect, 2 wrap, 3 nearest) and interpolation.
+struct AffineGeometry {
+  std::int64_t n = 0, h = 0, w = 0, c = 0, rows = 1;
+  int fill = 0;
+  bool bilinear = true;
+  float fill_value = 0.0f;
 };
 
 // A copy from the host to a device that travels ahead of its use (the input
@@ -143,6 +167,10 @@ class DeviceKernels {
   // True when this backend's kernels may read `other`'s memory directly
   // (two logical GPUs of one GPU; the fake devices, all host memory).
   virtual bool shares_memory_with(const DeviceKernels& other) const { return this == &other; }
+  // Whether `op` runs here on `half` operands natively: kernels that read
+  // and write `half` and accumulate in float32. Else the op widens its
+  // operands to float32 and rounds its result once (tensor/ops/bf16.h).
+  virtual bool takes_half(HalfOp /*op*/, DType /*half*/) const { return false; }
 
   // Memory. `device` is this backend's; pointers are its memory or the host's.
   virtual void copy_from_host(Device& device, void* dst, const void* src, std::size_t bytes) = 0;
@@ -219,6 +247,13 @@ class DeviceKernels {
   // moving · momentum + value · (1 − momentum), float32 (ops.h's moving_average).
   virtual Tensor moving_average(const Tensor& moving, const Tensor& value, float momentum);
   virtual Tensor transpose(const Tensor& x, const std::vector<int>& perm);
+  // image::resize's forward: float32 or uint8 images [n, h, w, c]; bilinear
+  // gives float32, nearest the images' dtype.
+  virtual Tensor resize(const Tensor& images, const ResizePlan& plan);
+  // image::affine_transform's forward: float32 images [n, h, w, c],
+  // transforms [rows, 8].
+  virtual Tensor affine_transform(const Tensor& images, const Tensor& transforms,
+                                  const AffineGeometry& g);
   // One optimizer step on `n` float32 values: value, gradient, slots (m, v).
   virtual void apply_update(const DeviceUpdate& update, float* value, const float* grad,
                             const std::vector<float*>& slots, std::int64_t n);

@@ -379,11 +379,11 @@ BatchNormResult bn_relu_training_bf16(const Tensor& x, const Tensor& gamma, cons
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// Training-mode batch norm clipped to [bottom, top] on a GPU, float32.
+// Training-mode batch norm clipped to [bottom, top] on a GPU (float32 or
+// bfloat16 x; statistics in float32).
 BatchNormResult bn_on_device(detail::DeviceKernels& k, const Tensor& x, const Tensor& gamma,
                              const Tensor& beta, float epsilon, float bottom, float top,
                              const char* op) {
-  if (x.dtype() != DType::kFloat32) detail::no_device_kernel("batch_norm of bfloat16");
   BatchNormResult r;
   r.y = k.batch_norm(x, gamma, beta, r.mean, r.variance, true, epsilon, bottom, top);
   if (detail::should_record({x, gamma, beta})) {

@@ -32,6 +32,7 @@
 #include <initializer_list>
 
 #include "lockstep/core/error.h"
+#include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
 #include "tensor/backend/onednn/onednn.h"
 
@@ -57,11 +58,23 @@ inline bool any_half(std::initializer_list<const Tensor*> tensors) {
   return half_dtype(tensors) != DType::kFloat32;
 }
 
-// Whether a bfloat16 op runs on native kernels here (else it is emulated).
-// float16 is emulated on every CPU (oneDNN 2.6 has no float16 primitives for
-// the CPUs it runs on here).
+// Whether a bfloat16 op runs on native kernels on this CPU (else it is
+// emulated). float16 is emulated on every CPU (oneDNN 2.6 has no float16
+// primitives for the CPUs it runs on here).
 inline bool native_bf16() { return backend::onednn::native_bfloat16(); }
-inline bool native_half(DType half) { return half == DType::kBFloat16 && native_bf16(); }
+
+// Whether the current device runs `op` natively on `half` operands: on an
+// accelerator with kernels of its own (a GPU), what its kernels take
+// (DeviceKernels::takes_half: cuBLAS's matmul in either type); elsewhere —
+// a CPU, or the fake accelerator, which runs the CPU's kernels — the CPU's
+// rule. The host's CPU never decides for a GPU: a GPU beside an
+// avx512_bf16 host would otherwise be handed bfloat16 convolutions it has
+// no kernel for.
+inline bool native_half(DType half, HalfOp op) {
+  if (DeviceKernels* k = current_device().kernels(); k != nullptr && !k->runs_host_kernels())
+    return k->takes_half(op, half);
+  return half == DType::kBFloat16 && native_bf16();
+}
 
 inline Tensor widen(const Tensor& t) {
   return t.defined() && (t.dtype() == DType::kBFloat16 || t.dtype() == DType::kFloat16)
@@ -72,11 +85,12 @@ inline Tensor widen(const Tensor& t) {
 // A float32 result rounded to the operands' reduced type `half`.
 inline Tensor narrow(const Tensor& t, DType half) { return cast(t, half); }
 
-// An operand of a native bfloat16 kernel: float32 is rounded (a recorded
+// An operand of a native kernel in `half`: float32 is rounded (a recorded
 // cast, so its gradient comes back in float32).
-inline Tensor to_bf16(const Tensor& t) {
-  return t.defined() && t.dtype() == DType::kFloat32 ? cast(t, DType::kBFloat16) : t;
+inline Tensor to_half(const Tensor& t, DType half) {
+  return t.defined() && t.dtype() == DType::kFloat32 ? cast(t, half) : t;
 }
+inline Tensor to_bf16(const Tensor& t) { return to_half(t, DType::kBFloat16); }
 
 inline backend::onednn::Precision precision_of(const Tensor& t) {
   return t.dtype() == DType::kBFloat16 ? backend::onednn::Precision::kBFloat16

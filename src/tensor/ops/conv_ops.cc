@@ -155,20 +155,19 @@ void record_conv(const Tensor& x, const Tensor& kernel, const Tensor& bias, cons
 }
 
 // conv2d on a GPU: the adapter's kernels forward and backward (bias's
-// gradient: a sum over every output position).
+// gradient: a sum over every output position), in float32 or in one half
+// type (x, kernel and bias alike; the gradient rounded to it first).
 Tensor conv2d_on_device(detail::DeviceKernels& k, const Tensor& x, const Tensor& kernel,
                         const Tensor& bias, const backend::onednn::ConvShape& s) {
-  LOCKSTEP_CHECK_AS(DeviceError, x.dtype() == DType::kFloat32, "conv2d on ",
-                    current_device().name(), ": only float32 has a GPU kernel yet, got ",
-                    x.dtype());
   const detail::ConvGeometry geo = geometry(s);
   Tensor out = k.conv2d(x, kernel, bias, geo);
   const bool with_bias = bias.defined();
   const bool record =
       with_bias ? detail::should_record({x, kernel, bias}) : detail::should_record({x, kernel});
   if (!record) return out;
-  auto backward = [geo, x, kernel, with_bias](const Tensor& g) {
+  auto backward = [geo, x, kernel, with_bias](const Tensor& upstream) {
     const detail::OnDevice on;
+    const Tensor g = upstream.dtype() == x.dtype() ? upstream : cast(upstream, x.dtype());
     Tensor dx, dw, db;
     if (detail::needs_input_grad(0)) dx = on.kernels()->conv2d_backward_data(g, kernel, geo);
     if (detail::needs_input_grad(1)) dw = on.kernels()->conv2d_backward_kernel(x, g, geo);
@@ -221,11 +220,11 @@ Tensor pool(const Tensor& x, const Pool2DOptions& o, bool max, const char* op) {
 
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Conv2DOptions& o) {
   if (const DType h = detail::half_dtype({&x, &kernel, &bias}); h != DType::kFloat32) {
-    if (!detail::native_half(h))
+    if (!detail::native_half(h, detail::HalfOp::kConv))
       return detail::narrow(conv2d(detail::widen(x), detail::widen(kernel), detail::widen(bias), o),
                             h);
     if (x.dtype() != kernel.dtype() || (bias.defined() && bias.dtype() != x.dtype()))
-      return conv2d(detail::to_bf16(x), detail::to_bf16(kernel), detail::to_bf16(bias), o);
+      return conv2d(detail::to_half(x, h), detail::to_half(kernel, h), detail::to_half(bias, h), o);
   }
   const auto s = conv_shape(x, kernel, o);
   if (bias.defined()) {
@@ -373,7 +372,8 @@ bool native_half_pool(const Tensor& x, const Pool2DOptions& o) {
   const DType h = detail::half_dtype({&x});
   if (h == DType::kFloat32) return true;
   const auto stride = [&](int i) { return o.strides[i] > 0 ? o.strides[i] : o.pool_size[i]; };
-  return detail::native_half(h) && stride(0) >= o.pool_size[0] && stride(1) >= o.pool_size[1];
+  return detail::native_half(h, detail::HalfOp::kPool) && stride(0) >= o.pool_size[0] &&
+         stride(1) >= o.pool_size[1];
 }
 
 }  // namespace

@@ -160,7 +160,7 @@ Tensor map2(const Tensor& x, const Tensor& y, F f,
             std::optional<detail::Map2Kind> kind = std::nullopt) {
   const detail::OnDevice on;
   if (on.kernels()) {
-    if (kind && x.dtype() == DType::kFloat32 && y.dtype() == DType::kFloat32)
+    if (kind && is_floating(x.dtype()) && is_floating(y.dtype()))
       return on.kernels()->map2(*kind, x, y);
     detail::no_device_kernel("this op's gradient (a fused map)");
   }
@@ -548,7 +548,6 @@ Tensor relu(const Tensor& x, const ReluOptions& o) {
   const float top = o.max_value ? *o.max_value : std::numeric_limits<float>::infinity();
   const detail::OnDevice on;
   if (detail::DeviceKernels* k = on.kernels()) {
-    if (x.dtype() != DType::kFloat32) detail::no_device_kernel("relu of bfloat16 with a cap");
     Tensor out = k->relu_general(x, slope, top, threshold);
     if (detail::should_record({x})) {
       detail::record("relu", {x}, out, [out, slope, top](const Tensor& g) {
@@ -645,7 +644,6 @@ Tensor clip(const Tensor& x, float min_value, float max_value) {
   LOCKSTEP_CHECK(min_value <= max_value, "clip: min_value ", min_value,
                  " must not exceed max_value ", max_value);
   const detail::OnDevice on;
-  if (on.kernels() && x.dtype() != DType::kFloat32) detail::no_device_kernel("clip of bfloat16");
   if (on.kernels()) {
     Tensor out = on.kernels()->clip(x, min_value, max_value);
     if (detail::should_record({x})) {
@@ -711,8 +709,8 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
   const Shape shape = detail::broadcast_shapes(
       cond.shape(), detail::broadcast_shapes(x.shape(), y.shape(), "where"), "where");
   const detail::OnDevice on;
-  if (on.kernels() && x.dtype() != DType::kFloat32)
-    detail::no_device_kernel("where on values other than float32");
+  if (on.kernels() && !is_floating(x))
+    detail::no_device_kernel("where on values other than float32, bfloat16 or float16");
   Tensor out =
       on.kernels() ? on.kernels()->where(cond, x, y, shape) : Tensor::empty(shape, x.dtype());
   const auto plan = detail::make_broadcast_plan<3>(shape, {cond.shape(), x.shape(), y.shape()});

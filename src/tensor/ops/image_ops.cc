@@ -13,6 +13,13 @@
 //     the fill mode's mapping of it into the image (reflect, wrap, nearest
 //     clamp it; constant leaves it), then bilinear or nearest sampling in
 //     which each neighbour outside the image reads fill_value.
+//
+// On an accelerator: the fake one runs this file's loops as device code; a
+// GPU runs the forwards on its own kernels (DeviceKernels::resize and
+// affine_transform, with the sampling worked out here for resize) and the
+// gradients here, on the host, through explicit copies — their scatters have
+// no deterministic GPU kernel yet, and augmentation layers sit before the
+// model's first weights, where no gradient is asked for.
 #include "lockstep/tensor/image_ops.h"
 
 #include <algorithm>
@@ -20,8 +27,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/parallel.h"
 #include "lockstep/tensor/recording.h"
+#include "tensor/backend/image_sampling.h"
 
 namespace lockstep::image {
 namespace {
@@ -231,7 +240,8 @@ Tensor nearest_backward(const Tensor& g, const Dims& d, const Shape& in_shape,
 
 // ---- affine_transform ----
 
-enum class Fill { kConstant, kReflect, kWrap, kNearest };
+using backend::Fill;
+using backend::map_coordinate;
 
 Fill parse_fill(const std::string& mode) {
   if (mode == "constant") return Fill::kConstant;
@@ -249,60 +259,6 @@ bool parse_bilinear(const std::string& interpolation, const char* op) {
       op, ": unknown interpolation '", interpolation,
       "'; Lockstep has bilinear and nearest (TensorFlow's bicubic, area, "
       "lanczos3, lanczos5, gaussian and mitchellcubic are not implemented)");
-}
-
-// ImageProjectiveTransformV3's MapCoordinate: a coordinate outside [0, len - 1]
-// brought inside by the fill mode.
-float map_coordinate(float in, std::int64_t len, Fill fill) {
-  switch (fill) {
-    case Fill::kConstant:
-      return in;
-    case Fill::kNearest:
-      return std::clamp(in, 0.0f, static_cast<float>(len - 1));
-    case Fill::kReflect:
-      if (in < 0) {
-        if (len <= 1) {
-          in = 0;
-        } else {
-          const std::int64_t sz2 = 2 * len;
-          if (in < static_cast<float>(sz2)) {
-            in = static_cast<float>(sz2) *
-                     static_cast<float>(static_cast<std::int64_t>(-in / static_cast<float>(sz2))) +
-                 in;
-          }
-          in = (in < static_cast<float>(-len)) ? in + static_cast<float>(sz2) : -in - 1;
-        }
-      } else if (in > static_cast<float>(len - 1)) {
-        if (len <= 1) {
-          in = 0;
-        } else {
-          const std::int64_t sz2 = 2 * len;
-          in -= static_cast<float>(sz2) *
-                static_cast<float>(static_cast<std::int64_t>(in / static_cast<float>(sz2)));
-          if (in >= static_cast<float>(len)) in = static_cast<float>(sz2) - in - 1;
-        }
-      }
-      return std::clamp(in, 0.0f, static_cast<float>(len - 1));
-    case Fill::kWrap:
-      if (in < 0) {
-        if (len <= 1) {
-          in = 0;
-        } else {
-          const std::int64_t sz = len - 1;
-          in += static_cast<float>(len *
-                                   (static_cast<std::int64_t>(-in / static_cast<float>(sz)) + 1));
-        }
-      } else if (in > static_cast<float>(len - 1)) {
-        if (len <= 1) {
-          in = 0;
-        } else {
-          const std::int64_t sz = len - 1;
-          in -= static_cast<float>(len * static_cast<std::int64_t>(in / static_cast<float>(sz)));
-        }
-      }
-      return std::clamp(in, 0.0f, static_cast<float>(len - 1));
-  }
-  return in;
 }
 
 // Where output pixel (x, y) samples: the mapped point and its neighbours
@@ -420,6 +376,58 @@ Tensor affine_backward(const Tensor& g, const float* transforms, std::int64_t ro
   return grad;
 }
 
+// resize's sampling as a device's kernel takes it (DeviceKernels::resize).
+detail::ResizePlan plan_of(const Dims& d, const std::vector<Lerp>& ys,
+                           const std::vector<Lerp>& xs) {
+  detail::ResizePlan p{.n = d.n,
+                       .h = d.h,
+                       .w = d.w,
+                       .c = d.c,
+                       .oh = static_cast<std::int64_t>(ys.size()),
+                       .ow = static_cast<std::int64_t>(xs.size()),
+                       .bilinear = true};
+  for (const Lerp& y : ys) {
+    p.y_lower.push_back(y.lower);
+    p.y_upper.push_back(y.upper);
+    p.y_lerp.push_back(y.lerp);
+  }
+  for (const Lerp& x : xs) {
+    p.x_lower.push_back(x.lower);
+    p.x_upper.push_back(x.upper);
+    p.x_lerp.push_back(x.lerp);
+  }
+  return p;
+}
+detail::ResizePlan plan_of(const Dims& d, const std::vector<std::int64_t>& ys,
+                           const std::vector<std::int64_t>& xs) {
+  return {.n = d.n,
+          .h = d.h,
+          .w = d.w,
+          .c = d.c,
+          .oh = static_cast<std::int64_t>(ys.size()),
+          .ow = static_cast<std::int64_t>(xs.size()),
+          .bilinear = false,
+          .y_lower = ys,
+          .x_lower = xs};
+}
+
+// A gradient rule's result for an accelerator's tensor `g`: `rule` on host
+// copies of its inputs, the result copied back to g's device. Elsewhere
+// (the host, or the fake accelerator, which runs these loops as device
+// code) `rule` on g itself.
+template <typename Rule>
+Tensor gradient_on_host(const Tensor& g, Rule&& rule) {
+  const detail::OnDevice on;
+  if (!on.kernels()) return rule(g);
+  Device& device = g.device();
+  Tensor out;
+  {
+    DeviceScope host(host_device(), {.pin_thread = false});
+    out = rule(g.cpu());
+  }
+  return out.copy_to(device);
+}
+
 }  // namespace
 
 Tensor resize(const Tensor& images, std::array<std::int64_t, 2> size,
@@ -433,20 +441,28 @@ Tensor resize(const Tensor& images, std::array<std::int64_t, 2> size,
   LOCKSTEP_CHECK_AS(ShapeError, d.h > 0 && d.w > 0, "resize: images of shape ", images.shape(),
                     " have no pixels");
   const Shape out_shape = shape_like(images, size[0], size[1]);
+  const detail::OnDevice on;
   // One path for both methods: the forward for the images' dtype, and the
   // gradient rule (float32 images only) holding the same source indices.
   auto run = [&](const char* op, auto ys, auto xs, DType out_dtype, auto forward, auto backward) {
-    Tensor out = Tensor::empty(out_shape, out_dtype);
-    if (images.dtype() == DType::kUInt8) {
-      forward(images.data<std::uint8_t>(), out, ys, xs);
+    Tensor out;
+    if (detail::DeviceKernels* k = on.kernels()) {
+      out = reshape(k->resize(images, plan_of(d, ys, xs)), out_shape.to_vector());
     } else {
-      forward(images.data<float>(), out, ys, xs);
+      out = Tensor::empty(out_shape, out_dtype);
+      if (images.dtype() == DType::kUInt8) {
+        forward(images.data<std::uint8_t>(), out, ys, xs);
+      } else {
+        forward(images.data<float>(), out, ys, xs);
+      }
     }
     if (images.dtype() == DType::kFloat32 && detail::should_record({images})) {
-      detail::record(
-          op, {images}, out,
-          [d, in_shape = images.shape(), ys = std::move(ys), xs = std::move(xs),
-           backward](const Tensor& g) { return Grads{backward(g, d, in_shape, ys, xs)}; });
+      detail::record(op, {images}, out,
+                     [d, in_shape = images.shape(), ys = std::move(ys), xs = std::move(xs),
+                      backward](const Tensor& g) {
+                       return Grads{gradient_on_host(
+                           g, [&](const Tensor& gh) { return backward(gh, d, in_shape, ys, xs); })};
+                     });
     }
     return out;
   };
@@ -488,15 +504,31 @@ Tensor affine_transform(const Tensor& images, const Tensor& transforms,
   LOCKSTEP_CHECK_AS(ShapeError, ok,
                     "affine_transform: expected transforms of shape [8], [1, 8] or [", d.n,
                     ", 8] (one per image), got shape ", transforms.shape());
-  Tensor out = Tensor::empty(images.shape());
-  affine_forward(images.data<float>(), out.data<float>(), transforms.data<float>(), rows, d, fill,
-                 bilinear, options.fill_value);
+  const detail::OnDevice on;
+  Tensor out;
+  if (detail::DeviceKernels* k = on.kernels()) {
+    out = k->affine_transform(images, transforms,
+                              {.n = d.n,
+                               .h = d.h,
+                               .w = d.w,
+                               .c = d.c,
+                               .rows = rows,
+                               .fill = static_cast<int>(fill),
+                               .bilinear = bilinear,
+                               .fill_value = options.fill_value});
+  } else {
+    out = Tensor::empty(images.shape());
+    affine_forward(images.data<float>(), out.data<float>(), transforms.data<float>(), rows, d, fill,
+                   bilinear, options.fill_value);
+  }
   if (detail::should_record({images})) {
     detail::record(
         "affine_transform", {images}, out,
         [d, rows, fill, bilinear, in_shape = images.shape(), transforms](const Tensor& g) {
-          return Grads{
-              affine_backward(g, transforms.data<float>(), rows, d, in_shape, fill, bilinear)};
+          return Grads{gradient_on_host(g, [&](const Tensor& gh) {
+            const Tensor t = gh.device().host_accessible() ? transforms.cpu() : transforms;
+            return affine_backward(gh, t.data<float>(), rows, d, in_shape, fill, bilinear);
+          })};
         });
   }
   return out;

@@ -111,9 +111,10 @@ Grads matmul_grads(const Tensor& g, const Tensor& a, const Tensor& b, const Matm
 
 Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
   if (const DType h = detail::half_dtype({&a, &b}); h != DType::kFloat32) {
-    if (!detail::native_half(h))
+    if (!detail::native_half(h, detail::HalfOp::kMatmul))
       return detail::narrow(matmul(detail::widen(a), detail::widen(b), options), h);
-    if (a.dtype() != b.dtype()) return matmul(detail::to_bf16(a), detail::to_bf16(b), options);
+    if (a.dtype() != b.dtype())
+      return matmul(detail::to_half(a, h), detail::to_half(b, h), options);
   }
   Tensor out = matmul_impl(a, b, nullptr, options);
   if (detail::should_record({a, b})) {
@@ -130,11 +131,12 @@ Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
 
 Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const MatmulOptions& options) {
   if (const DType h = detail::half_dtype({&a, &b, &bias}); h != DType::kFloat32) {
-    if (!detail::native_half(h))
+    if (!detail::native_half(h, detail::HalfOp::kMatmul))
       return detail::narrow(
           matmul(detail::widen(a), detail::widen(b), detail::widen(bias), options), h);
     if (a.dtype() != b.dtype() || a.dtype() != bias.dtype())
-      return matmul(detail::to_bf16(a), detail::to_bf16(b), detail::to_bf16(bias), options);
+      return matmul(detail::to_half(a, h), detail::to_half(b, h), detail::to_half(bias, h),
+                    options);
   }
   Tensor out = matmul_impl(a, b, &bias, options);
   if (detail::should_record({a, b, bias})) {

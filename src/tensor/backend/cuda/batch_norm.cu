@@ -4,9 +4,14 @@
 // a = γ/√(σ² + ε) and b = β − μ·a worked out in float64 per channel, and the
 // gradient from Σdy and Σdy·(x − μ). Deterministic: each sum runs over
 // chunks of rows whose size depends on `rows` alone, and the chunks' sums are
-// added in order — no atomics.
+// added in order — no atomics. x, y and the gradients come in float32,
+// bfloat16 or float16 (mixed precision: widened as they are loaded, rounded
+// once as they are stored, as the CPU's bfloat16 loops); γ, β and the
+// statistics are float32 always.
 #include <cstdint>
+#include <stdexcept>
 
+#include "tensor/backend/cuda/half.cuh"
 #include "tensor/backend/cuda/kernels.h"
 
 namespace lockstep::backend::cuda {
@@ -34,30 +39,33 @@ __device__ inline float clamp(float v, float bottom, float top) {
 }
 
 // dy = dz where bottom < z < top (z null: no clip).
-__device__ inline float masked(const float* z, const float* dz, std::int64_t i, float bottom,
-                               float top) {
-  if (z == nullptr) return dz[i];
-  const float v = z[i];
-  return v > bottom && v < top ? dz[i] : 0.0f;
+template <typename T>
+__device__ inline float masked(const T* z, const T* dz, std::int64_t i, float bottom, float top) {
+  if (z == nullptr) return load(dz[i]);
+  const float v = load(z[i]);
+  return v > bottom && v < top ? load(dz[i]) : 0.0f;
 }
 
 // Two sums per channel: the moments' Σx and Σx², or the gradient's Σdy and
 // Σdy·(x − μ).
+template <typename T>
 struct MomentTerms {
-  const float* x;
+  const T* x;
   __device__ void operator()(std::int64_t i, std::int64_t, double& a, double& b) const {
-    const double v = x[i];
+    const double v = load(x[i]);
     a += v;
     b += v * v;
   }
 };
+template <typename T>
 struct GradTerms {
-  const float *x, *z, *dz, *mean;
+  const T *x, *z, *dz;
+  const float* mean;
   float bottom, top;
   __device__ void operator()(std::int64_t i, std::int64_t j, double& a, double& b) const {
     const float dy = masked(z, dz, i, bottom, top);
     a += dy;
-    b += static_cast<double>(dy * (x[i] - mean[j]));
+    b += static_cast<double>(dy * (load(x[i]) - mean[j]));
   }
 };
 
@@ -160,24 +168,25 @@ __global__ void coefficients_kernel(const float* gamma, const float* beta, const
 
 // Elementwise passes index with I: 32-bit where the tensor allows (a 64-bit
 // remainder per element costs as much as the pass's memory traffic).
-template <typename I>
-__global__ void normalize_kernel(const float* x, float* y, I n, I c, const float* coef,
-                                 float bottom, float top) {
+template <typename T, typename I>
+__global__ void normalize_kernel(const T* x, T* y, I n, I c, const float* coef, float bottom,
+                                 float top) {
   for (I i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const I j = i % c;
-    y[i] = clamp(coef[j] * x[i] + coef[c + j], bottom, top);
+    y[i] = store<T>(clamp(coef[j] * load(x[i]) + coef[c + j], bottom, top));
   }
 }
 
-template <typename I>
-__global__ void grad_dx_kernel(const float* x, const float* z, const float* dz, float* dx, I n, I c,
+template <typename T, typename I>
+__global__ void grad_dx_kernel(const T* x, const T* z, const T* dz, T* dx, I n, I c,
                                const float* mean, float bottom, float top, bool batch_stats,
                                const float* coef) {
   for (I i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const I j = i % c;
     const float dy = masked(z, dz, i, bottom, top);
-    dx[i] = batch_stats ? coef[j] * dy + coef[c + j] * (x[i] - mean[j]) + coef[2 * c + j]
-                        : coef[j] * dy;
+    dx[i] =
+        store<T>(batch_stats ? coef[j] * dy + coef[c + j] * (load(x[i]) - mean[j]) + coef[2 * c + j]
+                             : coef[j] * dy);
   }
 }
 
@@ -194,16 +203,27 @@ void column_sums(cudaStream_t s, std::int64_t rows, std::int64_t c, Terms terms,
 // 32-bit indices while i + the grid's stride cannot wrap.
 constexpr std::int64_t kMax32 = 0xefffffffLL;
 
-}  // namespace
+// f.template operator()<T>() for the element types batch norm's data take.
+template <typename F>
+void visit_float(Type type, F&& f) {
+  visit(type, [&]<typename T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, Bf16> || std::is_same_v<T, F16>) {
+      f.template operator()<T>();
+    } else {
+      throw std::runtime_error("batch norm takes float32, bfloat16 or float16 data");
+    }
+  });
+}
 
-void launch_batch_norm(cudaStream_t s, const float* x, float* y, std::int64_t rows, std::int64_t c,
-                       const float* gamma, const float* beta, float* mean, float* variance,
-                       bool batch_stats, float epsilon, float bottom, float top) {
+template <typename T>
+void batch_norm(cudaStream_t s, const T* x, T* y, std::int64_t rows, std::int64_t c,
+                const float* gamma, const float* beta, float* mean, float* variance,
+                bool batch_stats, float epsilon, float bottom, float top) {
   if (batch_stats) {
     const std::int64_t chunk = chunk_rows(rows), chunks = (rows + chunk - 1) / chunk;
     const Scratch partial(s, static_cast<std::size_t>(chunks * 2 * c) * sizeof(double),
                           "batch norm's partial sums");
-    column_sums(s, rows, c, MomentTerms{x},
+    column_sums(s, rows, c, MomentTerms<T>{x},
                 MomentsFinish{static_cast<double>(rows), mean, variance}, partial.as<double>(),
                 chunk, chunks);
     check_launch("batch norm's moments");
@@ -214,21 +234,21 @@ void launch_batch_norm(cudaStream_t s, const float* x, float* y, std::int64_t ro
                                                          coef.as<float>());
   const std::int64_t n = rows * c;
   if (n <= kMax32) {
-    normalize_kernel<std::uint32_t><<<blocks_for(n), kThreads, 0, s>>>(
+    normalize_kernel<T, std::uint32_t><<<blocks_for(n), kThreads, 0, s>>>(
         x, y, static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(c), coef.as<float>(),
         bottom, top);
   } else {
-    normalize_kernel<std::int64_t>
+    normalize_kernel<T, std::int64_t>
         <<<blocks_for(n), kThreads, 0, s>>>(x, y, n, c, coef.as<float>(), bottom, top);
   }
   check_launch("batch norm");
 }
 
-void launch_batch_norm_backward(cudaStream_t s, const float* x, const float* z, const float* dz,
-                                std::int64_t rows, std::int64_t c, const float* gamma,
-                                const float* mean, const float* variance, bool batch_stats,
-                                float epsilon, float bottom, float top, float* dx, float* dgamma,
-                                float* dbeta) {
+template <typename T>
+void batch_norm_backward(cudaStream_t s, const T* x, const T* z, const T* dz, std::int64_t rows,
+                         std::int64_t c, const float* gamma, const float* mean,
+                         const float* variance, bool batch_stats, float epsilon, float bottom,
+                         float top, T* dx, float* dgamma, float* dbeta) {
   const std::int64_t chunk = chunk_rows(rows), chunks = (rows + chunk - 1) / chunk;
   const Scratch partial(
       s, static_cast<std::size_t>((chunks > 0 ? chunks : 1) * 2 * c) * sizeof(double),
@@ -236,7 +256,7 @@ void launch_batch_norm_backward(cudaStream_t s, const float* x, const float* z, 
   const Scratch coef(s, static_cast<std::size_t>(3 * c) * sizeof(float),
                      "batch norm's gradient coefficients");
   if (chunks > 0) {
-    column_sums(s, rows, c, GradTerms{x, z, dz, mean, bottom, top},
+    column_sums(s, rows, c, GradTerms<T>{x, z, dz, mean, bottom, top},
                 GradFinish{static_cast<double>(rows), gamma, variance, epsilon, batch_stats, c,
                            dgamma, dbeta, coef.as<float>()},
                 partial.as<double>(), chunk, chunks);
@@ -246,14 +266,37 @@ void launch_batch_norm_backward(cudaStream_t s, const float* x, const float* z, 
   }
   const std::int64_t n = rows * c;
   if (n <= kMax32) {
-    grad_dx_kernel<std::uint32_t><<<blocks_for(n), kThreads, 0, s>>>(
+    grad_dx_kernel<T, std::uint32_t><<<blocks_for(n), kThreads, 0, s>>>(
         x, z, dz, dx, static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(c), mean, bottom,
         top, batch_stats, coef.as<float>());
   } else {
-    grad_dx_kernel<std::int64_t><<<blocks_for(n), kThreads, 0, s>>>(
+    grad_dx_kernel<T, std::int64_t><<<blocks_for(n), kThreads, 0, s>>>(
         x, z, dz, dx, n, c, mean, bottom, top, batch_stats, coef.as<float>());
   }
   check_launch("batch norm's gradient");
+}
+
+}  // namespace
+
+void launch_batch_norm(cudaStream_t s, Type type, const void* x, void* y, std::int64_t rows,
+                       std::int64_t c, const float* gamma, const float* beta, float* mean,
+                       float* variance, bool batch_stats, float epsilon, float bottom, float top) {
+  visit_float(type, [&]<typename T>() {
+    batch_norm(s, static_cast<const T*>(x), static_cast<T*>(y), rows, c, gamma, beta, mean,
+               variance, batch_stats, epsilon, bottom, top);
+  });
+}
+
+void launch_batch_norm_backward(cudaStream_t s, Type type, const void* x, const void* z,
+                                const void* dz, std::int64_t rows, std::int64_t c,
+                                const float* gamma, const float* mean, const float* variance,
+                                bool batch_stats, float epsilon, float bottom, float top, void* dx,
+                                float* dgamma, float* dbeta) {
+  visit_float(type, [&]<typename T>() {
+    batch_norm_backward(s, static_cast<const T*>(x), static_cast<const T*>(z),
+                        static_cast<const T*>(dz), rows, c, gamma, mean, variance, batch_stats,
+                        epsilon, bottom, top, static_cast<T*>(dx), dgamma, dbeta);
+  });
 }
 
 }  // namespace lockstep::backend::cuda

@@ -15,7 +15,7 @@
 
 namespace lockstep::backend::cuda {
 
-constexpr int kApiVersion = 6;
+constexpr int kApiVersion = 7;
 constexpr int kMaxRank = 8;
 // The largest depthwise window (kh · kw) our own depthwise kernels take;
 // larger ones go to cuDNN.
@@ -123,6 +123,13 @@ class GpuApi {
                     std::int64_t k, const float* a, const float* b, float* c, std::int64_t batch,
                     std::int64_t stride_a, std::int64_t stride_b, const float* bias, bool relu,
                     bool tf32) = 0;
+  // The same product of bfloat16 or float16 (`type`) a and b, accumulated in
+  // float32; bias (null, or `type`) and relu added in float32, c rounded to
+  // `type` once.
+  virtual void gemm_half(int gpu, void* stream, Type type, bool ta, bool tb, std::int64_t m,
+                         std::int64_t n, std::int64_t k, const void* a, const void* b, void* c,
+                         std::int64_t batch, std::int64_t stride_a, std::int64_t stride_b,
+                         const void* bias, bool relu) = 0;
   // cuDNN's deterministic algorithms only, float32 without TF32.
   virtual void conv_forward(int gpu, void* stream, const ConvParams& p, const float* x,
                             const float* filter, float* y) = 0;
@@ -179,19 +186,37 @@ class GpuApi {
                                 const std::int64_t* starts, const std::int64_t* targets,
                                 std::int64_t unique, float* out, std::int64_t outer, std::int64_t n,
                                 std::int64_t m, std::int64_t inner) = 0;
-  // Batch normalisation over the rows of [rows, c] (batch_norm.cu). With
-  // `batch_stats`, mean and variance (biased) are computed first, from float64
-  // sums in an order fixed by `rows` alone; else they are given. Then
-  // y = clip(a·x + b, bottom, top) with a = γ/√(σ² + ε), b = β − μ·a.
-  virtual void batch_norm(void* stream, const float* x, float* y, std::int64_t rows, std::int64_t c,
-                          const float* gamma, const float* beta, float* mean, float* variance,
-                          bool batch_stats, float epsilon, float bottom, float top) = 0;
-  // Its gradient; dy = dz where bottom < z < top (z the output; null: no clip).
-  virtual void batch_norm_backward(void* stream, const float* x, const float* z, const float* dz,
-                                   std::int64_t rows, std::int64_t c, const float* gamma,
-                                   const float* mean, const float* variance, bool batch_stats,
-                                   float epsilon, float bottom, float top, float* dx, float* dgamma,
-                                   float* dbeta) = 0;
+  // Batch normalisation over the rows of [rows, c] (batch_norm.cu), x and y
+  // of `type` (float32, bfloat16 or float16: widened as loaded, y rounded
+  // once), the rest float32. With `batch_stats`, mean and variance (biased)
+  // are computed first, from float64 sums in an order fixed by `rows` alone;
+  // else they are given. Then y = clip(a·x + b, bottom, top) with
+  // a = γ/√(σ² + ε), b = β − μ·a.
+  virtual void batch_norm(void* stream, Type type, const void* x, void* y, std::int64_t rows,
+                          std::int64_t c, const float* gamma, const float* beta, float* mean,
+                          float* variance, bool batch_stats, float epsilon, float bottom,
+                          float top) = 0;
+  // Its gradient (x, z, dz and dx of `type`); dy = dz where bottom < z < top
+  // (z the output; null: no clip).
+  virtual void batch_norm_backward(void* stream, Type type, const void* x, const void* z,
+                                   const void* dz, std::int64_t rows, std::int64_t c,
+                                   const float* gamma, const float* mean, const float* variance,
+                                   bool batch_stats, float epsilon, float bottom, float top,
+                                   void* dx, float* dgamma, float* dbeta) = 0;
+  // image::resize's forward (image.cu): [n, h, w, c] float32 or uint8
+  // (`type`) to [n, oh, ow, c] — bilinear: float32, from the host's tables of
+  // source rows, columns and lerps (device arrays of oh and ow entries);
+  // nearest: `type`, rows y_lower and columns x_lower (the rest null).
+  virtual void resize(void* stream, Type type, const void* in, void* out, std::int64_t n,
+                      std::int64_t h, std::int64_t w, std::int64_t c, std::int64_t oh,
+                      std::int64_t ow, bool bilinear, const std::int64_t* y_lower,
+                      const std::int64_t* y_upper, const float* y_lerp, const std::int64_t* x_lower,
+                      const std::int64_t* x_upper, const float* x_lerp) = 0;
+  // image::affine_transform's forward (image.cu): float32 [n, h, w, c],
+  // transforms [rows, 8]; fill 0 constant, 1 reflect, 2 wrap, 3 nearest.
+  virtual void affine_transform(void* stream, const float* in, float* out, const float* transforms,
+                                std::int64_t rows, std::int64_t n, std::int64_t h, std::int64_t w,
+                                std::int64_t c, int fill, bool bilinear, float fill_value) = 0;
   // out = moving · momentum + value · one_minus (two products, one sum).
   virtual void moving_average(void* stream, const float* moving, const float* value, float* out,
                               std::int64_t n, float momentum, float one_minus) = 0;

@@ -6,92 +6,17 @@
 // (src/CMakeLists.txt), as the CPU's update loops are, so an update rule
 // gives the CPU's bits; sums and transcendental functions match the CPU's
 // within float32 rounding (docs/distribute.md, "GPUs").
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
+#include "tensor/backend/cuda/half.cuh"
 #include "tensor/backend/cuda/kernels.h"
 
 namespace lockstep::backend::cuda {
 namespace {
-
-// bfloat16 storage as Lockstep's (a uint16 with float32's top bits), rounded
-// to nearest even as the CPU's round_to_bf16.
-struct Bf16 {
-  std::uint16_t bits;
-};
-__device__ inline float bf16_to_float(Bf16 v) {
-  return __uint_as_float(static_cast<std::uint32_t>(v.bits) << 16);
-}
-__device__ inline Bf16 float_to_bf16(float f) {
-  const std::uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return Bf16{static_cast<std::uint16_t>((u >> 16) | 0x40)};
-  const std::uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
-  return Bf16{static_cast<std::uint16_t>(rounded >> 16)};
-}
-
-// float16 storage as Lockstep's (IEEE binary16 bits), converted by CUDA's
-// own rules (round to nearest even, as the CPU's round_to_f16).
-struct F16 {
-  std::uint16_t bits;
-};
-__host__ __device__ inline float f16_to_float(F16 v) {
-  return __half2float(__ushort_as_half(v.bits));
-}
-__host__ __device__ inline F16 float_to_f16(float f) {
-  return F16{__half_as_ushort(__float2half_rn(f))};
-}
-
-template <typename D, typename S>
-__device__ inline D convert(S v) {
-  if constexpr (std::is_same_v<S, Bf16>) {
-    return convert<D>(bf16_to_float(v));
-  } else if constexpr (std::is_same_v<S, F16>) {
-    return convert<D>(f16_to_float(v));
-  } else if constexpr (std::is_same_v<D, Bf16>) {
-    return float_to_bf16(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<D, F16>) {
-    return float_to_f16(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<D, bool>) {
-    return v != S{};
-  } else {
-    return static_cast<D>(v);
-  }
-}
-
-// Calls f.template operator()<T>() for a Type.
-template <typename F>
-void visit(Type t, F&& f) {
-  switch (t) {
-    case Type::kFloat32:
-      f.template operator()<float>();
-      return;
-    case Type::kInt32:
-      f.template operator()<std::int32_t>();
-      return;
-    case Type::kInt64:
-      f.template operator()<std::int64_t>();
-      return;
-    case Type::kUInt8:
-      f.template operator()<std::uint8_t>();
-      return;
-    case Type::kBool:
-      f.template operator()<bool>();
-      return;
-    case Type::kBf16:
-      f.template operator()<Bf16>();
-      return;
-    case Type::kF16:
-      f.template operator()<F16>();
-      return;
-  }
-  throw std::runtime_error("unknown element type");
-}
 
 template <typename T>
 __global__ void fill_kernel(T* out, std::int64_t n, T v) {
@@ -156,13 +81,15 @@ __device__ inline bool compare(int kind, T x, T y) {
 template <typename T>
 __global__ void binary_kernel(int kind, Broadcast b, const T* x, const T* y, void* out,
                               std::int64_t n) {
+  using C = typename Compute<T>::type;
   LOCKSTEP_FOR_EACH(i, n) {
     std::int64_t off[2];
     offsets<2>(b, i, off);
+    const C xv = convert<C>(x[off[0]]), yv = convert<C>(y[off[1]]);
     if (kind >= 7) {
-      static_cast<bool*>(out)[i] = compare(kind, x[off[0]], y[off[1]]);
+      static_cast<bool*>(out)[i] = compare(kind, xv, yv);
     } else {
-      static_cast<T*>(out)[i] = arith(kind, x[off[0]], y[off[1]]);
+      static_cast<T*>(out)[i] = convert<T>(arith(kind, xv, yv));
     }
   }
 }
@@ -210,7 +137,8 @@ __device__ inline T unary_op(int kind, T v) {
 
 template <typename T>
 __global__ void unary_kernel(int kind, const T* x, T* out, std::int64_t n) {
-  LOCKSTEP_FOR_EACH(i, n) out[i] = unary_op(kind, x[i]);
+  using C = typename Compute<T>::type;
+  LOCKSTEP_FOR_EACH(i, n) out[i] = convert<T>(unary_op(kind, convert<C>(x[i])));
 }
 
 __global__ void clip_kernel(const float* x, float* out, std::int64_t n, float lo, float hi) {
@@ -436,6 +364,20 @@ __global__ void bias_relu_kernel(float* c, const float* bias, std::int64_t total
   }
 }
 
+// A bfloat16 or float16 matmul's epilogue: its float32 product, the bias
+// (in the product's type) and the relu added in float32, then one rounding —
+// what the CPU's kernels do, native or emulated.
+template <typename T>
+__global__ void bias_relu_round_kernel(const float* c, const T* bias, T* out, std::int64_t total,
+                                       std::int64_t n, bool relu) {
+  LOCKSTEP_FOR_EACH(i, total) {
+    float v = c[i];
+    if (bias) v += convert<float>(bias[i % n]);
+    if (relu) v = v > 0.0f ? v : 0.0f;
+    out[i] = convert<T>(v);
+  }
+}
+
 // One thread per V-wide group of channels (float4 where the channel count
 // allows: 16-byte loads and stores), 32-bit indices where the tensor fits
 // them — a padded copy is pure memory traffic, and 64-bit divisions per
@@ -650,20 +592,16 @@ void launch_binary(cudaStream_t s, int kind, Type type, const Broadcast& b, cons
   std::int64_t n = 1;
   for (int d = 0; d < b.rank; ++d) n *= b.dims[d];
   visit(type, [&]<typename T>() {
-    if constexpr (std::is_same_v<T, Bf16> || std::is_same_v<T, F16>) {
-      throw std::runtime_error("bfloat16 and float16 elementwise ops have no GPU kernel yet");
-    } else {
-      binary_kernel<<<blocks_for(n), kThreads, 0, s>>>(kind, b, static_cast<const T*>(x),
-                                                       static_cast<const T*>(y), out, n);
-    }
+    binary_kernel<<<blocks_for(n), kThreads, 0, s>>>(kind, b, static_cast<const T*>(x),
+                                                     static_cast<const T*>(y), out, n);
   });
   check_launch("binary op");
 }
 
 void launch_unary(cudaStream_t s, int kind, Type type, const void* x, void* out, std::int64_t n) {
   visit(type, [&]<typename T>() {
-    if constexpr (std::is_same_v<T, Bf16> || std::is_same_v<T, F16> || std::is_same_v<T, bool>) {
-      throw std::runtime_error("this dtype has no GPU kernel for unary ops yet");
+    if constexpr (std::is_same_v<T, bool>) {
+      throw std::runtime_error("bool has no GPU kernel for unary ops");
     } else {
       unary_kernel<<<blocks_for(n), kThreads, 0, s>>>(kind, static_cast<const T*>(x),
                                                       static_cast<T*>(out), n);
@@ -738,6 +676,19 @@ void launch_bias_relu(cudaStream_t s, float* c, const float* bias, std::int64_t 
                       std::int64_t n, bool relu) {
   bias_relu_kernel<<<blocks_for(rows * n), kThreads, 0, s>>>(c, bias, rows * n, n, relu);
   check_launch("bias and relu");
+}
+
+void launch_bias_relu_round(cudaStream_t s, Type type, const float* c, const void* bias, void* out,
+                            std::int64_t rows, std::int64_t n, bool relu) {
+  visit(type, [&]<typename T>() {
+    if constexpr (std::is_same_v<T, Bf16> || std::is_same_v<T, F16>) {
+      bias_relu_round_kernel<<<blocks_for(rows * n), kThreads, 0, s>>>(
+          c, static_cast<const T*>(bias), static_cast<T*>(out), rows * n, n, relu);
+    } else {
+      throw std::runtime_error("a matmul's rounding epilogue takes bfloat16 or float16 only");
+    }
+  });
+  check_launch("matmul's bias, relu and rounding");
 }
 
 void launch_nhwc_window(cudaStream_t s, const float* src, std::int64_t n, std::int64_t sh,

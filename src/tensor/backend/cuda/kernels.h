@@ -76,6 +76,10 @@ void launch_softmax(cudaStream_t s, const float* x, float* log_out, float* prob_
                     std::int64_t outer, std::int64_t n, std::int64_t inner);
 void launch_bias_relu(cudaStream_t s, float* c, const float* bias, std::int64_t rows,
                       std::int64_t n, bool relu);
+// out (bfloat16 or float16: `type`) = round(c + bias, relu'd), c float32
+// [rows, n], bias null or `type` [n].
+void launch_bias_relu_round(cudaStream_t s, Type type, const float* c, const void* bias, void* out,
+                            std::int64_t rows, std::int64_t n, bool relu);
 void launch_nhwc_window(cudaStream_t s, const float* src, std::int64_t n, std::int64_t sh,
                         std::int64_t sw, std::int64_t c, float* dst, std::int64_t dh,
                         std::int64_t dw, std::int64_t off_h, std::int64_t off_w);
@@ -106,15 +110,24 @@ void launch_depthwise_backward_data(cudaStream_t s, const ConvParams& p, const f
                                     const float* f, float* dx);
 void launch_depthwise_backward_filter(cudaStream_t s, const ConvParams& p, const float* x,
                                       const float* dy, float* df);
-// batch_norm.cu
-void launch_batch_norm(cudaStream_t s, const float* x, float* y, std::int64_t rows, std::int64_t c,
-                       const float* gamma, const float* beta, float* mean, float* variance,
-                       bool batch_stats, float epsilon, float bottom, float top);
-void launch_batch_norm_backward(cudaStream_t s, const float* x, const float* z, const float* dz,
-                                std::int64_t rows, std::int64_t c, const float* gamma,
-                                const float* mean, const float* variance, bool batch_stats,
-                                float epsilon, float bottom, float top, float* dx, float* dgamma,
-                                float* dbeta);
+// image.cu
+void launch_resize(cudaStream_t s, Type type, const void* in, void* out, std::int64_t n,
+                   std::int64_t h, std::int64_t w, std::int64_t c, std::int64_t oh, std::int64_t ow,
+                   bool bilinear, const std::int64_t* y_lower, const std::int64_t* y_upper,
+                   const float* y_lerp, const std::int64_t* x_lower, const std::int64_t* x_upper,
+                   const float* x_lerp);
+void launch_affine_transform(cudaStream_t s, const float* in, float* out, const float* transforms,
+                             std::int64_t rows, std::int64_t n, std::int64_t h, std::int64_t w,
+                             std::int64_t c, int fill, bool bilinear, float fill_value);
+// batch_norm.cu: x, y, z, dz, dx of `type` (float32, bfloat16, float16).
+void launch_batch_norm(cudaStream_t s, Type type, const void* x, void* y, std::int64_t rows,
+                       std::int64_t c, const float* gamma, const float* beta, float* mean,
+                       float* variance, bool batch_stats, float epsilon, float bottom, float top);
+void launch_batch_norm_backward(cudaStream_t s, Type type, const void* x, const void* z,
+                                const void* dz, std::int64_t rows, std::int64_t c,
+                                const float* gamma, const float* mean, const float* variance,
+                                bool batch_stats, float epsilon, float bottom, float top, void* dx,
+                                float* dgamma, float* dbeta);
 void launch_moving_average(cudaStream_t s, const float* moving, const float* value, float* out,
                            std::int64_t n, float momentum, float one_minus);
 void launch_update(cudaStream_t s, const UpdateParams& p, float* value, const float* grad,

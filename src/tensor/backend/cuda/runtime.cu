@@ -263,6 +263,43 @@ class CudaApi final : public GpuApi {
     if (bias || relu) launch_bias_relu(s, c, bias, batch * m, n, relu);
   }
 
+  // bfloat16 or float16 operands on the tensor cores, float32 accumulation
+  // into a float32 product (cuBLAS's default math: the pedantic mode is a
+  // float32 setting), then the bias, the relu and one rounding.
+  void gemm_half(int gpu, void* stream, Type type, bool ta, bool tb, std::int64_t m, std::int64_t n,
+                 std::int64_t k, const void* a, const void* b, void* c, std::int64_t batch,
+                 std::int64_t stride_a, std::int64_t stride_b, const void* bias,
+                 bool relu) override {
+    cudaStream_t s = on(stream);
+    cublasHandle_t h = handle(gpu, as(stream));
+    check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    if (type != Type::kBf16 && type != Type::kF16)
+      throw std::runtime_error("gemm_half takes bfloat16 or float16 operands");
+    const cudaDataType_t t = type == Type::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const float one = 1.0f, zero = 0.0f;
+    const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const auto ldb = static_cast<int>(tb ? k : n);
+    const auto lda = static_cast<int>(ta ? m : k);
+    Scratch product(s, sizeof(float) * static_cast<std::size_t>(batch * m * n),
+                    "matmul's float32 product");
+    if (batch == 1) {
+      check_cublas(
+          cublasGemmEx(h, op_b, op_a, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+                       &one, b, t, ldb, a, t, lda, &zero, product.as<float>(), CUDA_R_32F,
+                       static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx");
+    } else {
+      check_cublas(cublasGemmStridedBatchedEx(
+                       h, op_b, op_a, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+                       &one, b, t, ldb, stride_b, a, t, lda, stride_a, &zero, product.as<float>(),
+                       CUDA_R_32F, static_cast<int>(n), m * n, static_cast<int>(batch),
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmStridedBatchedEx");
+    }
+    launch_bias_relu_round(s, type, product.as<float>(), bias, c, batch * m, n, relu);
+  }
+
   void conv_forward(int, void* stream, const ConvParams& p, const float* x, const float* filter,
                     float* y) override {
     cudnn_.conv_forward(on(stream), p, x, filter, y);
@@ -344,18 +381,33 @@ class CudaApi final : public GpuApi {
                         std::int64_t m, std::int64_t inner) override {
     launch_gather_rows_grad(on(stream), g, order, starts, targets, unique, out, outer, n, m, inner);
   }
-  void batch_norm(void* stream, const float* x, float* y, std::int64_t rows, std::int64_t c,
-                  const float* gamma, const float* beta, float* mean, float* variance,
-                  bool batch_stats, float epsilon, float bottom, float top) override {
-    launch_batch_norm(on(stream), x, y, rows, c, gamma, beta, mean, variance, batch_stats, epsilon,
-                      bottom, top);
+  void batch_norm(void* stream, Type type, const void* x, void* y, std::int64_t rows,
+                  std::int64_t c, const float* gamma, const float* beta, float* mean,
+                  float* variance, bool batch_stats, float epsilon, float bottom,
+                  float top) override {
+    launch_batch_norm(on(stream), type, x, y, rows, c, gamma, beta, mean, variance, batch_stats,
+                      epsilon, bottom, top);
   }
-  void batch_norm_backward(void* stream, const float* x, const float* z, const float* dz,
+  void batch_norm_backward(void* stream, Type type, const void* x, const void* z, const void* dz,
                            std::int64_t rows, std::int64_t c, const float* gamma, const float* mean,
                            const float* variance, bool batch_stats, float epsilon, float bottom,
-                           float top, float* dx, float* dgamma, float* dbeta) override {
-    launch_batch_norm_backward(on(stream), x, z, dz, rows, c, gamma, mean, variance, batch_stats,
-                               epsilon, bottom, top, dx, dgamma, dbeta);
+                           float top, void* dx, float* dgamma, float* dbeta) override {
+    launch_batch_norm_backward(on(stream), type, x, z, dz, rows, c, gamma, mean, variance,
+                               batch_stats, epsilon, bottom, top, dx, dgamma, dbeta);
+  }
+  void resize(void* stream, Type type, const void* in, void* out, std::int64_t n, std::int64_t h,
+              std::int64_t w, std::int64_t c, std::int64_t oh, std::int64_t ow, bool bilinear,
+              const std::int64_t* y_lower, const std::int64_t* y_upper, const float* y_lerp,
+              const std::int64_t* x_lower, const std::int64_t* x_upper,
+              const float* x_lerp) override {
+    launch_resize(on(stream), type, in, out, n, h, w, c, oh, ow, bilinear, y_lower, y_upper, y_lerp,
+                  x_lower, x_upper, x_lerp);
+  }
+  void affine_transform(void* stream, const float* in, float* out, const float* transforms,
+                        std::int64_t rows, std::int64_t n, std::int64_t h, std::int64_t w,
+                        std::int64_t c, int fill, bool bilinear, float fill_value) override {
+    launch_affine_transform(on(stream), in, out, transforms, rows, n, h, w, c, fill, bilinear,
+                            fill_value);
   }
   void sum_buffers(void* stream, const float* const* srcs, int count, float* dst,
                    std::int64_t n) override {
