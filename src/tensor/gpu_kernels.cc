@@ -199,9 +199,9 @@ class GpuKernels final : public DeviceKernels {
     return g != nullptr && g->api_ == api_ && g->gpu_ == gpu_;
   }
   // cuBLAS multiplies bfloat16 and float16 on the tensor cores: matmuls and
-  // the 1×1 convolutions that are matmuls run on the half types; the other
-  // convolutions widen them here (cuDNN's and our depthwise kernels' half
-  // paths are not written yet), and pooling at the op.
+  // the 1×1 convolutions that are matmuls run on the half types, as do our
+  // depthwise kernels; cuDNN's convolutions widen them here (its half-type
+  // path is not wired yet), and pooling is widened at the op.
   bool takes_half(HalfOp op, DType) const override {
     return op == HalfOp::kMatmul || op == HalfOp::kConv;
   }
@@ -447,7 +447,7 @@ class GpuKernels final : public DeviceKernels {
   Tensor conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias_in,
                 const ConvGeometry& g) override {
     const ConvPath how = path(g);
-    if (is_half(x_in) && how != ConvPath::kMatmul) {
+    if (is_half(x_in) && how == ConvPath::kCudnn) {
       // Widened: the float32 convolution and bias, the output rounded once.
       return cast(conv2d(wide(on_current_device(x_in)), wide(on_current_device(kernel_in)),
                          wide(on_current_device(bias_in)), g),
@@ -464,8 +464,10 @@ class GpuKernels final : public DeviceKernels {
     }
     if (how == ConvPath::kDepthwise) {
       const Tensor x = on_current_device(x_in), kernel = on_current_device(kernel_in);
-      run("conv2d",
-          [&] { api_->depthwise_forward(stream_, depthwise_params(g), f(x), f(kernel), f(out)); });
+      check_same_dtype("conv2d", x, kernel);
+      run("conv2d", [&] {
+        api_->depthwise_forward(stream_, floating(x), depthwise_params(g), p(x), p(kernel), p(out));
+      });
     } else {
       const Tensor x = padded_input(on_current_device(x_in), g);
       // HWIO (Keras's kernel) to cuDNN's [oc, kh, kw, c / groups].
@@ -480,7 +482,7 @@ class GpuKernels final : public DeviceKernels {
                               const ConvGeometry& g) override {
     const Tensor dy = on_current_device(dy_in);
     const ConvPath how = path(g);
-    if (is_half(dy) && how != ConvPath::kMatmul)
+    if (is_half(dy) && how == ConvPath::kCudnn)
       return cast(conv2d_backward_data(wide(dy), wide(on_current_device(kernel_in)), g),
                   dy.dtype());
     if (how != ConvPath::kCudnn) {
@@ -492,8 +494,10 @@ class GpuKernels final : public DeviceKernels {
         gemm("conv2d's input gradient", false, true, g.n * g.h * g.w, g.c, g.oc, dy, kernel, dx,
              Tensor());
       } else {
+        check_same_dtype("conv2d's input gradient", dy, kernel);
         run("conv2d's input gradient", [&] {
-          api_->depthwise_backward_data(stream_, depthwise_params(g), f(dy), f(kernel), f(dx));
+          api_->depthwise_backward_data(stream_, floating(dy), depthwise_params(g), p(dy),
+                                        p(kernel), p(dx));
         });
       }
       return dx;
@@ -514,7 +518,7 @@ class GpuKernels final : public DeviceKernels {
                                 const ConvGeometry& g) override {
     const Tensor dy = on_current_device(dy_in);
     const ConvPath how = path(g);
-    if (is_half(dy) && how != ConvPath::kMatmul)
+    if (is_half(dy) && how == ConvPath::kCudnn)
       return cast(conv2d_backward_kernel(wide(on_current_device(x_in)), wide(dy), g), dy.dtype());
     if (how != ConvPath::kCudnn) {
       const Tensor x = on_current_device(x_in);
@@ -525,8 +529,10 @@ class GpuKernels final : public DeviceKernels {
         gemm("conv2d's kernel gradient", true, false, g.c, g.oc, g.n * g.h * g.w, x, dy, dkernel,
              Tensor());
       } else {
+        check_same_dtype("conv2d's kernel gradient", x, dy);
         run("conv2d's kernel gradient", [&] {
-          api_->depthwise_backward_filter(stream_, depthwise_params(g), f(x), f(dy), f(dkernel));
+          api_->depthwise_backward_filter(stream_, floating(x), depthwise_params(g), p(x), p(dy),
+                                          p(dkernel));
         });
       }
       return dkernel;
@@ -846,6 +852,10 @@ class GpuKernels final : public DeviceKernels {
     LOCKSTEP_CHECK_AS(DeviceError, is_floating(t.dtype()), "a ", t.dtype(),
                       " tensor reached a floating-point GPU kernel on ", current_device().name());
     return type_of(t.dtype());
+  }
+  static void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+    LOCKSTEP_CHECK_AS(DeviceError, a.dtype() == b.dtype(), op, " on ", current_device().name(),
+                      ": operands of one dtype expected, got ", a.dtype(), " and ", b.dtype());
   }
   static bool is_half(const Tensor& t) {
     return t.defined() && (t.dtype() == DType::kBFloat16 || t.dtype() == DType::kFloat16);

@@ -538,6 +538,13 @@ TEST(DeviceOps, HalfTypeOpsMatchCpu) {
         },
         {images, random_tensor({3, 3, 1, 3}, rng)}, 2 * ulp);
     check_op(
+        "depthwise conv2d, four channels a thread" + in,
+        [&](const auto& x) {
+          return back(
+              conv2d(half(x[0]), half(x[1]), Tensor(), {.padding = Padding::kSame, .groups = 8}));
+        },
+        {random_tensor({2, 6, 6, 8}, rng), random_tensor({3, 3, 1, 8}, rng)}, 2 * ulp);
+    check_op(
         "max_pool2d" + in, [&](const auto& x) { return back(max_pool2d(half(x[0]))); }, {images},
         ulp);
   }

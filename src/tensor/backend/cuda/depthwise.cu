@@ -10,10 +10,15 @@
 // docs/benchmarks.md "GPUs"). A depthwise convolution does kh·kw
 // multiply-adds per value it reads: it is bound by memory, and these
 // kernels read each input from the cache once per tap at most.
+//
+// Data and kernels come in float32, bfloat16 or float16 (mixed precision):
+// loads widen to float32 (exact), the products and sums run in float32 as
+// for float32 data, and each result is rounded once to the data's type.
 #include <algorithm>
 #include <cstdint>
 #include <string>
 
+#include "tensor/backend/cuda/half.cuh"
 #include "tensor/backend/cuda/kernels.h"
 
 namespace lockstep::backend::cuda {
@@ -35,27 +40,51 @@ Shape<I> shape_of(const ConvParams& p) {
           static_cast<I>(p.pad_w)};
 }
 
-// W channels per thread: 4 (16-byte loads) when the multiplier is 1 and
-// the channels come in fours, else 1.
-template <int W>
-struct Vec;
-template <>
-struct Vec<1> {
-  using T = float;
-  __device__ static void fma(float* acc, T a, T b) { acc[0] += a * b; }
-  __device__ static T make(const float* acc) { return acc[0]; }
+// W channels per thread of element type T: 4 (one 16-byte load of float32,
+// 8 bytes of a half type) when the multiplier is 1 and the channels come in
+// fours, else 1. Loads widen to float32; stores round once.
+template <typename T, int W>
+struct Lanes;
+template <typename T>
+struct Lanes<T, 1> {
+  __device__ static void get(const T* p, float* v) { v[0] = load(*p); }
+  __device__ static void put(T* p, const float* v) { *p = store<T>(v[0]); }
 };
 template <>
-struct Vec<4> {
-  using T = float4;
-  __device__ static void fma(float* acc, T a, T b) {
-    acc[0] += a.x * b.x;
-    acc[1] += a.y * b.y;
-    acc[2] += a.z * b.z;
-    acc[3] += a.w * b.w;
+struct Lanes<float, 4> {
+  __device__ static void get(const float* p, float* v) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
   }
-  __device__ static T make(const float* acc) { return make_float4(acc[0], acc[1], acc[2], acc[3]); }
+  __device__ static void put(float* p, const float* v) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  }
 };
+template <typename T>  // bfloat16 or float16: four 16-bit values in 8 bytes
+struct Lanes<T, 4> {
+  __device__ static void get(const T* p, float* v) {
+    const uint2 a = *reinterpret_cast<const uint2*>(p);
+    v[0] = load(T{static_cast<std::uint16_t>(a.x & 0xffffu)});
+    v[1] = load(T{static_cast<std::uint16_t>(a.x >> 16)});
+    v[2] = load(T{static_cast<std::uint16_t>(a.y & 0xffffu)});
+    v[3] = load(T{static_cast<std::uint16_t>(a.y >> 16)});
+  }
+  __device__ static void put(T* p, const float* v) {
+    uint2 a;
+    a.x = static_cast<std::uint32_t>(store<T>(v[0]).bits) |
+          (static_cast<std::uint32_t>(store<T>(v[1]).bits) << 16);
+    a.y = static_cast<std::uint32_t>(store<T>(v[2]).bits) |
+          (static_cast<std::uint32_t>(store<T>(v[3]).bits) << 16);
+    *reinterpret_cast<uint2*>(p) = a;
+  }
+};
+
+// acc[e] += a[e] · b[e], each product rounded, then the sum (no FMA).
+template <int W>
+__device__ inline void multiply_add(float* acc, const float* a, const float* b) {
+#pragma unroll
+  for (int e = 0; e < W; ++e) acc[e] += a[e] * b[e];
+}
 
 // Element t of an NHWC tensor [n, height, width, groups · W] taken W
 // channels at a time: its first channel, column, row and image.
@@ -70,9 +99,8 @@ __device__ Place<I> place_of(I t, I groups, I width, I height) {
 }
 
 // y[b, r, q, o] = Σ_{i, j} x[b, r·sh − pt + i·dh, q·sw − pl + j·dw, o / mult] · f[i, j, 0, o]
-template <typename I, int W>
-__global__ void forward_kernel(const float* x, const float* f, float* y, Shape<I> s, I total) {
-  using V = typename Vec<W>::T;
+template <typename T, typename I, int W>
+__global__ void forward_kernel(const T* x, const T* f, T* y, Shape<I> s, I total) {
   const I groups = s.oc / W;
   for (I t = blockIdx.x * static_cast<I>(blockDim.x) + threadIdx.x; t < total;
        t += static_cast<I>(gridDim.x) * blockDim.x) {
@@ -86,11 +114,13 @@ __global__ void forward_kernel(const float* x, const float* f, float* y, Shape<I
       for (I j = 0; j < s.kw; ++j) {
         const I iw = q * s.sw - s.pl + j * s.dw;
         if (iw < 0 || iw >= s.w) continue;
-        Vec<W>::fma(acc, *reinterpret_cast<const V*>(x + ((b * s.h + ih) * s.w + iw) * s.c + ci),
-                    *reinterpret_cast<const V*>(f + (i * s.kw + j) * s.oc + o));
+        float a[W], k[W];
+        Lanes<T, W>::get(x + ((b * s.h + ih) * s.w + iw) * s.c + ci, a);
+        Lanes<T, W>::get(f + (i * s.kw + j) * s.oc + o, k);
+        multiply_add<W>(acc, a, k);
       }
     }
-    *reinterpret_cast<V*>(y + t * W) = Vec<W>::make(acc);
+    Lanes<T, W>::put(y + t * W, acc);
   }
 }
 
@@ -99,10 +129,8 @@ __global__ void forward_kernel(const float* x, const float* f, float* y, Shape<I
 // kUnit: strides of 1, where every tap's output position is whole (no
 // division by the stride: a quarter of the kernel's time in MobileNetV2,
 // whose depthwise layers mostly have stride 1).
-template <typename I, int W, bool kUnit>
-__global__ void backward_data_kernel(const float* dy, const float* f, float* dx, Shape<I> s,
-                                     I total) {
-  using V = typename Vec<W>::T;
+template <typename T, typename I, int W, bool kUnit>
+__global__ void backward_data_kernel(const T* dy, const T* f, T* dx, Shape<I> s, I total) {
   const I groups = s.c / W;
   for (I t = blockIdx.x * static_cast<I>(blockDim.x) + threadIdx.x; t < total;
        t += static_cast<I>(gridDim.x) * blockDim.x) {
@@ -119,15 +147,18 @@ __global__ void backward_data_kernel(const float* dy, const float* f, float* dx,
         if (tw < 0 || (!kUnit && tw % s.sw != 0)) continue;
         const I q = kUnit ? tw : tw / s.sw;
         if (q >= s.ow) continue;
-        const float* g = dy + ((b * s.oh + r) * s.ow + q) * s.oc;
-        const float* k = f + (i * s.kw + j) * s.oc;
+        const T* g = dy + ((b * s.oh + r) * s.ow + q) * s.oc;
+        const T* k = f + (i * s.kw + j) * s.oc;
         for (I m = 0; m < s.mult; ++m) {
           const I o = ch * s.mult + m;  // W == 4 only when mult == 1
-          Vec<W>::fma(acc, *reinterpret_cast<const V*>(g + o), *reinterpret_cast<const V*>(k + o));
+          float a[W], w[W];
+          Lanes<T, W>::get(g + o, a);
+          Lanes<T, W>::get(k + o, w);
+          multiply_add<W>(acc, a, w);
         }
       }
     }
-    *reinterpret_cast<V*>(dx + t * W) = Vec<W>::make(acc);
+    Lanes<T, W>::put(dx + t * W, acc);
   }
 }
 
@@ -140,8 +171,8 @@ constexpr int kLanes = 8;
 constexpr int kChannels = 32;
 constexpr int kChunk = 512;
 
-template <typename I, int kTaps>
-__global__ void filter_partial_kernel(const float* x, const float* dy, float* partial, Shape<I> s,
+template <typename T, typename I, int kTaps>
+__global__ void filter_partial_kernel(const T* x, const T* dy, float* partial, Shape<I> s,
                                       I positions) {
   __shared__ float sums[kLanes][kTaps][kChannels];
   const I o = blockIdx.y * static_cast<I>(kChannels) + threadIdx.x;
@@ -155,14 +186,14 @@ __global__ void filter_partial_kernel(const float* x, const float* dy, float* pa
     const I ci = o / s.mult;
     for (I p = begin + threadIdx.y; p < end; p += kLanes) {
       const I q = p % s.ow, r = p / s.ow % s.oh, b = p / (s.ow * s.oh);
-      const float g = dy[p * s.oc + o];
+      const float g = load(dy[p * s.oc + o]);
 #pragma unroll
       for (int k = 0; k < kTaps; ++k) {
         if (k >= taps) break;
         const I i = k / s.kw, j = k % s.kw;
         const I ih = r * s.sh - s.pt + i * s.dh, iw = q * s.sw - s.pl + j * s.dw;
         if (ih >= 0 && ih < s.h && iw >= 0 && iw < s.w)
-          acc[k] += g * x[((b * s.h + ih) * s.w + iw) * s.c + ci];
+          acc[k] += g * load(x[((b * s.h + ih) * s.w + iw) * s.c + ci]);
       }
     }
   }
@@ -185,8 +216,8 @@ __global__ void filter_partial_kernel(const float* x, const float* dy, float* pa
 constexpr int kLanes4 = 32;
 constexpr int kGroups4 = kChannels / 4;
 
-template <typename I>
-__global__ void filter_partial4_kernel(const float* x, const float* dy, float* partial, Shape<I> s,
+template <typename T, typename I>
+__global__ void filter_partial4_kernel(const T* x, const T* dy, float* partial, Shape<I> s,
                                        I positions) {
   __shared__ float sums[kLanes4][9][kChannels];
   const I o = (blockIdx.y * static_cast<I>(kGroups4) + threadIdx.x) * 4;
@@ -199,19 +230,17 @@ __global__ void filter_partial4_kernel(const float* x, const float* dy, float* p
   if (o < s.oc) {
     for (I p = begin + threadIdx.y; p < end; p += kLanes4) {
       const I q = p % s.ow, r = p / s.ow % s.oh, b = p / (s.ow * s.oh);
-      const float4 g = *reinterpret_cast<const float4*>(dy + p * s.oc + o);
+      float g[4];
+      Lanes<T, 4>::get(dy + p * s.oc + o, g);
 #pragma unroll
       for (int k = 0; k < 9; ++k) {
         if (k >= taps) break;
         const I i = k / s.kw, j = k % s.kw;
         const I ih = r * s.sh - s.pt + i * s.dh, iw = q * s.sw - s.pl + j * s.dw;
         if (ih >= 0 && ih < s.h && iw >= 0 && iw < s.w) {
-          const float4 v =
-              *reinterpret_cast<const float4*>(x + ((b * s.h + ih) * s.w + iw) * s.c + o);
-          acc[k][0] += g.x * v.x;
-          acc[k][1] += g.y * v.y;
-          acc[k][2] += g.z * v.z;
-          acc[k][3] += g.w * v.w;
+          float v[4];
+          Lanes<T, 4>::get(x + ((b * s.h + ih) * s.w + iw) * s.c + o, v);
+          multiply_add<4>(acc[k], g, v);
         }
       }
     }
@@ -234,12 +263,13 @@ __global__ void filter_partial4_kernel(const float* x, const float* dy, float* p
 }
 
 // Second stage: df[tap, o] = Σ over the chunks in order, in double.
-__global__ void filter_final_kernel(const float* partial, float* df, std::int64_t chunks,
+template <typename T>
+__global__ void filter_final_kernel(const float* partial, T* df, std::int64_t chunks,
                                     std::int64_t outputs) {
   LOCKSTEP_FOR_EACH(t, outputs) {
     double total = 0.0;
     for (std::int64_t chunk = 0; chunk < chunks; ++chunk) total += partial[chunk * outputs + t];
-    df[t] = static_cast<float>(total);
+    df[t] = store<T>(static_cast<float>(total));
   }
 }
 
@@ -258,57 +288,57 @@ bool four_wide(const ConvParams& p, const void* a, const void* b, const void* c)
   return p.oc == p.c && p.c % 4 == 0 && aligned(a, b, c);
 }
 
-template <typename I>
-void forward(cudaStream_t st, const ConvParams& p, const float* x, const float* f, float* y) {
+template <typename T, typename I>
+void forward(cudaStream_t st, const ConvParams& p, const T* x, const T* f, T* y) {
   const Shape<I> s = shape_of<I>(p);
   if (four_wide(p, x, f, y)) {
     const I total = s.n * s.oh * s.ow * s.oc / 4;
-    forward_kernel<I, 4><<<blocks_for(total), kThreads, 0, st>>>(x, f, y, s, total);
+    forward_kernel<T, I, 4><<<blocks_for(total), kThreads, 0, st>>>(x, f, y, s, total);
   } else {
     const I total = s.n * s.oh * s.ow * s.oc;
-    forward_kernel<I, 1><<<blocks_for(total), kThreads, 0, st>>>(x, f, y, s, total);
+    forward_kernel<T, I, 1><<<blocks_for(total), kThreads, 0, st>>>(x, f, y, s, total);
   }
   check_launch("depthwise convolution");
 }
 
-template <typename I>
-void backward_data(cudaStream_t st, const ConvParams& p, const float* dy, const float* f,
-                   float* dx) {
+template <typename T, typename I>
+void backward_data(cudaStream_t st, const ConvParams& p, const T* dy, const T* f, T* dx) {
   const Shape<I> s = shape_of<I>(p);
   const bool unit = p.sh == 1 && p.sw == 1;
   if (four_wide(p, dy, f, dx)) {
     const I total = s.n * s.h * s.w * s.c / 4;
     if (unit) {
-      backward_data_kernel<I, 4, true><<<blocks_for(total), kThreads, 0, st>>>(dy, f, dx, s, total);
+      backward_data_kernel<T, I, 4, true>
+          <<<blocks_for(total), kThreads, 0, st>>>(dy, f, dx, s, total);
     } else {
-      backward_data_kernel<I, 4, false>
+      backward_data_kernel<T, I, 4, false>
           <<<blocks_for(total), kThreads, 0, st>>>(dy, f, dx, s, total);
     }
   } else {
     const I total = s.n * s.h * s.w * s.c;
     if (unit) {
-      backward_data_kernel<I, 1, true><<<blocks_for(total), kThreads, 0, st>>>(dy, f, dx, s, total);
+      backward_data_kernel<T, I, 1, true>
+          <<<blocks_for(total), kThreads, 0, st>>>(dy, f, dx, s, total);
     } else {
-      backward_data_kernel<I, 1, false>
+      backward_data_kernel<T, I, 1, false>
           <<<blocks_for(total), kThreads, 0, st>>>(dy, f, dx, s, total);
     }
   }
   check_launch("depthwise convolution's input gradient");
 }
 
-template <typename I, int kTaps>
-void partial_sums(cudaStream_t st, const ConvParams& p, const float* x, const float* dy,
-                  float* partial, std::int64_t chunks) {
+template <typename T, typename I, int kTaps>
+void partial_sums(cudaStream_t st, const ConvParams& p, const T* x, const T* dy, float* partial,
+                  std::int64_t chunks) {
   const Shape<I> s = shape_of<I>(p);
   const dim3 grid(static_cast<unsigned>(chunks),
                   static_cast<unsigned>((p.oc + kChannels - 1) / kChannels));
-  filter_partial_kernel<I, kTaps>
+  filter_partial_kernel<T, I, kTaps>
       <<<grid, dim3(kChannels, kLanes), 0, st>>>(x, dy, partial, s, s.n * s.oh * s.ow);
 }
 
-template <typename I>
-void backward_filter(cudaStream_t st, const ConvParams& p, const float* x, const float* dy,
-                     float* df) {
+template <typename T, typename I>
+void backward_filter(cudaStream_t st, const ConvParams& p, const T* x, const T* dy, T* df) {
   const std::int64_t positions = p.n * p.oh * p.ow, taps = p.kh * p.kw;
   const std::int64_t chunks = (positions + kChunk - 1) / kChunk;
   if (chunks > 0x7fffffff) throw std::runtime_error("depthwise convolution: too many positions");
@@ -317,7 +347,7 @@ void backward_filter(cudaStream_t st, const ConvParams& p, const float* x, const
       st, static_cast<std::size_t>(std::max<std::int64_t>(chunks, 1) * outputs) * sizeof(float),
       "depthwise convolution's kernel gradient");
   if (chunks == 0) {
-    check(cudaMemsetAsync(df, 0, static_cast<std::size_t>(outputs) * sizeof(float), st),
+    check(cudaMemsetAsync(df, 0, static_cast<std::size_t>(outputs) * sizeof(T), st),
           "depthwise convolution's kernel gradient");
     return;
   }
@@ -326,17 +356,29 @@ void backward_filter(cudaStream_t st, const ConvParams& p, const float* x, const
     const Shape<I> s = shape_of<I>(p);
     const dim3 grid(static_cast<unsigned>(chunks),
                     static_cast<unsigned>((p.oc + kChannels - 1) / kChannels));
-    filter_partial4_kernel<I><<<grid, dim3(kGroups4, kLanes4), 0, st>>>(x, dy, partial.as<float>(),
-                                                                        s, s.n * s.oh * s.ow);
+    filter_partial4_kernel<T, I><<<grid, dim3(kGroups4, kLanes4), 0, st>>>(
+        x, dy, partial.as<float>(), s, s.n * s.oh * s.ow);
   } else if (taps <= 9) {
-    partial_sums<I, 9>(st, p, x, dy, partial.as<float>(), chunks);
+    partial_sums<T, I, 9>(st, p, x, dy, partial.as<float>(), chunks);
   } else {
-    partial_sums<I, 25>(st, p, x, dy, partial.as<float>(), chunks);
+    partial_sums<T, I, 25>(st, p, x, dy, partial.as<float>(), chunks);
   }
   check_launch("depthwise convolution's kernel gradient");
-  filter_final_kernel<<<blocks_for(outputs), kThreads, 0, st>>>(partial.as<float>(), df, chunks,
-                                                                outputs);
+  filter_final_kernel<T>
+      <<<blocks_for(outputs), kThreads, 0, st>>>(partial.as<float>(), df, chunks, outputs);
   check_launch("depthwise convolution's kernel gradient");
+}
+
+// f.template operator()<T>() for the element types the kernels take.
+template <typename F>
+void visit_depthwise(Type type, F&& f) {
+  visit(type, [&]<typename T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, Bf16> || std::is_same_v<T, F16>) {
+      f.template operator()<T>();
+    } else {
+      throw std::runtime_error("depthwise convolution takes float32, bfloat16 or float16 data");
+    }
+  });
 }
 
 void check_shape(const ConvParams& p) {
@@ -347,24 +389,38 @@ void check_shape(const ConvParams& p) {
 
 }  // namespace
 
-void launch_depthwise_forward(cudaStream_t s, const ConvParams& p, const float* x, const float* f,
-                              float* y) {
+void launch_depthwise_forward(cudaStream_t s, Type type, const ConvParams& p, const void* x,
+                              const void* f, void* y) {
   check_shape(p);
   if (p.n * p.oh * p.ow * p.oc == 0) return;
-  fits_int(p) ? forward<int>(s, p, x, f, y) : forward<long long>(s, p, x, f, y);
+  visit_depthwise(type, [&]<typename T>() {
+    const auto *xt = static_cast<const T*>(x), *ft = static_cast<const T*>(f);
+    auto* yt = static_cast<T*>(y);
+    fits_int(p) ? forward<T, int>(s, p, xt, ft, yt) : forward<T, long long>(s, p, xt, ft, yt);
+  });
 }
 
-void launch_depthwise_backward_data(cudaStream_t s, const ConvParams& p, const float* dy,
-                                    const float* f, float* dx) {
+void launch_depthwise_backward_data(cudaStream_t s, Type type, const ConvParams& p, const void* dy,
+                                    const void* f, void* dx) {
   check_shape(p);
   if (p.n * p.h * p.w * p.c == 0) return;
-  fits_int(p) ? backward_data<int>(s, p, dy, f, dx) : backward_data<long long>(s, p, dy, f, dx);
+  visit_depthwise(type, [&]<typename T>() {
+    const auto *g = static_cast<const T*>(dy), *ft = static_cast<const T*>(f);
+    auto* d = static_cast<T*>(dx);
+    fits_int(p) ? backward_data<T, int>(s, p, g, ft, d)
+                : backward_data<T, long long>(s, p, g, ft, d);
+  });
 }
 
-void launch_depthwise_backward_filter(cudaStream_t s, const ConvParams& p, const float* x,
-                                      const float* dy, float* df) {
+void launch_depthwise_backward_filter(cudaStream_t s, Type type, const ConvParams& p, const void* x,
+                                      const void* dy, void* df) {
   check_shape(p);
-  fits_int(p) ? backward_filter<int>(s, p, x, dy, df) : backward_filter<long long>(s, p, x, dy, df);
+  visit_depthwise(type, [&]<typename T>() {
+    const auto *xt = static_cast<const T*>(x), *g = static_cast<const T*>(dy);
+    auto* d = static_cast<T*>(df);
+    fits_int(p) ? backward_filter<T, int>(s, p, xt, g, d)
+                : backward_filter<T, long long>(s, p, xt, g, d);
+  });
 }
 
 }  // namespace lockstep::backend::cuda

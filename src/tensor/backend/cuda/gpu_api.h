@@ -141,13 +141,15 @@ class GpuApi {
   // kDepthwiseMaxTaps) on our own kernels (depthwise.cu): Keras's HWIO
   // filter [kh, kw, 1, oc] as it is; pad_h / pad_w are the top and left
   // padding (the bottom and right follow from oh, ow: TensorFlow's
-  // asymmetric "same" needs no padded copy). Deterministic.
-  virtual void depthwise_forward(void* stream, const ConvParams& p, const float* x,
-                                 const float* filter, float* y) = 0;
-  virtual void depthwise_backward_data(void* stream, const ConvParams& p, const float* dy,
-                                       const float* filter, float* dx) = 0;
-  virtual void depthwise_backward_filter(void* stream, const ConvParams& p, const float* x,
-                                         const float* dy, float* dfilter) = 0;
+  // asymmetric "same" needs no padded copy). Deterministic. Data and filter
+  // of `type`: float32, or bfloat16 / float16 computed in float32, each
+  // result rounded once.
+  virtual void depthwise_forward(void* stream, Type type, const ConvParams& p, const void* x,
+                                 const void* filter, void* y) = 0;
+  virtual void depthwise_backward_data(void* stream, Type type, const ConvParams& p, const void* dy,
+                                       const void* filter, void* dx) = 0;
+  virtual void depthwise_backward_filter(void* stream, Type type, const ConvParams& p,
+                                         const void* x, const void* dy, void* dfilter) = 0;
   virtual void pool_forward(int gpu, void* stream, const PoolParams& p, const float* x,
                             float* y) = 0;
   virtual void pool_backward(int gpu, void* stream, const PoolParams& p, const float* x,

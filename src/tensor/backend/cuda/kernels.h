@@ -103,13 +103,13 @@ void launch_gather_rows_grad(cudaStream_t s, const float* g, const std::int64_t*
                              const std::int64_t* starts, const std::int64_t* targets,
                              std::int64_t unique, float* out, std::int64_t outer, std::int64_t n,
                              std::int64_t m, std::int64_t inner);
-// depthwise.cu
-void launch_depthwise_forward(cudaStream_t s, const ConvParams& p, const float* x, const float* f,
-                              float* y);
-void launch_depthwise_backward_data(cudaStream_t s, const ConvParams& p, const float* dy,
-                                    const float* f, float* dx);
-void launch_depthwise_backward_filter(cudaStream_t s, const ConvParams& p, const float* x,
-                                      const float* dy, float* df);
+// depthwise.cu: data and kernels of `type` (float32, bfloat16, float16).
+void launch_depthwise_forward(cudaStream_t s, Type type, const ConvParams& p, const void* x,
+                              const void* f, void* y);
+void launch_depthwise_backward_data(cudaStream_t s, Type type, const ConvParams& p, const void* dy,
+                                    const void* f, void* dx);
+void launch_depthwise_backward_filter(cudaStream_t s, Type type, const ConvParams& p, const void* x,
+                                      const void* dy, void* df);
 // image.cu
 void launch_resize(cudaStream_t s, Type type, const void* in, void* out, std::int64_t n,
                    std::int64_t h, std::int64_t w, std::int64_t c, std::int64_t oh, std::int64_t ow,

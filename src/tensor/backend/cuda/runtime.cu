@@ -312,17 +312,17 @@ class CudaApi final : public GpuApi {
                             float* dfilter) override {
     cudnn_.conv_backward_filter(on(stream), p, x, dy, dfilter);
   }
-  void depthwise_forward(void* stream, const ConvParams& p, const float* x, const float* filter,
-                         float* y) override {
-    launch_depthwise_forward(on(stream), p, x, filter, y);
+  void depthwise_forward(void* stream, Type type, const ConvParams& p, const void* x,
+                         const void* filter, void* y) override {
+    launch_depthwise_forward(on(stream), type, p, x, filter, y);
   }
-  void depthwise_backward_data(void* stream, const ConvParams& p, const float* dy,
-                               const float* filter, float* dx) override {
-    launch_depthwise_backward_data(on(stream), p, dy, filter, dx);
+  void depthwise_backward_data(void* stream, Type type, const ConvParams& p, const void* dy,
+                               const void* filter, void* dx) override {
+    launch_depthwise_backward_data(on(stream), type, p, dy, filter, dx);
   }
-  void depthwise_backward_filter(void* stream, const ConvParams& p, const float* x, const float* dy,
-                                 float* dfilter) override {
-    launch_depthwise_backward_filter(on(stream), p, x, dy, dfilter);
+  void depthwise_backward_filter(void* stream, Type type, const ConvParams& p, const void* x,
+                                 const void* dy, void* dfilter) override {
+    launch_depthwise_backward_filter(on(stream), type, p, x, dy, dfilter);
   }
   void pool_forward(int, void* stream, const PoolParams& p, const float* x, float* y) override {
     cudnn_.pool_forward(on(stream), p, x, y);
