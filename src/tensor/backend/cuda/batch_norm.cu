@@ -203,18 +203,6 @@ void column_sums(cudaStream_t s, std::int64_t rows, std::int64_t c, Terms terms,
 // 32-bit indices while i + the grid's stride cannot wrap.
 constexpr std::int64_t kMax32 = 0xefffffffLL;
 
-// f.template operator()<T>() for the element types batch norm's data take.
-template <typename F>
-void visit_float(Type type, F&& f) {
-  visit(type, [&]<typename T>() {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, Bf16> || std::is_same_v<T, F16>) {
-      f.template operator()<T>();
-    } else {
-      throw std::runtime_error("batch norm takes float32, bfloat16 or float16 data");
-    }
-  });
-}
-
 template <typename T>
 void batch_norm(cudaStream_t s, const T* x, T* y, std::int64_t rows, std::int64_t c,
                 const float* gamma, const float* beta, float* mean, float* variance,
@@ -281,7 +269,7 @@ void batch_norm_backward(cudaStream_t s, const T* x, const T* z, const T* dz, st
 void launch_batch_norm(cudaStream_t s, Type type, const void* x, void* y, std::int64_t rows,
                        std::int64_t c, const float* gamma, const float* beta, float* mean,
                        float* variance, bool batch_stats, float epsilon, float bottom, float top) {
-  visit_float(type, [&]<typename T>() {
+  visit_floating(type, "batch norm", [&]<typename T>() {
     batch_norm(s, static_cast<const T*>(x), static_cast<T*>(y), rows, c, gamma, beta, mean,
                variance, batch_stats, epsilon, bottom, top);
   });
@@ -292,7 +280,7 @@ void launch_batch_norm_backward(cudaStream_t s, Type type, const void* x, const 
                                 const float* gamma, const float* mean, const float* variance,
                                 bool batch_stats, float epsilon, float bottom, float top, void* dx,
                                 float* dgamma, float* dbeta) {
-  visit_float(type, [&]<typename T>() {
+  visit_floating(type, "batch norm", [&]<typename T>() {
     batch_norm_backward(s, static_cast<const T*>(x), static_cast<const T*>(z),
                         static_cast<const T*>(dz), rows, c, gamma, mean, variance, batch_stats,
                         epsilon, bottom, top, static_cast<T*>(dx), dgamma, dbeta);

@@ -369,18 +369,6 @@ void backward_filter(cudaStream_t st, const ConvParams& p, const T* x, const T* 
   check_launch("depthwise convolution's kernel gradient");
 }
 
-// f.template operator()<T>() for the element types the kernels take.
-template <typename F>
-void visit_depthwise(Type type, F&& f) {
-  visit(type, [&]<typename T>() {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, Bf16> || std::is_same_v<T, F16>) {
-      f.template operator()<T>();
-    } else {
-      throw std::runtime_error("depthwise convolution takes float32, bfloat16 or float16 data");
-    }
-  });
-}
-
 void check_shape(const ConvParams& p) {
   if (p.groups != p.c || p.oc % p.c != 0 || p.kh * p.kw > kDepthwiseMaxTaps)
     throw std::runtime_error("depthwise convolution: not a depthwise shape of at most " +
@@ -393,7 +381,7 @@ void launch_depthwise_forward(cudaStream_t s, Type type, const ConvParams& p, co
                               const void* f, void* y) {
   check_shape(p);
   if (p.n * p.oh * p.ow * p.oc == 0) return;
-  visit_depthwise(type, [&]<typename T>() {
+  visit_floating(type, "depthwise convolution", [&]<typename T>() {
     const auto *xt = static_cast<const T*>(x), *ft = static_cast<const T*>(f);
     auto* yt = static_cast<T*>(y);
     fits_int(p) ? forward<T, int>(s, p, xt, ft, yt) : forward<T, long long>(s, p, xt, ft, yt);
@@ -404,7 +392,7 @@ void launch_depthwise_backward_data(cudaStream_t s, Type type, const ConvParams&
                                     const void* f, void* dx) {
   check_shape(p);
   if (p.n * p.h * p.w * p.c == 0) return;
-  visit_depthwise(type, [&]<typename T>() {
+  visit_floating(type, "depthwise convolution", [&]<typename T>() {
     const auto *g = static_cast<const T*>(dy), *ft = static_cast<const T*>(f);
     auto* d = static_cast<T*>(dx);
     fits_int(p) ? backward_data<T, int>(s, p, g, ft, d)
@@ -415,7 +403,7 @@ void launch_depthwise_backward_data(cudaStream_t s, Type type, const ConvParams&
 void launch_depthwise_backward_filter(cudaStream_t s, Type type, const ConvParams& p, const void* x,
                                       const void* dy, void* df) {
   check_shape(p);
-  visit_depthwise(type, [&]<typename T>() {
+  visit_floating(type, "depthwise convolution", [&]<typename T>() {
     const auto *xt = static_cast<const T*>(x), *g = static_cast<const T*>(dy);
     auto* d = static_cast<T*>(df);
     fits_int(p) ? backward_filter<T, int>(s, p, xt, g, d)

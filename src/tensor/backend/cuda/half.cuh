@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "tensor/backend/cuda/gpu_api.h"
@@ -113,6 +114,19 @@ void visit(Type t, F&& f) {
       return;
   }
   throw std::runtime_error("unknown element type");
+}
+
+// The same for the floating types alone (float32, bfloat16, float16): any
+// other is an error naming `op`.
+template <typename F>
+void visit_floating(Type t, const char* op, F&& f) {
+  visit(t, [&]<typename T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, Bf16> || std::is_same_v<T, F16>) {
+      f.template operator()<T>();
+    } else {
+      throw std::runtime_error(std::string(op) + " takes float32, bfloat16 or float16 data");
+    }
+  });
 }
 
 }  // namespace lockstep::backend::cuda
