@@ -16,6 +16,11 @@
 //   [--policy mixed_bfloat16]: Keras's global dtype policy for mlp, cnn and
 //   mobilenet (default float32; bench/mixed_precision.sh compares them)
 //   (MobileNetV2 with its top, 1000 classes, on random images; issue #19)
+//   workloads --workload images --images-dir D [--images 2000] --alpha 1.0 --size 224
+//   --batch 64 [--steps 20 --warmup 5]  (the seed report's input: JPEGs decoded
+//   and resized on the host's cores, RandomFlip and RandomRotation in the
+//   model, MobileNetV2 under them; reports the step's wait for its input;
+//   issue #35)
 //   workloads --workload lstm|transformer --batch 64 [--steps 5 --warmup 2]
 //   (token ids [batch, 80]: Embedding → LSTM(128), or one transformer
 //   encoder block; issue #37)
@@ -33,6 +38,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -57,6 +63,8 @@ struct Args {
   std::int64_t size = 224, steps = 5, warmup = 2;
   std::string policy = "float32";  // mixed_precision::set_global_policy
   std::string data_dir = ls::datasets::fashion_mnist::kDefaultDir;
+  std::string images_dir = "/tmp/lockstep_workload_images";
+  std::int64_t images = 2000;
   // mobilenet: the batch's images made on the replica's device once (as the
   // PyTorch peer keeps its batch on the GPU), not copied from host memory
   // at every step.
@@ -187,6 +195,24 @@ double timed_fit(ls::Model& model, const ls::data::Dataset& data, const Args& ar
   return seconds;
 }
 
+// The fields of a MobileNetV2 run's RESULT: `steps` timed steps of a global
+// batch of args.batch (split among the replicas) in `seconds`.
+nlohmann::json image_step_fields(const char* workload, const Args& args,
+                                 const dist::Strategy& strategy, double seconds) {
+  const double examples = static_cast<double>(args.batch * args.steps);
+  return {{"workload", workload},
+          {"mode", mode_name(args.mode, strategy)},
+          {"batch", args.batch},
+          {"alpha", args.alpha},
+          {"size", args.size},
+          {"steps", args.steps},
+          {"seconds", seconds},
+          {"examples", examples},
+          {"samples_per_s", examples / seconds},
+          {"policy", args.policy},
+          {"step_ms", 1e3 * seconds / static_cast<double>(args.steps)}};
+}
+
 // MobileNetV2 as keras.applications builds it with weights=None (logits),
 // `warmup` untimed then `steps` timed training steps of one random batch,
 // repeated, through fit — the peers' workload.
@@ -212,21 +238,71 @@ void mobilenet(const Args& args) {
                    .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
   }
   const double seconds = timed_fit(model, data, args, strategy);
-  const double examples = static_cast<double>(args.batch * args.steps);
-  report({{"workload", "mobilenet"},
-          {"mode", mode_name(args.mode, strategy)},
-          {"batch", args.batch},
-          {"alpha", args.alpha},
-          {"size", args.size},
-          {"steps", args.steps},
-          {"seconds", seconds},
-          {"examples", examples},
-          {"samples_per_s", examples / seconds},
-          {"policy", args.policy},
-          {"input", args.input_on_device
+  nlohmann::json fields = image_step_fields("mobilenet", args, strategy, seconds);
+  fields["input"] = args.input_on_device
                         ? "on the device"
-                        : "sent from host memory each step, ahead of it (prefetch_to_device)"},
-          {"step_ms", 1e3 * seconds / static_cast<double>(args.steps)}});
+                        : "sent from host memory each step, ahead of it (prefetch_to_device)";
+  report(fields);
+}
+
+// The seed report's input and augmentation before MobileNetV2 (issue #35):
+// a folder of 2-class JPEGs (Fashion-MNIST's, upscaled to `size`) read by
+// image_dataset_from_directory — decoded and resized on the host's cores —
+// shuffled, repeated, batched, scaled to [-1, 1] and prefetched; in the
+// model RandomFlip and RandomRotation(0.1) (on the replica's device), then
+// MobileNetV2 without its top, global pooling and Dense(2). `warmup`
+// untimed then `steps` timed steps through fit; input_wait_ms is the
+// steps' mean wait for a batch not yet on the device
+// (data::device_prefetch_stats), the time the device stood idle for input.
+void images(const Args& args) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(args.images_dir) || fs::is_empty(args.images_dir)) {
+    ls::datasets::fashion_mnist::write_image_folder(
+        args.images_dir,
+        {.image_size = args.size, .count = args.images, .source_dir = args.data_dir});
+  }
+  const dist::Strategy strategy = make_strategy(args.mode);
+  const ls::data::ImageDataset folder = ls::data::image_dataset_from_directory(
+      args.images_dir,
+      {.batch_size = std::nullopt, .image_size = {args.size, args.size}, .seed = args.seed});
+  const auto data = folder.shuffle(1024, {.seed = args.seed})
+                        .repeat()
+                        .batch(args.batch)
+                        .map([](const ls::data::Element& e) -> ls::data::Element {
+                          return {ls::applications::mobilenet_v2::preprocess_input(e[0]), e[1]};
+                        })
+                        .prefetch(ls::data::kAutotune);
+  ls::Model model;
+  {
+    auto scope = strategy.scope();
+    ls::set_random_seed(args.seed);
+    ls::Model base =
+        ls::applications::MobileNetV2({.input_shape = ls::Shape{args.size, args.size, 3},
+                                       .alpha = args.alpha,
+                                       .include_top = false});
+    model = ls::Sequential({ls::layers::RandomFlip("horizontal", {.seed = args.seed}),
+                            ls::layers::RandomRotation(0.1, {.seed = args.seed + 1}), base,
+                            ls::layers::GlobalAveragePooling2D(), ls::layers::Dense(2)},
+                           {.input_shape = ls::Shape{args.size, args.size, 3}});
+    model.compile({.optimizer = ls::optimizers::Adam(),
+                   .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                   .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
+  }
+  model.fit(data, {.epochs = 1, .verbose = 0, .steps_per_epoch = args.warmup});
+  ls::data::reset_device_prefetch_stats();
+  const auto t0 = Clock::now();
+  model.fit(data, {.epochs = 1, .verbose = 0, .steps_per_epoch = args.steps});
+  const double seconds = seconds_since(t0);
+  const ls::data::DevicePrefetchStats waited = ls::data::device_prefetch_stats();
+  nlohmann::json fields = image_step_fields("images", args, strategy, seconds);
+  fields.update(
+      {{"input", "JPEG folder, decoded on the host, augmented on the replica's device"},
+       {"batches_waited_for", waited.waits},
+       // Replicas on the host take host batches: no wait is measured there.
+       {"input_wait_ms", waited.elements == 0 ? nlohmann::json()
+                                              : nlohmann::json(1e3 * waited.seconds_waited /
+                                                               static_cast<double>(args.steps))}});
+  report(fields);
 }
 
 // The sequence models Keras users have (issue #37), on one random batch of
@@ -348,8 +424,8 @@ int main(int argc, char** argv) {
   Args args;
   app.add_option("--workload", args.workload)
       ->required()
-      ->check(
-          CLI::IsMember({"mlp", "cnn", "allreduce", "input", "mobilenet", "lstm", "transformer"}));
+      ->check(CLI::IsMember(
+          {"mlp", "cnn", "allreduce", "input", "mobilenet", "images", "lstm", "transformer"}));
   app.add_option("--batch", args.batch);
   app.add_option("--epochs", args.epochs);
   app.add_option("--mode", args.mode)
@@ -362,10 +438,13 @@ int main(int argc, char** argv) {
   app.add_option("--size", args.size, "mobilenet: input height and width");
   app.add_flag("--input-on-device", args.input_on_device,
                "mobilenet: the images made on the device once, as the PyTorch peer's");
+  app.add_option("--images-dir", args.images_dir,
+                 "images: the image folder (written from Fashion-MNIST when it holds none)");
+  app.add_option("--images", args.images, "images: how many to write when writing the folder");
   app.add_option("--steps", args.steps, "mobilenet: timed training steps");
   app.add_option("--warmup", args.warmup, "mobilenet: untimed steps before them");
   app.add_option("--policy", args.policy, "Keras's global dtype policy")
-      ->check(CLI::IsMember({"float32", "mixed_bfloat16"}));
+      ->check(CLI::IsMember({"float32", "mixed_bfloat16", "mixed_float16"}));
   CLI11_PARSE(app, argc, argv);
   try {
     ls::mixed_precision::set_global_policy(args.policy);
@@ -375,6 +454,8 @@ int main(int argc, char** argv) {
       input_pipeline(args);
     } else if (args.workload == "mobilenet") {
       mobilenet(args);
+    } else if (args.workload == "images") {
+      images(args);
     } else if (args.workload == "lstm" || args.workload == "transformer") {
       sequences(args);
     } else {

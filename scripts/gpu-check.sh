@@ -25,7 +25,10 @@
 #                                  binary, samples/s beside PyTorch eager
 #                                  on the same GPU, alternating rounds;
 #                                  MobileNetV2 beside PyTorch (float32, and
-#                                  its bf16 autocast); the LSTM and
+#                                  its bf16 autocast; ours under both
+#                                  mixed policies); the report's JPEG input
+#                                  and augmentation before MobileNetV2, with
+#                                  the step's wait for its input; the LSTM and
 #                                  transformer workloads. Logs go to OUT; the
 #                                  summary is printed last.
 #
@@ -185,6 +188,12 @@ EOF
     done
   done
   if [[ $full == 1 ]]; then
+  say "== the seed report's input: 2,000 JPEGs decoded on the host, RandomFlip and RandomRotation on /gpu:0, MobileNetV2 (the step's wait for its input)"
+  for policy in float32 mixed_bfloat16; do
+    timeout 200 "$bin/workloads" --workload images --images-dir /tmp/ls/images --images 2000 --data-dir "$data" \
+      --batch 64 --size 224 --steps 20 --warmup 5 --mode gpu --policy $policy 2>>"$out/workloads.log" |
+      grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads images gpu $policy: failed"
+  done
   r=$(LOCKSTEP_CUDNN_AUTOTUNE=0 timeout 150 "$bin/workloads" --workload mobilenet --batch 64 --size 224 --steps 20 \
     --warmup 5 --mode gpu 2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' || true)
   say "the same with cuDNN's heuristic algorithm choice (LOCKSTEP_CUDNN_AUTOTUNE=0): $r"
@@ -236,6 +245,8 @@ for r in rows:
     if r.get('input') == 'on the device':
         mode = mode.replace('OneDeviceStrategy', 'input on GPU, OneDevice')
     acc = f"test acc {r['test_accuracy']:.4f}" if 'test_accuracy' in r else f"{r.get('step_ms', 0):.1f} ms/step"
+    if r.get('input_wait_ms') is not None:
+        acc += f", waited {r['input_wait_ms']:.1f} ms/step for input"
     if r.get('policy', 'float32') != 'float32':
         acc += f"  {r['policy']}"
     if 'seed' in r:

@@ -12,6 +12,8 @@
 // tensors (the producer keeps each element's host tensors until it is
 // taken); a restored iterator sends those again first.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -27,6 +29,19 @@ namespace lockstep::data {
 namespace {
 
 using Input = std::shared_ptr<const DatasetImpl>;
+
+// DevicePrefetchStats, process-wide: every consumer adds to them (the wait
+// for the input's end is not counted: no step waits on it).
+std::atomic<std::int64_t> g_elements{0}, g_waits{0}, g_wait_ns{0};
+
+// An element taken, after `waited` (zero: it was ready).
+void record_element(std::chrono::steady_clock::duration waited) {
+  g_elements.fetch_add(1, std::memory_order_relaxed);
+  if (waited == std::chrono::steady_clock::duration::zero()) return;
+  g_waits.fetch_add(1, std::memory_order_relaxed);
+  g_wait_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count(),
+                      std::memory_order_relaxed);
+}
 
 // Each tensor starts at a multiple of this in the staging area (the widest
 // vector load of a GPU kernel, and cudaMalloc's own alignment).
@@ -50,7 +65,12 @@ class DevicePrefetchIterator final : public IteratorImpl {
   std::optional<Element> next() override {
     start_producer();
     std::unique_lock lk(mu_);
-    consumer_cv_.wait(lk, [&] { return !ready_.empty() || !running_; });
+    std::chrono::steady_clock::duration waited{};
+    if (ready_.empty() && running_) {
+      const auto t0 = std::chrono::steady_clock::now();
+      consumer_cv_.wait(lk, [&] { return !ready_.empty() || !running_; });
+      waited = std::chrono::steady_clock::now() - t0;
+    }
     if (ready_.empty()) return std::nullopt;  // the end was taken before
     Entry e = std::move(ready_.front());
     ready_.pop_front();
@@ -63,6 +83,7 @@ class DevicePrefetchIterator final : public IteratorImpl {
       give_back(e.area);
       std::rethrow_exception(e.error);
     }
+    record_element(waited);
     return take(e);
   }
 
@@ -275,6 +296,18 @@ class DevicePrefetchDataset final : public DatasetImpl {
 };
 
 }  // namespace
+
+DevicePrefetchStats device_prefetch_stats() {
+  return {.elements = g_elements.load(std::memory_order_relaxed),
+          .waits = g_waits.load(std::memory_order_relaxed),
+          .seconds_waited = 1e-9 * static_cast<double>(g_wait_ns.load(std::memory_order_relaxed))};
+}
+
+void reset_device_prefetch_stats() {
+  g_elements.store(0, std::memory_order_relaxed);
+  g_waits.store(0, std::memory_order_relaxed);
+  g_wait_ns.store(0, std::memory_order_relaxed);
+}
 
 Dataset Dataset::prefetch_to_device(Device& device, PrefetchToDeviceOptions options) const {
   checked("prefetch_to_device");

@@ -113,6 +113,29 @@ TEST(PrefetchToDevice, ReadsAheadByItsBufferWhileTheConsumerHoldsAnElement) {
   EXPECT_TRUE(eventually([&] { return reads.load() == 4; })) << reads.load();
 }
 
+// The consumer's wait for an element not yet on its device is counted: an
+// input that takes 20 ms an element leaves the first next() waiting at
+// least that long (the producer starts inside it), and every element taken
+// is counted once.
+TEST(PrefetchToDevice, TheConsumersWaitForItsInputIsCounted) {
+  const Dataset slow = numbered(4).map([](const Element& e) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return e;
+  });
+  data::reset_device_prefetch_stats();
+  std::int64_t taken = 0;
+  for (const Element& e : slow.prefetch_to_device(*two_fake_devices()[0])) taken += e.size() > 0;
+  const data::DevicePrefetchStats stats = data::device_prefetch_stats();
+  EXPECT_EQ(taken, 4);
+  EXPECT_EQ(stats.elements, 4);
+  EXPECT_GE(stats.waits, 1);
+  EXPECT_LE(stats.waits, 4);
+  EXPECT_GE(stats.seconds_waited, 0.015);
+  data::reset_device_prefetch_stats();
+  EXPECT_EQ(data::device_prefetch_stats().elements, 0);
+  EXPECT_EQ(data::device_prefetch_stats().seconds_waited, 0.0);
+}
+
 TEST(PrefetchToDevice, ASavedStateKeepsTheElementsSentButNotTaken) {
   const Dataset ds = numbered(9)
                          .shuffle(9, {.seed = 3})

@@ -168,6 +168,19 @@ struct PrefetchToDeviceOptions {
   bool synchronize = false;
 };
 
+// What prefetch_to_device's consumers (fit's replicas, a custom loop's
+// distributed dataset) waited for, process-wide since the start or the last
+// reset: the elements they took, and the seconds they spent waiting for one
+// that was not on its device yet — the time a step's device stood idle for
+// its input (docs/data.md, "Input copied ahead").
+struct DevicePrefetchStats {
+  std::int64_t elements = 0;
+  std::int64_t waits = 0;  // elements that were not ready when asked for
+  double seconds_waited = 0;
+};
+DevicePrefetchStats device_prefetch_stats();
+void reset_device_prefetch_stats();
+
 class Dataset {
  public:
   Dataset() = default;
