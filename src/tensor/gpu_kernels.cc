@@ -691,11 +691,11 @@ class GpuKernels final : public DeviceKernels {
   }
   Tensor relu_general_grad(const Tensor& g_in, const Tensor& y_in, float slope,
                            float top) override {
-    const Tensor g = on_current_device(g_in), y = on_current_device(y_in);
-    if (is_half(y)) {  // the CPU's: g rounded to y's type first, dx in y's type
-      const Tensor gh = g.dtype() == y.dtype() ? g : cast(g, y.dtype());
-      return cast(relu_general_grad(wide(gh), wide(y), slope, top), y.dtype());
-    }
+    // The CPU's rule: the upstream gradient in y's type first (rounded when
+    // y is bfloat16 or float16), dx in y's type.
+    const Tensor y = on_current_device(y_in), g_any = on_current_device(g_in);
+    const Tensor g = g_any.dtype() == y.dtype() ? g_any : cast(g_any, y.dtype());
+    if (is_half(y)) return cast(relu_general_grad(wide(g), wide(y), slope, top), y.dtype());
     Tensor dx = Tensor::empty(y.shape());
     if (y.numel() == 0) return dx;
     run("relu's gradient",
