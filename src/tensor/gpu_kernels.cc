@@ -198,10 +198,10 @@ class GpuKernels final : public DeviceKernels {
     const auto* g = dynamic_cast<const GpuKernels*>(&other);
     return g != nullptr && g->api_ == api_ && g->gpu_ == gpu_;
   }
-  // cuBLAS multiplies bfloat16 and float16 on the tensor cores: matmuls and
-  // the 1×1 convolutions that are matmuls run on the half types, as do our
-  // depthwise kernels; cuDNN's convolutions widen them here (its half-type
-  // path is not wired yet), and pooling is widened at the op.
+  // bfloat16 and float16 on the tensor cores: matmuls and the 1×1
+  // convolutions that are matmuls on cuBLAS, the other convolutions on
+  // cuDNN (float32 accumulation), depthwise ones on our kernels; pooling
+  // is widened at the op.
   bool takes_half(HalfOp op, DType) const override {
     return op == HalfOp::kMatmul || op == HalfOp::kConv;
   }
@@ -382,8 +382,10 @@ class GpuKernels final : public DeviceKernels {
   // cuDNN pads symmetrically: TensorFlow's asymmetric "same" padding is an
   // explicit zero-padded copy of the input (and a crop of its gradient).
   static bool symmetric(const ConvGeometry& g) { return g.pad_t == g.pad_b && g.pad_l == g.pad_r; }
-  static backend::cuda::ConvParams params(const ConvGeometry& g) {
+  // `dtype`: the data's and the filter's (float32, bfloat16 or float16).
+  static backend::cuda::ConvParams params(const ConvGeometry& g, DType dtype) {
     backend::cuda::ConvParams p;
+    p.type = type_of(dtype);
     const bool sym = symmetric(g);
     p.n = g.n, p.c = g.c, p.kh = g.kh, p.kw = g.kw, p.oc = g.oc, p.oh = g.oh, p.ow = g.ow;
     p.h = sym ? g.h : g.h + g.pad_t + g.pad_b;
@@ -395,10 +397,11 @@ class GpuKernels final : public DeviceKernels {
   }
   Tensor padded_input(const Tensor& x, const ConvGeometry& g) {
     if (symmetric(g)) return x;
-    const backend::cuda::ConvParams p = params(g);
-    Tensor out = Tensor::empty({g.n, p.h, p.w, g.c});
+    const backend::cuda::ConvParams cp = params(g, x.dtype());
+    Tensor out = Tensor::empty({g.n, cp.h, cp.w, g.c}, x.dtype());
     run("conv2d's padding", [&] {
-      api_->nhwc_window(stream_, f(x), g.n, g.h, g.w, g.c, f(out), p.h, p.w, -g.pad_t, -g.pad_l);
+      api_->nhwc_window(stream_, elem_bytes(x), p(x), g.n, g.h, g.w, g.c, p(out), cp.h, cp.w,
+                        -g.pad_t, -g.pad_l);
     });
     return out;
   }
@@ -447,12 +450,6 @@ class GpuKernels final : public DeviceKernels {
   Tensor conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias_in,
                 const ConvGeometry& g) override {
     const ConvPath how = path(g);
-    if (is_half(x_in) && how == ConvPath::kCudnn) {
-      // Widened: the float32 convolution and bias, the output rounded once.
-      return cast(conv2d(wide(on_current_device(x_in)), wide(on_current_device(kernel_in)),
-                         wide(on_current_device(bias_in)), g),
-                  x_in.dtype());
-    }
     Tensor out = Tensor::empty({g.n, g.oh, g.ow, g.oc}, x_in.dtype());
     if (out.numel() == 0) return out;
     const Tensor bias = bias_in.defined() ? on_current_device(bias_in) : Tensor();
@@ -472,8 +469,9 @@ class GpuKernels final : public DeviceKernels {
       const Tensor x = padded_input(on_current_device(x_in), g);
       // HWIO (Keras's kernel) to cuDNN's [oc, kh, kw, c / groups].
       const Tensor filter = transpose(on_current_device(kernel_in), {3, 0, 1, 2});
-      const backend::cuda::ConvParams p = params(g);
-      run("conv2d", [&] { api_->conv_forward(gpu_, stream_, p, f(x), f(filter), f(out)); });
+      check_same_dtype("conv2d", x, filter);
+      const backend::cuda::ConvParams cp = params(g, x.dtype());
+      run("conv2d", [&] { api_->conv_forward(gpu_, stream_, cp, p(x), p(filter), p(out)); });
     }
     if (bias.defined()) return binary(BinaryKind::kAdd, out, bias, out.shape());
     return out;
@@ -482,9 +480,6 @@ class GpuKernels final : public DeviceKernels {
                               const ConvGeometry& g) override {
     const Tensor dy = on_current_device(dy_in);
     const ConvPath how = path(g);
-    if (is_half(dy) && how == ConvPath::kCudnn)
-      return cast(conv2d_backward_data(wide(dy), wide(on_current_device(kernel_in)), g),
-                  dy.dtype());
     if (how != ConvPath::kCudnn) {
       const Tensor kernel = on_current_device(kernel_in);
       Tensor dx = Tensor::empty({g.n, g.h, g.w, g.c}, dy.dtype());
@@ -503,14 +498,16 @@ class GpuKernels final : public DeviceKernels {
       return dx;
     }
     const Tensor filter = transpose(on_current_device(kernel_in), {3, 0, 1, 2});
-    const backend::cuda::ConvParams p = params(g);
-    Tensor dxp = Tensor::empty({g.n, p.h, p.w, g.c});
+    check_same_dtype("conv2d's input gradient", dy, filter);
+    const backend::cuda::ConvParams cp = params(g, dy.dtype());
+    Tensor dxp = Tensor::empty({g.n, cp.h, cp.w, g.c}, dy.dtype());
     run("conv2d's input gradient",
-        [&] { api_->conv_backward_data(gpu_, stream_, p, f(dy), f(filter), f(dxp)); });
+        [&] { api_->conv_backward_data(gpu_, stream_, cp, p(dy), p(filter), p(dxp)); });
     if (symmetric(g)) return dxp;
-    Tensor dx = Tensor::empty({g.n, g.h, g.w, g.c});
+    Tensor dx = Tensor::empty({g.n, g.h, g.w, g.c}, dy.dtype());
     run("conv2d's input gradient", [&] {
-      api_->nhwc_window(stream_, f(dxp), g.n, p.h, p.w, g.c, f(dx), g.h, g.w, g.pad_t, g.pad_l);
+      api_->nhwc_window(stream_, elem_bytes(dxp), p(dxp), g.n, cp.h, cp.w, g.c, p(dx), g.h, g.w,
+                        g.pad_t, g.pad_l);
     });
     return dx;
   }
@@ -518,8 +515,6 @@ class GpuKernels final : public DeviceKernels {
                                 const ConvGeometry& g) override {
     const Tensor dy = on_current_device(dy_in);
     const ConvPath how = path(g);
-    if (is_half(dy) && how == ConvPath::kCudnn)
-      return cast(conv2d_backward_kernel(wide(on_current_device(x_in)), wide(dy), g), dy.dtype());
     if (how != ConvPath::kCudnn) {
       const Tensor x = on_current_device(x_in);
       Tensor dkernel = Tensor::empty({g.kh, g.kw, g.c / g.groups, g.oc}, dy.dtype());
@@ -538,10 +533,11 @@ class GpuKernels final : public DeviceKernels {
       return dkernel;
     }
     const Tensor x = padded_input(on_current_device(x_in), g);
-    const backend::cuda::ConvParams p = params(g);
-    Tensor dfilter = Tensor::empty({g.oc, g.kh, g.kw, g.c / g.groups});
+    check_same_dtype("conv2d's kernel gradient", x, dy);
+    const backend::cuda::ConvParams cp = params(g, x.dtype());
+    Tensor dfilter = Tensor::empty({g.oc, g.kh, g.kw, g.c / g.groups}, x.dtype());
     run("conv2d's kernel gradient",
-        [&] { api_->conv_backward_filter(gpu_, stream_, p, f(x), f(dy), f(dfilter)); });
+        [&] { api_->conv_backward_filter(gpu_, stream_, cp, p(x), p(dy), p(dfilter)); });
     return transpose(dfilter, {1, 2, 3, 0});
   }
   static backend::cuda::PoolParams params(const PoolGeometry& g) {
@@ -853,6 +849,7 @@ class GpuKernels final : public DeviceKernels {
                       " tensor reached a floating-point GPU kernel on ", current_device().name());
     return type_of(t.dtype());
   }
+  static int elem_bytes(const Tensor& t) { return static_cast<int>(dtype_size(t.dtype())); }
   static void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
     LOCKSTEP_CHECK_AS(DeviceError, a.dtype() == b.dtype(), op, " on ", current_device().name(),
                       ": operands of one dtype expected, got ", a.dtype(), " and ", b.dtype());

@@ -527,6 +527,13 @@ TEST(DeviceOps, HalfTypeOpsMatchCpu) {
         },
         {images, random_tensor({3, 3, 3, 4}, rng), random_tensor({4}, rng)}, 2 * ulp);
     check_op(
+        "conv2d, stride 2 same (asymmetric: a padded copy)" + in,
+        [&](const auto& x) {
+          return back(conv2d(half(x[0]), half(x[1]), Tensor(),
+                             {.strides = {2, 2}, .padding = Padding::kSame}));
+        },
+        {images, random_tensor({3, 3, 3, 5}, rng)}, 2 * ulp);
+    check_op(
         "pointwise conv2d" + in,
         [&](const auto& x) { return back(conv2d(half(x[0]), half(x[1]), half(x[2]))); },
         {images, random_tensor({1, 1, 3, 4}, rng), random_tensor({4}, rng)}, ulp);

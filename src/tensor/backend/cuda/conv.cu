@@ -1,5 +1,7 @@
 // Convolution and pooling on cuDNN (its legacy API, kept in cuDNN 9): NHWC
-// data end to end, float32 without TF32 (CUDNN_FMA_MATH), and for each pass
+// data end to end, float32 without TF32 (CUDNN_FMA_MATH) — or, for
+// bfloat16 and float16 data (mixed precision), the tensor cores with float32
+// accumulation (CUDNN_TENSOR_OP_MATH) — and for each pass
 // the fastest of cuDNN's deterministic algorithms, chosen once per shape and
 // remembered with the shape's descriptors and workspace size. Workspaces come from the stream's
 // pool (cudaMallocAsync).
@@ -31,6 +33,22 @@ void check_cudnn(cudnnStatus_t s, const char* what) {
     throw std::runtime_error(std::string(what) + ": " + cudnnGetErrorString(s));
 }
 
+// cuDNN's name for a convolution's element type.
+cudnnDataType_t data_type(Type t) {
+  switch (t) {
+    case Type::kFloat32:
+      return CUDNN_DATA_FLOAT;
+    case Type::kBf16:
+      return CUDNN_DATA_BFLOAT16;
+    case Type::kF16:
+      return CUDNN_DATA_HALF;
+    default:
+      throw std::runtime_error("cuDNN convolutions take float32, bfloat16 or float16 data");
+  }
+}
+
+bool half(Type t) { return t == Type::kBf16 || t == Type::kF16; }
+
 int i32(std::int64_t v) {
   if (v > 0x7fffffff) throw std::runtime_error("cuDNN: a dimension above 2^31");
   return static_cast<int>(v);
@@ -49,21 +67,24 @@ struct ConvDescriptors {
     check_cudnn(cudnnCreateTensorDescriptor(&y), "cudnnCreateTensorDescriptor");
     check_cudnn(cudnnCreateFilterDescriptor(&w), "cudnnCreateFilterDescriptor");
     check_cudnn(cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
-    check_cudnn(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, i32(p.n),
-                                           i32(p.c), i32(p.h), i32(p.w)),
-                "input descriptor");
-    check_cudnn(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, i32(p.n),
-                                           i32(p.oc), i32(p.oh), i32(p.ow)),
+    const cudnnDataType_t t = data_type(p.type);
+    check_cudnn(
+        cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, t, i32(p.n), i32(p.c), i32(p.h), i32(p.w)),
+        "input descriptor");
+    check_cudnn(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NHWC, t, i32(p.n), i32(p.oc), i32(p.oh),
+                                           i32(p.ow)),
                 "output descriptor");
-    check_cudnn(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, i32(p.oc),
-                                           i32(p.c / p.groups), i32(p.kh), i32(p.kw)),
+    check_cudnn(cudnnSetFilter4dDescriptor(w, t, CUDNN_TENSOR_NHWC, i32(p.oc), i32(p.c / p.groups),
+                                           i32(p.kh), i32(p.kw)),
                 "filter descriptor");
     check_cudnn(cudnnSetConvolution2dDescriptor(conv, i32(p.pad_h), i32(p.pad_w), i32(p.sh),
                                                 i32(p.sw), i32(p.dh), i32(p.dw),
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
                 "convolution descriptor");
     check_cudnn(cudnnSetConvolutionGroupCount(conv, i32(p.groups)), "group count");
-    check_cudnn(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH), "math type");
+    check_cudnn(
+        cudnnSetConvolutionMathType(conv, half(p.type) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+        "math type");
   }
   ~ConvDescriptors() {
     cudnnDestroyTensorDescriptor(x);
@@ -79,11 +100,15 @@ namespace {
 
 using ShapeKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                             std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                            std::int64_t, std::int64_t, std::int64_t>;
+                            std::int64_t, std::int64_t, std::int64_t, int>;
 ShapeKey key(const ConvParams& p) {
-  return {p.n,     p.h,  p.w,  p.c,  p.kh, p.kw,
-          p.oc,    p.sh, p.sw, p.dh, p.dw, p.pad_h * 65536 + p.pad_w,
-          p.groups};
+  return {p.n,      p.h,
+          p.w,      p.c,
+          p.kh,     p.kw,
+          p.oc,     p.sh,
+          p.sw,     p.dh,
+          p.dw,     p.pad_h * 65536 + p.pad_w,
+          p.groups, static_cast<int>(p.type)};
 }
 
 }  // namespace
@@ -129,8 +154,9 @@ bool autotune() {
 }
 
 // The plan of this shape, with pass `pass`'s algorithm chosen: the fastest
-// of the algorithms cuDNN ranks for it that is deterministic and keeps
-// float32 (no tensor-op math), found once and remembered.
+// of the algorithms cuDNN ranks for it that is deterministic and, for
+// float32 data, keeps float32 (no tensor-op math), found once and
+// remembered.
 // `rank(descriptors, perf, count, &found)` is the pass's Find*Algorithm
 // (timed; the heuristic where Find fails) or Get*Algorithm_v7 (heuristic),
 // both sorted fastest first; `size(descriptors, algo, &bytes)` its
@@ -157,7 +183,7 @@ std::pair<int, std::size_t> CudnnState::choose(int pass, const ConvParams& p, in
   for (int i = 0; i < found && algo < 0; ++i) {
     const Perf& c = perf[static_cast<std::size_t>(i)];
     if (c.status == CUDNN_STATUS_SUCCESS && c.determinism == CUDNN_DETERMINISTIC &&
-        c.mathType != CUDNN_TENSOR_OP_MATH)
+        (half(p.type) || c.mathType != CUDNN_TENSOR_OP_MATH))
       algo = static_cast<int>(c.algo);
   }
   if (algo < 0)
@@ -172,8 +198,8 @@ std::pair<int, std::size_t> CudnnState::choose(int pass, const ConvParams& p, in
   return {mine->algo[pass], mine->workspace[pass]};
 }
 
-void CudnnState::conv_forward(cudaStream_t s, const ConvParams& p, const float* x,
-                              const float* filter, float* y) {
+void CudnnState::conv_forward(cudaStream_t s, const ConvParams& p, const void* x,
+                              const void* filter, void* y) {
   cudnnHandle_t h = handle(s);
   const ConvPlan* plan = nullptr;
   const auto [algo, bytes] = choose<cudnnConvolutionFwdAlgoPerf_t>(
@@ -197,8 +223,8 @@ void CudnnState::conv_forward(cudaStream_t s, const ConvParams& p, const float* 
               "cudnnConvolutionForward");
 }
 
-void CudnnState::conv_backward_data(cudaStream_t s, const ConvParams& p, const float* dy,
-                                    const float* filter, float* dx) {
+void CudnnState::conv_backward_data(cudaStream_t s, const ConvParams& p, const void* dy,
+                                    const void* filter, void* dx) {
   cudnnHandle_t h = handle(s);
   const ConvPlan* plan = nullptr;
   const auto [algo, bytes] = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
@@ -223,8 +249,8 @@ void CudnnState::conv_backward_data(cudaStream_t s, const ConvParams& p, const f
               "cudnnConvolutionBackwardData");
 }
 
-void CudnnState::conv_backward_filter(cudaStream_t s, const ConvParams& p, const float* x,
-                                      const float* dy, float* dfilter) {
+void CudnnState::conv_backward_filter(cudaStream_t s, const ConvParams& p, const void* x,
+                                      const void* dy, void* dfilter) {
   cudnnHandle_t h = handle(s);
   const ConvPlan* plan = nullptr;
   const auto [algo, bytes] = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(

@@ -22,12 +22,13 @@ class CudnnState {
   CudnnState(const CudnnState&) = delete;
   CudnnState& operator=(const CudnnState&) = delete;
 
-  void conv_forward(cudaStream_t s, const ConvParams& p, const float* x, const float* filter,
-                    float* y);
-  void conv_backward_data(cudaStream_t s, const ConvParams& p, const float* dy, const float* filter,
-                          float* dx);
-  void conv_backward_filter(cudaStream_t s, const ConvParams& p, const float* x, const float* dy,
-                            float* dfilter);
+  // Data and filter of p.type.
+  void conv_forward(cudaStream_t s, const ConvParams& p, const void* x, const void* filter,
+                    void* y);
+  void conv_backward_data(cudaStream_t s, const ConvParams& p, const void* dy, const void* filter,
+                          void* dx);
+  void conv_backward_filter(cudaStream_t s, const ConvParams& p, const void* x, const void* dy,
+                            void* dfilter);
   void pool_forward(cudaStream_t s, const PoolParams& p, const float* x, float* y);
   void pool_backward(cudaStream_t s, const PoolParams& p, const float* x, const float* y,
                      const float* dy, float* dx);

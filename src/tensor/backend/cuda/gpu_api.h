@@ -15,7 +15,7 @@
 
 namespace lockstep::backend::cuda {
 
-constexpr int kApiVersion = 7;
+constexpr int kApiVersion = 8;
 constexpr int kMaxRank = 8;
 // The largest depthwise window (kh · kw) our own depthwise kernels take;
 // larger ones go to cuDNN.
@@ -49,10 +49,12 @@ struct UpdateParams {
 };
 
 // A convolution for cuDNN: NHWC data, a [oc, kh, kw, c / groups] filter
-// (cuDNN's NHWC filter layout), symmetric padding.
+// (cuDNN's NHWC filter layout), symmetric padding; data and filter of
+// `type` (float32, or bfloat16 / float16 accumulated in float32).
 struct ConvParams {
   std::int64_t n = 0, h = 0, w = 0, c = 0, kh = 0, kw = 0, oc = 0, oh = 0, ow = 0;
   std::int64_t sh = 1, sw = 1, dh = 1, dw = 1, pad_h = 0, pad_w = 0, groups = 1;
+  Type type = Type::kFloat32;
 };
 
 // Pooling for cuDNN: NHWC data, symmetric padding.
@@ -130,13 +132,14 @@ class GpuApi {
                          std::int64_t n, std::int64_t k, const void* a, const void* b, void* c,
                          std::int64_t batch, std::int64_t stride_a, std::int64_t stride_b,
                          const void* bias, bool relu) = 0;
-  // cuDNN's deterministic algorithms only, float32 without TF32.
-  virtual void conv_forward(int gpu, void* stream, const ConvParams& p, const float* x,
-                            const float* filter, float* y) = 0;
-  virtual void conv_backward_data(int gpu, void* stream, const ConvParams& p, const float* dy,
-                                  const float* filter, float* dx) = 0;
-  virtual void conv_backward_filter(int gpu, void* stream, const ConvParams& p, const float* x,
-                                    const float* dy, float* dfilter) = 0;
+  // cuDNN's deterministic algorithms only: float32 without TF32; bfloat16
+  // and float16 (p.type) on the tensor cores, accumulated in float32.
+  virtual void conv_forward(int gpu, void* stream, const ConvParams& p, const void* x,
+                            const void* filter, void* y) = 0;
+  virtual void conv_backward_data(int gpu, void* stream, const ConvParams& p, const void* dy,
+                                  const void* filter, void* dx) = 0;
+  virtual void conv_backward_filter(int gpu, void* stream, const ConvParams& p, const void* x,
+                                    const void* dy, void* dfilter) = 0;
   // Depthwise convolution (groups = c, oc = c · multiplier, kh · kw ≤
   // kDepthwiseMaxTaps) on our own kernels (depthwise.cu): Keras's HWIO
   // filter [kh, kw, 1, oc] as it is; pad_h / pad_w are the top and left
@@ -156,9 +159,11 @@ class GpuApi {
                              const float* y, const float* dy, float* dx) = 0;
   // dst[b, i, j, ch] = src[b, i + off_h, j + off_w, ch], 0 outside src: a
   // padded copy (negative offsets) or a crop (positive ones).
-  virtual void nhwc_window(void* stream, const float* src, std::int64_t n, std::int64_t sh,
-                           std::int64_t sw, std::int64_t c, float* dst, std::int64_t dh,
-                           std::int64_t dw, std::int64_t off_h, std::int64_t off_w) = 0;
+  // Elements of `elem_bytes` (any type: the padding is zero bits).
+  virtual void nhwc_window(void* stream, int elem_bytes, const void* src, std::int64_t n,
+                           std::int64_t sh, std::int64_t sw, std::int64_t c, void* dst,
+                           std::int64_t dh, std::int64_t dw, std::int64_t off_h,
+                           std::int64_t off_w) = 0;
   // [outer, n, inner] gathered at [outer, k, inner] int64 indices along n.
   virtual void take_along_axis(void* stream, const float* x, const std::int64_t* idx, float* out,
                                std::int64_t outer, std::int64_t n, std::int64_t k,

@@ -395,12 +395,12 @@ __global__ void window_kernel(const V* src, I sh, I sw, I c, V* dst, I dh, I dw,
   }
 }
 
+// A pixel of `bytes` bytes copied as bytes / sizeof(V) words of V.
 template <typename V, typename I>
-void launch_window(cudaStream_t s, const float* src, std::int64_t n, std::int64_t sh,
-                   std::int64_t sw, std::int64_t c, float* dst, std::int64_t dh, std::int64_t dw,
+void launch_window(cudaStream_t s, const void* src, std::int64_t n, std::int64_t sh,
+                   std::int64_t sw, std::int64_t bytes, void* dst, std::int64_t dh, std::int64_t dw,
                    std::int64_t off_h, std::int64_t off_w) {
-  constexpr std::int64_t width = sizeof(V) / sizeof(float);
-  const std::int64_t cv = c / width, total = n * dh * dw * cv;
+  const std::int64_t cv = bytes / static_cast<std::int64_t>(sizeof(V)), total = n * dh * dw * cv;
   window_kernel<V, I><<<blocks_for(total), kThreads, 0, s>>>(
       reinterpret_cast<const V*>(src), static_cast<I>(sh), static_cast<I>(sw), static_cast<I>(cv),
       reinterpret_cast<V*>(dst), static_cast<I>(dh), static_cast<I>(dw), static_cast<I>(off_h),
@@ -691,21 +691,28 @@ void launch_bias_relu_round(cudaStream_t s, Type type, const float* c, const voi
   check_launch("matmul's bias, relu and rounding");
 }
 
-void launch_nhwc_window(cudaStream_t s, const float* src, std::int64_t n, std::int64_t sh,
-                        std::int64_t sw, std::int64_t c, float* dst, std::int64_t dh,
-                        std::int64_t dw, std::int64_t off_h, std::int64_t off_w) {
+void launch_nhwc_window(cudaStream_t s, int elem_bytes, const void* src, std::int64_t n,
+                        std::int64_t sh, std::int64_t sw, std::int64_t c, void* dst,
+                        std::int64_t dh, std::int64_t dw, std::int64_t off_h, std::int64_t off_w) {
+  const std::int64_t bytes = c * elem_bytes;  // a pixel's
   // Signed 32-bit indices (offsets may be negative) while every index and
-  // the grid's stride stay below 2^31.
-  const bool small = n * std::max(sh * sw, dh * dw) * c < (std::int64_t{1} << 30);
-  if (c % 4 == 0) {
-    if (small)
-      launch_window<float4, std::int32_t>(s, src, n, sh, sw, c, dst, dh, dw, off_h, off_w);
-    else
-      launch_window<float4, std::int64_t>(s, src, n, sh, sw, c, dst, dh, dw, off_h, off_w);
-  } else if (small) {
-    launch_window<float, std::int32_t>(s, src, n, sh, sw, c, dst, dh, dw, off_h, off_w);
+  // the grid's stride stay below 2^31 (counted in bytes: the narrowest word).
+  const bool small = n * std::max(sh * sw, dh * dw) * bytes < (std::int64_t{1} << 30);
+  auto launch = [&]<typename V>() {
+    if (small) {
+      launch_window<V, std::int32_t>(s, src, n, sh, sw, bytes, dst, dh, dw, off_h, off_w);
+    } else {
+      launch_window<V, std::int64_t>(s, src, n, sh, sw, bytes, dst, dh, dw, off_h, off_w);
+    }
+  };
+  if (bytes % 16 == 0) {
+    launch.template operator()<float4>();
+  } else if (bytes % 4 == 0) {
+    launch.template operator()<float>();
+  } else if (bytes % 2 == 0) {
+    launch.template operator()<std::uint16_t>();
   } else {
-    launch_window<float, std::int64_t>(s, src, n, sh, sw, c, dst, dh, dw, off_h, off_w);
+    launch.template operator()<std::uint8_t>();
   }
   check_launch("padding or cropping");
 }

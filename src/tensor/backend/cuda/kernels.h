@@ -80,9 +80,11 @@ void launch_bias_relu(cudaStream_t s, float* c, const float* bias, std::int64_t 
 // [rows, n], bias null or `type` [n].
 void launch_bias_relu_round(cudaStream_t s, Type type, const float* c, const void* bias, void* out,
                             std::int64_t rows, std::int64_t n, bool relu);
-void launch_nhwc_window(cudaStream_t s, const float* src, std::int64_t n, std::int64_t sh,
-                        std::int64_t sw, std::int64_t c, float* dst, std::int64_t dh,
-                        std::int64_t dw, std::int64_t off_h, std::int64_t off_w);
+// Elements of `elem_bytes` bytes, copied as the widest word that divides a
+// pixel's bytes.
+void launch_nhwc_window(cudaStream_t s, int elem_bytes, const void* src, std::int64_t n,
+                        std::int64_t sh, std::int64_t sw, std::int64_t c, void* dst,
+                        std::int64_t dh, std::int64_t dw, std::int64_t off_h, std::int64_t off_w);
 void launch_take_along_axis(cudaStream_t s, const float* x, const std::int64_t* idx, float* out,
                             std::int64_t outer, std::int64_t n, std::int64_t k, std::int64_t inner);
 void launch_scatter_along_axis(cudaStream_t s, const float* g, const std::int64_t* idx, float* out,

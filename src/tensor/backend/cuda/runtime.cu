@@ -300,16 +300,16 @@ class CudaApi final : public GpuApi {
     launch_bias_relu_round(s, type, product.as<float>(), bias, c, batch * m, n, relu);
   }
 
-  void conv_forward(int, void* stream, const ConvParams& p, const float* x, const float* filter,
-                    float* y) override {
+  void conv_forward(int, void* stream, const ConvParams& p, const void* x, const void* filter,
+                    void* y) override {
     cudnn_.conv_forward(on(stream), p, x, filter, y);
   }
-  void conv_backward_data(int, void* stream, const ConvParams& p, const float* dy,
-                          const float* filter, float* dx) override {
+  void conv_backward_data(int, void* stream, const ConvParams& p, const void* dy,
+                          const void* filter, void* dx) override {
     cudnn_.conv_backward_data(on(stream), p, dy, filter, dx);
   }
-  void conv_backward_filter(int, void* stream, const ConvParams& p, const float* x, const float* dy,
-                            float* dfilter) override {
+  void conv_backward_filter(int, void* stream, const ConvParams& p, const void* x, const void* dy,
+                            void* dfilter) override {
     cudnn_.conv_backward_filter(on(stream), p, x, dy, dfilter);
   }
   void depthwise_forward(void* stream, Type type, const ConvParams& p, const void* x,
@@ -331,10 +331,10 @@ class CudaApi final : public GpuApi {
                      const float* dy, float* dx) override {
     cudnn_.pool_backward(on(stream), p, x, y, dy, dx);
   }
-  void nhwc_window(void* stream, const float* src, std::int64_t n, std::int64_t sh, std::int64_t sw,
-                   std::int64_t c, float* dst, std::int64_t dh, std::int64_t dw, std::int64_t off_h,
-                   std::int64_t off_w) override {
-    launch_nhwc_window(on(stream), src, n, sh, sw, c, dst, dh, dw, off_h, off_w);
+  void nhwc_window(void* stream, int elem_bytes, const void* src, std::int64_t n, std::int64_t sh,
+                   std::int64_t sw, std::int64_t c, void* dst, std::int64_t dh, std::int64_t dw,
+                   std::int64_t off_h, std::int64_t off_w) override {
+    launch_nhwc_window(on(stream), elem_bytes, src, n, sh, sw, c, dst, dh, dw, off_h, off_w);
   }
   void take_along_axis(void* stream, const float* x, const std::int64_t* idx, float* out,
                        std::int64_t outer, std::int64_t n, std::int64_t k,
