@@ -447,9 +447,20 @@ class GpuKernels final : public DeviceKernels {
       }
     });
   }
+  // cuDNN's half-type convolutions want channel counts in eights per group
+  // (its tensor-core kernels' alignment; with fewer it may offer no
+  // deterministic algorithm): others — MobileNetV2's first, on 3 channels —
+  // widen to float32 and round their result once.
+  static bool widen_for_cudnn(const Tensor& t, const ConvGeometry& g) {
+    return is_half(t) && ((g.c / g.groups) % 8 != 0 || (g.oc / g.groups) % 8 != 0);
+  }
   Tensor conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias_in,
                 const ConvGeometry& g) override {
     const ConvPath how = path(g);
+    if (how == ConvPath::kCudnn && widen_for_cudnn(x_in, g))
+      return cast(conv2d(wide(on_current_device(x_in)), wide(on_current_device(kernel_in)),
+                         wide(on_current_device(bias_in)), g),
+                  x_in.dtype());
     Tensor out = Tensor::empty({g.n, g.oh, g.ow, g.oc}, x_in.dtype());
     if (out.numel() == 0) return out;
     const Tensor bias = bias_in.defined() ? on_current_device(bias_in) : Tensor();
@@ -480,6 +491,9 @@ class GpuKernels final : public DeviceKernels {
                               const ConvGeometry& g) override {
     const Tensor dy = on_current_device(dy_in);
     const ConvPath how = path(g);
+    if (how == ConvPath::kCudnn && widen_for_cudnn(dy, g))
+      return cast(conv2d_backward_data(wide(dy), wide(on_current_device(kernel_in)), g),
+                  dy.dtype());
     if (how != ConvPath::kCudnn) {
       const Tensor kernel = on_current_device(kernel_in);
       Tensor dx = Tensor::empty({g.n, g.h, g.w, g.c}, dy.dtype());
@@ -515,6 +529,8 @@ class GpuKernels final : public DeviceKernels {
                                 const ConvGeometry& g) override {
     const Tensor dy = on_current_device(dy_in);
     const ConvPath how = path(g);
+    if (how == ConvPath::kCudnn && widen_for_cudnn(dy, g))
+      return cast(conv2d_backward_kernel(wide(on_current_device(x_in)), wide(dy), g), dy.dtype());
     if (how != ConvPath::kCudnn) {
       const Tensor x = on_current_device(x_in);
       Tensor dkernel = Tensor::empty({g.kh, g.kw, g.c / g.groups, g.oc}, dy.dtype());

@@ -527,12 +527,27 @@ TEST(DeviceOps, HalfTypeOpsMatchCpu) {
         },
         {images, random_tensor({3, 3, 3, 4}, rng), random_tensor({4}, rng)}, 2 * ulp);
     check_op(
-        "conv2d, stride 2 same (asymmetric: a padded copy)" + in,
+        "conv2d on 3 channels, stride 2 same (widened)" + in,
         [&](const auto& x) {
           return back(conv2d(half(x[0]), half(x[1]), Tensor(),
                              {.strides = {2, 2}, .padding = Padding::kSame}));
         },
         {images, random_tensor({3, 3, 3, 5}, rng)}, 2 * ulp);
+    // Channels in eights: cuDNN's half-type algorithms (fewer: widened).
+    const Tensor wide_images = random_tensor({2, 7, 7, 8}, rng);
+    check_op(
+        "conv2d on 8 channels, same" + in,
+        [&](const auto& x) {
+          return back(conv2d(half(x[0]), half(x[1]), half(x[2]), {.padding = Padding::kSame}));
+        },
+        {wide_images, random_tensor({3, 3, 8, 8}, rng), random_tensor({8}, rng)}, 2 * ulp);
+    check_op(
+        "conv2d on 8 channels, stride 2 same (the padded copy)" + in,
+        [&](const auto& x) {
+          return back(conv2d(half(x[0]), half(x[1]), Tensor(),
+                             {.strides = {2, 2}, .padding = Padding::kSame}));
+        },
+        {random_tensor({2, 6, 6, 8}, rng), random_tensor({3, 3, 8, 16}, rng)}, 2 * ulp);
     check_op(
         "pointwise conv2d" + in,
         [&](const auto& x) { return back(conv2d(half(x[0]), half(x[1]), half(x[2]))); },
