@@ -495,9 +495,12 @@ TEST(DeviceOps, HalfTypeOpsMatchCpu) {
           return back(matmul(half(x[0]), half(x[1]), half(x[2]), {.relu = true}));
         },
         {a, w, bias}, ulp);
+    // Native kernels (a GPU's, an avx512_bf16 CPU's) round the float32
+    // operand to the half type first; the emulation widens the other: two
+    // roundings apart.
     check_op(
         "matmul, a half operand beside a float32 one" + in,
-        [&](const auto& x) { return back(matmul(half(x[0]), x[1])); }, {a, w}, ulp);
+        [&](const auto& x) { return back(matmul(half(x[0]), x[1])); }, {a, w}, 2 * ulp);
     check_op(
         "matmul transposed" + in,
         [&](const auto& x) {
