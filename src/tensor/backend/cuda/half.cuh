@@ -1,4 +1,5 @@
-// Element types in the adapter's kernels (kernels.cu, batch_norm.cu):
+// Element types in the adapter's kernels (kernels.cu, batch_norm.cu,
+// depthwise.cu):
 // bfloat16 and float16 as Lockstep stores them (16 bits), their conversions
 // to and from float32 with the CPU's rounding, the type each element type
 // computes in, and the dispatch from a Type to its C++ type. A CUDA-only

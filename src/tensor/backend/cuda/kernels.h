@@ -1,6 +1,5 @@
 // The CUDA adapter's kernels, each queued on a stream (kernels.cu, batch_norm.cu,
-// depthwise.cu);
-// runtime.cu's GpuApi calls them. Every launch is checked: a failure throws
+// depthwise.cu, image.cu); runtime.cu's GpuApi calls them. Every launch is checked: a failure throws
 // std::runtime_error with CUDA's message.
 #pragma once
 
