@@ -1,6 +1,7 @@
-// The CUDA adapter's kernels, each queued on a stream (kernels.cu, batch_norm.cu,
-// depthwise.cu, image.cu); runtime.cu's GpuApi calls them. Every launch is checked: a failure throws
-// std::runtime_error with CUDA's message.
+// The CUDA adapter's kernels, each queued on a stream (kernels.cu,
+// batch_norm.cu, depthwise.cu, image.cu); runtime.cu's GpuApi calls them.
+// Every launch is checked: a failure throws std::runtime_error with CUDA's
+// message.
 #pragma once
 
 #include <cuda_runtime.h>
