@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 
 #include "lockstep/core/env.h"
@@ -887,16 +888,20 @@ class GpuKernels final : public DeviceKernels {
 };
 
 GpuApi* load_api(std::string& why) {
-  // No driver, no dlopen: CPU-only machines never load CUDA's libraries.
+  // No driver, no dlopen: CPU-only machines never load CUDA's libraries —
+  // unless LOCKSTEP_CUDA_LIBRARY names an adapter (the tests' emulated one,
+  // tests/support/emulated_cuda, needs no driver).
+  const std::optional<std::string> named = env::cuda_library();
   struct stat st {};
-  if (::stat("/dev/nvidiactl", &st) != 0 && ::stat("/proc/driver/nvidia/version", &st) != 0) {
+  if (!named && ::stat("/dev/nvidiactl", &st) != 0 &&
+      ::stat("/proc/driver/nvidia/version", &st) != 0) {
     why = "no CUDA driver (no /dev/nvidiactl)";
     return nullptr;
   }
   // LOCKSTEP_CUDA_LIBRARY, else lib/ beside the program's folder (the build
   // tree's layout) or an install's library folder, else the loader's path.
   std::vector<std::string> candidates;
-  if (auto named = env::cuda_library()) {
+  if (named) {
     candidates.push_back(*named);
   } else {
     std::error_code ec;
@@ -956,7 +961,7 @@ GpuDiscovery discover_gpus(int per_physical, const std::vector<int>& cores) {
   try {
     out.physical_count = api->device_count(out.unavailable);
     for (int gpu = 0; gpu < out.physical_count; ++gpu) {
-      const std::string what = str_cat("CUDA on ", api->describe(gpu), "; ", api->versions());
+      const std::string what = str_cat(api->describe(gpu), "; ", api->versions());
       for (int k = 0; k < per_physical; ++k) {
         const int index = static_cast<int>(out.devices.size());
         void* stream = api->create_stream(gpu);

@@ -130,11 +130,13 @@ void copy_into(const Tensor& dst, const Tensor& src) {
   } else if (to.host_accessible()) {
     from.kernels()->copy_to_host(from, d, s, src.nbytes());
   } else {
-    // Two accelerator devices of one backend: the destination's copies (two
-    // logical GPUs share one GPU's memory; across GPUs the copy goes peer to
-    // peer).
-    LOCKSTEP_CHECK_AS(DeviceError, from.kernels() == to.kernels(), "cannot copy from ", from.name(),
-                      " to ", to.name(), " directly; copy through the host with .cpu()");
+    // Two accelerator devices that share memory (two logical GPUs of one
+    // GPU, each with its own kernels and stream): the source's queued work
+    // finished first, then the copy on the destination's stream.
+    LOCKSTEP_CHECK_AS(DeviceError, from.kernels()->shares_memory_with(*to.kernels()),
+                      "cannot copy from ", from.name(), " to ", to.name(),
+                      " directly; copy through the host with .cpu()");
+    if (from.kernels() != to.kernels()) from.kernels()->synchronize(from);
     to.kernels()->copy_on_device(to, d, s, src.nbytes());
   }
 }

@@ -13,8 +13,10 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "tensor/backend/cuda/gpu_api.h"
+#include "tensor/backend/cuda/type_visit.h"
 
 namespace lockstep::backend::cuda {
 
@@ -88,46 +90,16 @@ __device__ inline T store(float v) {
   return convert<T>(v);
 }
 
-// Calls f.template operator()<T>() for a Type.
+// Calls f.template operator()<T>() for a Type (type_visit.h), the half
+// types as Bf16 and F16; visit_floating for float32 and the half types only.
 template <typename F>
 void visit(Type t, F&& f) {
-  switch (t) {
-    case Type::kFloat32:
-      f.template operator()<float>();
-      return;
-    case Type::kInt32:
-      f.template operator()<std::int32_t>();
-      return;
-    case Type::kInt64:
-      f.template operator()<std::int64_t>();
-      return;
-    case Type::kUInt8:
-      f.template operator()<std::uint8_t>();
-      return;
-    case Type::kBool:
-      f.template operator()<bool>();
-      return;
-    case Type::kBf16:
-      f.template operator()<Bf16>();
-      return;
-    case Type::kF16:
-      f.template operator()<F16>();
-      return;
-  }
-  throw std::runtime_error("unknown element type");
+  visit_type<Bf16, F16>(t, std::forward<F>(f));
 }
 
-// The same for the floating types alone (float32, bfloat16, float16): any
-// other is an error naming `op`.
 template <typename F>
 void visit_floating(Type t, const char* op, F&& f) {
-  visit(t, [&]<typename T>() {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, Bf16> || std::is_same_v<T, F16>) {
-      f.template operator()<T>();
-    } else {
-      throw std::runtime_error(std::string(op) + " takes float32, bfloat16 or float16 data");
-    }
-  });
+  visit_floating_type<Bf16, F16>(t, op, std::forward<F>(f));
 }
 
 }  // namespace lockstep::backend::cuda

@@ -15,8 +15,8 @@
 namespace lockstep::backend::cuda {
 namespace {
 
-using backend::Fill;
-using backend::map_coordinate;
+using backend::affine_value;
+using backend::AffineSpec;
 
 struct Extent {
   std::int64_t n, h, w, c, oh, ow;
@@ -53,46 +53,9 @@ __global__ void resize_nearest_kernel(const T* in, T* out, Extent e, const std::
   }
 }
 
-struct AffineArgs {
-  std::int64_t n, h, w, c, rows;
-  int fill;
-  bool bilinear;
-  float fill_value;
-};
-
-__global__ void affine_kernel(const float* in, float* out, const float* transforms, AffineArgs a,
+__global__ void affine_kernel(const float* in, float* out, const float* transforms, AffineSpec a,
                               std::int64_t total) {
-  LOCKSTEP_FOR_EACH(i, total) {
-    const std::int64_t k = i % a.c, pixel = i / a.c, out_x = pixel % a.w, row = pixel / a.w;
-    const std::int64_t out_y = row % a.h, b = row / a.h;
-    const float* t = transforms + (a.rows == 1 ? 0 : b) * 8;
-    const float* img = in + b * a.h * a.w * a.c;
-    const auto ox = static_cast<float>(out_x), oy = static_cast<float>(out_y);
-    const float projection = t[6] * ox + t[7] * oy + 1.f;
-    if (projection == 0) {
-      out[i] = a.fill_value;
-      continue;
-    }
-    const auto fill = static_cast<Fill>(a.fill);
-    const float x = map_coordinate((t[0] * ox + t[1] * oy + t[2]) / projection, a.w, fill);
-    const float y = map_coordinate((t[3] * ox + t[4] * oy + t[5]) / projection, a.h, fill);
-    // The value at (py, px), fill_value outside the image.
-    auto read = [&](std::int64_t py, std::int64_t px) {
-      return (0 <= py && py < a.h && 0 <= px && px < a.w) ? img[(py * a.w + px) * a.c + k]
-                                                          : a.fill_value;
-    };
-    if (!a.bilinear) {
-      out[i] = read(static_cast<std::int64_t>(roundf(y)), static_cast<std::int64_t>(roundf(x)));
-      continue;
-    }
-    const float y_floor = floorf(y), x_floor = floorf(x);
-    const float y_ceil = y_floor + 1, x_ceil = x_floor + 1;
-    const auto yf = static_cast<std::int64_t>(y_floor), xf = static_cast<std::int64_t>(x_floor);
-    const auto yc = static_cast<std::int64_t>(y_ceil), xc = static_cast<std::int64_t>(x_ceil);
-    const float value_yfloor = (x_ceil - x) * read(yf, xf) + (x - x_floor) * read(yf, xc);
-    const float value_yceil = (x_ceil - x) * read(yc, xf) + (x - x_floor) * read(yc, xc);
-    out[i] = (y_ceil - y) * value_yfloor + (y - y_floor) * value_yceil;
-  }
+  LOCKSTEP_FOR_EACH(i, total) out[i] = affine_value(in, transforms, a, i);
 }
 
 }  // namespace
@@ -132,7 +95,7 @@ void launch_affine_transform(cudaStream_t s, const float* in, float* out, const 
                              std::int64_t c, int fill, bool bilinear, float fill_value) {
   const std::int64_t total = n * h * w * c;
   affine_kernel<<<blocks_for(total), kThreads, 0, s>>>(
-      in, out, transforms, AffineArgs{n, h, w, c, rows, fill, bilinear, fill_value}, total);
+      in, out, transforms, AffineSpec{n, h, w, c, rows, fill, bilinear, fill_value}, total);
   check_launch("affine_transform");
 }
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "tensor/backend/cuda/element_rules.h"
 #include "tensor/backend/cuda/half.cuh"
 #include "tensor/backend/cuda/kernels.h"
 
@@ -39,45 +40,6 @@ __device__ inline void offsets(const Broadcast& b, std::int64_t i, std::int64_t 
   }
 }
 
-// detail::BinaryKind's numbers.
-template <typename T>
-__device__ inline T arith(int kind, T x, T y) {
-  switch (kind) {
-    case 0:
-      return x + y;
-    case 1:
-      return x - y;
-    case 2:
-      return x * y;
-    case 3:
-      return x / y;
-    case 4:
-      if constexpr (std::is_same_v<T, float>) return powf(x, y);
-      return T{};
-    case 5:
-      return x >= y ? x : y;
-    default:
-      return x <= y ? x : y;
-  }
-}
-template <typename T>
-__device__ inline bool compare(int kind, T x, T y) {
-  switch (kind) {
-    case 7:
-      return x == y;
-    case 8:
-      return x != y;
-    case 9:
-      return x < y;
-    case 10:
-      return x <= y;
-    case 11:
-      return x > y;
-    default:
-      return x >= y;
-  }
-}
-
 template <typename T>
 __global__ void binary_kernel(int kind, Broadcast b, const T* x, const T* y, void* out,
                               std::int64_t n) {
@@ -94,47 +56,6 @@ __global__ void binary_kernel(int kind, Broadcast b, const T* x, const T* y, voi
   }
 }
 
-// detail::UnaryKind's numbers.
-template <typename T>
-__device__ inline T unary_op(int kind, T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    switch (kind) {
-      case 1:
-        return expf(v);
-      case 2:
-        return logf(v);
-      case 3:
-        return log1pf(v);
-      case 4:
-        return sqrtf(v);
-      case 8:
-        return 1.0f / (1.0f + expf(-v));
-      case 9:
-        return tanhf(v);
-      case 10:
-        return erff(v);
-      default:
-        break;
-    }
-  }
-  switch (kind) {
-    case 0:
-      return static_cast<T>(-v);
-    case 5:
-      return static_cast<T>(v * v);
-    case 6:
-      if constexpr (std::is_unsigned_v<T>) {
-        return v;
-      } else {
-        return v < T{} ? static_cast<T>(-v) : v;
-      }
-    case 7:
-      return v > T{} ? v : T{};
-    default:
-      return v;
-  }
-}
-
 template <typename T>
 __global__ void unary_kernel(int kind, const T* x, T* out, std::int64_t n) {
   using C = typename Compute<T>::type;
@@ -145,28 +66,6 @@ __global__ void clip_kernel(const float* x, float* out, std::int64_t n, float lo
   LOCKSTEP_FOR_EACH(i, n) {
     const float v = x[i];
     out[i] = v < lo ? lo : (v > hi ? hi : v);
-  }
-}
-
-// detail::Map2Kind's numbers, each the CPU's expression in the CPU's order.
-__device__ inline float map2_op(int kind, float gv, float v) {
-  switch (kind) {
-    case 0:
-      return v > 0.0f ? gv : 0.0f;
-    case 1:
-      return gv / (1.0f + v);
-    case 2:
-      return 0.5f * gv / v;
-    case 3:
-      return 2.0f * v * gv;
-    case 4:
-      return v > 0.0f ? gv : (v < 0.0f ? -gv : 0.0f);
-    case 5:
-      return gv * v * (1.0f - v);
-    case 7:
-      return gv * 1.12837916709551257390f * expf(-v * v);
-    default:
-      return gv * (1.0f - v * v);
   }
 }
 
@@ -181,13 +80,6 @@ __global__ void where_kernel(Broadcast b, const bool* c, const float* x, const f
     offsets<3>(b, i, off);
     out[i] = c[off[0]] ? x[off[1]] : y[off[2]];
   }
-}
-
-// detail::ReduceKind: 0 sum, 1 mean, 2 max, 3 min. Sums in float64.
-__device__ inline double combine(int kind, double acc, double v) {
-  if (kind <= 1) return acc + v;
-  if (kind == 2) return v > acc ? v : acc;
-  return v < acc ? v : acc;
 }
 
 // One block per row of a contiguous [rows, n]: a fixed tree over the block.
@@ -272,27 +164,7 @@ __global__ void argmax_kernel(const float* x, std::int64_t* out, std::int64_t ou
 __global__ void softmax_kernel(const float* x, float* log_out, float* prob_out, std::int64_t outer,
                                std::int64_t n, std::int64_t inner) {
   LOCKSTEP_FOR_EACH(t, outer * inner) {
-    const std::int64_t o = t / inner, i = t % inner;
-    const float* row = x + o * n * inner + i;
-    float m = -INFINITY;
-    std::int64_t top = 0;
-    for (std::int64_t j = 0; j < n; ++j) {
-      if (row[j * inner] > m) {
-        m = row[j * inner];
-        top = j;
-      }
-    }
-    double rest = 0;
-    for (std::int64_t j = 0; j < n; ++j) {
-      if (j != top) rest += exp(static_cast<double>(row[j * inner]) - m);
-    }
-    const double lse = log1p(rest), s = 1.0 + rest;
-    const std::int64_t base = o * n * inner + i;
-    for (std::int64_t j = 0; j < n; ++j) {
-      const double d = static_cast<double>(row[j * inner]) - m;
-      if (log_out) log_out[base + j * inner] = static_cast<float>(d - lse);
-      if (prob_out) prob_out[base + j * inner] = static_cast<float>(exp(d) / s);
-    }
+    softmax_row(x, log_out, prob_out, t / inner * n * inner + t % inner, n, inner);
   }
 }
 
@@ -502,47 +374,10 @@ __global__ void transpose_kernel(Dims d, const T* x, T* out, std::int64_t n) {
   }
 }
 
-// The update rules of optim/optimizers.cc, the same operations in the same
-// order (no contraction on either side), so the same bits. The slots: m and
-// v (Adam); m (momentum); v, then m or nullptr, then a or nullptr (RMSprop:
-// velocity, momentum, average gradient); the accumulator in m (Adagrad).
+// The update rules (element_rules.h's update_element), a thread an element.
 __global__ void update_kernel(UpdateParams p, float* var, const float* g, float* m, float* v,
                               float* a, std::int64_t n) {
-  LOCKSTEP_FOR_EACH(i, n) {
-    if (p.decay != 1.0f) var[i] *= p.decay;
-    if (p.rule == 0) {
-      var[i] -= p.lr * g[i];
-    } else if (p.rule == 1) {
-      m[i] = p.momentum * m[i] - p.lr * g[i];
-      if (p.nesterov) {
-        var[i] += p.momentum * m[i] - p.lr * g[i];
-      } else {
-        var[i] += m[i];
-      }
-    } else if (p.rule == 2) {
-      m[i] += (g[i] - m[i]) * p.c1;
-      v[i] += (g[i] * g[i] - v[i]) * p.c2;
-      var[i] -= p.alpha * m[i] / (sqrtf(v[i]) + p.epsilon);
-    } else if (p.rule == 3) {
-      float* velocity = m;
-      velocity[i] = p.rho * velocity[i] + (1 - p.rho) * g[i] * g[i];
-      float denominator = velocity[i] + p.epsilon;
-      if (a != nullptr) {
-        a[i] = p.rho * a[i] + (1 - p.rho) * g[i];
-        denominator = velocity[i] - a[i] * a[i] + p.epsilon;
-      }
-      const float increment = p.lr * g[i] / sqrtf(denominator);
-      if (v != nullptr) {
-        v[i] = p.momentum * v[i] + increment;
-        var[i] -= v[i];
-      } else {
-        var[i] -= increment;
-      }
-    } else {
-      m[i] += g[i] * g[i];
-      var[i] -= p.lr * g[i] / sqrtf(m[i] + p.epsilon);
-    }
-  }
+  LOCKSTEP_FOR_EACH(i, n) update_element(p, i, var, g, m, v, a);
 }
 
 struct Sources {
@@ -812,15 +647,8 @@ void launch_transpose(cudaStream_t s, int elem_bytes, int rank, const std::int64
 
 void launch_update(cudaStream_t s, const UpdateParams& p, float* value, const float* grad,
                    float* const* slots, int num_slots, std::int64_t n) {
-  float* first = num_slots > 0 ? slots[0] : nullptr;
-  float* second = num_slots > 1 ? slots[1] : nullptr;
-  float* third = num_slots > 2 ? slots[2] : nullptr;
-  if (p.rule == 3) {  // RMSprop: velocity, then momentum if any, then the average gradient
-    const bool momentum = p.momentum > 0;
-    third = p.centered ? (momentum ? third : second) : nullptr;
-    second = momentum ? second : nullptr;
-  }
-  update_kernel<<<blocks_for(n), kThreads, 0, s>>>(p, value, grad, first, second, third, n);
+  const UpdateSlots u = update_slots(p, slots, num_slots);
+  update_kernel<<<blocks_for(n), kThreads, 0, s>>>(p, value, grad, u.m, u.v, u.a, n);
   check_launch("the optimizer's update");
 }
 

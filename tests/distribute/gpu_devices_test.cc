@@ -1,0 +1,109 @@
+// GPUs as a program sees them, on the emulated CUDA adapter with two GPUs
+// (tests/support/emulated_cuda's library, loaded through
+// LOCKSTEP_CUDA_LIBRARY with LOCKSTEP_EMULATED_GPUS=2: CI has no GPU, and
+// the device machine has one): TensorFlow's device names, tf.config's lists,
+// MirroredStrategy's default, copies between GPUs, and the seed MLP on two
+// GPUs — which share no memory, so their gradients meet through the host —
+// trained as on two CPU replicas.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <random>
+
+#include "lockstep/lockstep.h"
+#include "support/weights.h"
+
+namespace lockstep {
+namespace {
+
+using distribute::MirroredStrategy;
+
+class GpuDevices : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): before any thread or GPU list
+    ::setenv("LOCKSTEP_CUDA_LIBRARY", LOCKSTEP_EMULATED_CUDA_LIBRARY, 1);
+    ::setenv("LOCKSTEP_EMULATED_GPUS", "2", 1);  // NOLINT(concurrency-mt-unsafe)
+    set_logical_cpu_device_count(2);
+    ASSERT_EQ(gpu_devices().size(), 2u)
+        << "the emulated adapter gave no two GPUs: " << gpu_unavailable_reason();
+  }
+};
+
+TEST_F(GpuDevices, TensorFlowsNamesAndListsFindThem) {
+  EXPECT_EQ(list_physical_devices("GPU"),
+            (std::vector<std::string>{"/physical_device:GPU:0", "/physical_device:GPU:1"}));
+  EXPECT_EQ(list_physical_devices().size(), 3u);  // the CPU and two GPUs
+  Device& second = *gpu_devices()[1];
+  EXPECT_EQ(second.name(), "/device:GPU:1");
+  EXPECT_EQ(second.type(), DeviceType::kGPU);
+  for (const char* name : {"/gpu:1", "GPU:1", "/device:GPU:1", "/GPU:1",
+                           "/job:localhost/replica:0/task:0/device:GPU:1"})
+    EXPECT_EQ(&device(name), &second) << name;
+  EXPECT_EQ(gpu_unavailable_reason(), "");
+  try {
+    (void)device("/gpu:2");
+    FAIL() << "a third GPU was found";
+  } catch (const DeviceError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'/gpu:2'"), std::string::npos) << what;       // what was asked
+    EXPECT_NE(what.find("2 GPU devices"), std::string::npos) << what;  // and what there is
+  }
+}
+
+TEST_F(GpuDevices, MirroredStrategyTakesEveryGpu) {
+  const MirroredStrategy strategy;
+  EXPECT_EQ(strategy.num_replicas_in_sync(), 2);
+  EXPECT_EQ(strategy.replica_devices(), gpu_devices());
+  const MirroredStrategy named({.devices = {&device("/gpu:0"), &device("/gpu:1")}});
+  EXPECT_EQ(named.replica_devices(), gpu_devices());
+}
+
+// Two GPUs share no memory: a copy between them is refused with the way
+// round it, never a read of one GPU's pointer on the other.
+TEST_F(GpuDevices, ACopyBetweenGpusGoesThroughTheHost) {
+  Tensor on_first;
+  {
+    DeviceScope on(*gpu_devices()[0], {.pin_thread = false});
+    on_first = Tensor::from_vector(std::vector<float>{1, 2, 3});
+  }
+  EXPECT_EQ(&on_first.device(), gpu_devices()[0]);
+  try {
+    (void)on_first.copy_to(*gpu_devices()[1]);
+    FAIL() << "a tensor was copied between GPUs that share no memory";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find(".cpu()"), std::string::npos) << e.what();
+  }
+  const Tensor there = on_first.cpu().copy_to(*gpu_devices()[1]);
+  EXPECT_EQ(there.cpu().to_vector<float>(), (std::vector<float>{1, 2, 3}));
+}
+
+TEST_F(GpuDevices, SeedMlpOnTwoGpusTrainsAsOnTwoCpuReplicas) {
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  std::vector<float> values(256 * 784);
+  for (float& v : values) v = pixel(rng);
+  const Tensor x = Tensor::from_vector(values, Shape{256, 784});
+  std::vector<std::uint8_t> labels(256);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::uint8_t>(i * 7 % 10);
+  const Tensor y = Tensor::from_vector(labels);
+  auto fit = [&](const std::vector<Device*>& devices) {
+    const MirroredStrategy strategy({.devices = devices});
+    Model model;
+    {
+      auto scope = strategy.scope();
+      set_random_seed(7);
+      model = zoo::seed_mlp();
+      model.compile({.optimizer = optimizers::Adam({.learning_rate = 0.001}),
+                     .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+    }
+    model.fit(x, y, {.batch_size = 64, .epochs = 2, .verbose = 0, .shuffle = false});
+    return testing_support::weights(model);
+  };
+  const auto cpus = fit(logical_devices());
+  const auto gpus = fit(gpu_devices());
+  testing_support::expect_close(cpus, gpus, 1e-4, "2 GPUs vs 2 CPU replicas");
+}
+
+}  // namespace
+}  // namespace lockstep
