@@ -95,10 +95,13 @@ Variable StrategyImpl::create_mirrored(const Tensor& initial_value,
     DeviceScope on(*devices_[0], {.pin_thread = false});
     v = Variable(initial, std::move(options));
   } else {
+    // Through the host: the value may be on one replica's GPU, and GPUs
+    // need not share memory.
+    const Tensor source = initial.cpu();
     std::vector<Tensor> copies;
     for (Device* d : devices_) {
       DeviceScope on(*d, {.pin_thread = false});
-      copies.push_back(initial.copy());
+      copies.push_back(source.copy());
     }
     v = Variable::mirrored(std::move(copies), std::move(options));
   }

@@ -212,8 +212,11 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
                  "got kMax or kMin");
   Tensor total;
   std::int64_t count = 0;
-  for (const Tensor& v : value.values()) {
-    check_defined(v, "Strategy::reduce", "value");
+  for (const Tensor& replica_value : value.values()) {
+    check_defined(replica_value, "Strategy::reduce", "value");
+    // To the host first, as TensorFlow reduces to the CPU: the caller reads
+    // the result, and replicas on GPUs hold their values in device memory.
+    const Tensor v = replica_value.cpu();
     Tensor part = v;
     if (axis) {
       const int a = *axis < 0 ? *axis + v.rank() : *axis;

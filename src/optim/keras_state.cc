@@ -7,6 +7,7 @@
 #include "lockstep/core/error.h"
 #include "lockstep/core/nearest_name.h"
 #include "lockstep/optim/optimizers.h"
+#include "lockstep/tensor/device.h"
 #include "lockstep/tensor/ops.h"
 #include "optim/loss_scale.h"
 
@@ -59,7 +60,7 @@ std::vector<Tensor> OptimizerImpl::keras_variables(const std::vector<Variable>& 
     for (int i = 0; i < slots; ++i) {
       auto it = made.find(std::to_string(k) + "/" + slot_name(i));
       ordered[keras_slot_index(keras_slots_by_variable(), k, i, trainable.size(), slots)] =
-          it != made.end() ? it->second.copy()
+          it != made.end() ? it->second.copy_to(host_device())
                            : Tensor::full(trainable[k].shape(), slot_initial_value(i));
     }
   }

@@ -64,7 +64,9 @@ Checkpoint::Contents Checkpoint::contents(bool full_input_state, bool copy) cons
   // servers: the model's weights and the optimizer's state come from there.
   const distribute::StrategyExtended ext = model_.distribute_strategy().extended();
   detail::pull_from_parameter_servers(model_);
-  auto take = [&](const Tensor& t) { return copy ? t.copy() : t; };
+  // In host memory: the writers read the bytes (replicas on GPUs hold theirs
+  // in device memory).
+  auto take = [&](const Tensor& t) { return copy ? t.copy_to(host_device()) : t.cpu(); };
   const auto named = detail::named_weights(*model_.impl());
   for (std::size_t i = 0; i < named.size(); ++i)
     c.tensors.emplace_back(kModel + std::to_string(i) + "/" + named[i].first,
@@ -196,7 +198,8 @@ std::optional<TrainingSnapshot> Checkpoint::restore(const std::string& path) con
   // restore_slot_values checks everything before it sets anything; if it
   // rejects the optimizer's state, the weights assigned just before are put back.
   std::vector<std::pair<std::string, Tensor>> before;
-  for (const Variable& v : vars) before.emplace_back(v.name(), v.replica_value(0).copy());
+  for (const Variable& v : vars)
+    before.emplace_back(v.name(), v.replica_value(0).copy_to(host_device()));
   assign_all(saved);
   if (has_optimizer) {
     const Optimizer& opt = model_.optimizer();

@@ -246,12 +246,13 @@ std::vector<Tensor> Model::Loops::predict_batch(Model& m, const Batch& b) {
     const auto i = static_cast<std::size_t>(ctx.local_replica_id());
     if (shares.sizes[i] > 0) outs[i] = forward(shares.x[i]);
   });
-  // Replica order is example order.
+  // Replica order is example order; merged on the host (replicas on GPUs
+  // need not share memory).
   std::vector<Tensor> merged;
   for (std::size_t k = 0; k < outs[0].size(); ++k) {
     std::vector<Tensor> parts;
     for (const auto& o : outs) {
-      if (!o.empty()) parts.push_back(o[k]);
+      if (!o.empty()) parts.push_back(o[k].cpu());
     }
     merged.push_back(parts.size() == 1 ? parts[0] : concat(parts, 0));
   }
@@ -595,7 +596,8 @@ std::vector<Tensor> Model::Loops::predict(Model& m, BatchSource& source, const P
       NoGradGuard no_grad;
       const std::vector<Tensor> outs = predict_batch(m, *batch);
       per_output.resize(outs.size());
-      for (std::size_t i = 0; i < outs.size(); ++i) per_output[i].push_back(outs[i].copy());
+      for (std::size_t i = 0; i < outs.size(); ++i)
+        per_output[i].push_back(outs[i].copy_to(host_device()));
     } catch (const Error&) {
       detail::rethrow_with_prefix("predict: batch " + std::to_string(step) + ": ");
     }

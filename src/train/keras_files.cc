@@ -165,7 +165,7 @@ io::H5Group weights_tree(const LayerImpl& net, const Optimizer* optimizer) {
     io::H5Group& vars = root.group(g.path);
     vars.attributes["name"] = g.layer_name;
     for (std::size_t i = 0; i < g.vars.size(); ++i)
-      vars.datasets[std::to_string(i)] = g.vars[i].value().copy();
+      vars.datasets[std::to_string(i)] = g.vars[i].value().copy_to(host_device());
   }
   if (optimizer != nullptr && optimizer->defined()) {
     io::H5Group& vars = root.group("optimizer/vars");
@@ -173,14 +173,15 @@ io::H5Group weights_tree(const LayerImpl& net, const Optimizer* optimizer) {
     vars.attributes["name"] = scaled ? "loss_scale_optimizer" : snake_optimizer_name(*optimizer);
     const std::vector<Tensor> values =
         (*optimizer)->keras_variables(keras_trainable_variables(net));
-    for (std::size_t i = 0; i < values.size(); ++i) vars.datasets[std::to_string(i)] = values[i];
+    for (std::size_t i = 0; i < values.size(); ++i)
+      vars.datasets[std::to_string(i)] = values[i].cpu();
     if (scaled) {
       // Keras 3 writes a LossScaleOptimizer's variables (its own four, then
       // the inner optimizer's), and the inner optimizer's again on their own.
       io::H5Group& inner = root.group("optimizer/inner_optimizer/vars");
       inner.attributes["name"] = snake_optimizer_name(*optimizer);
       for (std::size_t i = kLossScaleOptimizerOwnVariables; i < values.size(); ++i)
-        inner.datasets[std::to_string(i - kLossScaleOptimizerOwnVariables)] = values[i];
+        inner.datasets[std::to_string(i - kLossScaleOptimizerOwnVariables)] = values[i].cpu();
     }
   }
   return root;

@@ -371,7 +371,8 @@ void EarlyStopping::on_epoch_end(int epoch, const Logs& logs) {
   if (epoch < options_.start_from_epoch) return;
   auto weights = [&] {
     std::vector<Tensor> w;
-    for (const Variable& v : model()->impl()->weights()) w.push_back(v.replica_value(0).copy());
+    for (const Variable& v : model()->impl()->weights())
+      w.push_back(v.replica_value(0).copy_to(host_device()));
     return w;
   };
   auto improves = [&](double value, double reference) {

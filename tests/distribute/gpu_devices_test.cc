@@ -7,6 +7,7 @@
 // trained as on two CPU replicas.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 
@@ -17,6 +18,28 @@ namespace lockstep {
 namespace {
 
 using distribute::MirroredStrategy;
+
+// `rows` random images of the seed MLP's input and their labels.
+std::pair<Tensor, Tensor> examples(std::int64_t rows, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  std::vector<float> values(static_cast<std::size_t>(rows) * 784);
+  for (float& v : values) v = pixel(rng);
+  std::vector<std::uint8_t> labels(static_cast<std::size_t>(rows));
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::uint8_t>(i * 7 % 10);
+  return {Tensor::from_vector(values, Shape{rows, 784}), Tensor::from_vector(labels)};
+}
+
+// The seed MLP built and compiled under `strategy` (Adam, from logits).
+Model seed_mlp_under(const MirroredStrategy& strategy) {
+  Model model;
+  auto scope = strategy.scope();
+  set_random_seed(7);
+  model = zoo::seed_mlp();
+  model.compile({.optimizer = optimizers::Adam({.learning_rate = 0.001}),
+                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+  return model;
+}
 
 class GpuDevices : public ::testing::Test {
  protected:
@@ -79,30 +102,50 @@ TEST_F(GpuDevices, ACopyBetweenGpusGoesThroughTheHost) {
 }
 
 TEST_F(GpuDevices, SeedMlpOnTwoGpusTrainsAsOnTwoCpuReplicas) {
-  std::mt19937 rng(8);
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  std::vector<float> values(256 * 784);
-  for (float& v : values) v = pixel(rng);
-  const Tensor x = Tensor::from_vector(values, Shape{256, 784});
-  std::vector<std::uint8_t> labels(256);
-  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::uint8_t>(i * 7 % 10);
-  const Tensor y = Tensor::from_vector(labels);
+  const auto [x, y] = examples(256, 8);
   auto fit = [&](const std::vector<Device*>& devices) {
-    const MirroredStrategy strategy({.devices = devices});
-    Model model;
-    {
-      auto scope = strategy.scope();
-      set_random_seed(7);
-      model = zoo::seed_mlp();
-      model.compile({.optimizer = optimizers::Adam({.learning_rate = 0.001}),
-                     .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
-    }
+    Model model = seed_mlp_under(MirroredStrategy({.devices = devices}));
     model.fit(x, y, {.batch_size = 64, .epochs = 2, .verbose = 0, .shuffle = false});
     return testing_support::weights(model);
   };
   const auto cpus = fit(logical_devices());
   const auto gpus = fit(gpu_devices());
   testing_support::expect_close(cpus, gpus, 1e-4, "2 GPUs vs 2 CPU replicas");
+}
+
+// What the guide's custom loop and its callbacks do with values that live
+// on the GPUs, from host code: strategy.reduce (the per-replica losses),
+// Model.save and a reload, EarlyStopping's best weights, predict. Each
+// reached for GPU memory from the host before (a DeviceError): the
+// emulated GPUs found them (tests/support/emulated_cuda).
+TEST_F(GpuDevices, HostCodeGetsTheGpusValuesThroughTheHost) {
+  const MirroredStrategy strategy;
+  const distribute::PerReplica<Tensor> per_replica = strategy.run([] {
+    return mul(Tensor::scalar(2.0f),
+               Tensor::scalar(static_cast<float>(
+                   distribute::current_replica_context()->local_replica_id() + 1)));
+  });
+  ASSERT_EQ(&per_replica.values()[1].device(), gpu_devices()[1]);
+  const Tensor total = strategy.reduce(distribute::ReduceOp::kSum, per_replica, std::nullopt);
+  EXPECT_TRUE(total.device().host_accessible());
+  EXPECT_EQ(total.to_vector<float>(), std::vector<float>{6.0f});  // 2·1 + 2·2
+
+  const auto [x, y] = examples(128, 3);
+  Model model = seed_mlp_under(strategy);
+  auto stop = std::make_shared<EarlyStopping>(
+      EarlyStopping::Options{.monitor = "loss", .patience = 5, .restore_best_weights = true});
+  model.fit(x, y, {.batch_size = 32, .epochs = 2, .verbose = 0, .callbacks = {stop}});
+  const auto trained = testing_support::weights(model);
+  const Tensor predicted = model.predict(x, {.batch_size = 64, .verbose = 0});
+  EXPECT_TRUE(predicted.device().host_accessible());
+  EXPECT_EQ(predicted.shape(), (Shape{128, 10}));
+
+  const std::string path = ::testing::TempDir() + "gpu_devices_model.keras";
+  model.save(path);
+  const Model reloaded = load_model(path);
+  testing_support::expect_bitwise(trained, testing_support::weights(reloaded),
+                                  "the model saved from the GPUs, reloaded");
+  std::remove(path.c_str());
 }
 
 }  // namespace

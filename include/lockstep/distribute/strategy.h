@@ -143,9 +143,10 @@ class Strategy {
   }
 
   // Sum or mean across replicas (in replica order); with `axis`, also over
-  // that axis of every value (the mean is then over all the elements).
-  // kMax and kMin are a ValueError (tf.distribute's ReduceOp has SUM and
-  // MEAN).
+  // that axis of every value (the mean is then over all the elements). The
+  // result is on the host, as TensorFlow reduces to the CPU (replicas on
+  // GPUs: their values copied first). kMax and kMin are a ValueError
+  // (tf.distribute's ReduceOp has SUM and MEAN).
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& value,
                 std::optional<int> axis = std::nullopt) const;
 
