@@ -76,6 +76,11 @@ std::unique_ptr<StagingArea> DeviceKernels::make_staging_area(Device& device) {
   return std::make_unique<HostStagingArea>(*this, device);
 }
 
+std::unique_ptr<DeviceGraph> DeviceKernels::capture(Device& device, const std::function<void()>&) {
+  throw_error<DeviceError>(device.name(), " (", describe(),
+                           ") cannot record its kernels as a graph: run the work as it is");
+}
+
 Tensor DeviceKernels::fill(const Shape&, DType, double) { no_kernel("fill"); }
 Tensor DeviceKernels::cast(const Tensor&, DType) { no_kernel("cast"); }
 Tensor DeviceKernels::binary(BinaryKind, const Tensor&, const Tensor&, const Shape&) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -190,6 +191,31 @@ class GpuStagingArea final : public StagingArea {
   std::size_t device_bytes_ = 0;
 };
 
+// A CUDA graph of this device's stream (GpuKernels::capture).
+class GpuGraph final : public DeviceGraph {
+ public:
+  GpuGraph(GpuApi* api, Device& device, void* stream, void* graph)
+      : api_(api), device_(device), stream_(stream), graph_(graph) {}
+  ~GpuGraph() override {
+    try {
+      api_->synchronize(stream_);  // its launches done
+      api_->destroy_graph(graph_);
+    } catch (const std::runtime_error&) {  // a context torn down at exit
+    }
+  }
+  GpuGraph(const GpuGraph&) = delete;
+  GpuGraph& operator=(const GpuGraph&) = delete;
+  void replay() override {
+    guarded(device_, "replaying a graph", [&] { api_->launch_graph(graph_, stream_); });
+  }
+
+ private:
+  GpuApi* api_;
+  Device& device_;
+  void* stream_;
+  void* graph_;
+};
+
 class GpuKernels final : public DeviceKernels {
  public:
   GpuKernels(GpuApi* api, int gpu, void* stream, std::string what)
@@ -230,6 +256,21 @@ class GpuKernels final : public DeviceKernels {
   void set_profiling(bool on) override {
     api_->synchronize(stream_);
     api_->profiler(gpu_, on);
+  }
+  bool can_capture() const override { return true; }
+  std::unique_ptr<DeviceGraph> capture(Device& d, const std::function<void()>& work) override {
+    guarded(d, "recording a graph", [&] { api_->begin_capture(stream_); });
+    try {
+      work();
+    } catch (...) {
+      try {
+        api_->abort_capture(stream_);
+      } catch (const std::runtime_error&) {  // the error that stopped the work says more
+      }
+      throw;
+    }
+    void* graph = guarded(d, "recording a graph", [&] { return api_->end_capture(stream_); });
+    return std::make_unique<GpuGraph>(api_, d, stream_, graph);
   }
 
   Tensor fill(const Shape& shape, DType dtype, double value) override {

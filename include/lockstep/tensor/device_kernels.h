@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -156,6 +157,17 @@ class StagingArea {
   virtual void copied_out() = 0;
 };
 
+// The kernels and copies a device ran for a piece of work, recorded (a CUDA
+// graph on a GPU): replay() runs them again on the device's stream — the
+// same kernels with the same arguments on the same memory — without the
+// host's work of issuing them. The memory the work allocated stays the
+// recording's while it lives. Destroying it waits for its replays.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  virtual void replay() = 0;
+};
+
 class DeviceKernels {
  public:
   virtual ~DeviceKernels() = default;
@@ -186,6 +198,16 @@ class DeviceKernels {
   // Stop, for `ncu --profile-from-start off`); nothing elsewhere. The
   // benchmarks use it to profile steady steps, past start-up and autotuning.
   virtual void set_profiling(bool /*on*/) {}
+  // Whether capture() records here (GPUs; not the fake accelerator, whose
+  // ops run host code).
+  virtual bool can_capture() const { return false; }
+  // Runs `work` on this thread with the kernels and copies it queues on
+  // `device` recorded instead of run (CUDA stream capture): nothing has run
+  // when it returns; replay the recording to run it. A copy to the host, a
+  // copy from pageable host memory (a tensor made on the host) or a wait
+  // for the device inside `work` is a DeviceError naming it, and nothing is
+  // recorded. The default throws DeviceError (can_capture() is false).
+  virtual std::unique_ptr<DeviceGraph> capture(Device& device, const std::function<void()>& work);
 
   // Computation (GPU). Inputs are on the current device (the caller copied
   // them there); outputs are made there. Each default throws DeviceError

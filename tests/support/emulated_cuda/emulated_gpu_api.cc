@@ -6,15 +6,20 @@
 // memory, never touched by Lockstep's host code: Tensor::data refuses a GPU
 // tensor), streams and events (the kernels run at once, in call order:
 // every stream is in order already), copies, and kernels.cu's kernels with
-// their per-element rules (element_rules.h). Fresh memory is filled with
+// their per-element rules (element_rules.h). A stream that captures
+// records its kernels and copies instead, as CUDA graphs do: arguments
+// taken when queued, the memory allocated meanwhile the graph's, a copy to
+// the host or from pageable memory refused. Fresh memory is filled with
 // NaN bytes, so a kernel that leaves part of its output unwritten shows.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <new>
 #include <unordered_map>
+#include <vector>
 
 #include "emulated.h"
 #include "tensor/backend/cuda/element_rules.h"
@@ -77,9 +82,9 @@ class EmulatedApi final : public GpuApi {
   std::string versions() override {
     return "emulated CUDA adapter, interface version " + std::to_string(kApiVersion);
   }
-  void* create_stream(int) override { return new int(0); }
+  void* create_stream(int) override { return new Stream(); }
 
-  void* allocate(int gpu, void*, std::size_t bytes) override {
+  void* allocate(int gpu, void* stream, std::size_t bytes) override {
     std::lock_guard lock(mutex_);
     std::size_t& in_use = in_use_[index(gpu)];
     if (bytes > kCapacity - in_use)
@@ -90,40 +95,58 @@ class EmulatedApi final : public GpuApi {
     void* p = std::aligned_alloc(kAlignment, rounded);
     if (p == nullptr) throw std::runtime_error("the emulated GPU's host allocation failed");
     std::memset(p, 0xff, rounded);  // NaN in every float type: unwritten outputs show
-    allocations_[p] = {gpu, rounded};
+    allocations_[p] = {gpu, rounded, as(stream).capturing};
+    if (Graph* g = as(stream).capturing) g->owned.push_back(p);
     in_use += rounded;
     return p;
   }
   void deallocate(int gpu, void*, void* ptr) override {
     std::lock_guard lock(mutex_);
     const auto it = allocations_.find(ptr);
-    if (it == allocations_.end() || it->second.gpu != gpu)
+    if (it == allocations_.end() || it->second.gpu != gpu || it->second.released)
       throw std::runtime_error("cudaFreeAsync: not an allocation of GPU " + std::to_string(gpu));
-    in_use_[index(gpu)] -= it->second.bytes;
-    allocations_.erase(it);
-    std::free(ptr);
+    if (it->second.graph != nullptr) {  // reserved for the graph's launches
+      it->second.released = true;
+      return;
+    }
+    free_locked(it);
   }
   void memory_info(int gpu, std::size_t& free, std::size_t& total) override {
     std::lock_guard lock(mutex_);
     free = kCapacity - in_use_[index(gpu)];
     total = kCapacity;
   }
-  void copy_from_host(void*, void* dst, const void* host, std::size_t bytes) override {
-    std::memcpy(dst, host, bytes);
+  // From page-locked memory a graph's copy reads the bytes at each launch;
+  // from pageable memory a capture refuses it (CUDA's rule).
+  void copy_from_host(void* stream, void* dst, const void* host, std::size_t bytes) override {
+    if (as(stream).capturing && !page_locked(host))
+      throw std::runtime_error(
+          "a copy from pageable host memory while the stream is captured as a graph (each launch "
+          "would read those bytes again)");
+    run(stream, [=, this] { std::memcpy(dst, host, bytes); });
   }
-  void copy_to_host(void*, void* host, const void* src, std::size_t bytes) override {
+  void copy_to_host(void* stream, void* host, const void* src, std::size_t bytes) override {
+    not_capturing(stream, "a copy to the host");
     std::memcpy(host, src, bytes);
   }
-  void copy_on_device(void*, void* dst, const void* src, std::size_t bytes) override {
-    std::memmove(dst, src, bytes);
+  void copy_on_device(void* stream, void* dst, const void* src, std::size_t bytes) override {
+    run(stream, [=, this] { std::memmove(dst, src, bytes); });
   }
-  void synchronize(void*) override {}
+  void synchronize(void* stream) override { not_capturing(stream, "waiting for the stream"); }
   void* host_allocate(std::size_t bytes) override {
     void* p = std::malloc(bytes == 0 ? 1 : bytes);
     if (p == nullptr) throw std::runtime_error("cudaHostAlloc: out of host memory");
+    std::lock_guard lock(mutex_);
+    page_locked_[p] = bytes;
     return p;
   }
-  void host_deallocate(void* host) override { std::free(host); }
+  void host_deallocate(void* host) override {
+    {
+      std::lock_guard lock(mutex_);
+      page_locked_.erase(host);
+    }
+    std::free(host);
+  }
   void* create_event(int) override { return new int(0); }
   void destroy_event(void* event) override { delete static_cast<int*>(event); }
   void record_event(void*, void*) override {}
@@ -131,293 +154,435 @@ class EmulatedApi final : public GpuApi {
   void event_synchronize(void*) override {}
   void profiler(int, bool) override {}
 
-  void fill(void*, Type type, void* out, std::int64_t n, double value) override {
-    visit(type, [&]<typename T>() {
-      T v;
-      if constexpr (std::is_same_v<T, Bf16> || std::is_same_v<T, F16>) {
-        v = convert<T>(static_cast<float>(value));
-      } else {
-        v = static_cast<T>(value);
-      }
-      std::fill_n(static_cast<T*>(out), n, v);
-    });
-  }
-  void cast(void*, Type from, Type to, const void* x, void* out, std::int64_t n) override {
-    visit(from, [&]<typename S>() {
-      visit(to, [&]<typename D>() {
-        for (std::int64_t i = 0; i < n; ++i)
-          static_cast<D*>(out)[i] = convert<D>(static_cast<const S*>(x)[i]);
+  void fill(void* stream, Type type, void* out, std::int64_t n, double value) override {
+    run(stream, [=, this] {
+      visit(type, [&]<typename T>() {
+        T v;
+        if constexpr (std::is_same_v<T, Bf16> || std::is_same_v<T, F16>) {
+          v = convert<T>(static_cast<float>(value));
+        } else {
+          v = static_cast<T>(value);
+        }
+        std::fill_n(static_cast<T*>(out), n, v);
       });
     });
   }
-  void binary(void*, int kind, Type type, const Broadcast& b, const void* x, const void* y,
+  void cast(void* stream, Type from, Type to, const void* x, void* out, std::int64_t n) override {
+    run(stream, [=, this] {
+      visit(from, [&]<typename S>() {
+        visit(to, [&]<typename D>() {
+          for (std::int64_t i = 0; i < n; ++i)
+            static_cast<D*>(out)[i] = convert<D>(static_cast<const S*>(x)[i]);
+        });
+      });
+    });
+  }
+  void binary(void* stream, int kind, Type type, const Broadcast& b, const void* x, const void* y,
               void* out) override {
-    visit(type, [&]<typename T>() {
-      using C = typename Compute<T>::type;
-      const auto* xs = static_cast<const T*>(x);
-      const auto* ys = static_cast<const T*>(y);
-      for (std::int64_t i = 0, n = count_of(b); i < n; ++i) {
-        std::int64_t off[2];
-        offsets<2>(b, i, off);
-        const C xv = convert<C>(xs[off[0]]), yv = convert<C>(ys[off[1]]);
-        if (kind >= 7) {
-          static_cast<bool*>(out)[i] = compare(kind, xv, yv);
-        } else {
-          static_cast<T*>(out)[i] = convert<T>(arith(kind, xv, yv));
-        }
-      }
-    });
-  }
-  void unary(void*, int kind, Type type, const void* x, void* out, std::int64_t n) override {
-    visit(type, [&]<typename T>() {
-      if constexpr (std::is_same_v<T, bool>) {
-        throw std::runtime_error("bool has no GPU kernel for unary ops");
-      } else {
+    run(stream, [=, this] {
+      visit(type, [&]<typename T>() {
         using C = typename Compute<T>::type;
-        for (std::int64_t i = 0; i < n; ++i)
-          static_cast<T*>(out)[i] =
-              convert<T>(unary_op(kind, convert<C>(static_cast<const T*>(x)[i])));
+        const auto* xs = static_cast<const T*>(x);
+        const auto* ys = static_cast<const T*>(y);
+        for (std::int64_t i = 0, n = count_of(b); i < n; ++i) {
+          std::int64_t off[2];
+          offsets<2>(b, i, off);
+          const C xv = convert<C>(xs[off[0]]), yv = convert<C>(ys[off[1]]);
+          if (kind >= 7) {
+            static_cast<bool*>(out)[i] = compare(kind, xv, yv);
+          } else {
+            static_cast<T*>(out)[i] = convert<T>(arith(kind, xv, yv));
+          }
+        }
+      });
+    });
+  }
+  void unary(void* stream, int kind, Type type, const void* x, void* out, std::int64_t n) override {
+    run(stream, [=, this] {
+      visit(type, [&]<typename T>() {
+        if constexpr (std::is_same_v<T, bool>) {
+          throw std::runtime_error("bool has no GPU kernel for unary ops");
+        } else {
+          using C = typename Compute<T>::type;
+          for (std::int64_t i = 0; i < n; ++i)
+            static_cast<T*>(out)[i] =
+                convert<T>(unary_op(kind, convert<C>(static_cast<const T*>(x)[i])));
+        }
+      });
+    });
+  }
+  void clip(void* stream, const float* x, float* out, std::int64_t n, float lo, float hi) override {
+    run(stream, [=, this] {
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float v = x[i];
+        out[i] = v < lo ? lo : (v > hi ? hi : v);
       }
     });
   }
-  void clip(void*, const float* x, float* out, std::int64_t n, float lo, float hi) override {
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      out[i] = v < lo ? lo : (v > hi ? hi : v);
-    }
+  void map2(void* stream, int kind, const float* x, const float* y, float* out,
+            std::int64_t n) override {
+    run(stream, [=, this] {
+      for (std::int64_t i = 0; i < n; ++i) out[i] = map2_op(kind, x[i], y[i]);
+    });
   }
-  void map2(void*, int kind, const float* x, const float* y, float* out, std::int64_t n) override {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = map2_op(kind, x[i], y[i]);
-  }
-  void where(void*, const Broadcast& b, const bool* cond, const float* x, const float* y,
+  void where(void* stream, const Broadcast& b, const bool* cond, const float* x, const float* y,
              float* out) override {
-    for (std::int64_t i = 0, n = count_of(b); i < n; ++i) {
-      std::int64_t off[3];
-      offsets<3>(b, i, off);
-      out[i] = cond[off[0]] ? x[off[1]] : y[off[2]];
-    }
+    run(stream, [=, this] {
+      for (std::int64_t i = 0, n = count_of(b); i < n; ++i) {
+        std::int64_t off[3];
+        offsets<3>(b, i, off);
+        out[i] = cond[off[0]] ? x[off[1]] : y[off[2]];
+      }
+    });
   }
   // Sums in float64, each output's elements in order (the real kernels'
   // trees give the same float32 but for a rounding of the float64 sum).
-  void reduce(void*, int kind, const float* x, float* out, std::int64_t outer, std::int64_t n,
-              std::int64_t inner) override {
-    for (std::int64_t t = 0; t < outer * inner; ++t) {
-      if (n == 0) {
-        out[t] = 0.0f;
-        continue;
+  void reduce(void* stream, int kind, const float* x, float* out, std::int64_t outer,
+              std::int64_t n, std::int64_t inner) override {
+    run(stream, [=, this] {
+      for (std::int64_t t = 0; t < outer * inner; ++t) {
+        if (n == 0) {
+          out[t] = 0.0f;
+          continue;
+        }
+        const std::int64_t o = t / inner, i = t % inner;
+        const float* base = x + o * n * inner + i;
+        double acc = kind <= 1 ? 0.0 : static_cast<double>(base[0]);
+        for (std::int64_t j = 0; j < n; ++j) acc = combine(kind, acc, base[j * inner]);
+        if (kind == 1) acc /= static_cast<double>(n);
+        out[t] = static_cast<float>(acc);
       }
-      const std::int64_t o = t / inner, i = t % inner;
-      const float* base = x + o * n * inner + i;
-      double acc = kind <= 1 ? 0.0 : static_cast<double>(base[0]);
-      for (std::int64_t j = 0; j < n; ++j) acc = combine(kind, acc, base[j * inner]);
-      if (kind == 1) acc /= static_cast<double>(n);
-      out[t] = static_cast<float>(acc);
-    }
+    });
   }
-  void argmax(void*, const float* x, std::int64_t* out, std::int64_t outer, std::int64_t n,
+  void argmax(void* stream, const float* x, std::int64_t* out, std::int64_t outer, std::int64_t n,
               std::int64_t inner) override {
-    for (std::int64_t t = 0; t < outer * inner; ++t) {
-      const float* base = x + t / inner * n * inner + t % inner;
-      std::int64_t best = 0;
-      for (std::int64_t r = 1; r < n; ++r)
-        if (base[r * inner] > base[best * inner]) best = r;
-      out[t] = best;
-    }
+    run(stream, [=, this] {
+      for (std::int64_t t = 0; t < outer * inner; ++t) {
+        const float* base = x + t / inner * n * inner + t % inner;
+        std::int64_t best = 0;
+        for (std::int64_t r = 1; r < n; ++r)
+          if (base[r * inner] > base[best * inner]) best = r;
+        out[t] = best;
+      }
+    });
   }
-  void softmax(void*, const float* x, float* log_out, float* prob_out, std::int64_t outer,
+  void softmax(void* stream, const float* x, float* log_out, float* prob_out, std::int64_t outer,
                std::int64_t n, std::int64_t inner) override {
-    for (std::int64_t t = 0; t < outer * inner; ++t)
-      softmax_row(x, log_out, prob_out, t / inner * n * inner + t % inner, n, inner);
+    run(stream, [=, this] {
+      for (std::int64_t t = 0; t < outer * inner; ++t)
+        softmax_row(x, log_out, prob_out, t / inner * n * inner + t % inner, n, inner);
+    });
   }
-  void gemm(int, void*, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+  void gemm(int, void* stream, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
             const float* a, const float* b, float* c, std::int64_t batch, std::int64_t stride_a,
             std::int64_t stride_b, const float* bias, bool relu, bool) override {
-    emulated::gemm(ta, tb, m, n, k, a, b, c, batch, stride_a, stride_b, bias, relu);
+    run(stream, [=, this] {
+      emulated::gemm(ta, tb, m, n, k, a, b, c, batch, stride_a, stride_b, bias, relu);
+    });
   }
-  void gemm_half(int, void*, Type type, bool ta, bool tb, std::int64_t m, std::int64_t n,
+  void gemm_half(int, void* stream, Type type, bool ta, bool tb, std::int64_t m, std::int64_t n,
                  std::int64_t k, const void* a, const void* b, void* c, std::int64_t batch,
                  std::int64_t stride_a, std::int64_t stride_b, const void* bias,
                  bool relu) override {
-    emulated::gemm_half(type, ta, tb, m, n, k, a, b, c, batch, stride_a, stride_b, bias, relu);
+    run(stream, [=, this] {
+      emulated::gemm_half(type, ta, tb, m, n, k, a, b, c, batch, stride_a, stride_b, bias, relu);
+    });
   }
-  void conv_forward(int, void*, const ConvParams& p, const void* x, const void* filter,
+  void conv_forward(int, void* stream, const ConvParams& p, const void* x, const void* filter,
                     void* y) override {
-    emulated::conv_forward(p, x, filter, y);
+    run(stream, [=, this] { emulated::conv_forward(p, x, filter, y); });
   }
-  void conv_backward_data(int, void*, const ConvParams& p, const void* dy, const void* filter,
-                          void* dx) override {
-    emulated::conv_backward_data(p, dy, filter, dx);
+  void conv_backward_data(int, void* stream, const ConvParams& p, const void* dy,
+                          const void* filter, void* dx) override {
+    run(stream, [=, this] { emulated::conv_backward_data(p, dy, filter, dx); });
   }
-  void conv_backward_filter(int, void*, const ConvParams& p, const void* x, const void* dy,
+  void conv_backward_filter(int, void* stream, const ConvParams& p, const void* x, const void* dy,
                             void* dfilter) override {
-    emulated::conv_backward_filter(p, x, dy, dfilter);
+    run(stream, [=, this] { emulated::conv_backward_filter(p, x, dy, dfilter); });
   }
-  void depthwise_forward(void*, Type type, const ConvParams& p, const void* x, const void* filter,
-                         void* y) override {
-    emulated::depthwise_forward(type, p, x, filter, y);
+  void depthwise_forward(void* stream, Type type, const ConvParams& p, const void* x,
+                         const void* filter, void* y) override {
+    run(stream, [=, this] { emulated::depthwise_forward(type, p, x, filter, y); });
   }
-  void depthwise_backward_data(void*, Type type, const ConvParams& p, const void* dy,
+  void depthwise_backward_data(void* stream, Type type, const ConvParams& p, const void* dy,
                                const void* filter, void* dx) override {
-    emulated::depthwise_backward_data(type, p, dy, filter, dx);
+    run(stream, [=, this] { emulated::depthwise_backward_data(type, p, dy, filter, dx); });
   }
-  void depthwise_backward_filter(void*, Type type, const ConvParams& p, const void* x,
+  void depthwise_backward_filter(void* stream, Type type, const ConvParams& p, const void* x,
                                  const void* dy, void* dfilter) override {
-    emulated::depthwise_backward_filter(type, p, x, dy, dfilter);
+    run(stream, [=, this] { emulated::depthwise_backward_filter(type, p, x, dy, dfilter); });
   }
-  void pool_forward(int, void*, const PoolParams& p, const float* x, float* y) override {
-    emulated::pool_forward(p, x, y);
+  void pool_forward(int, void* stream, const PoolParams& p, const float* x, float* y) override {
+    run(stream, [=, this] { emulated::pool_forward(p, x, y); });
   }
-  void pool_backward(int, void*, const PoolParams& p, const float* x, const float* y,
+  void pool_backward(int, void* stream, const PoolParams& p, const float* x, const float* y,
                      const float* dy, float* dx) override {
-    emulated::pool_backward(p, x, y, dy, dx);
+    run(stream, [=, this] { emulated::pool_backward(p, x, y, dy, dx); });
   }
-  void nhwc_window(void*, int elem_bytes, const void* src, std::int64_t n, std::int64_t sh,
+  void nhwc_window(void* stream, int elem_bytes, const void* src, std::int64_t n, std::int64_t sh,
                    std::int64_t sw, std::int64_t c, void* dst, std::int64_t dh, std::int64_t dw,
                    std::int64_t off_h, std::int64_t off_w) override {
-    const auto bytes = static_cast<std::size_t>(c * elem_bytes);  // a pixel's
-    const auto* s = static_cast<const unsigned char*>(src);
-    auto* d = static_cast<unsigned char*>(dst);
-    for (std::int64_t b = 0; b < n; ++b) {
-      for (std::int64_t i = 0; i < dh; ++i) {
-        for (std::int64_t j = 0; j < dw; ++j) {
-          unsigned char* to = d + static_cast<std::size_t>((b * dh + i) * dw + j) * bytes;
-          const std::int64_t si = i + off_h, sj = j + off_w;
-          if (si >= 0 && si < sh && sj >= 0 && sj < sw) {
-            std::memcpy(to, s + static_cast<std::size_t>((b * sh + si) * sw + sj) * bytes, bytes);
-          } else {
-            std::memset(to, 0, bytes);
+    run(stream, [=, this] {
+      const auto bytes = static_cast<std::size_t>(c * elem_bytes);  // a pixel's
+      const auto* s = static_cast<const unsigned char*>(src);
+      auto* d = static_cast<unsigned char*>(dst);
+      for (std::int64_t b = 0; b < n; ++b) {
+        for (std::int64_t i = 0; i < dh; ++i) {
+          for (std::int64_t j = 0; j < dw; ++j) {
+            unsigned char* to = d + static_cast<std::size_t>((b * dh + i) * dw + j) * bytes;
+            const std::int64_t si = i + off_h, sj = j + off_w;
+            if (si >= 0 && si < sh && sj >= 0 && sj < sw) {
+              std::memcpy(to, s + static_cast<std::size_t>((b * sh + si) * sw + sj) * bytes, bytes);
+            } else {
+              std::memset(to, 0, bytes);
+            }
           }
         }
       }
-    }
+    });
   }
-  void take_along_axis(void*, const float* x, const std::int64_t* idx, float* out,
+  void take_along_axis(void* stream, const float* x, const std::int64_t* idx, float* out,
                        std::int64_t outer, std::int64_t n, std::int64_t k,
                        std::int64_t inner) override {
-    for (std::int64_t t = 0; t < outer * k * inner; ++t)
-      out[t] = x[(t / (k * inner) * n + idx[t]) * inner + t % inner];
+    run(stream, [=, this] {
+      for (std::int64_t t = 0; t < outer * k * inner; ++t)
+        out[t] = x[(t / (k * inner) * n + idx[t]) * inner + t % inner];
+    });
   }
-  void scatter_along_axis(void*, const float* g, const std::int64_t* idx, float* out,
+  void scatter_along_axis(void* stream, const float* g, const std::int64_t* idx, float* out,
                           std::int64_t outer, std::int64_t n, std::int64_t k,
                           std::int64_t inner) override {
-    for (std::int64_t t = 0; t < outer * inner; ++t) {
-      const std::int64_t o = t / inner, i = t % inner;
-      for (std::int64_t r = 0; r < n; ++r) out[(o * n + r) * inner + i] = 0.0f;
-      for (std::int64_t j = 0; j < k; ++j) {
-        const std::int64_t at = (o * k + j) * inner + i;
-        out[(o * n + idx[at]) * inner + i] += g[at];
+    run(stream, [=, this] {
+      for (std::int64_t t = 0; t < outer * inner; ++t) {
+        const std::int64_t o = t / inner, i = t % inner;
+        for (std::int64_t r = 0; r < n; ++r) out[(o * n + r) * inner + i] = 0.0f;
+        for (std::int64_t j = 0; j < k; ++j) {
+          const std::int64_t at = (o * k + j) * inner + i;
+          out[(o * n + idx[at]) * inner + i] += g[at];
+        }
       }
-    }
+    });
   }
-  void one_hot(void*, const std::int64_t* idx, float* out, std::int64_t count, std::int64_t depth,
-               float on, float off) override {
-    for (std::int64_t t = 0; t < count * depth; ++t)
-      out[t] = idx[t / depth] == t % depth ? on : off;
+  void one_hot(void* stream, const std::int64_t* idx, float* out, std::int64_t count,
+               std::int64_t depth, float on, float off) override {
+    run(stream, [=, this] {
+      for (std::int64_t t = 0; t < count * depth; ++t)
+        out[t] = idx[t / depth] == t % depth ? on : off;
+    });
   }
-  void transpose(void*, int elem_bytes, int rank, const std::int64_t* out_dims,
+  void transpose(void* stream, int elem_bytes, int rank, const std::int64_t* out_dims,
                  const std::int64_t* in_strides, const void* x, void* out) override {
-    std::int64_t n = 1;
-    for (int a = 0; a < rank; ++a) n *= out_dims[a];
-    const auto bytes = static_cast<std::size_t>(elem_bytes);
-    for (std::int64_t t = 0; t < n; ++t) {
-      std::int64_t rest = t, src = 0;
-      for (int a = rank - 1; a >= 0; --a) {
-        src += rest % out_dims[a] * in_strides[a];
-        rest /= out_dims[a];
+    const std::vector<std::int64_t> dims(out_dims, out_dims + rank),  // taken now, as a kernel's
+        strides(in_strides, in_strides + rank);
+    run(stream, [=, this] {
+      std::int64_t n = 1;
+      for (int a = 0; a < rank; ++a) n *= dims[static_cast<std::size_t>(a)];
+      const auto bytes = static_cast<std::size_t>(elem_bytes);
+      for (std::int64_t t = 0; t < n; ++t) {
+        std::int64_t rest = t, src = 0;
+        for (int a = rank - 1; a >= 0; --a) {
+          const auto k = static_cast<std::size_t>(a);
+          src += rest % dims[k] * strides[k];
+          rest /= dims[k];
+        }
+        std::memcpy(static_cast<unsigned char*>(out) + static_cast<std::size_t>(t) * bytes,
+                    static_cast<const unsigned char*>(x) + static_cast<std::size_t>(src) * bytes,
+                    bytes);
       }
-      std::memcpy(static_cast<unsigned char*>(out) + static_cast<std::size_t>(t) * bytes,
-                  static_cast<const unsigned char*>(x) + static_cast<std::size_t>(src) * bytes,
-                  bytes);
-    }
+    });
   }
-  void relu_general(void*, const float* x, float* y, std::int64_t n, float slope, float top,
+  void relu_general(void* stream, const float* x, float* y, std::int64_t n, float slope, float top,
                     float threshold) override {
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      y[i] = v > threshold ? (top < v ? top : v) : slope * (v - threshold);
-    }
+    run(stream, [=, this] {
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float v = x[i];
+        y[i] = v > threshold ? (top < v ? top : v) : slope * (v - threshold);
+      }
+    });
   }
-  void relu_general_grad(void*, const float* g, const float* y, float* dx, std::int64_t n,
+  void relu_general_grad(void* stream, const float* g, const float* y, float* dx, std::int64_t n,
                          float slope, float top) override {
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float v = y[i];
-      dx[i] = v > 0.0f ? (v < top ? g[i] : 0.0f) : slope * g[i];
-    }
+    run(stream, [=, this] {
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float v = y[i];
+        dx[i] = v > 0.0f ? (v < top ? g[i] : 0.0f) : slope * g[i];
+      }
+    });
   }
-  void gather_rows(void*, int elem_bytes, const void* x, const std::int64_t* idx, void* out,
+  void gather_rows(void* stream, int elem_bytes, const void* x, const std::int64_t* idx, void* out,
                    std::int64_t outer, std::int64_t n, std::int64_t m,
                    std::int64_t inner) override {
-    const auto row = static_cast<std::size_t>(inner * elem_bytes);
-    for (std::int64_t o = 0; o < outer; ++o)
-      for (std::int64_t j = 0; j < m; ++j)
-        std::memcpy(
-            static_cast<unsigned char*>(out) + static_cast<std::size_t>(o * m + j) * row,
-            static_cast<const unsigned char*>(x) + static_cast<std::size_t>(o * n + idx[j]) * row,
-            row);
+    run(stream, [=, this] {
+      const auto row = static_cast<std::size_t>(inner * elem_bytes);
+      for (std::int64_t o = 0; o < outer; ++o)
+        for (std::int64_t j = 0; j < m; ++j)
+          std::memcpy(
+              static_cast<unsigned char*>(out) + static_cast<std::size_t>(o * m + j) * row,
+              static_cast<const unsigned char*>(x) + static_cast<std::size_t>(o * n + idx[j]) * row,
+              row);
+    });
   }
-  void gather_rows_grad(void*, const float* g, const std::int64_t* order,
+  void gather_rows_grad(void* stream, const float* g, const std::int64_t* order,
                         const std::int64_t* starts, const std::int64_t* targets,
                         std::int64_t unique, float* out, std::int64_t outer, std::int64_t n,
                         std::int64_t m, std::int64_t inner) override {
-    std::fill_n(out, outer * n * inner, 0.0f);
-    for (std::int64_t t = 0; t < outer * unique * inner; ++t) {
-      const std::int64_t i = t % inner, u = t / inner % unique, o = t / (inner * unique);
-      float acc = 0.0f;
-      for (std::int64_t q = starts[u]; q < starts[u + 1]; ++q)
-        acc += g[(o * m + order[q]) * inner + i];
-      out[(o * n + targets[u]) * inner + i] = acc;
-    }
+    run(stream, [=, this] {
+      std::fill_n(out, outer * n * inner, 0.0f);
+      for (std::int64_t t = 0; t < outer * unique * inner; ++t) {
+        const std::int64_t i = t % inner, u = t / inner % unique, o = t / (inner * unique);
+        float acc = 0.0f;
+        for (std::int64_t q = starts[u]; q < starts[u + 1]; ++q)
+          acc += g[(o * m + order[q]) * inner + i];
+        out[(o * n + targets[u]) * inner + i] = acc;
+      }
+    });
   }
-  void batch_norm(void*, Type type, const void* x, void* y, std::int64_t rows, std::int64_t c,
-                  const float* gamma, const float* beta, float* mean, float* variance,
-                  bool batch_stats, float epsilon, float bottom, float top) override {
-    emulated::batch_norm(type, x, y, rows, c, gamma, beta, mean, variance, batch_stats, epsilon,
-                         bottom, top);
+  void batch_norm(void* stream, Type type, const void* x, void* y, std::int64_t rows,
+                  std::int64_t c, const float* gamma, const float* beta, float* mean,
+                  float* variance, bool batch_stats, float epsilon, float bottom,
+                  float top) override {
+    run(stream, [=, this] {
+      emulated::batch_norm(type, x, y, rows, c, gamma, beta, mean, variance, batch_stats, epsilon,
+                           bottom, top);
+    });
   }
-  void batch_norm_backward(void*, Type type, const void* x, const void* z, const void* dz,
+  void batch_norm_backward(void* stream, Type type, const void* x, const void* z, const void* dz,
                            std::int64_t rows, std::int64_t c, const float* gamma, const float* mean,
                            const float* variance, bool batch_stats, float epsilon, float bottom,
                            float top, void* dx, float* dgamma, float* dbeta) override {
-    emulated::batch_norm_backward(type, x, z, dz, rows, c, gamma, mean, variance, batch_stats,
-                                  epsilon, bottom, top, dx, dgamma, dbeta);
+    run(stream, [=, this] {
+      emulated::batch_norm_backward(type, x, z, dz, rows, c, gamma, mean, variance, batch_stats,
+                                    epsilon, bottom, top, dx, dgamma, dbeta);
+    });
   }
-  void resize(void*, Type type, const void* in, void* out, std::int64_t n, std::int64_t h,
+  void resize(void* stream, Type type, const void* in, void* out, std::int64_t n, std::int64_t h,
               std::int64_t w, std::int64_t c, std::int64_t oh, std::int64_t ow, bool bilinear,
               const std::int64_t* y_lower, const std::int64_t* y_upper, const float* y_lerp,
               const std::int64_t* x_lower, const std::int64_t* x_upper,
               const float* x_lerp) override {
-    emulated::resize(type, in, out, n, h, w, c, oh, ow, bilinear, y_lower, y_upper, y_lerp, x_lower,
-                     x_upper, x_lerp);
+    run(stream, [=, this] {
+      emulated::resize(type, in, out, n, h, w, c, oh, ow, bilinear, y_lower, y_upper, y_lerp,
+                       x_lower, x_upper, x_lerp);
+    });
   }
-  void affine_transform(void*, const float* in, float* out, const float* transforms,
+  void affine_transform(void* stream, const float* in, float* out, const float* transforms,
                         std::int64_t rows, std::int64_t n, std::int64_t h, std::int64_t w,
                         std::int64_t c, int fill, bool bilinear, float fill_value) override {
-    emulated::affine_transform(in, out, transforms, rows, n, h, w, c, fill, bilinear, fill_value);
+    run(stream, [=, this] {
+      emulated::affine_transform(in, out, transforms, rows, n, h, w, c, fill, bilinear, fill_value);
+    });
   }
-  void moving_average(void*, const float* moving, const float* value, float* out, std::int64_t n,
-                      float momentum, float one_minus) override {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = moving[i] * momentum + value[i] * one_minus;
+  void moving_average(void* stream, const float* moving, const float* value, float* out,
+                      std::int64_t n, float momentum, float one_minus) override {
+    run(stream, [=, this] {
+      for (std::int64_t i = 0; i < n; ++i) out[i] = moving[i] * momentum + value[i] * one_minus;
+    });
   }
-  void apply_update(void*, const UpdateParams& p, float* var, const float* g, float* const* slots,
-                    int num_slots, std::int64_t n) override {
+  void apply_update(void* stream, const UpdateParams& p, float* var, const float* g,
+                    float* const* slots, int num_slots, std::int64_t n) override {
+    // The slots' pointers taken now, as a kernel's arguments are.
     const UpdateSlots u = update_slots(p, slots, num_slots);
-    for (std::int64_t i = 0; i < n; ++i) update_element(p, i, var, g, u.m, u.v, u.a);
+    run(stream, [=, this] {
+      for (std::int64_t i = 0; i < n; ++i) update_element(p, i, var, g, u.m, u.v, u.a);
+    });
   }
-  void sum_buffers(void*, const float* const* srcs, int count, float* dst,
+  void sum_buffers(void* stream, const float* const* srcs, int count, float* dst,
                    std::int64_t n) override {
     if (count < 1 || count > 16) throw std::runtime_error("sum_buffers: 1 to 16 buffers");
-    for (std::int64_t i = 0; i < n; ++i) {
-      float acc = srcs[0][i];
-      for (int r = 1; r < count; ++r) acc += srcs[r][i];
-      dst[i] = acc;
+    const std::vector<const float*> from(srcs, srcs + count);  // taken now, as a kernel's
+    run(stream, [=, this] {
+      for (std::int64_t i = 0; i < n; ++i) {
+        float acc = from[0][i];
+        for (int r = 1; r < count; ++r) acc += from[static_cast<std::size_t>(r)][i];
+        dst[i] = acc;
+      }
+    });
+  }
+
+  void begin_capture(void* stream) override {
+    Stream& s = as(stream);
+    if (s.capturing) throw std::runtime_error("begin_capture: the stream is capturing already");
+    s.capturing = new Graph();
+  }
+  void* end_capture(void* stream) override {
+    Stream& s = as(stream);
+    if (!s.capturing) throw std::runtime_error("end_capture: the stream is not capturing");
+    Graph* g = s.capturing;
+    s.capturing = nullptr;
+    return g;
+  }
+  void abort_capture(void* stream) override {
+    Stream& s = as(stream);
+    if (Graph* g = s.capturing) {
+      s.capturing = nullptr;
+      destroy_graph(g);
     }
+  }
+  void launch_graph(void* graph, void* stream) override {
+    not_capturing(stream, "launching a graph");
+    for (const auto& op : static_cast<Graph*>(graph)->ops) op();
+  }
+  // The graph's memory that its tensors gave back is freed; the rest is
+  // freed when they give it back.
+  void destroy_graph(void* graph) override {
+    auto* g = static_cast<Graph*>(graph);
+    {
+      std::lock_guard lock(mutex_);
+      for (void* p : g->owned) {
+        auto it = allocations_.find(p);
+        if (it == allocations_.end()) continue;
+        it->second.graph = nullptr;
+        if (it->second.released) free_locked(it);
+      }
+    }
+    delete g;
   }
 
  private:
+  // A recording: each kernel or copy with its arguments taken when it was
+  // queued, as a CUDA graph's nodes hold theirs; and the memory allocated
+  // while it was recorded.
+  struct Graph {
+    std::vector<std::function<void()>> ops;
+    std::vector<void*> owned;
+  };
+  struct Stream {
+    Graph* capturing = nullptr;
+  };
   struct Allocation {
     int gpu = 0;
     std::size_t bytes = 0;
+    Graph* graph = nullptr;  // allocated while it captured, and still the graph's
+    bool released = false;   // its tensor gave it back (the graph keeps it)
   };
+  static Stream& as(void* stream) { return *static_cast<Stream*>(stream); }
+  // A kernel or copy: run now, or recorded while the stream captures.
+  void run(void* stream, std::function<void()> op) {
+    if (Graph* g = as(stream).capturing) {
+      g->ops.push_back(std::move(op));
+    } else {
+      op();
+    }
+  }
+  static void not_capturing(void* stream, const char* what) {
+    if (as(stream).capturing)
+      throw std::runtime_error(std::string(what) + " while the stream is captured as a graph");
+  }
+  bool page_locked(const void* host) {
+    std::lock_guard lock(mutex_);
+    const auto* h = static_cast<const unsigned char*>(host);
+    for (const auto& [p, bytes] : page_locked_) {
+      const auto* b = static_cast<const unsigned char*>(p);
+      if (h >= b && h < b + bytes) return true;
+    }
+    return false;
+  }
+  void free_locked(std::unordered_map<void*, Allocation>::iterator it) {
+    in_use_[index(it->second.gpu)] -= it->second.bytes;
+    void* p = it->first;
+    allocations_.erase(it);
+    std::free(p);
+  }
   static std::size_t index(int gpu) {
     if (gpu < 0 || gpu >= kMaxGpus)
       throw std::runtime_error("no emulated GPU " + std::to_string(gpu));
@@ -426,6 +591,7 @@ class EmulatedApi final : public GpuApi {
   std::mutex mutex_;
   std::unordered_map<void*, Allocation> allocations_;
   std::size_t in_use_[kMaxGpus] = {};
+  std::unordered_map<void*, std::size_t> page_locked_;  // host_allocate's blocks
 };
 
 }  // namespace

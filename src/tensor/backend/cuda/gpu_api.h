@@ -15,7 +15,7 @@
 
 namespace lockstep::backend::cuda {
 
-constexpr int kApiVersion = 8;
+constexpr int kApiVersion = 9;
 constexpr int kMaxRank = 8;
 // The largest depthwise window (kh · kw) our own depthwise kernels take;
 // larger ones go to cuDNN.
@@ -231,6 +231,22 @@ class GpuApi {
                             float* const* slots, int num_slots, std::int64_t n) = 0;
   virtual void sum_buffers(void* stream, const float* const* srcs, int count, float* dst,
                            std::int64_t n) = 0;
+
+  // Stream capture (CUDA graphs). Between begin_capture and end_capture
+  // the kernels and copies this thread queues on `stream` are recorded, not
+  // run; end_capture returns the recording instantiated, and launch_graph
+  // runs it again on `stream`: the same kernels with the same arguments on
+  // the same memory. While a stream captures, memory allocated on it is the
+  // graph's: freed, it stays reserved for the graph's launches until
+  // destroy_graph. A copy to the host, a copy from pageable host memory (its
+  // bytes would be read again at each launch) or a synchronize of the
+  // stream is an error (std::runtime_error) that ends the capture:
+  // end_capture then throws. abort_capture ends a capture and discards it.
+  virtual void begin_capture(void* stream) = 0;
+  virtual void* end_capture(void* stream) = 0;
+  virtual void abort_capture(void* stream) = 0;
+  virtual void launch_graph(void* graph, void* stream) = 0;
+  virtual void destroy_graph(void* graph) = 0;
 };
 
 }  // namespace lockstep::backend::cuda

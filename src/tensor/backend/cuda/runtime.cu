@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "tensor/backend/cuda/conv.h"
 #include "tensor/backend/cuda/gpu_api.h"
@@ -43,12 +45,21 @@ void check_cublas(cublasStatus_t s, const char* what) {
     throw std::runtime_error(std::string(what) + ": " + cublas_name(s));
 }
 
-// A logical GPU's stream as the library holds it: the stream, its GPU and
-// its cuBLAS handle (made at its first matmul). Immortal, as the devices.
+// A captured graph: its instantiation, and the memory allocated on its
+// stream while it captured (the graph's until it is destroyed).
+struct Graph {
+  cudaGraphExec_t exec = nullptr;
+  std::vector<void*> owned;
+};
+
+// A logical GPU's stream as the library holds it: the stream, its GPU, its
+// cuBLAS handle (made at its first matmul) and the graph it is capturing,
+// if any. Immortal, as the devices.
 struct Stream {
   cudaStream_t stream = nullptr;
   int gpu = 0;
   std::atomic<cublasHandle_t> blas{nullptr};
+  Graph* capturing = nullptr;
 };
 
 Stream& as(void* s) { return *static_cast<Stream*>(s); }
@@ -115,6 +126,20 @@ class CudaApi final : public GpuApi {
   // error is cleared so the next kernel does not inherit it.
   void* allocate(int gpu, void* stream, std::size_t bytes) override {
     use_gpu(gpu);
+    if (Graph* g = as(stream).capturing) {
+      // The graph's own memory, outside the pool: its address is fixed for
+      // every launch (cudaMalloc is allowed in a relaxed-mode capture).
+      void* p = nullptr;
+      const cudaError_t e = cudaMalloc(&p, bytes);
+      if (e != cudaSuccess || p == nullptr) {
+        (void)cudaGetLastError();
+        check(e == cudaSuccess ? cudaErrorMemoryAllocation : e, "cudaMalloc (a graph's memory)");
+      }
+      std::lock_guard lock(graph_mutex_);
+      g->owned.push_back(p);
+      graph_memory_[p] = {g, false};
+      return p;
+    }
     if (bytes > (std::size_t{1} << 30)) {
       std::size_t free = 0, total = 0;
       check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
@@ -132,6 +157,18 @@ class CudaApi final : public GpuApi {
   }
   void deallocate(int gpu, void* stream, void* ptr) override {
     use_gpu(gpu);
+    {
+      std::lock_guard lock(graph_mutex_);
+      if (auto it = graph_memory_.find(ptr); it != graph_memory_.end()) {
+        if (it->second.graph != nullptr) {  // reserved for the graph's launches
+          it->second.released = true;
+          return;
+        }
+        graph_memory_.erase(it);
+        check(cudaFree(ptr), "cudaFree (a destroyed graph's memory)");
+        return;
+      }
+    }
     check(cudaFreeAsync(ptr, as_stream(stream)), "cudaFreeAsync");
   }
   void memory_info(int gpu, std::size_t& free, std::size_t& total) override {
@@ -143,11 +180,21 @@ class CudaApi final : public GpuApi {
   // so the caller may free it at once.
   void copy_from_host(void* stream, void* dst, const void* host, std::size_t bytes) override {
     select(stream);
+    if (as(stream).capturing) {
+      cudaPointerAttributes a{};
+      if (cudaPointerGetAttributes(&a, host) != cudaSuccess || a.type != cudaMemoryTypeHost) {
+        (void)cudaGetLastError();
+        throw std::runtime_error(
+            "a copy from pageable host memory while the stream is captured as a graph (each "
+            "launch would read those bytes again)");
+      }
+    }
     check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, as_stream(stream)),
           "copy to the GPU");
   }
   void copy_to_host(void* stream, void* host, const void* src, std::size_t bytes) override {
     select(stream);
+    not_capturing(stream, "a copy to the host");
     check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, as_stream(stream)),
           "copy to the host");
     check(cudaStreamSynchronize(as_stream(stream)), "copy to the host");
@@ -159,6 +206,7 @@ class CudaApi final : public GpuApi {
   }
   void synchronize(void* stream) override {
     select(stream);
+    not_capturing(stream, "waiting for the stream");
     check(cudaStreamSynchronize(as_stream(stream)), "synchronize");
   }
 
@@ -414,7 +462,80 @@ class CudaApi final : public GpuApi {
     launch_sum_buffers(on(stream), srcs, count, dst, n);
   }
 
+  // Relaxed mode: the graph's memory is allocated with cudaMalloc while it
+  // captures (GpuApi's contract).
+  void begin_capture(void* stream) override {
+    Stream& s = as(stream);
+    if (s.capturing) throw std::runtime_error("begin_capture: the stream is capturing already");
+    select(stream);
+    check(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+    s.capturing = new Graph();
+  }
+  void* end_capture(void* stream) override {
+    Stream& s = as(stream);
+    if (!s.capturing) throw std::runtime_error("end_capture: the stream is not capturing");
+    select(stream);
+    Graph* g = s.capturing;
+    s.capturing = nullptr;
+    cudaGraph_t recorded = nullptr;
+    cudaError_t e = cudaStreamEndCapture(s.stream, &recorded);
+    if (e == cudaSuccess && recorded != nullptr) {
+      e = cudaGraphInstantiate(&g->exec, recorded, 0);
+      cudaGraphDestroy(recorded);
+    }
+    if (e != cudaSuccess || g->exec == nullptr) {
+      (void)cudaGetLastError();
+      release(g);
+      check(e == cudaSuccess ? cudaErrorStreamCaptureInvalidated : e, "the graph's capture");
+    }
+    return g;
+  }
+  void abort_capture(void* stream) override {
+    Stream& s = as(stream);
+    if (!s.capturing) return;
+    select(stream);
+    Graph* g = s.capturing;
+    s.capturing = nullptr;
+    cudaGraph_t recorded = nullptr;
+    if (cudaStreamEndCapture(s.stream, &recorded) == cudaSuccess && recorded != nullptr)
+      cudaGraphDestroy(recorded);
+    (void)cudaGetLastError();
+    release(g);
+  }
+  void launch_graph(void* graph, void* stream) override {
+    check(cudaGraphLaunch(static_cast<Graph*>(graph)->exec, on(stream)), "cudaGraphLaunch");
+  }
+  void destroy_graph(void* graph) override {
+    auto* g = static_cast<Graph*>(graph);
+    if (g->exec) check(cudaGraphExecDestroy(g->exec), "cudaGraphExecDestroy");
+    g->exec = nullptr;
+    release(g);
+  }
+
  private:
+  void not_capturing(void* stream, const char* what) {
+    if (as(stream).capturing)
+      throw std::runtime_error(std::string(what) + " while the stream is captured as a graph");
+  }
+  // A graph's memory: what its tensors gave back is freed now (after the
+  // device's work: cudaFree waits for it), the rest when they give it back.
+  void release(Graph* g) {
+    {
+      std::lock_guard lock(graph_mutex_);
+      for (void* p : g->owned) {
+        auto it = graph_memory_.find(p);
+        if (it == graph_memory_.end()) continue;
+        if (it->second.released) {
+          graph_memory_.erase(it);
+          cudaFree(p);
+        } else {
+          it->second.graph = nullptr;
+        }
+      }
+    }
+    delete g;
+  }
+
   // The stream's GPU made current on the calling thread (a replica thread
   // may run on any GPU).
   void select(void* stream) { use_gpu(as(stream).gpu); }
@@ -446,6 +567,14 @@ class CudaApi final : public GpuApi {
 
   CudnnState cudnn_;
   std::mutex mutex_;  // cuBLAS handles' creation
+  // Memory allocated while a stream captured: its graph (null once the
+  // graph is destroyed) and whether its tensor gave it back.
+  struct GraphMemory {
+    Graph* graph = nullptr;
+    bool released = false;
+  };
+  std::mutex graph_mutex_;
+  std::unordered_map<void*, GraphMemory> graph_memory_;
 };
 
 }  // namespace
