@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "lockstep/core/error.h"
+#include "lockstep/tensor/device.h"
 #include "lockstep/tensor/ops.h"
 
 namespace lockstep::distribute {
@@ -73,7 +74,9 @@ void ReplicaContext::sync_non_trainable(const std::vector<Variable>& vars,
   }
   for (std::size_t i = 0; i < vars.size(); ++i) {
     if (changed[i] == 0.0f || vars[i].dtype() != DType::kFloat32) continue;
-    Tensor weighted = mul(vars[i].value(), Tensor::scalar(local)).copy();
+    // In host memory: the collectives read it there (replicas on GPUs hold
+    // their copies in device memory).
+    Tensor weighted = mul(vars[i].value(), Tensor::scalar(local)).copy_to(host_device());
     all_reduce_tensor(*p_.communicator, weighted, ReduceOp::kSum);
     Variable v = vars[i];
     v.assign(div(weighted, Tensor::scalar(global)));

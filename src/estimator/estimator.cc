@@ -68,11 +68,26 @@ void Estimator::Impl::check_spec(const EstimatorSpec& spec, ModeKeys mode) const
   }
 }
 
+namespace {
+
+// Replicas on accelerators (GPUs) hold the model's variables there: a
+// call of model_fn outside the steps runs on the first replica's device,
+// as the steps do on theirs. Nothing for replicas on CPUs.
+void on_first_replica(const distribute::Strategy& strategy, std::optional<DeviceScope>& on) {
+  if (const std::vector<Device*>& devices = strategy.replica_devices();
+      !devices.empty() && !devices[0]->host_accessible())
+    on.emplace(*devices[0], DeviceScope::Options{.pin_thread = false});
+}
+
+}  // namespace
+
 EstimatorSpec Estimator::Impl::build(const Features& features, const Tensor& labels,
                                      ModeKeys mode) {
   NoGradGuard no_grad;
   if (built) {
     NoNewVariables guard;
+    std::optional<DeviceScope> on;
+    on_first_replica(strategy, on);
     return call(features, labels, mode);
   }
   strategy = model_strategy();
@@ -93,6 +108,8 @@ EstimatorSpec Estimator::Impl::build(const Features& features, const Tensor& lab
       made.push_back(v);
       return v;
     });
+    std::optional<DeviceScope> on;
+    on_first_replica(strategy, on);
     spec = call(features, labels, mode);
   }
   std::set<std::string> names;

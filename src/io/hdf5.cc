@@ -214,8 +214,9 @@ void write_attributes(hid_t obj, const H5Group& g, const std::string& where) {
 
 void write_group(hid_t loc, const H5Group& g, const std::string& where, hid_t bool_type) {
   write_attributes(loc, g, where);
-  for (const auto& [name, t] : g.datasets) {
+  for (const auto& [name, stored] : g.datasets) {
     const std::string object = join(where, name);
+    const Tensor t = stored.cpu();  // the bytes in host memory (a tensor on a GPU copied first)
     const WriteTypes types = types_for(t.dtype(), bool_type, object);
     std::vector<hsize_t> dims(t.shape().dims().begin(), t.shape().dims().end());
     Handle space(dims.empty()

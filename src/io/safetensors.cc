@@ -82,8 +82,16 @@ void write_safetensors(const std::string& path,
   json meta = json::object();
   for (const auto& [k, v] : metadata) meta[k] = v;
   std::uint64_t offset = 0;
+  // The bytes in host memory (a tensor on a GPU copied first).
+  std::vector<Tensor> host;
+  host.reserve(tensors.size());
   for (const auto& [name, t] : tensors) {
     LOCKSTEP_CHECK(t.defined(), "write_safetensors: tensor '", name, "' is undefined");
+    host.push_back(t.cpu());
+  }
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::string& name = tensors[i].first;
+    const Tensor& t = host[i];
     LOCKSTEP_CHECK(name != "__metadata__" && !header.contains(name),
                    "write_safetensors: tensor name '", name, "' is reserved or used twice");
     header[name] = {{"dtype", safetensors_dtype(t.dtype())},
@@ -107,7 +115,7 @@ void write_safetensors(const std::string& path,
   AtomicFileWriter out(path);
   out.write(prefix.data(), prefix.size());
   out.write(text.data(), text.size());
-  for (const auto& [name, t] : tensors) {
+  for (const Tensor& t : host) {
     if (t.nbytes() > 0) out.write(t.raw_data(), t.nbytes());
   }
   out.commit();

@@ -113,6 +113,31 @@ TEST_F(GpuDevices, SeedMlpOnTwoGpusTrainsAsOnTwoCpuReplicas) {
   testing_support::expect_close(cpus, gpus, 1e-4, "2 GPUs vs 2 CPU replicas");
 }
 
+// BatchNormalization's moving statistics, moved on each GPU by its
+// replica's examples, are made the replicas' weighted mean after each step
+// (through the host: two GPUs share no memory), as on two CPU replicas.
+TEST_F(GpuDevices, BatchNormalizationStatisticsOnTwoGpusAreAsOnTwoCpuReplicas) {
+  const auto [x, y] = examples(128, 5);
+  auto fit = [&](const std::vector<Device*>& devices) {
+    const MirroredStrategy strategy({.devices = devices});
+    Model model;
+    {
+      auto scope = strategy.scope();
+      set_random_seed(11);
+      model = Sequential(
+          {layers::Dense(32), layers::BatchNormalization(), layers::ReLU(), layers::Dense(10)},
+          {.input_shape = Shape{784}});
+      model.compile({.optimizer = optimizers::SGD({.learning_rate = 0.1}),
+                     .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+    }
+    model.fit(x, y, {.batch_size = 32, .epochs = 1, .verbose = 0, .shuffle = false});
+    return testing_support::weights(model);  // the moving statistics among them
+  };
+  const auto cpus = fit(logical_devices());
+  const auto gpus = fit(gpu_devices());
+  testing_support::expect_close(cpus, gpus, 1e-4, "2 GPUs vs 2 CPU replicas");
+}
+
 // What the guide's custom loop and its callbacks do with values that live
 // on the GPUs, from host code: strategy.reduce (the per-replica losses),
 // Model.save and a reload, EarlyStopping's best weights, predict. Each
