@@ -245,6 +245,39 @@ TEST_F(ReadersTest, CsvTableNumbersAreBitwiseWhatStrtodReads) {
   }
 }
 
+// Fields that begin as numbers and are not one ("1.5x", "12-3", "1..2")
+// make their column text, read in the middle of a line and at its end; a
+// short number at a line's end is not joined to the next line's bytes.
+TEST_F(ReadersTest, CsvTableFieldsThatOnlyBeginAsNumbersAreText) {
+  const std::vector<std::string> odd = {"1.5x", "12-3", "-", "1..2", "--1", "1.2.3",
+                                        "-.",   "1e",   ".", "0x1A", "+-1", "12345678.123456789"};
+  for (std::size_t which = 0; which < odd.size(); ++which) {
+    std::string csv = "a,b,c\n";
+    std::vector<std::string> want;
+    for (int r = 0; r < 400; ++r) {
+      const std::string a = r == 300 ? odd[which] : std::to_string(r % 97) + ".25";
+      want.push_back(a);
+      csv += a + "," + a + "," + std::to_string(r % 7) + "\n";
+    }
+    const CsvTable t = read_csv_table(write("odd.csv", csv));
+    const std::string& field = odd[which];
+    if (field == "12345678.123456789") {  // a number, past the one-load path: from_chars
+      ASSERT_TRUE(t.column("a").numeric);
+      EXPECT_EQ(t.column("a").numbers[300], std::strtod(field.c_str(), nullptr));
+      continue;
+    }
+    for (const char* name : {"a", "b"}) {
+      const CsvTable::Column& col = t.column(name);
+      ASSERT_FALSE(col.numeric) << "'" << field << "' in column " << name << " is no number";
+      EXPECT_EQ(col.text[300], field);
+      EXPECT_EQ(col.text[299], want[299]);
+    }
+    const CsvTable::Column& c = t.column("c");
+    ASSERT_TRUE(c.numeric);
+    for (int r = 0; r < 400; ++r) ASSERT_EQ(c.numbers[static_cast<std::size_t>(r)], r % 7) << r;
+  }
+}
+
 // The table's numbers and texts live as long as any copy of it.
 TEST_F(ReadersTest, CsvTableColumnsOutliveTheTableTheyWereReadInto) {
   const auto p = write("t.csv", "x,name\n1.5,\"a \"\"b\"\"\"\n2,c\n");
