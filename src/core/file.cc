@@ -236,15 +236,36 @@ std::size_t read_range(int fd, char* to, std::size_t begin, std::size_t end, int
   }
   return done - begin;
 }
+}  // namespace
 
-// Reads the regular file `path` into `bytes` (resized to its size); from
-// `split_from` bytes its first half on a second thread (the copy and the
-// page faults of a large buffer halved: 10 MB took 3.3 ms on one core).
-template <class Buffer>
-void read_file_into(const std::string& path, Buffer& bytes, std::size_t split_from) {
+FileParts::FileParts(std::string path) : path_(std::move(path)) {
+  size_ = regular_file_size(path_);
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) sys_error("opening", path_);
+}
+
+FileParts::~FileParts() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void FileParts::read(std::uint64_t offset, std::size_t length, char* to) const {
+  std::size_t got = 0;
+  while (got < length) {
+    const ssize_t n = ::pread(fd_, to + got, length - got, static_cast<off_t>(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) sys_error("reading", path_);
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  LOCKSTEP_CHECK_AS(IOError, got == length, path_, ": read ", got, " of the ", length,
+                    " bytes at offset ", offset, " of its ", size_, " (did it shrink while read?)");
+}
+
+std::string read_whole_file(const std::string& path) {
   const std::uint64_t size = regular_file_size(path);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) sys_error("opening", path);
+  std::string bytes;
   try {
     bytes.resize(static_cast<std::size_t>(size));
   } catch (const std::exception&) {  // std::bad_alloc, std::length_error
@@ -253,39 +274,15 @@ void read_file_into(const std::string& path, Buffer& bytes, std::size_t split_fr
                                  " bytes: more than this process can hold in memory (is it a "
                                  "sparse or damaged file?)");
   }
-  const std::size_t half = bytes.size() >= split_from ? bytes.size() / 2 : 0;
-  int first_error = 0, second_error = 0;
-  std::size_t first = 0;
-  std::optional<std::thread> helper;
-  if (half > 0) {
-    try {
-      helper.emplace([&] { first = read_range(fd, bytes.data(), 0, half, first_error); });
-    } catch (const std::system_error&) {  // no thread to be had: this one reads it all
-      first = read_range(fd, bytes.data(), 0, half, first_error);
-    }
-  }
-  const std::size_t second = read_range(fd, bytes.data(), half, bytes.size(), second_error);
-  if (helper) helper->join();
+  int error = 0;
+  const std::size_t done = read_range(fd, bytes.data(), 0, bytes.size(), error);
   ::close(fd);
-  if (first_error != 0 || second_error != 0) {
-    errno = first_error != 0 ? first_error : second_error;
+  if (error != 0) {
+    errno = error;
     sys_error("reading", path);
   }
-  const std::size_t done = first == half ? half + second : first;
   LOCKSTEP_CHECK_AS(IOError, done == bytes.size(), path, ": read ", done, " of its ", size,
                     " bytes (did it shrink while read?)");
-}
-}  // namespace
-
-std::string read_whole_file(const std::string& path) {
-  std::string bytes;
-  read_file_into(path, bytes, static_cast<std::size_t>(-1));
-  return bytes;
-}
-
-HugePageVector<char> read_whole_file_to_huge_pages(const std::string& path) {
-  HugePageVector<char> bytes;
-  read_file_into(path, bytes, std::size_t{8} << 20);
   return bytes;
 }
 

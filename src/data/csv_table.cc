@@ -1,15 +1,17 @@
 // read_csv_table: a whole CSV file into typed columns (csv_table.h).
 //
-// One buffer holding the file, cut at line ends into chunks; the chunks'
-// rows counted on all cores (so each knows its first row); each column's
-// kind guessed from the first rows; then the chunks parsed on all cores,
-// each field straight into its column in one pass over its bytes: a
-// number into the table's block of numbers, or, for the columns guessed
-// text, a view of the field's bytes in the file's buffer (a quoted field
-// with doubled quotes unescaped into its chunk's own strings). A column
-// guessed numeric that later holds text has its fields read again. The
-// file's buffer and the numbers sit on huge pages (core/huge_pages.h): in a
-// fresh process their 4 KiB page faults cost more than the parse.
+// The file cut at line ends into chunks, never held whole: each core reads
+// its chunks, one at a time, into one buffer of its own (core/file.h's
+// FileParts; on the project's VM a fresh buffer the size of the file cost
+// more than its bytes' copy, and now and then tens of milliseconds). The
+// chunks' rows counted on all cores (so each knows its first row); each
+// column's kind guessed from the first rows; then the chunks read again
+// and parsed on all cores, each field straight into its column in one pass
+// over its bytes: a number into the table's block of numbers (on huge
+// pages, core/huge_pages.h), or, for the columns guessed text, the field's
+// bytes (doubled quotes unescaped) into its chunk's arena and a view of
+// them into the column. A column guessed numeric that later holds text has
+// its fields read again.
 //
 // Numbers take a fast path. The common field, [-]digits[.digits] of up to
 // 15 digits, and its delimiter within 16 bytes, is read from one SSE2 load
@@ -29,7 +31,9 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <limits>
+#include <optional>
 #include <set>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -38,6 +42,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/file.h"
+#include "lockstep/core/huge_pages.h"
 #include "lockstep/tensor/parallel.h"
 
 namespace lockstep::data {
@@ -296,13 +301,43 @@ std::string_view line_at(const char* at, const char* end, const char*& next) {
 // A part of the file's rows: bytes [begin, end) cut at line ends, its
 // first row and first line (counted before the parse).
 struct Chunk {
-  const char* begin = nullptr;
-  const char* end = nullptr;
+  std::uint64_t begin = 0;  // its bytes in the file: [begin, end)
+  std::uint64_t end = 0;
   std::int64_t rows = 0;        // lines that are not blank
   std::int64_t lines = 0;       // every line
   std::int64_t first_row = 0;   // of the table (0 is the first row after the header)
   std::int64_t first_line = 0;  // of the file (1 is the header)
 };
+
+// Line ends after a chunk's bytes in its buffer: the one-load number path
+// reads up to 24 bytes past a field, and a line end is no digit, point or
+// delimiter.
+constexpr std::size_t kPadding = 32;
+
+// A chunk's bytes read into `buffer` (grown, never shrunk: one buffer per
+// thread is reused for its chunks), padded; returns where they start.
+const char* load(const FileParts& file, const Chunk& chunk, std::vector<char>& buffer) {
+  const auto n = static_cast<std::size_t>(chunk.end - chunk.begin);
+  if (buffer.size() < n + kPadding) buffer.resize(n + kPadding);
+  file.read(chunk.begin, n, buffer.data());
+  std::memset(buffer.data() + n, '\n', kPadding);
+  return buffer.data();
+}
+
+// The offset just after the first '\n' at or after `from`; the file's size
+// when there is none.
+std::uint64_t next_line_start(const FileParts& file, std::uint64_t from,
+                              std::vector<char>& buffer) {
+  if (buffer.size() < 4096) buffer.resize(4096);
+  while (from < file.size()) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(file.size() - from, 4096));
+    file.read(from, n, buffer.data());
+    if (const void* hit = std::memchr(buffer.data(), '\n', n); hit != nullptr)
+      return from + static_cast<std::uint64_t>(static_cast<const char*>(hit) - buffer.data()) + 1;
+    from += n;
+  }
+  return file.size();
+}
 
 // Per chunk and column: whether a field of a column guessed numeric was
 // not a number, and the missing fields.
@@ -314,12 +349,13 @@ struct ChunkColumn {
 
 // What a table's columns point into.
 struct Storage {
-  HugePageVector<char> file{};                    // its bytes: the texts' views
   HugePageVector<double> numbers{};               // the numeric columns, one after another
   HugePageVector<std::string_view> texts{};       // the text columns, one after another
   HugePageVector<std::string_view> late_texts{};  // columns that held text after the guessed rows
   HugePageVector<std::string_view> no_texts{};    // one empty view per row: columns without values
-  std::vector<std::deque<std::string>> unescaped{};  // per chunk: texts with doubled quotes
+  // Per chunk: its texts' bytes (doubled quotes unescaped), reserved to the
+  // chunk's size, which they never exceed, so that views stay valid.
+  std::vector<std::string> arenas{};
 };
 
 }  // namespace
@@ -347,27 +383,40 @@ std::vector<std::string> CsvTable::names() const {
 }
 
 CsvTable read_csv_table(const std::string& path, const CsvTableOptions& options) {
-  auto storage = std::make_shared<Storage>();
+  std::optional<FileParts> opened;
   try {
-    storage->file = read_whole_file_to_huge_pages(path);
+    opened.emplace(path);
   } catch (const IOError& e) {
     detail::throw_error<IOError>(path, ": cannot open the CSV file (", e.what(), ")");
   }
+  const FileParts& file = *opened;
+  auto storage = std::make_shared<Storage>();
   CsvTable table;
   table.path = path;
   auto bad = [&](std::int64_t line, const std::string& what) {
     detail::throw_error<IOError>(path, ":", line, ": ", what);
   };
-  const HugePageVector<char>& text = storage->file;
-  if (text.empty()) bad(1, "the file is empty; expected a header line naming the columns");
+  if (file.size() == 0) bad(1, "the file is empty; expected a header line naming the columns");
   const char delim = options.field_delim;
-  const char* const file_end = text.data() + text.size();
-  const char* body = nullptr;
-  const std::string_view header = line_at(text.data(), file_end, body);
+
+  // The header: the first line, read until its end.
+  std::string head;
+  std::uint64_t body = file.size();
+  for (std::uint64_t want = 64 << 10;; want *= 4) {
+    head.resize(static_cast<std::size_t>(std::min(file.size(), want)));
+    file.read(0, head.size(), head.data());
+    if (const auto newline = head.find('\n'); newline != std::string::npos) {
+      head.resize(newline);
+      body = newline + 1;
+      break;
+    }
+    if (head.size() == file.size()) break;
+  }
+  if (!head.empty() && head.back() == '\r') head.pop_back();
 
   std::vector<std::string_view> fields;
   std::deque<std::string> kept;
-  if (std::string what = split_fields(header, delim, fields, kept); !what.empty()) bad(1, what);
+  if (std::string what = split_fields(head, delim, fields, kept); !what.empty()) bad(1, what);
   std::set<std::string, std::less<>> seen;
   for (std::string_view name : fields) {
     if (name.empty())
@@ -379,31 +428,51 @@ CsvTable read_csv_table(const std::string& path, const CsvTableOptions& options)
   }
   const std::size_t width = table.columns.size();
 
-  // The body cut at line ends into chunks, their rows counted on all cores.
-  const auto body_bytes = static_cast<std::size_t>(file_end - body);
-  const std::size_t chunk_count =
-      std::clamp<std::size_t>(body_bytes / (64 << 10), 1, 64);  // ≥ 64 KB each
+  // The body cut at line ends into chunks, their rows counted on all cores,
+  // each core reading its chunks into one buffer of its own. An error in a
+  // chunk (the file shrank) is kept and thrown after the loop: nothing may
+  // leave a parallel loop.
+  const std::uint64_t body_bytes = file.size() - body;
+  const std::size_t chunk_count = std::clamp<std::size_t>(
+      static_cast<std::size_t>(body_bytes / (64 << 10)), 1, 64);  // ≥ 64 KB each
   std::vector<Chunk> chunks;
-  for (const char* at = body; at < file_end && chunks.size() < chunk_count;) {
-    const char* stop = chunks.size() + 1 == chunk_count
-                           ? file_end
-                           : std::max(at, body + body_bytes * (chunks.size() + 1) / chunk_count);
-    const void* newline = std::memchr(stop, '\n', static_cast<std::size_t>(file_end - stop));
-    stop = newline == nullptr ? file_end : static_cast<const char*>(newline) + 1;
-    chunks.push_back({.begin = at, .end = stop});
-    at = stop;
+  {
+    std::vector<char> window;
+    for (std::uint64_t at = body; at < file.size() && chunks.size() < chunk_count;) {
+      const std::uint64_t cut =
+          chunks.size() + 1 == chunk_count
+              ? file.size()
+              : std::max(at, body + body_bytes * (chunks.size() + 1) / chunk_count);
+      const std::uint64_t stop = next_line_start(file, cut, window);
+      chunks.push_back({.begin = at, .end = stop});
+      at = stop;
+    }
   }
   const auto count = static_cast<std::int64_t>(chunks.size());
+  std::vector<std::exception_ptr> failures(chunks.size());
+  const auto rethrow = [&] {
+    for (const std::exception_ptr& e : failures) {
+      if (e) std::rethrow_exception(e);
+    }
+  };
   parallel_for(count, 1 << 16, [&](std::int64_t b, std::int64_t e) {
+    std::vector<char> buffer;
     for (std::int64_t k = b; k < e; ++k) {
       Chunk& chunk = chunks[static_cast<std::size_t>(k)];
-      for (const char* p = chunk.begin; p < chunk.end;) {
-        const std::string_view line = line_at(p, chunk.end, p);
-        ++chunk.lines;
-        chunk.rows += !line.empty();
+      try {
+        const char* const data = load(file, chunk, buffer);
+        const char* const end = data + (chunk.end - chunk.begin);
+        for (const char* p = data; p < end;) {
+          const std::string_view line = line_at(p, end, p);
+          ++chunk.lines;
+          chunk.rows += !line.empty();
+        }
+      } catch (...) {
+        failures[static_cast<std::size_t>(k)] = std::current_exception();
       }
     }
   });
+  rethrow();
   std::int64_t rows = 0, lines = 1;
   for (Chunk& chunk : chunks) {
     chunk.first_row = rows;
@@ -424,15 +493,20 @@ CsvTable read_csv_table(const std::string& path, const CsvTableOptions& options)
   };
   {
     std::int64_t guessed = 0;
-    for (const char* p = body; p < file_end && guessed < kGuessRows;) {
-      const std::string_view line = line_at(p, file_end, p);
-      if (line.empty()) continue;
-      ++guessed;
-      std::deque<std::string> scratch;
-      if (split_fields(line, delim, fields, scratch).empty() && fields.size() == width) {
-        double value = 0;
-        for (std::size_t c = 0; c < width; ++c)
-          as_text[c] = as_text[c] || (!is_missing(fields[c]) && !parse_number(fields[c], value));
+    std::vector<char> buffer;
+    for (std::size_t k = 0; k < chunks.size() && guessed < kGuessRows; ++k) {
+      const char* const data = load(file, chunks[k], buffer);
+      const char* const end = data + (chunks[k].end - chunks[k].begin);
+      for (const char* p = data; p < end && guessed < kGuessRows;) {
+        const std::string_view line = line_at(p, end, p);
+        if (line.empty()) continue;
+        ++guessed;
+        std::deque<std::string> scratch;
+        if (split_fields(line, delim, fields, scratch).empty() && fields.size() == width) {
+          double value = 0;
+          for (std::size_t c = 0; c < width; ++c)
+            as_text[c] = as_text[c] || (!is_missing(fields[c]) && !parse_number(fields[c], value));
+        }
       }
     }
   }
@@ -458,7 +532,9 @@ CsvTable read_csv_table(const std::string& path, const CsvTableOptions& options)
       }
     }
   }
-  storage->unescaped.resize(chunks.size());
+  storage->arenas.resize(chunks.size());
+  for (std::size_t k = 0; k < chunks.size(); ++k)
+    storage->arenas[k].reserve(static_cast<std::size_t>(chunks[k].end - chunks[k].begin));
 
   // The chunks on all cores, straight into the columns: a number (NaN where
   // missing) or a text ("" where missing). `again` set: only its columns,
@@ -470,65 +546,77 @@ CsvTable read_csv_table(const std::string& path, const CsvTableOptions& options)
   const auto parse = [&](const std::vector<char>* again) {
     parallel_for(count, 1 << 16, [&](std::int64_t b, std::int64_t e) {
       std::string unquoted;
-      for (std::int64_t k = b; k < e; ++k) {
-        const Chunk& chunk = chunks[static_cast<std::size_t>(k)];
-        std::vector<ChunkColumn>& mine = chunk_columns[static_cast<std::size_t>(k)];
-        std::deque<std::string>& unescaped = storage->unescaped[static_cast<std::size_t>(k)];
-        const auto keep = [&](std::string_view field, bool in_unquoted) {
-          return in_unquoted ? std::string_view(unescaped.emplace_back(field)) : field;
-        };
-        auto r = static_cast<std::size_t>(chunk.first_row);
-        std::int64_t number = chunk.first_line - 1;
-        for (const char* next = chunk.begin; next < chunk.end;) {
-          const std::string_view line = line_at(next, chunk.end, next);
-          ++number;
-          if (line.empty()) continue;
-          const char* p = line.data();
-          const char* const end = p + line.size();
-          std::size_t c = 0;
-          std::string what;
-          while (true) {
-            if (c < width && again == nullptr && fast && numbers[c] != nullptr &&
-                !mine[c].not_numbers && fast_number(p, end, chunk.end, delim, numbers[c][r])) {
-              // parsed
-            } else {
-              std::string_view field;
-              bool in_unquoted = false;
-              what = next_field(p, end, delim, field, unquoted, in_unquoted);
-              if (!what.empty()) break;
-              if (c < width) {
-                const bool missing = is_missing(field);
-                if (again != nullptr) {
-                  if ((*again)[c] && !missing) texts[c][r] = keep(field, in_unquoted);
-                } else {
-                  ChunkColumn& column = mine[c];
-                  if (missing && column.missing++ == 0) column.first_missing_line = number;
-                  if (texts[c] != nullptr) {
-                    if (!missing) texts[c][r] = keep(field, in_unquoted);
+      std::vector<char> buffer;
+      for (std::int64_t k = b; k < e; ++k) try {
+          const Chunk& chunk = chunks[static_cast<std::size_t>(k)];
+          std::vector<ChunkColumn>& mine = chunk_columns[static_cast<std::size_t>(k)];
+          // A text's bytes copied into the chunk's arena (reserved: no move).
+          std::string& arena = storage->arenas[static_cast<std::size_t>(k)];
+          const auto keep = [&](std::string_view field) {
+            const std::size_t at = arena.size();
+            LOCKSTEP_CHECK(at + field.size() <= arena.capacity(), path,
+                           ": internal: a chunk's texts outgrew its bytes");
+            arena.append(field);
+            return std::string_view(arena.data() + at, field.size());
+          };
+          const char* const data = load(file, chunk, buffer);
+          const char* const data_end = data + (chunk.end - chunk.begin);
+          const char* const limit = data_end + kPadding;
+          auto r = static_cast<std::size_t>(chunk.first_row);
+          std::int64_t number = chunk.first_line - 1;
+          for (const char* next = data; next < data_end;) {
+            const std::string_view line = line_at(next, data_end, next);
+            ++number;
+            if (line.empty()) continue;
+            const char* p = line.data();
+            const char* const end = p + line.size();
+            std::size_t c = 0;
+            std::string what;
+            while (true) {
+              if (c < width && again == nullptr && fast && numbers[c] != nullptr &&
+                  !mine[c].not_numbers && fast_number(p, end, limit, delim, numbers[c][r])) {
+                // parsed
+              } else {
+                std::string_view field;
+                bool in_unquoted = false;
+                what = next_field(p, end, delim, field, unquoted, in_unquoted);
+                if (!what.empty()) break;
+                if (c < width) {
+                  const bool missing = is_missing(field);
+                  if (again != nullptr) {
+                    if ((*again)[c] && !missing) texts[c][r] = keep(field);
                   } else {
-                    double& value = numbers[c][r];
-                    value = nan;
-                    if (!missing && !column.not_numbers && !parse_number(field, value))
-                      column.not_numbers = true;
+                    ChunkColumn& column = mine[c];
+                    if (missing && column.missing++ == 0) column.first_missing_line = number;
+                    if (texts[c] != nullptr) {
+                      if (!missing) texts[c][r] = keep(field);
+                    } else {
+                      double& value = numbers[c][r];
+                      value = nan;
+                      if (!missing && !column.not_numbers && !parse_number(field, value))
+                        column.not_numbers = true;
+                    }
                   }
                 }
               }
+              ++c;
+              if (p == end) break;
+              ++p;  // the delimiter; after a trailing one, one more, empty field
             }
-            ++c;
-            if (p == end) break;
-            ++p;  // the delimiter; after a trailing one, one more, empty field
+            if (what.empty() && c != width)
+              what = "expected " + std::to_string(width) + " fields (as the header), got " +
+                     std::to_string(c);
+            if (!what.empty()) {
+              errors[static_cast<std::size_t>(k)] = {number, std::move(what)};
+              break;
+            }
+            ++r;
           }
-          if (what.empty() && c != width)
-            what = "expected " + std::to_string(width) + " fields (as the header), got " +
-                   std::to_string(c);
-          if (!what.empty()) {
-            errors[static_cast<std::size_t>(k)] = {number, std::move(what)};
-            break;
-          }
-          ++r;
+        } catch (...) {
+          failures[static_cast<std::size_t>(k)] = std::current_exception();
         }
-      }
     });
+    rethrow();
   };
   parse(nullptr);
   for (const LineError& e : errors) {

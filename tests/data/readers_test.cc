@@ -278,6 +278,39 @@ TEST_F(ReadersTest, CsvTableFieldsThatOnlyBeginAsNumbersAreText) {
   }
 }
 
+// The file is read in parts (a reused buffer a core, never the whole
+// file at once): a header longer than the first read, CRLF line ends, rows
+// across the parts' cuts, quoted texts with doubled quotes, and no line end
+// after the last row.
+TEST_F(ReadersTest, CsvTableReadInPartsIsTheWholeFile) {
+  std::string header;
+  for (char c = 'a'; c <= 'c'; ++c) header += (c == 'a' ? "" : ",") + std::string(40000, c);
+  std::string csv = header + "\r\n";
+  const int rows = 20000;  // ~600 KB: several parts
+  for (int r = 0; r < rows; ++r) {
+    const std::string n = std::to_string(r);
+    csv += n + ".5,\"t \"\"" + n + "\"\" x\",w" + std::to_string(r % 13);
+    if (r + 1 < rows) csv += "\r\n";
+  }
+  const CsvTable t = read_csv_table(write("parts.csv", csv));
+  ASSERT_EQ(t.rows, rows);
+  ASSERT_EQ(t.columns.size(), 3u);
+  EXPECT_EQ(t.columns[0].name, std::string(40000, 'a'));
+  EXPECT_EQ(t.columns[2].name, std::string(40000, 'c'));
+  const CsvTable::Column& a = t.columns[0];
+  const CsvTable::Column& b = t.columns[1];
+  const CsvTable::Column& c = t.columns[2];
+  ASSERT_TRUE(a.numeric);
+  ASSERT_FALSE(b.numeric);
+  ASSERT_FALSE(c.numeric);
+  for (int r = 0; r < rows; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    ASSERT_EQ(a.numbers[i], r + 0.5) << r;
+    ASSERT_EQ(b.text[i], "t \"" + std::to_string(r) + "\" x") << r;
+    ASSERT_EQ(c.text[i], "w" + std::to_string(r % 13)) << r;
+  }
+}
+
 // The table's numbers and texts live as long as any copy of it.
 TEST_F(ReadersTest, CsvTableColumnsOutliveTheTableTheyWereReadInto) {
   const auto p = write("t.csv", "x,name\n1.5,\"a \"\"b\"\"\"\n2,c\n");
