@@ -14,7 +14,7 @@ findings=$build/fuzz-findings
 mkdir -p "$findings"
 failed=0
 printf "%-12s %10s %10s %8s %8s\n" target runs "exec/s" cov ft
-for target in safetensors idx npy csv tf_config store_frames keras_config image hdf5 rpc_frames; do
+for target in safetensors idx npy csv csv_table tf_config store_frames keras_config image hdf5 rpc_frames; do
   work=$build/fuzz-corpus/$target
   mkdir -p "$work"
   log=$build/fuzz-$target.log
