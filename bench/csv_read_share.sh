@@ -16,6 +16,7 @@ trap 'rm -rf "$dir"' EXIT
 "$BUILD/cli/own_data_writer" "$dir" 50000 >/dev/null
 grep -m1 'model name' /proc/cpuinfo | sed 's/^.*: /CPU: /'
 printf '%-6s %10s %10s %8s\n' round read_s epoch_s share
+shares=()
 for round in $(seq "$ROUNDS"); do
   out=$("$BUILD/cli/lockstep" train --data "$dir/table.csv" --epochs 3 --seed 1 --verbose 2)
   read_s=$(sed -n 's/^Read [0-9]* rows of .* in \([0-9.]*\) s\.$/\1/p' <<<"$out")
@@ -24,4 +25,10 @@ for round in $(seq "$ROUNDS"); do
     awk '{ t = $1 * $2 * ($3 == "ms" ? 1e-3 : 1e-6); s += t } END { printf "%.3f", s / NR }')
   share=$(awk -v r="$read_s" -v e="$epoch_s" 'BEGIN { printf "%.1f%%", 100 * r / e }')
   printf '%-6s %10s %10s %8s\n' "$round" "$read_s" "$epoch_s" "$share"
+  shares+=("${share%\%}")
 done
+# The median and the range over the rounds (the goal is on the median: one
+# round's read is a single sample of ~20 ms, the epoch a mean of 625 steps).
+printf '%s\n' "${shares[@]}" | sort -n | awk '{ v[NR] = $1 } END {
+  m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+  printf "share over %d rounds: median %.1f%%, min %.1f%%, max %.1f%%\n", NR, m, v[1], v[NR] }'
