@@ -12,10 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <optional>
 #include <random>
 #include <system_error>
-#include <thread>
 
 #include "lockstep/core/env.h"
 #include "lockstep/core/error.h"
@@ -219,25 +217,6 @@ std::uint64_t regular_file_size(const std::string& path) {
   return static_cast<std::uint64_t>(st.st_size);
 }
 
-namespace {
-// Reads [begin, end) of `fd` into `to` + begin. Returns the bytes read
-// (fewer at the file's end) and sets `error` to errno on a failure.
-std::size_t read_range(int fd, char* to, std::size_t begin, std::size_t end, int& error) {
-  std::size_t done = begin;
-  while (done < end) {
-    const ssize_t n = ::pread(fd, to + done, end - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      error = errno;
-      break;
-    }
-    if (n == 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  return done - begin;
-}
-}  // namespace
-
 FileParts::FileParts(std::string path) : path_(std::move(path)) {
   size_ = regular_file_size(path_);
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
@@ -262,27 +241,16 @@ void FileParts::read(std::uint64_t offset, std::size_t length, char* to) const {
 }
 
 std::string read_whole_file(const std::string& path) {
-  const std::uint64_t size = regular_file_size(path);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) sys_error("opening", path);
+  const FileParts file(path);
   std::string bytes;
   try {
-    bytes.resize(static_cast<std::size_t>(size));
+    bytes.resize(static_cast<std::size_t>(file.size()));
   } catch (const std::exception&) {  // std::bad_alloc, std::length_error
-    ::close(fd);
-    detail::throw_error<IOError>(path, ": ", size,
+    detail::throw_error<IOError>(path, ": ", file.size(),
                                  " bytes: more than this process can hold in memory (is it a "
                                  "sparse or damaged file?)");
   }
-  int error = 0;
-  const std::size_t done = read_range(fd, bytes.data(), 0, bytes.size(), error);
-  ::close(fd);
-  if (error != 0) {
-    errno = error;
-    sys_error("reading", path);
-  }
-  LOCKSTEP_CHECK_AS(IOError, done == bytes.size(), path, ": read ", done, " of its ", size,
-                    " bytes (did it shrink while read?)");
+  file.read(0, bytes.size(), bytes.data());
   return bytes;
 }
 
