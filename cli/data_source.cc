@@ -100,25 +100,6 @@ std::string number_text(double v) {
 // the same codes (one hash lookup a row, on all cores).
 class TextCodes {
  public:
-  // Encodes these text columns at once, one column to a core (numeric
-  // ones and those done already are passed over).
-  void prepare(const ld::CsvTable& table, const std::vector<std::string>& names) {
-    std::vector<const ld::CsvTable::Column*> todo;
-    for (const std::string& name : names) {
-      const ld::CsvTable::Column& col = table.column(name);
-      if (!col.numeric && !codes_.contains(name) &&
-          std::find(todo.begin(), todo.end(), &col) == todo.end())
-        todo.push_back(&col);
-    }
-    std::vector<ld::Dictionary> done(todo.size());
-    parallel_for(static_cast<std::int64_t>(todo.size()), 1 << 20,
-                 [&](std::int64_t b, std::int64_t e) {
-                   for (std::int64_t i = b; i < e; ++i)
-                     done[static_cast<std::size_t>(i)] =
-                         ld::dictionary_encode(todo[static_cast<std::size_t>(i)]->text);
-                 });
-    for (std::size_t i = 0; i < todo.size(); ++i) codes_.emplace(todo[i]->name, std::move(done[i]));
-  }
   const ld::Dictionary& of(const ld::CsvTable::Column& col) {
     auto it = codes_.find(col.name);
     if (it == codes_.end()) it = codes_.emplace(col.name, ld::dictionary_encode(col.text)).first;
@@ -297,8 +278,7 @@ DataSpec csv_spec(const ld::CsvTable& table, const DataArgs& args, std::int64_t 
     // A text column with a value per row or so is an identifier or free
     // text, not categories: left out, and said. A glance at the first rows
     // shows most such columns without encoding all of them; the others
-    // are encoded together (and kept for the vocabularies and the
-    // encoding).
+    // are encoded whole (and kept for the vocabularies and the encoding).
     const std::size_t at_most =
         std::min(kMaxCategories, static_cast<std::size_t>(0.5 * static_cast<double>(table.rows)));
     const auto leave_out = [&](const ld::CsvTable::Column& c) {
@@ -307,29 +287,18 @@ DataSpec csv_spec(const ld::CsvTable& table, const DataArgs& args, std::int64_t 
           "identifier or free text; --features takes it as categories all the same).\n",
           c.name.c_str(), at_most, static_cast<long long>(table.rows));
     };
-    std::vector<std::string> candidates{spec.label};
     for (const auto& c : table.columns) {
       if (c.name == spec.label) continue;
-      const std::size_t glance = std::min(c.text.size(), 4 * at_most + 1);
-      if (!c.numeric && ld::dictionary_encode(c.text.first(glance)).values.size() > at_most) {
-        leave_out(c);
-        continue;
-      }
-      candidates.push_back(c.name);
-    }
-    codes.prepare(table, candidates);
-    for (std::size_t k = 1; k < candidates.size(); ++k) {
-      const ld::CsvTable::Column& c = table.column(candidates[k]);
-      if (!c.numeric && codes.of(c).values.size() > at_most) {
-        leave_out(c);
-        continue;
+      if (!c.numeric) {
+        const std::size_t glance = std::min(c.text.size(), 4 * at_most + 1);
+        if (ld::dictionary_encode(c.text.first(glance)).values.size() > at_most ||
+            codes.of(c).values.size() > at_most) {
+          leave_out(c);
+          continue;
+        }
       }
       names.push_back(c.name);
     }
-  } else {
-    std::vector<std::string> all = names;
-    all.push_back(spec.label);
-    codes.prepare(table, all);
   }
   LOCKSTEP_CHECK(!names.empty(), table.path, ": no input columns beside the label '", spec.label,
                  "'");
@@ -456,18 +425,29 @@ void csv_statistics(const ld::CsvTable& table, std::int64_t rows, DataSpec& spec
     at += f.vocabulary.empty() ? 1 : f.vocabulary.size();
   }
   const auto n = static_cast<std::size_t>(rows);
+  // A sum of f(row) over the rows in four running sums (one would wait on
+  // each add: 0.7 ms for issue #38's table, 0.2 ms in four).
+  const auto sum_of = [n](auto f) {
+    double s[4] = {0, 0, 0, 0};
+    std::size_t r = 0;
+    for (; r + 4 <= n; r += 4) {
+      for (std::size_t j = 0; j < 4; ++j) s[j] += f(r + j);
+    }
+    for (; r < n; ++r) s[0] += f(r);
+    return (s[0] + s[1]) + (s[2] + s[3]);
+  };
   parallel_for(static_cast<std::int64_t>(numeric.size()), rows * 4,
                [&](std::int64_t b, std::int64_t e) {
                  for (std::int64_t i = b; i < e; ++i) {
                    const auto [values, place] = numeric[static_cast<std::size_t>(i)];
-                   double sum = 0;
-                   for (std::size_t r = 0; r < n; ++r) sum += static_cast<float>(values[r]);
-                   const double mean = sum / static_cast<double>(n);
-                   double squares = 0;
-                   for (std::size_t r = 0; r < n; ++r) {
+                   const double mean = sum_of([values](std::size_t r) -> double {
+                                         return static_cast<float>(values[r]);
+                                       }) /
+                                       static_cast<double>(n);
+                   const double squares = sum_of([values, mean](std::size_t r) {
                      const double d = static_cast<float>(values[r]) - mean;
-                     squares += d * d;
-                   }
+                     return d * d;
+                   });
                    spec.mean[place] = mean;
                    spec.variance[place] = squares / static_cast<double>(n);
                  }

@@ -311,6 +311,45 @@ TEST_F(ReadersTest, CsvTableReadInPartsIsTheWholeFile) {
   }
 }
 
+// Blank lines ("", "\r") anywhere (at every offset of the 64-byte blocks
+// the rows are counted in, across the parts' cuts, and as a last line
+// without its '\n') are no rows, and still count as lines in the errors.
+TEST_F(ReadersTest, CsvTableBlankLinesAnywhereAreNoRowsButStillLines) {
+  std::mt19937 rng(5);
+  std::string csv = "a,b\n";
+  std::vector<std::string> texts;
+  std::int64_t line = 1, bad_line = 0;
+  const int rows = 30000;  // ~1.5 MB: several parts
+  const auto build = [&](bool with_bad_row) {
+    csv = "a,b\n";
+    texts.clear();
+    line = 1;
+    for (int r = 0; r < rows; ++r) {
+      for (int blanks = static_cast<int>(rng() % 3); blanks > 0; --blanks) {
+        csv += rng() % 2 ? "\n" : "\r\n";
+        ++line;
+      }
+      texts.push_back(std::string(rng() % 90, 'x') + "y");
+      const bool bad = with_bad_row && r == rows - 7;
+      csv += std::to_string(r) + (bad ? "" : "," + texts.back()) + (rng() % 2 ? "\n" : "\r\n");
+      ++line;
+      if (bad) bad_line = line;
+    }
+    csv += "\r";  // a blank last line without its '\n'
+  };
+  build(false);
+  const CsvTable t = read_csv_table(write("blank.csv", csv));
+  ASSERT_EQ(t.rows, rows);
+  for (int r = 0; r < rows; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    ASSERT_EQ(t.column("a").numbers[i], r) << r;
+    ASSERT_EQ(t.column("b").text[i], texts[i]) << r;
+  }
+  build(true);
+  expect_error<IOError>([&] { read_csv_table(write("blank_bad.csv", csv)); },
+                        {"blank_bad.csv:" + std::to_string(bad_line), "got 1"});
+}
+
 // The table's numbers and texts live as long as any copy of it.
 TEST_F(ReadersTest, CsvTableColumnsOutliveTheTableTheyWereReadInto) {
   const auto p = write("t.csv", "x,name\n1.5,\"a \"\"b\"\"\"\n2,c\n");
