@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "lockstep/tensor/device.h"
+#include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
 
 namespace lockstep {
@@ -81,28 +82,39 @@ class SparseCCE : public LossImpl {
                      value_shape);
     // Checked on the host (labels on a GPU are copied back for it): a bad
     // label is an error naming it, never a silent read out of range.
-    const std::vector<double> host_labels = y_true.to_vector<double>();
-    if (y_true.dtype() == DType::kFloat32) {  // float labels must hold integers
+    const auto checked = [op, batch, classes](const Tensor& labels_in) {
+      const std::vector<double> host_labels = labels_in.to_vector<double>();
+      if (labels_in.dtype() == DType::kFloat32) {  // float labels must hold integers
+        for (std::int64_t i = 0; i < batch; ++i) {
+          const double p = host_labels[static_cast<std::size_t>(i)];
+          LOCKSTEP_CHECK_AS(IndexError, p == static_cast<double>(static_cast<std::int64_t>(p)), op,
+                            ": label ", p, " at position ", i, " is not an integer class id");
+        }
+      }
+      std::vector<std::int64_t> pl(host_labels.begin(), host_labels.end());
       for (std::int64_t i = 0; i < batch; ++i) {
-        const double p = host_labels[static_cast<std::size_t>(i)];
-        LOCKSTEP_CHECK_AS(IndexError, p == static_cast<double>(static_cast<std::int64_t>(p)), op,
-                          ": label ", p, " at position ", i, " is not an integer class id");
+        LOCKSTEP_CHECK_AS(IndexError, pl[i] >= 0 && pl[i] < classes, op, ": label ", pl[i],
+                          " at position ", i, " is out of range for ", classes,
+                          " classes (valid: 0 to ", classes - 1, ")");
+      }
+      return pl;
+    };
+    Tensor labels = y_true;
+    if (detail::recording_step() && !y_true.device().host_accessible()) {
+      // A recorded step (fit's, on a GPU): the labels checked on the host
+      // before each replay, by the recorder, and read on the device here.
+      detail::check_before_each_replay(y_true, [checked](const Tensor& host) { checked(host); });
+      if (y_true.dtype() != DType::kInt64) labels = cast(y_true, DType::kInt64);
+    } else {
+      const std::vector<std::int64_t> pl = checked(y_true);
+      // In host memory (checked there; an op on a GPU copies them over
+      // without waiting, where a GPU tensor's check would have to).
+      if (y_true.dtype() != DType::kInt64 || !y_true.device().host_accessible()) {
+        labels = Tensor::empty_on(host_device(), {batch}, DType::kInt64);
+        std::copy(pl.begin(), pl.end(), labels.data<std::int64_t>());
       }
     }
-    std::vector<std::int64_t> pl(host_labels.begin(), host_labels.end());
-    // In host memory (checked there; an op on a GPU copies them over
-    // without waiting, where a GPU tensor's check would have to).
-    Tensor labels = y_true;
-    if (y_true.dtype() != DType::kInt64 || !y_true.device().host_accessible()) {
-      labels = Tensor::empty_on(host_device(), {batch}, DType::kInt64);
-      std::copy(pl.begin(), pl.end(), labels.data<std::int64_t>());
-    }
-    labels = labels.view_as({batch, 1});
-    for (std::int64_t i = 0; i < batch; ++i) {
-      LOCKSTEP_CHECK_AS(IndexError, pl[i] >= 0 && pl[i] < classes, op, ": label ", pl[i],
-                        " at position ", i, " is out of range for ", classes,
-                        " classes (valid: 0 to ", classes - 1, ")");
-    }
+    labels = reshape(labels, {batch, 1});
     Tensor log_p;
     if (o_.from_logits) {
       log_p = log_softmax(y_pred, -1);
@@ -114,7 +126,10 @@ class SparseCCE : public LossImpl {
     // relu: a cross-entropy is never negative, but log-softmax's rounding
     // can put a saturated example a few ulps above 0 (oneDNN's measured
     // -1.4e-6); clamped, with the gradient kept where the loss is positive.
-    return reshape(relu(neg(take_along_axis(log_p, labels, 1))), {batch});
+    const Tensor picked = detail::recording_step() && !y_true.device().host_accessible()
+                              ? detail::take_along_axis_checked_by_caller(log_p, labels, 1)
+                              : take_along_axis(log_p, labels, 1);
+    return reshape(relu(neg(picked)), {batch});
   }
 
  private:

@@ -358,6 +358,26 @@ bool OptimizerImpl::device_update(double, std::int64_t, detail::DeviceUpdate&) c
   return false;
 }
 
+bool OptimizerImpl::stage_device_step(int replica, Device& device) {
+  if (loss_scaling_ || clip_.clipnorm > 0 || clip_.clipvalue > 0 || clip_.global_clipnorm > 0)
+    return false;
+  ReplicaState& rs = replica_state(replica);
+  const double lr = learning_rate_.at(rs.iterations);
+  detail::DeviceUpdate u;
+  if (!device_update(lr, rs.iterations + 1, u)) return false;
+  // The same floats apply_on_device passes as arguments.
+  const float decay = weight_decay_ > 0 ? static_cast<float>(1.0 - weight_decay_ * lr) : 1.0f;
+  const Tensor numbers = Tensor::from_vector(std::vector<float>{u.lr, u.alpha, decay});
+  if (!rs.step_numbers.defined() || &rs.step_numbers.device() != &device) {
+    rs.step_numbers = numbers.copy_to(device);
+  } else {
+    detail::copy_into(rs.step_numbers, numbers);
+  }
+  return true;
+}
+
+void OptimizerImpl::count_replayed_step(int replica) { ++replica_state(replica).iterations; }
+
 void OptimizerImpl::apply_on_device(const std::vector<Tensor>& grads,
                                     const std::vector<Variable>& vars, ReplicaState& rs,
                                     int replica, double lr, std::int64_t step) {
@@ -369,6 +389,11 @@ void OptimizerImpl::apply_on_device(const std::vector<Tensor>& grads,
                     " yet (SGD, SGD with momentum, Adam, AdamW, RMSprop and Adagrad have)");
   if (weight_decay_ > 0) u.decay = static_cast<float>(1.0 - weight_decay_ * lr);
   Device& device = vars[0].value().device();
+  if (recording_) {
+    LOCKSTEP_CHECK_AS(DeviceError, rs.step_numbers.defined(), name_,
+                      ": a step recorded without its numbers staged (stage_device_step)");
+    u.step_numbers = static_cast<const float*>(detail::device_pointer(rs.step_numbers));
+  }
   const detail::OnDevice on;  // the fake accelerator's: its update is the CPU's loop
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined()) continue;

@@ -9,6 +9,7 @@ namespace lockstep::detail {
 namespace {
 
 thread_local bool t_device_code = false;
+thread_local std::vector<HostCheck>* t_host_checks = nullptr;  // while a step is recorded
 
 [[noreturn]] void no_kernel(const char* op) {
   Device& d = current_device();
@@ -22,6 +23,18 @@ thread_local bool t_device_code = false;
 void no_device_kernel(const char* op) { no_kernel(op); }
 
 bool in_device_code() { return t_device_code; }
+
+RecordingStepScope::RecordingStepScope(std::vector<HostCheck>& checks) : previous_(t_host_checks) {
+  t_host_checks = &checks;
+}
+RecordingStepScope::~RecordingStepScope() { t_host_checks = previous_; }
+
+bool recording_step() { return t_host_checks != nullptr; }
+
+void check_before_each_replay(const Tensor& input, std::function<void(const Tensor& host)> check) {
+  LOCKSTEP_CHECK(t_host_checks != nullptr, "check_before_each_replay: no step is recorded");
+  t_host_checks->push_back({device_pointer(input), input.shape(), std::move(check)});
+}
 
 DeviceCodeScope::DeviceCodeScope() : previous_(t_device_code) { t_device_code = true; }
 DeviceCodeScope::~DeviceCodeScope() { t_device_code = previous_; }

@@ -875,6 +875,7 @@ class GpuKernels final : public DeviceKernels {
     params.nesterov = u.nesterov;
     params.rho = u.rho;
     params.centered = u.centered;
+    params.step = u.step_numbers;
     run("the optimizer's update", [&] {
       api_->apply_update(stream_, params, value, grad, slots.data(), static_cast<int>(slots.size()),
                          n);

@@ -32,9 +32,12 @@ inline float to_unit(std::uint32_t w) { return static_cast<float>(w >> 8) * 0x1.
 
 // Values drawn on the host (the same bits on every device), then copied to
 // the current device when it is a GPU; on the fake accelerator, written as
-// its device code.
+// its device code. Counted per thread (random_fills_on_this_thread).
+thread_local std::uint64_t t_fills = 0;
+
 template <typename F>
 Tensor fill(const Shape& shape, F value_at) {
+  ++t_fills;
   const detail::OnDevice on;
   Tensor out = Tensor::empty_on(on.kernels() ? host_device() : current_device(), shape);
   float* p = out.data<float>();
@@ -156,3 +159,7 @@ Tensor Generator::truncated_normal(const Shape& shape, float mean, float stddev)
 }
 
 }  // namespace lockstep::random
+
+namespace lockstep::detail {
+std::uint64_t random_fills_on_this_thread() { return random::t_fills; }
+}  // namespace lockstep::detail

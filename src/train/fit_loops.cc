@@ -8,6 +8,7 @@
 #include <exception>
 #include <iostream>
 #include <tuple>
+#include <typeinfo>
 
 #include "keras_config.h"
 #include "lockstep/core/log.h"
@@ -15,6 +16,7 @@
 #include "lockstep/train/progbar.h"
 #include "model_internal.h"
 #include "saving.h"
+#include "step_graph.h"
 
 namespace lockstep {
 
@@ -190,7 +192,23 @@ Model::Loops::Shares Model::Loops::share_out(Model& m, const Batch& b) {
 }
 
 Logs Model::Loops::train_batch(Model& m, const Batch& b) {
-  if (!distributed(m)) return m.train_step(b.x, b.y);
+  if (!distributed(m)) {
+    TrainState& s = m.state();
+    if (s.step_graph) {
+      // Model's own train_step only: a subclass's may do anything.
+      const bool own = typeid(m) == typeid(Model) || typeid(m) == typeid(Sequential);
+      const detail::StepGraph::Step step{
+          .model = m,
+          .optimizer = *s.optimizer.operator->(),
+          .run_eagerly = s.run_eagerly,
+          .own_train_step = own,
+          .body = [&m](const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
+            return train_step_body(m, x, y);
+          }};
+      if (std::optional<Logs> logs = s.step_graph->step(step, b)) return *logs;
+    }
+    return m.train_step(b.x, b.y);
+  }
   TrainState& s = m.state();
   const Shares shares = share_out(m, b);
   // Listed once per batch, as compile fixed them: the replicas only read it.
@@ -398,6 +416,22 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
                           const FitOptions& o) {
   TrainState& s = m.state();
   prepare_replicas(m, "fit");
+  // This fit's recorded step, if its device records one; freed (with the
+  // recording's memory) when fit returns.
+  s.step_graph = distributed(m) ? nullptr : std::make_shared<detail::StepGraph>();
+  struct ForgetGraph {
+    TrainState& s;
+    ~ForgetGraph() {
+      if (s.step_graph && s.step_graph->replays() > 0) {
+        try {
+          log(LogLevel::kDebug, detail::str_cat("fit: ", s.step_graph->replays(),
+                                                " steps replayed from the recorded step\n"));
+        } catch (...) {  // a sink that failed: nothing to add to fit's own ending
+        }
+      }
+      s.step_graph = nullptr;
+    }
+  } forget_graph{s};
   check_workers_agree(m, "fit", train.steps());
   std::unique_ptr<BatchSource> val_source = validation_source(m, val, o);
   const int verbose = effective_verbose(o.verbose, s.strategy.is_chief());

@@ -118,6 +118,11 @@ struct Model::Loops {
   };
   static Shares share_out(Model& m, const Batch& b);
   static Logs train_batch(Model& m, const Batch& b);
+  // Model's own train_step before its metrics — forward, loss, backward,
+  // the optimizer's update — returning what updates the metrics from its
+  // outputs (train_step runs it at once; a recorded step after each replay).
+  static std::function<void()> train_step_body(Model& m, const std::vector<Tensor>& x,
+                                               const std::vector<Tensor>& y);
   static Logs test_batch(Model& m, const Batch& b);
   static std::vector<Tensor> predict_batch(Model& m, const Batch& b);
   static void build_before_replicas(Model& m, const std::vector<Tensor>& x);

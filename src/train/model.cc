@@ -9,6 +9,7 @@
 #include <functional>
 #include <tuple>
 
+#include "fit_loops.h"
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/core/hash.h"
 #include "lockstep/distribute/strategy.h"
@@ -219,6 +220,7 @@ void Model::compile(CompileOptions o) {
   LOCKSTEP_CHECK(o.steps_per_execution >= 1, "compile: steps_per_execution must be >= 1, got ",
                  o.steps_per_execution);
   s.steps_per_execution = o.steps_per_execution;
+  s.run_eagerly = o.run_eagerly;
   for (const MetricSpec& spec : s.metric_specs)
     (void)resolve_metric(spec, s.losses[0]);  // unknown names fail here
   for (const auto& specs : s.output_metric_specs)
@@ -564,8 +566,15 @@ Tensor Model::compute_loss(const std::vector<Tensor>& y, const std::vector<Tenso
 }
 
 Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor>& y) {
-  TrainState& s = state();
+  Loops::train_step_body(*this, x_in, y)();
+  return get_metrics_result();
+}
+
+std::function<void()> Model::Loops::train_step_body(Model& m, const std::vector<Tensor>& x_in,
+                                                    const std::vector<Tensor>& y) {
+  TrainState& s = m.state();
   LOCKSTEP_CHECK(s.compiled, "fit: you must call compile() before training the model");
+  LayerImpl* const impl_ = m.impl_.get();
   const std::vector<Tensor> x = prepare_inputs(*impl_, x_in);
   // What compile fixed as trainable (taken at the first step after it).
   const std::shared_ptr<const detail::TrainableSnapshot> snap =
@@ -582,10 +591,10 @@ Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor
       ctx ? ctx->start_gradient_reduction(vars) : distribute::GradientReduction();
   {
     GradientTape tape;
-    y_pred = float32_outputs((*this)(x, call));
+    y_pred = float32_outputs(m(x, call));
     // A model whose layers make their weights on its first call has them now.
     if (vars.empty() && !reduction.active()) vars = impl_->trainable_weights(call);
-    resolve_outputs(y_pred.size());
+    m.resolve_outputs(y_pred.size());
     parts = compute_losses(s, *impl_, ctx, y, y_pred);
     // Under a LossScaleOptimizer the scaled loss (the trackers keep the
     // loss itself), as Keras 3's train_step.
@@ -594,9 +603,13 @@ Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor
   }
   grads = reduction.finish(std::move(grads));
   s.optimizer.apply_gradients(grads, vars, {.skip_gradients_aggregation = reduction.active()});
-  NoGradGuard no_grad;
-  update_trackers(s, ctx, parts, y, y_pred, x.at(0).shape()[0]);
-  return get_metrics_result();
+  // The metrics from the step's outputs: now, or after each replay of a
+  // recorded step (train/step_graph.h), whose outputs each replay rewrites.
+  return [&s, ctx, parts = std::move(parts), y, y_pred = std::move(y_pred),
+          batch = x.at(0).shape()[0]] {
+    NoGradGuard no_grad;
+    update_trackers(s, ctx, parts, y, y_pred, batch);
+  };
 }
 
 Logs Model::test_step(const std::vector<Tensor>& x_in, const std::vector<Tensor>& y) {

@@ -32,10 +32,13 @@ struct TrainableSnapshot {
   std::unordered_set<const LayerImpl*> frozen;
 };
 
+class StepGraph;  // train/step_graph.h
+
 }  // namespace detail
 
 struct Model::TrainState {
   bool compiled = false;
+  bool run_eagerly = false;  // compile's: no recorded step (step_graph.h)
   Optimizer optimizer;
   // One shared by every output, or one per output (undefined: that output
   // has no loss, Keras's dict without it).
@@ -66,6 +69,9 @@ struct Model::TrainState {
   // (replicas may ask at once: under the mutex).
   std::shared_ptr<const detail::TrainableSnapshot> trainable;
   std::mutex trainable_mutex;
+  // While fit runs on one device: its step, recorded and replayed there
+  // when the device records (train/step_graph.h); null otherwise.
+  std::shared_ptr<detail::StepGraph> step_graph;
 };
 
 namespace detail {

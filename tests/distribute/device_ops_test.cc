@@ -1,6 +1,7 @@
 // Every device op against the CPU's, forward and backward, on random inputs;
 // the optimizers' updates bit for bit; the seed MLP trained on the device
-// (one device, and two logical devices) against the CPU. One binary for
+// (one device, and two logical devices) against the CPU; fit's step recorded
+// and replayed where the device records. One binary for
 // both accelerators: CTest runs it on the fake accelerator on every push
 // (LOCKSTEP_TEST_DEVICE unset) and on the emulated GPU
 // (LOCKSTEP_TEST_DEVICE=emulated: the GPU's host side, with host loops for
@@ -18,6 +19,7 @@
 
 #include "lockstep/lockstep.h"
 #include "lockstep/tensor/device_kernels.h"
+#include "support/mlp_examples.h"
 #include "support/weights.h"
 
 namespace lockstep {
@@ -1117,6 +1119,136 @@ TEST(DeviceOps, ARecordedStepThatNeedsTheHostIsRefusedByName) {
   }
   // The device works on as before.
   EXPECT_EQ(mul(x, x).cpu().to_vector<float>(), (std::vector<float>{4, 4, 4, 4}));
+}
+
+using testing_support::mlp_examples;
+
+// Every text the library logs while it lives, at every level (the log
+// level and sink put back after).
+class LogTexts {
+ public:
+  LogTexts()
+      : previous_sink_(
+            set_log_sink([this](LogLevel, std::string_view t) { texts_.emplace_back(t); })),
+        previous_level_(set_log_level(LogLevel::kDebug)) {}
+  ~LogTexts() {
+    set_log_level(previous_level_);
+    set_log_sink(previous_sink_);
+  }
+  LogTexts(const LogTexts&) = delete;
+  LogTexts& operator=(const LogTexts&) = delete;
+  bool has(const std::string& part) const {
+    return std::any_of(texts_.begin(), texts_.end(),
+                       [&](const std::string& t) { return t.find(part) != std::string::npos; });
+  }
+  void clear() { texts_.clear(); }
+  std::string all() const {
+    std::string out;
+    for (const std::string& t : texts_) out += t;
+    return out;
+  }
+
+ private:
+  std::vector<std::string> texts_;
+  LogSink previous_sink_;
+  LogLevel previous_level_;
+};
+
+// fit on one GPU records its step after the first and replays it for each
+// batch of the same shapes (train/step_graph.h). 50 replays, then the last
+// partial batch eagerly, give the eager fit's weights and logs bit for bit,
+// with the numbers that change every step: Adam's bias correction, a
+// learning rate that decays, and decoupled weight decay.
+TEST(DeviceOps, FitReplaysItsRecordedStepWithTheEagerStepsBits) {
+  if (!dev().kernels()->can_capture()) GTEST_SKIP() << dev().name() << " records nothing";
+  const auto [x, y] = mlp_examples(51 * 16 + 5, 9);  // 51 batches of 16, then 5
+  LogTexts logged;
+  auto fit = [&, &x = x, &y = y](bool run_eagerly) {
+    const DeviceScope on(dev());
+    set_random_seed(7);
+    Model model = zoo::seed_mlp();
+    model.compile(
+        {.optimizer = optimizers::Adam(
+             {.learning_rate = schedules::ExponentialDecay(1e-3, 10, 0.5), .weight_decay = 0.004}),
+         .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+         .metrics = {"accuracy"},
+         .run_eagerly = run_eagerly});
+    logged.clear();
+    const History h =
+        model.fit(x, y, {.batch_size = 16, .epochs = 1, .verbose = 0, .shuffle = false});
+    return std::pair{testing_support::weights(model), h};
+  };
+  const auto [eager, eager_history] = fit(true);
+  EXPECT_TRUE(logged.has("not recorded as a graph: compile's run_eagerly is set"));
+  const auto [replayed, replayed_history] = fit(false);
+  EXPECT_TRUE(logged.has("fit: the step is recorded as a graph on " + dev().name()))
+      << "the step was not recorded: " << logged.all();
+  EXPECT_TRUE(logged.has("fit: 50 steps replayed from the recorded step"));
+  testing_support::expect_bitwise(eager, replayed, "50 replayed steps against eager steps");
+  for (const char* name : {"loss", "accuracy"})
+    EXPECT_EQ(eager_history[name], replayed_history[name]) << name;
+  // The steps moved the weights (a replay that did nothing would not).
+  double moved = 0;
+  {
+    set_random_seed(7);
+    const auto initial = testing_support::weights(zoo::seed_mlp());
+    for (std::size_t i = 0; i < initial.size(); ++i)
+      for (std::size_t j = 0; j < initial[i].size(); ++j)
+        moved = std::max(moved, static_cast<double>(std::abs(replayed[i][j] - initial[i][j])));
+  }
+  EXPECT_GT(moved, 1e-3);
+}
+
+// A replayed step's labels are checked on the host before the replay, as
+// an eager step checks them: a label out of range in a later batch is an
+// error naming it, never a read out of range on the device.
+TEST(DeviceOps, FitChecksAReplayedBatchsLabelsFirst) {
+  if (!dev().kernels()->can_capture()) GTEST_SKIP() << dev().name() << " records nothing";
+  auto [x, y] = mlp_examples(8 * 16, 2);
+  std::vector<float> labels = y.to_vector<float>();
+  labels[5 * 16 + 3] = 10;  // the sixth batch (the fifth replay): 10 classes are 0 to 9
+  y = Tensor::from_vector(std::vector<std::uint8_t>(labels.begin(), labels.end()));
+  LogTexts logged;
+  const DeviceScope on(dev());
+  set_random_seed(7);
+  Model model = zoo::seed_mlp();
+  model.compile({.optimizer = optimizers::SGD({.learning_rate = 0.01}),
+                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+  try {
+    model.fit(x, y, {.batch_size = 16, .epochs = 1, .verbose = 0, .shuffle = false});
+    FAIL() << "a label out of range was trained on";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("label 10 at position 3 is out of range for 10 classes"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(logged.has("fit: the step is recorded as a graph"));
+}
+
+// A step that draws random numbers (Dropout's mask, drawn on the host) is
+// not recorded — a replay would reuse one mask — and says so; it trains as
+// under run_eagerly, bit for bit (nothing was drawn for a recording).
+TEST(DeviceOps, FitKeepsAStepThatDrawsRandomNumbersEager) {
+  if (!dev().kernels()->can_capture()) GTEST_SKIP() << dev().name() << " records nothing";
+  const auto [x, y] = mlp_examples(64, 4);
+  LogTexts logged;
+  auto fit = [&, &x = x, &y = y](bool run_eagerly) {
+    const DeviceScope on(dev());
+    set_random_seed(3);
+    Model model = Sequential(
+        {layers::Dense(32, {.activation = "relu"}), layers::Dropout(0.5), layers::Dense(10)},
+        {.input_shape = Shape{784}});
+    model.compile({.optimizer = optimizers::SGD({.learning_rate = 0.1}),
+                   .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                   .run_eagerly = run_eagerly});
+    logged.clear();
+    model.fit(x, y, {.batch_size = 16, .epochs = 2, .verbose = 0, .shuffle = false});
+    return testing_support::weights(model);
+  };
+  const auto eager = fit(true);
+  const auto not_recorded = fit(false);
+  EXPECT_TRUE(logged.has("not recorded as a graph: the step draws random numbers"));
+  testing_support::expect_bitwise(eager, not_recorded, "Dropout's steps, eager either way");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "lockstep/lockstep.h"
+#include "support/mlp_examples.h"
 #include "support/weights.h"
 
 namespace lockstep {
@@ -19,16 +20,7 @@ namespace {
 
 using distribute::MirroredStrategy;
 
-// `rows` random images of the seed MLP's input and their labels.
-std::pair<Tensor, Tensor> examples(std::int64_t rows, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  std::vector<float> values(static_cast<std::size_t>(rows) * 784);
-  for (float& v : values) v = pixel(rng);
-  std::vector<std::uint8_t> labels(static_cast<std::size_t>(rows));
-  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::uint8_t>(i * 7 % 10);
-  return {Tensor::from_vector(values, Shape{rows, 784}), Tensor::from_vector(labels)};
-}
+using testing_support::mlp_examples;
 
 // The seed MLP built and compiled under `strategy` (Adam, from logits).
 Model seed_mlp_under(const MirroredStrategy& strategy) {
@@ -102,7 +94,7 @@ TEST_F(GpuDevices, ACopyBetweenGpusGoesThroughTheHost) {
 }
 
 TEST_F(GpuDevices, SeedMlpOnTwoGpusTrainsAsOnTwoCpuReplicas) {
-  const auto [x, y] = examples(256, 8);
+  const auto [x, y] = mlp_examples(256, 8);
   auto fit = [&](const std::vector<Device*>& devices) {
     Model model = seed_mlp_under(MirroredStrategy({.devices = devices}));
     model.fit(x, y, {.batch_size = 64, .epochs = 2, .verbose = 0, .shuffle = false});
@@ -117,7 +109,7 @@ TEST_F(GpuDevices, SeedMlpOnTwoGpusTrainsAsOnTwoCpuReplicas) {
 // replica's examples, are made the replicas' weighted mean after each step
 // (through the host: two GPUs share no memory), as on two CPU replicas.
 TEST_F(GpuDevices, BatchNormalizationStatisticsOnTwoGpusAreAsOnTwoCpuReplicas) {
-  const auto [x, y] = examples(128, 5);
+  const auto [x, y] = mlp_examples(128, 5);
   auto fit = [&](const std::vector<Device*>& devices) {
     const MirroredStrategy strategy({.devices = devices});
     Model model;
@@ -155,7 +147,7 @@ TEST_F(GpuDevices, HostCodeGetsTheGpusValuesThroughTheHost) {
   EXPECT_TRUE(total.device().host_accessible());
   EXPECT_EQ(total.to_vector<float>(), std::vector<float>{6.0f});  // 2·1 + 2·2
 
-  const auto [x, y] = examples(128, 3);
+  const auto [x, y] = mlp_examples(128, 3);
   Model model = seed_mlp_under(strategy);
   auto stop = std::make_shared<EarlyStopping>(
       EarlyStopping::Options{.monitor = "loss", .patience = 5, .restore_best_weights = true});

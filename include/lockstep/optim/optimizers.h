@@ -142,6 +142,21 @@ class OptimizerImpl {
   double dynamic_scale() const;
   std::int64_t loss_scale_step_counter() const;
 
+  // A step recorded on a device and replayed (fit's step graph,
+  // train/step_graph.h). The numbers that change from step to step — the
+  // learning rate, Adam's bias correction, weight decay's factor — cannot
+  // be a recorded kernel's arguments: the update kernels read them from the
+  // replica's device memory instead while `recording` is set, and
+  // stage_device_step writes the next step's there before each recording
+  // or replay (on the device's stream, ahead of it). A replay runs no host
+  // code: count_replayed_step then advances the step count, as
+  // apply_gradients would have. False from stage_device_step when this
+  // optimizer's step cannot be replayed: no device kernel, loss scaling,
+  // gradient clipping (each reads the host). Replica 0 outside strategies.
+  bool stage_device_step(int replica, Device& device);
+  void count_replayed_step(int replica);
+  void set_recording(bool recording) { recording_ = recording; }
+
  protected:
   // Per-variable state: created on first use by create_slots.
   virtual int num_slots() const = 0;
@@ -180,6 +195,7 @@ class OptimizerImpl {
     std::int64_t iterations = 0;
     float loss_scale = 0;           // under loss scaling (float32, as Keras's)
     std::int64_t finite_steps = 0;  // since the scale last changed
+    Tensor step_numbers{};          // a recorded step's {lr, alpha, decay} (device memory)
   };
   ReplicaState& replica_state(int replica);
   // Gradients and variables that cannot be updated are a ValueError or
@@ -212,6 +228,7 @@ class OptimizerImpl {
   // their slots yet (they start from these instead of the initial value).
   std::unordered_map<std::uint64_t, std::vector<Tensor>> restored_;
   std::optional<LossScaling> loss_scaling_;
+  bool recording_ = false;  // a step recorded: the update reads step_numbers
 };
 
 // A handle to an OptimizerImpl; copies share it.

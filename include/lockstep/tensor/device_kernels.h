@@ -90,11 +90,15 @@ enum class HalfOp { kMatmul, kConv, kPool };
 //              var −= m). Slots: v, then m when momentum > 0, then a when centered.
 //   kAdagrad:  acc += g²; var −= lr·g/√(acc + ε)
 // and first, when decay != 1, var *= decay (decoupled weight decay).
+// `step_numbers`, when set, is the device's memory holding {lr, alpha,
+// decay}, which the kernel reads when it runs instead of the fields: a
+// recorded step (capture) then replays with each step's own numbers.
 struct DeviceUpdate {
   enum class Rule { kSgd, kMomentum, kAdam, kRMSprop, kAdagrad } rule = Rule::kSgd;
   float lr = 0, momentum = 0, alpha = 0, c1 = 0, c2 = 0, epsilon = 0, decay = 1, rho = 0;
   bool nesterov = false;
   bool centered = false;
+  const float* step_numbers = nullptr;
 };
 
 // A convolution as conv2d checked it (NHWC input, HWIO kernel, TensorFlow's
@@ -317,6 +321,32 @@ class OnDevice {
 
 // dst's buffer ← src's values (same shape and dtype), whatever their devices.
 void copy_into(const Tensor& dst, const Tensor& src);
+
+// A check an op makes on the host of one of its inputs (a label in range),
+// which a recorded step cannot make: while a step is recorded on this
+// thread (fit's step graph, train/step_graph.h) the op hands it over
+// instead, and the recorder runs it before each replay on the host's copy
+// of the input the step was fed.
+struct HostCheck {
+  const void* input = nullptr;  // the input's device memory (device_pointer)
+  Shape shape{};                // as the op sees it
+  std::function<void(const Tensor& host)> check{};
+};
+// Collects the checks of the ops recorded on this thread while it lives.
+class RecordingStepScope {
+ public:
+  explicit RecordingStepScope(std::vector<HostCheck>& checks);
+  ~RecordingStepScope();
+  RecordingStepScope(const RecordingStepScope&) = delete;
+  RecordingStepScope& operator=(const RecordingStepScope&) = delete;
+
+ private:
+  std::vector<HostCheck>* previous_;
+};
+// Whether a step is being recorded on this thread.
+bool recording_step();
+// While recording: `check` runs before each replay on `input`'s host copy.
+void check_before_each_replay(const Tensor& input, std::function<void(const Tensor& host)> check);
 
 // `t` on the current accelerator: itself when it is there, else a copy
 // (a host batch, a constant). Used by GPU kernels on their inputs.

@@ -284,6 +284,12 @@ Tensor gather(const Tensor& params, const Tensor& indices, int axis = 0);
 // numpy.take_along_axis: picks x[..., indices[...], ...] along `axis`;
 // indices has x's rank. The labels op of sparse cross-entropy.
 Tensor take_along_axis(const Tensor& x, const Tensor& indices, int axis);
+namespace detail {
+// take_along_axis on a GPU with int64 indices whose range its caller has
+// had checked on the host another way (detail::check_before_each_replay,
+// in a recorded step): no copy of them to the host here.
+Tensor take_along_axis_checked_by_caller(const Tensor& x, const Tensor& indices, int axis);
+}  // namespace detail
 struct OneHotOptions {
   float on_value = 1.0f;
   float off_value = 0.0f;

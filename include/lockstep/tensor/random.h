@@ -79,3 +79,10 @@ class Generator {
 };
 
 }  // namespace lockstep::random
+
+namespace lockstep::detail {
+// How many tensors of random values this thread has drawn (fit's step graph
+// runs a step eagerly and asks whether it drew any: a recorded step would
+// replay one draw forever).
+std::uint64_t random_fills_on_this_thread();
+}  // namespace lockstep::detail

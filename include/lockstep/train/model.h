@@ -63,7 +63,11 @@ struct CompileOptions {
   // (Keras 3's list of lists), or by output name (Keras's dict).
   std::vector<std::vector<MetricSpec>> output_metrics{};
   std::map<std::string, std::vector<MetricSpec>> metrics_by_output{};
-  bool run_eagerly = false;  // accepted for parity; Lockstep always runs eagerly
+  // Keras's: true runs every training step op by op. False (the default)
+  // lets fit record its step once on a GPU and replay it for each batch
+  // (docs/gpus.md, "The step as a graph"); on CPUs every step runs op by op
+  // either way.
+  bool run_eagerly = false;
   // Training steps per call (Keras's): batch-level callbacks run once per
   // call, at its first and last step; under ParameterServerStrategy, the
   // steps of one scheduled function on a worker.

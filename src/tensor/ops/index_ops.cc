@@ -120,18 +120,7 @@ Tensor take_along_axis(const Tensor& x, const Tensor& indices, int axis) {
   std::int64_t outer = 0, inner = 0;
   dims_around(x.shape(), a, outer, inner);
   const detail::OnDevice on;
-  if (on.kernels()) {
-    if (x.dtype() != DType::kFloat32) detail::no_device_kernel("take_along_axis of non-floats");
-    const Tensor idx64 = cast(indices, DType::kInt64);
-    Tensor out = on.kernels()->take_along_axis(x, idx64, a);
-    if (detail::should_record({x})) {
-      detail::record("take_along_axis", {x}, out, [sx = x.shape(), idx64, a](const Tensor& g) {
-        const detail::OnDevice on_g;
-        return Grads{on_g.kernels()->scatter_along_axis(g, idx64, a, sx)};
-      });
-    }
-    return out;
-  }
+  if (on.kernels()) return detail::take_along_axis_checked_by_caller(x, indices, a);
   Tensor out = Tensor::empty(indices.shape(), x.dtype());
   detail::visit_dtype(x.dtype(), "take_along_axis", [&]<typename T>() {
     const T* px = static_cast<const T*>(x.raw_data());
@@ -165,6 +154,25 @@ Tensor take_along_axis(const Tensor& x, const Tensor& indices, int axis) {
   }
   return out;
 }
+
+namespace detail {
+Tensor take_along_axis_checked_by_caller(const Tensor& x, const Tensor& indices, int axis) {
+  const OnDevice on;
+  LOCKSTEP_CHECK_AS(DeviceError, on.kernels() != nullptr,
+                    "take_along_axis_checked_by_caller: for a GPU only");
+  const int a = normalize_axis(axis, x.rank(), "take_along_axis");
+  if (x.dtype() != DType::kFloat32) no_device_kernel("take_along_axis of non-floats");
+  const Tensor idx64 = cast(indices, DType::kInt64);
+  Tensor out = on.kernels()->take_along_axis(x, idx64, a);
+  if (should_record({x})) {
+    record("take_along_axis", {x}, out, [sx = x.shape(), idx64, a](const Tensor& g) {
+      const OnDevice on_g;
+      return Grads{on_g.kernels()->scatter_along_axis(g, idx64, a, sx)};
+    });
+  }
+  return out;
+}
+}  // namespace detail
 
 Tensor one_hot(const Tensor& indices, std::int64_t depth, const OneHotOptions& options) {
   check_defined(indices, "one_hot", "indices");

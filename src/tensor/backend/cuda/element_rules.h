@@ -170,6 +170,17 @@ inline UpdateSlots update_slots(const UpdateParams& p, float* const* slots, int 
   return u;
 }
 
+// The update's numbers for this run: the step's from device memory when
+// the parameters point there (UpdateParams::step).
+LOCKSTEP_HOST_DEVICE inline UpdateParams with_step_numbers(UpdateParams p) {
+  if (p.step != nullptr) {
+    p.lr = p.step[0];
+    p.alpha = p.step[1];
+    p.decay = p.step[2];
+  }
+  return p;
+}
+
 // One element of an optimizer's update (optim/optimizers.cc's rules, the
 // same operations in the same order, no contraction on either side, so the
 // same bits). Slots as update_slots gives them: m and v (Adam); m

@@ -1,0 +1,92 @@
+// fit's training step recorded once and replayed on a GPU (issue #35).
+//
+// On a device whose kernels record (DeviceKernels::can_capture: a GPU),
+// fit runs its first step eagerly (it builds the weights, the optimizer's
+// slots, the libraries' workspaces), then copies the next batch into fixed
+// device tensors and records the step on them — forward, loss, backward,
+// the optimizer's update — as a graph (a CUDA graph); each later batch of
+// the same shapes is copied into those tensors and the graph replayed,
+// without the host's work of issuing each kernel. After each replay the
+// metrics are updated on the host from the recording's outputs (which
+// every replay rewrites) and the optimizer's step count advanced; the
+// numbers that change from step to step (the learning rate, Adam's bias
+// correction) are staged in device memory before it
+// (OptimizerImpl::stage_device_step), so a replay is step for step the
+// eager step, bit for bit. A batch of other shapes (the last, partial
+// batch) runs eagerly.
+//
+// An op's check on the host of the step's input (a label in range) is run
+// before each replay on the batch's host copy (detail::HostCheck). What a
+// recording cannot hold keeps the step eager, said once on the log:
+// a step that drew random numbers (Dropout, augmentation: drawn on the
+// host), loss scaling and gradient clipping (they read the host), a value
+// read back or a tensor made in host memory inside the step (the recording
+// refuses it by name). Only Model's own train_step (a subclass's may do
+// anything), outside strategies (one replica on the current device), and
+// not under compile's run_eagerly.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "batch_sources.h"
+#include "lockstep/tensor/device_kernels.h"
+#include "lockstep/train/model.h"
+
+namespace lockstep::detail {
+
+class StepGraph {
+ public:
+  // What the graph needs of the model being fit (fit's loops give it).
+  struct Step {
+    Model& model;
+    OptimizerImpl& optimizer;
+    bool run_eagerly = false;     // compile's
+    bool own_train_step = false;  // Model's own (not a subclass's)
+    // Model's train_step on x and y before its metrics; returns what
+    // updates them (Model::Loops::train_step_body).
+    std::function<std::function<void()>(const std::vector<Tensor>&, const std::vector<Tensor>&)>
+        body;
+  };
+  // Batch `b`'s step, replayed or recorded here; nullopt when the caller
+  // runs it eagerly (and must: this step was not run).
+  std::optional<Logs> step(const Step& s, const Batch& b);
+  // Replays so far (the recording's own run counts as one).
+  std::int64_t replays() const { return replays_; }
+  // Why the step runs eagerly, once it does for good ("" otherwise).
+  const std::string& eager_reason() const { return reason_; }
+
+ private:
+  enum class State { kFirst, kReady, kRecorded, kOff };
+  // A check an op handed over while the step was recorded, on one of the
+  // batch's tensors.
+  struct Check {
+    bool of_y = false;
+    std::size_t index = 0;
+    Shape shape{};
+    std::function<void(const Tensor& host)> check;
+  };
+  bool same_shapes(const Batch& b) const;
+  // Takes the recorded ops' host checks, each on a tensor fed to the step;
+  // false when one is on anything else.
+  bool adopt_checks(std::vector<HostCheck> checks);
+  void run_checks(const Batch& b) const;
+  void feed(const Batch& b);
+  std::optional<Logs> turn_off(std::string why);
+
+  State state_ = State::kFirst;
+  Device* device_ = nullptr;
+  std::uint64_t random_fills_ = 0;  // before the first step
+  std::vector<Tensor> x_, y_;       // the recording's input
+  std::vector<Check> checks_;
+  std::unique_ptr<DeviceGraph> graph_;
+  std::function<void()> update_metrics_;
+  std::int64_t replays_ = 0;
+  std::string reason_;
+};
+
+}  // namespace lockstep::detail
