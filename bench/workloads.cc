@@ -21,6 +21,8 @@
 //   and resized on the host's cores, RandomFlip and RandomRotation in the
 //   model, MobileNetV2 under them; reports the step's wait for its input;
 //   issue #35)
+//   --run-eagerly: compile's run_eagerly (on a GPU with one replica fit
+//   otherwise records its step once and replays it; RESULT's step_mode says)
 //   workloads --workload lstm|transformer --batch 64 [--steps 5 --warmup 2]
 //   (token ids [batch, 80]: Embedding → LSTM(128), or one transformer
 //   encoder block; issue #37)
@@ -69,6 +71,9 @@ struct Args {
   // PyTorch peer keeps its batch on the GPU), not copied from host memory
   // at every step.
   bool input_on_device = false;
+  // compile's run_eagerly: every step op by op (false: fit records its step
+  // once on a GPU with one replica and replays it, train/step_graph.h).
+  bool run_eagerly = false;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -81,18 +86,23 @@ double peak_rss_mib() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
+// How the run's steps ran (set from --run-eagerly), in every RESULT.
+const char* g_steps = "recorded and replayed where the device records one";
+
 void report(nlohmann::json fields) {
   fields["system"] = "lockstep";
+  fields["step_mode"] = g_steps;
   fields["peak_rss_mib"] = peak_rss_mib();
   std::printf("RESULT %s\n", fields.dump().c_str());
   std::fflush(stdout);
 }
 
-ls::Model make_model(const std::string& workload) {
+ls::Model make_model(const std::string& workload, bool run_eagerly) {
   ls::Model model = workload == "mlp" ? ls::zoo::seed_mlp() : ls::zoo::small_cnn();
   model.compile({.optimizer = ls::optimizers::Adam(),
                  .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
-                 .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
+                 .metrics = {ls::metrics::SparseCategoricalAccuracy()},
+                 .run_eagerly = run_eagerly});
   return model;
 }
 
@@ -154,7 +164,7 @@ void train(const Args& args) {
   {
     auto scope = strategy.scope();
     ls::set_random_seed(args.seed);
-    model = make_model(args.workload);
+    model = make_model(args.workload, args.run_eagerly);
   }
   const auto t0 = Clock::now();
   model.fit(train, {.epochs = args.epochs, .verbose = 2});
@@ -235,7 +245,8 @@ void mobilenet(const Args& args) {
                                            .classifier_activation = ""});
     model.compile({.optimizer = ls::optimizers::Adam(),
                    .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
-                   .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
+                   .metrics = {ls::metrics::SparseCategoricalAccuracy()},
+                   .run_eagerly = args.run_eagerly});
   }
   const double seconds = timed_fit(model, data, args, strategy);
   nlohmann::json fields = image_step_fields("mobilenet", args, strategy, seconds);
@@ -286,7 +297,8 @@ void images(const Args& args) {
                            {.input_shape = ls::Shape{args.size, args.size, 3}});
     model.compile({.optimizer = ls::optimizers::Adam(),
                    .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
-                   .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
+                   .metrics = {ls::metrics::SparseCategoricalAccuracy()},
+                   .run_eagerly = args.run_eagerly});
   }
   model.fit(data, {.epochs = 1, .verbose = 0, .steps_per_epoch = args.warmup});
   ls::data::reset_device_prefetch_stats();
@@ -350,7 +362,8 @@ void sequences(const Args& args) {
     model = sequence_model(args.workload, steps);
     model.compile({.optimizer = ls::optimizers::Adam(),
                    .loss = ls::losses::SparseCategoricalCrossentropy({.from_logits = true}),
-                   .metrics = {ls::metrics::SparseCategoricalAccuracy()}});
+                   .metrics = {ls::metrics::SparseCategoricalAccuracy()},
+                   .run_eagerly = args.run_eagerly});
   }
   const double seconds = timed_fit(model, data, args, strategy);
   const double examples = static_cast<double>(args.batch * args.steps);
@@ -443,9 +456,12 @@ int main(int argc, char** argv) {
   app.add_option("--images", args.images, "images: how many to write when writing the folder");
   app.add_option("--steps", args.steps, "mobilenet: timed training steps");
   app.add_option("--warmup", args.warmup, "mobilenet: untimed steps before them");
+  app.add_flag("--run-eagerly", args.run_eagerly,
+               "compile's run_eagerly: no recorded step on a GPU (each step op by op)");
   app.add_option("--policy", args.policy, "Keras's global dtype policy")
       ->check(CLI::IsMember({"float32", "mixed_bfloat16", "mixed_float16"}));
   CLI11_PARSE(app, argc, argv);
+  if (args.run_eagerly) g_steps = "eager (run_eagerly)";
   try {
     ls::mixed_precision::set_global_policy(args.policy);
     if (args.workload == "allreduce") {

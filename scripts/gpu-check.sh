@@ -138,6 +138,12 @@ EOF
       timeout 120 $py "$carry/torch_gpu.py" --workload mlp --batch $batch --epochs 2 --data-dir "$data" \
         2>>"$out/torch.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "torch b$batch: failed"
     done
+    # The same MLP and CNN with every step op by op (compile's run_eagerly):
+    # what replaying the recorded step (train/step_graph.h) gains.
+    timeout 120 "$bin/workloads" --workload mlp --batch 64 --epochs 2 --mode gpu --run-eagerly --data-dir "$data" \
+      2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads gpu eager: failed"
+    timeout 120 "$bin/workloads" --workload cnn --batch 64 --epochs 1 --mode gpu --run-eagerly --data-dir "$data" \
+      2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads cnn gpu eager: failed"
     timeout 120 "$bin/workloads" --workload mlp --batch 64 --epochs 2 --mode gpu-logical2 --data-dir "$data" \
       2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads gpu-logical2: failed"
     timeout 120 "$bin/workloads" --workload cnn --batch 64 --epochs 1 --mode gpu --data-dir "$data" \
@@ -253,6 +259,8 @@ for r in rows:
         acc += f"  {r['policy']}"
     if 'seed' in r:
         acc += f"  seed {r['seed']}"
+    if r.get('step_mode', '').startswith('eager'):
+        acc += "  run_eagerly"
     print(f"{r['system'][:16]:16} {r['workload'][:11]:11} {mode[:44]:44} batch {r['batch']:4}  "
           f"{r['samples_per_s']:10.0f} samples/s  {acc}")
 EOF

@@ -192,24 +192,23 @@ Model::Loops::Shares Model::Loops::share_out(Model& m, const Batch& b) {
 }
 
 Logs Model::Loops::train_batch(Model& m, const Batch& b) {
+  TrainState& s = m.state();
+  // Model's own train_step only: a subclass's may do anything.
+  const auto graph_step = [&](const Batch& batch) {
+    const bool own = typeid(m) == typeid(Model) || typeid(m) == typeid(Sequential);
+    const detail::StepGraph::Step step{
+        .optimizer = *s.optimizer.operator->(),
+        .run_eagerly = s.run_eagerly,
+        .own_train_step = own,
+        .body = [&m](const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
+          return train_step_body(m, x, y);
+        }};
+    return s.step_graph && s.step_graph->step(step, batch);
+  };
   if (!distributed(m)) {
-    TrainState& s = m.state();
-    if (s.step_graph) {
-      // Model's own train_step only: a subclass's may do anything.
-      const bool own = typeid(m) == typeid(Model) || typeid(m) == typeid(Sequential);
-      const detail::StepGraph::Step step{
-          .model = m,
-          .optimizer = *s.optimizer.operator->(),
-          .run_eagerly = s.run_eagerly,
-          .own_train_step = own,
-          .body = [&m](const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
-            return train_step_body(m, x, y);
-          }};
-      if (std::optional<Logs> logs = s.step_graph->step(step, b)) return *logs;
-    }
+    if (graph_step(b)) return m.get_metrics_result();
     return m.train_step(b.x, b.y);
   }
-  TrainState& s = m.state();
   const Shares shares = share_out(m, b);
   // Listed once per batch, as compile fixed them: the replicas only read it.
   const std::shared_ptr<const detail::TrainableSnapshot> snap =
@@ -221,6 +220,9 @@ Logs Model::Loops::train_batch(Model& m, const Batch& b) {
   s.strategy.extended().run_step(step, [&](distribute::ReplicaContext& ctx) {
     const auto i = static_cast<std::size_t>(ctx.local_replica_id());
     if (shares.sizes[i] > 0) {
+      // One replica (the step graph is made for no other): on its thread
+      // and device, recorded and replayed where that device records.
+      if (graph_step({.x = shares.x[i], .y = shares.y[i], .where = b.where})) return;
       m.train_step(shares.x[i], shares.y[i]);
     } else {
       // No examples here: take part in the loss's reductions and the
@@ -418,7 +420,9 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
   prepare_replicas(m, "fit");
   // This fit's recorded step, if its device records one; freed (with the
   // recording's memory) when fit returns.
-  s.step_graph = distributed(m) ? nullptr : std::make_shared<detail::StepGraph>();
+  const bool one_replica =
+      !distributed(m) || (s.strategy.num_replicas_in_sync() == 1 && s.strategy.num_workers() == 1);
+  s.step_graph = one_replica ? std::make_shared<detail::StepGraph>() : nullptr;
   struct ForgetGraph {
     TrainState& s;
     ~ForgetGraph() {

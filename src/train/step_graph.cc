@@ -7,7 +7,7 @@
 
 namespace lockstep::detail {
 
-std::optional<Logs> StepGraph::turn_off(std::string why) {
+bool StepGraph::turn_off(std::string why) {
   state_ = State::kOff;
   reason_ = std::move(why);
   x_.clear();
@@ -17,7 +17,7 @@ std::optional<Logs> StepGraph::turn_off(std::string why) {
   update_metrics_ = nullptr;
   log(LogLevel::kInfo,
       str_cat("fit: the step runs eagerly, not recorded as a graph: ", reason_, "\n"));
-  return std::nullopt;
+  return false;
 }
 
 bool StepGraph::same_shapes(const Batch& b) const {
@@ -65,16 +65,16 @@ void StepGraph::feed(const Batch& b) {
   for (std::size_t i = 0; i < y_.size(); ++i) copy_into(y_[i], b.y[i]);
 }
 
-std::optional<Logs> StepGraph::step(const Step& s, const Batch& b) {
+bool StepGraph::step(const Step& s, const Batch& b) {
   switch (state_) {
     case State::kOff:
-      return std::nullopt;
+      return false;
     case State::kFirst: {
       // The first step eagerly: it builds what a recording must find made.
       Device& device = current_device();
       if (device.kernels() == nullptr || !device.kernels()->can_capture()) {
         state_ = State::kOff;  // a CPU or the fake accelerator: nothing to say
-        return std::nullopt;
+        return false;
       }
       if (s.run_eagerly) return turn_off("compile's run_eagerly is set");
       if (!s.own_train_step)
@@ -82,7 +82,7 @@ std::optional<Logs> StepGraph::step(const Step& s, const Batch& b) {
       device_ = &device;
       random_fills_ = random_fills_on_this_thread();
       state_ = State::kReady;
-      return std::nullopt;
+      return false;
     }
     case State::kReady: {
       if (random_fills_on_this_thread() != random_fills_)
@@ -124,11 +124,11 @@ std::optional<Logs> StepGraph::step(const Step& s, const Batch& b) {
       ++replays_;
       state_ = State::kRecorded;
       update_metrics_();
-      return s.model.get_metrics_result();
+      return true;
     }
     case State::kRecorded: {
-      if (!same_shapes(b)) return std::nullopt;  // a partial batch: eagerly
-      if (&current_device() != device_) return std::nullopt;
+      if (!same_shapes(b)) return false;  // a partial batch: eagerly
+      if (&current_device() != device_) return false;
       if (!s.optimizer.stage_device_step(0, *device_))
         return turn_off(str_cat(s.optimizer.class_name(),
                                 ": its settings changed (loss scaling "
@@ -139,10 +139,10 @@ std::optional<Logs> StepGraph::step(const Step& s, const Batch& b) {
       ++replays_;
       s.optimizer.count_replayed_step(0);
       update_metrics_();
-      return s.model.get_metrics_result();
+      return true;
     }
   }
-  return std::nullopt;
+  return false;
 }
 
 }  // namespace lockstep::detail

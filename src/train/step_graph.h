@@ -22,8 +22,8 @@
 // host), loss scaling and gradient clipping (they read the host), a value
 // read back or a tensor made in host memory inside the step (the recording
 // refuses it by name). Only Model's own train_step (a subclass's may do
-// anything), outside strategies (one replica on the current device), and
-// not under compile's run_eagerly.
+// anything), with one replica (no strategy, OneDeviceStrategy, a
+// MirroredStrategy of one device), and not under compile's run_eagerly.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +43,6 @@ class StepGraph {
  public:
   // What the graph needs of the model being fit (fit's loops give it).
   struct Step {
-    Model& model;
     OptimizerImpl& optimizer;
     bool run_eagerly = false;     // compile's
     bool own_train_step = false;  // Model's own (not a subclass's)
@@ -52,9 +51,11 @@ class StepGraph {
     std::function<std::function<void()>(const std::vector<Tensor>&, const std::vector<Tensor>&)>
         body;
   };
-  // Batch `b`'s step, replayed or recorded here; nullopt when the caller
-  // runs it eagerly (and must: this step was not run).
-  std::optional<Logs> step(const Step& s, const Batch& b);
+  // Batch `b`'s step, replayed or recorded here, on the calling thread's
+  // device (a replica's, under a strategy of one replica); false when the
+  // caller runs it eagerly (and must: this step was not run). The metrics
+  // are updated either way; the caller reads them.
+  bool step(const Step& s, const Batch& b);
   // Replays so far (the recording's own run counts as one).
   std::int64_t replays() const { return replays_; }
   // Why the step runs eagerly, once it does for good ("" otherwise).
@@ -76,7 +77,7 @@ class StepGraph {
   bool adopt_checks(std::vector<HostCheck> checks);
   void run_checks(const Batch& b) const;
   void feed(const Batch& b);
-  std::optional<Logs> turn_off(std::string why);
+  bool turn_off(std::string why);
 
   State state_ = State::kFirst;
   Device* device_ = nullptr;

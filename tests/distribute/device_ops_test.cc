@@ -1158,45 +1158,59 @@ class LogTexts {
 // batch of the same shapes (train/step_graph.h). 50 replays, then the last
 // partial batch eagerly, give the eager fit's weights and logs bit for bit,
 // with the numbers that change every step: Adam's bias correction, a
-// learning rate that decays, and decoupled weight decay.
+// learning rate that decays, and decoupled weight decay. On the device by
+// a DeviceScope, by OneDeviceStrategy and by a MirroredStrategy of it alone
+// (the guide's code on a machine with one GPU).
 TEST(DeviceOps, FitReplaysItsRecordedStepWithTheEagerStepsBits) {
   if (!dev().kernels()->can_capture()) GTEST_SKIP() << dev().name() << " records nothing";
   const auto [x, y] = mlp_examples(51 * 16 + 5, 9);  // 51 batches of 16, then 5
   LogTexts logged;
-  auto fit = [&, &x = x, &y = y](bool run_eagerly) {
-    const DeviceScope on(dev());
-    set_random_seed(7);
-    Model model = zoo::seed_mlp();
-    model.compile(
-        {.optimizer = optimizers::Adam(
-             {.learning_rate = schedules::ExponentialDecay(1e-3, 10, 0.5), .weight_decay = 0.004}),
-         .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
-         .metrics = {"accuracy"},
-         .run_eagerly = run_eagerly});
+  enum class On { kScope, kOneDevice, kMirrored };
+  auto fit = [&, &x = x, &y = y](On on, bool run_eagerly) {
+    std::optional<DeviceScope> scope;
+    distribute::Strategy strategy;
+    if (on == On::kScope) scope.emplace(dev());
+    if (on == On::kOneDevice) strategy = OneDeviceStrategy(dev());
+    if (on == On::kMirrored) strategy = MirroredStrategy({.devices = {&dev()}});
+    Model model;
+    {
+      const auto in = on != On::kScope ? strategy.scope() : nullptr;
+      set_random_seed(7);
+      model = zoo::seed_mlp();
+      model.compile({.optimizer = optimizers::Adam(
+                         {.learning_rate = schedules::ExponentialDecay(1e-3, 10, 0.5),
+                          .weight_decay = 0.004}),
+                     .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                     .metrics = {"accuracy"},
+                     .run_eagerly = run_eagerly});
+    }
     logged.clear();
     const History h =
         model.fit(x, y, {.batch_size = 16, .epochs = 1, .verbose = 0, .shuffle = false});
     return std::pair{testing_support::weights(model), h};
   };
-  const auto [eager, eager_history] = fit(true);
-  EXPECT_TRUE(logged.has("not recorded as a graph: compile's run_eagerly is set"));
-  const auto [replayed, replayed_history] = fit(false);
-  EXPECT_TRUE(logged.has("fit: the step is recorded as a graph on " + dev().name()))
-      << "the step was not recorded: " << logged.all();
-  EXPECT_TRUE(logged.has("fit: 50 steps replayed from the recorded step"));
-  testing_support::expect_bitwise(eager, replayed, "50 replayed steps against eager steps");
-  for (const char* name : {"loss", "accuracy"})
-    EXPECT_EQ(eager_history[name], replayed_history[name]) << name;
-  // The steps moved the weights (a replay that did nothing would not).
-  double moved = 0;
-  {
+  for (On on : {On::kScope, On::kOneDevice, On::kMirrored}) {
+    const std::string where = on == On::kScope       ? "a DeviceScope"
+                              : on == On::kOneDevice ? "OneDeviceStrategy"
+                                                     : "MirroredStrategy of one device";
+    const auto [eager, eager_history] = fit(on, true);
+    EXPECT_TRUE(logged.has("not recorded as a graph: compile's run_eagerly is set")) << where;
+    const auto [replayed, replayed_history] = fit(on, false);
+    EXPECT_TRUE(logged.has("fit: the step is recorded as a graph on " + dev().name()))
+        << where << ": the step was not recorded: " << logged.all();
+    EXPECT_TRUE(logged.has("fit: 50 steps replayed from the recorded step")) << where;
+    testing_support::expect_bitwise(eager, replayed, where + ": 50 replayed steps against eager");
+    for (const char* name : {"loss", "accuracy"})
+      EXPECT_EQ(eager_history[name], replayed_history[name]) << where << ": " << name;
+    // The steps moved the weights (a replay that did nothing would not).
+    double moved = 0;
     set_random_seed(7);
     const auto initial = testing_support::weights(zoo::seed_mlp());
     for (std::size_t i = 0; i < initial.size(); ++i)
       for (std::size_t j = 0; j < initial[i].size(); ++j)
         moved = std::max(moved, static_cast<double>(std::abs(replayed[i][j] - initial[i][j])));
+    EXPECT_GT(moved, 1e-3) << where;
   }
-  EXPECT_GT(moved, 1e-3);
 }
 
 // A replayed step's labels are checked on the host before the replay, as
