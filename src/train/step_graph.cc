@@ -98,22 +98,30 @@ bool StepGraph::step(const Step& s, const Batch& b) {
       feed(b);
       DeviceKernels& kernels = *device_->kernels();
       std::vector<HostCheck> checks;
+      // The step's host code runs while it is recorded, and counts the
+      // optimizer's step: put back when the recording is not kept (the
+      // caller then runs the step eagerly, which counts it).
+      const std::int64_t count = s.optimizer.iterations();
+      const auto not_kept = [&](std::string why) {
+        s.optimizer.set_recording(false);
+        s.optimizer.set_iterations(count);
+        return turn_off(std::move(why));
+      };
       try {
         s.optimizer.set_recording(true);
         const RecordingStepScope recording(checks);
         graph_ = kernels.capture(*device_, [&] { update_metrics_ = s.body(x_, y_); });
-        s.optimizer.set_recording(false);
       } catch (const DeviceError& e) {
-        // Nothing recorded ran, and nothing of this step: the caller runs
-        // it eagerly.
-        s.optimizer.set_recording(false);
-        return turn_off(str_cat("recording the step stopped: ", e.what()));
+        // Nothing recorded ran, and nothing of this step.
+        return not_kept(str_cat("recording the step stopped: ", e.what()));
       } catch (...) {
         s.optimizer.set_recording(false);
+        s.optimizer.set_iterations(count);
         throw;
       }
       if (!adopt_checks(std::move(checks)))
-        return turn_off("an op checks on the host a value the step computes");
+        return not_kept("an op checks on the host a value the step computes");
+      s.optimizer.set_recording(false);
       run_checks(b);
       // The recording ran nothing: its first replay is this step (whose
       // host code, the optimizer's count included, ran while recording).

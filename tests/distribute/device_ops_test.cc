@@ -1239,6 +1239,45 @@ TEST(DeviceOps, FitChecksAReplayedBatchsLabelsFirst) {
   EXPECT_TRUE(logged.has("fit: the step is recorded as a graph"));
 }
 
+// Sparse cross-entropy of labels the loss computes (a cast here): their
+// range cannot be checked on the host before a replay, so the recording is
+// not kept — after the step's host code ran once while recording — and
+// the step runs eagerly, as under run_eagerly, bit for bit: the
+// optimizer's step count (Adam's bias correction) put back.
+class CastLabelsLoss : public LossImpl {
+ public:
+  CastLabelsLoss() : LossImpl("cast_labels", Reduction::kSumOverBatchSize) {}
+  Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override {
+    return inner_.per_example(cast(y_true, DType::kInt32), y_pred);
+  }
+  std::string class_name() const override { return "CastLabelsLoss"; }
+
+ private:
+  Loss inner_ = losses::SparseCategoricalCrossentropy({.from_logits = true});
+};
+
+TEST(DeviceOps, FitDropsARecordingItCannotCheckAndCountsEachStepOnce) {
+  if (!dev().kernels()->can_capture()) GTEST_SKIP() << dev().name() << " records nothing";
+  const auto [x, y] = mlp_examples(6 * 16, 6);
+  LogTexts logged;
+  auto fit = [&, &x = x, &y = y](bool run_eagerly) {
+    const DeviceScope on(dev());
+    set_random_seed(5);
+    Model model = zoo::seed_mlp();
+    model.compile({.optimizer = optimizers::Adam(),
+                   .loss = Loss(std::make_shared<CastLabelsLoss>()),
+                   .run_eagerly = run_eagerly});
+    logged.clear();
+    model.fit(x, y, {.batch_size = 16, .epochs = 1, .verbose = 0, .shuffle = false});
+    EXPECT_EQ(model.optimizer().iterations(), 6);
+    return testing_support::weights(model);
+  };
+  const auto eager = fit(true);
+  const auto dropped = fit(false);
+  EXPECT_TRUE(logged.has("an op checks on the host a value the step computes")) << logged.all();
+  testing_support::expect_bitwise(eager, dropped, "a dropped recording, then eager steps");
+}
+
 // A step that draws random numbers (Dropout's mask, drawn on the host) is
 // not recorded — a replay would reuse one mask — and says so; it trains as
 // under run_eagerly, bit for bit (nothing was drawn for a recording).
