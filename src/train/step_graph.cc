@@ -122,7 +122,12 @@ bool StepGraph::step(const Step& s, const Batch& b) {
       if (!adopt_checks(std::move(checks)))
         return not_kept("an op checks on the host a value the step computes");
       s.optimizer.set_recording(false);
-      run_checks(b);
+      try {
+        run_checks(b);  // a bad label: the error the eager step gives, before it counts
+      } catch (...) {
+        s.optimizer.set_iterations(count);
+        throw;
+      }
       // The recording ran nothing: its first replay is this step (whose
       // host code, the optimizer's count included, ran while recording).
       log(LogLevel::kInfo,

@@ -1214,29 +1214,36 @@ TEST(DeviceOps, FitReplaysItsRecordedStepWithTheEagerStepsBits) {
 }
 
 // A replayed step's labels are checked on the host before the replay, as
-// an eager step checks them: a label out of range in a later batch is an
-// error naming it, never a read out of range on the device.
+// an eager step checks them: a label out of range is an error naming it,
+// never a read out of range on the device, and the steps before it are
+// all that counted — in the batch that is recorded (the second) and in a
+// replayed one (the sixth).
 TEST(DeviceOps, FitChecksAReplayedBatchsLabelsFirst) {
   if (!dev().kernels()->can_capture()) GTEST_SKIP() << dev().name() << " records nothing";
-  auto [x, y] = mlp_examples(8 * 16, 2);
-  std::vector<float> labels = y.to_vector<float>();
-  labels[5 * 16 + 3] = 10;  // the sixth batch (the fifth replay): 10 classes are 0 to 9
-  y = Tensor::from_vector(std::vector<std::uint8_t>(labels.begin(), labels.end()));
-  LogTexts logged;
-  const DeviceScope on(dev());
-  set_random_seed(7);
-  Model model = zoo::seed_mlp();
-  model.compile({.optimizer = optimizers::SGD({.learning_rate = 0.01}),
-                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
-  try {
-    model.fit(x, y, {.batch_size = 16, .epochs = 1, .verbose = 0, .shuffle = false});
-    FAIL() << "a label out of range was trained on";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("label 10 at position 3 is out of range for 10 classes"),
-              std::string::npos)
-        << e.what();
+  for (const std::int64_t batch : {1, 5}) {  // 0-based: the recorded batch, a replayed one
+    auto [x, y] = mlp_examples(8 * 16, 2);
+    std::vector<float> labels = y.to_vector<float>();
+    labels[static_cast<std::size_t>(batch * 16 + 3)] = 10;  // 10 classes are 0 to 9
+    y = Tensor::from_vector(std::vector<std::uint8_t>(labels.begin(), labels.end()));
+    LogTexts logged;
+    const DeviceScope on(dev());
+    set_random_seed(7);
+    Model model = zoo::seed_mlp();
+    model.compile({.optimizer = optimizers::SGD({.learning_rate = 0.01}),
+                   .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+    try {
+      model.fit(x, y, {.batch_size = 16, .epochs = 1, .verbose = 0, .shuffle = false});
+      ADD_FAILURE() << "a label out of range was trained on (batch " << batch << ")";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("label 10 at position 3 is out of range for 10 classes"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(model.optimizer().iterations(), batch) << "the steps before batch " << batch;
+    if (batch > 1) {
+      EXPECT_TRUE(logged.has("fit: the step is recorded as a graph"));
+    }
   }
-  EXPECT_TRUE(logged.has("fit: the step is recorded as a graph"));
 }
 
 // Sparse cross-entropy of labels the loss computes (a cast here): their
