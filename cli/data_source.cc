@@ -436,22 +436,21 @@ void csv_statistics(const ld::CsvTable& table, std::int64_t rows, DataSpec& spec
     for (; r < n; ++r) s[0] += f(r);
     return (s[0] + s[1]) + (s[2] + s[3]);
   };
-  parallel_for(static_cast<std::int64_t>(numeric.size()), rows * 4,
-               [&](std::int64_t b, std::int64_t e) {
-                 for (std::int64_t i = b; i < e; ++i) {
-                   const auto [values, place] = numeric[static_cast<std::size_t>(i)];
-                   const double mean = sum_of([values](std::size_t r) -> double {
-                                         return static_cast<float>(values[r]);
-                                       }) /
-                                       static_cast<double>(n);
-                   const double squares = sum_of([values, mean](std::size_t r) {
-                     const double d = static_cast<float>(values[r]) - mean;
-                     return d * d;
-                   });
-                   spec.mean[place] = mean;
-                   spec.variance[place] = squares / static_cast<double>(n);
-                 }
-               });
+  parallel_for(
+      static_cast<std::int64_t>(numeric.size()), rows * 4, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+          const auto [values, place] = numeric[static_cast<std::size_t>(i)];
+          const double mean =
+              sum_of([values](std::size_t r) -> double { return static_cast<float>(values[r]); }) /
+              static_cast<double>(n);
+          const double squares = sum_of([values, mean](std::size_t r) {
+            const double d = static_cast<float>(values[r]) - mean;
+            return d * d;
+          });
+          spec.mean[place] = mean;
+          spec.variance[place] = squares / static_cast<double>(n);
+        }
+      });
 }
 
 // ---- splits ----
