@@ -22,11 +22,24 @@
 namespace lockstep {
 namespace {
 
+// On an accelerator, a float on the device that is NaN when a gradient
+// holds an inf or a NaN and 0 otherwise: the sum over every gradient of
+// g − g (0 for every finite g), added on the device.
+Tensor finite_check_on_device(const std::vector<Tensor>& grads) {
+  Tensor check;
+  for (const Tensor& g : grads) {
+    if (!g.defined() || g.numel() == 0) continue;
+    const Tensor f = g.dtype() == DType::kFloat32 ? g : g.to(DType::kFloat32);
+    const Tensor part = sum(sub(f, f));
+    check = check.defined() ? add(check, part) : part;
+  }
+  return check;
+}
+
 // Whether every element of every defined gradient is finite. On the host a
-// scan; on an accelerator one sum of g·0 per gradient (NaN exactly when g
-// holds an inf or a NaN), added on the device and read once.
+// scan; on an accelerator finite_check_on_device, read once.
 bool all_finite(const std::vector<Tensor>& grads) {
-  Tensor on_device;
+  std::vector<Tensor> on_device;
   for (const Tensor& g : grads) {
     if (!g.defined() || g.numel() == 0) continue;
     if (g.device().host_accessible()) {
@@ -37,10 +50,9 @@ bool all_finite(const std::vector<Tensor>& grads) {
       }
       continue;
     }
-    const Tensor probe = sum(mul(g.to(DType::kFloat32), Tensor::scalar(0.0f)));
-    on_device = on_device.defined() ? add(on_device, probe) : probe;
+    on_device.push_back(g);
   }
-  return !on_device.defined() || std::isfinite(on_device.item<float>());
+  return on_device.empty() || std::isfinite(finite_check_on_device(on_device).item<float>());
 }
 
 }  // namespace
@@ -70,7 +82,11 @@ Tensor OptimizerImpl::scale_loss(const Tensor& loss) {
   if (GradientAggregator* aggregator = current_gradient_aggregator())
     replica_state(aggregator->num_local_replicas() - 1);
   const ReplicaState& rs = replica_state(std::max(0, current_mirrored_copy()));
-  const Tensor scale = Tensor::scalar(rs.loss_scale);
+  // A recorded step's scale is the one staged on the device before each
+  // replay (stage_device_step).
+  LOCKSTEP_CHECK_AS(DeviceError, !recording_ || rs.device_scale.defined(), name_,
+                    ": a step recorded without its loss scale staged (stage_device_step)");
+  const Tensor scale = recording_ ? rs.device_scale : Tensor::scalar(rs.loss_scale);
   return mul(loss, loss.dtype() == DType::kFloat32 ? scale : scale.to(loss.dtype()));
 }
 
@@ -85,16 +101,33 @@ std::int64_t OptimizerImpl::loss_scale_step_counter() const {
 }
 
 bool OptimizerImpl::unscale_gradients(std::vector<Tensor>& grads, ReplicaState& rs) const {
+  if (recording_) {
+    // Recorded: each replay checks its own gradients on the device, and the
+    // update kernels skip the update when one was not finite;
+    // finish_replayed_step reads the check and moves the scale.
+    rs.recorded_finite = finite_check_on_device(grads);
+    for (Tensor& g : grads) {
+      if (g.defined()) g = div(g, rs.device_scale);
+    }
+    return true;
+  }
   if (!all_finite(grads)) {
-    rs.loss_scale *= 0.5f;
-    rs.finite_steps = 0;
+    move_loss_scale(rs, false);
     return false;
   }
   const Tensor scale = Tensor::scalar(rs.loss_scale);
   for (Tensor& g : grads) {
     if (g.defined()) g = div(g, scale);
   }
-  if (rs.finite_steps == loss_scaling_->dynamic_growth_steps - 1) {
+  move_loss_scale(rs, true);
+  return true;
+}
+
+void OptimizerImpl::move_loss_scale(ReplicaState& rs, bool finite) const {
+  if (!finite) {
+    rs.loss_scale *= 0.5f;
+    rs.finite_steps = 0;
+  } else if (rs.finite_steps == loss_scaling_->dynamic_growth_steps - 1) {
     // Keras doubles into inf, where every later step overflows and is
     // skipped: a run that stops learning without a word. The scale stays.
     if (std::isfinite(rs.loss_scale * 2.0f)) rs.loss_scale *= 2.0f;
@@ -102,7 +135,6 @@ bool OptimizerImpl::unscale_gradients(std::vector<Tensor>& grads, ReplicaState& 
   } else {
     ++rs.finite_steps;
   }
-  return true;
 }
 
 namespace optimizers {

@@ -64,6 +64,14 @@ OptimizerImpl::VarSlots& OptimizerImpl::slots_for(ReplicaState& rs, int replica,
                                                   const Variable& v) {
   auto [it, inserted] = rs.var_slots.try_emplace(v.id());
   if (inserted) {
+    if (recording_) {
+      // Made inside a recording, a slot would be made again (its initial
+      // value filled in) by every replay.
+      rs.var_slots.erase(it);
+      throw DeviceError(
+          detail::str_cat(name_, ": a recorded step would make the slots of variable '", v.name(),
+                          "' (its first update): an eager step makes them"));
+    }
     const std::vector<Tensor>* restored = nullptr;
     {
       std::lock_guard lk(replicas_mu_);
@@ -283,7 +291,7 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
   const std::int64_t step = rs.iterations + 1;  // 1-based, for bias correction
   if (!vars.empty() && vars[0].defined() && !vars[0].value().device().host_accessible()) {
     apply_on_device(grads, vars, rs, replica, lr, step);
-    ++rs.iterations;
+    if (!recording_) ++rs.iterations;  // a replay's: finish_replayed_step
     return;
   }
   // Every rule is elementwise, so the variables are laid end to end and the
@@ -359,24 +367,46 @@ bool OptimizerImpl::device_update(double, std::int64_t, detail::DeviceUpdate&) c
 }
 
 bool OptimizerImpl::stage_device_step(int replica, Device& device) {
-  if (loss_scaling_ || clip_.clipnorm > 0 || clip_.clipvalue > 0 || clip_.global_clipnorm > 0)
-    return false;
+  if (clip_.clipnorm > 0 || clip_.clipvalue > 0 || clip_.global_clipnorm > 0) return false;
   ReplicaState& rs = replica_state(replica);
   const double lr = learning_rate_.at(rs.iterations);
   detail::DeviceUpdate u;
   if (!device_update(lr, rs.iterations + 1, u)) return false;
-  // The same floats apply_on_device passes as arguments.
+  // The same floats apply_on_device passes as arguments, and scale_loss
+  // multiplies by.
   const float decay = weight_decay_ > 0 ? static_cast<float>(1.0 - weight_decay_ * lr) : 1.0f;
-  const Tensor numbers = Tensor::from_vector(std::vector<float>{u.lr, u.alpha, decay});
-  if (!rs.step_numbers.defined() || &rs.step_numbers.device() != &device) {
-    rs.step_numbers = numbers.copy_to(device);
-  } else {
-    detail::copy_into(rs.step_numbers, numbers);
-  }
+  const auto stage = [&device](Tensor& staged, const Tensor& numbers) {
+    if (!staged.defined() || &staged.device() != &device) {
+      staged = numbers.copy_to(device);
+    } else {
+      detail::copy_into(staged, numbers);
+    }
+  };
+  stage(rs.step_numbers, Tensor::from_vector(std::vector<float>{u.lr, u.alpha, decay}));
+  if (loss_scaling_) stage(rs.device_scale, Tensor::scalar(rs.loss_scale));
   return true;
 }
 
-void OptimizerImpl::count_replayed_step(int replica) { ++replica_state(replica).iterations; }
+void OptimizerImpl::set_recording(bool recording) {
+  if (recording) {
+    std::lock_guard lk(replicas_mu_);
+    for (ReplicaState& rs : replicas_) rs.recorded_finite = Tensor();
+  }
+  recording_ = recording;
+}
+
+bool OptimizerImpl::finish_replayed_step(int replica) {
+  ReplicaState& rs = replica_state(replica);
+  if (loss_scaling_) {
+    // No check: the step had no gradient.
+    const bool finite =
+        !rs.recorded_finite.defined() || std::isfinite(rs.recorded_finite.item<float>());
+    move_loss_scale(rs, finite);
+    if (!finite) return false;  // the update kernels changed nothing
+  }
+  ++rs.iterations;
+  return true;
+}
 
 void OptimizerImpl::apply_on_device(const std::vector<Tensor>& grads,
                                     const std::vector<Variable>& vars, ReplicaState& rs,
@@ -393,6 +423,8 @@ void OptimizerImpl::apply_on_device(const std::vector<Tensor>& grads,
     LOCKSTEP_CHECK_AS(DeviceError, rs.step_numbers.defined(), name_,
                       ": a step recorded without its numbers staged (stage_device_step)");
     u.step_numbers = static_cast<const float*>(detail::device_pointer(rs.step_numbers));
+    if (loss_scaling_ && rs.recorded_finite.defined())
+      u.finite = static_cast<const float*>(detail::device_pointer(rs.recorded_finite));
   }
   const detail::OnDevice on;  // the fake accelerator's: its update is the CPU's loop
   for (std::size_t i = 0; i < grads.size(); ++i) {

@@ -876,6 +876,7 @@ class GpuKernels final : public DeviceKernels {
     params.rho = u.rho;
     params.centered = u.centered;
     params.step = u.step_numbers;
+    params.finite = u.finite;
     run("the optimizer's update", [&] {
       api_->apply_update(stream_, params, value, grad, slots.data(), static_cast<int>(slots.size()),
                          n);

@@ -65,6 +65,13 @@ void StepGraph::feed(const Batch& b) {
   for (std::size_t i = 0; i < y_.size(); ++i) copy_into(y_[i], b.y[i]);
 }
 
+void StepGraph::replay(const Step& s) {
+  graph_->replay();
+  ++replays_;
+  s.optimizer.finish_replayed_step(0);  // counts it, unless loss scaling skipped it
+  update_metrics_();
+}
+
 bool StepGraph::step(const Step& s, const Batch& b) {
   switch (state_) {
     case State::kOff:
@@ -81,6 +88,7 @@ bool StepGraph::step(const Step& s, const Batch& b) {
         return turn_off("the model is a subclass (its train_step may need the host each step)");
       device_ = &device;
       random_fills_ = random_fills_on_this_thread();
+      eager_count_ = s.optimizer.iterations();
       state_ = State::kReady;
       return false;
     }
@@ -90,68 +98,55 @@ bool StepGraph::step(const Step& s, const Batch& b) {
             "the step draws random numbers (Dropout, augmentation layers: drawn on the host each "
             "step)");
       if (&current_device() != device_) return turn_off("the device changed between steps");
+      // The optimizer makes its slots in its first update: an eager step
+      // that loss scaling skipped made none, so this one runs eagerly too.
+      if (s.optimizer.iterations() == eager_count_) return false;
       if (!s.optimizer.stage_device_step(0, *device_))
         return turn_off(str_cat(s.optimizer.class_name(),
-                                ": its step reads the host (loss scaling, gradient clipping) or "
-                                "has no update kernel on ",
+                                ": its step reads the host (gradient clipping) or has no update "
+                                "kernel on ",
                                 device_->name()));
       feed(b);
       DeviceKernels& kernels = *device_->kernels();
       std::vector<HostCheck> checks;
-      // The step's host code runs while it is recorded, and counts the
-      // optimizer's step: put back when the recording is not kept (the
-      // caller then runs the step eagerly, which counts it).
-      const std::int64_t count = s.optimizer.iterations();
-      const auto not_kept = [&](std::string why) {
-        s.optimizer.set_recording(false);
-        s.optimizer.set_iterations(count);
-        return turn_off(std::move(why));
+      // The step's host code runs while it is recorded; the optimizer then
+      // counts nothing and moves no loss scale (each replay's
+      // finish_replayed_step does).
+      struct Recording {
+        explicit Recording(OptimizerImpl& o) : optimizer(o) { optimizer.set_recording(true); }
+        ~Recording() { optimizer.set_recording(false); }
+        Recording(const Recording&) = delete;
+        Recording& operator=(const Recording&) = delete;
+        OptimizerImpl& optimizer;
       };
       try {
-        s.optimizer.set_recording(true);
-        const RecordingStepScope recording(checks);
+        const Recording recording(s.optimizer);
+        const RecordingStepScope recording_checks(checks);
         graph_ = kernels.capture(*device_, [&] { update_metrics_ = s.body(x_, y_); });
       } catch (const DeviceError& e) {
         // Nothing recorded ran, and nothing of this step.
-        return not_kept(str_cat("recording the step stopped: ", e.what()));
-      } catch (...) {
-        s.optimizer.set_recording(false);
-        s.optimizer.set_iterations(count);
-        throw;
+        return turn_off(str_cat("recording the step stopped: ", e.what()));
       }
       if (!adopt_checks(std::move(checks)))
-        return not_kept("an op checks on the host a value the step computes");
-      s.optimizer.set_recording(false);
-      try {
-        run_checks(b);  // a bad label: the error the eager step gives, before it counts
-      } catch (...) {
-        s.optimizer.set_iterations(count);
-        throw;
-      }
-      // The recording ran nothing: its first replay is this step (whose
-      // host code, the optimizer's count included, ran while recording).
+        return turn_off("an op checks on the host a value the step computes");
+      run_checks(b);  // a bad label: the error the eager step gives, before anything ran
+      // The recording ran nothing: its first replay is this step.
       log(LogLevel::kInfo,
           str_cat("fit: the step is recorded as a graph on ", device_->name(),
                   " and replayed for each batch of ", b.x.at(0).dim(0), " examples\n"));
-      graph_->replay();
-      ++replays_;
+      replay(s);
       state_ = State::kRecorded;
-      update_metrics_();
       return true;
     }
     case State::kRecorded: {
       if (!same_shapes(b)) return false;  // a partial batch: eagerly
       if (&current_device() != device_) return false;
       if (!s.optimizer.stage_device_step(0, *device_))
-        return turn_off(str_cat(s.optimizer.class_name(),
-                                ": its settings changed (loss scaling "
-                                "or gradient clipping)"));
+        return turn_off(
+            str_cat(s.optimizer.class_name(), ": its settings changed (gradient clipping)"));
       run_checks(b);
       feed(b);
-      graph_->replay();
-      ++replays_;
-      s.optimizer.count_replayed_step(0);
-      update_metrics_();
+      replay(s);
       return true;
     }
   }

@@ -2,7 +2,8 @@
 //
 // On a device whose kernels record (DeviceKernels::can_capture: a GPU),
 // fit runs its first step eagerly (it builds the weights, the optimizer's
-// slots, the libraries' workspaces), then copies the next batch into fixed
+// slots, the libraries' workspaces; under loss scaling, until a step is
+// not skipped), then copies the next batch into fixed
 // device tensors and records the step on them — forward, loss, backward,
 // the optimizer's update — as a graph (a CUDA graph); each later batch of
 // the same shapes is copied into those tensors and the graph replayed,
@@ -13,13 +14,17 @@
 // correction) are staged in device memory before it
 // (OptimizerImpl::stage_device_step), so a replay is step for step the
 // eager step, bit for bit. A batch of other shapes (the last, partial
-// batch) runs eagerly.
+// batch) runs eagerly. Under loss scaling (mixed_float16's
+// LossScaleOptimizer) the scale is staged too, the gradients' check for an
+// inf or a NaN stays on the device — the recorded update kernels change
+// nothing when it fails — and is read after each replay to move the scale
+// and count the step, as the eager step does.
 //
 // An op's check on the host of the step's input (a label in range) is run
 // before each replay on the batch's host copy (detail::HostCheck). What a
 // recording cannot hold keeps the step eager, said once on the log:
 // a step that drew random numbers (Dropout, augmentation: drawn on the
-// host), loss scaling and gradient clipping (they read the host), a value
+// host), gradient clipping (it reads the host), a value
 // read back or a tensor made in host memory inside the step (the recording
 // refuses it by name). Only Model's own train_step (a subclass's may do
 // anything), with one replica (no strategy, OneDeviceStrategy, a
@@ -76,11 +81,15 @@ class StepGraph {
   bool adopt_checks(std::vector<HostCheck> checks);
   void run_checks(const Batch& b) const;
   void feed(const Batch& b);
+  // Replays the recording for the batch fed, then what the host does after
+  // a step: the optimizer's count and loss scale, the metrics.
+  void replay(const Step& s);
   bool turn_off(std::string why);
 
   State state_ = State::kFirst;
   Device* device_ = nullptr;
   std::uint64_t random_fills_ = 0;  // before the first step
+  std::int64_t eager_count_ = 0;    // the optimizer's step count before it
   std::vector<Tensor> x_, y_;       // the recording's input
   std::vector<Check> checks_;
   std::unique_ptr<DeviceGraph> graph_;

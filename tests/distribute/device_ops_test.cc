@@ -835,6 +835,14 @@ TEST(DeviceOps, SmallCnnTrainsOnTheDeviceAsOnTheCpu) {
 // the half type — and at this step size such a difference grows step by
 // step (on the emulated GPU the seed MLP's largest difference was 1.1e-3
 // after two steps of mixed_bfloat16, 1.1e-2 after four, 3.6e-2 after 16).
+// A global mixed-precision policy, back to float32 however the test ends.
+struct PolicyScope {
+  explicit PolicyScope(const char* name) { mixed_precision::set_global_policy(name); }
+  ~PolicyScope() { mixed_precision::set_global_policy("float32"); }
+  PolicyScope(const PolicyScope&) = delete;
+  PolicyScope& operator=(const PolicyScope&) = delete;
+};
+
 TEST(DeviceOps, MixedPrecisionTrainsOnTheDeviceAsOnTheCpu) {
   std::mt19937 rng(12);
   const Tensor x = random_tensor({256, 784}, rng, 0.0f, 1.0f);
@@ -843,15 +851,8 @@ TEST(DeviceOps, MixedPrecisionTrainsOnTheDeviceAsOnTheCpu) {
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::uint8_t>(i * 7 % 10);
   const Tensor y = Tensor::from_vector(labels);
   const Tensor image_labels = slice(y, {0}, {64});
-  // The global policy back to float32 however the loop ends.
-  struct Policy {
-    explicit Policy(const char* name) { mixed_precision::set_global_policy(name); }
-    ~Policy() { mixed_precision::set_global_policy("float32"); }
-    Policy(const Policy&) = delete;
-    Policy& operator=(const Policy&) = delete;
-  };
   for (const char* policy : {"mixed_bfloat16", "mixed_float16"}) {
-    const Policy scope(policy);
+    const PolicyScope scope(policy);
     const double tol = std::string(policy) == "mixed_bfloat16" ? 5e-3 : 1e-3;
     auto fit = [&](const distribute::Strategy& strategy, bool cnn) {
       Model model;
@@ -1211,6 +1212,79 @@ TEST(DeviceOps, FitReplaysItsRecordedStepWithTheEagerStepsBits) {
         moved = std::max(moved, static_cast<double>(std::abs(replayed[i][j] - initial[i][j])));
     EXPECT_GT(moved, 1e-3) << where;
   }
+}
+
+// Under mixed_float16 with dynamic loss scaling the step is recorded too:
+// the scale is staged before each replay, the gradients' check stays on the
+// device and the recorded update kernels skip the update when it fails.
+// A scale of 2^20 overflows float16's gradients, and growing every three
+// finite steps overflows them again and again: steps are skipped and the
+// scale halved in replayed steps as in eager ones. The first step is
+// skipped, so it made no Adam slots, and the second runs eagerly too (a
+// recording that made them would zero them at every replay). Batch by
+// batch the scale and the step count are the eager fit's, and after 49
+// replays the weights, loss and accuracy are its bits (Adam with a
+// decaying rate: a skipped step that counted would move its bias
+// correction).
+TEST(DeviceOps, FitReplaysALossScaledStepSkippingOverflowsAsEager) {
+  if (!dev().kernels()->can_capture()) GTEST_SKIP() << dev().name() << " records nothing";
+  const auto [x, y] = mlp_examples(51 * 16 + 5, 14);  // 51 batches of 16, then 5
+  const PolicyScope policy("mixed_float16");
+  LogTexts logged;
+  struct Run {
+    std::vector<std::vector<float>> weights;
+    History history;
+    std::vector<double> scales;  // after each batch
+    std::vector<std::int64_t> counts;
+  };
+  auto fit = [&, &x = x, &y = y](bool run_eagerly) {
+    const DeviceScope on(dev());
+    set_random_seed(11);
+    Model model = zoo::seed_mlp();
+    const optimizers::LossScaleOptimizer optimizer(
+        optimizers::Adam({.learning_rate = schedules::ExponentialDecay(1e-3, 10, 0.5)}),
+        {.initial_scale = 1 << 20, .dynamic_growth_steps = 3});
+    model.compile({.optimizer = optimizer,
+                   .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                   .metrics = {"accuracy"},
+                   .run_eagerly = run_eagerly});
+    Run run;
+    auto record = std::make_shared<LambdaCallback>(
+        LambdaCallback::Functions{.on_train_batch_end = [&](std::int64_t, const Logs&) {
+          run.scales.push_back(optimizer.dynamic_scale());
+          run.counts.push_back(model.optimizer().iterations());
+        }});
+    logged.clear();
+    run.history = model.fit(
+        x, y,
+        {.batch_size = 16, .epochs = 1, .verbose = 0, .callbacks = {record}, .shuffle = false});
+    run.weights = testing_support::weights(model);
+    return run;
+  };
+  const Run eager = fit(true);
+  const Run replayed = fit(false);
+  EXPECT_TRUE(logged.has("fit: the step is recorded as a graph on " + dev().name()))
+      << "the loss-scaled step was not recorded: " << logged.all();
+  EXPECT_TRUE(logged.has("fit: 49 steps replayed from the recorded step")) << logged.all();
+  ASSERT_EQ(eager.scales.size(), 52u);
+  EXPECT_EQ(eager.counts[0], 0) << "the first step overflows";
+  EXPECT_EQ(eager.scales, replayed.scales) << "the loss scale, batch by batch";
+  EXPECT_EQ(eager.counts, replayed.counts) << "the step count, batch by batch";
+  // Overflows in replayed steps (batches 2 to 50, 0-based): a step that was
+  // skipped halved the scale and left the count.
+  int skipped_in_replays = 0;
+  for (std::size_t i = 2; i < 51; ++i) {
+    if (replayed.counts[i] == replayed.counts[i - 1]) {
+      ++skipped_in_replays;
+      EXPECT_EQ(replayed.scales[i], replayed.scales[i - 1] / 2) << "batch " << i;
+    }
+  }
+  EXPECT_GE(skipped_in_replays, 5) << "the scale must overflow in replayed steps";
+  EXPECT_GT(replayed.counts.back(), 30) << "most steps must be applied";
+  testing_support::expect_bitwise(eager.weights, replayed.weights,
+                                  "loss-scaled steps, 49 replayed against eager");
+  for (const char* name : {"loss", "accuracy"})
+    EXPECT_EQ(eager.history[name], replayed.history[name]) << name;
 }
 
 // A replayed step's labels are checked on the host before the replay, as

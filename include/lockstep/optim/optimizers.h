@@ -144,18 +144,25 @@ class OptimizerImpl {
 
   // A step recorded on a device and replayed (fit's step graph,
   // train/step_graph.h). The numbers that change from step to step — the
-  // learning rate, Adam's bias correction, weight decay's factor — cannot
-  // be a recorded kernel's arguments: the update kernels read them from the
-  // replica's device memory instead while `recording` is set, and
-  // stage_device_step writes the next step's there before each recording
-  // or replay (on the device's stream, ahead of it). A replay runs no host
-  // code: count_replayed_step then advances the step count, as
-  // apply_gradients would have. False from stage_device_step when this
-  // optimizer's step cannot be replayed: no device kernel, loss scaling,
-  // gradient clipping (each reads the host). Replica 0 outside strategies.
+  // learning rate, Adam's bias correction, weight decay's factor, the loss
+  // scale — cannot be a recorded kernel's arguments: while `recording` is
+  // set the update kernels and scale_loss read them from the replica's
+  // device memory instead, and stage_device_step writes the next step's
+  // there before each replay (on the device's stream, ahead of it). A
+  // recording counts nothing and changes no host state; a replay runs no
+  // host code: finish_replayed_step then does what apply_gradients would
+  // have — under loss scaling it reads the step's check of the gradients
+  // (the recorded update kernels skipped the update on the device when one
+  // was not finite) and moves the scale; it advances the step count unless
+  // the step was skipped, and returns whether it was applied. False from
+  // stage_device_step when this optimizer's step cannot be replayed: no
+  // device kernel, gradient clipping (it reads the host). Replica 0
+  // outside strategies.
   bool stage_device_step(int replica, Device& device);
-  void count_replayed_step(int replica);
-  void set_recording(bool recording) { recording_ = recording; }
+  bool finish_replayed_step(int replica);
+  // Before a recording starts, the last recording's check is dropped (its
+  // memory freed now, not while the next one records).
+  void set_recording(bool recording);
 
  protected:
   // Per-variable state: created on first use by create_slots.
@@ -196,6 +203,8 @@ class OptimizerImpl {
     float loss_scale = 0;           // under loss scaling (float32, as Keras's)
     std::int64_t finite_steps = 0;  // since the scale last changed
     Tensor step_numbers{};          // a recorded step's {lr, alpha, decay} (device memory)
+    Tensor device_scale{};          // its loss scale (device memory, a scalar)
+    Tensor recorded_finite{};       // its check of the gradients, NaN when one was not finite
   };
   ReplicaState& replica_state(int replica);
   // Gradients and variables that cannot be updated are a ValueError or
@@ -209,8 +218,12 @@ class OptimizerImpl {
   VarSlots& shared_slots_for(ReplicaState& rs, const Variable& v);
   // Loss scaling's check (optim/loss_scale.cc): false when a gradient is
   // not finite (the caller skips the step); else the gradients unscaled.
-  // Either way the replica's scale and count move on.
+  // Either way the replica's scale and count move on (move_loss_scale).
+  // While recording, the gradients are divided by the staged scale and
+  // their check kept on the device (rs.recorded_finite) for the update
+  // kernels; nothing moves.
   bool unscale_gradients(std::vector<Tensor>& grads, ReplicaState& rs) const;
+  void move_loss_scale(ReplicaState& rs, bool finite) const;
   // apply_gradients for variables on an accelerator: device_update's kernel.
   void apply_on_device(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
                        ReplicaState& rs, int replica, double lr, std::int64_t step);

@@ -93,12 +93,16 @@ enum class HalfOp { kMatmul, kConv, kPool };
 // `step_numbers`, when set, is the device's memory holding {lr, alpha,
 // decay}, which the kernel reads when it runs instead of the fields: a
 // recorded step (capture) then replays with each step's own numbers.
+// `finite`, when set, is the device's memory holding a float that is not
+// finite when the step's gradients were not (loss scaling's check on a
+// recorded step): the kernel then changes nothing, as a skipped step.
 struct DeviceUpdate {
   enum class Rule { kSgd, kMomentum, kAdam, kRMSprop, kAdagrad } rule = Rule::kSgd;
   float lr = 0, momentum = 0, alpha = 0, c1 = 0, c2 = 0, epsilon = 0, decay = 1, rho = 0;
   bool nesterov = false;
   bool centered = false;
   const float* step_numbers = nullptr;
+  const float* finite = nullptr;
 };
 
 // A convolution as conv2d checked it (NHWC input, HWIO kernel, TensorFlow's

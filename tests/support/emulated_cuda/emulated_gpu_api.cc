@@ -483,7 +483,8 @@ class EmulatedApi final : public GpuApi {
     // The slots' pointers taken now, as a kernel's arguments are.
     const UpdateSlots u = update_slots(p, slots, num_slots);
     run(stream, [=, this] {
-      const UpdateParams q = with_step_numbers(p);  // read when it runs, as the kernel does
+      if (skips_update(p)) return;                  // read when it runs, as the kernel does
+      const UpdateParams q = with_step_numbers(p);  // the same
       for (std::int64_t i = 0; i < n; ++i) update_element(q, i, var, g, u.m, u.v, u.a);
     });
   }

@@ -181,6 +181,15 @@ LOCKSTEP_HOST_DEVICE inline UpdateParams with_step_numbers(UpdateParams p) {
   return p;
 }
 
+// Whether loss scaling's check, read when the update runs, skips it (a
+// step whose gradients held an inf or a NaN; UpdateParams::finite). x − x
+// is 0 for every finite x and NaN for an inf or a NaN.
+LOCKSTEP_HOST_DEVICE inline bool skips_update(const UpdateParams& p) {
+  if (p.finite == nullptr) return false;
+  const float f = *p.finite;
+  return !(f - f == 0.0f);
+}
+
 // One element of an optimizer's update (optim/optimizers.cc's rules, the
 // same operations in the same order, no contraction on either side, so the
 // same bits). Slots as update_slots gives them: m and v (Adam); m

@@ -15,7 +15,7 @@
 
 namespace lockstep::backend::cuda {
 
-constexpr int kApiVersion = 10;
+constexpr int kApiVersion = 11;
 constexpr int kMaxRank = 8;
 // The largest depthwise window (kh · kw) our own depthwise kernels take;
 // larger ones go to cuDNN.
@@ -43,13 +43,16 @@ struct Broadcast {
 // detail::DeviceUpdate's numbers (lockstep/tensor/device_kernels.h).
 // `step`, when set, is device memory holding {lr, alpha, decay}, read when
 // the kernel runs instead of the fields (a recorded step's replays each
-// read their own step's).
+// read their own step's). `finite`, when set, is device memory holding a
+// float that is not finite when the step's gradients were not (loss
+// scaling's check): the kernel then changes nothing.
 struct UpdateParams {
   int rule = 0;  // 0: SGD, 1: SGD with momentum, 2: Adam, 3: RMSprop, 4: Adagrad
   float lr = 0, momentum = 0, alpha = 0, c1 = 0, c2 = 0, epsilon = 0, decay = 1, rho = 0;
   bool nesterov = false;
   bool centered = false;
   const float* step = nullptr;
+  const float* finite = nullptr;
 };
 
 // A convolution for cuDNN: NHWC data, a [oc, kh, kw, c / groups] filter

@@ -377,6 +377,7 @@ __global__ void transpose_kernel(Dims d, const T* x, T* out, std::int64_t n) {
 // The update rules (element_rules.h's update_element), a thread an element.
 __global__ void update_kernel(UpdateParams params, float* var, const float* g, float* m, float* v,
                               float* a, std::int64_t n) {
+  if (skips_update(params)) return;
   const UpdateParams p = with_step_numbers(params);
   LOCKSTEP_FOR_EACH(i, n) update_element(p, i, var, g, m, v, a);
 }
