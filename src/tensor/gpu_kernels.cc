@@ -208,6 +208,7 @@ class GpuGraph final : public DeviceGraph {
   void replay() override {
     guarded(device_, "replaying a graph", [&] { api_->launch_graph(graph_, stream_); });
   }
+  std::size_t bytes() const override { return api_->graph_bytes(graph_); }
 
  private:
   GpuApi* api_;

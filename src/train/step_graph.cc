@@ -1,6 +1,8 @@
 // StepGraph: fit's step recorded once and replayed (step_graph.h).
 #include "step_graph.h"
 
+#include <cmath>
+
 #include "lockstep/core/log.h"
 #include "lockstep/tensor/device.h"
 #include "lockstep/tensor/random.h"
@@ -133,7 +135,9 @@ bool StepGraph::step(const Step& s, const Batch& b) {
       // The recording ran nothing: its first replay is this step.
       log(LogLevel::kInfo,
           str_cat("fit: the step is recorded as a graph on ", device_->name(),
-                  " and replayed for each batch of ", b.x.at(0).dim(0), " examples\n"));
+                  " and replayed for each batch of ", b.x.at(0).dim(0), " examples (it holds ",
+                  std::round(static_cast<double>(graph_->bytes()) / 1e5) / 10,
+                  " MB of device memory)\n"));
       replay(s);
       state_ = State::kRecorded;
       return true;

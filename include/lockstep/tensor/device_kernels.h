@@ -174,6 +174,10 @@ class DeviceGraph {
  public:
   virtual ~DeviceGraph() = default;
   virtual void replay() = 0;
+  // The device memory it holds for its replays: what the work allocated,
+  // each block a tensor gave back during the work taken again by later
+  // allocations of it.
+  virtual std::size_t bytes() const = 0;
 };
 
 class DeviceKernels {

@@ -8,8 +8,8 @@
 // every stream is in order already), copies, and kernels.cu's kernels with
 // their per-element rules (element_rules.h). A stream that captures
 // records its kernels and copies instead, as CUDA graphs do: arguments
-// taken when queued, the memory allocated meanwhile the graph's, a copy to
-// the host or from pageable memory refused. Fresh memory is filled with
+// taken when queued, the memory allocated meanwhile the graph's
+// (graph_memory.h), a copy to the host or from pageable memory refused. Fresh memory is filled with
 // NaN bytes, so a kernel that leaves part of its output unwritten shows.
 #include <algorithm>
 #include <cmath>
@@ -23,6 +23,7 @@
 
 #include "emulated.h"
 #include "tensor/backend/cuda/element_rules.h"
+#include "tensor/backend/cuda/graph_memory.h"
 
 namespace lockstep::backend::cuda::emulated {
 namespace {
@@ -92,23 +93,25 @@ class EmulatedApi final : public GpuApi {
                                std::to_string(kCapacity - in_use) + " of its " +
                                std::to_string(kCapacity) + " bytes free");
     const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    Graph* recording = as(stream).capturing;
+    if (recording != nullptr) {
+      if (void* p = graph_memory_.reuse(recording, rounded)) return p;
+    }
     void* p = std::aligned_alloc(kAlignment, rounded);
     if (p == nullptr) throw std::runtime_error("the emulated GPU's host allocation failed");
     std::memset(p, 0xff, rounded);  // NaN in every float type: unwritten outputs show
-    allocations_[p] = {gpu, rounded, as(stream).capturing};
-    if (Graph* g = as(stream).capturing) g->owned.push_back(p);
+    allocations_[p] = {gpu, rounded};
+    if (recording != nullptr) graph_memory_.add(recording, p, rounded);
     in_use += rounded;
     return p;
   }
-  void deallocate(int gpu, void*, void* ptr) override {
+  void deallocate(int gpu, void* stream, void* ptr) override {
     std::lock_guard lock(mutex_);
     const auto it = allocations_.find(ptr);
-    if (it == allocations_.end() || it->second.gpu != gpu || it->second.released)
+    if (it == allocations_.end() || it->second.gpu != gpu)
       throw std::runtime_error("cudaFreeAsync: not an allocation of GPU " + std::to_string(gpu));
-    if (it->second.graph != nullptr) {  // reserved for the graph's launches
-      it->second.released = true;
-      return;
-    }
+    if (graph_memory_.give_back(ptr, as(stream).capturing) == GraphMemory::GiveBack::kKept)
+      return;  // reserved for a graph's launches
     free_locked(it);
   }
   void memory_info(int gpu, std::size_t& free, std::size_t& total) override {
@@ -511,6 +514,8 @@ class EmulatedApi final : public GpuApi {
     if (!s.capturing) throw std::runtime_error("end_capture: the stream is not capturing");
     Graph* g = s.capturing;
     s.capturing = nullptr;
+    std::lock_guard lock(mutex_);
+    graph_memory_.recorded(g);
     return g;
   }
   void abort_capture(void* stream) override {
@@ -524,29 +529,26 @@ class EmulatedApi final : public GpuApi {
     not_capturing(stream, "launching a graph");
     for (const auto& op : static_cast<Graph*>(graph)->ops) op();
   }
+  std::size_t graph_bytes(void* graph) override {
+    std::lock_guard lock(mutex_);
+    return graph_memory_.bytes(graph);
+  }
   // The graph's memory that its tensors gave back is freed; the rest is
   // freed when they give it back.
   void destroy_graph(void* graph) override {
     auto* g = static_cast<Graph*>(graph);
     {
       std::lock_guard lock(mutex_);
-      for (void* p : g->owned) {
-        auto it = allocations_.find(p);
-        if (it == allocations_.end()) continue;
-        it->second.graph = nullptr;
-        if (it->second.released) free_locked(it);
-      }
+      for (void* p : graph_memory_.destroyed(g)) free_locked(allocations_.find(p));
     }
     delete g;
   }
 
  private:
   // A recording: each kernel or copy with its arguments taken when it was
-  // queued, as a CUDA graph's nodes hold theirs; and the memory allocated
-  // while it was recorded.
+  // queued, as a CUDA graph's nodes hold theirs (its memory: graph_memory_).
   struct Graph {
     std::vector<std::function<void()>> ops;
-    std::vector<void*> owned;
   };
   struct Stream {
     Graph* capturing = nullptr;
@@ -554,8 +556,6 @@ class EmulatedApi final : public GpuApi {
   struct Allocation {
     int gpu = 0;
     std::size_t bytes = 0;
-    Graph* graph = nullptr;  // allocated while it captured, and still the graph's
-    bool released = false;   // its tensor gave it back (the graph keeps it)
   };
   static Stream& as(void* stream) { return *static_cast<Stream*>(stream); }
   // A kernel or copy: run now, or recorded while the stream captures.
@@ -592,6 +592,7 @@ class EmulatedApi final : public GpuApi {
   }
   std::mutex mutex_;
   std::unordered_map<void*, Allocation> allocations_;
+  GraphMemory graph_memory_;  // which blocks recorded graphs keep
   std::size_t in_use_[kMaxGpus] = {};
   std::unordered_map<void*, std::size_t> page_locked_;  // host_allocate's blocks
 };

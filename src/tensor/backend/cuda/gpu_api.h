@@ -245,7 +245,8 @@ class GpuApi {
   // runs it again on `stream`: the same kernels with the same arguments on
   // the same memory. While a stream captures, memory allocated on it is the
   // graph's: freed, it stays reserved for the graph's launches until
-  // destroy_graph. A copy to the host, a copy from pageable host memory (its
+  // destroy_graph, and a later allocation of the same recording may take it
+  // again (graph_memory.h). A copy to the host, a copy from pageable host memory (its
   // bytes would be read again at each launch) or a synchronize of the
   // stream is an error (std::runtime_error) that ends the capture:
   // end_capture then throws. abort_capture ends a capture and discards it.
@@ -254,6 +255,8 @@ class GpuApi {
   virtual void abort_capture(void* stream) = 0;
   virtual void launch_graph(void* graph, void* stream) = 0;
   virtual void destroy_graph(void* graph) = 0;
+  // The device memory `graph` holds for its launches.
+  virtual std::size_t graph_bytes(void* graph) = 0;
 };
 
 }  // namespace lockstep::backend::cuda

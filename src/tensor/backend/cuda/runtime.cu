@@ -16,6 +16,7 @@
 
 #include "tensor/backend/cuda/conv.h"
 #include "tensor/backend/cuda/gpu_api.h"
+#include "tensor/backend/cuda/graph_memory.h"
 #include "tensor/backend/cuda/kernels.h"
 
 namespace lockstep::backend::cuda {
@@ -45,11 +46,10 @@ void check_cublas(cublasStatus_t s, const char* what) {
     throw std::runtime_error(std::string(what) + ": " + cublas_name(s));
 }
 
-// A captured graph: its instantiation, and the memory allocated on its
-// stream while it captured (the graph's until it is destroyed).
+// A captured graph: its instantiation (its memory: Runtime's
+// graph_memory_, graph_memory.h).
 struct Graph {
   cudaGraphExec_t exec = nullptr;
-  std::vector<void*> owned;
 };
 
 // A logical GPU's stream as the library holds it: the stream, its GPU, its
@@ -128,7 +128,12 @@ class CudaApi final : public GpuApi {
     use_gpu(gpu);
     if (Graph* g = as(stream).capturing) {
       // The graph's own memory, outside the pool: its address is fixed for
-      // every launch (cudaMalloc is allowed in a relaxed-mode capture).
+      // every launch (cudaMalloc is allowed in a relaxed-mode capture). A
+      // block the recording was given back is taken again first.
+      {
+        std::lock_guard lock(graph_mutex_);
+        if (void* p = graph_memory_.reuse(g, bytes)) return p;
+      }
       void* p = nullptr;
       const cudaError_t e = cudaMalloc(&p, bytes);
       if (e != cudaSuccess || p == nullptr) {
@@ -136,8 +141,7 @@ class CudaApi final : public GpuApi {
         check(e == cudaSuccess ? cudaErrorMemoryAllocation : e, "cudaMalloc (a graph's memory)");
       }
       std::lock_guard lock(graph_mutex_);
-      g->owned.push_back(p);
-      graph_memory_[p] = {g, false};
+      graph_memory_.add(g, p, bytes);
       return p;
     }
     if (bytes > (std::size_t{1} << 30)) {
@@ -157,17 +161,15 @@ class CudaApi final : public GpuApi {
   }
   void deallocate(int gpu, void* stream, void* ptr) override {
     use_gpu(gpu);
+    GraphMemory::GiveBack back;
     {
       std::lock_guard lock(graph_mutex_);
-      if (auto it = graph_memory_.find(ptr); it != graph_memory_.end()) {
-        if (it->second.graph != nullptr) {  // reserved for the graph's launches
-          it->second.released = true;
-          return;
-        }
-        graph_memory_.erase(it);
-        check(cudaFree(ptr), "cudaFree (a destroyed graph's memory)");
-        return;
-      }
+      back = graph_memory_.give_back(ptr, as(stream).capturing);
+    }
+    if (back == GraphMemory::GiveBack::kKept) return;  // reserved for a graph's launches
+    if (back == GraphMemory::GiveBack::kFreeNow) {
+      check(cudaFree(ptr), "cudaFree (a destroyed graph's memory)");
+      return;
     }
     check(cudaFreeAsync(ptr, as_stream(stream)), "cudaFreeAsync");
   }
@@ -477,6 +479,10 @@ class CudaApi final : public GpuApi {
     select(stream);
     Graph* g = s.capturing;
     s.capturing = nullptr;
+    {
+      std::lock_guard lock(graph_mutex_);
+      graph_memory_.recorded(g);
+    }
     cudaGraph_t recorded = nullptr;
     cudaError_t e = cudaStreamEndCapture(s.stream, &recorded);
     if (e == cudaSuccess && recorded != nullptr) {
@@ -505,6 +511,10 @@ class CudaApi final : public GpuApi {
   void launch_graph(void* graph, void* stream) override {
     check(cudaGraphLaunch(static_cast<Graph*>(graph)->exec, on(stream)), "cudaGraphLaunch");
   }
+  std::size_t graph_bytes(void* graph) override {
+    std::lock_guard lock(graph_mutex_);
+    return graph_memory_.bytes(graph);
+  }
   void destroy_graph(void* graph) override {
     auto* g = static_cast<Graph*>(graph);
     if (g->exec) check(cudaGraphExecDestroy(g->exec), "cudaGraphExecDestroy");
@@ -518,21 +528,15 @@ class CudaApi final : public GpuApi {
       throw std::runtime_error(std::string(what) + " while the stream is captured as a graph");
   }
   // A graph's memory: what its tensors gave back is freed now (after the
-  // device's work: cudaFree waits for it), the rest when they give it back.
+  // device's work: cudaFree waits for it; a block from the pool that the
+  // graph adopted too), the rest when they give it back.
   void release(Graph* g) {
+    std::vector<void*> now;
     {
       std::lock_guard lock(graph_mutex_);
-      for (void* p : g->owned) {
-        auto it = graph_memory_.find(p);
-        if (it == graph_memory_.end()) continue;
-        if (it->second.released) {
-          graph_memory_.erase(it);
-          cudaFree(p);
-        } else {
-          it->second.graph = nullptr;
-        }
-      }
+      now = graph_memory_.destroyed(g);
     }
+    for (void* p : now) cudaFree(p);
     delete g;
   }
 
@@ -567,14 +571,8 @@ class CudaApi final : public GpuApi {
 
   CudnnState cudnn_;
   std::mutex mutex_;  // cuBLAS handles' creation
-  // Memory allocated while a stream captured: its graph (null once the
-  // graph is destroyed) and whether its tensor gave it back.
-  struct GraphMemory {
-    Graph* graph = nullptr;
-    bool released = false;
-  };
   std::mutex graph_mutex_;
-  std::unordered_map<void*, GraphMemory> graph_memory_;
+  GraphMemory graph_memory_;  // which blocks recorded graphs keep
 };
 
 }  // namespace
