@@ -144,6 +144,12 @@ EOF
       2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads gpu eager: failed"
     timeout 120 "$bin/workloads" --workload cnn --batch 64 --epochs 1 --mode gpu --run-eagerly --data-dir "$data" \
       2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads cnn gpu eager: failed"
+    # mixed_float16: loss scaling's check and scale inside the recorded step.
+    for eager in "" --run-eagerly; do
+      timeout 120 "$bin/workloads" --workload mlp --batch 64 --epochs 2 --mode gpu --policy mixed_float16 $eager \
+        --data-dir "$data" 2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" ||
+        say "workloads gpu mixed_float16 $eager: failed"
+    done
     timeout 120 "$bin/workloads" --workload mlp --batch 64 --epochs 2 --mode gpu-logical2 --data-dir "$data" \
       2>>"$out/workloads.log" | grep RESULT | sed 's/^RESULT //' | tee -a "$results" || say "workloads gpu-logical2: failed"
     timeout 120 "$bin/workloads" --workload cnn --batch 64 --epochs 1 --mode gpu --data-dir "$data" \
@@ -195,6 +201,9 @@ EOF
         say "torch mobilenet $precision: failed"
     done
   done
+  say "== the recorded steps: on which device, for which batch, and the device memory each held"
+  { grep -h "fit: the step is recorded as a graph\|not recorded as a graph" "$out/workloads.log" || true; } |
+    sort | uniq -c | tee -a "$summary"
   if [[ $full == 1 ]]; then
   say "== the seed report's input: 2,000 JPEGs decoded on the host, RandomFlip and RandomRotation on /gpu:0, MobileNetV2 (the step's wait for its input)"
   for policy in float32 mixed_bfloat16; do

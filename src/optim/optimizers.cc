@@ -225,12 +225,48 @@ void OptimizerImpl::check_gradients(const std::vector<Tensor>& grads,
 }
 
 // Clipping, as Keras: value, then per-tensor norm, or the global norm.
+namespace {
+
+// On an accelerator: g · c / max(√squares, c), tf.clip_by_norm's form, with
+// `squares` the squared norm on the device — exactly g when the norm is at
+// most c, and nothing read on the host (a recorded step holds it).
+Tensor clipped_by_norm(const Tensor& g, const Tensor& squares, double c) {
+  const Tensor limit = Tensor::scalar(static_cast<float>(c));  // made on the device
+  return mul(g, div(limit, maximum(sqrt(squares), limit)));
+}
+
+}  // namespace
+
 void OptimizerImpl::clip_gradients(std::vector<Tensor>& grads) const {
   if (clip_.clipvalue > 0) {
     const float v = static_cast<float>(clip_.clipvalue);
     for (Tensor& g : grads) {
       if (g.defined()) g = clip(g, -v, v);
     }
+  }
+  // Gradients the host cannot read (an accelerator's): the norms are device
+  // ops, in float32 (on the host: double).
+  const bool on_device = std::any_of(grads.begin(), grads.end(), [](const Tensor& g) {
+    return g.defined() && !g.device().host_accessible();
+  });
+  if (on_device && (clip_.clipnorm > 0 || clip_.global_clipnorm > 0)) {
+    if (clip_.clipnorm > 0) {
+      for (Tensor& g : grads) {
+        if (g.defined()) g = clipped_by_norm(g, sum(square(g)), clip_.clipnorm);
+      }
+    }
+    if (clip_.global_clipnorm > 0) {
+      Tensor squares;
+      for (const Tensor& g : grads) {
+        if (!g.defined()) continue;
+        const Tensor part = sum(square(g));
+        squares = squares.defined() ? add(squares, part) : part;
+      }
+      for (Tensor& g : grads) {
+        if (g.defined()) g = clipped_by_norm(g, squares, clip_.global_clipnorm);
+      }
+    }
+    return;
   }
   auto norm = [](const Tensor& g) {
     double s = 0;
@@ -367,7 +403,6 @@ bool OptimizerImpl::device_update(double, std::int64_t, detail::DeviceUpdate&) c
 }
 
 bool OptimizerImpl::stage_device_step(int replica, Device& device) {
-  if (clip_.clipnorm > 0 || clip_.clipvalue > 0 || clip_.global_clipnorm > 0) return false;
   ReplicaState& rs = replica_state(replica);
   const double lr = learning_rate_.at(rs.iterations);
   detail::DeviceUpdate u;

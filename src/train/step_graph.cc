@@ -104,10 +104,8 @@ bool StepGraph::step(const Step& s, const Batch& b) {
       // that loss scaling skipped made none, so this one runs eagerly too.
       if (s.optimizer.iterations() == eager_count_) return false;
       if (!s.optimizer.stage_device_step(0, *device_))
-        return turn_off(str_cat(s.optimizer.class_name(),
-                                ": its step reads the host (gradient clipping) or has no update "
-                                "kernel on ",
-                                device_->name()));
+        return turn_off(
+            str_cat(s.optimizer.class_name(), ": its update has no kernel on ", device_->name()));
       feed(b);
       DeviceKernels& kernels = *device_->kernels();
       std::vector<HostCheck> checks;
@@ -147,7 +145,7 @@ bool StepGraph::step(const Step& s, const Batch& b) {
       if (&current_device() != device_) return false;
       if (!s.optimizer.stage_device_step(0, *device_))
         return turn_off(
-            str_cat(s.optimizer.class_name(), ": its settings changed (gradient clipping)"));
+            str_cat(s.optimizer.class_name(), ": its update has no kernel on ", device_->name()));
       run_checks(b);
       feed(b);
       replay(s);

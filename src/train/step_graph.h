@@ -24,9 +24,10 @@
 // before each replay on the batch's host copy (detail::HostCheck). What a
 // recording cannot hold keeps the step eager, said once on the log:
 // a step that drew random numbers (Dropout, augmentation: drawn on the
-// host), gradient clipping (it reads the host), a value
-// read back or a tensor made in host memory inside the step (the recording
-// refuses it by name). Only Model's own train_step (a subclass's may do
+// host), an optimizer without an update kernel, a value read back or a
+// tensor made in host memory inside the step (the recording refuses it by
+// name). Gradient clipping is recorded (on a device its norms are device
+// ops). Only Model's own train_step (a subclass's may do
 // anything), with one replica (no strategy, OneDeviceStrategy, a
 // MirroredStrategy of one device), and not under compile's run_eagerly.
 #pragma once

@@ -801,6 +801,44 @@ TEST(DeviceOps, SeedMlpTrainsOnTheDeviceAsOnTheCpu) {
   }
 }
 
+// Keras's gradient clipping (clipnorm, global_clipnorm, clipvalue) on the
+// device trains as on the CPU: on an accelerator the norms are device ops
+// in float32 (on the host, double), so within float32 rounding; on two
+// logical devices as on one. The limits are low enough that every step
+// clips: without clipping the weights end far from these.
+TEST(DeviceOps, ClippedGradientsTrainOnTheDeviceAsOnTheCpu) {
+  const auto [x, y] = testing_support::mlp_examples(256, 12);
+  const std::vector<std::pair<std::string, ClipOptions>> clips = {
+      {"clipnorm", {.clipnorm = 0.05}},
+      {"global_clipnorm", {.global_clipnorm = 0.05}},
+      {"clipvalue", {.clipvalue = 0.002}}};
+  auto fit = [&, &x = x, &y = y](const distribute::Strategy& strategy, const ClipOptions& clip) {
+    Model model;
+    {
+      auto scope = strategy.scope();
+      set_random_seed(6);
+      model = zoo::seed_mlp();
+      model.compile({.optimizer = optimizers::SGD({.learning_rate = 0.5, .clip = clip}),
+                     .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+    }
+    model.fit(x, y, {.batch_size = 32, .epochs = 1, .verbose = 0, .shuffle = false});
+    return testing_support::weights(model);
+  };
+  const auto unclipped = fit(OneDeviceStrategy(*logical_devices()[0]), {});
+  for (const auto& [name, clip] : clips) {
+    const auto cpu = fit(OneDeviceStrategy(*logical_devices()[0]), clip);
+    const auto one = fit(OneDeviceStrategy(dev()), clip);
+    const auto two = fit(MirroredStrategy({.devices = devices()}), clip);
+    double clipped = 0;
+    for (std::size_t i = 0; i < cpu.size(); ++i)
+      for (std::size_t j = 0; j < cpu[i].size(); ++j)
+        clipped = std::max(clipped, std::abs(static_cast<double>(cpu[i][j]) - unclipped[i][j]));
+    EXPECT_GT(clipped, 1e-2) << name << ": the limit must clip";
+    testing_support::expect_close(cpu, one, 1e-5, name + ": 1 device vs the CPU");
+    testing_support::expect_close(one, two, 1e-5, name + ": 2 logical devices vs 1");
+  }
+}
+
 // The small CNN (convolutions, pooling, flatten, dense) likewise on one
 // device.
 TEST(DeviceOps, SmallCnnTrainsOnTheDeviceAsOnTheCpu) {
@@ -1350,6 +1388,34 @@ TEST(DeviceOps, ARecordingHoldsAboutItsEagerStepsPeak) {
           << what << ": the recording holds " << held << " MB, the eager step's peak was "
           << eager_peak << " MB";
     }
+  }
+}
+
+// A step with gradient clipping is recorded and replayed too (its norms are
+// device ops): 50 replays give the eager fit's bits, for each of Keras's
+// three kinds of clipping.
+TEST(DeviceOps, FitReplaysAClippedStepWithTheEagerStepsBits) {
+  if (!dev().kernels()->can_capture()) GTEST_SKIP() << dev().name() << " records nothing";
+  const auto [x, y] = mlp_examples(51 * 16, 8);
+  LogTexts logged;
+  for (const ClipOptions& clip :
+       {ClipOptions{.clipnorm = 0.05}, ClipOptions{.global_clipnorm = 0.05},
+        ClipOptions{.clipvalue = 0.002}}) {
+    auto fit = [&, &x = x, &y = y](bool run_eagerly) {
+      const DeviceScope on(dev());
+      set_random_seed(2);
+      Model model = zoo::seed_mlp();
+      model.compile({.optimizer = optimizers::Adam({.clip = clip}),
+                     .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                     .run_eagerly = run_eagerly});
+      logged.clear();
+      model.fit(x, y, {.batch_size = 16, .epochs = 1, .verbose = 0, .shuffle = false});
+      return testing_support::weights(model);
+    };
+    const auto eager = fit(true);
+    const auto replayed = fit(false);
+    EXPECT_TRUE(logged.has("fit: 50 steps replayed from the recorded step")) << logged.all();
+    testing_support::expect_bitwise(eager, replayed, "clipped steps, 50 replayed against eager");
   }
 }
 

@@ -155,9 +155,8 @@ class OptimizerImpl {
   // (the recorded update kernels skipped the update on the device when one
   // was not finite) and moves the scale; it advances the step count unless
   // the step was skipped, and returns whether it was applied. False from
-  // stage_device_step when this optimizer's step cannot be replayed: no
-  // device kernel, gradient clipping (it reads the host). Replica 0
-  // outside strategies.
+  // stage_device_step when this optimizer's step cannot be replayed (no
+  // device kernel). Replica 0 outside strategies.
   bool stage_device_step(int replica, Device& device);
   bool finish_replayed_step(int replica);
   // Before a recording starts, the last recording's check is dropped (its
