@@ -68,7 +68,7 @@ TEST_F(GraphMemoryTest, ADestroyedGraphFreesWhatWasGivenBackAndLaterWhatIsStillH
   memory.add(&g, b[1], 1024);
   memory.give_back(b[0], &g);
   memory.recorded(&g);
-  EXPECT_EQ(memory.destroyed(&g), std::vector<void*>{b[0]});
+  EXPECT_EQ(memory.destroyed(&g), (std::vector<GraphMemory::ToFree>{{b[0], false}}));
   EXPECT_EQ(memory.bytes(&g), 0u);
   EXPECT_EQ(memory.give_back(b[1], nullptr), GiveBack::kFreeNow) << "its tensor outlived the graph";
   EXPECT_EQ(memory.give_back(b[1], nullptr), GiveBack::kNotAGraphs) << "forgotten once freed";
@@ -78,7 +78,7 @@ TEST_F(GraphMemoryTest, ABlockFromBeforeTheRecordingGivenBackDuringItIsKeptTillT
   EXPECT_EQ(memory.give_back(b[0], nullptr), GiveBack::kNotAGraphs) << "no recording";
   EXPECT_EQ(memory.give_back(b[1], &g), GiveBack::kKept) << "a recorded kernel may read it";
   EXPECT_EQ(memory.reuse(&g, 1), nullptr) << "its size is not known: never taken again";
-  EXPECT_EQ(memory.destroyed(&g), std::vector<void*>{b[1]});
+  EXPECT_EQ(memory.destroyed(&g), (std::vector<GraphMemory::ToFree>{{b[1], true}}));
 }
 
 TEST_F(GraphMemoryTest, AGraphsBlockGivenBackTwiceIsAnError) {

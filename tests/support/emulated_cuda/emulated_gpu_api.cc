@@ -539,7 +539,8 @@ class EmulatedApi final : public GpuApi {
     auto* g = static_cast<Graph*>(graph);
     {
       std::lock_guard lock(mutex_);
-      for (void* p : graph_memory_.destroyed(g)) free_locked(allocations_.find(p));
+      for (const GraphMemory::ToFree& f : graph_memory_.destroyed(g))
+        free_locked(allocations_.find(f.block));
     }
     delete g;
   }

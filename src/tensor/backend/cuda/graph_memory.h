@@ -77,16 +77,23 @@ class GraphMemory {
   // `graph`'s recording has ended: nothing more is allocated for it.
   void recorded(const void* graph) { free_.erase(graph); }
 
+  // A block to free when its graph is destroyed; `adopted`: from before
+  // the recording (on a GPU, the pool's), else the graph's own.
+  struct ToFree {
+    void* block = nullptr;
+    bool adopted = false;
+    bool operator==(const ToFree&) const = default;
+  };
   // `graph` is destroyed: the blocks to free now (their tensors gave them
   // back); the others are freed when their tensors do (kFreeNow).
-  std::vector<void*> destroyed(const void* graph) {
+  std::vector<ToFree> destroyed(const void* graph) {
     free_.erase(graph);
-    std::vector<void*> now;
+    std::vector<ToFree> now;
     for (auto it = blocks_.begin(); it != blocks_.end();) {
       if (it->second.graph != graph) {
         ++it;
       } else if (it->second.given_back) {
-        now.push_back(it->first);
+        now.push_back({it->first, it->second.bytes == 0});
         it = blocks_.erase(it);
       } else {
         it->second.graph = nullptr;

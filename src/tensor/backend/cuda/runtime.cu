@@ -50,6 +50,7 @@ void check_cublas(cublasStatus_t s, const char* what) {
 // graph_memory_, graph_memory.h).
 struct Graph {
   cudaGraphExec_t exec = nullptr;
+  cudaStream_t stream = nullptr;  // the stream it was captured on
 };
 
 // A logical GPU's stream as the library holds it: the stream, its GPU, its
@@ -472,6 +473,7 @@ class CudaApi final : public GpuApi {
     select(stream);
     check(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
     s.capturing = new Graph();
+    s.capturing->stream = s.stream;
   }
   void* end_capture(void* stream) override {
     Stream& s = as(stream);
@@ -529,14 +531,21 @@ class CudaApi final : public GpuApi {
   }
   // A graph's memory: what its tensors gave back is freed now (after the
   // device's work: cudaFree waits for it; a block from the pool that the
-  // graph adopted too), the rest when they give it back.
+  // graph adopted goes back to the pool on the graph's stream, after its
+  // launches), the rest when they give it back.
   void release(Graph* g) {
-    std::vector<void*> now;
+    std::vector<GraphMemory::ToFree> now;
     {
       std::lock_guard lock(graph_mutex_);
       now = graph_memory_.destroyed(g);
     }
-    for (void* p : now) cudaFree(p);
+    for (const GraphMemory::ToFree& f : now) {
+      if (f.adopted) {
+        cudaFreeAsync(f.block, g->stream);
+      } else {
+        cudaFree(f.block);
+      }
+    }
     delete g;
   }
 
