@@ -241,6 +241,7 @@ void compile_unless_compiled(Model& model, const TrainArgs& a, bool say,
   } else {
     model.compile(options);
   }
+  if (a.run_eagerly) model.set_run_eagerly(true);
 }
 
 // --model, compiled as the main job trains it.
@@ -288,6 +289,7 @@ Model own_data_model(const TrainArgs& a, std::optional<TrainingData>& data) {
     std::printf("Recompiling %s for what now trains: a fresh Adam at learning rate %g.\n",
                 a.model.c_str(), a.learning_rate);
     model.compile(options);
+    if (a.run_eagerly) model.set_run_eagerly(true);
   } else {
     compile_unless_compiled(model, a, true, options);
   }
@@ -546,6 +548,9 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
                    "stop after PATIENCE epochs without a lower val_loss, keeping the best "
                    "epoch's weights (EarlyStopping with restore_best_weights)")
       ->check(at_least(1));
+  train->add_flag("--run-eagerly", a.run_eagerly,
+                  "every step op by op (Keras's run_eagerly); on a GPU the step is otherwise "
+                  "recorded once as a CUDA graph and replayed per batch");
   train
       ->add_flag("--allow-changed-batch-size", a.allow_changed_batch_size,
                  "resume a --checkpoint-dir run with another --batch-size (not an exact "

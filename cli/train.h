@@ -45,6 +45,9 @@ struct TrainArgs {
   std::int64_t batch_size = 64;  // global
   double learning_rate = 1e-3;
   bool learning_rate_given = false;  // --learning-rate on the command line
+  // Every step op by op (Keras's run_eagerly); on a GPU fit otherwise
+  // records its step once and replays it.
+  bool run_eagerly = false;
   int verbose = 1;
   std::uint64_t seed = 1337;
   std::int64_t steps_per_epoch = 0;  // 0: the whole training set

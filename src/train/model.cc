@@ -239,6 +239,13 @@ void Model::compile(CompileOptions o) {
 
 bool Model::compiled() const { return state_ && state_->compiled; }
 
+bool Model::run_eagerly() const { return state().run_eagerly; }
+
+void Model::set_run_eagerly(bool run_eagerly) {
+  LOCKSTEP_CHECK(compiled(), "Model.run_eagerly: compile the model first");
+  state().run_eagerly = run_eagerly;
+}
+
 const Optimizer& Model::optimizer() const { return state().optimizer; }
 
 std::vector<Metric> Model::metrics() const {

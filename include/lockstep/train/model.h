@@ -179,6 +179,10 @@ class Model : public Layer {
 
   void compile(CompileOptions options);
   bool compiled() const;
+  // Keras's model.run_eagerly: compile's setting, which may be changed on a
+  // compiled model (one loaded compiled from a file included).
+  bool run_eagerly() const;
+  void set_run_eagerly(bool run_eagerly);
 
   // Single-input / single-output models take tensors; models with several
   // inputs or outputs take one tensor per input and per output, in order.
