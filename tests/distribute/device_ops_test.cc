@@ -1384,8 +1384,8 @@ TEST(DeviceOps, ARecordingHoldsAboutItsEagerStepsPeak) {
       const std::size_t at = text.find("(it holds ");
       ASSERT_NE(at, std::string::npos) << what << ": not recorded: " << text;
       const double held = std::stod(text.substr(at + 10));
-      std::printf("%s: the eager step's peak %.1f MB; the recording holds %.1f MB\n",
-                  what.c_str(), eager_peak, held);
+      std::printf("%s: the eager step's peak %.1f MB; the recording holds %.1f MB\n", what.c_str(),
+                  eager_peak, held);
       // Without reuse 1.8 to 3.6 times the peak here; with it 1.3 to 1.55.
       EXPECT_LE(held, 1.6 * eager_peak + 0.3)
           << what << ": the recording holds " << held << " MB, the eager step's peak was "
