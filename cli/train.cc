@@ -688,6 +688,8 @@ int train_in_phases(const TrainArgs& a, std::string& phase) {
     for (const Device* d : strategy.replica_devices())
       where += (where.empty() ? "" : ", ") + d->name();
     std::printf("Replicas on %s\n", where.c_str());
+    if (strategy.num_local_replicas() > 1)
+      std::printf("Gradients summed: %s\n", strategy.cross_device_reduction().c_str());
   }
   if (a.mixed_precision == "bfloat16") {
     mixed_precision::set_global_policy("mixed_bfloat16");

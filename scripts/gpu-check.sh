@@ -14,7 +14,8 @@
 #                                  (LOCKSTEP_CHECK_SECTIONS picks some):
 #     ceilings   PyTorch's float32 matmul and device copy rates
 #     tests      device_tests: every device op against the CPU, the
-#                optimizers bit for bit, recorded steps against eager ones
+#                optimizers bit for bit, recorded steps against eager ones,
+#                a one-rank NCCL sum and two ranks on one GPU refused
 #     memcheck   compute-sanitizer over the recorded steps and the newer ops
 #     mobilenet  MobileNetV2 224x224 batch 64 beside PyTorch: float32 fed
 #                through fit and with the batch on the GPU, mixed_bfloat16,
@@ -38,8 +39,8 @@
 #   LOCKSTEP_CHECK_PROFILE=1 adds ncu's kernel times of two MobileNetV2
 #   steps. Logs go to OUT; a table of every RESULT is printed last.
 #
-# CUDA's libraries come from the GPU machine's PyTorch wheels (cuBLAS and
-# cuDNN under site-packages/nvidia/).
+# CUDA's libraries come from the GPU machine's PyTorch wheels (cuBLAS,
+# cuDNN and NCCL under site-packages/nvidia/).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 carry=$here/.gpu-carry
@@ -95,7 +96,7 @@ pack() {
   # The Debian libraries the binaries load, but not glibc's, the compiler's
   # runtime or CUDA's (the GPU machine has newer ones of each).
   ldd "$carry"/bin/* "$carry/lib/liblockstep_cuda.so" | awk '/=> \//{print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|libcublas|libcudart|libcudnn' |
+    grep -Ev '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|libcublas|libcudart|libcudnn|libnccl' |
     while read -r lib; do cp -L "$lib" "$carry/lib/"; done
   # Stripped: the tree and the carry travel within 64 MiB.
   strip --strip-unneeded "$carry"/bin/* "$carry"/lib/*.so*
@@ -179,8 +180,8 @@ section_tests() {
 
 # What memcheck covers unless LOCKSTEP_CHECK_MEMCHECK_FILTER says: the
 # recorded steps and what came after the last clean run of every op test
-# (half-type ops, clipping, prefetching, image ops), within its 100 s.
-memcheck_filter='DeviceOps.*Graph*:DeviceOps.Fit*:DeviceOps.ARecord*:DeviceOps.HalfType*:DeviceOps.Clipped*:DeviceOps.Prefetch*:DeviceOps.ImageOps*:DeviceOps.Augmentation*'
+# (NCCL, half-type ops, clipping, prefetching, image ops), within its 100 s.
+memcheck_filter='DeviceOps.Nccl*:DeviceOps.*Graph*:DeviceOps.Fit*:DeviceOps.ARecord*:DeviceOps.HalfType*:DeviceOps.Clipped*:DeviceOps.Prefetch*:DeviceOps.ImageOps*:DeviceOps.Augmentation*'
 section_memcheck() {
   command -v compute-sanitizer >/dev/null || { say "memcheck: no compute-sanitizer"; return; }
   say "== compute-sanitizer memcheck over device ops, training steps and recorded steps"
@@ -365,7 +366,7 @@ run() {
   local site
   site=$($py -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))' 2>/dev/null || true)
   local cuda_libs
-  cuda_libs=$(find "$site/nvidia" \( -name 'libcublas.so*' -o -name 'libcudnn.so*' \) -printf '%h\n' 2>/dev/null |
+  cuda_libs=$(find "$site/nvidia" \( -name 'libcublas.so*' -o -name 'libcudnn.so*' -o -name 'libnccl.so*' \) -printf '%h\n' 2>/dev/null |
     sort -u | tr '\n' ':' || true)
   export LD_LIBRARY_PATH="/tmp/ls/lib:${cuda_libs}${LD_LIBRARY_PATH:-}"
   # LOCKSTEP_CHECK_CUDA_LIBRARY: another adapter (the emulated GPU's, to try

@@ -14,7 +14,7 @@ namespace {
 // a bucket before a gradient that would take it past the cap. Each bucket is
 // one contiguous range: its gradients, then its variables' flags.
 void lay_out(GradientBuckets& b, const std::vector<Variable>& vars, std::size_t bytes_per_pack,
-             bool in_device) {
+             bool in_device, bool sums) {
   const std::size_t n = vars.size();
   b.var_ids.clear();
   for (const Variable& v : vars) b.var_ids.push_back(v.id());
@@ -51,9 +51,12 @@ void lay_out(GradientBuckets& b, const std::vector<Variable>& vars, std::size_t 
     b.buckets.push_back(std::move(bucket));
   }
   if (in_device) {
-    // On this replica's device: its gradients, and the sums of everyone's.
-    b.arena = Tensor::empty({at});
-    b.sums = Tensor::empty({at});
+    // On this replica's device: its gradients, and the sums of everyone's
+    // (in place where a collective sums).
+    // Zeroed where the collective sums the arena in place: its flags' slots
+    // are summed too, never written.
+    b.arena = sums ? Tensor::empty({at}) : Tensor::zeros({at});
+    b.sums = sums ? Tensor::empty({at}) : Tensor();
   } else {
     // In host memory: replicas on accelerators copy their gradients here and
     // the host's collectives sum them (TensorFlow's ReductionToOneDevice to
@@ -68,14 +71,21 @@ void lay_out(GradientBuckets& b, const std::vector<Variable>& vars, std::size_t 
 
 GradientReduction::GradientReduction(GradientBuckets* buckets, comm::Communicator* comm,
                                      const std::vector<Variable>& vars, std::size_t bytes_per_pack,
-                                     bool compress, bool in_device)
-    : buckets_(buckets), comm_(comm), vars_(vars), compress_(compress), in_device_(in_device) {
+                                     bool compress, bool in_device,
+                                     detail::DeviceCollective* collective)
+    : buckets_(buckets),
+      comm_(comm),
+      vars_(vars),
+      compress_(compress),
+      in_device_(in_device),
+      collective_(in_device ? collective : nullptr) {
   GradientBuckets& b = *buckets_;
+  const bool sums = in_device && collective_ == nullptr;
   bool same = b.arena.defined() && b.bytes_per_pack == bytes_per_pack &&
-              b.var_ids.size() == vars.size() && b.sums.defined() == in_device &&
+              b.var_ids.size() == vars.size() && b.sums.defined() == sums &&
               &b.arena.device() == &(in_device ? current_device() : host_device());
   for (std::size_t i = 0; same && i < vars.size(); ++i) same = b.var_ids[i] == vars[i].id();
-  if (!same) lay_out(b, vars, bytes_per_pack, in_device);
+  if (!same) lay_out(b, vars, bytes_per_pack, in_device, sums);
   b.added.assign(vars.size(), 0);
   for (auto& bucket : b.buckets) {
     bucket.pending = static_cast<int>(bucket.vars.size());
@@ -157,6 +167,15 @@ void GradientReduction::post_ready_buckets() {
 
 std::vector<Tensor> GradientReduction::finish_in_device() {
   GradientBuckets& b = *buckets_;
+  if (collective_ != nullptr) {
+    // Every replica is here once the flags are summed (a replica that failed
+    // before aborts the host collective, and the strategy the device one);
+    // then the arenas are summed in place on the replicas' streams.
+    comm_->all_reduce(b.has_gradient.data(), b.has_gradient.size(), comm::ReduceOp::kSum);
+    collective_->all_reduce_sum(static_cast<float*>(detail::device_pointer(b.arena)),
+                                b.arena.numel());
+    return device_sums(b.arena);
+  }
   Device& device = current_device();
   detail::DeviceKernels* kernels = device.kernels();
   // This replica's arena is complete once its stream has run; the flags'
@@ -174,10 +193,15 @@ std::vector<Tensor> GradientReduction::finish_in_device() {
   // everyone has read it.
   kernels->synchronize(device);
   comm_->barrier();
+  return device_sums(b.sums);
+}
+
+std::vector<Tensor> GradientReduction::device_sums(const Tensor& sums) const {
+  const GradientBuckets& b = *buckets_;
   std::vector<Tensor> summed(vars_.size());
   for (std::size_t i = 0; i < vars_.size(); ++i) {
     if (b.has_gradient[i] > 0)
-      summed[i] = b.sums.view_rows(b.offset[i], b.offset[i] + vars_[i].shape().numel())
+      summed[i] = sums.view_rows(b.offset[i], b.offset[i] + vars_[i].shape().numel())
                       .view_as(vars_[i].shape());
   }
   return summed;

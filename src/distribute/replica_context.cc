@@ -41,7 +41,7 @@ Tensor ReplicaContext::all_reduce(ReduceOp op, const Tensor& value) const {
 GradientReduction ReplicaContext::start_gradient_reduction(const std::vector<Variable>& vars) {
   if (p_.num_replicas <= 1) return {};
   return GradientReduction(&buckets_, p_.communicator, vars, p_.bytes_per_pack,
-                           p_.compress_gradients, p_.in_device_reduction);
+                           p_.compress_gradients, p_.in_device_reduction, p_.device_collective);
 }
 
 std::vector<Tensor> ReplicaContext::sum_gradients(std::vector<Tensor> grads,

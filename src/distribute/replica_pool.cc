@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/log.h"
 #include "lockstep/core/spin_wait.h"
 #include "lockstep/tensor/device_kernels.h"
 #include "strategy_impl.h"
@@ -149,10 +150,68 @@ bool StrategyImpl::devices_share_accelerator_memory() const {
   return true;
 }
 
+std::string StrategyImpl::describe_reduction() const {
+  const int k = size();
+  if (k == 1 && !workers_.comm) return "none (one replica)";
+  std::string local;
+  if (k == 1) {
+    local = "";
+  } else if (devices_share_accelerator_memory()) {
+    local = "in the device: each replica sums every replica's arena in rank order";
+  } else if (devices_[0]->kernels() != nullptr && !devices_[0]->kernels()->runs_host_kernels()) {
+    local = "ReductionToOneDevice: through host memory (/cpu:0)";
+  } else {
+    local = comm_options_.algorithm == comm::Algorithm::kReductionToOneDevice
+                ? "ReductionToOneDevice: host collectives, in rank order"
+                : "ReduceScatterAllGather: host collectives, in rank order";
+  }
+  if (!workers_.comm) return local;
+  return detail::str_cat(local, local.empty() ? "" : "; ", "across ", workers_.num_workers,
+                         " workers: through host memory and the workers' communicator");
+}
+
+// Replicas on distinct accelerators that share no memory, in one process,
+// sum with their backend's collective (NCCL on GPUs, TensorFlow's default
+// NcclAllReduce there) unless the strategy asked for ReductionToOneDevice.
+// Made anew with the group (after a failure, the aborted one cannot serve).
+void StrategyImpl::make_collectives() {
+  collectives_.clear();
+  const int k = size();
+  const bool accelerators = k > 1 && std::all_of(devices_.begin(), devices_.end(), [](Device* d) {
+                              return d->kernels() != nullptr && !d->kernels()->runs_host_kernels();
+                            });
+  bool distinct = accelerators;
+  for (int i = 0; distinct && i < k; ++i) {
+    for (int j = 0; j < i; ++j) {
+      if (devices_[static_cast<std::size_t>(i)]->kernels()->shares_memory_with(
+              *devices_[static_cast<std::size_t>(j)]->kernels()))
+        distinct = false;
+    }
+  }
+  if (!distinct || workers_.comm ||
+      comm_options_.algorithm == comm::Algorithm::kReductionToOneDevice)
+    return;
+  detail::DeviceKernels& kernels = *devices_[0]->kernels();
+  try {
+    collectives_ = kernels.make_collective(devices_);
+  } catch (const DeviceError& e) {
+    log(LogLevel::kWarning,
+        detail::str_cat(name_, ": the GPUs' collective could not be made (", e.what(),
+                        "); their gradients are summed through host memory\n"));
+    collectives_.clear();
+    return;
+  }
+  if (!collectives_.empty())
+    reduction_ =
+        detail::str_cat("NcclAllReduce: ", kernels.collective_name(), " on the replicas' streams");
+}
+
 void StrategyImpl::reset_group() {
   const int k = size();
   if (k > 1) group_ = comm::InProcessGroup::create(k, comm_options_);
   hierarchical_.clear();
+  reduction_ = describe_reduction();
+  make_collectives();
   for (int r = 0; r < k; ++r) {
     ReplicaContext::Placement p;
     p.replica_id = workers_.worker_index * k + r;
@@ -175,7 +234,10 @@ void StrategyImpl::reset_group() {
     p.bytes_per_pack = replica_options_.bytes_per_pack;
     p.shard_optimizer_update = replica_options_.shard_optimizer_update;
     p.compress_gradients = replica_options_.compress_gradients && workers_.num_workers > 1;
-    p.in_device_reduction = !workers_.comm && k > 1 && devices_share_accelerator_memory();
+    p.in_device_reduction =
+        !workers_.comm && k > 1 && (devices_share_accelerator_memory() || !collectives_.empty());
+    if (!collectives_.empty())
+      p.device_collective = collectives_[static_cast<std::size_t>(r)].get();
     // In place: replica threads hold a pointer to their context.
     contexts_[static_cast<std::size_t>(r)] = ReplicaContext(p);
   }
@@ -234,9 +296,11 @@ void StrategyImpl::run_one(int r) {
           what = e.what();
         } catch (...) {
         }
-        // Release every replica blocked in (or about to enter) a collective.
+        // Release every replica blocked in (or about to enter) a collective,
+        // on the host or on its GPU.
         contexts_[static_cast<std::size_t>(r)].placement().communicator->abort(
             "replica " + std::to_string(r) + " failed: " + what);
+        if (!collectives_.empty()) collectives_[0]->abort();
       }
     }
   }

@@ -46,6 +46,9 @@ comm::Communicator* StrategyExtended::cross_worker_communicator() const {
 const std::vector<Device*>& Strategy::replica_devices() const { return impl_->devices(); }
 const std::string& Strategy::name() const { return impl_->name(); }
 bool Strategy::is_default() const { return impl_->is_default(); }
+const std::string& Strategy::cross_device_reduction() const {
+  return impl_->cross_device_reduction();
+}
 
 Strategy::Scope::Scope(const Strategy& strategy)
     : creator_([impl = strategy.impl_](const Tensor& initial, Variable::Options options) {

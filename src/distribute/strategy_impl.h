@@ -21,6 +21,7 @@
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/distribute/strategy_extended.h"
 #include "lockstep/tensor/device.h"
+#include "lockstep/tensor/device_kernels.h"
 
 namespace lockstep::distribute {
 
@@ -73,6 +74,8 @@ class StrategyImpl {
   const std::vector<Device*>& devices() const { return devices_; }
   const std::string& name() const { return name_; }
   bool is_default() const { return is_default_; }
+  // How the local replicas sum gradients (Strategy::cross_device_reduction).
+  const std::string& cross_device_reduction() const { return reduction_; }
 
   // Runs fn on every local replica (Strategy::run_replicas).
   void run(const std::function<void(ReplicaContext&)>& fn);
@@ -119,6 +122,8 @@ class StrategyImpl {
   // Runs the task for replica r; a failure is recorded and aborts the
   // group so that no other replica waits for this one.
   void run_one(int r);
+  void make_collectives();
+  std::string describe_reduction() const;
   [[noreturn]] static void rethrow_with_replica(const std::exception_ptr& e, int r);
 
   std::string name_;
@@ -130,6 +135,9 @@ class StrategyImpl {
   std::shared_ptr<comm::InProcessGroup> group_;
   CrossWorker workers_;
   std::vector<std::unique_ptr<HierarchicalCommunicator>> hierarchical_;
+  // Replicas on distinct GPUs: their NCCL members, by local replica.
+  std::vector<std::unique_ptr<detail::DeviceCollective>> collectives_;
+  std::string reduction_;
   std::vector<ReplicaContext> contexts_;  // replica threads hold pointers: never resized
 
   mutable std::mutex kept_mu_;

@@ -173,5 +173,9 @@ void DeviceKernels::apply_update(const DeviceUpdate&, float*, const float*,
 void DeviceKernels::sum_buffers(Device&, const std::vector<const float*>&, float*, std::int64_t) {
   no_kernel("the replicas' gradient sum");
 }
+std::vector<std::unique_ptr<DeviceCollective>> DeviceKernels::make_collective(
+    const std::vector<Device*>&) {
+  return {};
+}
 
 }  // namespace lockstep::detail

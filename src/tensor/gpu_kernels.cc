@@ -217,6 +217,51 @@ class GpuGraph final : public DeviceGraph {
   void* graph_;
 };
 
+// NCCL's communicators for the replicas on distinct GPUs of this process,
+// made together (ncclCommInitAll); each member sums on its logical GPU's
+// stream. An abort from any member aborts them all: a replica that failed
+// leaves the others' NCCL kernels waiting for it on their GPUs.
+class NcclGroup {
+ public:
+  NcclGroup(GpuApi* api, std::vector<void*> comms) : api_(api), comms_(std::move(comms)) {}
+  ~NcclGroup() {
+    for (void* c : comms_) {
+      try {
+        api_->nccl_destroy(c);
+      } catch (const std::runtime_error&) {  // a context torn down at exit
+      }
+    }
+  }
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+  void abort() {
+    for (void* c : comms_) api_->nccl_abort(c);
+  }
+  GpuApi* api() const { return api_; }
+  void* comm(std::size_t rank) const { return comms_[rank]; }
+
+ private:
+  GpuApi* api_;
+  std::vector<void*> comms_;
+};
+
+class NcclMember final : public DeviceCollective {
+ public:
+  NcclMember(std::shared_ptr<NcclGroup> group, std::size_t rank, Device& device, void* stream)
+      : group_(std::move(group)), rank_(rank), device_(device), stream_(stream) {}
+  void all_reduce_sum(float* buf, std::int64_t n) override {
+    guarded(device_, "the replicas' NCCL all-reduce",
+            [&] { group_->api()->nccl_all_reduce(group_->comm(rank_), stream_, buf, n); });
+  }
+  void abort() override { group_->abort(); }
+
+ private:
+  std::shared_ptr<NcclGroup> group_;
+  std::size_t rank_;
+  Device& device_;
+  void* stream_;
+};
+
 class GpuKernels final : public DeviceKernels {
  public:
   GpuKernels(GpuApi* api, int gpu, void* stream, std::string what)
@@ -889,6 +934,29 @@ class GpuKernels final : public DeviceKernels {
       api_->sum_buffers(stream_, srcs.data(), static_cast<int>(srcs.size()), dst, n);
     });
   }
+  std::vector<std::unique_ptr<DeviceCollective>> make_collective(
+      const std::vector<Device*>& devices) override {
+    LOCKSTEP_CHECK_AS(DeviceError, !devices.empty(), "NCCL: no devices to join");
+    std::vector<GpuKernels*> members;
+    std::vector<int> gpus;
+    for (Device* d : devices) {
+      auto* k = d == nullptr ? nullptr : dynamic_cast<GpuKernels*>(d->kernels());
+      LOCKSTEP_CHECK_AS(DeviceError, k != nullptr && k->api_ == api_,
+                        "NCCL joins GPUs only: ", d == nullptr ? "a null device" : d->name(),
+                        " is not one");
+      members.push_back(k);
+      gpus.push_back(k->gpu_);
+    }
+    std::vector<void*> comms(devices.size(), nullptr);
+    guarded(*devices.front(), "making NCCL's communicators",
+            [&] { api_->nccl_init_all(static_cast<int>(gpus.size()), gpus.data(), comms.data()); });
+    auto group = std::make_shared<NcclGroup>(api_, std::move(comms));
+    std::vector<std::unique_ptr<DeviceCollective>> out;
+    for (std::size_t r = 0; r < devices.size(); ++r)
+      out.push_back(std::make_unique<NcclMember>(group, r, *devices[r], members[r]->stream_));
+    return out;
+  }
+  std::string collective_name() const override { return api_->nccl_version(); }
 
  private:
   template <typename F>

@@ -675,6 +675,39 @@ TEST(DeviceOps, RunningOutOfMemoryIsAnErrorNamingTheSize) {
   EXPECT_EQ(dev().allocator().stats().bytes_in_use, before.bytes_in_use);
 }
 
+// NCCL, where the device has a collective (GPUs): one rank sums to its own
+// values on the device's stream, and two ranks on one GPU (the logical GPU
+// beside it) are refused by name — NCCL takes one rank per GPU — never a
+// hang. The fake accelerator has none: its replicas share memory and sum
+// in the device.
+TEST(DeviceOps, NcclSumsWithOneRankAndRefusesTwoOnOneGpu) {
+  detail::DeviceKernels& k = *dev().kernels();
+  if (k.runs_host_kernels()) {
+    EXPECT_TRUE(k.make_collective({&dev()}).empty());
+    EXPECT_EQ(k.collective_name(), "");
+    return;
+  }
+  std::printf("collective: %s\n", k.collective_name().c_str());
+  EXPECT_NE(k.collective_name().find("NCCL"), std::string::npos) << k.collective_name();
+  std::mt19937 rng(5);
+  const Tensor values = random_tensor({1000}, rng);
+  DeviceScope on(dev(), {.pin_thread = false});
+  const auto one = k.make_collective({&dev()});
+  ASSERT_EQ(one.size(), 1u);
+  Tensor buf = values.copy_to(dev());
+  one[0]->all_reduce_sum(static_cast<float*>(detail::device_pointer(buf)), buf.numel());
+  testing_support::expect_bitwise({values.to_vector<float>()}, {buf.cpu().to_vector<float>()},
+                                  "one rank's NCCL sum");
+  try {
+    (void)k.make_collective(devices());
+    FAIL() << "NCCL joined two ranks on one GPU";
+  } catch (const DeviceError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("one rank per GPU"), std::string::npos) << what;
+    EXPECT_NE(what.find(dev().name()), std::string::npos) << what;
+  }
+}
+
 // Dataset::prefetch_to_device: every byte arrives, through staging areas
 // that grow and are reused (sizes up and down, three dtypes with odd byte
 // counts), while the device computes on the element before; with

@@ -3,15 +3,19 @@
 // LOCKSTEP_CUDA_LIBRARY with LOCKSTEP_EMULATED_GPUS=2: CI has no GPU, and
 // the device machine has one): TensorFlow's device names, tf.config's lists,
 // MirroredStrategy's default, copies between GPUs, and the seed MLP on two
-// GPUs — which share no memory, so their gradients meet through the host —
-// trained as on two CPU replicas.
+// GPUs — which share no memory, so their gradients meet in NCCL (the
+// emulated adapter's, threads as ranks) or through the host — trained as on
+// two CPU replicas.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <thread>
 
 #include "lockstep/lockstep.h"
+#include "lockstep/tensor/device_kernels.h"
 #include "support/mlp_examples.h"
 #include "support/weights.h"
 
@@ -103,6 +107,136 @@ TEST_F(GpuDevices, SeedMlpOnTwoGpusTrainsAsOnTwoCpuReplicas) {
   const auto cpus = fit(logical_devices());
   const auto gpus = fit(gpu_devices());
   testing_support::expect_close(cpus, gpus, 1e-4, "2 GPUs vs 2 CPU replicas");
+}
+
+// Two GPUs share no memory: their replicas sum gradients with NCCL on their
+// streams (TensorFlow's default on GPUs, NcclAllReduce), and through host
+// memory when the strategy asks for ReductionToOneDevice — the same sums in
+// the same rank order, so the same bits, on both replicas.
+TEST_F(GpuDevices, TwoGpusSumGradientsWithNcclAsThroughTheHost) {
+  const MirroredStrategy nccl({.devices = gpu_devices()});
+  EXPECT_EQ(nccl.cross_device_reduction().rfind("NcclAllReduce: ", 0), 0u)
+      << nccl.cross_device_reduction();
+  const MirroredStrategy host(
+      {.devices = gpu_devices(), .cross_device_ops = comm::Algorithm::kReductionToOneDevice});
+  EXPECT_EQ(host.cross_device_reduction(), "ReductionToOneDevice: through host memory (/cpu:0)");
+  const auto [x, y] = mlp_examples(256, 8);
+  auto fit = [&](const MirroredStrategy& strategy) {
+    Model model = seed_mlp_under(strategy);
+    model.fit(x, y, {.batch_size = 64, .epochs = 2, .verbose = 0, .shuffle = false});
+    std::vector<std::vector<float>> second;  // replica 1's copies
+    for (const Variable& v : model.impl()->weights())
+      second.push_back(v.replica_value(1).to_vector<float>());
+    testing_support::expect_bitwise(testing_support::weights(model), second,
+                                    strategy.cross_device_reduction() + ": the two replicas");
+    return second;
+  };
+  testing_support::expect_bitwise(fit(host), fit(nccl), "NCCL against the host's sums");
+}
+
+// Where NCCL's communicators cannot be made, the strategy says why in a
+// warning and sums through host memory — the same training, never a failed
+// job or a silent change.
+TEST_F(GpuDevices, WithoutNcclCommunicatorsTheGpusSumThroughTheHostAndSaySo) {
+  std::string warned;
+  const LogSink before = set_log_sink([&](LogLevel level, std::string_view text) {
+    if (level == LogLevel::kWarning) warned += text;
+  });
+  ::setenv("LOCKSTEP_EMULATED_NCCL_INIT_FAIL", "1", 1);  // NOLINT(concurrency-mt-unsafe)
+  const MirroredStrategy without({.devices = gpu_devices()});
+  ::unsetenv("LOCKSTEP_EMULATED_NCCL_INIT_FAIL");  // NOLINT(concurrency-mt-unsafe)
+  set_log_sink(before);
+  EXPECT_EQ(without.cross_device_reduction(), "ReductionToOneDevice: through host memory (/cpu:0)");
+  EXPECT_NE(warned.find("planted failure"), std::string::npos) << warned;
+  EXPECT_NE(warned.find("summed through host memory"), std::string::npos) << warned;
+  const auto [x, y] = mlp_examples(128, 4);
+  auto fit = [&](const MirroredStrategy& strategy) {
+    Model model = seed_mlp_under(strategy);
+    model.fit(x, y, {.batch_size = 64, .epochs = 1, .verbose = 0, .shuffle = false});
+    return testing_support::weights(model);
+  };
+  testing_support::expect_bitwise(fit(MirroredStrategy({.devices = gpu_devices()})), fit(without),
+                                  "NCCL against the fallback through the host");
+}
+
+// A replica that fails leaves none of the others waiting in NCCL for it:
+// the strategy aborts the GPUs' collective with its host collectives, the
+// run fails naming the replica, and the next run sums with NCCL again (a
+// new collective: the aborted one cannot serve).
+TEST_F(GpuDevices, AFailedReplicaAbortsTheNcclSumAndTheNextRunSumsAgain) {
+  const MirroredStrategy strategy({.devices = gpu_devices()});
+  Variable v;
+  {
+    auto scope = strategy.scope();
+    v = Variable(Tensor::zeros({3}));
+  }
+  auto step = [&](bool fail) {
+    return strategy.run([&] {
+      distribute::ReplicaContext& ctx = *distribute::current_replica_context();
+      if (fail && ctx.local_replica_id() == 1) throw ValueError("planted failure");
+      const Tensor g = Tensor::full({3}, static_cast<float>(ctx.local_replica_id() + 1));
+      return ctx.sum_gradients({g}, {v})[0].cpu();
+    });
+  };
+  try {
+    (void)step(true);
+    FAIL() << "the failed replica went unseen";
+  } catch (const ValueError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("replica 1"), std::string::npos) << what;
+    EXPECT_NE(what.find("planted failure"), std::string::npos) << what;
+  }
+  auto expect_summed = [&] {
+    const auto sums = step(false);
+    for (const Tensor& s : sums.values())
+      EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{3, 3, 3}));  // 1 + 2
+  };
+  expect_summed();
+  // Replica 1 fails at its NCCL call, after the host's flags: replica 0 is
+  // then in NCCL (waiting on its GPU for a peer that will not come) until
+  // the strategy aborts it.
+  ::setenv("LOCKSTEP_EMULATED_NCCL_FAIL_RANK", "1", 1);  // NOLINT(concurrency-mt-unsafe)
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    (void)step(false);
+    ::unsetenv("LOCKSTEP_EMULATED_NCCL_FAIL_RANK");  // NOLINT(concurrency-mt-unsafe)
+    FAIL() << "the failed NCCL call went unseen";
+  } catch (const DeviceError& e) {
+    ::unsetenv("LOCKSTEP_EMULATED_NCCL_FAIL_RANK");  // NOLINT(concurrency-mt-unsafe)
+    const std::string what = e.what();
+    EXPECT_NE(what.find("replica 1"), std::string::npos) << what;
+    EXPECT_NE(what.find("planted failure of rank 1"), std::string::npos) << what;
+  }
+  // Not a speed goal: released by the abort, replica 0 returns at once; not
+  // released, it waits out the emulated NCCL's minute (a GPU: for ever).
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30))
+      << "replica 0 was not released from its NCCL wait";
+  expect_summed();
+}
+
+// An aborted collective fails by name whether its rank was waiting for a
+// peer (released) or comes after the abort (refused); never a hang.
+TEST_F(GpuDevices, AnAbortedNcclSumFailsClearlyAndReleasesItsWaiter) {
+  Device& first = *gpu_devices()[0];
+  const auto members = first.kernels()->make_collective(gpu_devices());
+  ASSERT_EQ(members.size(), 2u);
+  std::string error;
+  std::thread waiter([&] {
+    DeviceScope on(first, {.pin_thread = false});
+    Tensor buf = Tensor::ones({4});
+    try {
+      members[0]->all_reduce_sum(static_cast<float*>(detail::device_pointer(buf)), 4);
+      first.kernels()->synchronize(first);
+    } catch (const DeviceError& e) {
+      error = e.what();
+    }
+  });
+  // Most often rank 0 is waiting for rank 1 by now; if not, it is refused.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  members[1]->abort();
+  waiter.join();
+  EXPECT_NE(error.find("aborted"), std::string::npos) << error;
+  EXPECT_NE(error.find("/device:GPU:0"), std::string::npos) << error;
 }
 
 // BatchNormalization's moving statistics, moved on each GPU by its

@@ -26,7 +26,11 @@
 // with one kernel, so every replica holds the same bits and no gradient
 // crosses to the host. Elsewhere gradients on an accelerator are copied to
 // a host arena and summed by the communicator (TensorFlow's
-// ReductionToOneDevice to "/cpu:0").
+// ReductionToOneDevice to "/cpu:0") — except on distinct GPUs of one
+// process with a collective (NCCL, DeviceKernels::make_collective): each
+// replica packs its arena on its stream as above, one host collective sums
+// the "has a gradient" flags, and NCCL sums the arenas in place on the
+// replicas' streams (TensorFlow's NcclAllReduce); the host waits for no GPU.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +39,10 @@
 
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/comm/communicator.h"
+
+namespace lockstep::detail {
+class DeviceCollective;  // lockstep/tensor/device_kernels.h
+}  // namespace lockstep::detail
 
 namespace lockstep::distribute {
 
@@ -50,7 +58,7 @@ struct GradientBuckets {
   std::vector<std::uint64_t> var_ids{};
   std::size_t bytes_per_pack = 0;
   Tensor arena{};
-  Tensor sums{};                         // in-device reduction: this replica's sums (device)
+  Tensor sums{};                         // in-device sum of shared arenas: this replica's (device)
   std::vector<float> has_gradient{};     // in-device reduction: the flags, on the host
   std::vector<std::int64_t> offset{};    // per variable: its gradient's place in the arena
   std::vector<std::int64_t> flag{};      // per variable: its "has a gradient" flag's place
@@ -67,10 +75,12 @@ class GradientReduction {
   // `compress`: each bucket's all-reduce sends bfloat16
   // (Communicator::all_reduce_bf16_async).
   // `in_device`: reduce in the device's memory (see above); `comm` then
-  // joins this process's replicas only.
+  // joins this process's replicas only. `collective` (with `in_device`):
+  // this replica's member of the replicas' device collective, which sums.
   GradientReduction(GradientBuckets* buckets, comm::Communicator* comm,
                     const std::vector<Variable>& vars, std::size_t bytes_per_pack,
-                    bool compress = false, bool in_device = false);
+                    bool compress = false, bool in_device = false,
+                    detail::DeviceCollective* collective = nullptr);
   GradientReduction(GradientReduction&&) = default;
   GradientReduction& operator=(GradientReduction&&) = default;
   // Waits for what was posted, so no collective is left half-seen by the
@@ -91,12 +101,16 @@ class GradientReduction {
  private:
   void post_ready_buckets();
   std::vector<Tensor> finish_in_device();
+  // Views of `sums` (a device arena laid out as this replica's) for the
+  // variables some replica had a gradient for.
+  std::vector<Tensor> device_sums(const Tensor& sums) const;
 
   GradientBuckets* buckets_ = nullptr;
   comm::Communicator* comm_ = nullptr;
   std::vector<Variable> vars_;
   bool compress_ = false;
   bool in_device_ = false;
+  detail::DeviceCollective* collective_ = nullptr;
 };
 
 }  // namespace lockstep::distribute

@@ -73,6 +73,9 @@ class ReplicaContext final : public GradientAggregator {
     // The replicas are on accelerator devices that share one memory, in one
     // process: gradients are summed in the device (GradientReduction).
     bool in_device_reduction = false;
+    // The replicas are on distinct GPUs of one process: gradients are summed
+    // by this replica's member of their collective (NCCL), in the device too.
+    detail::DeviceCollective* device_collective = nullptr;
   };
 
   ReplicaContext() = default;  // the cross-replica context: replica 0 of 1

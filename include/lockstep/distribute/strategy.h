@@ -80,6 +80,13 @@ class Strategy {
   // or "DefaultStrategy".
   const std::string& name() const;
   bool is_default() const;
+  // How the local replicas sum their gradients, in TensorFlow's
+  // cross-device-ops words: "NcclAllReduce: NCCL 2.28.9 on the replicas'
+  // streams" (distinct GPUs), "in the device: ..." (logical GPUs of one
+  // GPU), "ReductionToOneDevice: through host memory (/cpu:0)",
+  // "ReduceScatterAllGather: host collectives, in rank order" (CPUs), "none
+  // (one replica)"; with other workers, how they join.
+  const std::string& cross_device_reduction() const;
 
   // RAII: while alive (on this thread), variables are created mirrored
   // across this strategy's replicas and get_strategy() returns it.

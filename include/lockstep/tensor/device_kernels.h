@@ -180,6 +180,22 @@ class DeviceGraph {
   virtual std::size_t bytes() const = 0;
 };
 
+// The replicas' accelerators summing together on their own streams (NCCL
+// on GPUs): one member per replica, made together by
+// DeviceKernels::make_collective. A call is queued on the member's device's
+// stream and returns at once; every member makes the same calls in the
+// same order (a replica thread each).
+class DeviceCollective {
+ public:
+  virtual ~DeviceCollective() = default;
+  // buf (n float32 in this member's device memory) becomes the sum of
+  // every member's, in place: the same bits on every member.
+  virtual void all_reduce_sum(float* buf, std::int64_t n) = 0;
+  // Every member's collectives in flight end with an error and later ones
+  // are refused (a replica failed: nobody waits for it). Any thread.
+  virtual void abort() = 0;
+};
+
 class DeviceKernels {
  public:
   virtual ~DeviceKernels() = default;
@@ -294,6 +310,14 @@ class DeviceKernels {
   // dst = Σ srcs (in their order, so every replica gets the same bits).
   virtual void sum_buffers(Device& device, const std::vector<const float*>& srcs, float* dst,
                            std::int64_t n);
+  // One member for each of `devices` (this backend's, on distinct
+  // accelerators that share no memory), in that order, or none where this
+  // backend has no collectives (the replicas then sum through the host).
+  // Throws DeviceError when the collective cannot be made.
+  virtual std::vector<std::unique_ptr<DeviceCollective>> make_collective(
+      const std::vector<Device*>& devices);
+  // "NCCL 2.28.9": what make_collective's members run ("" without one).
+  virtual std::string collective_name() const { return ""; }
 };
 
 // Throws DeviceError: `op` has no kernel on the current device yet.

@@ -6,7 +6,8 @@
 // memory, never touched by Lockstep's host code: Tensor::data refuses a GPU
 // tensor), streams and events (the kernels run at once, in call order:
 // every stream is in order already), copies, and kernels.cu's kernels with
-// their per-element rules (element_rules.h). A stream that captures
+// their per-element rules (element_rules.h), NCCL's all-reduce among
+// threads (emulated_nccl.h). A stream that captures
 // records its kernels and copies instead, as CUDA graphs do: arguments
 // taken when queued, the memory allocated meanwhile the graph's
 // (graph_memory.h), a copy to the host or from pageable memory refused. Fresh memory is filled with
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "emulated.h"
+#include "emulated_nccl.h"
 #include "tensor/backend/cuda/element_rules.h"
 #include "tensor/backend/cuda/graph_memory.h"
 
@@ -533,6 +535,18 @@ class EmulatedApi final : public GpuApi {
     std::lock_guard lock(mutex_);
     return graph_memory_.bytes(graph);
   }
+  std::string nccl_version() override { return "the emulated adapter's NCCL (emulated_nccl.h)"; }
+  void nccl_init_all(int count, const int* gpus, void** comms) override {
+    for (int i = 0; i < count; ++i) (void)index(gpus[i]);
+    emulated::nccl_init_all(count, gpus, comms);
+  }
+  void nccl_all_reduce(void* comm, void* stream, float* buf, std::int64_t n) override {
+    nccl_check(comm);
+    run(stream, [=] { emulated::nccl_all_reduce(comm, buf, n); });
+  }
+  void nccl_abort(void* comm) override { emulated::nccl_abort(comm); }
+  void nccl_destroy(void* comm) override { emulated::nccl_destroy(comm); }
+
   // The graph's memory that its tensors gave back is freed; the rest is
   // freed when they give it back.
   void destroy_graph(void* graph) override {

@@ -15,7 +15,7 @@
 
 namespace lockstep::backend::cuda {
 
-constexpr int kApiVersion = 11;
+constexpr int kApiVersion = 12;
 constexpr int kMaxRank = 8;
 // The largest depthwise window (kh · kw) our own depthwise kernels take;
 // larger ones go to cuDNN.
@@ -257,6 +257,24 @@ class GpuApi {
   virtual void destroy_graph(void* graph) = 0;
   // The device memory `graph` holds for its launches.
   virtual std::size_t graph_bytes(void* graph) = 0;
+
+  // NCCL: collectives among GPUs, queued on streams (no host waits).
+  // "NCCL 2.28.9", or why there is none.
+  virtual std::string nccl_version() = 0;
+  // One communicator per entry of gpus[0 .. count), rank i on gpus[i], all
+  // in this process (ncclCommInitAll), into comms[0 .. count). A GPU named
+  // twice is refused (NCCL takes one rank per GPU).
+  virtual void nccl_init_all(int count, const int* gpus, void** comms) = 0;
+  // buf (n float32 on the communicator's GPU) becomes the sum of every
+  // rank's buf, in place, queued on `stream` (which may be capturing: the
+  // collective is then part of the graph). Every rank gets the same bits.
+  virtual void nccl_all_reduce(void* comm, void* stream, float* buf, std::int64_t n) = 0;
+  // Ends the communicator's collectives in flight and refuses later ones
+  // (ncclCommAbort): a rank waiting for a peer that failed is released.
+  // Safe while another thread queues on the communicator; nccl_destroy
+  // still frees it.
+  virtual void nccl_abort(void* comm) = 0;
+  virtual void nccl_destroy(void* comm) = 0;
 };
 
 }  // namespace lockstep::backend::cuda

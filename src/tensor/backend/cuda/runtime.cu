@@ -18,6 +18,7 @@
 #include "tensor/backend/cuda/gpu_api.h"
 #include "tensor/backend/cuda/graph_memory.h"
 #include "tensor/backend/cuda/kernels.h"
+#include "tensor/backend/cuda/nccl.h"
 
 namespace lockstep::backend::cuda {
 namespace {
@@ -109,7 +110,7 @@ class CudaApi final : public GpuApi {
     std::snprintf(buf, sizeof buf, "CUDA runtime %d.%d, driver %d.%d, cuBLAS %d.%d, ",
                   runtime / 1000, runtime % 1000 / 10, driver / 1000, driver % 1000 / 10, blas,
                   blas_minor);
-    return buf + CudnnState::version();
+    return buf + CudnnState::version() + ", " + nccl::version();
   }
 
   void* create_stream(int gpu) override {
@@ -523,6 +524,16 @@ class CudaApi final : public GpuApi {
     g->exec = nullptr;
     release(g);
   }
+
+  std::string nccl_version() override { return nccl::version(); }
+  void nccl_init_all(int count, const int* gpus, void** comms) override {
+    nccl::init_all(count, gpus, comms);
+  }
+  void nccl_all_reduce(void* comm, void* stream, float* buf, std::int64_t n) override {
+    nccl::all_reduce(comm, on(stream), buf, n);
+  }
+  void nccl_abort(void* comm) override { nccl::abort(comm); }
+  void nccl_destroy(void* comm) override { nccl::destroy(comm); }
 
  private:
   void not_capturing(void* stream, const char* what) {
