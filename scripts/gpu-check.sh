@@ -282,7 +282,8 @@ section_mwms() {
   say "== MultiWorkerMirroredStrategy on GPUs: two workers (lockstep launch) both on GPU 0, against one-device"
   timeout 150 "$bin/lockstep" launch --workers 2 -- "$bin/lockstep" train --strategy multi-worker \
     --data-dir "$data" --epochs 1 --verbose 2 >"$OUTDIR/mwms.log" 2>&1 || say "multi-worker on the GPU: rc $?"
-  { grep -E "Replicas on|test accuracy|rror" "$OUTDIR/mwms.log" || true; } | sort | uniq -c | head -8 | tee -a "$summary"
+  { grep -E "Replicas on|Gradients summed|NCCL|test accuracy|rror" "$OUTDIR/mwms.log" || true; } | sort | uniq -c |
+    head -8 | cut -c1-300 | tee -a "$summary"
   timeout 120 "$bin/lockstep" train --strategy one-device --devices /gpu:0 --data-dir "$data" --epochs 1 \
     --verbose 2 >"$OUTDIR/one_gpu.log" 2>&1 || say "one-device on the GPU: rc $?"
   { grep -E "Replicas on|test accuracy|rror" "$OUTDIR/one_gpu.log" || true; } | head -4 | tee -a "$summary"

@@ -188,6 +188,15 @@ void StrategyImpl::make_collectives() {
         distinct = false;
     }
   }
+  // A worker's single replica on a GPU joins the other workers' too.
+  const bool one_accelerator =
+      k == 1 && devices_[0]->kernels() != nullptr && !devices_[0]->kernels()->runs_host_kernels();
+  // (Not with bfloat16 compression between workers, which the host path
+  // does: the user's choice.)
+  if (workers_.comm && (distinct || one_accelerator) && !replica_options_.compress_gradients) {
+    join_collectives_across_workers();
+    return;
+  }
   if (!distinct || workers_.comm ||
       comm_options_.algorithm == comm::Algorithm::kReductionToOneDevice)
     return;
@@ -204,6 +213,53 @@ void StrategyImpl::make_collectives() {
   if (!collectives_.empty())
     reduction_ =
         detail::str_cat("NcclAllReduce: ", kernels.collective_name(), " on the replicas' streams");
+}
+
+// The workers' replicas on GPUs join one NCCL communicator, ranks in
+// replica order: the chief makes its id, which reaches the others by the
+// workers' communicator; every worker then says whether it joined, and
+// they use NCCL only if all did (else each warns and they all sum through
+// host memory, as before). Once, when the strategy is made: after a
+// failed run the workers are not in step to join again, and go on
+// through host memory.
+void StrategyImpl::join_collectives_across_workers() {
+  if (collectives_tried_) return;
+  collectives_tried_ = true;
+  detail::DeviceKernels& kernels = *devices_[0]->kernels();
+  const int k = size();
+  std::string id(128, '\0');
+  std::string why;
+  if (workers_.worker_index == 0) {
+    try {
+      id = kernels.new_collective_id();
+    } catch (const DeviceError& e) {
+      why = e.what();
+    }
+    if (id.size() != 128) id.assign(128, '\0');  // no collectives: the others fail to join
+  }
+  workers_.comm->broadcast(id.data(), id.size(), 0);
+  if (why.empty() && id == std::string(128, '\0')) why = "the chief's GPUs have no collective";
+  if (why.empty()) {
+    try {
+      collectives_ = kernels.join_collective(devices_, k * workers_.num_workers,
+                                             workers_.worker_index * k, id, comm_options_.timeout);
+    } catch (const DeviceError& e) {
+      why = e.what();
+    }
+  }
+  float joined = why.empty() && !collectives_.empty() ? 1.0f : 0.0f;
+  workers_.comm->all_reduce(&joined, 1, comm::ReduceOp::kMin);
+  if (joined < 1.0f) {
+    if (!collectives_.empty()) collectives_[0]->abort();
+    collectives_.clear();
+    log(LogLevel::kWarning, detail::str_cat(name_, ": the workers' GPUs did not all join NCCL (",
+                                            why.empty() ? "another worker's could not" : why,
+                                            "); their gradients are summed through host memory\n"));
+    return;
+  }
+  reduction_ =
+      detail::str_cat("NcclAllReduce: ", kernels.collective_name(),
+                      " on the replicas' streams, across ", workers_.num_workers, " workers");
 }
 
 void StrategyImpl::reset_group() {
@@ -235,7 +291,7 @@ void StrategyImpl::reset_group() {
     p.shard_optimizer_update = replica_options_.shard_optimizer_update;
     p.compress_gradients = replica_options_.compress_gradients && workers_.num_workers > 1;
     p.in_device_reduction =
-        !workers_.comm && k > 1 && (devices_share_accelerator_memory() || !collectives_.empty());
+        !collectives_.empty() || (!workers_.comm && k > 1 && devices_share_accelerator_memory());
     if (!collectives_.empty())
       p.device_collective = collectives_[static_cast<std::size_t>(r)].get();
     // In place: replica threads hold a pointer to their context.

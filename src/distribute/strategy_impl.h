@@ -123,6 +123,7 @@ class StrategyImpl {
   // group so that no other replica waits for this one.
   void run_one(int r);
   void make_collectives();
+  void join_collectives_across_workers();
   std::string describe_reduction() const;
   [[noreturn]] static void rethrow_with_replica(const std::exception_ptr& e, int r);
 
@@ -137,6 +138,7 @@ class StrategyImpl {
   std::vector<std::unique_ptr<HierarchicalCommunicator>> hierarchical_;
   // Replicas on distinct GPUs: their NCCL members, by local replica.
   std::vector<std::unique_ptr<detail::DeviceCollective>> collectives_;
+  bool collectives_tried_ = false;  // across workers: joined once, at the start
   std::string reduction_;
   std::vector<ReplicaContext> contexts_;  // replica threads hold pointers: never resized
 

@@ -177,5 +177,9 @@ std::vector<std::unique_ptr<DeviceCollective>> DeviceKernels::make_collective(
     const std::vector<Device*>&) {
   return {};
 }
+std::vector<std::unique_ptr<DeviceCollective>> DeviceKernels::join_collective(
+    const std::vector<Device*>&, int, int, const std::string&, std::chrono::milliseconds) {
+  return {};
+}
 
 }  // namespace lockstep::detail

@@ -936,6 +936,39 @@ class GpuKernels final : public DeviceKernels {
   }
   std::vector<std::unique_ptr<DeviceCollective>> make_collective(
       const std::vector<Device*>& devices) override {
+    return nccl_members(devices, [&](const std::vector<int>& gpus, std::vector<void*>& comms) {
+      api_->nccl_init_all(static_cast<int>(gpus.size()), gpus.data(), comms.data());
+    });
+  }
+  std::string new_collective_id() override {
+    std::string id(static_cast<std::size_t>(backend::cuda::kNcclIdBytes), '\0');
+    try {
+      api_->nccl_unique_id(id.data());
+    } catch (const std::runtime_error& e) {
+      throw_error<DeviceError>("making NCCL's unique id: ", e.what());
+    }
+    return id;
+  }
+  std::vector<std::unique_ptr<DeviceCollective>> join_collective(
+      const std::vector<Device*>& devices, int nranks, int first_rank, const std::string& id,
+      std::chrono::milliseconds timeout) override {
+    LOCKSTEP_CHECK_AS(
+        DeviceError, id.size() == static_cast<std::size_t>(backend::cuda::kNcclIdBytes),
+        "NCCL's unique id has ", backend::cuda::kNcclIdBytes, " bytes, got ", id.size());
+    return nccl_members(devices, [&](const std::vector<int>& gpus, std::vector<void*>& comms) {
+      api_->nccl_init_ranks(static_cast<int>(gpus.size()), gpus.data(), nranks, first_rank,
+                            id.data(), std::chrono::duration<double>(timeout).count(),
+                            comms.data());
+    });
+  }
+  std::string collective_name() const override { return api_->nccl_version(); }
+
+ private:
+  // One member per device, each on its logical GPU's stream, over the
+  // communicators `init` makes (one per device, in order).
+  template <typename Init>
+  std::vector<std::unique_ptr<DeviceCollective>> nccl_members(const std::vector<Device*>& devices,
+                                                              Init&& init) {
     LOCKSTEP_CHECK_AS(DeviceError, !devices.empty(), "NCCL: no devices to join");
     std::vector<GpuKernels*> members;
     std::vector<int> gpus;
@@ -948,17 +981,13 @@ class GpuKernels final : public DeviceKernels {
       gpus.push_back(k->gpu_);
     }
     std::vector<void*> comms(devices.size(), nullptr);
-    guarded(*devices.front(), "making NCCL's communicators",
-            [&] { api_->nccl_init_all(static_cast<int>(gpus.size()), gpus.data(), comms.data()); });
+    guarded(*devices.front(), "making NCCL's communicators", [&] { init(gpus, comms); });
     auto group = std::make_shared<NcclGroup>(api_, std::move(comms));
     std::vector<std::unique_ptr<DeviceCollective>> out;
     for (std::size_t r = 0; r < devices.size(); ++r)
       out.push_back(std::make_unique<NcclMember>(group, r, *devices[r], members[r]->stream_));
     return out;
   }
-  std::string collective_name() const override { return api_->nccl_version(); }
-
- private:
   template <typename F>
   void run(const char* op, F&& fn) {
     guarded(current_device(), op, std::forward<F>(fn));

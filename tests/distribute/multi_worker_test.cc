@@ -5,6 +5,7 @@
 // stranger at the store's port changes nothing. (Killing workers:
 // multi_worker_fault_test.cc.)
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -213,6 +214,44 @@ TEST_F(MultiWorkerTest, WorkersWithReplicasOnAcceleratorsTrainLikeOneProcess) {
     const Trained w0 = read_weights(path(tag + "-0.bin"));
     expect_close(w0, ref, 1e-5, "2 workers x " + devices + " fake device(s) vs one process");
     expect_bitwise(read_weights(path(tag + "-1.bin")), w0, "worker 1 vs worker 0");
+  }
+}
+
+// Workers on GPUs (the emulated adapter's: two GPUs on this machine, one
+// visible to each worker) sum their gradients with NCCL across processes:
+// the chief's unique id reaches the other through the workers'
+// communicator, the ranks meet in NCCL on their streams, and the job trains
+// like one process within float rounding, the workers bitwise equal. Both
+// workers on the same GPU: NCCL refuses it ("one rank per GPU") in every
+// worker, and they all sum through host memory, as warned.
+TEST_F(MultiWorkerTest, WorkersOnGpusSumWithNcclAcrossProcesses) {
+  const Trained ref = reference({}, "ref");
+  const std::map<std::string, std::string> env = {
+      {"LOCKSTEP_CUDA_LIBRARY", LOCKSTEP_EMULATED_CUDA_LIBRARY},
+      {"LOCKSTEP_EMULATED_GPUS", "2"},
+      {"LOCKSTEP_EMULATED_NCCL_DIR", path("")}};  // removed with the test's folder
+  for (const bool same_gpu : {false, true}) {
+    const std::string tag = same_gpu ? "nccl-same" : "nccl";
+    auto ps = start_workers(2, {"--out", path(tag + "-{rank}.bin")}, tag,
+                            {{0, {"--gpu", "0"}}, {1, {"--gpu", same_gpu ? "0" : "1"}}}, {}, env);
+    for (auto& p : ps) ASSERT_EQ(wait_exit(p), 0) << slurp(p.log);
+    for (auto& p : ps) {
+      const std::string log = slurp(p.log);
+      EXPECT_NE(log.find("a replica on /device:GPU:0"), std::string::npos) << log;
+      if (same_gpu) {
+        EXPECT_NE(log.find("gradients summed: across 2 workers: through host memory"),
+                  std::string::npos)
+            << log;
+        EXPECT_NE(log.find("one rank per GPU"), std::string::npos) << log;
+      } else {
+        EXPECT_NE(log.find("gradients summed: NcclAllReduce: the emulated adapter's NCCL"),
+                  std::string::npos)
+            << log;
+      }
+    }
+    const Trained w0 = read_weights(path(tag + "-0.bin"));
+    expect_close(w0, ref, 1e-5, tag + ": 2 workers on GPUs vs one process");
+    expect_bitwise(read_weights(path(tag + "-1.bin")), w0, tag + ": worker 1 vs worker 0");
   }
 }
 

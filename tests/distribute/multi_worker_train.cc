@@ -60,6 +60,9 @@ struct Args {
   bool mixed_precision = false;
   std::string optimizer = "adam";
   int fake_devices = 0;  // each worker's replicas on this many fake accelerator devices
+  // Each worker's replica on this GPU of the machine (CUDA_VISIBLE_DEVICES;
+  // the tests' emulated GPUs, LOCKSTEP_CUDA_LIBRARY given): -1, none.
+  int gpu = -1;
 };
 
 Args parse(int argc, char** argv) {
@@ -114,6 +117,8 @@ Args parse(int argc, char** argv) {
       a.optimizer = v;
     else if (k == "--fake-devices")
       a.fake_devices = std::stoi(v);
+    else if (k == "--gpu")
+      a.gpu = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -241,9 +246,15 @@ int main(int argc, char** argv) {
         set_fake_devices(a.fake_devices);
         o.devices = fake_devices();
       }
+      if (a.gpu >= 0) {
+        // Before the GPUs are first listed: this worker sees one of them.
+        ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(a.gpu).c_str(), 1);  // NOLINT
+        o.devices = gpu_devices();
+      }
       strategy = distribute::MultiWorkerMirroredStrategy(o);
       for (const Device* d : strategy->replica_devices())
         std::printf("a replica on %s\n", d->name().c_str());
+      std::printf("gradients summed: %s\n", strategy->cross_device_reduction().c_str());
     }
     if (a.print_cores) print_cores();
     if (a.mixed_precision) mixed_precision::set_global_policy("mixed_bfloat16");

@@ -19,6 +19,7 @@
 // `.cpu()`.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -318,6 +319,15 @@ class DeviceKernels {
       const std::vector<Device*>& devices);
   // "NCCL 2.28.9": what make_collective's members run ("" without one).
   virtual std::string collective_name() const { return ""; }
+  // Across processes: an id one process makes ("" where this backend has
+  // no collectives) and every process joins with, its `devices` being
+  // ranks first_rank, first_rank + 1, ... of `nranks`. Returns once every
+  // rank has joined; throws DeviceError when they cannot (a GPU named
+  // twice, the deadline passed).
+  virtual std::string new_collective_id() { return ""; }
+  virtual std::vector<std::unique_ptr<DeviceCollective>> join_collective(
+      const std::vector<Device*>& devices, int nranks, int first_rank, const std::string& id,
+      std::chrono::milliseconds timeout);
 };
 
 // Throws DeviceError: `op` has no kernel on the current device yet.

@@ -12,6 +12,8 @@
 // taken when queued, the memory allocated meanwhile the graph's
 // (graph_memory.h), a copy to the host or from pageable memory refused. Fresh memory is filled with
 // NaN bytes, so a kernel that leaves part of its output unwritten shows.
+#include <unistd.h>  // gethostname
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -19,6 +21,7 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -70,6 +73,24 @@ int emulated_gpus() {
     p = *end == ',' ? end + 1 : end;
   }
   return count;
+}
+
+// Which of the machine's emulated GPUs this process's `gpu` is: the
+// gpu-th entry of CUDA_VISIBLE_DEVICES when set, as CUDA maps them, named
+// with the host so that ranks of several processes compare them.
+std::string machine_gpu(int gpu) {
+  int physical = gpu;
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {  // NOLINT(concurrency-mt-unsafe)
+    const char* p = visible;
+    for (int k = 0; k < gpu && *p != '\0'; ++k) {
+      while (*p != '\0' && *p != ',') ++p;
+      if (*p == ',') ++p;
+    }
+    physical = std::atoi(p);
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return std::string(host) + ":emulated GPU " + std::to_string(physical);
 }
 
 class EmulatedApi final : public GpuApi {
@@ -539,6 +560,13 @@ class EmulatedApi final : public GpuApi {
   void nccl_init_all(int count, const int* gpus, void** comms) override {
     for (int i = 0; i < count; ++i) (void)index(gpus[i]);
     emulated::nccl_init_all(count, gpus, comms);
+  }
+  void nccl_unique_id(char* id) override { emulated::nccl_unique_id(id); }
+  void nccl_init_ranks(int count, const int* gpus, int nranks, int first_rank, const char* id,
+                       double timeout_s, void** comms) override {
+    std::vector<std::string> named;
+    for (int i = 0; i < count; ++i) named.push_back(machine_gpu(static_cast<int>(index(gpus[i]))));
+    emulated::nccl_init_ranks(count, named.data(), nranks, first_rank, id, timeout_s, comms);
   }
   void nccl_all_reduce(void* comm, void* stream, float* buf, std::int64_t n) override {
     nccl_check(comm);

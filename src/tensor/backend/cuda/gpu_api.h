@@ -15,11 +15,13 @@
 
 namespace lockstep::backend::cuda {
 
-constexpr int kApiVersion = 12;
+constexpr int kApiVersion = 13;
 constexpr int kMaxRank = 8;
 // The largest depthwise window (kh · kw) our own depthwise kernels take;
 // larger ones go to cuDNN.
 constexpr int kDepthwiseMaxTaps = 25;
+// NCCL's unique id (NCCL_UNIQUE_ID_BYTES).
+constexpr int kNcclIdBytes = 128;
 
 // Element types, as lockstep::DType numbers them.
 enum class Type : int {
@@ -265,6 +267,16 @@ class GpuApi {
   // in this process (ncclCommInitAll), into comms[0 .. count). A GPU named
   // twice is refused (NCCL takes one rank per GPU).
   virtual void nccl_init_all(int count, const int* gpus, void** comms) = 0;
+  // A communicator's id for nccl_init_ranks, kNcclIdBytes into `id`
+  // (ncclGetUniqueId: one process makes it, every process joins with it).
+  virtual void nccl_unique_id(char* id) = 0;
+  // This process's ranks of a communicator of `nranks` ranks across
+  // processes: rank first_rank + i on gpus[i], i < count, joined by `id`
+  // (ncclCommInitRank, grouped). Returns once every rank has joined; after
+  // `timeout_s` seconds it aborts what it made and throws. A GPU that two
+  // ranks name, in any process, is refused.
+  virtual void nccl_init_ranks(int count, const int* gpus, int nranks, int first_rank,
+                               const char* id, double timeout_s, void** comms) = 0;
   // buf (n float32 on the communicator's GPU) becomes the sum of every
   // rank's buf, in place, queued on `stream` (which may be capturing: the
   // collective is then part of the graph). Every rank gets the same bits.

@@ -26,6 +26,9 @@ inline void check_one_rank_per_gpu(const char* what, int count, const int* gpus)
 std::string version();
 // gpu_api.h's contracts; `stream` is a cudaStream_t.
 void init_all(int count, const int* gpus, void** comms);
+void unique_id(char* id);
+void init_ranks(int count, const int* gpus, int nranks, int first_rank, const char* id,
+                double timeout_s, void** comms);
 void all_reduce(void* comm, void* stream, float* buf, std::int64_t n);
 void abort(void* comm);
 void destroy(void* comm);

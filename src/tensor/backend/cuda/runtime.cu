@@ -529,6 +529,11 @@ class CudaApi final : public GpuApi {
   void nccl_init_all(int count, const int* gpus, void** comms) override {
     nccl::init_all(count, gpus, comms);
   }
+  void nccl_unique_id(char* id) override { nccl::unique_id(id); }
+  void nccl_init_ranks(int count, const int* gpus, int nranks, int first_rank, const char* id,
+                       double timeout_s, void** comms) override {
+    nccl::init_ranks(count, gpus, nranks, first_rank, id, timeout_s, comms);
+  }
   void nccl_all_reduce(void* comm, void* stream, float* buf, std::int64_t n) override {
     nccl::all_reduce(comm, on(stream), buf, n);
   }
