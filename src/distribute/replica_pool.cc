@@ -152,22 +152,19 @@ bool StrategyImpl::devices_share_accelerator_memory() const {
 
 std::string StrategyImpl::describe_reduction() const {
   const int k = size();
-  if (k == 1 && !workers_.comm) return "none (one replica)";
-  std::string local;
-  if (k == 1) {
-    local = "";
-  } else if (devices_share_accelerator_memory()) {
-    local = "in the device: each replica sums every replica's arena in rank order";
-  } else if (devices_[0]->kernels() != nullptr && !devices_[0]->kernels()->runs_host_kernels()) {
-    local = "ReductionToOneDevice: through host memory (/cpu:0)";
-  } else {
-    local = comm_options_.algorithm == comm::Algorithm::kReductionToOneDevice
-                ? "ReductionToOneDevice: host collectives, in rank order"
-                : "ReduceScatterAllGather: host collectives, in rank order";
+  if (workers_.comm) {
+    return detail::str_cat("across ", workers_.num_workers, " workers",
+                           k > 1 ? detail::str_cat(" of ", k, " replicas each") : "",
+                           ": through host memory and the workers' communicator");
   }
-  if (!workers_.comm) return local;
-  return detail::str_cat(local, local.empty() ? "" : "; ", "across ", workers_.num_workers,
-                         " workers: through host memory and the workers' communicator");
+  if (k == 1) return "none (one replica)";
+  if (devices_share_accelerator_memory())
+    return "in the device: each replica sums every replica's arena in rank order";
+  if (devices_[0]->kernels() != nullptr && !devices_[0]->kernels()->runs_host_kernels())
+    return "ReductionToOneDevice: through host memory (/cpu:0)";
+  return comm_options_.algorithm == comm::Algorithm::kReductionToOneDevice
+             ? "ReductionToOneDevice: host collectives, in rank order"
+             : "ReduceScatterAllGather: host collectives, in rank order";
 }
 
 // Replicas on distinct accelerators that share no memory, in one process,

@@ -120,6 +120,11 @@ TEST_F(GpuDevices, TwoGpusSumGradientsWithNcclAsThroughTheHost) {
   const MirroredStrategy host(
       {.devices = gpu_devices(), .cross_device_ops = comm::Algorithm::kReductionToOneDevice});
   EXPECT_EQ(host.cross_device_reduction(), "ReductionToOneDevice: through host memory (/cpu:0)");
+  // And elsewhere, for the record: CPU replicas and one GPU.
+  EXPECT_EQ(MirroredStrategy({.devices = logical_devices()}).cross_device_reduction(),
+            "ReduceScatterAllGather: host collectives, in rank order");
+  EXPECT_EQ(distribute::OneDeviceStrategy(*gpu_devices()[0]).cross_device_reduction(),
+            "none (one replica)");
   const auto [x, y] = mlp_examples(256, 8);
   auto fit = [&](const MirroredStrategy& strategy) {
     Model model = seed_mlp_under(strategy);
