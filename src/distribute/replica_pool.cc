@@ -224,7 +224,8 @@ void StrategyImpl::join_collectives_across_workers() {
   collectives_tried_ = true;
   detail::DeviceKernels& kernels = *devices_[0]->kernels();
   const int k = size();
-  std::string id(128, '\0');
+  // The chief's id, its length first ("" where its GPUs have no collective).
+  std::string id;
   std::string why;
   if (workers_.worker_index == 0) {
     try {
@@ -232,10 +233,12 @@ void StrategyImpl::join_collectives_across_workers() {
     } catch (const DeviceError& e) {
       why = e.what();
     }
-    if (id.size() != 128) id.assign(128, '\0');  // no collectives: the others fail to join
   }
-  workers_.comm->broadcast(id.data(), id.size(), 0);
-  if (why.empty() && id == std::string(128, '\0')) why = "the chief's GPUs have no collective";
+  std::int64_t length = static_cast<std::int64_t>(id.size());
+  workers_.comm->broadcast(&length, sizeof length, 0);
+  id.resize(static_cast<std::size_t>(length));
+  if (length > 0) workers_.comm->broadcast(id.data(), id.size(), 0);
+  if (why.empty() && id.empty()) why = "the chief's GPUs have no collective";
   if (why.empty()) {
     try {
       collectives_ = kernels.join_collective(devices_, k * workers_.num_workers,
