@@ -217,9 +217,10 @@ class GpuGraph final : public DeviceGraph {
   void* graph_;
 };
 
-// NCCL's communicators for the replicas on distinct GPUs of this process,
-// made together (ncclCommInitAll); each member sums on its logical GPU's
-// stream. An abort from any member aborts them all: a replica that failed
+// NCCL's communicators for this process's replicas on distinct GPUs, made
+// together (ncclCommInitAll, or this process's ranks of several processes'
+// communicator); each member sums on its logical GPU's stream. An abort
+// from any member aborts all of this process's: a replica that failed
 // leaves the others' NCCL kernels waiting for it on their GPUs.
 class NcclGroup {
  public:
