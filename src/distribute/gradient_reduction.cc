@@ -170,10 +170,16 @@ std::vector<Tensor> GradientReduction::finish_in_device() {
   if (collective_ != nullptr) {
     // Every replica is here once the flags are summed (a replica that failed
     // before aborts the host collective, and the strategy the device one);
-    // then the arenas are summed in place on the replicas' streams.
+    // then the arenas are summed in place on the replicas' streams. The host
+    // waits for the sum before it queues the update: a sum that the
+    // strategy's watchdog aborted (a peer that never came) fails the step
+    // here, with the weights as they were, instead of updating them with
+    // a partial sum. What it costs: the update's launches no longer overlap
+    // the sum (a few kernels).
     comm_->all_reduce(b.has_gradient.data(), b.has_gradient.size(), comm::ReduceOp::kSum);
     collective_->all_reduce_sum(static_cast<float*>(detail::device_pointer(b.arena)),
                                 b.arena.numel());
+    collective_->wait();
     return device_sums(b.arena);
   }
   Device& device = current_device();

@@ -473,6 +473,14 @@ CrossWorker join_workers(const MultiWorkerMirroredStrategyOptions& o, const Clus
   };
   cw.liveness =
       std::make_shared<LivenessWatcher>(lost_not_left, cw.comm.get(), r, so.heartbeat_interval);
+  // The same questions for the GPUs' collective watchdog (NCCL sums, which
+  // the host communicator does not see waiting).
+  cw.lost = [lost_not_left, r]() -> std::string {
+    const std::vector<comm::LostWorker> gone = lost_not_left();
+    return gone.empty() ? std::string() : format_lost(gone, r);
+  };
+  cw.diagnose = po.diagnose;
+  cw.heartbeat_interval = so.heartbeat_interval;
   return cw;
 }
 

@@ -172,6 +172,7 @@ std::string StrategyImpl::describe_reduction() const {
 // NcclAllReduce there) unless the strategy asked for ReductionToOneDevice.
 // Made anew with the group (after a failure, the aborted one cannot serve).
 void StrategyImpl::make_collectives() {
+  watchdog_.reset();  // it polls the members cleared below
   collectives_.clear();
   const int k = size();
   const bool accelerators = k > 1 && std::all_of(devices_.begin(), devices_.end(), [](Device* d) {
@@ -250,7 +251,7 @@ void StrategyImpl::join_collectives_across_workers() {
   float joined = why.empty() && !collectives_.empty() ? 1.0f : 0.0f;
   workers_.comm->all_reduce(&joined, 1, comm::ReduceOp::kMin);
   if (joined < 1.0f) {
-    if (!collectives_.empty()) collectives_[0]->abort();
+    if (!collectives_.empty()) collectives_[0]->abort("not every worker joined");
     collectives_.clear();
     log(LogLevel::kWarning, detail::str_cat(name_, ": the workers' GPUs did not all join NCCL (",
                                             why.empty() ? "another worker's could not" : why,
@@ -262,12 +263,32 @@ void StrategyImpl::join_collectives_across_workers() {
                       " on the replicas' streams, across ", workers_.num_workers, " workers");
 }
 
+// The deadline is the strategy's collective timeout, as for its host
+// collectives; across workers the watchdog also asks the chief's store
+// whom the job lost, once a heartbeat interval.
+void StrategyImpl::watch_collectives() {
+  if (collectives_.empty()) return;
+  CollectiveWatchdog::Options o;
+  o.deadline = comm_options_.timeout;
+  o.every = std::clamp(comm_options_.timeout / 16, std::chrono::milliseconds(10),
+                       std::chrono::milliseconds(1000));
+  if (workers_.lost) {
+    o.lost = workers_.lost;
+    o.diagnose = workers_.diagnose;
+    o.every = workers_.heartbeat_interval;
+  }
+  std::vector<detail::DeviceCollective*> members;
+  for (const auto& c : collectives_) members.push_back(c.get());
+  watchdog_ = std::make_unique<CollectiveWatchdog>(std::move(members), std::move(o));
+}
+
 void StrategyImpl::reset_group() {
   const int k = size();
   if (k > 1) group_ = comm::InProcessGroup::create(k, comm_options_);
   hierarchical_.clear();
   reduction_ = describe_reduction();
   make_collectives();
+  watch_collectives();
   for (int r = 0; r < k; ++r) {
     ReplicaContext::Placement p;
     p.replica_id = workers_.worker_index * k + r;
@@ -354,9 +375,9 @@ void StrategyImpl::run_one(int r) {
         }
         // Release every replica blocked in (or about to enter) a collective,
         // on the host or on its GPU.
-        contexts_[static_cast<std::size_t>(r)].placement().communicator->abort(
-            "replica " + std::to_string(r) + " failed: " + what);
-        if (!collectives_.empty()) collectives_[0]->abort();
+        const std::string reason = "replica " + std::to_string(r) + " failed: " + what;
+        contexts_[static_cast<std::size_t>(r)].placement().communicator->abort(reason);
+        if (!collectives_.empty()) collectives_[0]->abort(reason);
       }
     }
   }

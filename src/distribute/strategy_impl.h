@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "collective_watchdog.h"
 #include "hierarchical_communicator.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/comm/store.h"
@@ -39,6 +40,12 @@ struct CrossWorker {
   // always "" off the chief), each called back to start again. Unset: the
   // job has all its workers.
   std::function<std::string()> waiting_to_rejoin;
+  // Who the chief's store says the job lost, described ("" when nobody),
+  // and the diagnosis of a collective's deadline (multi_worker.cc): what
+  // the GPUs' collective watchdog says. Asked once a heartbeat interval.
+  std::function<std::string()> lost;
+  std::function<std::string()> diagnose;
+  std::chrono::milliseconds heartbeat_interval{0};
   // Declared after the store, destroyed before it: it uses the store.
   std::shared_ptr<comm::Communicator> comm;
   // Aborts `comm` when the chief names a lost worker (multi_worker.cc);
@@ -124,6 +131,8 @@ class StrategyImpl {
   void run_one(int r);
   void make_collectives();
   void join_collectives_across_workers();
+  // A watchdog over the collectives just made (none without them).
+  void watch_collectives();
   std::string describe_reduction() const;
   [[noreturn]] static void rethrow_with_replica(const std::exception_ptr& e, int r);
 
@@ -139,6 +148,9 @@ class StrategyImpl {
   // Replicas on distinct GPUs: their NCCL members, by local replica.
   std::vector<std::unique_ptr<detail::DeviceCollective>> collectives_;
   bool collectives_tried_ = false;  // across workers: joined once, at the start
+  // Aborts their sums that wait too long; declared after them, destroyed
+  // before them.
+  std::unique_ptr<CollectiveWatchdog> watchdog_;
   std::string reduction_;
   std::vector<ReplicaContext> contexts_;  // replica threads hold pointers: never resized
 

@@ -235,8 +235,17 @@ class NcclGroup {
   }
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;
-  void abort() {
+  void abort(const std::string& reason) {
+    {
+      std::lock_guard lock(mutex_);
+      if (!reason_) reason_ = reason.empty() ? "aborted" : reason;
+    }
     for (void* c : comms_) api_->nccl_abort(c);
+  }
+  // Why the group was aborted; nullopt while it was not.
+  std::optional<std::string> aborted_because() const {
+    std::lock_guard lock(mutex_);
+    return reason_;
   }
   GpuApi* api() const { return api_; }
   void* comm(std::size_t rank) const { return comms_[rank]; }
@@ -244,23 +253,113 @@ class NcclGroup {
  private:
   GpuApi* api_;
   std::vector<void*> comms_;
+  mutable std::mutex mutex_;
+  std::optional<std::string> reason_;
 };
 
+// One replica's NCCL rank. An event recorded after each sum tells when it
+// has run: until then the sum is in flight (waiting_since). On a GPU the
+// call returns at once and the sum runs later; the emulated adapter runs it
+// inside the call, which then counts as in flight.
 class NcclMember final : public DeviceCollective {
  public:
-  NcclMember(std::shared_ptr<NcclGroup> group, std::size_t rank, Device& device, void* stream)
-      : group_(std::move(group)), rank_(rank), device_(device), stream_(stream) {}
-  void all_reduce_sum(float* buf, std::int64_t n) override {
-    guarded(device_, "the replicas' NCCL all-reduce",
-            [&] { group_->api()->nccl_all_reduce(group_->comm(rank_), stream_, buf, n); });
+  NcclMember(std::shared_ptr<NcclGroup> group, std::size_t rank, Device& device, int gpu,
+             void* stream)
+      : group_(std::move(group)), rank_(rank), device_(device), stream_(stream) {
+    event_ = guarded(device_, "NCCL's completion event",
+                     [&] { return group_->api()->create_event(gpu); });
   }
-  void abort() override { group_->abort(); }
+  ~NcclMember() override {
+    try {
+      group_->api()->destroy_event(event_);
+    } catch (const std::runtime_error&) {  // a context torn down at exit
+    }
+  }
+  NcclMember(const NcclMember&) = delete;
+  NcclMember& operator=(const NcclMember&) = delete;
+
+  void all_reduce_sum(float* buf, std::int64_t n) override {
+    {
+      std::lock_guard lock(mutex_);
+      // Counted from the oldest sum that may still be in flight.
+      if (!since_ || !in_flight_locked()) since_ = Clock::now();
+      in_call_ = true;
+    }
+    try {
+      group_->api()->nccl_all_reduce(group_->comm(rank_), stream_, buf, n);
+      group_->api()->record_event(event_, stream_);
+    } catch (const std::runtime_error& e) {
+      {
+        std::lock_guard lock(mutex_);
+        in_call_ = false;
+        since_.reset();
+      }
+      fail("the replicas' NCCL all-reduce", e);
+    }
+    std::lock_guard lock(mutex_);
+    in_call_ = false;
+    recorded_ = true;
+  }
+
+  void wait() override {
+    {
+      std::lock_guard lock(mutex_);
+      if (!recorded_) return;
+    }
+    try {
+      group_->api()->event_synchronize(event_);
+    } catch (const std::runtime_error& e) {
+      fail("waiting for the replicas' NCCL all-reduce", e);
+    }
+    // On a GPU an aborted sum's kernel ends as if it had run: its buffer
+    // holds a partial sum.
+    throw_if_aborted("");
+  }
+
+  std::optional<Clock::time_point> waiting_since() override {
+    std::lock_guard lock(mutex_);
+    if (since_ && !in_flight_locked()) since_.reset();
+    return since_;
+  }
+
+  void abort(const std::string& reason) override { group_->abort(reason); }
 
  private:
+  // Whether the last sum queued may not have run yet. A failed query (the
+  // GPU's context broken) counts as run: wait() reports it.
+  bool in_flight_locked() const {
+    if (in_call_) return true;
+    if (!recorded_) return false;
+    try {
+      return !group_->api()->event_done(event_);
+    } catch (const std::runtime_error&) {
+      return false;
+    }
+  }
+  // The adapter's failure: the abort's reason where the group was aborted
+  // (what ended the call), else a DeviceError as guarded() makes.
+  [[noreturn]] void fail(const char* op, const std::runtime_error& e) const {
+    if (dynamic_cast<const Error*>(&e)) throw;
+    throw_if_aborted(e.what());
+    throw_error<DeviceError>(op, " on ", device_.name(), ": ", e.what());
+  }
+  void throw_if_aborted(const std::string& detail) const {
+    const std::optional<std::string> reason = group_->aborted_because();
+    if (!reason) return;
+    throw_error<DistributedError>("the replicas' NCCL all-reduce on ", device_.name(),
+                                  " was aborted: ", *reason,
+                                  detail.empty() ? "" : " (" + detail + ")");
+  }
+
   std::shared_ptr<NcclGroup> group_;
   std::size_t rank_;
   Device& device_;
   void* stream_;
+  void* event_ = nullptr;
+  std::mutex mutex_;  // the state below, read by a watchdog's thread
+  std::optional<Clock::time_point> since_;
+  bool in_call_ = false;
+  bool recorded_ = false;
 };
 
 class GpuKernels final : public DeviceKernels {
@@ -986,7 +1085,8 @@ class GpuKernels final : public DeviceKernels {
     auto group = std::make_shared<NcclGroup>(api_, std::move(comms));
     std::vector<std::unique_ptr<DeviceCollective>> out;
     for (std::size_t r = 0; r < devices.size(); ++r)
-      out.push_back(std::make_unique<NcclMember>(group, r, *devices[r], members[r]->stream_));
+      out.push_back(std::make_unique<NcclMember>(group, r, *devices[r], members[r]->gpu_,
+                                                 members[r]->stream_));
     return out;
   }
   template <typename F>

@@ -696,6 +696,10 @@ TEST(DeviceOps, NcclSumsWithOneRankAndRefusesTwoOnOneGpu) {
   ASSERT_EQ(one.size(), 1u);
   Tensor buf = values.copy_to(dev());
   one[0]->all_reduce_sum(static_cast<float*>(detail::device_pointer(buf)), buf.numel());
+  // The host's wait for the sum (its event), after which the watchdog's
+  // poll sees nothing in flight.
+  one[0]->wait();
+  EXPECT_FALSE(one[0]->waiting_since().has_value()) << "a sum that ran still counts as waiting";
   testing_support::expect_bitwise({values.to_vector<float>()}, {buf.cpu().to_vector<float>()},
                                   "one rank's NCCL sum");
   try {

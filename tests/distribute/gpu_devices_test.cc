@@ -219,6 +219,64 @@ TEST_F(GpuDevices, AFailedReplicaAbortsTheNcclSumAndTheNextRunSumsAgain) {
   expect_summed();
 }
 
+// A sum whose peer never comes (rank 1's stalls, as a hung GPU's NCCL
+// kernel would, after the host's flags) is aborted by the strategy's
+// watchdog at its collective timeout: the run fails saying so, no replica
+// waits out the emulated minute (a GPU: for ever), no partial sum reaches
+// the weights, and the next run sums again.
+TEST_F(GpuDevices, AStalledNcclSumIsAbortedAtTheCollectiveTimeoutAndTheNextRunSumsAgain) {
+  const MirroredStrategy strategy({.devices = gpu_devices(), .timeout = std::chrono::seconds(2)});
+  ASSERT_NE(strategy.cross_device_reduction().find("NcclAllReduce"), std::string::npos)
+      << strategy.cross_device_reduction();
+  Variable v;
+  {
+    auto scope = strategy.scope();
+    v = Variable(Tensor::zeros({3}));
+  }
+  // Each replica's weights, on its GPU, moved by the sums it gets.
+  std::vector<Tensor> w(2);
+  auto step = [&] {
+    return strategy.run([&] {
+      distribute::ReplicaContext& ctx = *distribute::current_replica_context();
+      const auto r = static_cast<std::size_t>(ctx.local_replica_id());
+      if (!w[r].defined()) w[r] = Tensor::zeros({3});
+      const Tensor g = Tensor::full({3}, static_cast<float>(r + 1));
+      const Tensor sum = ctx.sum_gradients({g}, {v})[0];
+      w[r] = add(w[r], sum);
+      return sum.cpu();
+    });
+  };
+  (void)step();                                           // w = 3 on both replicas
+  ::setenv("LOCKSTEP_EMULATED_NCCL_STALL_RANK", "1", 1);  // NOLINT(concurrency-mt-unsafe)
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    (void)step();
+    ::unsetenv("LOCKSTEP_EMULATED_NCCL_STALL_RANK");  // NOLINT(concurrency-mt-unsafe)
+    FAIL() << "the stalled sum went unseen";
+  } catch (const DistributedError& e) {
+    ::unsetenv("LOCKSTEP_EMULATED_NCCL_STALL_RANK");  // NOLINT(concurrency-mt-unsafe)
+    const std::string what = e.what();
+    EXPECT_NE(what.find("NCCL all-reduce on /device:GPU:"), std::string::npos) << what;
+    EXPECT_NE(what.find("did not complete within 2.0 s (the strategy's collective timeout)"),
+              std::string::npos)
+        << what;
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, std::chrono::seconds(2)) << "aborted before the deadline";
+  // Not a speed goal: not aborted, the emulated NCCL gives up after a minute.
+  EXPECT_LT(took, std::chrono::seconds(30)) << "the watchdog did not abort the stalled sum";
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(&w[r].device(), gpu_devices()[r]);
+    EXPECT_EQ(w[r].cpu().to_vector<float>(), (std::vector<float>{3, 3, 3}))
+        << "a partial sum reached replica " << r << "'s weights";
+  }
+  const auto sums = step();
+  for (const Tensor& s : sums.values())
+    EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{3, 3, 3}));  // 1 + 2
+  for (std::size_t r = 0; r < 2; ++r)
+    EXPECT_EQ(w[r].cpu().to_vector<float>(), (std::vector<float>{6, 6, 6}));
+}
+
 // An aborted collective fails by name whether its rank was waiting for a
 // peer (released) or comes after the abort (refused); never a hang.
 TEST_F(GpuDevices, AnAbortedNcclSumFailsClearlyAndReleasesItsWaiter) {
@@ -231,17 +289,19 @@ TEST_F(GpuDevices, AnAbortedNcclSumFailsClearlyAndReleasesItsWaiter) {
     Tensor buf = Tensor::ones({4});
     try {
       members[0]->all_reduce_sum(static_cast<float*>(detail::device_pointer(buf)), 4);
-      first.kernels()->synchronize(first);
-    } catch (const DeviceError& e) {
+      members[0]->wait();
+    } catch (const DistributedError& e) {
       error = e.what();
     }
   });
   // Most often rank 0 is waiting for rank 1 by now; if not, it is refused.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  members[1]->abort();
+  members[1]->abort("a test's abort");
   waiter.join();
-  EXPECT_NE(error.find("aborted"), std::string::npos) << error;
-  EXPECT_NE(error.find("/device:GPU:0"), std::string::npos) << error;
+  EXPECT_NE(error.find("NCCL all-reduce on /device:GPU:0 was aborted: a test's abort"),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(members[0]->waiting_since().has_value()) << "an aborted sum still counts as waiting";
 }
 
 // BatchNormalization's moving statistics, moved on each GPU by its

@@ -2,8 +2,8 @@
 // two workers killed at 10 random steps; the survivor exits within the
 // collective timeout + 2 s naming the lost worker, no port stays open, and
 // the restarted job resumes from the chief's backup bitwise equal to an
-// uninterrupted run; a worker stopped by SIGSTOP is named at the heartbeat
-// timeout.
+// uninterrupted run; a worker stopped by SIGSTOP (between steps, or inside
+// its NCCL sum on an emulated GPU) is named at the heartbeat timeout.
 #include <signal.h>
 
 #include <fstream>
@@ -16,6 +16,19 @@ namespace {
 
 using namespace lockstep::testing_support;
 using namespace std::chrono_literals;
+
+// Waits until the process has stopped itself (SIGSTOP); false after a minute.
+bool wait_until_stopped(const Process& p) {
+  const auto until = Clock::now() + 60s;
+  for (;;) {
+    std::ifstream stat("/proc/" + std::to_string(p.pid) + "/stat");
+    std::string pid, comm, state;
+    stat >> pid >> comm >> state;
+    if (state == "T") return true;
+    if (Clock::now() > until) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+}
 
 TEST_F(MultiWorkerTest, AKilledWorkerStopsTheOthersInBoundedTimeAndARestartResumesBitwise) {
   // The uninterrupted job, with the same backups.
@@ -69,16 +82,7 @@ TEST_F(MultiWorkerTest, AStoppedWorkerIsNamedAtTheHeartbeatTimeoutNotTheCollecti
   auto ps = start_workers(2, {"--out", path("stop-{rank}.bin"), "--timeout-ms", "60000"}, "stop",
                           {{1, {"--stop-at-step", "5"}}});
   Process& stopped = ps[1];
-  // Wait until worker 1 has stopped itself.
-  const auto until = Clock::now() + 60s;
-  for (;;) {
-    std::ifstream stat("/proc/" + std::to_string(stopped.pid) + "/stat");
-    std::string pid, comm, state;
-    stat >> pid >> comm >> state;
-    if (state == "T") break;
-    ASSERT_LT(Clock::now(), until) << slurp(stopped.log);
-    std::this_thread::sleep_for(20ms);
-  }
+  ASSERT_TRUE(wait_until_stopped(stopped)) << slurp(stopped.log);
   const auto since = Clock::now();
   const Process& survivor = ps[0];
   const int code = wait_exit(survivor, 60s);
@@ -91,6 +95,35 @@ TEST_F(MultiWorkerTest, AStoppedWorkerIsNamedAtTheHeartbeatTimeoutNotTheCollecti
   const std::string log = slurp(survivor.log);
   EXPECT_NE(log.find("worker 1 (127.0.0.1:"), std::string::npos) << log;
   EXPECT_NE(log.find("was lost: no heartbeat for 10"), std::string::npos) << log;
+}
+
+// Issue #34: a worker that stops inside its NCCL sum on a GPU — after the
+// host's flags, so that no host collective waits for it — is named from
+// the chief's heartbeats by the GPUs' collective watchdog at the heartbeat
+// timeout (here 6 s, the deadline's half), not at the 12 s deadline.
+TEST_F(MultiWorkerTest, AWorkerStoppedInItsNcclSumIsNamedFromTheHeartbeats) {
+  const std::map<std::string, std::string> env = {
+      {"LOCKSTEP_CUDA_LIBRARY", LOCKSTEP_EMULATED_CUDA_LIBRARY},
+      {"LOCKSTEP_EMULATED_GPUS", "2"},
+      {"LOCKSTEP_EMULATED_NCCL_DIR", path("")},  // removed with the test's folder
+      {"LOCKSTEP_EMULATED_NCCL_STOP_RANK", "1"}};
+  auto ps = start_workers(2, {"--out", path("nccl-stop-{rank}.bin"), "--timeout-ms", "12000"},
+                          "nccl-stop", {{0, {"--gpu", "0"}}, {1, {"--gpu", "1"}}}, {}, env);
+  Process& stopped = ps[1];
+  ASSERT_TRUE(wait_until_stopped(stopped)) << slurp(stopped.log);
+  const Process& survivor = ps[0];
+  const int code = wait_exit(survivor, 60s);
+  ::kill(stopped.pid, SIGKILL);
+  (void)wait_exit(stopped, 30s);
+  const std::string log = slurp(survivor.log);
+  EXPECT_EQ(code, 3) << log;
+  EXPECT_NE(log.find("NcclAllReduce"), std::string::npos) << "NCCL was not used\n" << log;
+  EXPECT_NE(log.find("NCCL all-reduce on /device:GPU:0 was aborted"), std::string::npos) << log;
+  EXPECT_NE(log.find("worker 1 (127.0.0.1:"), std::string::npos) << log;
+  EXPECT_NE(log.find("was lost: no heartbeat for 6.0 s"), std::string::npos) << log;
+  EXPECT_EQ(log.find("did not complete within"), std::string::npos)
+      << "named at the deadline, not from the heartbeats\n"
+      << log;
 }
 
 TEST_F(MultiWorkerTest, AutoShardFileResumesEveryWorkerInItsOwnFilesBitwise) {

@@ -30,7 +30,9 @@
 // process with a collective (NCCL, DeviceKernels::make_collective): each
 // replica packs its arena on its stream as above, one host collective sums
 // the "has a gradient" flags, and NCCL sums the arenas in place on the
-// replicas' streams (TensorFlow's NcclAllReduce); the host waits for no GPU.
+// replicas' streams (TensorFlow's NcclAllReduce); the host waits for that
+// sum before it queues the update, so that one the strategy's watchdog
+// aborts never reaches the weights.
 #pragma once
 
 #include <cstddef>

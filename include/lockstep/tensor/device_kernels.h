@@ -185,16 +185,27 @@ class DeviceGraph {
 // on GPUs): one member per replica, made together by
 // DeviceKernels::make_collective. A call is queued on the member's device's
 // stream and returns at once; every member makes the same calls in the
-// same order (a replica thread each).
+// same order (a replica thread each). A sum whose peer never comes waits on
+// the device for ever: waiting_since is what a watchdog polls, and abort
+// what it calls (distribute/collective_watchdog.h).
 class DeviceCollective {
  public:
+  using Clock = std::chrono::steady_clock;
   virtual ~DeviceCollective() = default;
   // buf (n float32 in this member's device memory) becomes the sum of
   // every member's, in place: the same bits on every member.
   virtual void all_reduce_sum(float* buf, std::int64_t n) = 0;
-  // Every member's collectives in flight end with an error and later ones
-  // are refused (a replica failed: nobody waits for it). Any thread.
-  virtual void abort() = 0;
+  // Returns once this member's sums queued so far have run on its device.
+  // A sum the group's abort ended is a DistributedError saying the abort's
+  // reason: never its partial sum taken for the result.
+  virtual void wait() = 0;
+  // When the oldest of this member's sums not yet seen complete was
+  // queued; nullopt when none is in flight. Any thread; never waits.
+  virtual std::optional<Clock::time_point> waiting_since() = 0;
+  // Every member's collectives in flight end with an error that says
+  // `reason`, and later ones are refused (a replica failed, or a peer
+  // never came: nobody waits for it). Any thread; the first reason stays.
+  virtual void abort(const std::string& reason) = 0;
 };
 
 class DeviceKernels {

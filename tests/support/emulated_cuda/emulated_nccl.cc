@@ -1,6 +1,7 @@
 // The emulated adapter's NCCL (emulated_nccl.h).
 #include "emulated_nccl.h"
 
+#include <signal.h>  // raise
 #include <stdlib.h>  // mkdtemp
 
 #include <atomic>
@@ -119,6 +120,31 @@ void all_reduce_files(Comm& c, float* buf, std::int64_t n) {
 
 Comm& as(void* comm) { return *static_cast<Comm*>(comm); }
 
+// Whether the planted failure `variable` names this rank.
+bool planted(const char* variable, int rank) {
+  const char* v = std::getenv(variable);  // NOLINT(concurrency-mt-unsafe)
+  return v != nullptr && std::atoi(v) == rank;
+}
+
+// LOCKSTEP_EMULATED_NCCL_STALL_RANK: the rank's sum never arrives, and
+// waits as a hung GPU's kernel would: until its communicator is aborted.
+[[noreturn]] void stall(Comm& c) {
+  const auto until = std::chrono::steady_clock::now() + kPatience;
+  const auto aborted = [&] {
+    if (c.files) return c.files->aborted.load();
+    std::lock_guard lock(c.clique->mutex);
+    return c.clique->aborted;
+  };
+  while (!aborted() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  throw std::runtime_error(
+      aborted() ? "ncclAllReduce: rank " + std::to_string(c.rank) +
+                      " was stalled (LOCKSTEP_EMULATED_NCCL_STALL_RANK) until aborted"
+                : "ncclAllReduce: rank " + std::to_string(c.rank) + " stalled " +
+                      std::to_string(kPatience.count()) +
+                      " s and nothing aborted it (a GPU would hang here)");
+}
+
 }  // namespace
 
 void nccl_init_all(int count, const int* gpus, void** comms) {
@@ -197,6 +223,10 @@ void nccl_check(void* comm) {
 }
 
 void nccl_all_reduce(void* comm, float* buf, std::int64_t n) {
+  // LOCKSTEP_EMULATED_NCCL_STOP_RANK: the rank's process stops (SIGSTOP)
+  // in its sum, as a host that hangs there: its heartbeats stop too.
+  if (planted("LOCKSTEP_EMULATED_NCCL_STOP_RANK", as(comm).rank)) ::raise(SIGSTOP);
+  if (planted("LOCKSTEP_EMULATED_NCCL_STALL_RANK", as(comm).rank)) stall(as(comm));
   if (as(comm).files) {
     all_reduce_files(as(comm), buf, n);
     return;

@@ -10,7 +10,10 @@
 // in files instead, each rank's buffer written whole, summed in rank order
 // by every rank. LOCKSTEP_EMULATED_NCCL_FAIL_RANK=r makes rank r's
 // all-reduces fail as they are queued, LOCKSTEP_EMULATED_NCCL_INIT_FAIL
-// makes the communicators' creation fail (the tests' planted failures).
+// makes the communicators' creation fail, LOCKSTEP_EMULATED_NCCL_STALL_RANK=r
+// makes rank r's sums never arrive (they wait until aborted, as a hung
+// GPU's), LOCKSTEP_EMULATED_NCCL_STOP_RANK=r stops rank r's process
+// (SIGSTOP) in its sum (the tests' planted failures).
 #pragma once
 
 #include <cstdint>

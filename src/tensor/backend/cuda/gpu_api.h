@@ -15,7 +15,7 @@
 
 namespace lockstep::backend::cuda {
 
-constexpr int kApiVersion = 13;
+constexpr int kApiVersion = 14;
 constexpr int kMaxRank = 8;
 // The largest depthwise window (kh · kw) our own depthwise kernels take;
 // larger ones go to cuDNN.
@@ -104,6 +104,9 @@ class GpuApi {
   virtual void record_event(void* event, void* stream) = 0;
   virtual void stream_wait_event(void* stream, void* event) = 0;
   virtual void event_synchronize(void* event) = 0;
+  // Whether the work before the event's last record has run (cudaEventQuery;
+  // never waits; any thread): what a watchdog polls.
+  virtual bool event_done(void* event) = 0;
   // cudaProfilerStart / Stop on `gpu`: what a profiler started with
   // "profile from start off" (ncu --profile-from-start off) records.
   virtual void profiler(int gpu, bool start) = 0;

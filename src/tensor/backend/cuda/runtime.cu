@@ -243,6 +243,12 @@ class CudaApi final : public GpuApi {
   void event_synchronize(void* event) override {
     check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cudaEventSynchronize");
   }
+  bool event_done(void* event) override {
+    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (e == cudaErrorNotReady) return false;
+    check(e, "cudaEventQuery");
+    return true;
+  }
 
   void profiler(int gpu, bool start) override {
     use_gpu(gpu);
