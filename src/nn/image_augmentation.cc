@@ -65,7 +65,7 @@ Tensor RandomFlipImpl::call(const Tensor& x, const CallContext& ctx) {
   Tensor images = as_batch(x, *this);
   if (!ctx.training) return like_input(images, x);
   const std::int64_t n = images.dim(0);
-  const Tensor u = random::uniform({n}, {.seed = seed_, .stream = next_stream_++});
+  const Tensor u = random::uniform_next({n}, seed_, next_stream_);
   const Tensor flips = reshape(less_equal(u, Tensor::scalar(0.5f)), {n, 1, 1, 1});
   if (mode_ != "vertical") images = where(flips, reverse(images, 2), images);
   if (mode_ != "horizontal") images = where(flips, reverse(images, 1), images);
@@ -136,7 +136,7 @@ Tensor RandomRotationImpl::call(const Tensor& x, const CallContext& ctx) {
   // keras.random.uniform(minval=lower * 360, maxval=upper * 360): u * span + min.
   const auto lower = static_cast<float>(factor_[0] * 360.0);
   const auto upper = static_cast<float>(factor_[1] * 360.0);
-  const Tensor u = random::uniform({n}, {.seed = seed_, .stream = next_stream_++});
+  const Tensor u = random::uniform_next({n}, seed_, next_stream_);
   const Tensor angles = u * (upper - lower) + lower;
   const Tensor transforms = rotation_matrices(angles, images.dim(1), images.dim(2));
   const Tensor out = image::affine_transform(images, transforms,

@@ -245,7 +245,7 @@ DropoutImpl::DropoutImpl(float rate, DropoutOptions options)
 
 Tensor DropoutImpl::call(const Tensor& x, const CallContext& ctx) {
   if (!ctx.training || rate_ == 0.0f) return x;
-  const Tensor u = random::uniform(x.shape(), {.seed = seed_, .stream = next_stream_++});
+  const Tensor u = random::uniform_next(x.shape(), seed_, next_stream_);
   const Tensor keep = cast(greater_equal(u, Tensor::scalar(rate_)), x.dtype());
   return mul(x, mul(keep, Tensor::scalar(1.0f / (1.0f - rate_))));
 }

@@ -98,7 +98,7 @@ void RecurrentImpl::build(const std::vector<Shape>& input_shapes) {
 }
 
 Tensor RecurrentImpl::mask(const Shape& shape, float rate) {
-  const Tensor u = random::uniform(shape, {.seed = seed_, .stream = next_stream_++});
+  const Tensor u = random::uniform_next(shape, seed_, next_stream_);
   return cast(greater_equal(u, Tensor::scalar(rate)), DType::kFloat32) * (1.0f / (1.0f - rate));
 }
 

@@ -10,6 +10,7 @@ namespace {
 
 thread_local bool t_device_code = false;
 thread_local std::vector<HostCheck>* t_host_checks = nullptr;  // while a step is recorded
+thread_local std::vector<ReplayedDraw>* t_draws = nullptr;     // likewise
 
 [[noreturn]] void no_kernel(const char* op) {
   Device& d = current_device();
@@ -24,16 +25,27 @@ void no_device_kernel(const char* op) { no_kernel(op); }
 
 bool in_device_code() { return t_device_code; }
 
-RecordingStepScope::RecordingStepScope(std::vector<HostCheck>& checks) : previous_(t_host_checks) {
+RecordingStepScope::RecordingStepScope(std::vector<HostCheck>& checks,
+                                       std::vector<ReplayedDraw>& draws)
+    : previous_checks_(t_host_checks), previous_draws_(t_draws) {
   t_host_checks = &checks;
+  t_draws = &draws;
 }
-RecordingStepScope::~RecordingStepScope() { t_host_checks = previous_; }
+RecordingStepScope::~RecordingStepScope() {
+  t_host_checks = previous_checks_;
+  t_draws = previous_draws_;
+}
 
 bool recording_step() { return t_host_checks != nullptr; }
 
 void check_before_each_replay(const Tensor& input, std::function<void(const Tensor& host)> check) {
   LOCKSTEP_CHECK(t_host_checks != nullptr, "check_before_each_replay: no step is recorded");
   t_host_checks->push_back({device_pointer(input), input.shape(), std::move(check)});
+}
+
+void draw_again_at_each_replay(Tensor slot, std::function<std::uint64_t()> next) {
+  LOCKSTEP_CHECK(t_draws != nullptr, "draw_again_at_each_replay: no step is recorded");
+  t_draws->push_back({std::move(slot), std::move(next)});
 }
 
 DeviceCodeScope::DeviceCodeScope() : previous_(t_device_code) { t_device_code = true; }
@@ -95,6 +107,10 @@ std::unique_ptr<DeviceGraph> DeviceKernels::capture(Device& device, const std::f
 }
 
 Tensor DeviceKernels::fill(const Shape&, DType, double) { no_kernel("fill"); }
+Tensor DeviceKernels::random_uniform(const Shape&, std::uint64_t, std::uint64_t, const Tensor*,
+                                     std::uint64_t, float, float) {
+  no_kernel("random::uniform");
+}
 Tensor DeviceKernels::cast(const Tensor&, DType) { no_kernel("cast"); }
 Tensor DeviceKernels::binary(BinaryKind, const Tensor&, const Tensor&, const Shape&) {
   no_kernel("a binary elementwise op");

@@ -424,6 +424,26 @@ class GpuKernels final : public DeviceKernels {
     run("fill", [&] { api_->fill(stream_, type_of(dtype), p(out), out.numel(), value); });
     return out;
   }
+  Tensor random_uniform(const Shape& shape, std::uint64_t seed, std::uint64_t stream,
+                        const Tensor* stream_slot, std::uint64_t first_index, float minval,
+                        float maxval) override {
+    Tensor out = Tensor::empty(shape);
+    const std::uint64_t* slot = nullptr;
+    if (stream_slot != nullptr) {
+      LOCKSTEP_CHECK_AS(DeviceError,
+                        stream_slot->dtype() == DType::kInt64 && stream_slot->numel() == 1 &&
+                            &stream_slot->device() == &current_device(),
+                        "random::uniform: the stream's slot must be one int64 on ",
+                        current_device().name(), ", got ", stream_slot->dtype(), " ",
+                        stream_slot->shape(), " on ", stream_slot->device().name());
+      slot = static_cast<const std::uint64_t*>(p(*stream_slot));
+    }
+    run("random::uniform", [&] {
+      api_->random_uniform(stream_, f(out), out.numel(), seed, slot, stream, first_index, minval,
+                           maxval);
+    });
+    return out;
+  }
   Tensor cast(const Tensor& x_in, DType dtype) override {
     const Tensor x = on_current_device(x_in);
     Tensor out = Tensor::empty(x.shape(), dtype);

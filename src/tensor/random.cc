@@ -11,33 +11,32 @@
 
 #include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
+#include "tensor/backend/philox.h"
 #include "tensor/ops/loops.h"
 
 namespace lockstep::random {
 namespace {
 
-constexpr std::uint32_t kM0 = 0xD2511F53;
-constexpr std::uint32_t kM1 = 0xCD9E8D57;
-constexpr std::uint32_t kW0 = 0x9E3779B9;
-constexpr std::uint32_t kW1 = 0xBB67AE85;
-
-inline void mulhilo(std::uint32_t a, std::uint32_t b, std::uint32_t& hi, std::uint32_t& lo) {
-  const std::uint64_t p = static_cast<std::uint64_t>(a) * b;
-  hi = static_cast<std::uint32_t>(p >> 32);
-  lo = static_cast<std::uint32_t>(p);
-}
-
 // 24 random bits -> [0, 1).
-inline float to_unit(std::uint32_t w) { return static_cast<float>(w >> 8) * 0x1.0p-24f; }
+inline float to_unit(std::uint32_t w) { return backend::unit_from_bits(w); }
+
+// Draws of a fixed stream, counted per thread (random_fills_on_this_thread):
+// a recorded step would replay one such draw for ever, so none may be
+// recorded (random::uniform_next's may).
+thread_local std::uint64_t t_fills = 0;
+
+void count_fixed_draw(const char* what) {
+  ++t_fills;
+  LOCKSTEP_CHECK_AS(DeviceError, !detail::recording_step(), what,
+                    ": a draw of a fixed stream cannot be recorded in a graph (each replay would "
+                    "draw the same numbers); random::uniform_next's stream moves at each replay");
+}
 
 // Values drawn on the host (the same bits on every device), then copied to
 // the current device when it is a GPU; on the fake accelerator, written as
-// its device code. Counted per thread (random_fills_on_this_thread).
-thread_local std::uint64_t t_fills = 0;
-
+// its device code.
 template <typename F>
 Tensor fill(const Shape& shape, F value_at) {
-  ++t_fills;
   const detail::OnDevice on;
   Tensor out = Tensor::empty_on(on.kernels() ? host_device() : current_device(), shape);
   float* p = out.data<float>();
@@ -62,42 +61,55 @@ inline float standard_normal(std::uint64_t seed, std::uint64_t stream, std::uint
 
 std::array<std::uint32_t, 4> philox4x32(std::uint64_t key, std::uint64_t counter_hi,
                                         std::uint64_t counter_lo) {
-  std::uint32_t c0 = static_cast<std::uint32_t>(counter_lo);
-  std::uint32_t c1 = static_cast<std::uint32_t>(counter_lo >> 32);
-  std::uint32_t c2 = static_cast<std::uint32_t>(counter_hi);
-  std::uint32_t c3 = static_cast<std::uint32_t>(counter_hi >> 32);
-  std::uint32_t k0 = static_cast<std::uint32_t>(key);
-  std::uint32_t k1 = static_cast<std::uint32_t>(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    std::uint32_t hi0, lo0, hi1, lo1;
-    mulhilo(kM0, c0, hi0, lo0);
-    mulhilo(kM1, c2, hi1, lo1);
-    const std::uint32_t n0 = hi1 ^ c1 ^ k0;
-    const std::uint32_t n2 = hi0 ^ c3 ^ k1;
-    c0 = n0;
-    c1 = lo1;
-    c2 = n2;
-    c3 = lo0;
-    k0 += kW0;
-    k1 += kW1;
-  }
-  return {c0, c1, c2, c3};
+  const backend::PhiloxBlock b = backend::philox4x32_10(key, counter_hi, counter_lo);
+  return {b.w[0], b.w[1], b.w[2], b.w[3]};
 }
 
-Tensor uniform(const Shape& shape, const UniformOptions& o) {
+namespace {
+
+// On a GPU in its kernel (philox.h: the host's bits, and nothing crosses
+// from the host), elsewhere on the host; the stream from `slot` (device
+// memory) where given.
+Tensor draw_uniform(const Shape& shape, const UniformOptions& o, const Tensor* slot) {
   LOCKSTEP_CHECK(o.minval < o.maxval, "random::uniform: expected minval < maxval, got ", o.minval,
                  " and ", o.maxval);
-  const float span = o.maxval - o.minval;
+  const detail::OnDevice on;
+  if (on.kernels() != nullptr)
+    return on.kernels()->random_uniform(shape, o.seed, o.stream, slot, o.first_index, o.minval,
+                                        o.maxval);
   return fill(shape, [&](std::uint64_t i) {
-    const std::uint64_t index = o.first_index + i;
-    const auto w = philox4x32(o.seed, o.stream, index / 4);
-    const float v = o.minval + span * to_unit(w[index % 4]);
-    return v < o.maxval ? v : std::nextafter(o.maxval, o.minval);  // rounding may reach maxval
+    return backend::uniform_element(o.seed, o.stream, o.first_index + i, o.minval, o.maxval);
   });
+}
+
+}  // namespace
+
+Tensor uniform(const Shape& shape, const UniformOptions& o) {
+  count_fixed_draw("random::uniform");
+  return draw_uniform(shape, o, nullptr);
+}
+
+Tensor uniform_next(const Shape& shape, std::uint64_t seed, std::uint64_t& next_stream,
+                    float minval, float maxval) {
+  const UniformOptions o{.minval = minval, .maxval = maxval, .seed = seed};
+  if (!detail::recording_step())
+    return draw_uniform(shape,
+                        {.minval = minval, .maxval = maxval, .seed = seed, .stream = next_stream++},
+                        nullptr);
+  // Recorded: the kernel reads the stream the recorder stages before each
+  // replay, which advances the counter as the eager step would.
+  LOCKSTEP_CHECK_AS(DeviceError, detail::OnDevice().kernels() != nullptr,
+                    "random::uniform_next: a step is recorded on ", current_device().name(),
+                    ", which draws nothing in a graph");
+  Tensor slot = Tensor::empty({1}, DType::kInt64);
+  std::uint64_t* counter = &next_stream;
+  detail::draw_again_at_each_replay(slot, [counter] { return (*counter)++; });
+  return draw_uniform(shape, o, &slot);
 }
 
 Tensor normal(const Shape& shape, const NormalOptions& o) {
   LOCKSTEP_CHECK(o.stddev >= 0.0f, "random::normal: stddev must be >= 0, got ", o.stddev);
+  count_fixed_draw("random::normal");
   return fill(shape, [&](std::uint64_t i) {
     return o.mean + o.stddev * standard_normal(o.seed, o.stream, o.first_index + i);
   });
@@ -105,6 +117,7 @@ Tensor normal(const Shape& shape, const NormalOptions& o) {
 
 Tensor truncated_normal(const Shape& shape, const NormalOptions& o) {
   LOCKSTEP_CHECK(o.stddev >= 0.0f, "random::truncated_normal: stddev must be >= 0, got ", o.stddev);
+  count_fixed_draw("random::truncated_normal");
   constexpr std::uint64_t kAttemptShift = 56;
   return fill(shape, [&](std::uint64_t i) {
     const std::uint64_t index = o.first_index + i;

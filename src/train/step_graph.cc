@@ -15,6 +15,7 @@ bool StepGraph::turn_off(std::string why) {
   x_.clear();
   y_.clear();
   checks_.clear();
+  draws_.clear();
   graph_.reset();
   update_metrics_ = nullptr;
   log(LogLevel::kInfo,
@@ -68,6 +69,10 @@ void StepGraph::feed(const Batch& b) {
 }
 
 void StepGraph::replay(const Step& s) {
+  for (const ReplayedDraw& d : draws_) {
+    const auto stream = static_cast<std::int64_t>(d.next());
+    copy_into(d.slot, Tensor::from_vector(std::vector<std::int64_t>{stream}));
+  }
   graph_->replay();
   ++replays_;
   s.optimizer.finish_replayed_step(0);  // counts it, unless loss scaling skipped it
@@ -97,8 +102,9 @@ bool StepGraph::step(const Step& s, const Batch& b) {
     case State::kReady: {
       if (random_fills_on_this_thread() != random_fills_)
         return turn_off(
-            "the step draws random numbers (Dropout, augmentation layers: drawn on the host each "
-            "step)");
+            "the step draws random numbers of a fixed stream (random::uniform with its stream "
+            "given: each replay would draw the same; a layer's own counter, "
+            "random::uniform_next, is recorded)");
       if (&current_device() != device_) return turn_off("the device changed between steps");
       // The optimizer makes its slots in its first update: an eager step
       // that loss scaling skipped made none, so this one runs eagerly too.
@@ -109,6 +115,7 @@ bool StepGraph::step(const Step& s, const Batch& b) {
       feed(b);
       DeviceKernels& kernels = *device_->kernels();
       std::vector<HostCheck> checks;
+      std::vector<ReplayedDraw> draws;
       // The step's host code runs while it is recorded; the optimizer then
       // counts nothing and moves no loss scale (each replay's
       // finish_replayed_step does).
@@ -121,12 +128,13 @@ bool StepGraph::step(const Step& s, const Batch& b) {
       };
       try {
         const Recording recording(s.optimizer);
-        const RecordingStepScope recording_checks(checks);
+        const RecordingStepScope recording_checks(checks, draws);
         graph_ = kernels.capture(*device_, [&] { update_metrics_ = s.body(x_, y_); });
       } catch (const DeviceError& e) {
         // Nothing recorded ran, and nothing of this step.
         return turn_off(str_cat("recording the step stopped: ", e.what()));
       }
+      draws_ = std::move(draws);
       if (!adopt_checks(std::move(checks)))
         return turn_off("an op checks on the host a value the step computes");
       run_checks(b);  // a bad label: the error the eager step gives, before anything ran

@@ -21,15 +21,19 @@
 // and count the step, as the eager step does.
 //
 // An op's check on the host of the step's input (a label in range) is run
-// before each replay on the batch's host copy (detail::HostCheck). What a
-// recording cannot hold keeps the step eager, said once on the log:
-// a step that drew random numbers (Dropout, augmentation: drawn on the
-// host), an optimizer without an update kernel, a value read back or a
-// tensor made in host memory inside the step (the recording refuses it by
-// name). Gradient clipping is recorded (on a device its norms are device
-// ops). Only Model's own train_step (a subclass's may do
-// anything), with one replica (no strategy, OneDeviceStrategy, a
-// MirroredStrategy of one device), and not under compile's run_eagerly.
+// before each replay on the batch's host copy (detail::HostCheck). Random
+// numbers drawn by a layer's own counter (random::uniform_next: Dropout,
+// recurrent dropout, RandomFlip, RandomRotation) are drawn on the device
+// from a stream staged before each replay, which advances the layer's
+// counter as the eager step does (detail::ReplayedDraw): a replay draws the
+// eager step's numbers. What a recording cannot hold keeps the step eager,
+// said once on the log: a draw of a fixed stream (random::uniform with its
+// stream given, as a custom layer may make), an optimizer without an update
+// kernel, a value read back or a tensor made in host memory inside the step
+// (the recording refuses it by name). Gradient clipping is recorded (on a device its norms are
+// device ops). Only Model's own train_step (a subclass's may do anything), with one replica (no
+// strategy, OneDeviceStrategy, a MirroredStrategy of one device), and not under compile's
+// run_eagerly.
 #pragma once
 
 #include <cstdint>
@@ -94,6 +98,8 @@ class StepGraph {
   std::vector<Tensor> x_, y_;       // the recording's input
   std::vector<Check> checks_;
   std::unique_ptr<DeviceGraph> graph_;
+  // The recording's draws; after graph_, freed before it.
+  std::vector<ReplayedDraw> draws_;
   std::function<void()> update_metrics_;
   std::int64_t replays_ = 0;
   std::string reason_;

@@ -629,8 +629,31 @@ TEST(DeviceOps, ImageOpsMatchCpu) {
   }
 }
 
+// random::uniform on the device draws the host's bits (on a GPU in its
+// kernel: philox.h, one expression for both), from any first element and
+// range; uniform_next advances its counter as on the host.
+TEST(DeviceOps, RandomUniformOnTheDeviceIsTheHostsBits) {
+  const random::UniformOptions o{
+      .minval = -2.0f, .maxval = 3.0f, .seed = 77, .stream = 5, .first_index = 3};
+  const Tensor want = random::uniform({1001}, o);
+  std::uint64_t host_counter = 9, device_counter = 9;
+  const Tensor want_next = random::uniform_next({3, 7}, 11, host_counter);
+  DeviceScope on(dev(), {.pin_thread = false});
+  const Tensor got = random::uniform({1001}, o);
+  const Tensor got_next = random::uniform_next({3, 7}, 11, device_counter);
+  EXPECT_EQ(&got.device(), &dev());
+  testing_support::expect_bitwise({want.to_vector<float>()}, {got.cpu().to_vector<float>()},
+                                  "random::uniform on " + dev().name());
+  testing_support::expect_bitwise({want_next.to_vector<float>()},
+                                  {got_next.cpu().to_vector<float>()},
+                                  "random::uniform_next on " + dev().name());
+  EXPECT_EQ(device_counter, 10u);
+  EXPECT_EQ(host_counter, 10u);
+}
+
 // Keras's augmentation layers on the device, as on the CPU: the same draws
-// (made on the host), the same flipped and rotated images, bit for bit.
+// (made on the device from the host's expression), the same flipped and
+// rotated images, bit for bit.
 TEST(DeviceOps, AugmentationLayersRunOnTheDeviceAsOnTheCpu) {
   std::mt19937 rng(24);
   const Tensor images = random_tensor({6, 12, 10, 3}, rng);
@@ -1231,6 +1254,15 @@ class LogTexts {
   LogLevel previous_level_;
 };
 
+// fit recorded its step on dev() and replayed it `replays` times.
+void expect_replayed(const LogTexts& logged, int replays) {
+  EXPECT_TRUE(logged.has("fit: the step is recorded as a graph on " + dev().name()))
+      << "the step was not recorded: " << logged.all();
+  EXPECT_TRUE(
+      logged.has("fit: " + std::to_string(replays) + " steps replayed from the recorded step"))
+      << logged.all();
+}
+
 // fit on one GPU records its step after the first and replays it for each
 // batch of the same shapes (train/step_graph.h). 50 replays, then the last
 // partial batch eagerly, give the eager fit's weights and logs bit for bit,
@@ -1339,9 +1371,7 @@ TEST(DeviceOps, FitReplaysALossScaledStepSkippingOverflowsAsEager) {
   };
   const Run eager = fit(true);
   const Run replayed = fit(false);
-  EXPECT_TRUE(logged.has("fit: the step is recorded as a graph on " + dev().name()))
-      << "the loss-scaled step was not recorded: " << logged.all();
-  EXPECT_TRUE(logged.has("fit: 49 steps replayed from the recorded step")) << logged.all();
+  expect_replayed(logged, 49);
   ASSERT_EQ(eager.scales.size(), 52u);
   EXPECT_EQ(eager.counts[0], 0) << "the first step overflows";
   EXPECT_EQ(eager.scales, replayed.scales) << "the loss scale, batch by batch";
@@ -1454,7 +1484,7 @@ TEST(DeviceOps, FitReplaysAClippedStepWithTheEagerStepsBits) {
     };
     const auto eager = fit(true);
     const auto replayed = fit(false);
-    EXPECT_TRUE(logged.has("fit: 50 steps replayed from the recorded step")) << logged.all();
+    expect_replayed(logged, 50);
     testing_support::expect_bitwise(eager, replayed, "clipped steps, 50 replayed against eager");
   }
 }
@@ -1531,30 +1561,84 @@ TEST(DeviceOps, FitDropsARecordingItCannotCheckAndCountsEachStepOnce) {
   testing_support::expect_bitwise(eager, dropped, "a dropped recording, then eager steps");
 }
 
-// A step that draws random numbers (Dropout's mask, drawn on the host) is
-// not recorded — a replay would reuse one mask — and says so; it trains as
-// under run_eagerly, bit for bit (nothing was drawn for a recording).
-TEST(DeviceOps, FitKeepsAStepThatDrawsRandomNumbersEager) {
+// Dense(32) → make() → Dense(10), compiled with SGD: a step that draws
+// random numbers in the middle (made after the seed is set, as the rest).
+Model mlp_drawing_between(const std::function<Layer()>& make, bool run_eagerly) {
+  set_random_seed(3);
+  Model model = Sequential({layers::Dense(32, {.activation = "relu"}), make(), layers::Dense(10)},
+                           {.input_shape = Shape{784}});
+  model.compile({.optimizer = optimizers::SGD({.learning_rate = 0.1}),
+                 .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                 .run_eagerly = run_eagerly});
+  return model;
+}
+
+// Dropout in a recorded step: its masks are drawn on the device from a
+// stream staged before each replay, which advances the layer's counter as
+// the eager step does — so a replay draws the eager step's mask, a fresh
+// one each step (one mask replayed for ever would train otherwise). 2
+// epochs of 8 batches: the first step runs eagerly, the other 15 are
+// replays (the recording's first replay is the second step); then the
+// weights are the eager fit's bit for bit, and so is the layer's counter
+// (the next mask).
+TEST(DeviceOps, FitReplaysAStepWithDropoutDrawingTheEagerStepsMasks) {
+  if (!dev().kernels()->can_capture()) GTEST_SKIP() << dev().name() << " records nothing";
+  const auto [x, y] = mlp_examples(128, 4);
+  LogTexts logged;
+  auto fit = [&, &x = x, &y = y](bool run_eagerly) {
+    const DeviceScope on(dev());
+    Model model = mlp_drawing_between([] { return layers::Dropout(0.5); }, run_eagerly);
+    logged.clear();
+    model.fit(x, y, {.batch_size = 16, .epochs = 2, .verbose = 0, .shuffle = false});
+    // The layer's next mask: its counter after the fit.
+    const Tensor probe = Tensor::ones({1, 32}).copy_to(dev());
+    const Tensor next = model.layers()[1](probe, {.training = true}).cpu();
+    auto w = testing_support::weights(model);
+    w.push_back(next.to_vector<float>());
+    return w;
+  };
+  const auto eager = fit(true);
+  const auto replayed = fit(false);
+  expect_replayed(logged, 15);
+  testing_support::expect_bitwise(eager, replayed, "Dropout's steps, replayed against eager");
+}
+
+// A layer of the user's that draws from a fixed stream it passes itself
+// (random::uniform with .stream given) cannot be recorded — each replay
+// would draw the same numbers — so the step stays eager, says so, and
+// trains as under run_eagerly, bit for bit (nothing was drawn for a
+// recording).
+class FixedStreamNoise : public SingleInputLayerImpl {
+ public:
+  FixedStreamNoise() : SingleInputLayerImpl("FixedStreamNoise") {}
+  Tensor call(const Tensor& x, const CallContext& ctx) override {
+    if (!ctx.training) return x;
+    return x + random::uniform(x.shape(),
+                               {.minval = -0.1f, .maxval = 0.1f, .seed = 5, .stream = calls_++});
+  }
+
+ private:
+  std::uint64_t calls_ = 0;
+};
+
+TEST(DeviceOps, FitKeepsAStepThatDrawsAFixedStreamEager) {
   if (!dev().kernels()->can_capture()) GTEST_SKIP() << dev().name() << " records nothing";
   const auto [x, y] = mlp_examples(64, 4);
   LogTexts logged;
   auto fit = [&, &x = x, &y = y](bool run_eagerly) {
     const DeviceScope on(dev());
-    set_random_seed(3);
-    Model model = Sequential(
-        {layers::Dense(32, {.activation = "relu"}), layers::Dropout(0.5), layers::Dense(10)},
-        {.input_shape = Shape{784}});
-    model.compile({.optimizer = optimizers::SGD({.learning_rate = 0.1}),
-                   .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
-                   .run_eagerly = run_eagerly});
+    Model model = mlp_drawing_between([] { return make_layer<FixedStreamNoise>(); }, run_eagerly);
     logged.clear();
     model.fit(x, y, {.batch_size = 16, .epochs = 2, .verbose = 0, .shuffle = false});
     return testing_support::weights(model);
   };
   const auto eager = fit(true);
   const auto not_recorded = fit(false);
-  EXPECT_TRUE(logged.has("not recorded as a graph: the step draws random numbers"));
-  testing_support::expect_bitwise(eager, not_recorded, "Dropout's steps, eager either way");
+  EXPECT_TRUE(
+      logged.has("not recorded as a graph: the step draws random numbers of a fixed "
+                 "stream"))
+      << logged.all();
+  testing_support::expect_bitwise(eager, not_recorded, "a fixed stream's steps, eager either way");
 }
 
 }  // namespace

@@ -253,6 +253,13 @@ class DeviceKernels {
   // them there); outputs are made there. Each default throws DeviceError
   // naming the op: it has no kernel on this device yet.
   virtual Tensor fill(const Shape& shape, DType dtype, double value);
+  // random::uniform's values (float32) of (seed, stream) from global
+  // element first_index: the host's bits. With `stream_slot` (int64 [1] on
+  // this device) the stream is read from it as the kernel runs: a recorded
+  // step's, written before each replay.
+  virtual Tensor random_uniform(const Shape& shape, std::uint64_t seed, std::uint64_t stream,
+                                const Tensor* stream_slot, std::uint64_t first_index, float minval,
+                                float maxval);
   virtual Tensor cast(const Tensor& x, DType dtype);
   virtual Tensor binary(BinaryKind kind, const Tensor& a, const Tensor& b, const Shape& out_shape);
   virtual Tensor unary(UnaryKind kind, const Tensor& x);
@@ -385,21 +392,33 @@ struct HostCheck {
   Shape shape{};                // as the op sees it
   std::function<void(const Tensor& host)> check{};
 };
-// Collects the checks of the ops recorded on this thread while it lives.
+// Random numbers a recorded step draws afresh at each replay
+// (random::uniform_next: Dropout's masks): its kernel reads the stream
+// from `slot` (int64 [1] on the device), and the recorder writes next()
+// into it before each replay — the stream the eager step would have taken.
+struct ReplayedDraw {
+  Tensor slot{};
+  std::function<std::uint64_t()> next{};
+};
+// Collects the checks and the draws of the ops recorded on this thread
+// while it lives.
 class RecordingStepScope {
  public:
-  explicit RecordingStepScope(std::vector<HostCheck>& checks);
+  RecordingStepScope(std::vector<HostCheck>& checks, std::vector<ReplayedDraw>& draws);
   ~RecordingStepScope();
   RecordingStepScope(const RecordingStepScope&) = delete;
   RecordingStepScope& operator=(const RecordingStepScope&) = delete;
 
  private:
-  std::vector<HostCheck>* previous_;
+  std::vector<HostCheck>* previous_checks_;
+  std::vector<ReplayedDraw>* previous_draws_;
 };
 // Whether a step is being recorded on this thread.
 bool recording_step();
 // While recording: `check` runs before each replay on `input`'s host copy.
 void check_before_each_replay(const Tensor& input, std::function<void(const Tensor& host)> check);
+// While recording: next() is written into `slot` before each replay.
+void draw_again_at_each_replay(Tensor slot, std::function<std::uint64_t()> next);
 
 // `t` on the current accelerator: itself when it is there, else a copy
 // (a host batch, a constant). Used by GPU kernels on their inputs.

@@ -41,8 +41,16 @@ struct NormalOptions {
   std::uint64_t first_index = 0;
 };
 
-// float32 in [minval, maxval).
+// float32 in [minval, maxval). On a GPU drawn there, the same bits.
 Tensor uniform(const Shape& shape, const UniformOptions& options = {});
+// uniform() on stream `next_stream` of `seed`, which it then advances: a
+// layer's own counter of draws (Dropout's masks). Unlike a fixed stream,
+// it may be drawn in a step recorded as a graph (fit on a GPU): the
+// recording reads the stream from device memory and advances next_stream
+// before each replay, so that each replay draws what the eager step would.
+// `next_stream` must then outlive the recording (a layer's member does).
+Tensor uniform_next(const Shape& shape, std::uint64_t seed, std::uint64_t& next_stream,
+                    float minval = 0.0f, float maxval = 1.0f);
 Tensor normal(const Shape& shape, const NormalOptions& options = {});
 // Normal values redrawn until within two standard deviations of the mean.
 Tensor truncated_normal(const Shape& shape, const NormalOptions& options = {});
@@ -81,8 +89,9 @@ class Generator {
 }  // namespace lockstep::random
 
 namespace lockstep::detail {
-// How many tensors of random values this thread has drawn (fit's step graph
-// runs a step eagerly and asks whether it drew any: a recorded step would
-// replay one draw forever).
+// How many tensors of random values of a fixed stream this thread has
+// drawn (fit's step graph runs a step eagerly and asks whether it drew any:
+// a recorded step would replay one draw forever). uniform_next's are not
+// counted: a recording advances them.
 std::uint64_t random_fills_on_this_thread();
 }  // namespace lockstep::detail

@@ -194,6 +194,17 @@ class EmulatedApi final : public GpuApi {
       });
     });
   }
+  void random_uniform(void* stream, float* out, std::int64_t n, std::uint64_t seed,
+                      const std::uint64_t* stream_slot, std::uint64_t stream_value,
+                      std::uint64_t first_index, float minval, float maxval) override {
+    run(stream, [=] {
+      // Read when it runs: a recorded graph's slot holds each launch's stream.
+      const std::uint64_t s = stream_slot != nullptr ? *stream_slot : stream_value;
+      for (std::int64_t i = 0; i < n; ++i)
+        out[i] =
+            uniform_element(seed, s, first_index + static_cast<std::uint64_t>(i), minval, maxval);
+    });
+  }
   void cast(void* stream, Type from, Type to, const void* x, void* out, std::int64_t n) override {
     run(stream, [=, this] {
       visit(from, [&]<typename S>() {

@@ -13,6 +13,7 @@
 
 #include "tensor/backend/cuda/gpu_api.h"
 #include "tensor/backend/image_sampling.h"  // LOCKSTEP_HOST_DEVICE
+#include "tensor/backend/philox.h"          // uniform_element, random_uniform's
 
 namespace lockstep::backend::cuda {
 

@@ -112,6 +112,14 @@ class GpuApi {
   virtual void profiler(int gpu, bool start) = 0;
 
   virtual void fill(void* stream, Type type, void* out, std::int64_t n, double value) = 0;
+  // out[i] (float32) ← random::uniform's value for element first_index + i
+  // of (seed, stream) in [minval, maxval): the host's bits (philox.h). With
+  // stream_slot (device memory) the stream is read from it when the kernel
+  // runs — a recorded graph's, staged before each launch — else it is
+  // stream_value.
+  virtual void random_uniform(void* stream, float* out, std::int64_t n, std::uint64_t seed,
+                              const std::uint64_t* stream_slot, std::uint64_t stream_value,
+                              std::uint64_t first_index, float minval, float maxval) = 0;
   virtual void cast(void* stream, Type from, Type to, const void* x, void* out, std::int64_t n) = 0;
   // kind: detail::BinaryKind's number; comparisons write bool.
   virtual void binary(void* stream, int kind, Type type, const Broadcast& b, const void* x,

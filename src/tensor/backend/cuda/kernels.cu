@@ -24,6 +24,18 @@ __global__ void fill_kernel(T* out, std::int64_t n, T v) {
   LOCKSTEP_FOR_EACH(i, n) out[i] = v;
 }
 
+// philox.h's uniform_element, a thread an element; the stream from device
+// memory when a slot is given (read once per thread, as the graph runs).
+__global__ void random_uniform_kernel(float* out, std::int64_t n, std::uint64_t seed,
+                                      const std::uint64_t* stream_slot, std::uint64_t stream_value,
+                                      std::uint64_t first_index, float minval, float maxval) {
+  const std::uint64_t stream = stream_slot != nullptr ? *stream_slot : stream_value;
+  LOCKSTEP_FOR_EACH(i, n) {
+    out[i] =
+        uniform_element(seed, stream, first_index + static_cast<std::uint64_t>(i), minval, maxval);
+  }
+}
+
 template <typename S, typename D>
 __global__ void cast_kernel(const S* x, D* out, std::int64_t n) {
   LOCKSTEP_FOR_EACH(i, n) out[i] = convert<D>(x[i]);
@@ -412,6 +424,15 @@ void launch_fill(cudaStream_t s, Type type, void* out, std::int64_t n, double va
     fill_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<T*>(out), n, v);
   });
   check_launch("fill");
+}
+
+void launch_random_uniform(cudaStream_t s, float* out, std::int64_t n, std::uint64_t seed,
+                           const std::uint64_t* stream_slot, std::uint64_t stream_value,
+                           std::uint64_t first_index, float minval, float maxval) {
+  if (n == 0) return;
+  random_uniform_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, n, seed, stream_slot, stream_value,
+                                                           first_index, minval, maxval);
+  check_launch("random_uniform");
 }
 
 void launch_cast(cudaStream_t s, Type from, Type to, const void* x, void* out, std::int64_t n) {

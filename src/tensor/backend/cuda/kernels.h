@@ -59,6 +59,9 @@ inline unsigned blocks_for(std::int64_t n) {
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
 
 void launch_fill(cudaStream_t s, Type type, void* out, std::int64_t n, double value);
+void launch_random_uniform(cudaStream_t s, float* out, std::int64_t n, std::uint64_t seed,
+                           const std::uint64_t* stream_slot, std::uint64_t stream_value,
+                           std::uint64_t first_index, float minval, float maxval);
 void launch_cast(cudaStream_t s, Type from, Type to, const void* x, void* out, std::int64_t n);
 void launch_binary(cudaStream_t s, int kind, Type type, const Broadcast& b, const void* x,
                    const void* y, void* out);

@@ -258,6 +258,12 @@ class CudaApi final : public GpuApi {
   void fill(void* stream, Type type, void* out, std::int64_t n, double value) override {
     launch_fill(on(stream), type, out, n, value);
   }
+  void random_uniform(void* stream, float* out, std::int64_t n, std::uint64_t seed,
+                      const std::uint64_t* stream_slot, std::uint64_t stream_value,
+                      std::uint64_t first_index, float minval, float maxval) override {
+    launch_random_uniform(on(stream), out, n, seed, stream_slot, stream_value, first_index, minval,
+                          maxval);
+  }
   void cast(void* stream, Type from, Type to, const void* x, void* out, std::int64_t n) override {
     launch_cast(on(stream), from, to, x, out, n);
   }
