@@ -180,8 +180,9 @@ section_tests() {
 
 # What memcheck covers unless LOCKSTEP_CHECK_MEMCHECK_FILTER says: the
 # recorded steps and what came after the last clean run of every op test
-# (NCCL, half-type ops, clipping, prefetching, image ops), within its 100 s.
-memcheck_filter='DeviceOps.Nccl*:DeviceOps.*Graph*:DeviceOps.Fit*:DeviceOps.ARecord*:DeviceOps.HalfType*:DeviceOps.Clipped*:DeviceOps.Prefetch*:DeviceOps.ImageOps*:DeviceOps.Augmentation*'
+# (NCCL, random numbers, half-type ops, clipping, prefetching, image ops),
+# within its 100 s.
+memcheck_filter='DeviceOps.Nccl*:DeviceOps.RandomUniform*:DeviceOps.*Graph*:DeviceOps.Fit*:DeviceOps.ARecord*:DeviceOps.HalfType*:DeviceOps.Clipped*:DeviceOps.Prefetch*:DeviceOps.ImageOps*:DeviceOps.Augmentation*'
 section_memcheck() {
   command -v compute-sanitizer >/dev/null || { say "memcheck: no compute-sanitizer"; return; }
   say "== compute-sanitizer memcheck over device ops, training steps and recorded steps"
