@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/log.h"
 
 namespace lockstep::distribute {
 namespace {
@@ -39,6 +40,9 @@ void CollectiveWatchdog::watch() {
     lock.unlock();
     const std::string why = verdict();
     if (!why.empty()) {
+      // Said at once, whoever catches the replicas' errors.
+      log(LogLevel::kWarning,
+          detail::str_cat(options_.name, ": aborting the GPUs' NCCL sums: ", why, "\n"));
       // One abort ends every member's sums (they share one group); the
       // next run makes new communicators.
       members_.front()->abort(why);

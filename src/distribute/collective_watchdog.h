@@ -35,6 +35,8 @@ class CollectiveWatchdog {
     std::function<std::string()> lost{};
     // Said after a deadline's abort (the workers the chief lost, if any).
     std::function<std::string()> diagnose{};
+    // The strategy's name, for the warning an abort logs.
+    std::string name{};
   };
   // Watches `members` (they outlive it) until destroyed.
   CollectiveWatchdog(std::vector<detail::DeviceCollective*> members, Options options);

@@ -217,9 +217,9 @@ void StrategyImpl::make_collectives() {
 // replica order: the chief makes its id, which reaches the others by the
 // workers' communicator; every worker then says whether it joined, and
 // they use NCCL only if all did (else each warns and they all sum through
-// host memory, as before). Once, when the strategy is made: after a
-// failed run the workers are not in step to join again, and go on
-// through host memory.
+// host memory, as before). Once, when the strategy is made: a failed run
+// aborts the workers' communicator too (the hierarchy's abort), which ends
+// the job's collectives; a restarted job joins at its start.
 void StrategyImpl::join_collectives_across_workers() {
   if (collectives_tried_) return;
   collectives_tried_ = true;
@@ -269,6 +269,7 @@ void StrategyImpl::join_collectives_across_workers() {
 void StrategyImpl::watch_collectives() {
   if (collectives_.empty()) return;
   CollectiveWatchdog::Options o;
+  o.name = name_;
   o.deadline = comm_options_.timeout;
   o.every = std::clamp(comm_options_.timeout / 16, std::chrono::milliseconds(10),
                        std::chrono::milliseconds(1000));

@@ -257,85 +257,101 @@ class NcclGroup {
   std::optional<std::string> reason_;
 };
 
-// One replica's NCCL rank. An event recorded after each sum tells when it
-// has run: until then the sum is in flight (waiting_since). On a GPU the
-// call returns at once and the sum runs later; the emulated adapter runs it
+// One replica's NCCL rank. Events recorded before and after each sum tell
+// when it began — its stream reached it: the step's kernels before it have
+// run — and when it ended; in between it is in flight (waiting_since), as
+// a host collective is from the moment it is entered. On a GPU the call
+// returns at once and the sum runs later; the emulated adapter runs it
 // inside the call, which then counts as in flight.
 class NcclMember final : public DeviceCollective {
  public:
   NcclMember(std::shared_ptr<NcclGroup> group, std::size_t rank, Device& device, int gpu,
              void* stream)
       : group_(std::move(group)), rank_(rank), device_(device), stream_(stream) {
-    event_ = guarded(device_, "NCCL's completion event",
-                     [&] { return group_->api()->create_event(gpu); });
+    guarded(device_, "NCCL's events", [&] {
+      before_ = group_->api()->create_event(gpu);
+      after_ = group_->api()->create_event(gpu);
+    });
   }
   ~NcclMember() override {
-    try {
-      group_->api()->destroy_event(event_);
-    } catch (const std::runtime_error&) {  // a context torn down at exit
+    for (void* e : {before_, after_}) {
+      try {
+        if (e != nullptr) group_->api()->destroy_event(e);
+      } catch (const std::runtime_error&) {  // a context torn down at exit
+      }
     }
   }
   NcclMember(const NcclMember&) = delete;
   NcclMember& operator=(const NcclMember&) = delete;
 
+  // Only the last sum is tracked: the stream runs them in order, so when
+  // it has begun the ones before have ended.
   void all_reduce_sum(float* buf, std::int64_t n) override {
     {
       std::lock_guard lock(mutex_);
-      // Counted from the oldest sum that may still be in flight.
-      if (!since_ || !in_flight_locked()) since_ = Clock::now();
       in_call_ = true;
+      called_ = Clock::now();
+      began_.reset();
+      queued_ = false;
     }
     try {
+      group_->api()->record_event(before_, stream_);
       group_->api()->nccl_all_reduce(group_->comm(rank_), stream_, buf, n);
-      group_->api()->record_event(event_, stream_);
+      group_->api()->record_event(after_, stream_);
     } catch (const std::runtime_error& e) {
       {
         std::lock_guard lock(mutex_);
         in_call_ = false;
-        since_.reset();
       }
       fail("the replicas' NCCL all-reduce", e);
     }
     std::lock_guard lock(mutex_);
     in_call_ = false;
-    recorded_ = true;
+    queued_ = true;
   }
 
   void wait() override {
+    bool queued = false;
     {
       std::lock_guard lock(mutex_);
-      if (!recorded_) return;
+      queued = queued_;
     }
-    try {
-      group_->api()->event_synchronize(event_);
-    } catch (const std::runtime_error& e) {
-      fail("waiting for the replicas' NCCL all-reduce", e);
+    if (queued) {
+      try {
+        group_->api()->event_synchronize(after_);
+      } catch (const std::runtime_error& e) {
+        fail("waiting for the replicas' NCCL all-reduce", e);
+      }
     }
     // On a GPU an aborted sum's kernel ends as if it had run: its buffer
     // holds a partial sum.
     throw_if_aborted("");
   }
 
+  // A failed query (the GPU's context broken) counts as not waiting:
+  // wait() reports it.
   std::optional<Clock::time_point> waiting_since() override {
     std::lock_guard lock(mutex_);
-    if (since_ && !in_flight_locked()) since_.reset();
-    return since_;
+    if (in_call_) return called_;
+    if (!queued_) return std::nullopt;
+    try {
+      if (group_->api()->event_done(after_)) {
+        queued_ = false;
+        return std::nullopt;
+      }
+      if (!began_) {
+        if (!group_->api()->event_done(before_)) return std::nullopt;  // still computing
+        began_ = Clock::now();  // first seen begun: within a poll of it
+      }
+    } catch (const std::runtime_error&) {
+      return std::nullopt;
+    }
+    return began_;
   }
 
   void abort(const std::string& reason) override { group_->abort(reason); }
 
  private:
-  // Whether the last sum queued may not have run yet. A failed query (the
-  // GPU's context broken) counts as run: wait() reports it.
-  bool in_flight_locked() const {
-    if (in_call_) return true;
-    if (!recorded_) return false;
-    try {
-      return !group_->api()->event_done(event_);
-    } catch (const std::runtime_error&) {
-      return false;
-    }
-  }
   // The adapter's failure: the abort's reason where the group was aborted
   // (what ended the call), else a DeviceError as guarded() makes.
   [[noreturn]] void fail(const char* op, const std::runtime_error& e) const {
@@ -355,11 +371,13 @@ class NcclMember final : public DeviceCollective {
   std::size_t rank_;
   Device& device_;
   void* stream_;
-  void* event_ = nullptr;
+  void* before_ = nullptr;
+  void* after_ = nullptr;
   std::mutex mutex_;  // the state below, read by a watchdog's thread
-  std::optional<Clock::time_point> since_;
   bool in_call_ = false;
-  bool recorded_ = false;
+  Clock::time_point called_{};
+  bool queued_ = false;  // the last sum queued, not yet seen ended
+  std::optional<Clock::time_point> began_;
 };
 
 class GpuKernels final : public DeviceKernels {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -246,7 +247,13 @@ TEST_F(GpuDevices, AStalledNcclSumIsAbortedAtTheCollectiveTimeoutAndTheNextRunSu
       return sum.cpu();
     });
   };
-  (void)step();                                           // w = 3 on both replicas
+  (void)step();  // w = 3 on both replicas
+  std::string warned;
+  std::mutex warned_mutex;  // the watchdog's thread logs
+  const LogSink before = set_log_sink([&](LogLevel level, std::string_view text) {
+    std::lock_guard lock(warned_mutex);
+    if (level == LogLevel::kWarning) warned += text;
+  });
   ::setenv("LOCKSTEP_EMULATED_NCCL_STALL_RANK", "1", 1);  // NOLINT(concurrency-mt-unsafe)
   const auto start = std::chrono::steady_clock::now();
   try {
@@ -262,6 +269,11 @@ TEST_F(GpuDevices, AStalledNcclSumIsAbortedAtTheCollectiveTimeoutAndTheNextRunSu
         << what;
   }
   const auto took = std::chrono::steady_clock::now() - start;
+  set_log_sink(before);
+  EXPECT_NE(warned.find("MirroredStrategy: aborting the GPUs' NCCL sums: the sum did not complete "
+                        "within 2.0 s"),
+            std::string::npos)
+      << warned;
   EXPECT_GE(took, std::chrono::seconds(2)) << "aborted before the deadline";
   // Not a speed goal: not aborted, the emulated NCCL gives up after a minute.
   EXPECT_LT(took, std::chrono::seconds(30)) << "the watchdog did not abort the stalled sum";

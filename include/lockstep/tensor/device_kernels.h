@@ -199,8 +199,9 @@ class DeviceCollective {
   // A sum the group's abort ended is a DistributedError saying the abort's
   // reason: never its partial sum taken for the result.
   virtual void wait() = 0;
-  // When the oldest of this member's sums not yet seen complete was
-  // queued; nullopt when none is in flight. Any thread; never waits.
+  // Since when this member's sum has been running — its device reached it
+  // (the work queued before it has run) and it has not ended; nullopt when
+  // none is. Any thread; never waits.
   virtual std::optional<Clock::time_point> waiting_since() = 0;
   // Every member's collectives in flight end with an error that says
   // `reason`, and later ones are refused (a replica failed, or a peer
