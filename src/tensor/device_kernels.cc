@@ -3,6 +3,9 @@
 // (an op with no kernel on a device says so, naming both).
 #include "lockstep/tensor/device_kernels.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include "lockstep/core/error.h"
 
 namespace lockstep::detail {
@@ -158,6 +161,35 @@ Tensor DeviceKernels::gather(const Tensor&, const std::vector<std::int64_t>&, in
 Tensor DeviceKernels::gather_grad(const Tensor&, const std::vector<std::int64_t>&, int,
                                   const Shape&) {
   no_kernel("gather's gradient");
+}
+Tensor DeviceKernels::gather(const Tensor&, const GatherOnDevice&, int, const Shape&) {
+  no_kernel("gather");
+}
+Tensor DeviceKernels::gather_grad(const Tensor&, const GatherOnDevice&, int, const Shape&) {
+  no_kernel("gather's gradient");
+}
+
+GatherGrouping group_by_target(const std::vector<std::int64_t>& indices, std::size_t padded_to) {
+  GatherGrouping out;
+  out.order.resize(indices.size());
+  std::iota(out.order.begin(), out.order.end(), 0);
+  std::stable_sort(out.order.begin(), out.order.end(), [&](std::int64_t a, std::int64_t b) {
+    return indices[static_cast<std::size_t>(a)] < indices[static_cast<std::size_t>(b)];
+  });
+  for (std::size_t k = 0; k < out.order.size(); ++k) {
+    const std::int64_t t = indices[static_cast<std::size_t>(out.order[k])];
+    if (out.targets.empty() || out.targets.back() != t) {
+      out.targets.push_back(t);
+      out.starts.push_back(static_cast<std::int64_t>(k));
+    }
+  }
+  const auto end = static_cast<std::int64_t>(out.order.size());
+  while (out.targets.size() < padded_to) {
+    out.targets.push_back(-1);
+    out.starts.push_back(end);
+  }
+  out.starts.push_back(end);
+  return out;
 }
 Tensor DeviceKernels::moving_average(const Tensor&, const Tensor&, float) {
   no_kernel("moving_average");

@@ -852,7 +852,25 @@ class GpuKernels final : public DeviceKernels {
     });
     return out;
   }
-  Tensor gather(const Tensor& params_in, const std::vector<std::int64_t>& indices, int axis,
+  // The host's indices and grouping copied to the device, then as a
+  // recorded step's.
+  Tensor gather(const Tensor& params, const std::vector<std::int64_t>& indices, int axis,
+                const Shape& out_shape) override {
+    return gather(params,
+                  GatherOnDevice{.indices = on_current_device(Tensor::from_vector(indices))}, axis,
+                  out_shape);
+  }
+  Tensor gather_grad(const Tensor& g, const std::vector<std::int64_t>& indices, int axis,
+                     const Shape& shape) override {
+    const GatherGrouping grouping = group_by_target(indices);
+    return gather_grad(
+        g,
+        GatherOnDevice{.order = on_current_device(Tensor::from_vector(grouping.order)),
+                       .starts = on_current_device(Tensor::from_vector(grouping.starts)),
+                       .targets = on_current_device(Tensor::from_vector(grouping.targets))},
+        axis, shape);
+  }
+  Tensor gather(const Tensor& params_in, const GatherOnDevice& at, int axis,
                 const Shape& out_shape) override {
     const Tensor params = on_current_device(params_in);
     Tensor out = Tensor::empty(out_shape, params.dtype());
@@ -862,15 +880,14 @@ class GpuKernels final : public DeviceKernels {
       if (i < axis) outer *= params.shape()[i];
       if (i > axis) inner *= params.shape()[i];
     }
-    const Tensor idx = on_current_device(Tensor::from_vector(indices));
     run("gather", [&] {
       api_->gather_rows(stream_, static_cast<int>(dtype_size(params.dtype())), p(params),
-                        static_cast<const std::int64_t*>(p(idx)), p(out), outer,
-                        params.shape()[axis], static_cast<std::int64_t>(indices.size()), inner);
+                        indices64(at.indices), p(out), outer, params.shape()[axis],
+                        at.indices.numel(), inner);
     });
     return out;
   }
-  Tensor gather_grad(const Tensor& g_in, const std::vector<std::int64_t>& indices, int axis,
+  Tensor gather_grad(const Tensor& g_in, const GatherOnDevice& at, int axis,
                      const Shape& shape) override {
     const Tensor g = on_current_device(g_in);
     Tensor out = Tensor::empty(shape);
@@ -880,31 +897,10 @@ class GpuKernels final : public DeviceKernels {
       if (i < axis) outer *= shape[i];
       if (i > axis) inner *= shape[i];
     }
-    // The positions grouped by their target row, ascending within a group
-    // (a stable sort): each target's sum in the CPU's order, no atomics.
-    std::vector<std::int64_t> order(indices.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
-      return indices[static_cast<std::size_t>(a)] < indices[static_cast<std::size_t>(b)];
-    });
-    std::vector<std::int64_t> starts, targets;
-    for (std::size_t k = 0; k < order.size(); ++k) {
-      const std::int64_t t = indices[static_cast<std::size_t>(order[k])];
-      if (targets.empty() || targets.back() != t) {
-        targets.push_back(t);
-        starts.push_back(static_cast<std::int64_t>(k));
-      }
-    }
-    starts.push_back(static_cast<std::int64_t>(order.size()));
-    const Tensor d_order = on_current_device(Tensor::from_vector(order)),
-                 d_starts = on_current_device(Tensor::from_vector(starts)),
-                 d_targets = on_current_device(Tensor::from_vector(targets));
     run("gather's gradient", [&] {
-      api_->gather_rows_grad(stream_, f(g), static_cast<const std::int64_t*>(p(d_order)),
-                             static_cast<const std::int64_t*>(p(d_starts)),
-                             static_cast<const std::int64_t*>(p(d_targets)),
-                             static_cast<std::int64_t>(targets.size()), f(out), outer, shape[axis],
-                             static_cast<std::int64_t>(indices.size()), inner);
+      api_->gather_rows_grad(stream_, f(g), indices64(at.order), indices64(at.starts),
+                             indices64(at.targets), at.targets.numel(), f(out), outer, shape[axis],
+                             at.order.numel(), inner);
     });
     return out;
   }
@@ -1132,6 +1128,13 @@ class GpuKernels final : public DeviceKernels {
     guarded(current_device(), op, std::forward<F>(fn));
   }
   static void* p(const Tensor& t) { return device_pointer(t); }
+  // An int64 index operand on this device.
+  static const std::int64_t* indices64(const Tensor& t) {
+    LOCKSTEP_CHECK_AS(DeviceError, t.dtype() == DType::kInt64 && &t.device() == &current_device(),
+                      "a GPU index kernel takes int64 indices on ", current_device().name(),
+                      ", got ", t.dtype(), " on ", t.device().name());
+    return static_cast<const std::int64_t*>(device_pointer(t));
+  }
   // A float32 kernel's operand. Anything else reaching one is an op that
   // forgot to widen it: an error, never its bytes read as floats.
   static float* f(const Tensor& t) {

@@ -26,7 +26,9 @@
 // recurrent dropout, RandomFlip, RandomRotation) are drawn on the device
 // from a stream staged before each replay, which advances the layer's
 // counter as the eager step does (detail::ReplayedDraw): a replay draws the
-// eager step's numbers. What a recording cannot hold keeps the step eager,
+// eager step's numbers. An Embedding's ids are range-checked and grouped for
+// its gradient on the host before each replay likewise (a HostCheck that
+// writes detail::GatherOnDevice). What a recording cannot hold keeps the step eager,
 // said once on the log: a draw of a fixed stream (random::uniform with its
 // stream given, as a custom layer may make), an optimizer without an update
 // kernel, a value read back or a tensor made in host memory inside the step

@@ -1522,6 +1522,62 @@ TEST(DeviceOps, FitChecksAReplayedBatchsLabelsFirst) {
   }
 }
 
+// Sequences: an Embedding of int32 token ids, then an LSTM or attention.
+// The ids cannot be read on the host inside a recording, so their range
+// check and the embedding gradient's grouping run before each replay on
+// the batch's host copy, written where the recorded kernels read them.
+// 15 replays give the eager fit's weights bit for bit (ids repeat within
+// a batch, so the grouping's order matters); an id out of range in a
+// replayed batch is an IndexError naming it, before that step runs.
+TEST(DeviceOps, FitReplaysEmbeddingSequenceStepsWithTheEagerStepsBits) {
+  if (!dev().kernels()->can_capture()) GTEST_SKIP() << dev().name() << " records nothing";
+  constexpr std::int64_t kBatches = 8, kBatch = 4, kSteps = 6, kVocab = 20;
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(kBatches * kBatch * kSteps));
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(kBatches * kBatch));
+  std::mt19937 rng(12);
+  for (auto& id : ids) id = static_cast<std::int32_t>(rng() % kVocab);
+  for (auto& label : labels) label = static_cast<std::int64_t>(rng() % 2);
+  const Tensor y = Tensor::from_vector(labels);
+  LogTexts logged;
+  for (const std::string body : {"lstm", "attention"}) {
+    auto fit = [&](const std::vector<std::int32_t>& tokens, bool run_eagerly) {
+      const DeviceScope on(dev());
+      set_random_seed(5);
+      const KerasTensor in = Input({kSteps}, DType::kInt32);
+      KerasTensor x = layers::Embedding(kVocab, 8)(in);
+      if (body == "lstm") {
+        x = layers::LSTM(8)(x);
+      } else {
+        x = layers::LayerNormalization()(
+            layers::Add()({x, layers::MultiHeadAttention(2, 4)({x, x})}));
+        x = layers::GlobalAveragePooling1D()(x);
+      }
+      Model model(in, layers::Dense(2)(x));
+      model.compile({.optimizer = optimizers::Adam({.learning_rate = 0.01}),
+                     .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                     .run_eagerly = run_eagerly});
+      logged.clear();
+      model.fit(Tensor::from_vector(tokens, Shape{kBatches * kBatch, kSteps}), y,
+                {.batch_size = kBatch, .epochs = 2, .verbose = 0, .shuffle = false});
+      return testing_support::weights(model);
+    };
+    const auto eager = fit(ids, true);
+    const auto replayed = fit(ids, false);
+    expect_replayed(logged, 15);
+    testing_support::expect_bitwise(eager, replayed, body + ": 15 replayed steps against eager");
+    std::vector<std::int32_t> bad = ids;
+    bad[static_cast<std::size_t>(5 * kBatch * kSteps + 7)] = kVocab;  // batch 5, position 7
+    try {
+      (void)fit(bad, false);
+      ADD_FAILURE() << body << ": an id out of range was trained on";
+    } catch (const IndexError& e) {
+      EXPECT_NE(std::string(e.what()).find("index 20 at position 7 is out of range"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // Sparse cross-entropy of labels the loss computes (a cast here): their
 // range cannot be checked on the host before a replay, so the recording is
 // not kept — after the step's host code ran once while recording — and

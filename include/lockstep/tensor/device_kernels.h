@@ -209,6 +209,22 @@ class DeviceCollective {
   virtual void abort(const std::string& reason) = 0;
 };
 
+// gather's gradient without atomics: the positions of `indices` grouped by
+// their target row, ascending within a group (a stable sort), so that each
+// target's sum is added in the CPU's order. targets[u] gets the positions
+// order[starts[u] .. starts[u + 1]); with padded_to, the groups run on to
+// that many, each empty with target -1 (a recorded kernel's fixed size).
+struct GatherGrouping {
+  std::vector<std::int64_t> order{}, starts{}, targets{};
+};
+GatherGrouping group_by_target(const std::vector<std::int64_t>& indices, std::size_t padded_to = 0);
+// A recorded gather's indices and its gradient's grouping (int64, on the
+// device; m positions: indices [m], order [m], starts [m + 1], targets
+// [m], padded), written before each replay from the batch's host copy.
+struct GatherOnDevice {
+  Tensor indices{}, order{}, starts{}, targets{};
+};
+
 class DeviceKernels {
  public:
   virtual ~DeviceKernels() = default;
@@ -296,6 +312,12 @@ class DeviceKernels {
   virtual Tensor gather(const Tensor& params, const std::vector<std::int64_t>& indices, int axis,
                         const Shape& out_shape);
   virtual Tensor gather_grad(const Tensor& g, const std::vector<std::int64_t>& indices, int axis,
+                             const Shape& shape);
+  // The same at indices and a grouping in device memory (a recorded step's,
+  // written before each replay: GatherOnDevice).
+  virtual Tensor gather(const Tensor& params, const GatherOnDevice& at, int axis,
+                        const Shape& out_shape);
+  virtual Tensor gather_grad(const Tensor& g, const GatherOnDevice& at, int axis,
                              const Shape& shape);
   // relu with a slope, threshold or cap (float32), and its gradient from
   // the output y.

@@ -2,6 +2,7 @@
 // cross-entropy) and one_hot. Every index is range-checked: a bad label is
 // an IndexError naming its position and value, never a read out of bounds.
 #include <cstring>
+#include <memory>
 
 #include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/ops.h"
@@ -37,6 +38,38 @@ void dims_around(const Shape& s, int axis, std::int64_t& outer, std::int64_t& in
   for (int i = axis + 1; i < s.rank(); ++i) inner *= s[i];
 }
 
+// gather in a step recorded as a graph (fit's, on a GPU): the indices
+// cannot be read on the host inside it, so the range check and the
+// gradient's grouping run before each replay on the batch's host copy of
+// them (an input the step was fed; else the recording is dropped and the
+// step runs eagerly), written into device memory the recorded kernels read.
+Tensor gather_recorded(detail::DeviceKernels& k, const Tensor& params, const Tensor& indices, int a,
+                       const Shape& out_shape) {
+  const std::int64_t m = indices.numel();
+  auto at = std::make_shared<detail::GatherOnDevice>(
+      detail::GatherOnDevice{.indices = Tensor::empty({m}, DType::kInt64),
+                             .order = Tensor::empty({m}, DType::kInt64),
+                             .starts = Tensor::empty({m + 1}, DType::kInt64),
+                             .targets = Tensor::empty({m}, DType::kInt64)});
+  detail::check_before_each_replay(
+      indices, [at, n = params.shape()[a], shape = params.shape(), a](const Tensor& host) {
+        const std::vector<std::int64_t> idx = checked_indices(host, n, "gather", shape, a);
+        const detail::GatherGrouping grouping = detail::group_by_target(idx, idx.size());
+        detail::copy_into(at->indices, Tensor::from_vector(idx));
+        detail::copy_into(at->order, Tensor::from_vector(grouping.order));
+        detail::copy_into(at->starts, Tensor::from_vector(grouping.starts));
+        detail::copy_into(at->targets, Tensor::from_vector(grouping.targets));
+      });
+  Tensor out = k.gather(params, *at, a, out_shape);
+  if (params.dtype() == DType::kFloat32 && detail::should_record({params})) {
+    detail::record("gather", {params}, out, [sp = params.shape(), at, a](const Tensor& g) {
+      const detail::OnDevice on_g;
+      return Grads{on_g.kernels()->gather_grad(g, *at, a, sp)};
+    });
+  }
+  return out;
+}
+
 }  // namespace
 
 Tensor gather(const Tensor& params, const Tensor& indices, int axis) {
@@ -44,13 +77,17 @@ Tensor gather(const Tensor& params, const Tensor& indices, int axis) {
   check_defined(indices, "gather", "indices");
   const int a = normalize_axis(axis, params.rank(), "gather");
   const std::int64_t n = params.shape()[a];
-  const std::vector<std::int64_t> idx =
-      checked_indices(indices.cpu(), n, "gather", params.shape(), a);
   Shape out_shape;
   for (int i = 0; i < a; ++i) out_shape.push_back(params.shape()[i]);
   for (std::int64_t d : indices.shape().dims()) out_shape.push_back(d);
   for (int i = a + 1; i < params.rank(); ++i) out_shape.push_back(params.shape()[i]);
   const detail::OnDevice on;
+  if (on.kernels() != nullptr && detail::recording_step()) {
+    detail::visit_index(indices.dtype(), "gather", []<typename I>() {});  // an index dtype
+    return gather_recorded(*on.kernels(), params, indices, a, out_shape);
+  }
+  const std::vector<std::int64_t> idx =
+      checked_indices(indices.cpu(), n, "gather", params.shape(), a);
   if (detail::DeviceKernels* k = on.kernels()) {
     Tensor out = k->gather(params, idx, a, out_shape);
     if (params.dtype() == DType::kFloat32 && detail::should_record({params})) {

@@ -468,6 +468,7 @@ class EmulatedApi final : public GpuApi {
       std::fill_n(out, outer * n * inner, 0.0f);
       for (std::int64_t t = 0; t < outer * unique * inner; ++t) {
         const std::int64_t i = t % inner, u = t / inner % unique, o = t / (inner * unique);
+        if (targets[u] < 0) continue;  // a recorded kernel's padding
         float acc = 0.0f;
         for (std::int64_t q = starts[u]; q < starts[u + 1]; ++q)
           acc += g[(o * m + order[q]) * inner + i];

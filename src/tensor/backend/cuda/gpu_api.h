@@ -208,7 +208,8 @@ class GpuApi {
                            std::int64_t inner) = 0;
   // gather's gradient without atomics: out (zeroed here) [outer, n, inner];
   // target row targets[u] gets the g rows order[starts[u] .. starts[u + 1])
-  // added in that (ascending) order — the CPU's order.
+  // added in that (ascending) order — the CPU's order. A group whose target
+  // is -1 is skipped (padding: a recorded graph's groups are a fixed count).
   virtual void gather_rows_grad(void* stream, const float* g, const std::int64_t* order,
                                 const std::int64_t* starts, const std::int64_t* targets,
                                 std::int64_t unique, float* out, std::int64_t outer, std::int64_t n,

@@ -341,6 +341,7 @@ __global__ void gather_rows_grad_kernel(const float* g, const std::int64_t* orde
                                         std::int64_t n, std::int64_t m, std::int64_t inner) {
   LOCKSTEP_FOR_EACH(t, outer * unique * inner) {
     const std::int64_t i = t % inner, u = t / inner % unique, o = t / (inner * unique);
+    if (targets[u] < 0) continue;  // a recorded kernel's padding
     float acc = 0.0f;
     for (std::int64_t p = starts[u]; p < starts[u + 1]; ++p)
       acc += g[(o * m + order[p]) * inner + i];
