@@ -291,10 +291,11 @@ section_mwms() {
 }
 
 section_sequences() {
-  say "== the sequence workloads (Embedding, LSTM; attention, layer normalization) on /gpu:0"
+  say "== the sequence workloads (Embedding, LSTM; attention, layer normalization) on /gpu:0, recorded and eager"
   local w
   for w in lstm transformer; do
     work 120 "$w gpu" --workload $w --batch 64 --steps 20 --warmup 3 --mode gpu
+    work 120 "$w gpu eager" --workload $w --batch 64 --steps 20 --warmup 3 --mode gpu --run-eagerly
   done
 }
 
