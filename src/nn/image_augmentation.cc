@@ -7,6 +7,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "lockstep/tensor/device.h"
+#include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/image_ops.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/random.h"
@@ -37,9 +39,31 @@ Tensor like_input(const Tensor& y, const Tensor& x) {
   return x.rank() == 4 ? y : reshape(y, x.shape().to_vector());
 }
 
+// In a step recorded as a graph (fit's, on a GPU) the host's work of the
+// two layers cannot run inside it: it runs before each replay instead
+// (detail::before_each_replay), writing device memory the step reads.
+
+// Images [n, h, w, c] with their width (axis 2) or height (axis 1)
+// reversed, in a recorded step: the exact affine transform x ↦ w − 1 − x
+// (or y ↦ h − 1 − y) sampled at the nearest pixel — integral coordinates,
+// so every value is copied, the gather's bits — with its matrix written
+// before each replay (a gather of indices made on the host is refused).
+Tensor reverse_recorded(const Tensor& images, int axis) {
+  const auto h = static_cast<float>(images.dim(1)), w = static_cast<float>(images.dim(2));
+  const std::vector<float> m = axis == 2 ? std::vector<float>{-1, 0, w - 1, 0, 1, 0, 0, 0}
+                                         : std::vector<float>{1, 0, 0, 0, -1, h - 1, 0, 0};
+  const Tensor transform = detail::staged_tensor({8}, DType::kFloat32);
+  detail::before_each_replay(
+      [transform, m] { detail::copy_into(transform, Tensor::from_vector(m)); });
+  return image::affine_transform(images, transform, {.interpolation = "nearest"});
+}
+
 // x with dimension `axis` reversed (a gather, so its gradient is the same
 // permutation of the output's).
 Tensor reverse(const Tensor& x, int axis) {
+  if (detail::recording_step() && x.rank() == 4 && (axis == 1 || axis == 2) &&
+      x.dtype() == DType::kFloat32)
+    return reverse_recorded(x, axis);
   const std::int64_t n = x.dim(axis);
   std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) idx[static_cast<std::size_t>(i)] = n - 1 - i;
@@ -136,9 +160,28 @@ Tensor RandomRotationImpl::call(const Tensor& x, const CallContext& ctx) {
   // keras.random.uniform(minval=lower * 360, maxval=upper * 360): u * span + min.
   const auto lower = static_cast<float>(factor_[0] * 360.0);
   const auto upper = static_cast<float>(factor_[1] * 360.0);
-  const Tensor u = random::uniform_next({n}, seed_, next_stream_);
-  const Tensor angles = u * (upper - lower) + lower;
-  const Tensor transforms = rotation_matrices(angles, images.dim(1), images.dim(2));
+  Tensor transforms;
+  if (detail::recording_step()) {
+    // The angles and matrices on the host before each replay, from the
+    // stream the eager step would draw: the same bits (the device draws the
+    // host's, and the same float operations make the angles).
+    transforms = detail::staged_tensor({n, 8}, DType::kFloat32);
+    detail::before_each_replay(
+        [this, transforms, n, lower, upper, h = images.dim(1), w = images.dim(2)] {
+          const std::uint64_t stream = next_stream_++;
+          Tensor m;
+          {
+            const DeviceScope on_host(host_device(), {.pin_thread = false});
+            const Tensor u = random::uniform({n}, {.seed = seed_, .stream = stream});
+            m = rotation_matrices(u * (upper - lower) + lower, h, w);
+          }
+          detail::copy_into(transforms, m);
+        });
+  } else {
+    const Tensor u = random::uniform_next({n}, seed_, next_stream_);
+    const Tensor angles = u * (upper - lower) + lower;
+    transforms = rotation_matrices(angles, images.dim(1), images.dim(2));
+  }
   const Tensor out = image::affine_transform(images, transforms,
                                              {.interpolation = options_.interpolation,
                                               .fill_mode = options_.fill_mode,

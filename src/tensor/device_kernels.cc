@@ -13,7 +13,7 @@ namespace {
 
 thread_local bool t_device_code = false;
 thread_local std::vector<HostCheck>* t_host_checks = nullptr;  // while a step is recorded
-thread_local std::vector<ReplayedDraw>* t_draws = nullptr;     // likewise
+thread_local std::vector<ReplayStage>* t_stages = nullptr;     // likewise
 
 [[noreturn]] void no_kernel(const char* op) {
   Device& d = current_device();
@@ -29,14 +29,14 @@ void no_device_kernel(const char* op) { no_kernel(op); }
 bool in_device_code() { return t_device_code; }
 
 RecordingStepScope::RecordingStepScope(std::vector<HostCheck>& checks,
-                                       std::vector<ReplayedDraw>& draws)
-    : previous_checks_(t_host_checks), previous_draws_(t_draws) {
+                                       std::vector<ReplayStage>& stages)
+    : previous_checks_(t_host_checks), previous_stages_(t_stages) {
   t_host_checks = &checks;
-  t_draws = &draws;
+  t_stages = &stages;
 }
 RecordingStepScope::~RecordingStepScope() {
   t_host_checks = previous_checks_;
-  t_draws = previous_draws_;
+  t_stages = previous_stages_;
 }
 
 bool recording_step() { return t_host_checks != nullptr; }
@@ -46,9 +46,27 @@ void check_before_each_replay(const Tensor& input, std::function<void(const Tens
   t_host_checks->push_back({device_pointer(input), input.shape(), std::move(check)});
 }
 
-void draw_again_at_each_replay(Tensor slot, std::function<std::uint64_t()> next) {
-  LOCKSTEP_CHECK(t_draws != nullptr, "draw_again_at_each_replay: no step is recorded");
-  t_draws->push_back({std::move(slot), std::move(next)});
+namespace {
+thread_local bool t_allocating_staged = false;
+}  // namespace
+
+Tensor staged_tensor(const Shape& shape, DType dtype) {
+  t_allocating_staged = true;
+  try {
+    Tensor t = Tensor::empty(shape, dtype);
+    t_allocating_staged = false;
+    return t;
+  } catch (...) {
+    t_allocating_staged = false;
+    throw;
+  }
+}
+
+bool allocating_staged() { return t_allocating_staged; }
+
+void before_each_replay(ReplayStage stage) {
+  LOCKSTEP_CHECK(t_stages != nullptr, "before_each_replay: no step is recorded");
+  t_stages->push_back(std::move(stage));
 }
 
 DeviceCodeScope::DeviceCodeScope() : previous_(t_device_code) { t_device_code = true; }

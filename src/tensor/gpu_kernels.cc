@@ -73,7 +73,9 @@ class GpuAllocator final : public Allocator {
   void* allocate(std::size_t bytes) override {
     void* p = nullptr;
     try {
-      p = api_->allocate(gpu_, stream_, bytes == 0 ? 1 : bytes);
+      const std::size_t asked = bytes == 0 ? 1 : bytes;
+      p = allocating_staged() ? api_->allocate_staged(gpu_, stream_, asked)
+                              : api_->allocate(gpu_, stream_, asked);
     } catch (const std::runtime_error& e) {
       std::size_t free = 0, total = 0;
       try {

@@ -101,9 +101,12 @@ Tensor uniform_next(const Shape& shape, std::uint64_t seed, std::uint64_t& next_
   LOCKSTEP_CHECK_AS(DeviceError, detail::OnDevice().kernels() != nullptr,
                     "random::uniform_next: a step is recorded on ", current_device().name(),
                     ", which draws nothing in a graph");
-  Tensor slot = Tensor::empty({1}, DType::kInt64);
+  const Tensor slot = detail::staged_tensor({1}, DType::kInt64);
   std::uint64_t* counter = &next_stream;
-  detail::draw_again_at_each_replay(slot, [counter] { return (*counter)++; });
+  detail::before_each_replay([slot, counter] {
+    const auto stream = static_cast<std::int64_t>((*counter)++);
+    detail::copy_into(slot, Tensor::from_vector(std::vector<std::int64_t>{stream}));
+  });
   return draw_uniform(shape, o, &slot);
 }
 

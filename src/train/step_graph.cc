@@ -15,7 +15,7 @@ bool StepGraph::turn_off(std::string why) {
   x_.clear();
   y_.clear();
   checks_.clear();
-  draws_.clear();
+  stages_.clear();
   graph_.reset();
   update_metrics_ = nullptr;
   log(LogLevel::kInfo,
@@ -69,10 +69,7 @@ void StepGraph::feed(const Batch& b) {
 }
 
 void StepGraph::replay(const Step& s) {
-  for (const ReplayedDraw& d : draws_) {
-    const auto stream = static_cast<std::int64_t>(d.next());
-    copy_into(d.slot, Tensor::from_vector(std::vector<std::int64_t>{stream}));
-  }
+  for (const ReplayStage& stage : stages_) stage();
   graph_->replay();
   ++replays_;
   s.optimizer.finish_replayed_step(0);  // counts it, unless loss scaling skipped it
@@ -115,7 +112,7 @@ bool StepGraph::step(const Step& s, const Batch& b) {
       feed(b);
       DeviceKernels& kernels = *device_->kernels();
       std::vector<HostCheck> checks;
-      std::vector<ReplayedDraw> draws;
+      std::vector<ReplayStage> stages;
       // The step's host code runs while it is recorded; the optimizer then
       // counts nothing and moves no loss scale (each replay's
       // finish_replayed_step does).
@@ -128,13 +125,13 @@ bool StepGraph::step(const Step& s, const Batch& b) {
       };
       try {
         const Recording recording(s.optimizer);
-        const RecordingStepScope recording_checks(checks, draws);
+        const RecordingStepScope recording_checks(checks, stages);
         graph_ = kernels.capture(*device_, [&] { update_metrics_ = s.body(x_, y_); });
       } catch (const DeviceError& e) {
         // Nothing recorded ran, and nothing of this step.
         return turn_off(str_cat("recording the step stopped: ", e.what()));
       }
-      draws_ = std::move(draws);
+      stages_ = std::move(stages);
       if (!adopt_checks(std::move(checks)))
         return turn_off("an op checks on the host a value the step computes");
       run_checks(b);  // a bad label: the error the eager step gives, before anything ran

@@ -25,17 +25,17 @@
 // numbers drawn by a layer's own counter (random::uniform_next: Dropout,
 // recurrent dropout, RandomFlip, RandomRotation) are drawn on the device
 // from a stream staged before each replay, which advances the layer's
-// counter as the eager step does (detail::ReplayedDraw): a replay draws the
-// eager step's numbers. An Embedding's ids are range-checked and grouped for
-// its gradient on the host before each replay likewise (a HostCheck that
-// writes detail::GatherOnDevice). What a recording cannot hold keeps the step eager,
-// said once on the log: a draw of a fixed stream (random::uniform with its
-// stream given, as a custom layer may make), an optimizer without an update
-// kernel, a value read back or a tensor made in host memory inside the step
-// (the recording refuses it by name). Gradient clipping is recorded (on a device its norms are
-// device ops). Only Model's own train_step (a subclass's may do anything), with one replica (no
-// strategy, OneDeviceStrategy, a MirroredStrategy of one device), and not under compile's
-// run_eagerly.
+// counter as the eager step does (a detail::ReplayStage): a replay draws
+// the eager step's numbers; RandomRotation's matrices are worked out on the
+// host before each replay from the stream the eager step would draw. An Embedding's ids are
+// range-checked and grouped for its gradient on the host before each replay likewise (a HostCheck
+// that writes detail::GatherOnDevice). What a recording cannot hold keeps the step eager, said once
+// on the log: a draw of a fixed stream (random::uniform with its stream given, as a custom layer
+// may make), an optimizer without an update kernel, a value read back or a tensor made in host
+// memory inside the step (the recording refuses it by name). Gradient clipping is recorded (on a
+// device its norms are device ops). Only Model's own train_step (a subclass's may do anything),
+// with one replica (no strategy, OneDeviceStrategy, a MirroredStrategy of one device), and not
+// under compile's run_eagerly.
 #pragma once
 
 #include <cstdint>
@@ -100,8 +100,9 @@ class StepGraph {
   std::vector<Tensor> x_, y_;       // the recording's input
   std::vector<Check> checks_;
   std::unique_ptr<DeviceGraph> graph_;
-  // The recording's draws; after graph_, freed before it.
-  std::vector<ReplayedDraw> draws_;
+  // The recording's host work before each replay; after graph_, freed
+  // before it.
+  std::vector<ReplayStage> stages_;
   std::function<void()> update_metrics_;
   std::int64_t replays_ = 0;
   std::string reason_;

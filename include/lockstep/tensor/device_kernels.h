@@ -415,33 +415,40 @@ struct HostCheck {
   Shape shape{};                // as the op sees it
   std::function<void(const Tensor& host)> check{};
 };
-// Random numbers a recorded step draws afresh at each replay
-// (random::uniform_next: Dropout's masks): its kernel reads the stream
-// from `slot` (int64 [1] on the device), and the recorder writes next()
-// into it before each replay — the stream the eager step would have taken.
-struct ReplayedDraw {
-  Tensor slot{};
-  std::function<std::uint64_t()> next{};
-};
-// Collects the checks and the draws of the ops recorded on this thread
+// Host work a recorded step needs before each replay, in the order the
+// eager step would do it, writing device memory its kernels read: the
+// stream of a draw from a layer's own counter (random::uniform_next:
+// Dropout's masks), advancing the counter as the eager step would;
+// RandomRotation's matrices, worked out on the host from that stream.
+using ReplayStage = std::function<void()>;
+// Collects the checks and the stages of the ops recorded on this thread
 // while it lives.
 class RecordingStepScope {
  public:
-  RecordingStepScope(std::vector<HostCheck>& checks, std::vector<ReplayedDraw>& draws);
+  RecordingStepScope(std::vector<HostCheck>& checks, std::vector<ReplayStage>& stages);
   ~RecordingStepScope();
   RecordingStepScope(const RecordingStepScope&) = delete;
   RecordingStepScope& operator=(const RecordingStepScope&) = delete;
 
  private:
   std::vector<HostCheck>* previous_checks_;
-  std::vector<ReplayedDraw>* previous_draws_;
+  std::vector<ReplayStage>* previous_stages_;
 };
 // Whether a step is being recorded on this thread.
 bool recording_step();
 // While recording: `check` runs before each replay on `input`'s host copy.
 void check_before_each_replay(const Tensor& input, std::function<void(const Tensor& host)> check);
-// While recording: next() is written into `slot` before each replay.
-void draw_again_at_each_replay(Tensor slot, std::function<std::uint64_t()> next);
+// While recording: `stage` runs on the host before each replay.
+void before_each_replay(ReplayStage stage);
+// A tensor on the current device for a value a stage or a HostCheck writes
+// before each replay. Made while recording, it is memory of its own: the
+// recording hands blocks its step gave back to later allocations (each
+// launch runs in order, so the earlier kernels are done with them), but a
+// staged value is written before the launch, and an earlier kernel of the
+// step would write over it.
+Tensor staged_tensor(const Shape& shape, DType dtype);
+// Whether this thread is allocating a staged tensor (the GPU's allocator).
+bool allocating_staged();
 
 // `t` on the current accelerator: itself when it is there, else a copy
 // (a host batch, a constant). Used by GPU kernels on their inputs.

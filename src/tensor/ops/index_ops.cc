@@ -47,10 +47,10 @@ Tensor gather_recorded(detail::DeviceKernels& k, const Tensor& params, const Ten
                        const Shape& out_shape) {
   const std::int64_t m = indices.numel();
   auto at = std::make_shared<detail::GatherOnDevice>(
-      detail::GatherOnDevice{.indices = Tensor::empty({m}, DType::kInt64),
-                             .order = Tensor::empty({m}, DType::kInt64),
-                             .starts = Tensor::empty({m + 1}, DType::kInt64),
-                             .targets = Tensor::empty({m}, DType::kInt64)});
+      detail::GatherOnDevice{.indices = detail::staged_tensor({m}, DType::kInt64),
+                             .order = detail::staged_tensor({m}, DType::kInt64),
+                             .starts = detail::staged_tensor({m + 1}, DType::kInt64),
+                             .targets = detail::staged_tensor({m}, DType::kInt64)});
   detail::check_before_each_replay(
       indices, [at, n = params.shape()[a], shape = params.shape(), a](const Tensor& host) {
         const std::vector<std::int64_t> idx = checked_indices(host, n, "gather", shape, a);

@@ -109,6 +109,12 @@ class EmulatedApi final : public GpuApi {
   void* create_stream(int) override { return new Stream(); }
 
   void* allocate(int gpu, void* stream, std::size_t bytes) override {
+    return allocate_from(gpu, stream, bytes, true);
+  }
+  void* allocate_staged(int gpu, void* stream, std::size_t bytes) override {
+    return allocate_from(gpu, stream, bytes, false);
+  }
+  void* allocate_from(int gpu, void* stream, std::size_t bytes, bool may_reuse) {
     std::lock_guard lock(mutex_);
     std::size_t& in_use = in_use_[index(gpu)];
     if (bytes > kCapacity - in_use)
@@ -117,7 +123,7 @@ class EmulatedApi final : public GpuApi {
                                std::to_string(kCapacity) + " bytes free");
     const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
     Graph* recording = as(stream).capturing;
-    if (recording != nullptr) {
+    if (recording != nullptr && may_reuse) {
       if (void* p = graph_memory_.reuse(recording, rounded)) return p;
     }
     void* p = std::aligned_alloc(kAlignment, rounded);

@@ -85,6 +85,10 @@ class GpuApi {
   virtual std::string versions() = 0;
   virtual void* create_stream(int gpu) = 0;
 
+  // As allocate, but while the stream captures never a block the recording
+  // gave back earlier: memory the host writes between launches (a recorded
+  // step's staged values), which no earlier kernel of the graph may use.
+  virtual void* allocate_staged(int gpu, void* stream, std::size_t bytes) = 0;
   virtual void* allocate(int gpu, void* stream, std::size_t bytes) = 0;
   virtual void deallocate(int gpu, void* stream, void* ptr) = 0;
   virtual void memory_info(int gpu, std::size_t& free, std::size_t& total) = 0;

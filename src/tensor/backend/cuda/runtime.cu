@@ -127,12 +127,19 @@ class CudaApi final : public GpuApi {
   // stream-ordered allocation may otherwise fail late), and a failed call's
   // error is cleared so the next kernel does not inherit it.
   void* allocate(int gpu, void* stream, std::size_t bytes) override {
+    return allocate_from(gpu, stream, bytes, true);
+  }
+  void* allocate_staged(int gpu, void* stream, std::size_t bytes) override {
+    return allocate_from(gpu, stream, bytes, false);
+  }
+  void* allocate_from(int gpu, void* stream, std::size_t bytes, bool may_reuse) {
     use_gpu(gpu);
     if (Graph* g = as(stream).capturing) {
       // The graph's own memory, outside the pool: its address is fixed for
       // every launch (cudaMalloc is allowed in a relaxed-mode capture). A
-      // block the recording was given back is taken again first.
-      {
+      // block the recording was given back is taken again first (not for
+      // staged values: an earlier kernel of the graph would write it).
+      if (may_reuse) {
         std::lock_guard lock(graph_mutex_);
         if (void* p = graph_memory_.reuse(g, bytes)) return p;
       }
