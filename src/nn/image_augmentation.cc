@@ -47,14 +47,20 @@ Tensor like_input(const Tensor& y, const Tensor& x) {
 // reversed, in a recorded step: the exact affine transform x ↦ w − 1 − x
 // (or y ↦ h − 1 − y) sampled at the nearest pixel — integral coordinates,
 // so every value is copied, the gather's bits — with its matrix written
-// before each replay (a gather of indices made on the host is refused).
+// before the first replay (a gather of indices made on the host is refused).
 Tensor reverse_recorded(const Tensor& images, int axis) {
   const auto h = static_cast<float>(images.dim(1)), w = static_cast<float>(images.dim(2));
   const std::vector<float> m = axis == 2 ? std::vector<float>{-1, 0, w - 1, 0, 1, 0, 0, 0}
                                          : std::vector<float>{1, 0, 0, 0, -1, h - 1, 0, 0};
   const Tensor transform = detail::staged_tensor({8}, DType::kFloat32);
-  detail::before_each_replay(
-      [transform, m] { detail::copy_into(transform, Tensor::from_vector(m)); });
+  // A constant: written before the first replay only (no kernel of the step
+  // writes staged memory).
+  detail::before_each_replay([transform, m, written = false]() mutable {
+    if (written) return;
+    const DeviceScope on_host(host_device(), {.pin_thread = false});
+    detail::copy_into(transform, Tensor::from_vector(m));
+    written = true;
+  });
   return image::affine_transform(images, transform, {.interpolation = "nearest"});
 }
 

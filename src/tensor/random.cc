@@ -104,8 +104,9 @@ Tensor uniform_next(const Shape& shape, std::uint64_t seed, std::uint64_t& next_
   const Tensor slot = detail::staged_tensor({1}, DType::kInt64);
   std::uint64_t* counter = &next_stream;
   detail::before_each_replay([slot, counter] {
-    const auto stream = static_cast<std::int64_t>((*counter)++);
-    detail::copy_into(slot, Tensor::from_vector(std::vector<std::int64_t>{stream}));
+    Tensor stream = Tensor::empty_on(host_device(), {1}, DType::kInt64);  // one copy up
+    *stream.data<std::int64_t>() = static_cast<std::int64_t>((*counter)++);
+    detail::copy_into(slot, stream);
   });
   return draw_uniform(shape, o, &slot);
 }

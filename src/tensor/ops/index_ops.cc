@@ -55,6 +55,8 @@ Tensor gather_recorded(detail::DeviceKernels& k, const Tensor& params, const Ten
       indices, [at, n = params.shape()[a], shape = params.shape(), a](const Tensor& host) {
         const std::vector<std::int64_t> idx = checked_indices(host, n, "gather", shape, a);
         const detail::GatherGrouping grouping = detail::group_by_target(idx, idx.size());
+        // Each made in host memory, then one copy up.
+        const DeviceScope on_host(host_device(), {.pin_thread = false});
         detail::copy_into(at->indices, Tensor::from_vector(idx));
         detail::copy_into(at->order, Tensor::from_vector(grouping.order));
         detail::copy_into(at->starts, Tensor::from_vector(grouping.starts));
