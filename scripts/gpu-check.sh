@@ -22,7 +22,7 @@
 #                mixed_float16, run_eagerly; what each recorded step holds
 #     mlp        the seed MLP and the small CNN: accuracy against the CPU
 #                run of this binary, samples/s beside PyTorch, recorded
-#                against run_eagerly, two logical GPUs
+#                against run_eagerly, two logical GPUs recorded and eager
 #     finetune   the report's fine-tuning recipe, frozen and unfrozen,
 #                against the CPU's figures made by pack
 #     seeds      mixed_bfloat16 against float32 over 3 seeds (MLP, CNN)
@@ -239,12 +239,18 @@ section_mlp() {
       work 120 "mlp gpu mixed_float16 $eager" --workload mlp --batch 64 --epochs 2 --mode gpu --policy mixed_float16 \
         $eager --data-dir "$data"
     done
+    # Two logical GPUs record their steps too (the in-device sum ordered
+    # between the recordings' parts); eagerly beside them, what that gains.
     work 120 "mlp gpu-logical2" --workload mlp --batch 64 --epochs 2 --mode gpu-logical2 --data-dir "$data"
+    work 120 "mlp gpu-logical2 eager" --workload mlp --batch 64 --epochs 2 --mode gpu-logical2 --run-eagerly \
+      --data-dir "$data"
+    work 120 "cnn gpu-logical2" --workload cnn --batch 64 --epochs 1 --mode gpu-logical2 --data-dir "$data"
     work 120 "cnn gpu" --workload cnn --batch 64 --epochs 1 --mode gpu --data-dir "$data"
     work 120 "cnn gpu eager" --workload cnn --batch 64 --epochs 1 --mode gpu --run-eagerly --data-dir "$data"
     [[ $peers == 1 ]] && peer 120 cnn --workload cnn --batch 64 --epochs 1 --data-dir "$data"
   done
   work 120 "cnn cpu" --workload cnn --batch 64 --epochs 1 --mode one-replica --data-dir "$data"
+  grep -h "recorded as a graph" "$OUTDIR/workloads.log" | cut -c1-160 | sort | uniq -c | tee -a "$summary"
 }
 
 section_finetune() {
@@ -291,11 +297,12 @@ section_mwms() {
 }
 
 section_sequences() {
-  say "== the sequence workloads (Embedding, LSTM; attention, layer normalization) on /gpu:0, recorded and eager"
+  say "== the sequence workloads (Embedding, LSTM; attention, layer normalization) on /gpu:0, recorded and eager, beside PyTorch"
   local w
   for w in lstm transformer; do
     work 120 "$w gpu" --workload $w --batch 64 --steps 20 --warmup 3 --mode gpu
     work 120 "$w gpu eager" --workload $w --batch 64 --steps 20 --warmup 3 --mode gpu --run-eagerly
+    peer 120 "$w" --workload $w --batch 64 --steps 20 --warmup 3
   done
 }
 

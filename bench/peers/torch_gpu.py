@@ -20,6 +20,18 @@ bench/workloads.cc's mobilenet workload: channels_last, Adam (fused),
 cross-entropy; `--precision bf16` runs the forward under autocast to
 bfloat16 (PyTorch's fastest mixed precision on Hopper); `warmup` untimed
 steps, then `steps` timed ones between synchronizes.
+
+  python3 torch_gpu.py --workload lstm --batch 64 --steps 20 --warmup 3
+
+The sequence workloads of bench/workloads.cc on one batch of token ids
+[batch, 80] (ids < 10,000, labels alternating over 2 classes, the same LCG
+draws), repeated: lstm is Embedding(10000, 64) → nn.LSTM(64, 128) (cuDNN's
+fused LSTM, PyTorch's fastest) → its last hidden state → Linear(128, 2);
+transformer is Embedding → one encoder block as the Keras model builds it
+(nn.MultiheadAttention(64, 4 heads of 16), Add, LayerNorm(eps 1e-3),
+Linear(64, 128) + ReLU → Linear(128, 64), Add, LayerNorm) → the mean over
+time → Linear(64, 2). Adam (fused), cross-entropy, TF32 off; `warmup`
+untimed steps, then `steps` timed ones between synchronizes.
 """
 import argparse
 import gzip
@@ -40,6 +52,18 @@ def idx(path):
     dims = data[3]
     shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def timed_steps(step, warmup, steps):
+    """`warmup` untimed steps, then the seconds of `steps` steps between synchronizes."""
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
 
 
 def mobilenet(a):
@@ -78,11 +102,7 @@ def mobilenet(a):
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=20,
                                         max_name_column_width=70))
         return
-    t0 = time.perf_counter()
-    for _ in range(a.steps):
-        step()
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - t0
+    seconds = timed_steps(step, 0, a.steps)
     print("RESULT " + json.dumps({
         "system": "pytorch " + torch.__version__, "workload": "mobilenet",
         "mode": "eager on " + torch.cuda.get_device_name(0) + ", " + a.precision,
@@ -91,9 +111,73 @@ def mobilenet(a):
         "step_ms": 1e3 * seconds / a.steps}), flush=True)
 
 
+def lcg_tokens(batch, steps, seed):
+    """bench/workloads.cc's token ids: state = state * a + c (mod 2^64), id = (state >> 33) % 10000."""
+    ids = np.empty(batch * steps, dtype=np.int64)
+    state = seed
+    for i in range(ids.size):
+        state = (state * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        ids[i] = (state >> 33) % 10000
+    return ids.reshape(batch, steps)
+
+
+class SequenceModel(nn.Module):
+    def __init__(self, workload):
+        super().__init__()
+        self.workload = workload
+        self.embedding = nn.Embedding(10000, 64)
+        if workload == "lstm":
+            self.lstm = nn.LSTM(64, 128, batch_first=True)
+            self.head = nn.Linear(128, 2)
+        else:
+            self.attention = nn.MultiheadAttention(64, 4, batch_first=True)
+            self.norm1 = nn.LayerNorm(64, eps=1e-3)
+            self.ff1 = nn.Linear(64, 128)
+            self.ff2 = nn.Linear(128, 64)
+            self.norm2 = nn.LayerNorm(64, eps=1e-3)
+            self.head = nn.Linear(64, 2)
+
+    def forward(self, tokens):
+        x = self.embedding(tokens)
+        if self.workload == "lstm":
+            _, (h, _) = self.lstm(x)
+            return self.head(h[-1])
+        a, _ = self.attention(x, x, x, need_weights=False)
+        x = self.norm1(x + a)
+        x = self.norm2(x + self.ff2(torch.relu(self.ff1(x))))
+        return self.head(x.mean(dim=1))
+
+
+def sequences(a):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(a.seed)
+    dev = torch.device("cuda")
+    steps = 80
+    x = torch.from_numpy(lcg_tokens(a.batch, steps, a.seed)).to(dev)
+    y = (torch.arange(a.batch, device=dev) % 2).to(torch.int64)
+    model = SequenceModel(a.workload).to(dev).train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7, fused=True)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        opt.step()
+
+    seconds = timed_steps(step, a.warmup, a.steps)
+    print("RESULT " + json.dumps({
+        "system": "pytorch " + torch.__version__, "workload": a.workload,
+        "mode": "eager on " + torch.cuda.get_device_name(0), "batch": a.batch,
+        "sequence": steps, "steps": a.steps, "seconds": seconds,
+        "samples_per_s": a.batch * a.steps / seconds,
+        "step_ms": 1e3 * seconds / a.steps}), flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--workload", default="mlp", choices=["mlp", "cnn", "mobilenet"])
+    p.add_argument("--workload", default="mlp",
+                   choices=["mlp", "cnn", "mobilenet", "lstm", "transformer"])
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--seed", type=int, default=42)
@@ -106,6 +190,9 @@ def main():
     a = p.parse_args()
     if a.workload == "mobilenet":
         mobilenet(a)
+        return
+    if a.workload in ("lstm", "transformer"):
+        sequences(a)
         return
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

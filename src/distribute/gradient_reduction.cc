@@ -57,6 +57,7 @@ void lay_out(GradientBuckets& b, const std::vector<Variable>& vars, std::size_t 
     // are summed too, never written.
     b.arena = sums ? Tensor::empty({at}) : Tensor::zeros({at});
     b.sums = sums ? Tensor::empty({at}) : Tensor();
+    b.packed = b.summed = nullptr;  // made at the first sum, on this device
   } else {
     // In host memory: replicas on accelerators copy their gradients here and
     // the host's collectives sum them (TensorFlow's ReductionToOneDevice to
@@ -81,6 +82,16 @@ GradientReduction::GradientReduction(GradientBuckets* buckets, comm::Communicato
       collective_(in_device ? collective : nullptr) {
   GradientBuckets& b = *buckets_;
   const bool sums = in_device && collective_ == nullptr;
+  if (sums && detail::recording_hooks() == nullptr) {
+    // Nothing is written into this replica's arena (nor is it laid out
+    // again) before every replica's last sum has read it. A recorded step
+    // waits at each replay's start instead (finish_in_device_recorded).
+    Device& device = current_device();
+    for (const GradientBuckets::Peer& peer : b.peers) {
+      if (peer.summed && peer.summed != b.summed)
+        device.kernels()->wait_event(device, *peer.summed);
+    }
+  }
   bool same = b.arena.defined() && b.bytes_per_pack == bytes_per_pack &&
               b.var_ids.size() == vars.size() && b.sums.defined() == sums &&
               &b.arena.device() == &(in_device ? current_device() : host_device());
@@ -177,29 +188,115 @@ std::vector<Tensor> GradientReduction::finish_in_device() {
     // a partial sum. What it costs: the update's launches no longer overlap
     // the sum (a few kernels).
     comm_->all_reduce(b.has_gradient.data(), b.has_gradient.size(), comm::ReduceOp::kSum);
-    collective_->all_reduce_sum(static_cast<float*>(detail::device_pointer(b.arena)),
-                                b.arena.numel());
+    auto* arena = static_cast<float*>(detail::device_pointer(b.arena));
+    if (detail::RecordingHooks* hooks = detail::recording_hooks()) {
+      // Recorded: the flags are summed once, here (the model's, the same at
+      // every replay); the sum is a part of its own, its marks and the
+      // host's wait for it the work around that part at each replay.
+      detail::DeviceCollective* c = collective_;
+      hooks->split([c, held = b.arena] {  // the recording holds the arena it sums
+        (void)held;
+        c->begin_sum();
+      });
+      c->queue_sum(arena, b.arena.numel());
+      hooks->split([c] {
+        c->end_sum();
+        c->wait();
+      });
+      return device_sums(b.arena);
+    }
+    collective_->all_reduce_sum(arena, b.arena.numel());
     collective_->wait();
     return device_sums(b.arena);
   }
   Device& device = current_device();
   detail::DeviceKernels* kernels = device.kernels();
-  // This replica's arena is complete once its stream has run; the flags'
-  // sum is then the barrier after which every arena may be read.
-  kernels->synchronize(device);
-  const void* mine = detail::device_pointer(b.arena);
-  std::vector<const void*> arenas(static_cast<std::size_t>(comm_->size()));
-  comm_->all_gather(&mine, sizeof mine, arenas.data());
-  comm_->all_reduce(b.has_gradient.data(), b.has_gradient.size(), comm::ReduceOp::kSum);
-  std::vector<const float*> sources;
-  for (const void* p : arenas) sources.push_back(static_cast<const float*>(p));
-  kernels->sum_buffers(device, sources, static_cast<float*>(detail::device_pointer(b.sums)),
+  if (!b.packed) {
+    b.packed = kernels->make_event(device);
+    b.summed = kernels->make_event(device);
+  }
+  if (detail::recording_hooks() != nullptr) return finish_in_device_recorded();
+  // This replica's arena is complete after the work its stream has queued
+  // (marked); the flags' sum is then the barrier after which every mark is
+  // made and each stream waits for the others' before it sums.
+  if (b.packed) kernels->record_event(device, *b.packed);
+  gather_peers();
+  for (const GradientBuckets::Peer& peer : b.peers) {
+    if (peer.packed && peer.packed != b.packed) kernels->wait_event(device, *peer.packed);
+  }
+  kernels->sum_buffers(device, sources(), static_cast<float*>(detail::device_pointer(b.sums)),
                        b.arena.numel());
   // Nobody's arena is written again (the next step's gradients) before
-  // everyone has read it.
-  kernels->synchronize(device);
+  // everyone has read it: the next reduction waits for every mark.
+  if (b.summed) kernels->record_event(device, *b.summed);
   comm_->barrier();
   return device_sums(b.sums);
+}
+
+std::vector<Tensor> GradientReduction::finish_in_device_recorded() {
+  GradientBuckets& b = *buckets_;
+  Device& device = current_device();
+  detail::DeviceKernels* kernels = device.kernels();
+  LOCKSTEP_CHECK_AS(DeviceError, b.packed && b.summed, device.name(),
+                    ": a recording of the replicas' in-device sum needs the device's events");
+  // The replicas record together: the flags are summed once, here, as the
+  // recorded step's (they are the model's, the same at every replay).
+  gather_peers();
+  // At each replay: this replica's packing marked, every replica's
+  // awaited (the barrier: every mark is made), then the sum; its mark
+  // after it; and the next replay's packing after everyone's sum. The
+  // replays run under the strategy's run, whose end every replica
+  // reaches before the next: each sum's mark is made before it is awaited.
+  // The recording holds this replica's arena and sums (its kernels' memory).
+  const std::vector<GradientBuckets::Peer> peers = b.peers;
+  const std::shared_ptr<detail::DeviceEvent> packed = b.packed, summed = b.summed;
+  comm::Communicator* comm = comm_;
+  Device* on = &device;
+  const Tensor arena = b.arena, sums = b.sums;
+  detail::RecordingHooks& hooks = *detail::recording_hooks();
+  hooks.split([=] {
+    (void)arena;
+    on->kernels()->record_event(*on, *packed);
+    comm->barrier();
+    for (const GradientBuckets::Peer& peer : peers) {
+      if (peer.packed != packed) on->kernels()->wait_event(*on, *peer.packed);
+    }
+  });
+  kernels->sum_buffers(device, sources(), static_cast<float*>(detail::device_pointer(b.sums)),
+                       b.arena.numel());
+  hooks.split([=] {
+    (void)sums;
+    on->kernels()->record_event(*on, *summed);
+  });
+  hooks.at_start([=] {
+    for (const GradientBuckets::Peer& peer : peers) {
+      if (peer.summed != summed) on->kernels()->wait_event(*on, *peer.summed);
+    }
+  });
+  // Nobody lays its buckets out again before every replica has read them.
+  comm_->barrier();
+  return device_sums(b.sums);
+}
+
+void GradientReduction::gather_peers() {
+  GradientBuckets& b = *buckets_;
+  GradientBuckets* mine = &b;
+  std::vector<GradientBuckets*> all(static_cast<std::size_t>(comm_->size()));
+  comm_->all_gather(&mine, sizeof mine, all.data());
+  // After the flags' sum every replica has gathered, with its arena and its
+  // marks made; none changes them before the reduction's last barrier.
+  comm_->all_reduce(b.has_gradient.data(), b.has_gradient.size(), comm::ReduceOp::kSum);
+  b.peers.clear();
+  for (const GradientBuckets* p : all)
+    b.peers.push_back({.arena = static_cast<const float*>(detail::device_pointer(p->arena)),
+                       .packed = p->packed,
+                       .summed = p->summed});
+}
+
+std::vector<const float*> GradientReduction::sources() const {
+  std::vector<const float*> out;
+  for (const GradientBuckets::Peer& peer : buckets_->peers) out.push_back(peer.arena);
+  return out;
 }
 
 std::vector<Tensor> GradientReduction::device_sums(const Tensor& sums) const {

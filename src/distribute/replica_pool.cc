@@ -150,6 +150,12 @@ bool StrategyImpl::devices_share_accelerator_memory() const {
   return true;
 }
 
+// Asked between runs (fit's start), when no replica remakes the group.
+bool StrategyImpl::sums_on_devices() const {
+  if (workers_.comm || size() <= 1) return false;
+  return !collectives_.empty() || devices_share_accelerator_memory();
+}
+
 std::string StrategyImpl::describe_reduction() const {
   const int k = size();
   if (workers_.comm) {

@@ -169,6 +169,8 @@ void StrategyExtended::check_workers_agree(
   }
 }
 
+bool StrategyExtended::sums_on_devices() const { return strategy_.impl_->sums_on_devices(); }
+
 bool StrategyExtended::uses_parameter_servers() const {
   return strategy_.impl_->uses_parameter_servers();
 }

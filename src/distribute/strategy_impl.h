@@ -83,6 +83,8 @@ class StrategyImpl {
   bool is_default() const { return is_default_; }
   // How the local replicas sum gradients (Strategy::cross_device_reduction).
   const std::string& cross_device_reduction() const { return reduction_; }
+  // StrategyExtended::sums_on_devices.
+  bool sums_on_devices() const;
 
   // Runs fn on every local replica (Strategy::run_replicas).
   void run(const std::function<void(ReplicaContext&)>& fn);

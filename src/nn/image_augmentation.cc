@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "lockstep/autodiff/mirrored_copy.h"
 #include "lockstep/tensor/device.h"
 #include "lockstep/tensor/device_kernels.h"
 #include "lockstep/tensor/image_ops.h"
@@ -88,14 +89,16 @@ RandomFlipImpl::RandomFlipImpl(std::string mode, RandomFlipOptions options)
                  "RandomFlip: mode must be \"horizontal\", \"vertical\" or "
                  "\"horizontal_and_vertical\", got \"",
                  mode_, "\"");
-  std::tie(seed_, next_stream_) = seed_and_stream(options.seed);
+  std::uint64_t first = 0;
+  std::tie(seed_, first) = seed_and_stream(options.seed);
+  next_stream_.reset(first);
 }
 
 Tensor RandomFlipImpl::call(const Tensor& x, const CallContext& ctx) {
   Tensor images = as_batch(x, *this);
   if (!ctx.training) return like_input(images, x);
   const std::int64_t n = images.dim(0);
-  const Tensor u = random::uniform_next({n}, seed_, next_stream_);
+  const Tensor u = random::uniform_next({n}, seed_, next_stream_.of(current_mirrored_copy()));
   const Tensor flips = reshape(less_equal(u, Tensor::scalar(0.5f)), {n, 1, 1, 1});
   if (mode_ != "vertical") images = where(flips, reverse(images, 2), images);
   if (mode_ != "horizontal") images = where(flips, reverse(images, 1), images);
@@ -130,7 +133,9 @@ RandomRotationImpl::RandomRotationImpl(std::array<double, 2> factor, RandomRotat
   LOCKSTEP_CHECK(options_.interpolation == "bilinear" || options_.interpolation == "nearest",
                  "RandomRotation: interpolation must be \"bilinear\" or \"nearest\", got \"",
                  options_.interpolation, "\"");
-  std::tie(seed_, next_stream_) = seed_and_stream(options_.seed);
+  std::uint64_t first = 0;
+  std::tie(seed_, first) = seed_and_stream(options_.seed);
+  next_stream_.reset(first);
 }
 
 // BaseImagePreprocessingLayer._compute_affine_matrix with no shear, scale 1
@@ -172,9 +177,10 @@ Tensor RandomRotationImpl::call(const Tensor& x, const CallContext& ctx) {
     // stream the eager step would draw: the same bits (the device draws the
     // host's, and the same float operations make the angles).
     transforms = detail::staged_tensor({n, 8}, DType::kFloat32);
+    std::uint64_t* counter = &next_stream_.of(current_mirrored_copy());
     detail::before_each_replay(
-        [this, transforms, n, lower, upper, h = images.dim(1), w = images.dim(2)] {
-          const std::uint64_t stream = next_stream_++;
+        [this, counter, transforms, n, lower, upper, h = images.dim(1), w = images.dim(2)] {
+          const std::uint64_t stream = (*counter)++;
           Tensor m;
           {
             const DeviceScope on_host(host_device(), {.pin_thread = false});
@@ -184,7 +190,7 @@ Tensor RandomRotationImpl::call(const Tensor& x, const CallContext& ctx) {
           detail::copy_into(transforms, m);
         });
   } else {
-    const Tensor u = random::uniform_next({n}, seed_, next_stream_);
+    const Tensor u = random::uniform_next({n}, seed_, next_stream_.of(current_mirrored_copy()));
     const Tensor angles = u * (upper - lower) + lower;
     transforms = rotation_matrices(angles, images.dim(1), images.dim(2));
   }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/autodiff/mirrored_copy.h"
 #include "lockstep/tensor/ops.h"
 #include "lockstep/tensor/random.h"
 #include "nn/config_helpers.h"
@@ -229,7 +230,7 @@ Softmax::Softmax(int axis, std::string name)
 // ---- Dropout -----------------------------------------------------------------------
 
 DropoutImpl::DropoutImpl(float rate, DropoutOptions options)
-    : SingleInputLayerImpl("Dropout", options.name), rate_(rate), next_stream_(0) {
+    : SingleInputLayerImpl("Dropout", options.name), rate_(rate) {
   LOCKSTEP_CHECK(rate >= 0.0f && rate < 1.0f, "Dropout: rate must be in [0, 1), got ", rate);
   // Each call draws a new stream; an unseeded layer takes its own block of
   // streams from the global sequence.
@@ -239,13 +240,13 @@ DropoutImpl::DropoutImpl(float rate, DropoutOptions options)
   } else {
     const auto [seed, stream] = detail::next_global_random_key();
     seed_ = seed;
-    next_stream_ = stream << 32;
+    next_stream_.reset(stream << 32);
   }
 }
 
 Tensor DropoutImpl::call(const Tensor& x, const CallContext& ctx) {
   if (!ctx.training || rate_ == 0.0f) return x;
-  const Tensor u = random::uniform_next(x.shape(), seed_, next_stream_);
+  const Tensor u = random::uniform_next(x.shape(), seed_, next_stream_.of(current_mirrored_copy()));
   const Tensor keep = cast(greater_equal(u, Tensor::scalar(rate_)), x.dtype());
   return mul(x, mul(keep, Tensor::scalar(1.0f / (1.0f - rate_))));
 }

@@ -54,7 +54,7 @@ RecurrentImpl::RecurrentImpl(std::string class_name, std::int64_t units,
   } else {
     const auto [seed, stream] = detail::next_global_random_key();
     seed_ = seed;
-    next_stream_ = stream << 32;
+    next_stream_.reset(stream << 32);
   }
 }
 
@@ -98,7 +98,7 @@ void RecurrentImpl::build(const std::vector<Shape>& input_shapes) {
 }
 
 Tensor RecurrentImpl::mask(const Shape& shape, float rate) {
-  const Tensor u = random::uniform_next(shape, seed_, next_stream_);
+  const Tensor u = random::uniform_next(shape, seed_, next_stream_.of(current_mirrored_copy()));
   return cast(greater_equal(u, Tensor::scalar(rate)), DType::kFloat32) * (1.0f / (1.0f - rate));
 }
 

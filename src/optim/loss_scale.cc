@@ -84,9 +84,9 @@ Tensor OptimizerImpl::scale_loss(const Tensor& loss) {
   const ReplicaState& rs = replica_state(std::max(0, current_mirrored_copy()));
   // A recorded step's scale is the one staged on the device before each
   // replay (stage_device_step).
-  LOCKSTEP_CHECK_AS(DeviceError, !recording_ || rs.device_scale.defined(), name_,
+  LOCKSTEP_CHECK_AS(DeviceError, !rs.recording || rs.device_scale.defined(), name_,
                     ": a step recorded without its loss scale staged (stage_device_step)");
-  const Tensor scale = recording_ ? rs.device_scale : Tensor::scalar(rs.loss_scale);
+  const Tensor scale = rs.recording ? rs.device_scale : Tensor::scalar(rs.loss_scale);
   return mul(loss, loss.dtype() == DType::kFloat32 ? scale : scale.to(loss.dtype()));
 }
 
@@ -101,7 +101,7 @@ std::int64_t OptimizerImpl::loss_scale_step_counter() const {
 }
 
 bool OptimizerImpl::unscale_gradients(std::vector<Tensor>& grads, ReplicaState& rs) const {
-  if (recording_) {
+  if (rs.recording) {
     // Recorded: each replay checks its own gradients on the device, and the
     // update kernels skip the update when one was not finite;
     // finish_replayed_step reads the check and moves the scale.

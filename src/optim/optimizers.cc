@@ -44,6 +44,12 @@ std::int64_t OptimizerImpl::iterations() const {
   return replicas_.front().iterations;
 }
 
+std::int64_t OptimizerImpl::iterations_of(int replica) const {
+  std::lock_guard lk(replicas_mu_);
+  const auto r = static_cast<std::size_t>(replica);
+  return r < replicas_.size() ? replicas_[r].iterations : replicas_.front().iterations;
+}
+
 void OptimizerImpl::set_iterations(std::int64_t iterations) {
   std::lock_guard lk(replicas_mu_);
   for (ReplicaState& rs : replicas_) rs.iterations = iterations;
@@ -64,7 +70,7 @@ OptimizerImpl::VarSlots& OptimizerImpl::slots_for(ReplicaState& rs, int replica,
                                                   const Variable& v) {
   auto [it, inserted] = rs.var_slots.try_emplace(v.id());
   if (inserted) {
-    if (recording_) {
+    if (rs.recording) {
       // Made inside a recording, a slot would be made again (its initial
       // value filled in) by every replay.
       rs.var_slots.erase(it);
@@ -327,7 +333,7 @@ void OptimizerImpl::apply_gradients(const std::vector<Tensor>& grads_in,
   const std::int64_t step = rs.iterations + 1;  // 1-based, for bias correction
   if (!vars.empty() && vars[0].defined() && !vars[0].value().device().host_accessible()) {
     apply_on_device(grads, vars, rs, replica, lr, step);
-    if (!recording_) ++rs.iterations;  // a replay's: finish_replayed_step
+    if (!rs.recording) ++rs.iterations;  // a replay's: finish_replayed_step
     return;
   }
   // Every rule is elementwise, so the variables are laid end to end and the
@@ -422,12 +428,10 @@ bool OptimizerImpl::stage_device_step(int replica, Device& device) {
   return true;
 }
 
-void OptimizerImpl::set_recording(bool recording) {
-  if (recording) {
-    std::lock_guard lk(replicas_mu_);
-    for (ReplicaState& rs : replicas_) rs.recorded_finite = Tensor();
-  }
-  recording_ = recording;
+void OptimizerImpl::set_recording(int replica, bool recording) {
+  ReplicaState& rs = replica_state(replica);
+  if (recording) rs.recorded_finite = Tensor();
+  rs.recording = recording;
 }
 
 bool OptimizerImpl::finish_replayed_step(int replica) {
@@ -454,7 +458,7 @@ void OptimizerImpl::apply_on_device(const std::vector<Tensor>& grads,
                     " yet (SGD, SGD with momentum, Adam, AdamW, RMSprop and Adagrad have)");
   if (weight_decay_ > 0) u.decay = static_cast<float>(1.0 - weight_decay_ * lr);
   Device& device = vars[0].value().device();
-  if (recording_) {
+  if (rs.recording) {
     LOCKSTEP_CHECK_AS(DeviceError, rs.step_numbers.defined(), name_,
                       ": a step recorded without its numbers staged (stage_device_step)");
     u.step_numbers = static_cast<const float*>(detail::device_pointer(rs.step_numbers));

@@ -41,6 +41,16 @@ RecordingStepScope::~RecordingStepScope() {
 
 bool recording_step() { return t_host_checks != nullptr; }
 
+namespace {
+thread_local RecordingHooks* t_recording_hooks = nullptr;  // while a capture records
+}  // namespace
+
+RecordingHooks* recording_hooks() { return t_recording_hooks; }
+RecordingHooksScope::RecordingHooksScope(RecordingHooks& hooks) : previous_(t_recording_hooks) {
+  t_recording_hooks = &hooks;
+}
+RecordingHooksScope::~RecordingHooksScope() { t_recording_hooks = previous_; }
+
 void check_before_each_replay(const Tensor& input, std::function<void(const Tensor& host)> check) {
   LOCKSTEP_CHECK(t_host_checks != nullptr, "check_before_each_replay: no step is recorded");
   t_host_checks->push_back({device_pointer(input), input.shape(), std::move(check)});
@@ -120,6 +130,14 @@ class HostStagingArea final : public StagingArea {
 
 std::unique_ptr<StagingArea> DeviceKernels::make_staging_area(Device& device) {
   return std::make_unique<HostStagingArea>(*this, device);
+}
+
+std::shared_ptr<DeviceEvent> DeviceKernels::make_event(Device&) { return nullptr; }
+void DeviceKernels::record_event(Device& device, DeviceEvent&) {
+  throw_error<DeviceError>(device.name(), " (", describe(), ") has no events");
+}
+void DeviceKernels::wait_event(Device& device, const DeviceEvent&) {
+  throw_error<DeviceError>(device.name(), " (", describe(), ") has no events");
 }
 
 std::unique_ptr<DeviceGraph> DeviceKernels::capture(Device& device, const std::function<void()>&) {

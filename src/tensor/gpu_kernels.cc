@@ -193,11 +193,18 @@ class GpuStagingArea final : public StagingArea {
   std::size_t device_bytes_ = 0;
 };
 
-// A CUDA graph of this device's stream (GpuKernels::capture).
+// A CUDA graph of this device's stream (GpuKernels::capture), in parts
+// with the host's work before and between them (RecordingHooks).
 class GpuGraph final : public DeviceGraph {
  public:
-  GpuGraph(GpuApi* api, Device& device, void* stream, void* graph)
-      : api_(api), device_(device), stream_(stream), graph_(graph) {}
+  GpuGraph(GpuApi* api, Device& device, void* stream, void* graph,
+           std::vector<std::function<void()>> first, std::vector<std::function<void()>> between)
+      : api_(api),
+        device_(device),
+        stream_(stream),
+        graph_(graph),
+        first_(std::move(first)),
+        between_(std::move(between)) {}
   ~GpuGraph() override {
     try {
       api_->synchronize(stream_);  // its launches done
@@ -208,7 +215,12 @@ class GpuGraph final : public DeviceGraph {
   GpuGraph(const GpuGraph&) = delete;
   GpuGraph& operator=(const GpuGraph&) = delete;
   void replay() override {
-    guarded(device_, "replaying a graph", [&] { api_->launch_graph(graph_, stream_); });
+    for (const auto& f : first_) f();
+    for (std::size_t part = 0; part <= between_.size(); ++part) {
+      guarded(device_, "replaying a graph",
+              [&] { api_->launch_graph(graph_, static_cast<int>(part), stream_); });
+      if (part < between_.size()) between_[part]();
+    }
   }
   std::size_t bytes() const override { return api_->graph_bytes(graph_); }
 
@@ -217,6 +229,27 @@ class GpuGraph final : public DeviceGraph {
   Device& device_;
   void* stream_;
   void* graph_;
+  std::vector<std::function<void()>> first_;    // before part 0
+  std::vector<std::function<void()>> between_;  // after part k, before part k + 1
+};
+
+// A CUDA event of one GPU (DeviceKernels::make_event).
+class GpuEvent final : public DeviceEvent {
+ public:
+  GpuEvent(GpuApi* api, void* event) : api_(api), event_(event) {}
+  ~GpuEvent() override {
+    try {
+      api_->destroy_event(event_);
+    } catch (const std::runtime_error&) {  // a context torn down at exit
+    }
+  }
+  GpuEvent(const GpuEvent&) = delete;
+  GpuEvent& operator=(const GpuEvent&) = delete;
+  void* handle() const { return event_; }
+
+ private:
+  GpuApi* api_;
+  void* event_;
 };
 
 // NCCL's communicators for this process's replicas on distinct GPUs, made
@@ -289,6 +322,11 @@ class NcclMember final : public DeviceCollective {
   // Only the last sum is tracked: the stream runs them in order, so when
   // it has begun the ones before have ended.
   void all_reduce_sum(float* buf, std::int64_t n) override {
+    begin_sum();
+    queue_sum(buf, n);
+    end_sum();
+  }
+  void begin_sum() override {
     {
       std::lock_guard lock(mutex_);
       in_call_ = true;
@@ -296,17 +334,14 @@ class NcclMember final : public DeviceCollective {
       began_.reset();
       queued_ = false;
     }
-    try {
-      group_->api()->record_event(before_, stream_);
-      group_->api()->nccl_all_reduce(group_->comm(rank_), stream_, buf, n);
-      group_->api()->record_event(after_, stream_);
-    } catch (const std::runtime_error& e) {
-      {
-        std::lock_guard lock(mutex_);
-        in_call_ = false;
-      }
-      fail("the replicas' NCCL all-reduce", e);
-    }
+    call("the replicas' NCCL all-reduce", [&] { group_->api()->record_event(before_, stream_); });
+  }
+  void queue_sum(float* buf, std::int64_t n) override {
+    call("the replicas' NCCL all-reduce",
+         [&] { group_->api()->nccl_all_reduce(group_->comm(rank_), stream_, buf, n); });
+  }
+  void end_sum() override {
+    call("the replicas' NCCL all-reduce", [&] { group_->api()->record_event(after_, stream_); });
     std::lock_guard lock(mutex_);
     in_call_ = false;
     queued_ = true;
@@ -354,6 +389,20 @@ class NcclMember final : public DeviceCollective {
   void abort(const std::string& reason) override { group_->abort(reason); }
 
  private:
+  // `f`, an adapter's call of the sum: on its failure the sum is not in a
+  // call any more, and the error is fail()'s.
+  template <typename F>
+  void call(const char* op, F&& f) {
+    try {
+      f();
+    } catch (const std::runtime_error& e) {
+      {
+        std::lock_guard lock(mutex_);
+        in_call_ = false;
+      }
+      fail(op, e);
+    }
+  }
   // The adapter's failure: the abort's reason where the group was aborted
   // (what ended the call), else a DeviceError as guarded() makes.
   [[noreturn]] void fail(const char* op, const std::runtime_error& e) const {
@@ -423,10 +472,37 @@ class GpuKernels final : public DeviceKernels {
     api_->synchronize(stream_);
     api_->profiler(gpu_, on);
   }
+  std::shared_ptr<DeviceEvent> make_event(Device& d) override {
+    return guarded(d, "making an event",
+                   [&] { return std::make_shared<GpuEvent>(api_, api_->create_event(gpu_)); });
+  }
+  void record_event(Device& d, DeviceEvent& event) override {
+    guarded(d, "recording an event",
+            [&] { api_->record_event(dynamic_cast<const GpuEvent&>(event).handle(), stream_); });
+  }
+  void wait_event(Device& d, const DeviceEvent& event) override {
+    guarded(d, "waiting for an event", [&] {
+      api_->stream_wait_event(stream_, dynamic_cast<const GpuEvent&>(event).handle());
+    });
+  }
   bool can_capture() const override { return true; }
   std::unique_ptr<DeviceGraph> capture(Device& d, const std::function<void()>& work) override {
+    // The host's work of each replay, as the recorded code asks for it.
+    struct Hooks final : RecordingHooks {
+      Hooks(GpuApi* api, Device& device, void* stream) : api(api), device(device), stream(stream) {}
+      void split(std::function<void()> between_parts) override {
+        guarded(device, "recording a graph", [&] { api->split_capture(stream); });
+        between.push_back(std::move(between_parts));
+      }
+      void at_start(std::function<void()> f) override { first.push_back(std::move(f)); }
+      GpuApi* api;
+      Device& device;
+      void* stream;
+      std::vector<std::function<void()>> first, between;
+    } hooks(api_, d, stream_);
     guarded(d, "recording a graph", [&] { api_->begin_capture(stream_); });
     try {
+      const RecordingHooksScope in(hooks);
       work();
     } catch (...) {
       try {
@@ -436,7 +512,8 @@ class GpuKernels final : public DeviceKernels {
       throw;
     }
     void* graph = guarded(d, "recording a graph", [&] { return api_->end_capture(stream_); });
-    return std::make_unique<GpuGraph>(api_, d, stream_, graph);
+    return std::make_unique<GpuGraph>(api_, d, stream_, graph, std::move(hooks.first),
+                                      std::move(hooks.between));
   }
 
   Tensor fill(const Shape& shape, DType dtype, double value) override {

@@ -111,6 +111,21 @@ Tensor uniform_next(const Shape& shape, std::uint64_t seed, std::uint64_t& next_
   return draw_uniform(shape, o, &slot);
 }
 
+void StreamCounter::reset(std::uint64_t first) {
+  const std::lock_guard lock(mutex_);
+  first_ = primary_ = first;
+  replicas_.clear();
+}
+
+std::uint64_t& StreamCounter::of(int replica) {
+  if (replica <= 0) return primary_;
+  LOCKSTEP_CHECK(replica < 256, "random::StreamCounter: replica ", replica,
+                 " has no stream of its own (at most 256 local replicas)");
+  const std::lock_guard lock(mutex_);
+  return replicas_.try_emplace(replica, first_ | (static_cast<std::uint64_t>(replica) << 56))
+      .first->second;
+}
+
 Tensor normal(const Shape& shape, const NormalOptions& o) {
   LOCKSTEP_CHECK(o.stddev >= 0.0f, "random::normal: stddev must be >= 0, got ", o.stddev);
   count_fixed_draw("random::normal");

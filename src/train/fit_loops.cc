@@ -183,6 +183,21 @@ Model::Loops::Shares Model::Loops::share_out(Model& m, const Batch& b) {
   Shares shares;
   shares.global = local.global_rows;
   shares.sizes = local.sizes;
+  // A batch sent ahead to the first of several logical GPUs (they share its
+  // memory): each other replica's share copied to its own device here,
+  // before the replicas run, by the thread that waited for the batch — so
+  // no replica's step waits for the first one's stream to copy its input
+  // (which serialised the replicas), and none touches another device's
+  // stream while that one records its step.
+  const std::vector<Device*>& devices = m.state().strategy.replica_devices();
+  if (devices.size() == local.parts.size()) {
+    for (std::size_t r = 0; r < local.parts.size(); ++r) {
+      for (Tensor& t : local.parts[r]) {
+        if (t.defined() && !t.device().host_accessible() && &t.device() != devices[r])
+          t = t.copy_to(*devices[r]);
+      }
+    }
+  }
   for (auto& part : local.parts) {
     const auto nx = static_cast<std::ptrdiff_t>(b.x.size());
     shares.x.emplace_back(part.begin(), part.begin() + nx);
@@ -191,22 +206,41 @@ Model::Loops::Shares Model::Loops::share_out(Model& m, const Batch& b) {
   return shares;
 }
 
+int Model::Loops::records_steps(const Model& m) {
+  if (!distributed(m)) return 1;
+  const distribute::Strategy& strategy = m.state().strategy;
+  if (strategy.num_workers() != 1) return 0;
+  const std::vector<Device*>& devices = strategy.replica_devices();
+  if (devices.size() <= 1) return 1;
+  // Replicas whose gradients are summed on their devices — in the device
+  // (logical GPUs of one GPU) or with NCCL (distinct GPUs) — the host's
+  // part of the sum done between the recording's parts at each replay; not
+  // replicas that sum through the host.
+  for (const Device* d : devices) {
+    if (d->kernels() == nullptr || !d->kernels()->can_capture()) return 0;
+  }
+  return strategy.extended().sums_on_devices() ? static_cast<int>(devices.size()) : 0;
+}
+
 Logs Model::Loops::train_batch(Model& m, const Batch& b) {
   TrainState& s = m.state();
   // Model's own train_step only: a subclass's may do anything.
-  const auto graph_step = [&](const Batch& batch) {
+  const auto graph_step = [&](const Batch& batch, std::size_t replica,
+                              const std::vector<Variable>* synced) {
+    if (replica >= s.step_graphs.size()) return false;
     const bool own = typeid(m) == typeid(Model) || typeid(m) == typeid(Sequential);
     const detail::StepGraph::Step step{
         .optimizer = *s.optimizer.operator->(),
+        .replica = static_cast<int>(replica),
         .run_eagerly = s.run_eagerly,
         .own_train_step = own,
-        .body = [&m](const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
-          return train_step_body(m, x, y);
-        }};
-    return s.step_graph && s.step_graph->step(step, batch);
+        .body = [&m](const std::vector<Tensor>& x,
+                     const std::vector<Tensor>& y) { return train_step_body(m, x, y); },
+        .synced = synced};
+    return s.step_graphs[replica]->step(step, batch);
   };
   if (!distributed(m)) {
-    if (graph_step(b)) return m.get_metrics_result();
+    if (graph_step(b, 0, nullptr)) return m.get_metrics_result();
     return m.train_step(b.x, b.y);
   }
   const Shares shares = share_out(m, b);
@@ -217,12 +251,18 @@ Logs Model::Loops::train_batch(Model& m, const Batch& b) {
   const std::vector<Variable> non_trainable = m.impl_->non_trainable_weights(call);
   const distribute::StrategyExtended::ReplicaStep step{
       .global_rows = shares.global, .sizes = shares.sizes, .sync = &non_trainable};
+  // Several replicas replay together or not at all: only a batch split
+  // evenly (the same shapes on every replica), never the last uneven one.
+  const bool even = std::all_of(shares.sizes.begin(), shares.sizes.end(),
+                                [&](std::int64_t n) { return n > 0 && n == shares.sizes[0]; });
+  const std::vector<Variable>* synced = shares.sizes.size() > 1 ? &non_trainable : nullptr;
   s.strategy.extended().run_step(step, [&](distribute::ReplicaContext& ctx) {
     const auto i = static_cast<std::size_t>(ctx.local_replica_id());
     if (shares.sizes[i] > 0) {
-      // One replica (the step graph is made for no other): on its thread
-      // and device, recorded and replayed where that device records.
-      if (graph_step({.x = shares.x[i], .y = shares.y[i], .where = b.where})) return;
+      // On the replica's thread and device, recorded and replayed where
+      // that device records.
+      if (even && graph_step({.x = shares.x[i], .y = shares.y[i], .where = b.where}, i, synced))
+        return;
       m.train_step(shares.x[i], shares.y[i]);
     } else {
       // No examples here: take part in the loss's reductions and the
@@ -418,22 +458,24 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
                           const FitOptions& o) {
   TrainState& s = m.state();
   prepare_replicas(m, "fit");
-  // This fit's recorded step, if its device records one; freed (with the
-  // recording's memory) when fit returns.
-  const bool one_replica =
-      !distributed(m) || (s.strategy.num_replicas_in_sync() == 1 && s.strategy.num_workers() == 1);
-  s.step_graph = one_replica ? std::make_shared<detail::StepGraph>() : nullptr;
+  // This fit's recorded steps, one per local replica, where the devices
+  // record them; freed (with the recordings' memory) when fit returns.
+  s.step_graphs.clear();
+  for (int r = 0; r < records_steps(m); ++r)
+    s.step_graphs.push_back(std::make_shared<detail::StepGraph>(r == 0));
   struct ForgetGraph {
     TrainState& s;
     ~ForgetGraph() {
-      if (s.step_graph && s.step_graph->replays() > 0) {
+      if (!s.step_graphs.empty() && s.step_graphs[0]->replays() > 0) {
         try {
-          log(LogLevel::kDebug, detail::str_cat("fit: ", s.step_graph->replays(),
-                                                " steps replayed from the recorded step\n"));
+          log(LogLevel::kDebug,
+              detail::str_cat("fit: ", s.step_graphs[0]->replays(),
+                              " steps replayed from the recorded step",
+                              s.step_graphs.size() > 1 ? " on each replica" : "", "\n"));
         } catch (...) {  // a sink that failed: nothing to add to fit's own ending
         }
       }
-      s.step_graph = nullptr;
+      s.step_graphs.clear();
     }
   } forget_graph{s};
   check_workers_agree(m, "fit", train.steps());

@@ -103,6 +103,9 @@ struct Model::Loops {
 
   // ---- Where strategy meets model ----
   static bool distributed(const Model& m) { return !m.state().strategy.is_default(); }
+  // How many step graphs fit keeps (train/step_graph.h): one per local
+  // replica where the replicas may record their steps, else none.
+  static int records_steps(const Model& m);
   // Under a multi-worker strategy, whether every worker has a next batch:
   // an epoch ends for all when one runs out (uneven input never hangs).
   static bool all_workers_have_batch(Model& m, std::optional<Batch>& batch);

@@ -69,9 +69,11 @@ struct Model::TrainState {
   // (replicas may ask at once: under the mutex).
   std::shared_ptr<const detail::TrainableSnapshot> trainable;
   std::mutex trainable_mutex;
-  // While fit runs on one device: its step, recorded and replayed there
-  // when the device records (train/step_graph.h); null otherwise.
-  std::shared_ptr<detail::StepGraph> step_graph;
+  // While fit runs: each local replica's step, recorded and replayed on its
+  // device when the device records (train/step_graph.h); empty where fit
+  // records nothing (several workers, replicas summing through the host or
+  // with NCCL).
+  std::vector<std::shared_ptr<detail::StepGraph>> step_graphs;
 };
 
 namespace detail {

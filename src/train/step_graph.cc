@@ -18,8 +18,9 @@ bool StepGraph::turn_off(std::string why) {
   stages_.clear();
   graph_.reset();
   update_metrics_ = nullptr;
-  log(LogLevel::kInfo,
-      str_cat("fit: the step runs eagerly, not recorded as a graph: ", reason_, "\n"));
+  if (says_why_)
+    log(LogLevel::kInfo,
+        str_cat("fit: the step runs eagerly, not recorded as a graph: ", reason_, "\n"));
   return false;
 }
 
@@ -72,7 +73,7 @@ void StepGraph::replay(const Step& s) {
   for (const ReplayStage& stage : stages_) stage();
   graph_->replay();
   ++replays_;
-  s.optimizer.finish_replayed_step(0);  // counts it, unless loss scaling skipped it
+  s.optimizer.finish_replayed_step(s.replica);  // counts it, unless loss scaling skipped it
   update_metrics_();
 }
 
@@ -92,7 +93,7 @@ bool StepGraph::step(const Step& s, const Batch& b) {
         return turn_off("the model is a subclass (its train_step may need the host each step)");
       device_ = &device;
       random_fills_ = random_fills_on_this_thread();
-      eager_count_ = s.optimizer.iterations();
+      eager_count_ = s.optimizer.iterations_of(s.replica);
       state_ = State::kReady;
       return false;
     }
@@ -105,8 +106,8 @@ bool StepGraph::step(const Step& s, const Batch& b) {
       if (&current_device() != device_) return turn_off("the device changed between steps");
       // The optimizer makes its slots in its first update: an eager step
       // that loss scaling skipped made none, so this one runs eagerly too.
-      if (s.optimizer.iterations() == eager_count_) return false;
-      if (!s.optimizer.stage_device_step(0, *device_))
+      if (s.optimizer.iterations_of(s.replica) == eager_count_) return false;
+      if (!s.optimizer.stage_device_step(s.replica, *device_))
         return turn_off(
             str_cat(s.optimizer.class_name(), ": its update has no kernel on ", device_->name()));
       feed(b);
@@ -117,14 +118,20 @@ bool StepGraph::step(const Step& s, const Batch& b) {
       // counts nothing and moves no loss scale (each replay's
       // finish_replayed_step does).
       struct Recording {
-        explicit Recording(OptimizerImpl& o) : optimizer(o) { optimizer.set_recording(true); }
-        ~Recording() { optimizer.set_recording(false); }
+        Recording(OptimizerImpl& o, int r) : optimizer(o), replica(r) {
+          optimizer.set_recording(replica, true);
+        }
+        ~Recording() { optimizer.set_recording(replica, false); }
         Recording(const Recording&) = delete;
         Recording& operator=(const Recording&) = delete;
         OptimizerImpl& optimizer;
+        int replica;
       };
+      std::vector<std::uint64_t> versions;
+      if (s.synced != nullptr)
+        for (const Variable& v : *s.synced) versions.push_back(v.version());
       try {
-        const Recording recording(s.optimizer);
+        const Recording recording(s.optimizer, s.replica);
         const RecordingStepScope recording_checks(checks, stages);
         graph_ = kernels.capture(*device_, [&] { update_metrics_ = s.body(x_, y_); });
       } catch (const DeviceError& e) {
@@ -132,6 +139,13 @@ bool StepGraph::step(const Step& s, const Batch& b) {
         return turn_off(str_cat("recording the step stopped: ", e.what()));
       }
       stages_ = std::move(stages);
+      for (std::size_t i = 0; i < versions.size(); ++i) {
+        const Variable& v = (*s.synced)[i];
+        if (v.version() != versions[i])
+          return turn_off(str_cat("the step changes '", v.name(),
+                                  "', which the replicas average on the host after each step (a "
+                                  "replay would change it unseen)"));
+      }
       if (!adopt_checks(std::move(checks)))
         return turn_off("an op checks on the host a value the step computes");
       run_checks(b);  // a bad label: the error the eager step gives, before anything ran
@@ -148,7 +162,7 @@ bool StepGraph::step(const Step& s, const Batch& b) {
     case State::kRecorded: {
       if (!same_shapes(b)) return false;  // a partial batch: eagerly
       if (&current_device() != device_) return false;
-      if (!s.optimizer.stage_device_step(0, *device_))
+      if (!s.optimizer.stage_device_step(s.replica, *device_))
         return turn_off(
             str_cat(s.optimizer.class_name(), ": its update has no kernel on ", device_->name()));
       run_checks(b);

@@ -34,8 +34,16 @@
 // may make), an optimizer without an update kernel, a value read back or a tensor made in host
 // memory inside the step (the recording refuses it by name). Gradient clipping is recorded (on a
 // device its norms are device ops). Only Model's own train_step (a subclass's may do anything),
-// with one replica (no strategy, OneDeviceStrategy, a MirroredStrategy of one device), and not
-// under compile's run_eagerly.
+// not under compile's run_eagerly, with one replica (no strategy, OneDeviceStrategy, a
+// MirroredStrategy of one device) or with the replicas of one worker that sum on their GPUs
+// (logical GPUs of one GPU in the device, distinct GPUs with NCCL): each replica thread records
+// its own step on its own stream and replays it under the strategy's run, the host's part of
+// the gradients' sum done between the recordings' parts (distribute/gradient_reduction.h). The
+// replicas make every choice together: fit's loop replays only batches split evenly, and each
+// replica's choices follow from what is the same on every replica (the model, the shapes of its
+// share, its step count). A step that changes a variable the strategy averages on the host after it
+// (a BatchNormalization's moving statistics under several replicas) runs eagerly: a replay changes
+// it where the host does not see it.
 #pragma once
 
 #include <cstdint>
@@ -55,13 +63,20 @@ class StepGraph {
   // What the graph needs of the model being fit (fit's loops give it).
   struct Step {
     OptimizerImpl& optimizer;
+    int replica = 0;              // the local replica it runs (0 without a strategy)
     bool run_eagerly = false;     // compile's
     bool own_train_step = false;  // Model's own (not a subclass's)
     // Model's train_step on x and y before its metrics; returns what
     // updates them (Model::Loops::train_step_body).
     std::function<std::function<void()>(const std::vector<Tensor>&, const std::vector<Tensor>&)>
         body;
+    // The variables the strategy averages over the replicas on the host
+    // after each step when the step changed them (null: none).
+    const std::vector<Variable>* synced = nullptr;
   };
+  // `says_why`: this graph logs why the step runs eagerly (one replica's
+  // of several says it for all).
+  explicit StepGraph(bool says_why = true) : says_why_(says_why) {}
   // Batch `b`'s step, replayed or recorded here, on the calling thread's
   // device (a replica's, under a strategy of one replica); false when the
   // caller runs it eagerly (and must: this step was not run). The metrics
@@ -106,6 +121,7 @@ class StepGraph {
   std::function<void()> update_metrics_;
   std::int64_t replays_ = 0;
   std::string reason_;
+  bool says_why_ = true;
 };
 
 }  // namespace lockstep::detail

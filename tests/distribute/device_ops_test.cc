@@ -20,6 +20,7 @@
 
 #include "lockstep/lockstep.h"
 #include "lockstep/tensor/device_kernels.h"
+#include "support/log_texts.h"
 #include "support/mlp_examples.h"
 #include "support/weights.h"
 
@@ -1115,6 +1116,40 @@ TEST(DeviceOps, MobileNetV2TrainsOnTheDeviceAsOnTheCpu) {
 // two-layer network, each replay fed by copying the next batch into the
 // recorded step's input. Its forward, loss and backward run through the
 // ops and the tape; the update is the optimizers' device kernel, in place.
+// A recording cut in parts (detail::RecordingHooks: what the replicas of
+// logical GPUs need to meet between their packing and their sum): each
+// replay runs the host's work before its first part, then each part and
+// the work after it in order — the work between two parts sees the first
+// part's result and not the second's. Recording ran nothing, and outside
+// a recording there are no hooks.
+TEST(DeviceOps, ARecordingCutInPartsDoesTheHostsWorkBetweenThemAtEachReplay) {
+  DeviceScope on(dev(), {.pin_thread = false});
+  detail::DeviceKernels& k = *dev().kernels();
+  if (!k.can_capture()) GTEST_SKIP() << dev().name() << " runs host code: it records nothing";
+  EXPECT_EQ(detail::recording_hooks(), nullptr);
+  const Tensor a = Tensor::zeros({4}).copy_to(dev());
+  std::vector<std::string> happened;
+  const auto first_value = [&] {
+    return std::to_string(static_cast<int>(a.cpu().to_vector<float>()[0]));
+  };
+  std::unique_ptr<detail::DeviceGraph> graph = k.capture(dev(), [&] {
+    ASSERT_NE(detail::recording_hooks(), nullptr);
+    detail::recording_hooks()->at_start([&] { happened.push_back("start " + first_value()); });
+    detail::copy_into(a, a + 1.0f);
+    detail::recording_hooks()->split([&] { happened.push_back("between " + first_value()); });
+    detail::copy_into(a, a * 2.0f);
+    detail::recording_hooks()->split([&] { happened.push_back("after " + first_value()); });
+  });
+  EXPECT_EQ(detail::recording_hooks(), nullptr);
+  EXPECT_TRUE(happened.empty());
+  EXPECT_EQ(a.cpu().to_vector<float>(), std::vector<float>(4, 0.0f)) << "recording ran nothing";
+  graph->replay();
+  graph->replay();
+  EXPECT_EQ(happened, (std::vector<std::string>{"start 0", "between 1", "after 2", "start 2",
+                                                "between 3", "after 6"}));
+  EXPECT_EQ(a.cpu().to_vector<float>(), std::vector<float>(4, 6.0f));
+}
+
 TEST(DeviceOps, AStepReplayedAsAGraphGivesTheEagerStepsBits) {
   DeviceScope on(dev(), {.pin_thread = false});
   detail::DeviceKernels& k = *dev().kernels();
@@ -1223,36 +1258,7 @@ TEST(DeviceOps, ARecordedStepThatNeedsTheHostIsRefusedByName) {
 
 using testing_support::mlp_examples;
 
-// Every text the library logs while it lives, at every level (the log
-// level and sink put back after).
-class LogTexts {
- public:
-  LogTexts()
-      : previous_sink_(
-            set_log_sink([this](LogLevel, std::string_view t) { texts_.emplace_back(t); })),
-        previous_level_(set_log_level(LogLevel::kDebug)) {}
-  ~LogTexts() {
-    set_log_level(previous_level_);
-    set_log_sink(previous_sink_);
-  }
-  LogTexts(const LogTexts&) = delete;
-  LogTexts& operator=(const LogTexts&) = delete;
-  bool has(const std::string& part) const {
-    return std::any_of(texts_.begin(), texts_.end(),
-                       [&](const std::string& t) { return t.find(part) != std::string::npos; });
-  }
-  void clear() { texts_.clear(); }
-  std::string all() const {
-    std::string out;
-    for (const std::string& t : texts_) out += t;
-    return out;
-  }
-
- private:
-  std::vector<std::string> texts_;
-  LogSink previous_sink_;
-  LogLevel previous_level_;
-};
+using testing_support::LogTexts;
 
 // fit recorded its step on dev() and replayed it `replays` times.
 void expect_replayed(const LogTexts& logged, int replays) {
@@ -1261,6 +1267,27 @@ void expect_replayed(const LogTexts& logged, int replays) {
   EXPECT_TRUE(
       logged.has("fit: " + std::to_string(replays) + " steps replayed from the recorded step"))
       << logged.all();
+}
+
+// Adam with an exponentially decaying rate and decoupled weight decay: the
+// numbers a replayed step must have staged anew at each step.
+void compile_with_decaying_adam(Model& model, bool run_eagerly) {
+  model.compile(
+      {.optimizer = optimizers::Adam(
+           {.learning_rate = schedules::ExponentialDecay(1e-3, 10, 0.5), .weight_decay = 0.004}),
+       .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+       .metrics = {"accuracy"},
+       .run_eagerly = run_eagerly});
+}
+
+// The largest change of any weight between two lists of a model's weights.
+double largest_change(const std::vector<std::vector<float>>& before,
+                      const std::vector<std::vector<float>>& after) {
+  double moved = 0;
+  for (std::size_t i = 0; i < before.size(); ++i)
+    for (std::size_t j = 0; j < before[i].size(); ++j)
+      moved = std::max(moved, static_cast<double>(std::abs(after[i][j] - before[i][j])));
+  return moved;
 }
 
 // fit on one GPU records its step after the first and replays it for each
@@ -1286,12 +1313,7 @@ TEST(DeviceOps, FitReplaysItsRecordedStepWithTheEagerStepsBits) {
       const auto in = on != On::kScope ? strategy.scope() : nullptr;
       set_random_seed(7);
       model = zoo::seed_mlp();
-      model.compile({.optimizer = optimizers::Adam(
-                         {.learning_rate = schedules::ExponentialDecay(1e-3, 10, 0.5),
-                          .weight_decay = 0.004}),
-                     .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
-                     .metrics = {"accuracy"},
-                     .run_eagerly = run_eagerly});
+      compile_with_decaying_adam(model, run_eagerly);
     }
     logged.clear();
     const History h =
@@ -1312,13 +1334,8 @@ TEST(DeviceOps, FitReplaysItsRecordedStepWithTheEagerStepsBits) {
     for (const char* name : {"loss", "accuracy"})
       EXPECT_EQ(eager_history[name], replayed_history[name]) << where << ": " << name;
     // The steps moved the weights (a replay that did nothing would not).
-    double moved = 0;
     set_random_seed(7);
-    const auto initial = testing_support::weights(zoo::seed_mlp());
-    for (std::size_t i = 0; i < initial.size(); ++i)
-      for (std::size_t j = 0; j < initial[i].size(); ++j)
-        moved = std::max(moved, static_cast<double>(std::abs(replayed[i][j] - initial[i][j])));
-    EXPECT_GT(moved, 1e-3) << where;
+    EXPECT_GT(largest_change(testing_support::weights(zoo::seed_mlp()), replayed), 1e-3) << where;
   }
 }
 
@@ -1737,6 +1754,104 @@ TEST(DeviceOps, FitKeepsAStepThatDrawsAFixedStreamEager) {
                  "stream"))
       << logged.all();
   testing_support::expect_bitwise(eager, not_recorded, "a fixed stream's steps, eager either way");
+}
+
+// fit under a MirroredStrategy of two logical GPUs of one GPU records each
+// replica's step on its own stream and replays both together: the sum of
+// their gradients in the device orders the streams between the
+// recordings' parts (distribute/gradient_reduction.h). 51 batches of 32
+// (16 per replica) replay 50 times, the last batch (3 and 2 rows) runs
+// eagerly; weights, loss and accuracy are the eager fit's bit for bit, with
+// Adam's bias correction, a decaying rate and weight decay staged per
+// replica. Dropout between the layers draws each replica's own masks, as
+// eagerly. A model whose step changes what the replicas average on the host
+// after it (a BatchNormalization's moving statistics) runs eagerly and says
+// so.
+TEST(DeviceOps, FitReplaysTheStepsOfTwoLogicalGpusWithTheEagerStepsBits) {
+  if (!dev().kernels()->can_capture()) GTEST_SKIP() << dev().name() << " records nothing";
+  const auto [x, y] = mlp_examples(51 * 32 + 5, 9);
+  LogTexts logged;
+  auto fit = [&, &x = x, &y = y](const std::function<Layer()>& between, bool run_eagerly) {
+    const MirroredStrategy strategy({.devices = devices()});
+    Model model;
+    {
+      const auto in = strategy.scope();
+      set_random_seed(7);
+      model = Sequential({layers::Dense(32, {.activation = "relu"}), between(), layers::Dense(10)},
+                         {.input_shape = Shape{784}});
+      compile_with_decaying_adam(model, run_eagerly);
+    }
+    logged.clear();
+    const History h =
+        model.fit(x, y, {.batch_size = 32, .epochs = 1, .verbose = 0, .shuffle = false});
+    return std::pair{testing_support::weights(model), h};
+  };
+  const auto dropout = [] { return layers::Dropout(0.3); };
+  const auto [eager, eager_history] = fit(dropout, true);
+  const auto [replayed, replayed_history] = fit(dropout, false);
+  testing_support::expect_each_replica_replayed(logged, devices(), 50);
+  testing_support::expect_bitwise(eager, replayed, "two logical GPUs: 50 replays against eager");
+  for (const char* name : {"loss", "accuracy"})
+    EXPECT_EQ(eager_history[name], replayed_history[name]) << name;
+  set_random_seed(7);
+  const auto initial = testing_support::weights(
+      Sequential({layers::Dense(32, {.activation = "relu"}), dropout(), layers::Dense(10)},
+                 {.input_shape = Shape{784}}));
+  EXPECT_GT(largest_change(initial, replayed), 1e-3) << "the replays moved the weights";
+
+  const auto batch_norm = [] { return layers::BatchNormalization(); };
+  const auto bn_eager = fit(batch_norm, true).first;
+  const auto bn = fit(batch_norm, false).first;
+  EXPECT_TRUE(logged.has("not recorded as a graph: the step changes '") &&
+              logged.has("which the replicas average on the host after each step"))
+      << logged.all();
+  EXPECT_FALSE(logged.has("recorded as a graph on")) << logged.all();
+  testing_support::expect_bitwise(bn_eager, bn, "BatchNormalization on two replicas, eager");
+}
+
+// Loss scaling on two logical GPUs, recorded: each replica stages its own
+// scale and keeps its own check of the summed gradients on its device; both
+// skip the same overflowing steps and move their scales as eagerly. Batch
+// by batch the scale is the eager fit's, and so are the weights after it.
+TEST(DeviceOps, FitReplaysLossScaledStepsOfTwoLogicalGpusAsEager) {
+  if (!dev().kernels()->can_capture()) GTEST_SKIP() << dev().name() << " records nothing";
+  const auto [x, y] = mlp_examples(41 * 32, 15);
+  const PolicyScope policy("mixed_float16");
+  LogTexts logged;
+  auto fit = [&, &x = x, &y = y](bool run_eagerly) {
+    const MirroredStrategy strategy({.devices = devices()});
+    Model model;
+    const optimizers::LossScaleOptimizer optimizer(
+        optimizers::Adam({.learning_rate = 0.002}),
+        {.initial_scale = 1 << 20, .dynamic_growth_steps = 3});
+    {
+      const auto in = strategy.scope();
+      set_random_seed(12);
+      model = zoo::seed_mlp();
+      model.compile({.optimizer = optimizer,
+                     .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                     .run_eagerly = run_eagerly});
+    }
+    std::vector<double> scales;
+    auto record = std::make_shared<LambdaCallback>(
+        LambdaCallback::Functions{.on_train_batch_end = [&](std::int64_t, const Logs&) {
+          scales.push_back(optimizer.dynamic_scale());
+        }});
+    logged.clear();
+    model.fit(
+        x, y,
+        {.batch_size = 32, .epochs = 1, .verbose = 0, .callbacks = {record}, .shuffle = false});
+    return std::pair{testing_support::weights(model), scales};
+  };
+  const auto [eager, eager_scales] = fit(true);
+  const auto [replayed, replayed_scales] = fit(false);
+  EXPECT_TRUE(logged.has("fit: the step is recorded as a graph on " + devices()[1]->name()))
+      << logged.all();
+  EXPECT_TRUE(logged.has("steps replayed from the recorded step on each replica")) << logged.all();
+  EXPECT_EQ(eager_scales, replayed_scales) << "the loss scale, batch by batch";
+  EXPECT_LT(*std::min_element(eager_scales.begin(), eager_scales.end()), 1 << 20)
+      << "steps overflowed";
+  testing_support::expect_bitwise(eager, replayed, "two logical GPUs, loss scaled");
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include "lockstep/lockstep.h"
 #include "lockstep/tensor/device_kernels.h"
+#include "support/log_texts.h"
 #include "support/mlp_examples.h"
 #include "support/weights.h"
 
@@ -138,6 +139,47 @@ TEST_F(GpuDevices, TwoGpusSumGradientsWithNcclAsThroughTheHost) {
     return second;
   };
   testing_support::expect_bitwise(fit(host), fit(nccl), "NCCL against the host's sums");
+}
+
+// fit records the steps of replicas on two GPUs summing with NCCL too: each
+// replica's recording is cut around its NCCL sum, whose marks on the stream
+// (what the watchdog polls) and the host's wait for it are done at each
+// replay between the parts, only the sum itself recorded. 51 batches of 64
+// (32 per GPU): 50 replays, then the last batch (3 and 2 rows) eagerly;
+// the weights, loss and accuracy are the eager fit's bit for bit, the same
+// on both replicas.
+TEST_F(GpuDevices, FitReplaysTheStepsOfTwoGpusSummingWithNcclWithTheEagerStepsBits) {
+  const auto [x, y] = mlp_examples(51 * 64 + 5, 10);
+  testing_support::LogTexts logged;
+  auto fit = [&, &x = x, &y = y](bool run_eagerly) {
+    const MirroredStrategy strategy({.devices = gpu_devices()});
+    EXPECT_EQ(strategy.cross_device_reduction().rfind("NcclAllReduce: ", 0), 0u);
+    Model model;
+    {
+      const auto in = strategy.scope();
+      set_random_seed(9);
+      model = zoo::seed_mlp();
+      model.compile({.optimizer = optimizers::Adam(
+                         {.learning_rate = schedules::ExponentialDecay(1e-3, 8, 0.7)}),
+                     .loss = losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                     .metrics = {"accuracy"},
+                     .run_eagerly = run_eagerly});
+    }
+    logged.clear();
+    const History h =
+        model.fit(x, y, {.batch_size = 64, .epochs = 1, .verbose = 0, .shuffle = false});
+    std::vector<std::vector<float>> second;  // replica 1's copies
+    for (const Variable& v : model.impl()->weights())
+      second.push_back(v.replica_value(1).to_vector<float>());
+    testing_support::expect_bitwise(testing_support::weights(model), second, "the two replicas");
+    return std::pair{second, h};
+  };
+  const auto [eager, eager_history] = fit(true);
+  const auto [replayed, replayed_history] = fit(false);
+  testing_support::expect_each_replica_replayed(logged, gpu_devices(), 50);
+  testing_support::expect_bitwise(eager, replayed, "NCCL's replicas: 50 replays against eager");
+  for (const char* name : {"loss", "accuracy"})
+    EXPECT_EQ(eager_history[name], replayed_history[name]) << name;
 }
 
 // Where NCCL's communicators cannot be made, the strategy says why in a

@@ -753,6 +753,37 @@ TEST(MirroredStrategy, CustomLoopWithRunAndReduce) {
     EXPECT_EQ(sums[r].to_vector<float>(), (std::vector<float>{3.0f, 3.0f}));
 }
 
+// Under a strategy every replica's thread calls the one Dropout layer at
+// once. Each replica draws masks of its own, distinct from the others',
+// replica 0 the masks the layer draws alone, and the same run after run
+// whatever order the threads come in (one counter shared by the threads was
+// a data race: the masks depended on which thread drew first).
+TEST(MirroredStrategy, DropoutDrawsEachReplicasOwnMasksTheSameRunAfterRun) {
+  Strategy strategy = with_replicas(3);
+  const Tensor ones = Tensor::ones({4, 16});
+  auto masks = [&] {
+    set_random_seed(11);
+    Layer dropout = layers::Dropout(0.5);
+    std::vector<std::vector<float>> out;
+    for (int call = 0; call < 3; ++call) {
+      auto per_replica = strategy.run([&] { return dropout(ones, {.training = true}); });
+      for (int r = 0; r < 3; ++r) out.push_back(per_replica[r].to_vector<float>());
+    }
+    return out;
+  };
+  const auto first = masks(), second = masks();
+  EXPECT_EQ(first, second) << "the same masks run after run";
+  set_random_seed(11);
+  Layer alone = layers::Dropout(0.5);
+  for (std::size_t call = 0; call < 3; ++call) {
+    EXPECT_NE(first[call * 3], first[call * 3 + 1]) << "call " << call;
+    EXPECT_NE(first[call * 3], first[call * 3 + 2]) << "call " << call;
+    EXPECT_NE(first[call * 3 + 1], first[call * 3 + 2]) << "call " << call;
+    EXPECT_EQ(alone(ones, {.training = true}).to_vector<float>(), first[call * 3])
+        << "replica 0 draws what the layer draws alone, call " << call;
+  }
+}
+
 // strategy.run(step, args=(x, y, scale)): PerReplica arguments give each
 // replica its own value, others are shared, results come back per replica.
 TEST(MirroredStrategy, RunTakesSeveralArgumentsPerReplicaOrShared) {

@@ -24,19 +24,27 @@
 // stream, and at finish() — after one host collective that is also the
 // barrier — every replica sums all arenas in rank order into its own sums
 // with one kernel, so every replica holds the same bits and no gradient
-// crosses to the host. Elsewhere gradients on an accelerator are copied to
-// a host arena and summed by the communicator (TensorFlow's
+// crosses to the host. The streams are ordered by events, the host never
+// waiting for a device: a replica's sum waits for every replica's packing
+// (marked before the barrier), and its next packing for every replica's
+// sum (marked after it; the next reduction waits before it writes its
+// arena). While the step is recorded (fit's step graph on logical GPUs) the
+// host's part — the marks, the barrier, the waits — is the recording's
+// work between its parts (detail::RecordingHooks), done at each replay. Elsewhere gradients on an
+// accelerator are copied to a host arena and summed by the communicator (TensorFlow's
 // ReductionToOneDevice to "/cpu:0") — except on distinct GPUs of one
 // process with a collective (NCCL, DeviceKernels::make_collective): each
 // replica packs its arena on its stream as above, one host collective sums
 // the "has a gradient" flags, and NCCL sums the arenas in place on the
 // replicas' streams (TensorFlow's NcclAllReduce); the host waits for that
 // sum before it queues the update, so that one the strategy's watchdog
-// aborts never reaches the weights.
+// aborts never reaches the weights. Recorded, the NCCL sum is a part of its
+// own, its marks and that wait the host's work around it at each replay.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "lockstep/autodiff/gradient_tape.h"
@@ -44,6 +52,7 @@
 
 namespace lockstep::detail {
 class DeviceCollective;  // lockstep/tensor/device_kernels.h
+class DeviceEvent;       // likewise
 }  // namespace lockstep::detail
 
 namespace lockstep::distribute {
@@ -61,6 +70,15 @@ struct GradientBuckets {
   std::size_t bytes_per_pack = 0;
   Tensor arena{};
   Tensor sums{};                         // in-device sum of shared arenas: this replica's (device)
+  // In-device sum of shared arenas: this replica's stream's marks after its
+  // packing and after its sum (null on devices that run work as queued),
+  // and every replica's, in rank order, as the last sum saw them.
+  std::shared_ptr<detail::DeviceEvent> packed{}, summed{};
+  struct Peer {
+    const float* arena = nullptr;
+    std::shared_ptr<detail::DeviceEvent> packed{}, summed{};
+  };
+  std::vector<Peer> peers{};
   std::vector<float> has_gradient{};     // in-device reduction: the flags, on the host
   std::vector<std::int64_t> offset{};    // per variable: its gradient's place in the arena
   std::vector<std::int64_t> flag{};      // per variable: its "has a gradient" flag's place
@@ -103,6 +121,12 @@ class GradientReduction {
  private:
   void post_ready_buckets();
   std::vector<Tensor> finish_in_device();
+  // Recorded (a capture on this thread): the host's part at each replay.
+  std::vector<Tensor> finish_in_device_recorded();
+  // Every replica's arena and marks (the buckets' peers), and the flags'
+  // sum: the replicas' barrier.
+  void gather_peers();
+  std::vector<const float*> sources() const;
   // Views of `sums` (a device arena laid out as this replica's) for the
   // variables some replica had a gradient for.
   std::vector<Tensor> device_sums(const Tensor& sums) const;

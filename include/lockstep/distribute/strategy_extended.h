@@ -54,6 +54,11 @@ class StrategyExtended {
   // copy on every worker, the mean of the replicas' copies weighted by their
   // examples (equal weights where the examples are not known).
   void run_step(const ReplicaStep& step, const std::function<void(ReplicaContext&)>& fn) const;
+  // Whether the local replicas sum their gradients on their devices, never
+  // through the host: in the device (logical GPUs of one GPU) or with their
+  // devices' collective (NCCL), in one worker. fit then records their steps
+  // (train/step_graph.h).
+  bool sums_on_devices() const;
 
   // ---- Splitting batches (every split goes through even_split) ----
   // Splits a global batch along dim 0: replica r gets global / N examples,

@@ -29,6 +29,7 @@
 #include <string>
 
 #include "lockstep/nn/layer.h"
+#include "lockstep/tensor/random.h"
 
 namespace lockstep::layers {
 
@@ -50,7 +51,7 @@ class RandomFlipImpl : public SingleInputLayerImpl {
   std::string mode_;
   std::optional<std::uint64_t> explicit_seed_;
   std::uint64_t seed_ = 0;
-  std::uint64_t next_stream_ = 0;
+  random::StreamCounter next_stream_;
 };
 
 // mode: "horizontal" (left-right), "vertical" (top-bottom) or
@@ -88,7 +89,7 @@ class RandomRotationImpl : public SingleInputLayerImpl {
   RandomRotationOptions options_;
   std::optional<std::uint64_t> explicit_seed_;
   std::uint64_t seed_ = 0;
-  std::uint64_t next_stream_ = 0;
+  random::StreamCounter next_stream_;
 };
 
 // factor: a fraction of a full turn in [-1, 1]; f turns by up to ±f × 360°,

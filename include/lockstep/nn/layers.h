@@ -14,6 +14,7 @@
 
 #include "lockstep/nn/activations.h"
 #include "lockstep/nn/layer.h"
+#include "lockstep/tensor/random.h"
 
 namespace lockstep {
 
@@ -204,7 +205,7 @@ class DropoutImpl : public SingleInputLayerImpl {
   float rate_;
   std::optional<std::uint64_t> explicit_seed_;
   std::uint64_t seed_;
-  std::uint64_t next_stream_;
+  random::StreamCounter next_stream_;
 };
 class Dropout : public Layer {
  public:

@@ -51,6 +51,7 @@
 
 #include "lockstep/nn/initializers.h"
 #include "lockstep/nn/layer.h"
+#include "lockstep/tensor/random.h"
 
 namespace lockstep::layers {
 
@@ -134,7 +135,7 @@ class RecurrentImpl : public LayerImpl {
   std::int64_t units_;
   RecurrentLayerOptions options_;
   std::uint64_t seed_ = 0;
-  std::uint64_t next_stream_ = 0;
+  random::StreamCounter next_stream_;
   Variable kernel_, recurrent_kernel_, bias_;
   mutable std::mutex held_mu_;  // the replicas' threads add their entries
   std::map<int, Held> held_;

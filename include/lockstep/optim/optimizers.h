@@ -158,10 +158,13 @@ class OptimizerImpl {
   // stage_device_step when this optimizer's step cannot be replayed (no
   // device kernel). Replica 0 outside strategies.
   bool stage_device_step(int replica, Device& device);
+  // `replica`'s step count (replica 0's before that replica's state is made).
+  std::int64_t iterations_of(int replica) const;
   bool finish_replayed_step(int replica);
-  // Before a recording starts, the last recording's check is dropped (its
-  // memory freed now, not while the next one records).
-  void set_recording(bool recording);
+  // While `replica`'s step is recorded (each replica's on its own thread).
+  // Before a recording starts, the replica's last recording's check is
+  // dropped (its memory freed now, not while the next one records).
+  void set_recording(int replica, bool recording);
 
  protected:
   // Per-variable state: created on first use by create_slots.
@@ -204,6 +207,7 @@ class OptimizerImpl {
     Tensor step_numbers{};          // a recorded step's {lr, alpha, decay} (device memory)
     Tensor device_scale{};          // its loss scale (device memory, a scalar)
     Tensor recorded_finite{};       // its check of the gradients, NaN when one was not finite
+    bool recording = false;         // its step is recorded: the update reads step_numbers
   };
   ReplicaState& replica_state(int replica);
   // Gradients and variables that cannot be updated are a ValueError or
@@ -240,7 +244,6 @@ class OptimizerImpl {
   // their slots yet (they start from these instead of the initial value).
   std::unordered_map<std::uint64_t, std::vector<Tensor>> restored_;
   std::optional<LossScaling> loss_scaling_;
-  bool recording_ = false;  // a step recorded: the update reads step_numbers
 };
 
 // A handle to an OptimizerImpl; copies share it.

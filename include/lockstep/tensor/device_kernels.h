@@ -181,6 +181,42 @@ class DeviceGraph {
   virtual std::size_t bytes() const = 0;
 };
 
+// A mark in a device's stream (a CUDA event): record_event sets it after
+// the work queued so far, and wait_event makes another stream (another
+// logical GPU's) wait for that work without the host waiting
+// (DeviceKernels::make_event).
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+};
+
+// While DeviceKernels::capture records on this thread, the host work each
+// replay of the recording does between its kernels (the adapter's capture
+// installs them; GradientReduction uses them when the replicas of logical
+// GPUs sum in the device).
+class RecordingHooks {
+ public:
+  virtual ~RecordingHooks() = default;
+  // Ends the part recorded so far and records what follows as the next
+  // part: each replay queues the part, runs `between` on the host, then
+  // queues the next.
+  virtual void split(std::function<void()> between) = 0;
+  // `first` runs on the host at each replay before its first part is queued.
+  virtual void at_start(std::function<void()> first) = 0;
+};
+// The hooks of the capture recording on this thread; null when none does.
+RecordingHooks* recording_hooks();
+class RecordingHooksScope {
+ public:
+  explicit RecordingHooksScope(RecordingHooks& hooks);
+  ~RecordingHooksScope();
+  RecordingHooksScope(const RecordingHooksScope&) = delete;
+  RecordingHooksScope& operator=(const RecordingHooksScope&) = delete;
+
+ private:
+  RecordingHooks* previous_;
+};
+
 // The replicas' accelerators summing together on their own streams (NCCL
 // on GPUs): one member per replica, made together by
 // DeviceKernels::make_collective. A call is queued on the member's device's
@@ -195,6 +231,13 @@ class DeviceCollective {
   // buf (n float32 in this member's device memory) becomes the sum of
   // every member's, in place: the same bits on every member.
   virtual void all_reduce_sum(float* buf, std::int64_t n) = 0;
+  // all_reduce_sum in three calls, for a step recorded as a graph: the
+  // sum's marks on the stream and its watch are the host's work before and
+  // after the recording's part in which queue_sum was recorded
+  // (RecordingHooks), while only the sum itself is recorded.
+  virtual void begin_sum() = 0;
+  virtual void queue_sum(float* buf, std::int64_t n) = 0;
+  virtual void end_sum() = 0;
   // Returns once this member's sums queued so far have run on its device.
   // A sum the group's abort ended is a DistributedError saying the abort's
   // reason: never its partial sum taken for the result.
@@ -255,6 +298,15 @@ class DeviceKernels {
   // Stop, for `ncu --profile-from-start off`); nothing elsewhere. The
   // benchmarks use it to profile steady steps, past start-up and autotuning.
   virtual void set_profiling(bool /*on*/) {}
+  // An event of `device`'s stream (DeviceEvent); null where the device
+  // runs its work as it is queued (the fake accelerator: nothing to order).
+  virtual std::shared_ptr<DeviceEvent> make_event(Device& device);
+  // On `device`'s stream: marks the work queued so far; waits for the
+  // work before `event`'s last mark (queued before this call, on any
+  // stream of this GPU). Neither may be called while the stream records:
+  // a recording orders its streams through RecordingHooks.
+  virtual void record_event(Device& device, DeviceEvent& event);
+  virtual void wait_event(Device& device, const DeviceEvent& event);
   // Whether capture() records here (GPUs; not the fake accelerator, whose
   // ops run host code).
   virtual bool can_capture() const { return false; }
@@ -263,7 +315,8 @@ class DeviceKernels {
   // when it returns; replay the recording to run it. A copy to the host, a
   // copy from pageable host memory (a tensor made on the host) or a wait
   // for the device inside `work` is a DeviceError naming it, and nothing is
-  // recorded. The default throws DeviceError (can_capture() is false).
+  // recorded. While `work` runs, recording_hooks() are the recording's.
+  // The default throws DeviceError (can_capture() is false).
   virtual std::unique_ptr<DeviceGraph> capture(Device& device, const std::function<void()>& work);
 
   // Computation (GPU). Inputs are on the current device (the caller copied

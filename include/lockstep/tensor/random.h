@@ -13,6 +13,8 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "lockstep/tensor/tensor.h"
@@ -51,6 +53,32 @@ Tensor uniform(const Shape& shape, const UniformOptions& options = {});
 // `next_stream` must then outlive the recording (a layer's member does).
 Tensor uniform_next(const Shape& shape, std::uint64_t seed, std::uint64_t& next_stream,
                     float minval = 0.0f, float maxval = 1.0f);
+
+// A layer's own counter of streams for uniform_next, one per local replica:
+// under a strategy every replica's thread calls the layer at once. Replica
+// r > 0 draws streams with r in the top byte, from the layer's first
+// stream, each replica counting its own draws: the replicas draw distinct
+// numbers, the same run after run whatever order their threads come in
+// (one shared counter was a data race, and the masks depended on it).
+// Replica 0 — and any call outside a strategy — draws the streams a layer
+// always drew.
+class StreamCounter {
+ public:
+  StreamCounter() = default;
+  StreamCounter(const StreamCounter&) = delete;
+  StreamCounter& operator=(const StreamCounter&) = delete;
+  // Starts every replica's count again from `first` (a layer's block).
+  void reset(std::uint64_t first);
+  // Replica `replica`'s counter (-1: outside a strategy, replica 0's),
+  // made at its first use; it stays where it is while the counter lives.
+  std::uint64_t& of(int replica);
+
+ private:
+  std::uint64_t first_ = 0;
+  std::uint64_t primary_ = 0;
+  std::mutex mutex_;
+  std::map<int, std::uint64_t> replicas_;  // r > 0
+};
 Tensor normal(const Shape& shape, const NormalOptions& options = {});
 // Normal values redrawn until within two standard deviations of the mean.
 Tensor truncated_normal(const Shape& shape, const NormalOptions& options = {});

@@ -181,8 +181,13 @@ class EmulatedApi final : public GpuApi {
   }
   void* create_event(int) override { return new int(0); }
   void destroy_event(void* event) override { delete static_cast<int*>(event); }
-  void record_event(void*, void*) override {}
-  void stream_wait_event(void*, void*) override {}
+  // Refused while the stream captures: a recording orders its streams
+  // between its parts (RecordingHooks), where CUDA would make a capture's
+  // event a node of its own graph, or fail to wait on one from outside.
+  void record_event(void*, void* stream) override { not_capturing(stream, "recording an event"); }
+  void stream_wait_event(void* stream, void*) override {
+    not_capturing(stream, "waiting for an event");
+  }
   void event_synchronize(void*) override {}
   bool event_done(void*) override { return true; }  // its work ran as it was queued
   void profiler(int, bool) override {}
@@ -551,6 +556,11 @@ class EmulatedApi final : public GpuApi {
     if (s.capturing) throw std::runtime_error("begin_capture: the stream is capturing already");
     s.capturing = new Graph();
   }
+  void split_capture(void* stream) override {
+    Stream& s = as(stream);
+    if (!s.capturing) throw std::runtime_error("split_capture: the stream is not capturing");
+    s.capturing->parts.emplace_back();
+  }
   void* end_capture(void* stream) override {
     Stream& s = as(stream);
     if (!s.capturing) throw std::runtime_error("end_capture: the stream is not capturing");
@@ -567,9 +577,12 @@ class EmulatedApi final : public GpuApi {
       destroy_graph(g);
     }
   }
-  void launch_graph(void* graph, void* stream) override {
+  void launch_graph(void* graph, int part, void* stream) override {
     not_capturing(stream, "launching a graph");
-    for (const auto& op : static_cast<Graph*>(graph)->ops) op();
+    const auto& parts = static_cast<Graph*>(graph)->parts;
+    if (part < 0 || static_cast<std::size_t>(part) >= parts.size())
+      throw std::runtime_error("launching a graph: it has no part " + std::to_string(part));
+    for (const auto& op : parts[static_cast<std::size_t>(part)]) op();
   }
   std::size_t graph_bytes(void* graph) override {
     std::lock_guard lock(mutex_);
@@ -610,7 +623,7 @@ class EmulatedApi final : public GpuApi {
   // A recording: each kernel or copy with its arguments taken when it was
   // queued, as a CUDA graph's nodes hold theirs (its memory: graph_memory_).
   struct Graph {
-    std::vector<std::function<void()>> ops;
+    std::vector<std::vector<std::function<void()>>> parts{1};  // split_capture's
   };
   struct Stream {
     Graph* capturing = nullptr;
@@ -623,7 +636,7 @@ class EmulatedApi final : public GpuApi {
   // A kernel or copy: run now, or recorded while the stream captures.
   void run(void* stream, std::function<void()> op) {
     if (Graph* g = as(stream).capturing) {
-      g->ops.push_back(std::move(op));
+      g->parts.back().push_back(std::move(op));
     } else {
       op();
     }

@@ -15,7 +15,7 @@
 
 namespace lockstep::backend::cuda {
 
-constexpr int kApiVersion = 14;
+constexpr int kApiVersion = 15;
 constexpr int kMaxRank = 8;
 // The largest depthwise window (kh · kw) our own depthwise kernels take;
 // larger ones go to cuDNN.
@@ -268,10 +268,16 @@ class GpuApi {
   // bytes would be read again at each launch) or a synchronize of the
   // stream is an error (std::runtime_error) that ends the capture:
   // end_capture then throws. abort_capture ends a capture and discards it.
+  // split_capture, while `stream` captures, ends the graph's part recorded
+  // so far and records what follows as its next part (its memory still the
+  // graph's): the host may then do work between launching one part and the
+  // next (logical GPUs' replicas meet there). launch_graph runs part `part`
+  // (0 first; a graph never split has one).
   virtual void begin_capture(void* stream) = 0;
+  virtual void split_capture(void* stream) = 0;
   virtual void* end_capture(void* stream) = 0;
   virtual void abort_capture(void* stream) = 0;
-  virtual void launch_graph(void* graph, void* stream) = 0;
+  virtual void launch_graph(void* graph, int part, void* stream) = 0;
   virtual void destroy_graph(void* graph) = 0;
   // The device memory `graph` holds for its launches.
   virtual std::size_t graph_bytes(void* graph) = 0;

@@ -47,10 +47,10 @@ void check_cublas(cublasStatus_t s, const char* what) {
     throw std::runtime_error(std::string(what) + ": " + cublas_name(s));
 }
 
-// A captured graph: its instantiation (its memory: Runtime's
-// graph_memory_, graph_memory.h).
+// A captured graph: its parts' instantiations, in order (split_capture;
+// its memory: Runtime's graph_memory_, graph_memory.h).
 struct Graph {
-  cudaGraphExec_t exec = nullptr;
+  std::vector<cudaGraphExec_t> parts;
   cudaStream_t stream = nullptr;  // the stream it was captured on
 };
 
@@ -495,27 +495,32 @@ class CudaApi final : public GpuApi {
     s.capturing = new Graph();
     s.capturing->stream = s.stream;
   }
+  void split_capture(void* stream) override {
+    Stream& s = as(stream);
+    if (!s.capturing) throw std::runtime_error("split_capture: the stream is not capturing");
+    select(stream);
+    // The capture stays the graph's (s.capturing) while it is cut: an error
+    // here leaves it to abort_capture, which frees the parts made so far.
+    end_part(s);
+    check(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  }
   void* end_capture(void* stream) override {
     Stream& s = as(stream);
     if (!s.capturing) throw std::runtime_error("end_capture: the stream is not capturing");
     select(stream);
     Graph* g = s.capturing;
-    s.capturing = nullptr;
     {
       std::lock_guard lock(graph_mutex_);
       graph_memory_.recorded(g);
     }
-    cudaGraph_t recorded = nullptr;
-    cudaError_t e = cudaStreamEndCapture(s.stream, &recorded);
-    if (e == cudaSuccess && recorded != nullptr) {
-      e = cudaGraphInstantiate(&g->exec, recorded, 0);
-      cudaGraphDestroy(recorded);
-    }
-    if (e != cudaSuccess || g->exec == nullptr) {
-      (void)cudaGetLastError();
+    try {
+      end_part(s);
+    } catch (...) {
+      s.capturing = nullptr;
       release(g);
-      check(e == cudaSuccess ? cudaErrorStreamCaptureInvalidated : e, "the graph's capture");
+      throw;
     }
+    s.capturing = nullptr;
     return g;
   }
   void abort_capture(void* stream) override {
@@ -530,8 +535,11 @@ class CudaApi final : public GpuApi {
     (void)cudaGetLastError();
     release(g);
   }
-  void launch_graph(void* graph, void* stream) override {
-    check(cudaGraphLaunch(static_cast<Graph*>(graph)->exec, on(stream)), "cudaGraphLaunch");
+  void launch_graph(void* graph, int part, void* stream) override {
+    const auto& parts = static_cast<Graph*>(graph)->parts;
+    if (part < 0 || static_cast<std::size_t>(part) >= parts.size())
+      throw std::runtime_error("cudaGraphLaunch: the graph has no part " + std::to_string(part));
+    check(cudaGraphLaunch(parts[static_cast<std::size_t>(part)], on(stream)), "cudaGraphLaunch");
   }
   std::size_t graph_bytes(void* graph) override {
     std::lock_guard lock(graph_mutex_);
@@ -539,8 +547,10 @@ class CudaApi final : public GpuApi {
   }
   void destroy_graph(void* graph) override {
     auto* g = static_cast<Graph*>(graph);
-    if (g->exec) check(cudaGraphExecDestroy(g->exec), "cudaGraphExecDestroy");
-    g->exec = nullptr;
+    for (cudaGraphExec_t& part : g->parts) {
+      if (part) check(cudaGraphExecDestroy(part), "cudaGraphExecDestroy");
+      part = nullptr;
+    }
     release(g);
   }
 
@@ -564,11 +574,30 @@ class CudaApi final : public GpuApi {
     if (as(stream).capturing)
       throw std::runtime_error(std::string(what) + " while the stream is captured as a graph");
   }
+  // Ends the capture of s's graph's current part and instantiates it.
+  void end_part(Stream& s) {
+    cudaGraph_t recorded = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t e = cudaStreamEndCapture(s.stream, &recorded);
+    if (e == cudaSuccess && recorded != nullptr) {
+      e = cudaGraphInstantiate(&exec, recorded, 0);
+      cudaGraphDestroy(recorded);
+    }
+    if (e != cudaSuccess || exec == nullptr) {
+      (void)cudaGetLastError();
+      check(e == cudaSuccess ? cudaErrorStreamCaptureInvalidated : e, "the graph's capture");
+    }
+    s.capturing->parts.push_back(exec);
+  }
   // A graph's memory: what its tensors gave back is freed now (after the
   // device's work: cudaFree waits for it; a block from the pool that the
   // graph adopted goes back to the pool on the graph's stream, after its
   // launches), the rest when they give it back.
   void release(Graph* g) {
+    for (cudaGraphExec_t part : g->parts) {
+      if (part) (void)cudaGraphExecDestroy(part);  // a failed capture's parts
+    }
+    g->parts.clear();
     std::vector<GraphMemory::ToFree> now;
     {
       std::lock_guard lock(graph_mutex_);
