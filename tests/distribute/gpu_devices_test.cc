@@ -182,6 +182,43 @@ TEST_F(GpuDevices, FitReplaysTheStepsOfTwoGpusSummingWithNcclWithTheEagerStepsBi
     EXPECT_EQ(eager_history[name], replayed_history[name]) << name;
 }
 
+// A sum that stalls inside a replayed step (rank 1's never arrives, as a
+// hung GPU's NCCL kernel) is aborted by the strategy's watchdog at the
+// collective timeout, as an eager one: the replay marks the sum in flight
+// before the part that holds it (begin_sum), so fit fails within seconds
+// saying the sum was aborted — not after the emulated NCCL's minute (a GPU:
+// never).
+TEST_F(GpuDevices, AStalledNcclSumInAReplayedStepIsAbortedAtTheCollectiveTimeout) {
+  const auto [x, y] = mlp_examples(20 * 64, 11);
+  const MirroredStrategy strategy({.devices = gpu_devices(), .timeout = std::chrono::seconds(2)});
+  Model model = seed_mlp_under(strategy);
+  testing_support::LogTexts logged;
+  auto stall_later = std::make_shared<LambdaCallback>(
+      LambdaCallback::Functions{.on_train_batch_end = [](std::int64_t batch, const Logs&) {
+        // NOLINTNEXTLINE(concurrency-mt-unsafe): between steps, the replicas idle
+        if (batch == 4) ::setenv("LOCKSTEP_EMULATED_NCCL_STALL_RANK", "1", 1);
+      }});
+  const auto start = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    model.fit(x, y,
+              {.batch_size = 64,
+               .epochs = 1,
+               .verbose = 0,
+               .callbacks = {stall_later},
+               .shuffle = false});
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  ::unsetenv("LOCKSTEP_EMULATED_NCCL_STALL_RANK");  // NOLINT(concurrency-mt-unsafe)
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(logged.has("fit: the step is recorded as a graph on /device:GPU:1")) << logged.all();
+  EXPECT_NE(what.find("fit: epoch 1, batch 5"), std::string::npos) << what;
+  EXPECT_NE(what.find("aborted"), std::string::npos) << what;
+  EXPECT_TRUE(logged.has("MirroredStrategy: aborting the GPUs' NCCL sums")) << logged.all();
+  EXPECT_LT(waited, std::chrono::seconds(30)) << "the stalled sum was not aborted";
+}
+
 // Where NCCL's communicators cannot be made, the strategy says why in a
 // warning and sums through host memory — the same training, never a failed
 // job or a silent change.
