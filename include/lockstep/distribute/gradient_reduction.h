@@ -70,6 +70,13 @@ struct GradientBuckets {
   std::size_t bytes_per_pack = 0;
   Tensor arena{};
   Tensor sums{};                         // in-device sum of shared arenas: this replica's (device)
+  std::vector<float> has_gradient{};     // in-device reduction: the flags, on the host
+  std::vector<std::int64_t> offset{};    // per variable: its gradient's place in the arena
+  std::vector<std::int64_t> flag{};      // per variable: its "has a gradient" flag's place
+  std::vector<std::size_t> bucket_of{};  // per variable
+  std::vector<char> added{};             // per variable, this step
+  std::vector<Bucket> buckets{};         // in posting order
+  std::size_t next_post = 0;
   // In-device sum of shared arenas: this replica's stream's marks after its
   // packing and after its sum (null on devices that run work as queued),
   // and every replica's, in rank order, as the last sum saw them.
@@ -79,13 +86,6 @@ struct GradientBuckets {
     std::shared_ptr<detail::DeviceEvent> packed{}, summed{};
   };
   std::vector<Peer> peers{};
-  std::vector<float> has_gradient{};     // in-device reduction: the flags, on the host
-  std::vector<std::int64_t> offset{};    // per variable: its gradient's place in the arena
-  std::vector<std::int64_t> flag{};      // per variable: its "has a gradient" flag's place
-  std::vector<std::size_t> bucket_of{};  // per variable
-  std::vector<char> added{};             // per variable, this step
-  std::vector<Bucket> buckets{};         // in posting order
-  std::size_t next_post = 0;
 };
 
 class GradientReduction {
