@@ -461,7 +461,8 @@ History Model::Loops::fit(Model& m, BatchSource& train, const std::optional<Vali
   // This fit's recorded steps, one per local replica, where the devices
   // record them; freed (with the recordings' memory) when fit returns.
   s.step_graphs.clear();
-  for (int r = 0; r < records_steps(m); ++r)
+  const int recorded_replicas = records_steps(m);
+  for (int r = 0; r < recorded_replicas; ++r)
     s.step_graphs.push_back(std::make_shared<detail::StepGraph>(r == 0));
   struct ForgetGraph {
     TrainState& s;
